@@ -1,0 +1,113 @@
+"""TraceBatch: an immutable batch of validated traces in the canonical Arrow layout."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from masreplay import _core
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from masreplay.errors import TraceValidationError
+
+#: A trace the input held but validation rejected: (position in the input, trace_id, error).
+Rejected = tuple[int, "str | None", "TraceValidationError"]
+
+
+class TraceBatch:
+    """Traces stored one per row, events and edges as Arrow list columns.
+
+    Arrow leaves without copying: ``pa.table(batch)``, ``polars.DataFrame(batch)`` and
+    ``to_arrow()`` all read the same buffers through ``__arrow_c_stream__``.
+    """
+
+    __slots__ = ("_core", "rejected")
+
+    def __init__(self, core: _core.TraceBatch, rejected: Sequence[Rejected] = ()) -> None:
+        self._core = core
+        #: Traces of the input that failed validation (filled when loading with on_error="skip").
+        self.rejected: list[Rejected] = list(rejected)
+
+    # ---- shape -------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._core)
+
+    @property
+    def trace_ids(self) -> list[str]:
+        return self._core.trace_ids
+
+    @property
+    def num_events(self) -> int:
+        return self._core.num_events
+
+    @property
+    def event_offsets(self) -> np.ndarray:
+        """int64 array of length n+1: trace i owns rows event_offsets[i]:event_offsets[i+1] of events()."""
+        return self._core.event_offsets
+
+    @property
+    def edge_offsets(self) -> np.ndarray:
+        return self._core.edge_offsets
+
+    def __repr__(self) -> str:
+        return f"TraceBatch({len(self)} traces, {self.num_events} events)"
+
+    # ---- Arrow -------------------------------------------------------------------------
+    def __arrow_c_stream__(self, requested_schema: object = None) -> object:
+        return self._core.__arrow_c_stream__(requested_schema)
+
+    def to_arrow(self) -> pa.Table:
+        """The canonical table (one row per trace)."""
+        return pa.table(self._core)
+
+    def to_polars(self) -> pl.DataFrame:
+        import polars as pl
+
+        return pl.DataFrame(self._core)
+
+    def events(self) -> pa.Table:
+        """One row per event: ``trace_index``, ``trace_id``, then the event's fields."""
+        return pa.table(self._core.events())
+
+    def edges(self) -> pa.Table:
+        """One row per edge: ``trace_index``, ``trace_id``, ``src``, ``dst`` (local event indices), ``type``."""
+        return pa.table(self._core.edges())
+
+    def write_parquet(self, path: str | os.PathLike[str]) -> None:
+        """Writes the canonical layout to one Parquet file (replaced atomically)."""
+        self._core.write_parquet(os.fspath(path))
+
+    # ---- traces as dicts ---------------------------------------------------------------
+    def _index(self, i: int) -> int:
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"trace index {i} out of range for a batch of {n}")
+        return i % n
+
+    def __getitem__(self, key: int | slice | Sequence[int]) -> Any:
+        """``batch[i]`` is trace i as a dict (masreplay's full form); a slice or a list of
+        indices gives a TraceBatch."""
+        if isinstance(key, slice):
+            return TraceBatch(self._core.take(list(range(len(self)))[key]))
+        if isinstance(key, (int, np.integer)):
+            return json.loads(self._core.trace_json(self._index(int(key)), False))
+        return TraceBatch(self._core.take([self._index(int(i)) for i in key]))
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for i in range(len(self)):
+            yield json.loads(self._core.trace_json(i, False))
+
+    def to_seed_json(self, i: int) -> dict[str, Any]:
+        """Trace i as a dict that the seed JSON Schema accepts (top-level additions dropped)."""
+        return json.loads(self._core.trace_json(self._index(i), True))
+
+    @staticmethod
+    def concat(batches: Sequence[TraceBatch]) -> TraceBatch:
+        return TraceBatch(_core.TraceBatch.concat([b._core for b in batches]))

@@ -1,0 +1,93 @@
+"""The ``masreplay`` command: validate files, print shape statistics, run the demo."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from masreplay.batch import TraceBatch
+from masreplay.errors import MasreplayError, TraceValidationError
+from masreplay.io import load_traces
+
+
+def _validate_file(path: str, strict_seed: bool) -> bool:
+    """Prints one line per trace of ``path``; True when all are valid."""
+    try:
+        batch = load_traces(path, strict_seed=strict_seed, on_error="skip")
+    except (MasreplayError, OSError) as error:
+        print(f"{path}: INVALID {error}")
+        return False
+    rejected = {position: error for position, _, error in batch.rejected}
+    accepted = iter(batch.trace_ids)
+    for position in range(len(batch) + len(rejected)):
+        if position in rejected:
+            error: TraceValidationError = rejected[position]
+            print(f"{path}: INVALID trace {error.trace_id!r} at {error.path or '/'}: {error.reason}")
+        else:
+            print(f"{path}: valid trace {next(accepted)!r}")
+    return not rejected
+
+
+def stats_table(batch: TraceBatch) -> list[tuple[str, str]]:
+    """Shape statistics of a batch as (name, value) rows."""
+    table = batch.to_arrow()
+    rows: list[tuple[str, str]] = [("traces", str(len(batch))), ("events", str(batch.num_events))]
+    rows.append(("edges", str(int(batch.edge_offsets[-1]))))
+    rows.append(("groups", str(len(pc.unique(table["group_id"])))))
+    for column in ("n_events", "n_agents", "depth", "max_branching"):
+        values = table[column]
+        if len(values) == 0:
+            continue
+        low, high = pc.min(values).as_py(), pc.max(values).as_py()
+        mean = pc.mean(values).as_py()
+        rows.append((f"{column} min/mean/max", f"{low} / {mean:.1f} / {high}"))
+    counts = pc.value_counts(pc.dictionary_decode(batch.events()["type"].combine_chunks())) if batch.num_events else []
+    for entry in sorted(counts.to_pylist() if counts else [], key=lambda e: -e["counts"]):
+        rows.append((f"events of type {entry['values']}", str(entry["counts"])))
+    return rows
+
+
+def _print_rows(rows: Sequence[tuple[str, str]]) -> None:
+    width = max(len(name) for name, _ in rows)
+    for name, value in rows:
+        print(f"  {name:<{width}}  {value}")
+
+
+def _stats(path: str) -> int:
+    try:
+        batch = load_traces(path)
+    except (MasreplayError, OSError) as error:
+        print(f"{path}: {error}", file=sys.stderr)
+        return 1
+    print(f"{path}:")
+    _print_rows(stats_table(batch))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="masreplay", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    validate = commands.add_parser("validate", help="check trace files; exit 1 if any trace is invalid")
+    validate.add_argument("files", nargs="+")
+    validate.add_argument("--strict-seed", action="store_true", help="accept only the seed schema")
+    stats = commands.add_parser("stats", help="shape statistics of a trace file")
+    stats.add_argument("file")
+    commands.add_parser("demo", help="run the main job on the bundled data")
+    args = parser.parse_args(argv)
+
+    if args.command == "validate":
+        results = [_validate_file(path, args.strict_seed) for path in args.files]
+        return 0 if all(results) else 1
+    if args.command == "stats":
+        return _stats(args.file)
+    from masreplay.demo import run
+
+    return run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""The exception hierarchy of masreplay, rooted at :class:`MasreplayError`.
+
+Each class also derives from the builtin a caller would catch without knowing masreplay
+(``ValueError`` for bad data, ``OSError`` for files), so ``except ValueError`` keeps working.
+"""
+
+from __future__ import annotations
+
+
+class MasreplayError(Exception):
+    """Base class of every error raised by masreplay."""
+
+
+class TraceValidationError(MasreplayError, ValueError):
+    """A trace breaks the data contract.
+
+    Attributes:
+        trace_id: the trace's id, or ``None`` when it could not be read.
+        path: JSON pointer into the trace (``/events/3/type``); ``""`` for the whole input.
+        reason: what is wrong, in words.
+    """
+
+    def __init__(self, trace_id: str | None, path: str, reason: str) -> None:
+        self.trace_id = trace_id
+        self.path = path
+        self.reason = reason
+        where = path or "/"
+        super().__init__(f"trace {trace_id!r} at {where}: {reason}")
+
+    def __reduce__(self):
+        return (type(self), (self.trace_id, self.path, self.reason))
+
+
+class StorageError(MasreplayError, OSError):
+    """A file could not be read or written."""
+
+
+class DataFormatError(MasreplayError, ValueError):
+    """Arrow or Parquet data that cannot be read as traces."""
+
+
+class InvalidArgumentError(MasreplayError, ValueError):
+    """An argument outside its domain."""
+
+
+__all__ = [
+    "DataFormatError",
+    "InvalidArgumentError",
+    "MasreplayError",
+    "StorageError",
+    "TraceValidationError",
+]

@@ -1,0 +1,89 @@
+"""Reading traces from every source masreplay accepts, and validating them."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from masreplay import _core
+from masreplay.batch import TraceBatch
+
+OnError = Literal["raise", "skip"]
+
+_PARQUET_SUFFIXES = {".parquet", ".pq"}
+
+
+def _looks_like_json_text(text: str) -> bool:
+    return text.lstrip()[:1] in ("{", "[")
+
+
+def _parquet_files(directory: pathlib.Path) -> list[str]:
+    files = sorted(p for p in directory.rglob("*") if p.suffix in _PARQUET_SUFFIXES and p.is_file())
+    if not files:
+        raise FileNotFoundError(f"no Parquet files under {directory}")
+    return [os.fspath(p) for p in files]
+
+
+def _load_path(path: pathlib.Path, strict_seed: bool) -> tuple[Any, list]:
+    if path.is_dir():
+        return _core.read_parquet(_parquet_files(path))
+    if path.suffix in _PARQUET_SUFFIXES:
+        return _core.read_parquet([os.fspath(path)])
+    return _core.parse_json(path.read_bytes(), strict_seed=strict_seed)
+
+
+def _load(source: Any, strict_seed: bool) -> tuple[Any, list]:
+    if isinstance(source, TraceBatch):
+        return source._core, []
+    if isinstance(source, _core.TraceBatch):
+        return source, []
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return _core.parse_json(bytes(source), strict_seed=strict_seed)
+    if isinstance(source, str) and _looks_like_json_text(source):
+        return _core.parse_json(source.encode(), strict_seed=strict_seed)
+    if isinstance(source, (str, os.PathLike)):
+        return _load_path(pathlib.Path(source), strict_seed)
+    if isinstance(source, Mapping):
+        return _core.parse_objects([source], strict_seed=strict_seed)
+    if isinstance(source, (list, tuple)):
+        return _core.parse_objects(list(source), strict_seed=strict_seed)
+    if hasattr(source, "__arrow_c_stream__"):
+        return _core.ingest_arrow(source)
+    if hasattr(source, "__arrow_c_array__"):  # a single record batch
+        import pyarrow as pa
+
+        return _core.ingest_arrow(pa.Table.from_batches([pa.record_batch(source)]))
+    raise TypeError(
+        "load_traces takes a path, JSON text or bytes, a dict or list of dicts, a TraceBatch, "
+        f"or Arrow data (an object with __arrow_c_stream__); got {type(source).__name__}"
+    )
+
+
+def load_traces(
+    source: Any, *, strict_seed: bool = False, on_error: OnError = "raise"
+) -> TraceBatch:
+    """Reads and validates traces.
+
+    ``source`` may be a path (seed JSON, a JSON array of traces, JSON Lines, a Parquet file,
+    or a directory of Parquet files in the canonical layout), JSON text or bytes, a dict or a
+    list of dicts, a TraceBatch, or any Arrow table/stream in the canonical layout.
+
+    With ``on_error="raise"`` the first invalid trace raises TraceValidationError and nothing
+    is returned; with ``"skip"`` the valid traces are returned and the rejected ones are listed
+    in ``batch.rejected`` as (position, trace_id, error). ``strict_seed`` accepts only what the
+    seed schema allows (no top-level additions).
+    """
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
+    core, rejected = _load(source, strict_seed)
+    if rejected and on_error == "raise":
+        raise rejected[0][2]
+    return TraceBatch(core, rejected)
+
+
+def validate(trace: Any, *, strict_seed: bool = False) -> None:
+    """Raises TraceValidationError naming the trace, a JSON pointer and the reason if any
+    trace in ``trace`` (anything load_traces accepts) breaks the data contract."""
+    load_traces(trace, strict_seed=strict_seed, on_error="raise")

@@ -1,0 +1,48 @@
+"""Seeded synthetic orchestration traces, from a two-agent exchange to Kimi scale."""
+
+from __future__ import annotations
+
+from masreplay import _core
+from masreplay.batch import TraceBatch
+
+Range = int | tuple[int, int]
+
+
+def _range(value: Range) -> tuple[int, int]:
+    if isinstance(value, int):
+        return (value, value)
+    low, high = value
+    return (int(low), int(high))
+
+
+def generate(
+    n_traces: int,
+    *,
+    agents: Range = (2, 4),
+    depth: int = 1,
+    fan_out: Range = (1, 4),
+    events_per_agent: Range = (2, 6),
+    group_size: int = 4,
+    seed: int = 0,
+) -> TraceBatch:
+    """Generates ``n_traces`` valid traces, deterministic for ``seed``.
+
+    Ranges are inclusive (an int means exactly that many). ``agents`` counts sub-agents per
+    trace (the orchestrator is extra); ``depth`` bounds the spawn tree (1: the orchestrator
+    spawns workers, 2: workers may spawn their own, ...); ``fan_out`` is how many children one
+    agent spawns at once; ``events_per_agent`` is each sub-agent's work (messages, tool calls
+    and results). Consecutive runs of ``group_size`` traces share task_id and group_id, as
+    GRPO rollouts of one prompt do. Kimi scale: ``agents=300, events_per_agent=(10, 14)``
+    gives about 4,000 events in one trace.
+    """
+    return TraceBatch(
+        _core.simulate(
+            n_traces,
+            agents=_range(agents),
+            depth=depth,
+            fan_out=_range(fan_out),
+            events_per_agent=_range(events_per_agent),
+            group_size=group_size,
+            seed=seed,
+        )
+    )

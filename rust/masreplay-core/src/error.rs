@@ -1,0 +1,45 @@
+//! The one error type of the core. The binding crate maps each variant to a Python exception.
+
+use std::fmt;
+
+/// A trace that breaks the data contract: which trace, where (a JSON pointer into the trace,
+/// e.g. `/events/3/type`), and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ValidationError {
+    pub trace_id: Option<String>,
+    pub path: String,
+    pub reason: String,
+}
+
+impl ValidationError {
+    pub fn new(trace_id: Option<&str>, path: impl Into<String>, reason: impl Into<String>) -> Self {
+        ValidationError { trace_id: trace_id.map(str::to_owned), path: path.into(), reason: reason.into() }
+    }
+}
+
+impl fmt::Display for ValidationError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let trace = self.trace_id.as_deref().unwrap_or("<unknown>");
+        let path = if self.path.is_empty() { "/" } else { &self.path };
+        write!(f, "trace {trace:?} at {path}: {}", self.reason)
+    }
+}
+
+impl std::error::Error for ValidationError {}
+
+#[derive(Debug, thiserror::Error)]
+pub enum MasreplayError {
+    #[error(transparent)]
+    Validation(#[from] ValidationError),
+    #[error("{path}: {source}")]
+    Io { path: String, source: std::io::Error },
+    #[error("Arrow: {0}")]
+    Arrow(#[from] arrow_schema::ArrowError),
+    #[error("Parquet: {0}")]
+    Parquet(#[from] parquet::errors::ParquetError),
+    /// A well-formed call with an argument outside its domain (an index past the end, ...).
+    #[error("{0}")]
+    InvalidArgument(String),
+}
+
+pub type Result<T, E = MasreplayError> = std::result::Result<T, E>;

@@ -1,0 +1,14 @@
+//! masreplay-core: the pure-Rust storage and credit engine behind the `masreplay` Python
+//! package. Data flows one way: source -> [`validate`] -> [`store`] / [`graph`] -> estimators.
+
+pub mod error;
+pub mod graph;
+pub mod sim;
+pub mod store;
+pub mod trace;
+pub mod validate;
+
+pub use error::{MasreplayError, Result, ValidationError};
+pub use store::TraceBatch;
+pub use trace::{Event, EventType, EdgeType, Trace};
+pub use validate::ValidateOptions;

@@ -1,0 +1,184 @@
+//! Validated [`Trace`]s -> one canonical record batch. Columns are built flat and then wrapped
+//! in their list offsets, so no per-trace arrays are ever allocated.
+
+use std::sync::Arc;
+
+use arrow_array::builder::{Float64Builder, MapBuilder, MapFieldNames, StringBuilder, StringDictionaryBuilder};
+use arrow_array::types::{Int8Type, Int32Type};
+use arrow_array::{
+    ArrayRef, BooleanArray, DictionaryArray, Float64Array, Int8Array, Int32Array, Int64Array, ListArray,
+    RecordBatch, StringArray, StructArray,
+};
+use arrow_buffer::{NullBuffer, OffsetBuffer};
+use arrow_schema::{ArrowError, DataType, Fields};
+
+use super::schema::{
+    canonical_schema, cost_fields, counterfactual_fields, edge_fields, event_fields, vocabulary,
+};
+use crate::graph::{Csr, Shape};
+use crate::trace::{CounterfactualKind, EdgeType, EventType, NamedNumbers, Topology, Trace};
+
+/// Builds a map column from optional rows of named numbers.
+pub(crate) fn named_numbers_column<'a>(rows: impl Iterator<Item = Option<&'a NamedNumbers>>) -> ArrayRef {
+    let names = MapFieldNames { entry: "entries".into(), key: "key".into(), value: "value".into() };
+    let mut builder = MapBuilder::new(Some(names), StringBuilder::new(), Float64Builder::new());
+    for row in rows {
+        match row {
+            Some(numbers) => {
+                for (key, value) in numbers {
+                    builder.keys().append_value(key);
+                    builder.values().append_value(*value);
+                }
+                builder.append(true).expect("keys and values appended together");
+            }
+            None => builder.append(false).expect("keys and values appended together"),
+        }
+    }
+    Arc::new(builder.finish())
+}
+
+/// A dictionary column over a closed vocabulary, sharing its values array.
+pub(crate) fn enum_column(codes: Vec<Option<i8>>, names: &'static [&'static str]) -> ArrayRef {
+    let keys = Int8Array::from(codes);
+    Arc::new(DictionaryArray::<Int8Type>::try_new(keys, vocabulary(names)).expect("codes index the vocabulary"))
+}
+
+fn category_column<'a>(values: impl Iterator<Item = Option<&'a str>>) -> ArrayRef {
+    let mut builder = StringDictionaryBuilder::<Int32Type>::new();
+    for value in values {
+        builder.append_option(value);
+    }
+    Arc::new(builder.finish())
+}
+
+fn json_text_column<'a>(
+    values: impl Iterator<Item = Option<&'a serde_json::Map<String, serde_json::Value>>>,
+) -> ArrayRef {
+    let texts: StringArray =
+        values.map(|object| object.map(|o| serde_json::Value::Object(o.clone()).to_string())).collect();
+    Arc::new(texts)
+}
+
+fn list_column(fields: Fields, columns: Vec<ArrayRef>, lengths: impl Iterator<Item = usize>) -> Result<ArrayRef, ArrowError> {
+    let values = StructArray::try_new(fields.clone(), columns, None)?;
+    let item = Arc::new(arrow_schema::Field::new("item", DataType::Struct(fields), false));
+    Ok(Arc::new(ListArray::try_new(item, OffsetBuffer::from_lengths(lengths), Arc::new(values), None)?))
+}
+
+/// Counts distinct agents that act in a trace; a tool_result's `agent` names the tool that
+/// answered (as in the seed example), not a member of the team.
+pub(crate) fn count_agents<'a>(agents: impl Iterator<Item = (EventTypeCode, &'a str)>) -> usize {
+    let mut acting: Vec<&str> = agents
+        .filter(|(code, _)| *code != EventType::ToolResult as i8)
+        .map(|(_, agent)| agent)
+        .collect();
+    acting.sort_unstable();
+    acting.dedup();
+    acting.len()
+}
+
+pub(crate) type EventTypeCode = i8;
+
+/// The derived graph columns of one trace.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Derived {
+    pub n_events: i32,
+    pub n_edges: i32,
+    pub n_agents: i32,
+    pub shape: Shape,
+}
+
+pub(crate) fn derived_columns(derived: &[Derived]) -> Vec<ArrayRef> {
+    let column = |f: fn(&Derived) -> i32| Arc::new(derived.iter().map(f).collect::<Int32Array>()) as ArrayRef;
+    vec![
+        column(|d| d.n_events),
+        column(|d| d.n_edges),
+        column(|d| d.n_agents),
+        column(|d| d.shape.depth as i32),
+        column(|d| d.shape.max_branching as i32),
+    ]
+}
+
+fn derive(trace: &Trace) -> Derived {
+    let pairs: Vec<(u32, u32)> = trace.edges.iter().map(|e| (e.src, e.dst)).collect();
+    Derived {
+        n_events: trace.events.len() as i32,
+        n_edges: trace.edges.len() as i32,
+        n_agents: count_agents(trace.events.iter().map(|e| (e.event_type as i8, e.agent.as_str()))) as i32,
+        shape: Csr::from_edges(trace.events.len(), &pairs).shape(),
+    }
+}
+
+/// Builds the canonical batch of already-validated traces.
+pub fn batch_from_traces(traces: &[Trace]) -> Result<RecordBatch, ArrowError> {
+    let events: Vec<_> = traces.iter().flat_map(|t| t.events.iter()).collect();
+    let edges: Vec<_> = traces.iter().flat_map(|t| t.edges.iter()).collect();
+
+    let event_columns: Vec<ArrayRef> = vec![
+        Arc::new(events.iter().map(|e| Some(e.id.as_str())).collect::<StringArray>()),
+        Arc::new(events.iter().map(|e| e.t).collect::<Float64Array>()),
+        enum_column(events.iter().map(|e| Some(e.event_type as i8)).collect(), EventType::NAMES),
+        category_column(events.iter().map(|e| Some(e.agent.as_str()))),
+        category_column(events.iter().map(|e| e.role.as_deref())),
+        category_column(events.iter().map(|e| e.from.as_deref())),
+        category_column(events.iter().map(|e| e.to.as_deref())),
+        category_column(events.iter().map(|e| e.tool.as_deref())),
+        Arc::new(events.iter().map(|e| e.content_ref.as_deref()).collect::<StringArray>()),
+        Arc::new(events.iter().map(|e| e.trusted).collect::<BooleanArray>()),
+        named_numbers_column(events.iter().map(|e| e.reward.as_ref())),
+        Arc::new(events.iter().map(|e| e.tokens).collect::<Int64Array>()),
+        Arc::new(events.iter().map(|e| e.duration_s).collect::<Float64Array>()),
+        Arc::new(events.iter().map(|e| e.logprob).collect::<Float64Array>()),
+        json_text_column(events.iter().map(|e| e.attributes.as_ref())),
+    ];
+    let edge_columns: Vec<ArrayRef> = vec![
+        Arc::new(edges.iter().map(|e| e.src as i32).collect::<Int32Array>()),
+        Arc::new(edges.iter().map(|e| e.dst as i32).collect::<Int32Array>()),
+        enum_column(edges.iter().map(|e| Some(e.edge_type as i8)).collect(), EdgeType::NAMES),
+    ];
+
+    let counterfactual = {
+        let present: Vec<bool> = traces.iter().map(|t| t.counterfactual_of.is_some()).collect();
+        fn of(t: &Trace) -> Option<&crate::trace::CounterfactualOf> {
+            t.counterfactual_of.as_ref()
+        }
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(traces.iter().map(|t| Some(of(t).map_or("", |c| c.trace_id.as_str()))).collect::<StringArray>()),
+            Arc::new(traces.iter().map(|t| Some(of(t).map_or("", |c| c.event_id.as_str()))).collect::<StringArray>()),
+            enum_column(
+                traces.iter().map(|t| Some(of(t).map_or(CounterfactualKind::Substitute, |c| c.kind) as i8)).collect(),
+                CounterfactualKind::NAMES,
+            ),
+        ];
+        StructArray::try_new(counterfactual_fields(), columns, Some(NullBuffer::from(present)))?
+    };
+    let costs = {
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(traces.iter().map(|t| t.costs.tokens).collect::<Float64Array>()),
+            Arc::new(traces.iter().map(|t| t.costs.wall_clock_s).collect::<Float64Array>()),
+            Arc::new(traces.iter().map(|t| t.costs.tool_calls).collect::<Float64Array>()),
+            Arc::new(traces.iter().map(|t| t.costs.messages).collect::<Float64Array>()),
+            named_numbers_column(traces.iter().map(|t| (!t.costs.other.is_empty()).then_some(&t.costs.other))),
+        ];
+        StructArray::try_new(cost_fields(), columns, None)?
+    };
+
+    let mut columns: Vec<ArrayRef> = vec![
+        Arc::new(traces.iter().map(|t| Some(t.trace_id.as_str())).collect::<StringArray>()),
+        Arc::new(traces.iter().map(|t| Some(t.task_id.as_str())).collect::<StringArray>()),
+        Arc::new(traces.iter().map(|t| Some(t.group_id())).collect::<StringArray>()),
+        Arc::new(traces.iter().map(|t| t.system.as_deref()).collect::<StringArray>()),
+        enum_column(traces.iter().map(|t| t.topology.map(|x| x as i8)).collect(), Topology::NAMES),
+        Arc::new(traces.iter().map(|t| t.policy_version).collect::<Int64Array>()),
+        Arc::new(counterfactual),
+        list_column(event_fields(), event_columns, traces.iter().map(|t| t.events.len()))?,
+        list_column(edge_fields(), edge_columns, traces.iter().map(|t| t.edges.len()))?,
+        named_numbers_column(traces.iter().map(|t| Some(&t.rewards))),
+        Arc::new(costs),
+        named_numbers_column(traces.iter().map(|t| t.metrics.as_ref())),
+        json_text_column(traces.iter().map(|t| t.attributes.as_ref())),
+    ];
+    let derived: Vec<Derived> = traces.iter().map(derive).collect();
+    columns.extend(derived_columns(&derived));
+    RecordBatch::try_new(canonical_schema(), columns)
+}

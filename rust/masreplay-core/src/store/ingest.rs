@@ -1,0 +1,442 @@
+//! Arrow in: any table shaped like the canonical layout (columns found by name, types cast,
+//! optional columns may be absent) is conformed, checked trace by trace without leaving the
+//! columnar form, and given fresh derived columns. Canonical input passes through without copies.
+
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Float64Type, Int8Type};
+use arrow_array::{
+    Array, ArrayRef, BooleanArray, DictionaryArray, Int8Array, LargeListArray, ListArray, MapArray, RecordBatch,
+    StringArray, StructArray, new_null_array,
+};
+use arrow_buffer::{OffsetBuffer, ScalarBuffer};
+use arrow_schema::{DataType, Field, FieldRef, Fields};
+use rayon::prelude::*;
+
+use super::build::{Derived, count_agents, derived_columns};
+use super::schema::{TraceColumns, canonical_schema, vocabulary};
+use crate::error::{MasreplayError, ValidationError};
+use crate::graph::Csr;
+use crate::trace::{CounterfactualKind, EdgeType, EventType, Topology};
+use crate::validate::{
+    check_finite, check_graph, check_logprob, check_non_empty, check_non_negative, pointer_segment,
+};
+
+/// The outcome of ingesting Arrow data: the valid traces, and the rejected ones by position.
+pub struct Ingested {
+    pub batch: RecordBatch,
+    pub rejected: Vec<(usize, ValidationError)>,
+}
+
+fn schema_error(path: &str, reason: impl Into<String>) -> MasreplayError {
+    ValidationError::new(None, path, reason).into()
+}
+
+/// Conforms `array` to `target`. With `relaxed`, a non-nullable field that holds nulls is
+/// declared nullable instead of failing, so the nulls can be reported per trace later.
+fn conform(array: &ArrayRef, target: &DataType, path: &str, relaxed: bool) -> Result<ArrayRef, MasreplayError> {
+    if array.data_type() == target {
+        return Ok(array.clone());
+    }
+    match target {
+        DataType::Struct(fields) => {
+            let Some(source) = array.as_struct_opt() else {
+                return Err(schema_error(path, format!("expected a struct column, got {}", array.data_type())));
+            };
+            let mut children = Vec::with_capacity(fields.len());
+            let mut conformed_fields = Vec::with_capacity(fields.len());
+            for field in fields {
+                let child_path = format!("{path}/{}", field.name());
+                let child = match source.column_by_name(field.name()) {
+                    Some(child) => conform(child, field.data_type(), &child_path, relaxed)?,
+                    None if field.is_nullable() || relaxed && path.is_empty() && field.name() == "group_id" => {
+                        new_null_array(field.data_type(), source.len())
+                    }
+                    None if relaxed && super::schema::DERIVED_COLUMNS.contains(&field.name().as_str()) => {
+                        new_null_array(field.data_type(), source.len())
+                    }
+                    None => return Err(schema_error(&child_path, format!("missing required column {:?}", field.name()))),
+                };
+                conformed_fields.push(relax(field, &child, relaxed));
+                children.push(child);
+            }
+            Ok(Arc::new(StructArray::try_new(Fields::from(conformed_fields), children, source.nulls().cloned())?))
+        }
+        DataType::List(item) => {
+            let (offsets, values, nulls) = if let Some(list) = array.as_list_opt::<i32>() {
+                (list.offsets().clone(), list.values().clone(), list.nulls().cloned())
+            } else if let Some(list) = array.as_any().downcast_ref::<LargeListArray>() {
+                let narrow: Result<Vec<i32>, _> = list.offsets().iter().map(|&o| i32::try_from(o)).collect();
+                let narrow = narrow.map_err(|_| schema_error(path, "list column too long for 32-bit offsets"))?;
+                (OffsetBuffer::new(ScalarBuffer::from(narrow)), list.values().clone(), list.nulls().cloned())
+            } else {
+                return Err(schema_error(path, format!("expected a list column, got {}", array.data_type())));
+            };
+            let values = conform(&values, item.data_type(), path, relaxed)?;
+            let item = relax(item, &values, relaxed);
+            Ok(Arc::new(ListArray::try_new(item, offsets, values, nulls)?))
+        }
+        DataType::Map(entries, sorted) => {
+            // Maps also arrive as list<struct<key, value>> (Polars) or with other entry names.
+            let (offsets, pairs, nulls) = if let Some(map) = array.as_map_opt() {
+                (map.offsets().clone(), map.entries().clone(), map.nulls().cloned())
+            } else if let Some(list) = array.as_list_opt::<i32>()
+                && let Some(pairs) = list.values().as_struct_opt()
+            {
+                (list.offsets().clone(), pairs.clone(), list.nulls().cloned())
+            } else {
+                return Err(schema_error(path, format!("expected a map of names to numbers, got {}", array.data_type())));
+            };
+            if pairs.num_columns() != 2 {
+                return Err(schema_error(path, "map entries must have a key and a value"));
+            }
+            let DataType::Struct(entry_fields) = entries.data_type() else { unreachable!("map entries are structs") };
+            let cast_child = |i: usize| {
+                arrow_cast::cast(pairs.column(i), entry_fields[i].data_type())
+                    .map_err(|e| schema_error(path, format!("map entry cannot be read as {}: {e}", entry_fields[i].data_type())))
+            };
+            let entries_array = StructArray::try_new(entry_fields.clone(), vec![cast_child(0)?, cast_child(1)?], None)?;
+            Ok(Arc::new(MapArray::try_new(entries.clone(), offsets, entries_array, nulls, *sorted)?))
+        }
+        _ => arrow_cast::cast(array, target)
+            .map_err(|e| schema_error(path, format!("column of type {} cannot be read as {target}: {e}", array.data_type()))),
+    }
+}
+
+fn relax(field: &FieldRef, child: &ArrayRef, relaxed: bool) -> FieldRef {
+    let needs_nulls = !field.is_nullable() && child.null_count() > 0;
+    let same_type = field.data_type() == child.data_type();
+    if !(relaxed && needs_nulls) && same_type {
+        return field.clone();
+    }
+    Arc::new(Field::new(field.name(), child.data_type().clone(), field.is_nullable() || needs_nulls && relaxed))
+}
+
+/// Maps a dictionary over any strings to the canonical codes of a closed vocabulary; a value
+/// outside the vocabulary maps to `None` (and is reported by the per-trace check).
+struct Vocabulary<'a> {
+    source: &'a DictionaryArray<Int8Type>,
+    codes: Vec<Option<i8>>,
+    names: &'static [&'static str],
+}
+
+impl<'a> Vocabulary<'a> {
+    fn new(source: &'a DictionaryArray<Int8Type>, names: &'static [&'static str]) -> Self {
+        let values = source.values().as_string::<i32>();
+        let codes = values
+            .iter()
+            .map(|value| value.and_then(|text| names.iter().position(|n| *n == text)).map(|i| i as i8))
+            .collect();
+        Vocabulary { source, codes, names }
+    }
+
+    /// `Ok(None)` for a null, `Ok(Some(code))` for a known value, `Err(reason)` otherwise.
+    fn code(&self, i: usize) -> Result<Option<i8>, String> {
+        if self.source.is_null(i) {
+            return Ok(None);
+        }
+        let key = self.source.keys().value(i) as usize;
+        self.codes[key].map(Some).ok_or_else(|| {
+            let text = self.source.values().as_string::<i32>().value(key);
+            let expected: Vec<String> = self.names.iter().map(|n| format!("'{n}'")).collect();
+            format!("unknown value {text:?}; expected one of {}", expected.join(", "))
+        })
+    }
+
+    fn canonical(&self) -> ArrayRef {
+        let keys: Int8Array = (0..self.source.len()).map(|i| self.code(i).ok().flatten()).collect();
+        Arc::new(DictionaryArray::<Int8Type>::try_new(keys, vocabulary(self.names)).expect("codes index the vocabulary"))
+    }
+}
+
+struct Vocabularies<'a> {
+    event_type: Vocabulary<'a>,
+    edge_type: Vocabulary<'a>,
+    topology: Vocabulary<'a>,
+    kind: Vocabulary<'a>,
+}
+
+type Checked<T> = Result<T, ValidationError>;
+
+struct RowCheck<'a> {
+    columns: &'a TraceColumns<'a>,
+    vocabularies: &'a Vocabularies<'a>,
+    trace_id: Option<&'a str>,
+}
+
+impl RowCheck<'_> {
+    fn fail<T>(&self, path: impl Into<String>, reason: impl Into<String>) -> Checked<T> {
+        Err(ValidationError::new(self.trace_id, path, reason))
+    }
+
+    fn rule<T>(&self, path: impl Fn() -> String, outcome: Result<T, String>) -> Checked<T> {
+        outcome.or_else(|reason| self.fail(path(), reason))
+    }
+
+    fn required(&self, array: &dyn Array, i: usize, path: impl Fn() -> String) -> Checked<()> {
+        if array.is_null(i) { self.fail(path(), "missing required field (null)") } else { Ok(()) }
+    }
+
+    fn required_text(&self, array: &StringArray, i: usize, path: impl Fn() -> String) -> Checked<()> {
+        self.required(array, i, &path)?;
+        self.rule(&path, check_non_empty(array.value(i)))
+    }
+
+    fn numbers(&self, map: &MapArray, i: usize, path: impl Fn() -> String, rule: fn(f64) -> Result<(), String>) -> Checked<()> {
+        if map.is_null(i) {
+            return Ok(());
+        }
+        let keys = map.keys().as_string::<i32>();
+        let values = map.values().as_primitive::<Float64Type>();
+        for j in map.value_offsets()[i] as usize..map.value_offsets()[i + 1] as usize {
+            let entry_path = || format!("{}/{}", path(), pointer_segment(keys.value(j)));
+            self.required(values, j, entry_path)?;
+            self.rule(entry_path, rule(values.value(j)))?;
+        }
+        Ok(())
+    }
+
+    fn json_object(&self, array: &StringArray, i: usize, path: impl Fn() -> String) -> Checked<()> {
+        if array.is_null(i) {
+            return Ok(());
+        }
+        match serde_json::from_str::<serde_json::Value>(array.value(i)) {
+            Ok(serde_json::Value::Object(_)) => Ok(()),
+            _ => self.fail(path(), "attributes must hold the JSON text of an object"),
+        }
+    }
+
+    fn optional_non_negative(&self, array: &arrow_array::Float64Array, i: usize, path: impl Fn() -> String) -> Checked<()> {
+        if array.is_null(i) { Ok(()) } else { self.rule(path, check_non_negative(array.value(i))) }
+    }
+
+    fn trace(&self, row: usize) -> Checked<Derived> {
+        let c = self.columns;
+        self.required_text(c.trace_id, row, || "/trace_id".into())?;
+        self.required_text(c.task_id, row, || "/task_id".into())?;
+        if c.group_id.is_valid(row) {
+            self.rule(|| "/group_id".into(), check_non_empty(c.group_id.value(row)))?;
+        }
+        self.rule(|| "/topology".into(), self.vocabularies.topology.code(row))?;
+        if c.policy_version.is_valid(row) {
+            self.rule(|| "/policy_version".into(), check_non_negative(c.policy_version.value(row) as f64))?;
+        }
+        if c.counterfactual_of.is_valid(row) {
+            for (k, name) in ["trace_id", "event_id"].iter().enumerate() {
+                let path = || format!("/counterfactual_of/{name}");
+                self.required_text(c.counterfactual_of.column(k).as_string(), row, path)?;
+            }
+            let code = self.rule(|| "/counterfactual_of/kind".into(), self.vocabularies.kind.code(row))?;
+            if code.is_none() {
+                return self.fail("/counterfactual_of/kind", "missing required field (null)");
+            }
+        }
+        self.required(c.rewards, row, || "/rewards".into())?;
+        self.numbers(c.rewards, row, || "/rewards".into(), check_finite)?;
+        self.required(c.costs, row, || "/costs".into())?;
+        let costs = c.cost_columns();
+        for (name, array) in [("tokens", costs.tokens), ("wall_clock_s", costs.wall_clock_s)] {
+            self.required(array, row, || format!("/costs/{name}"))?;
+        }
+        for (name, array) in
+            [("tokens", costs.tokens), ("wall_clock_s", costs.wall_clock_s), ("tool_calls", costs.tool_calls), ("messages", costs.messages)]
+        {
+            self.optional_non_negative(array, row, || format!("/costs/{name}"))?;
+        }
+        self.numbers(costs.other, row, || "/costs".into(), check_non_negative)?;
+        self.numbers(c.metrics, row, || "/metrics".into(), check_finite)?;
+        self.json_object(c.attributes, row, || "/attributes".into())?;
+        self.graph(row)
+    }
+
+    fn graph(&self, row: usize) -> Checked<Derived> {
+        let c = self.columns;
+        self.required(c.events, row, || "/events".into())?;
+        self.required(c.edges, row, || "/edges".into())?;
+        let start = c.events.value_offsets()[row] as usize;
+        let end = c.events.value_offsets()[row + 1] as usize;
+        if start == end {
+            return self.fail("/events", "a trace needs at least one event");
+        }
+        let ev = c.event_columns();
+        let event_structs = c.events.values();
+        let mut ids: Vec<(&str, usize)> = Vec::with_capacity(end - start);
+        let mut agents = Vec::with_capacity(end - start);
+        for j in start..end {
+            let local = j - start;
+            let at = |field: &str| format!("/events/{local}/{field}");
+            self.required(event_structs.as_ref(), j, || format!("/events/{local}"))?;
+            self.required_text(ev.id, j, || at("id"))?;
+            ids.push((ev.id.value(j), local));
+            self.required(ev.t, j, || at("t"))?;
+            self.rule(|| at("t"), check_non_negative(ev.t.value(j)))?;
+            let code = self.rule(|| at("type"), self.vocabularies.event_type.code(j))?;
+            let Some(code) = code else { return self.fail(at("type"), "missing required field (null)") };
+            self.required(ev.agent, j, || at("agent"))?;
+            let agent = super::schema::dictionary_text(ev.agent, j).unwrap_or_default();
+            self.rule(|| at("agent"), check_non_empty(agent))?;
+            agents.push((code, agent));
+            self.numbers(ev.reward, j, || at("reward"), check_finite)?;
+            if ev.tokens.is_valid(j) {
+                self.rule(|| at("tokens"), check_non_negative(ev.tokens.value(j) as f64))?;
+            }
+            self.optional_non_negative(ev.duration_s, j, || at("duration_s"))?;
+            if ev.logprob.is_valid(j) {
+                self.rule(|| at("logprob"), check_logprob(ev.logprob.value(j)))?;
+            }
+            self.json_object(ev.attributes, j, || at("attributes"))?;
+        }
+        ids.sort_unstable();
+        if let Some(pair) = ids.windows(2).find(|pair| pair[0].0 == pair[1].0) {
+            let (first, second) = (pair[0].1.min(pair[1].1), pair[0].1.max(pair[1].1));
+            return self.fail(format!("/events/{second}/id"), format!("duplicate event id {:?} (first used by /events/{first})", pair[0].0));
+        }
+
+        let ed = c.edge_columns();
+        let edge_start = c.edges.value_offsets()[row] as usize;
+        let edge_end = c.edges.value_offsets()[row + 1] as usize;
+        let mut pairs = Vec::with_capacity(edge_end - edge_start);
+        for k in edge_start..edge_end {
+            let local = k - edge_start;
+            let at = |field: &str| format!("/edges/{local}/{field}");
+            self.required(c.edges.values().as_ref(), k, || format!("/edges/{local}"))?;
+            self.required(ed.src, k, || at("src"))?;
+            self.required(ed.dst, k, || at("dst"))?;
+            let code = self.rule(|| at("type"), self.vocabularies.edge_type.code(k))?;
+            if code.is_none() {
+                return self.fail(at("type"), "missing required field (null)");
+            }
+            let (src, dst) = (ed.src.value(k), ed.dst.value(k));
+            for (name, end) in [("src", src), ("dst", dst)] {
+                if end < 0 {
+                    return self.fail(at(name), format!("event index {end} is negative"));
+                }
+            }
+            pairs.push((src as u32, dst as u32));
+        }
+        let n = end - start;
+        check_graph(self.trace_id, &|i| ev.id.value(start + i).to_owned(), n, &pairs)?;
+        Ok(Derived {
+            n_events: n as i32,
+            n_edges: pairs.len() as i32,
+            n_agents: count_agents(agents.into_iter()) as i32,
+            shape: Csr::from_edges(n, &pairs).shape(),
+        })
+    }
+}
+
+/// Conforms, checks and completes Arrow data in the canonical layout (see module docs).
+pub fn ingest_batches(batches: &[RecordBatch]) -> Result<Ingested, MasreplayError> {
+    let schema = canonical_schema();
+    let target = DataType::Struct(schema.fields().clone());
+    let mut conformed = Vec::with_capacity(batches.len());
+    for batch in batches {
+        let whole: ArrayRef = Arc::new(StructArray::from(batch.clone()));
+        conformed.push(conform(&whole, &target, "", true)?);
+    }
+    let refs: Vec<&dyn Array> = conformed.iter().map(|a| a.as_ref()).collect();
+    let whole = if refs.is_empty() {
+        new_null_array(&target, 0)
+    } else {
+        arrow_select::concat::concat(&refs)?
+    };
+    let relaxed = RecordBatch::from(whole.as_struct().clone());
+    let columns = TraceColumns::new(&relaxed);
+    let event_struct = columns.events.values().as_struct();
+    let edge_struct = columns.edges.values().as_struct();
+    fn dictionary(array: &ArrayRef) -> &DictionaryArray<Int8Type> {
+        array.as_dictionary()
+    }
+    let vocabularies = Vocabularies {
+        event_type: Vocabulary::new(dictionary(event_struct.column_by_name("type").unwrap()), EventType::NAMES),
+        edge_type: Vocabulary::new(dictionary(edge_struct.column_by_name("type").unwrap()), EdgeType::NAMES),
+        topology: Vocabulary::new(columns.topology, Topology::NAMES),
+        kind: Vocabulary::new(dictionary(columns.counterfactual_of.column_by_name("kind").unwrap()), CounterfactualKind::NAMES),
+    };
+    let outcomes: Vec<Checked<Derived>> = (0..relaxed.num_rows())
+        .into_par_iter()
+        .map(|row| {
+            let trace_id = columns.trace_id.is_valid(row).then(|| columns.trace_id.value(row)).filter(|s| !s.is_empty());
+            RowCheck { columns: &columns, vocabularies: &vocabularies, trace_id }.trace(row)
+        })
+        .collect();
+
+    let with_codes = replace_vocabularies(&relaxed, &vocabularies)?;
+    let mut derived = Vec::with_capacity(outcomes.len());
+    let mut rejected = Vec::new();
+    for (row, outcome) in outcomes.into_iter().enumerate() {
+        match outcome {
+            Ok(d) => derived.push(d),
+            Err(error) => rejected.push((row, error)),
+        }
+    }
+    let kept = if rejected.is_empty() {
+        with_codes
+    } else {
+        let keep: BooleanArray = (0..relaxed.num_rows()).map(|row| Some(rejected.binary_search_by_key(&row, |r| r.0).is_err())).collect();
+        arrow_select::filter::filter_record_batch(&with_codes, &keep)?
+    };
+    let batch = complete(&kept, &derived)?;
+    Ok(Ingested { batch, rejected })
+}
+
+/// Swaps every closed-vocabulary column for one with canonical codes.
+fn replace_vocabularies(batch: &RecordBatch, vocabularies: &Vocabularies) -> Result<RecordBatch, MasreplayError> {
+    let replace_child = |parent: &StructArray, name: &str, replacement: ArrayRef| -> Result<ArrayRef, MasreplayError> {
+        let (fields, mut children, nulls) = parent.clone().into_parts();
+        let index = fields.find(name).expect("canonical field").0;
+        children[index] = replacement;
+        let fields: Fields = fields
+            .iter()
+            .zip(&children)
+            .map(|(f, c)| Arc::new(Field::new(f.name(), c.data_type().clone(), f.is_nullable())))
+            .collect();
+        Ok(Arc::new(StructArray::try_new(fields, children, nulls)?))
+    };
+    let replace_list = |list: &ListArray, name: &str, replacement: ArrayRef| -> Result<ArrayRef, MasreplayError> {
+        let values = replace_child(list.values().as_struct(), name, replacement)?;
+        let item = Arc::new(Field::new("item", values.data_type().clone(), list.values().null_count() > 0));
+        Ok(Arc::new(ListArray::try_new(item, list.offsets().clone(), values, list.nulls().cloned())?))
+    };
+    let columns = TraceColumns::new(batch);
+    let mut arrays = batch.columns().to_vec();
+    let position = |name: &str| batch.schema().index_of(name).expect("canonical column");
+    arrays[position("events")] = replace_list(columns.events, "type", vocabularies.event_type.canonical())?;
+    arrays[position("edges")] = replace_list(columns.edges, "type", vocabularies.edge_type.canonical())?;
+    arrays[position("topology")] = vocabularies.topology.canonical();
+    arrays[position("counterfactual_of")] =
+        replace_child(columns.counterfactual_of, "kind", vocabularies.kind.canonical())?;
+    let fields: Vec<Field> = batch
+        .schema()
+        .fields()
+        .iter()
+        .zip(&arrays)
+        .map(|(f, a)| Field::new(f.name(), a.data_type().clone(), f.is_nullable()))
+        .collect();
+    Ok(RecordBatch::try_new(Arc::new(arrow_schema::Schema::new(fields)), arrays)?)
+}
+
+/// Fills group_id from task_id, sets the derived columns and declares the canonical schema
+/// (which also proves no required field is left null).
+fn complete(batch: &RecordBatch, derived: &[Derived]) -> Result<RecordBatch, MasreplayError> {
+    let columns = TraceColumns::new(batch);
+    let group_id: StringArray = (0..batch.num_rows())
+        .map(|row| Some(if columns.group_id.is_valid(row) { columns.group_id.value(row) } else { columns.task_id.value(row) }))
+        .collect();
+    let mut arrays = batch.columns().to_vec();
+    arrays[batch.schema().index_of("group_id").expect("canonical column")] = Arc::new(group_id);
+    let first_derived = batch.schema().index_of(super::schema::DERIVED_COLUMNS[0]).expect("canonical column");
+    for (offset, column) in derived_columns(derived).into_iter().enumerate() {
+        arrays[first_derived + offset] = column;
+    }
+    let schema = canonical_schema();
+    let whole: ArrayRef = Arc::new(StructArray::try_new(
+        Fields::from(batch.schema().fields().iter().zip(&arrays).map(|(f, a)| Field::new(f.name(), a.data_type().clone(), f.is_nullable())).collect::<Vec<_>>()),
+        arrays,
+        None,
+    )?);
+    let strict = conform(&whole, &DataType::Struct(schema.fields().clone()), "", false)?;
+    let (_, arrays, _) = strict.as_struct().clone().into_parts();
+    Ok(RecordBatch::try_new(schema, arrays)?)
+}

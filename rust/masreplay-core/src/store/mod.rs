@@ -1,0 +1,151 @@
+//! Columnar storage of traces: the canonical Arrow layout, building it from traces, reading
+//! traces back, ingesting foreign Arrow data, and Parquet files.
+
+mod build;
+mod ingest;
+mod parquet_io;
+mod read;
+pub mod schema;
+
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::{Array, ArrayRef, Int32Array, ListArray, RecordBatch, UInt32Array};
+use arrow_schema::{Field, Schema};
+
+pub use build::batch_from_traces;
+pub use ingest::{Ingested, ingest_batches};
+pub use parquet_io::{read_parquet, write_parquet};
+pub use read::trace_at;
+
+use crate::error::{MasreplayError, Result};
+use crate::trace::Trace;
+
+/// An immutable batch of validated traces in the canonical layout.
+#[derive(Clone, Debug)]
+pub struct TraceBatch {
+    batch: RecordBatch,
+}
+
+impl TraceBatch {
+    /// Wraps a batch that already has the canonical schema and passed validation.
+    pub(crate) fn from_canonical(batch: RecordBatch) -> Self {
+        debug_assert_eq!(batch.schema().fields(), schema::canonical_schema().fields());
+        TraceBatch { batch }
+    }
+
+    pub fn from_traces(traces: &[Trace]) -> Result<Self> {
+        Ok(Self::from_canonical(batch_from_traces(traces)?))
+    }
+
+    /// Checks Arrow data in (or close to) the canonical layout; rejected traces are returned
+    /// beside the batch of accepted ones.
+    pub fn from_arrow(batches: &[RecordBatch]) -> Result<(Self, Vec<(usize, crate::error::ValidationError)>)> {
+        let Ingested { batch, rejected } = ingest_batches(batches)?;
+        Ok((Self::from_canonical(batch), rejected))
+    }
+
+    pub fn empty() -> Self {
+        Self::from_canonical(RecordBatch::new_empty(schema::canonical_schema()))
+    }
+
+    pub fn record_batch(&self) -> &RecordBatch {
+        &self.batch
+    }
+
+    pub fn len(&self) -> usize {
+        self.batch.num_rows()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn trace_ids(&self) -> Vec<&str> {
+        self.batch.column(0).as_string::<i32>().iter().map(|id| id.unwrap_or_default()).collect()
+    }
+
+    fn list(&self, name: &str) -> &ListArray {
+        self.batch.column_by_name(name).expect("canonical column").as_list()
+    }
+
+    fn offsets(&self, name: &str) -> Vec<i64> {
+        let offsets = self.list(name).value_offsets();
+        let first = offsets[0] as i64;
+        offsets.iter().map(|&o| o as i64 - first).collect()
+    }
+
+    /// Start of each trace's events in [`Self::events`], plus the total (length n + 1).
+    pub fn event_offsets(&self) -> Vec<i64> {
+        self.offsets("events")
+    }
+
+    pub fn num_events(&self) -> usize {
+        let offsets = self.list("events").value_offsets();
+        (offsets[offsets.len() - 1] - offsets[0]) as usize
+    }
+
+    pub fn edge_offsets(&self) -> Vec<i64> {
+        self.offsets("edges")
+    }
+
+    /// One row per element of a list column, led by `trace_index` and `trace_id`.
+    fn flatten(&self, name: &str) -> Result<RecordBatch> {
+        let list = self.list(name);
+        let offsets = list.value_offsets();
+        let (start, end) = (offsets[0] as usize, offsets[offsets.len() - 1] as usize);
+        let items = list.values().slice(start, end - start);
+        let items = items.as_struct();
+        let trace_index: Int32Array = offsets
+            .windows(2)
+            .enumerate()
+            .flat_map(|(i, w)| std::iter::repeat_n(i as i32, (w[1] - w[0]) as usize))
+            .collect();
+        let take_index = UInt32Array::from(trace_index.values().iter().map(|&i| i as u32).collect::<Vec<_>>());
+        let trace_id = arrow_select::take::take(self.batch.column(0), &take_index, None)?;
+        let mut fields = vec![
+            Field::new("trace_index", arrow_schema::DataType::Int32, false),
+            Field::new("trace_id", arrow_schema::DataType::Utf8, false),
+        ];
+        fields.extend(items.fields().iter().map(|f| f.as_ref().clone()));
+        let mut columns: Vec<ArrayRef> = vec![Arc::new(trace_index), trace_id];
+        columns.extend(items.columns().iter().cloned());
+        Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?)
+    }
+
+    /// Every event of every trace, in trace order.
+    pub fn events(&self) -> Result<RecordBatch> {
+        self.flatten("events")
+    }
+
+    pub fn edges(&self) -> Result<RecordBatch> {
+        self.flatten("edges")
+    }
+
+    fn check_index(&self, index: usize) -> Result<()> {
+        if index < self.len() {
+            Ok(())
+        } else {
+            Err(MasreplayError::InvalidArgument(format!("trace index {index} out of range for a batch of {}", self.len())))
+        }
+    }
+
+    pub fn trace(&self, index: usize) -> Result<Trace> {
+        self.check_index(index)?;
+        Ok(trace_at(&self.batch, index))
+    }
+
+    /// The traces at `indices`, in that order (slices stay zero-copy where contiguous).
+    pub fn take(&self, indices: &[usize]) -> Result<Self> {
+        for &index in indices {
+            self.check_index(index)?;
+        }
+        let take_index = UInt32Array::from(indices.iter().map(|&i| i as u32).collect::<Vec<_>>());
+        Ok(Self::from_canonical(arrow_select::take::take_record_batch(&self.batch, &take_index)?))
+    }
+
+    pub fn concat(batches: &[&TraceBatch]) -> Result<Self> {
+        let records: Vec<&RecordBatch> = batches.iter().map(|b| &b.batch).collect();
+        Ok(Self::from_canonical(arrow_select::concat::concat_batches(&schema::canonical_schema(), records)?))
+    }
+}

@@ -1,0 +1,106 @@
+//! One row of a canonical batch -> a [`Trace`] (for dict and JSON export).
+
+use arrow_array::Array;
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int8Type;
+use arrow_array::{DictionaryArray, RecordBatch, StringArray};
+use serde_json::{Map, Value};
+
+use super::schema::{TraceColumns, dictionary_text, named_numbers_at};
+use crate::trace::{Costs, CounterfactualKind, CounterfactualOf, Edge, EdgeType, Event, EventType, Topology, Trace};
+
+fn text(array: &StringArray, i: usize) -> Option<String> {
+    array.is_valid(i).then(|| array.value(i).to_owned())
+}
+
+fn json_object(array: &StringArray, i: usize) -> Option<Map<String, Value>> {
+    if array.is_null(i) {
+        return None;
+    }
+    match serde_json::from_str(array.value(i)) {
+        Ok(Value::Object(object)) => Some(object),
+        _ => None,
+    }
+}
+
+fn enum_code(array: &DictionaryArray<Int8Type>, i: usize) -> Option<usize> {
+    array.is_valid(i).then(|| array.keys().value(i) as usize)
+}
+
+fn optional<T: arrow_array::ArrowPrimitiveType>(
+    array: &arrow_array::PrimitiveArray<T>,
+    i: usize,
+) -> Option<T::Native> {
+    array.is_valid(i).then(|| array.value(i))
+}
+
+/// Reads trace `row` of a validated canonical batch (closed vocabularies use their canonical
+/// codes there, which ingest guarantees).
+pub fn trace_at(batch: &RecordBatch, row: usize) -> Trace {
+    let columns = TraceColumns::new(batch);
+    let ev = columns.event_columns();
+    let ed = columns.edge_columns();
+    let costs = columns.cost_columns();
+
+    let event_range = columns.events.value_offsets()[row] as usize..columns.events.value_offsets()[row + 1] as usize;
+    let events = event_range
+        .map(|j| {
+            let event_type = EventType::from_code(ev.event_type.keys().value(j) as usize).expect("canonical code");
+            let agent = dictionary_text(ev.agent, j).unwrap_or_default();
+            let mut event = Event::new(ev.id.value(j), ev.t.value(j), event_type, agent);
+            let owned = |array, j| dictionary_text(array, j).map(str::to_owned);
+            event.role = owned(ev.role, j);
+            event.from = owned(ev.from, j);
+            event.to = owned(ev.to, j);
+            event.tool = owned(ev.tool, j);
+            event.content_ref = text(ev.content_ref, j);
+            event.trusted = ev.trusted.is_valid(j).then(|| ev.trusted.value(j));
+            event.reward = named_numbers_at(ev.reward, j);
+            event.tokens = optional(ev.tokens, j);
+            event.duration_s = optional(ev.duration_s, j);
+            event.logprob = optional(ev.logprob, j);
+            event.attributes = json_object(ev.attributes, j);
+            event
+        })
+        .collect();
+    let edge_range = columns.edges.value_offsets()[row] as usize..columns.edges.value_offsets()[row + 1] as usize;
+    let edges = edge_range
+        .map(|k| Edge {
+            src: ed.src.value(k) as u32,
+            dst: ed.dst.value(k) as u32,
+            edge_type: EdgeType::from_code(ed.edge_type.keys().value(k) as usize).expect("canonical code"),
+        })
+        .collect();
+    let counterfactual_of = columns.counterfactual_of.is_valid(row).then(|| {
+        let of = columns.counterfactual_of;
+        CounterfactualOf {
+            trace_id: of.column(0).as_string::<i32>().value(row).to_owned(),
+            event_id: of.column(1).as_string::<i32>().value(row).to_owned(),
+            kind: CounterfactualKind::from_code(of.column(2).as_dictionary::<Int8Type>().keys().value(row) as usize)
+                .expect("canonical code"),
+        }
+    });
+    let task_id = columns.task_id.value(row).to_owned();
+    let group_id = columns.group_id.value(row);
+    Trace {
+        trace_id: columns.trace_id.value(row).to_owned(),
+        group_id: (group_id != task_id).then(|| group_id.to_owned()),
+        task_id,
+        system: text(columns.system, row),
+        topology: enum_code(columns.topology, row).and_then(Topology::from_code),
+        policy_version: optional(columns.policy_version, row),
+        counterfactual_of,
+        events,
+        edges,
+        rewards: named_numbers_at(columns.rewards, row).unwrap_or_default(),
+        costs: Costs {
+            tokens: costs.tokens.value(row),
+            wall_clock_s: costs.wall_clock_s.value(row),
+            tool_calls: optional(costs.tool_calls, row),
+            messages: optional(costs.messages, row),
+            other: named_numbers_at(costs.other, row).unwrap_or_default(),
+        },
+        metrics: named_numbers_at(columns.metrics, row),
+        attributes: json_object(columns.attributes, row),
+    }
+}

@@ -1,0 +1,104 @@
+//! `masreplay._core.TraceBatch`: a frozen handle on a core batch. Arrow leaves through the
+//! PyCapsule stream interface (no copy); offsets leave as numpy arrays that own their Vec.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use arrow_array::{ArrayRef, RecordBatch, StructArray};
+use arrow_schema::Field;
+use masreplay_core::TraceBatch;
+use numpy::{IntoPyArray, PyArray1};
+use pyo3::prelude::*;
+use pyo3::types::PyCapsule;
+use pyo3_arrow::PyTable;
+use pyo3_arrow::ffi::{ArrayIterator, to_stream_pycapsule};
+
+use crate::errors::OrRaise;
+
+#[pyclass(module = "masreplay._core", name = "TraceBatch", frozen)]
+pub struct PyTraceBatch {
+    pub inner: TraceBatch,
+}
+
+/// Exports record batches as an Arrow C stream capsule.
+pub fn stream_capsule<'py>(
+    py: Python<'py>,
+    batch: &RecordBatch,
+    requested_schema: Option<Bound<'py, PyCapsule>>,
+) -> PyResult<Bound<'py, PyCapsule>> {
+    let schema = batch.schema();
+    let array: ArrayRef = Arc::new(StructArray::from(batch.clone()));
+    let field = Field::new_struct("", schema.fields().clone(), false).with_metadata(schema.metadata().clone());
+    let reader = Box::new(ArrayIterator::new(std::iter::once(Ok(array)), Arc::new(field)));
+    Ok(to_stream_pycapsule(py, reader, requested_schema)?)
+}
+
+fn table(batch: RecordBatch) -> PyResult<PyTable> {
+    let schema = batch.schema();
+    Ok(PyTable::try_new(vec![batch], schema)?)
+}
+
+#[pymethods]
+impl PyTraceBatch {
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    #[getter]
+    fn trace_ids(&self) -> Vec<&str> {
+        self.inner.trace_ids()
+    }
+
+    #[getter]
+    fn event_offsets<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<i64>> {
+        self.inner.event_offsets().into_pyarray(py)
+    }
+
+    #[getter]
+    fn edge_offsets<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<i64>> {
+        self.inner.edge_offsets().into_pyarray(py)
+    }
+
+    #[getter]
+    fn num_events(&self) -> usize {
+        self.inner.num_events()
+    }
+
+    #[pyo3(signature = (requested_schema=None))]
+    fn __arrow_c_stream__<'py>(
+        &self,
+        py: Python<'py>,
+        requested_schema: Option<Bound<'py, PyCapsule>>,
+    ) -> PyResult<Bound<'py, PyCapsule>> {
+        stream_capsule(py, self.inner.record_batch(), requested_schema)
+    }
+
+    /// One row per event (`trace_index`, `trace_id`, then the event fields).
+    fn events(&self, py: Python<'_>) -> PyResult<PyTable> {
+        table(self.inner.events().or_raise(py)?)
+    }
+
+    fn edges(&self, py: Python<'_>) -> PyResult<PyTable> {
+        table(self.inner.edges().or_raise(py)?)
+    }
+
+    /// The trace at `index` as JSON text; `strict_seed` keeps only what the seed schema allows.
+    fn trace_json(&self, py: Python<'_>, index: usize, strict_seed: bool) -> PyResult<String> {
+        Ok(self.inner.trace(index).or_raise(py)?.to_json(strict_seed).to_string())
+    }
+
+    fn take(&self, py: Python<'_>, indices: Vec<usize>) -> PyResult<Self> {
+        Ok(PyTraceBatch { inner: self.inner.take(&indices).or_raise(py)? })
+    }
+
+    #[staticmethod]
+    fn concat(py: Python<'_>, batches: Vec<PyRef<'_, PyTraceBatch>>) -> PyResult<Self> {
+        let inner: Vec<&TraceBatch> = batches.iter().map(|b| &b.inner).collect();
+        Ok(PyTraceBatch { inner: TraceBatch::concat(&inner).or_raise(py)? })
+    }
+
+    fn write_parquet(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
+        let batch = self.inner.record_batch();
+        py.detach(|| masreplay_core::store::write_parquet(batch, &path)).or_raise(py)
+    }
+}

@@ -1,0 +1,135 @@
+//! `masreplay._core`: thin PyO3 bindings over masreplay-core. No logic lives here: arguments
+//! are converted, long work runs with the GIL released, and errors are mapped once.
+
+mod batch;
+mod errors;
+mod objects;
+
+use std::path::PathBuf;
+
+use masreplay_core::sim::{SimConfig, generate};
+use masreplay_core::validate::{ValidateOptions, parse_documents, trace_from_json};
+use masreplay_core::{MasreplayError, Trace, TraceBatch, ValidationError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyString};
+use pyo3_arrow::PyTable;
+
+use batch::PyTraceBatch;
+use errors::{OrRaise, validation_error};
+
+/// A rejected trace as Python sees it: (position in the input, trace_id, exception).
+type Rejected = Vec<(usize, Option<String>, PyErr)>;
+
+fn rejected_from(py: Python<'_>, errors: Vec<(usize, ValidationError)>) -> Rejected {
+    errors.into_iter().map(|(position, error)| (position, error.trace_id.clone(), validation_error(py, &error))).collect()
+}
+
+/// Builds the batch of the accepted traces and reports the rejected ones.
+fn split_outcomes(py: Python<'_>, outcomes: Vec<Result<Trace, ValidationError>>) -> PyResult<(PyTraceBatch, Rejected)> {
+    let mut traces = Vec::with_capacity(outcomes.len());
+    let mut errors = Vec::new();
+    for (position, outcome) in outcomes.into_iter().enumerate() {
+        match outcome {
+            Ok(trace) => traces.push(trace),
+            Err(error) => errors.push((position, error)),
+        }
+    }
+    let inner = py.detach(|| TraceBatch::from_traces(&traces)).or_raise(py)?;
+    Ok((PyTraceBatch { inner }, rejected_from(py, errors)))
+}
+
+/// Parses JSON, a JSON array of traces, or JSON Lines.
+#[pyfunction]
+#[pyo3(signature = (data, *, strict_seed=false))]
+fn parse_json(py: Python<'_>, data: &[u8], strict_seed: bool) -> PyResult<(PyTraceBatch, Rejected)> {
+    let outcomes = py.detach(|| parse_documents(data, ValidateOptions { strict_seed }));
+    split_outcomes(py, outcomes)
+}
+
+/// Checks and stores Python objects (each a dict shaped like a trace).
+#[pyfunction]
+#[pyo3(signature = (objects, *, strict_seed=false))]
+fn parse_objects(py: Python<'_>, objects: Vec<Bound<'_, PyAny>>, strict_seed: bool) -> PyResult<(PyTraceBatch, Rejected)> {
+    let options = ValidateOptions { strict_seed };
+    let outcomes = objects
+        .iter()
+        .map(|object| {
+            let trace_id = object
+                .cast::<PyDict>()
+                .ok()
+                .and_then(|dict| dict.get_item("trace_id").ok().flatten())
+                .and_then(|id| id.cast::<PyString>().ok().map(|s| s.to_string()))
+                .filter(|id| !id.is_empty());
+            let mut path = String::new();
+            match objects::to_json(object, &mut path) {
+                Ok(value) => trace_from_json(&value, options),
+                Err(not_json) => Err(ValidationError::new(trace_id.as_deref(), not_json.path, not_json.reason)),
+            }
+        })
+        .collect();
+    split_outcomes(py, outcomes)
+}
+
+/// Checks Arrow data (anything with `__arrow_c_stream__`) in the canonical layout.
+#[pyfunction]
+fn ingest_arrow(py: Python<'_>, table: PyTable) -> PyResult<(PyTraceBatch, Rejected)> {
+    let (batches, _) = table.into_inner();
+    let (inner, errors) = py.detach(|| TraceBatch::from_arrow(&batches)).or_raise(py)?;
+    Ok((PyTraceBatch { inner }, rejected_from(py, errors)))
+}
+
+/// Reads Parquet files in the canonical layout, checking them like any Arrow input.
+#[pyfunction]
+fn read_parquet(py: Python<'_>, paths: Vec<PathBuf>) -> PyResult<(PyTraceBatch, Rejected)> {
+    let outcome = py.detach(|| -> Result<_, MasreplayError> {
+        let mut batches = Vec::new();
+        for path in &paths {
+            batches.extend(masreplay_core::store::read_parquet(path)?);
+        }
+        TraceBatch::from_arrow(&batches)
+    });
+    let (inner, errors) = outcome.or_raise(py)?;
+    Ok((PyTraceBatch { inner }, rejected_from(py, errors)))
+}
+
+/// An empty batch (its Arrow schema is the canonical one).
+#[pyfunction]
+fn empty_batch() -> PyTraceBatch {
+    PyTraceBatch { inner: TraceBatch::empty() }
+}
+
+#[pyfunction]
+#[pyo3(signature = (n_traces, *, agents, depth, fan_out, events_per_agent, group_size, seed))]
+#[allow(clippy::too_many_arguments)]
+fn simulate(
+    py: Python<'_>,
+    n_traces: usize,
+    agents: (usize, usize),
+    depth: usize,
+    fan_out: (usize, usize),
+    events_per_agent: (usize, usize),
+    group_size: usize,
+    seed: u64,
+) -> PyResult<PyTraceBatch> {
+    let config = SimConfig { n_traces, agents, depth, fan_out, events_per_agent, group_size, seed };
+    let inner = py
+        .detach(|| -> Result<TraceBatch, MasreplayError> {
+            let traces = generate(&config).map_err(MasreplayError::InvalidArgument)?;
+            TraceBatch::from_traces(&traces)
+        })
+        .or_raise(py)?;
+    Ok(PyTraceBatch { inner })
+}
+
+#[pymodule]
+fn _core(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    module.add_class::<PyTraceBatch>()?;
+    module.add_function(wrap_pyfunction!(parse_json, module)?)?;
+    module.add_function(wrap_pyfunction!(parse_objects, module)?)?;
+    module.add_function(wrap_pyfunction!(ingest_arrow, module)?)?;
+    module.add_function(wrap_pyfunction!(read_parquet, module)?)?;
+    module.add_function(wrap_pyfunction!(empty_batch, module)?)?;
+    module.add_function(wrap_pyfunction!(simulate, module)?)?;
+    module.add("SCHEMA_VERSION", masreplay_core::trace::SCHEMA_VERSION)?;
+    Ok(())
+}
