@@ -51,7 +51,7 @@ def stats_table(batch: TraceBatch) -> list[tuple[str, str]]:
     return rows
 
 
-def _print_rows(rows: Sequence[tuple[str, str]]) -> None:
+def print_rows(rows: Sequence[tuple[str, str]]) -> None:
     width = max(len(name) for name, _ in rows)
     for name, value in rows:
         print(f"  {name:<{width}}  {value}")
@@ -64,7 +64,7 @@ def _stats(path: str) -> int:
         print(f"{path}: {error}", file=sys.stderr)
         return 1
     print(f"{path}:")
-    _print_rows(stats_table(batch))
+    print_rows(stats_table(batch))
     return 0
 
 

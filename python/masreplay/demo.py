@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from masreplay.cli import stats_table
+from masreplay.cli import print_rows, stats_table
 from masreplay.errors import TraceValidationError
 from masreplay.io import load_traces
 
@@ -38,8 +38,7 @@ def run() -> int:
     started = time.perf_counter()
     batch = load_traces(bundled(SIM_GROUPS))
     print(f"  loaded {batch!r} in {1e3 * (time.perf_counter() - started):.1f} ms")
-    for name, value in stats_table(batch):
-        print(f"  {name:<32} {value}")
+    print_rows(stats_table(batch))
 
     _step("3. the canonical Arrow layout, shared with pyarrow and Polars without copying")
     table = pa.table(batch)

@@ -116,7 +116,8 @@ impl Csr {
             }
             position[current as usize] = walk.len();
             let range = reversed.offsets[current as usize] as usize..reversed.offsets[current as usize + 1] as usize;
-            let slot = range.clone().find(|&slot| left(reversed.targets[slot])).expect("a left event has a left predecessor");
+            let slot =
+                range.clone().find(|&slot| left(reversed.targets[slot])).expect("a left event has a left predecessor");
             walk.push((current, reversed.edge_ids[slot]));
             current = reversed.targets[slot];
         }

@@ -10,5 +10,5 @@ pub mod validate;
 
 pub use error::{MasreplayError, Result, ValidationError};
 pub use store::TraceBatch;
-pub use trace::{Event, EventType, EdgeType, Trace};
+pub use trace::{EdgeType, Event, EventType, Trace};
 pub use validate::ValidateOptions;

@@ -130,6 +130,24 @@ struct Agent {
     last_aggregate: Option<usize>,
 }
 
+impl Agent {
+    /// An agent spawned by stage `stage` of `parent`, before it has done anything.
+    fn new(name: String, role: &'static str, (parent, stage): (usize, usize), level: usize, fate: Fate) -> Self {
+        Agent {
+            name,
+            role,
+            parent,
+            stage,
+            level,
+            fate,
+            stages: Vec::new(),
+            events: Vec::new(),
+            returned: None,
+            last_aggregate: None,
+        }
+    }
+}
+
 struct Timed {
     event: Event,
     start_ms: u64,
@@ -199,18 +217,7 @@ impl<'a> TraceBuilder<'a> {
     /// Spends the sub-agent budget stage by stage; each stage goes to the orchestrator or, when
     /// depth allows, to a worker that becomes a sub-orchestrator.
     fn plan_agents(&mut self) {
-        self.agents.push(Agent {
-            name: "orchestrator".into(),
-            role: "orchestrator",
-            parent: 0,
-            stage: 0,
-            level: 0,
-            fate: Fate::Returns,
-            stages: Vec::new(),
-            events: Vec::new(),
-            returned: None,
-            last_aggregate: None,
-        });
+        self.agents.push(Agent::new("orchestrator".into(), "orchestrator", (0, 0), 0, Fate::Returns));
         let mut spawners = Vec::new();
         let mut remaining = self.range(self.config.agents);
         while remaining > 0 {
@@ -249,18 +256,7 @@ impl<'a> TraceBuilder<'a> {
             _ => Fate::Returns,
         };
         let worker = self.agents.len();
-        self.agents.push(Agent {
-            name,
-            role,
-            parent: spawner,
-            stage,
-            level,
-            fate,
-            stages: Vec::new(),
-            events: Vec::new(),
-            returned: None,
-            last_aggregate: None,
-        });
+        self.agents.push(Agent::new(name, role, (spawner, stage), level, fate));
         self.agents[spawner].stages[stage].push(worker);
         worker
     }

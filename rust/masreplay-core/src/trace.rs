@@ -305,9 +305,5 @@ fn named_numbers_to_json(numbers: &NamedNumbers) -> Value {
 
 /// Whole numbers go out as JSON integers so that `0` stays `0` through a round trip.
 fn number(value: f64) -> Value {
-    if value.fract() == 0.0 && value.abs() < 9.0e15 {
-        json!(value as i64)
-    } else {
-        json!(value)
-    }
+    if value.fract() == 0.0 && value.abs() < 9.0e15 { json!(value as i64) } else { json!(value) }
 }

@@ -10,8 +10,7 @@ use serde_json::{Map, Value};
 use crate::error::ValidationError;
 use crate::graph;
 use crate::trace::{
-    Costs, CounterfactualKind, CounterfactualOf, Edge, EdgeType, Event, EventType, NamedNumbers,
-    Topology, Trace,
+    Costs, CounterfactualKind, CounterfactualOf, Edge, EdgeType, Event, EventType, NamedNumbers, Topology, Trace,
 };
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -23,11 +22,22 @@ pub struct ValidateOptions {
 
 const TOP_LEVEL_SEED_KEYS: &[&str] =
     &["trace_id", "task_id", "system", "topology", "events", "edges", "rewards", "costs", "metrics"];
-const TOP_LEVEL_MASREPLAY_KEYS: &[&str] =
-    &["schema_version", "group_id", "policy_version", "counterfactual_of"];
+const TOP_LEVEL_MASREPLAY_KEYS: &[&str] = &["schema_version", "group_id", "policy_version", "counterfactual_of"];
 const EVENT_KEYS: &[&str] = &[
-    "id", "t", "type", "agent", "role", "from", "to", "tool", "content_ref", "trusted", "reward",
-    "tokens", "duration_s", "logprob",
+    "id",
+    "t",
+    "type",
+    "agent",
+    "role",
+    "from",
+    "to",
+    "tool",
+    "content_ref",
+    "trusted",
+    "reward",
+    "tokens",
+    "duration_s",
+    "logprob",
 ];
 
 // ---- value rules shared by the JSON and the columnar paths -------------------------------
@@ -158,9 +168,7 @@ fn json_lines(bytes: &[u8]) -> Option<Vec<(usize, &[u8])>> {
 }
 
 fn syntax_error(bytes: &[u8], error: &serde_json::Error) -> ValidationError {
-    let hint = if error.classify() == serde_json::error::Category::Syntax
-        && std::str::from_utf8(bytes).is_err()
-    {
+    let hint = if error.classify() == serde_json::error::Category::Syntax && std::str::from_utf8(bytes).is_err() {
         "the input is not valid UTF-8"
     } else {
         "invalid JSON (NaN and Infinity are not JSON numbers)"
@@ -171,11 +179,7 @@ fn syntax_error(bytes: &[u8], error: &serde_json::Error) -> ValidationError {
 /// Checks one JSON value against the data contract and builds the trace.
 pub fn trace_from_json(value: &Value, options: ValidateOptions) -> Result<Trace, ValidationError> {
     let Value::Object(object) = value else {
-        return Err(ValidationError::new(
-            None,
-            "",
-            format!("a trace must be a JSON object, got {}", type_name(value)),
-        ));
+        return Err(ValidationError::new(None, "", format!("a trace must be a JSON object, got {}", type_name(value))));
     };
     let trace_id = object.get("trace_id").and_then(Value::as_str).filter(|s| !s.is_empty());
     let reader = Reader { trace_id };
@@ -229,10 +233,7 @@ impl Reader<'_> {
     }
 
     fn optional_string(&self, object: &Map<String, Value>, key: &str, path: &str) -> Checked<Option<String>> {
-        object
-            .get(key)
-            .map(|value| self.string(value, &format!("{path}/{key}")).map(str::to_owned))
-            .transpose()
+        object.get(key).map(|value| self.string(value, &format!("{path}/{key}")).map(str::to_owned)).transpose()
     }
 
     fn number(&self, value: &Value, path: &str) -> Checked<f64> {
@@ -246,9 +247,9 @@ impl Reader<'_> {
     }
 
     fn integer(&self, value: &Value, path: &str) -> Checked<i64> {
-        let whole = value.as_i64().or_else(|| {
-            value.as_f64().filter(|f| f.fract() == 0.0 && f.abs() < 9.0e15).map(|f| f as i64)
-        });
+        let whole = value
+            .as_i64()
+            .or_else(|| value.as_f64().filter(|f| f.fract() == 0.0 && f.abs() < 9.0e15).map(|f| f as i64));
         match whole {
             Some(n) => Ok(n),
             None => self.fail(path, format!("expected an integer, got {}", describe(value))),
@@ -319,10 +320,7 @@ impl Reader<'_> {
                 Ok(version)
             })
             .transpose()?;
-        let counterfactual_of = object
-            .get("counterfactual_of")
-            .map(|v| self.counterfactual_of(v))
-            .transpose()?;
+        let counterfactual_of = object.get("counterfactual_of").map(|v| self.counterfactual_of(v)).transpose()?;
 
         let events_value = self.required(object, "events", "/events")?;
         let Value::Array(event_values) = events_value else {
@@ -414,7 +412,8 @@ impl Reader<'_> {
             match value {
                 Value::Bool(flag) => event.trusted = Some(*flag),
                 other => {
-                    return self.fail(&format!("{path}/trusted"), format!("expected a boolean, got {}", type_name(other)));
+                    return self
+                        .fail(&format!("{path}/trusted"), format!("expected a boolean, got {}", type_name(other)));
                 }
             }
         }
@@ -466,8 +465,12 @@ impl Reader<'_> {
             }
         }
         let type_path = format!("{path}/type");
-        let edge_type =
-            self.enumerated(self.required(object, "type", &type_path)?, &type_path, EdgeType::parse, EdgeType::expected())?;
+        let edge_type = self.enumerated(
+            self.required(object, "type", &type_path)?,
+            &type_path,
+            EdgeType::parse,
+            EdgeType::expected(),
+        )?;
         Ok(Edge { src: endpoints[0], dst: endpoints[1], edge_type })
     }
 

@@ -50,9 +50,27 @@ fn required_fields() {
         assert_eq!(error.path, format!("/{key}"));
         assert!(error.reason.contains("missing required field"), "{error}");
     }
-    assert_rejected(|t| { t["events"][2].as_object_mut().unwrap().remove("agent"); }, "/events/2/agent", "missing");
-    assert_rejected(|t| { t["costs"].as_object_mut().unwrap().remove("wall_clock_s"); }, "/costs/wall_clock_s", "missing");
-    assert_rejected(|t| { t["edges"][1].as_object_mut().unwrap().remove("type"); }, "/edges/1/type", "missing");
+    assert_rejected(
+        |t| {
+            t["events"][2].as_object_mut().unwrap().remove("agent");
+        },
+        "/events/2/agent",
+        "missing",
+    );
+    assert_rejected(
+        |t| {
+            t["costs"].as_object_mut().unwrap().remove("wall_clock_s");
+        },
+        "/costs/wall_clock_s",
+        "missing",
+    );
+    assert_rejected(
+        |t| {
+            t["edges"][1].as_object_mut().unwrap().remove("type");
+        },
+        "/edges/1/type",
+        "missing",
+    );
 }
 
 #[test]
@@ -107,7 +125,10 @@ fn cycles_name_their_events() {
     trace["edges"].as_array_mut().unwrap().push(json!({"src": "e8", "dst": "e4", "type": "causal"}));
     let error = error_of(&trace, false);
     assert!(error.path.starts_with("/edges/"), "{error}");
-    assert!(error.reason.contains("cycle") && error.reason.contains("\"e4\"") && error.reason.contains("\"e8\""), "{error}");
+    assert!(
+        error.reason.contains("cycle") && error.reason.contains("\"e4\"") && error.reason.contains("\"e8\""),
+        "{error}"
+    );
 }
 
 #[test]
@@ -139,7 +160,11 @@ fn masreplay_additions_round_trip() {
     assert_eq!(normalized(&parsed.to_json(false)), normalized(&trace));
     let batch = TraceBatch::from_traces(std::slice::from_ref(&parsed)).unwrap();
     assert_eq!(normalized(&batch.trace(0).unwrap().to_json(false)), normalized(&trace));
-    assert_rejected(|t| t["counterfactual_of"] = json!({"trace_id": "t0", "event_id": "e2", "kind": "maybe"}), "/counterfactual_of/kind", "maybe");
+    assert_rejected(
+        |t| t["counterfactual_of"] = json!({"trace_id": "t0", "event_id": "e2", "kind": "maybe"}),
+        "/counterfactual_of/kind",
+        "maybe",
+    );
     assert_rejected(|t| t["schema_version"] = json!(99), "/schema_version", "unsupported");
 }
 

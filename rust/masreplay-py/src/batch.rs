@@ -35,7 +35,7 @@ pub fn stream_capsule<'py>(
 
 fn table(batch: RecordBatch) -> PyResult<PyTable> {
     let schema = batch.schema();
-    Ok(PyTable::try_new(vec![batch], schema)?)
+    PyTable::try_new(vec![batch], schema)
 }
 
 #[pymethods]

@@ -6,7 +6,8 @@ use masreplay_core::{MasreplayError, ValidationError};
 use pyo3::prelude::*;
 
 fn exception<'py, A: pyo3::call::PyCallArgs<'py>>(py: Python<'py>, class: &str, args: A) -> PyErr {
-    let made = py.import("masreplay.errors").and_then(|module| module.getattr(class)).and_then(|class| class.call1(args));
+    let made =
+        py.import("masreplay.errors").and_then(|module| module.getattr(class)).and_then(|class| class.call1(args));
     match made {
         Ok(instance) => PyErr::from_value(instance),
         Err(import_failure) => import_failure,

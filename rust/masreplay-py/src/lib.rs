@@ -21,7 +21,10 @@ use errors::{OrRaise, validation_error};
 type Rejected = Vec<(usize, Option<String>, PyErr)>;
 
 fn rejected_from(py: Python<'_>, errors: Vec<(usize, ValidationError)>) -> Rejected {
-    errors.into_iter().map(|(position, error)| (position, error.trace_id.clone(), validation_error(py, &error))).collect()
+    errors
+        .into_iter()
+        .map(|(position, error)| (position, error.trace_id.clone(), validation_error(py, &error)))
+        .collect()
 }
 
 /// Builds the batch of the accepted traces and reports the rejected ones.
@@ -49,7 +52,11 @@ fn parse_json(py: Python<'_>, data: &[u8], strict_seed: bool) -> PyResult<(PyTra
 /// Checks and stores Python objects (each a dict shaped like a trace).
 #[pyfunction]
 #[pyo3(signature = (objects, *, strict_seed=false))]
-fn parse_objects(py: Python<'_>, objects: Vec<Bound<'_, PyAny>>, strict_seed: bool) -> PyResult<(PyTraceBatch, Rejected)> {
+fn parse_objects(
+    py: Python<'_>,
+    objects: Vec<Bound<'_, PyAny>>,
+    strict_seed: bool,
+) -> PyResult<(PyTraceBatch, Rejected)> {
     let options = ValidateOptions { strict_seed };
     let outcomes = objects
         .iter()

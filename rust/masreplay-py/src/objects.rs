@@ -26,7 +26,8 @@ pub fn to_json(object: &Bound<'_, PyAny>, path: &mut String) -> Result<Value, No
         return Ok(Value::String(text.to_owned()));
     }
     if let Ok(float) = object.cast::<PyFloat>() {
-        return float_value(float.value()).ok_or_else(|| fail(path, format!("{} is not a finite number", float.value())));
+        return float_value(float.value())
+            .ok_or_else(|| fail(path, format!("{} is not a finite number", float.value())));
     }
     if object.cast::<PyInt>().is_ok() || object.hasattr("__index__").unwrap_or(false) {
         if let Ok(n) = object.extract::<i64>() {

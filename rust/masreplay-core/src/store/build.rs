@@ -6,15 +6,13 @@ use std::sync::Arc;
 use arrow_array::builder::{Float64Builder, MapBuilder, MapFieldNames, StringBuilder, StringDictionaryBuilder};
 use arrow_array::types::{Int8Type, Int32Type};
 use arrow_array::{
-    ArrayRef, BooleanArray, DictionaryArray, Float64Array, Int8Array, Int32Array, Int64Array, ListArray,
-    RecordBatch, StringArray, StructArray,
+    ArrayRef, BooleanArray, DictionaryArray, Float64Array, Int8Array, Int32Array, Int64Array, ListArray, RecordBatch,
+    StringArray, StructArray,
 };
 use arrow_buffer::{NullBuffer, OffsetBuffer};
 use arrow_schema::{ArrowError, DataType, Fields};
 
-use super::schema::{
-    canonical_schema, cost_fields, counterfactual_fields, edge_fields, event_fields, vocabulary,
-};
+use super::schema::{canonical_schema, cost_fields, counterfactual_fields, edge_fields, event_fields, vocabulary};
 use crate::graph::{Csr, Shape};
 use crate::trace::{CounterfactualKind, EdgeType, EventType, NamedNumbers, Topology, Trace};
 
@@ -59,7 +57,11 @@ fn json_text_column<'a>(
     Arc::new(texts)
 }
 
-fn list_column(fields: Fields, columns: Vec<ArrayRef>, lengths: impl Iterator<Item = usize>) -> Result<ArrayRef, ArrowError> {
+fn list_column(
+    fields: Fields,
+    columns: Vec<ArrayRef>,
+    lengths: impl Iterator<Item = usize>,
+) -> Result<ArrayRef, ArrowError> {
     let values = StructArray::try_new(fields.clone(), columns, None)?;
     let item = Arc::new(arrow_schema::Field::new("item", DataType::Struct(fields), false));
     Ok(Arc::new(ListArray::try_new(item, OffsetBuffer::from_lengths(lengths), Arc::new(values), None)?))
@@ -68,10 +70,8 @@ fn list_column(fields: Fields, columns: Vec<ArrayRef>, lengths: impl Iterator<It
 /// Counts distinct agents that act in a trace; a tool_result's `agent` names the tool that
 /// answered (as in the seed example), not a member of the team.
 pub(crate) fn count_agents<'a>(agents: impl Iterator<Item = (EventTypeCode, &'a str)>) -> usize {
-    let mut acting: Vec<&str> = agents
-        .filter(|(code, _)| *code != EventType::ToolResult as i8)
-        .map(|(_, agent)| agent)
-        .collect();
+    let mut acting: Vec<&str> =
+        agents.filter(|(code, _)| *code != EventType::ToolResult as i8).map(|(_, agent)| agent).collect();
     acting.sort_unstable();
     acting.dedup();
     acting.len()

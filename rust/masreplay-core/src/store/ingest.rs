@@ -19,9 +19,7 @@ use super::schema::{TraceColumns, canonical_schema, vocabulary};
 use crate::error::{MasreplayError, ValidationError};
 use crate::graph::Csr;
 use crate::trace::{CounterfactualKind, EdgeType, EventType, Topology};
-use crate::validate::{
-    check_finite, check_graph, check_logprob, check_non_empty, check_non_negative, pointer_segment,
-};
+use crate::validate::{check_finite, check_graph, check_logprob, check_non_empty, check_non_negative, pointer_segment};
 
 /// The outcome of ingesting Arrow data: the valid traces, and the rejected ones by position.
 pub struct Ingested {
@@ -56,7 +54,9 @@ fn conform(array: &ArrayRef, target: &DataType, path: &str, relaxed: bool) -> Re
                     None if relaxed && super::schema::DERIVED_COLUMNS.contains(&field.name().as_str()) => {
                         new_null_array(field.data_type(), source.len())
                     }
-                    None => return Err(schema_error(&child_path, format!("missing required column {:?}", field.name()))),
+                    None => {
+                        return Err(schema_error(&child_path, format!("missing required column {:?}", field.name())));
+                    }
                 };
                 conformed_fields.push(relax(field, &child, relaxed));
                 children.push(child);
@@ -86,21 +86,26 @@ fn conform(array: &ArrayRef, target: &DataType, path: &str, relaxed: bool) -> Re
             {
                 (list.offsets().clone(), pairs.clone(), list.nulls().cloned())
             } else {
-                return Err(schema_error(path, format!("expected a map of names to numbers, got {}", array.data_type())));
+                return Err(schema_error(
+                    path,
+                    format!("expected a map of names to numbers, got {}", array.data_type()),
+                ));
             };
             if pairs.num_columns() != 2 {
                 return Err(schema_error(path, "map entries must have a key and a value"));
             }
             let DataType::Struct(entry_fields) = entries.data_type() else { unreachable!("map entries are structs") };
             let cast_child = |i: usize| {
-                arrow_cast::cast(pairs.column(i), entry_fields[i].data_type())
-                    .map_err(|e| schema_error(path, format!("map entry cannot be read as {}: {e}", entry_fields[i].data_type())))
+                arrow_cast::cast(pairs.column(i), entry_fields[i].data_type()).map_err(|e| {
+                    schema_error(path, format!("map entry cannot be read as {}: {e}", entry_fields[i].data_type()))
+                })
             };
             let entries_array = StructArray::try_new(entry_fields.clone(), vec![cast_child(0)?, cast_child(1)?], None)?;
             Ok(Arc::new(MapArray::try_new(entries.clone(), offsets, entries_array, nulls, *sorted)?))
         }
-        _ => arrow_cast::cast(array, target)
-            .map_err(|e| schema_error(path, format!("column of type {} cannot be read as {target}: {e}", array.data_type()))),
+        _ => arrow_cast::cast(array, target).map_err(|e| {
+            schema_error(path, format!("column of type {} cannot be read as {target}: {e}", array.data_type()))
+        }),
     }
 }
 
@@ -146,7 +151,9 @@ impl<'a> Vocabulary<'a> {
 
     fn canonical(&self) -> ArrayRef {
         let keys: Int8Array = (0..self.source.len()).map(|i| self.code(i).ok().flatten()).collect();
-        Arc::new(DictionaryArray::<Int8Type>::try_new(keys, vocabulary(self.names)).expect("codes index the vocabulary"))
+        Arc::new(
+            DictionaryArray::<Int8Type>::try_new(keys, vocabulary(self.names)).expect("codes index the vocabulary"),
+        )
     }
 }
 
@@ -183,7 +190,13 @@ impl RowCheck<'_> {
         self.rule(&path, check_non_empty(array.value(i)))
     }
 
-    fn numbers(&self, map: &MapArray, i: usize, path: impl Fn() -> String, rule: fn(f64) -> Result<(), String>) -> Checked<()> {
+    fn numbers(
+        &self,
+        map: &MapArray,
+        i: usize,
+        path: impl Fn() -> String,
+        rule: fn(f64) -> Result<(), String>,
+    ) -> Checked<()> {
         if map.is_null(i) {
             return Ok(());
         }
@@ -207,7 +220,12 @@ impl RowCheck<'_> {
         }
     }
 
-    fn optional_non_negative(&self, array: &arrow_array::Float64Array, i: usize, path: impl Fn() -> String) -> Checked<()> {
+    fn optional_non_negative(
+        &self,
+        array: &arrow_array::Float64Array,
+        i: usize,
+        path: impl Fn() -> String,
+    ) -> Checked<()> {
         if array.is_null(i) { Ok(()) } else { self.rule(path, check_non_negative(array.value(i))) }
     }
 
@@ -239,9 +257,12 @@ impl RowCheck<'_> {
         for (name, array) in [("tokens", costs.tokens), ("wall_clock_s", costs.wall_clock_s)] {
             self.required(array, row, || format!("/costs/{name}"))?;
         }
-        for (name, array) in
-            [("tokens", costs.tokens), ("wall_clock_s", costs.wall_clock_s), ("tool_calls", costs.tool_calls), ("messages", costs.messages)]
-        {
+        for (name, array) in [
+            ("tokens", costs.tokens),
+            ("wall_clock_s", costs.wall_clock_s),
+            ("tool_calls", costs.tool_calls),
+            ("messages", costs.messages),
+        ] {
             self.optional_non_negative(array, row, || format!("/costs/{name}"))?;
         }
         self.numbers(costs.other, row, || "/costs".into(), check_non_negative)?;
@@ -290,7 +311,10 @@ impl RowCheck<'_> {
         ids.sort_unstable();
         if let Some(pair) = ids.windows(2).find(|pair| pair[0].0 == pair[1].0) {
             let (first, second) = (pair[0].1.min(pair[1].1), pair[0].1.max(pair[1].1));
-            return self.fail(format!("/events/{second}/id"), format!("duplicate event id {:?} (first used by /events/{first})", pair[0].0));
+            return self.fail(
+                format!("/events/{second}/id"),
+                format!("duplicate event id {:?} (first used by /events/{first})", pair[0].0),
+            );
         }
 
         let ed = c.edge_columns();
@@ -336,11 +360,7 @@ pub fn ingest_batches(batches: &[RecordBatch]) -> Result<Ingested, MasreplayErro
         conformed.push(conform(&whole, &target, "", true)?);
     }
     let refs: Vec<&dyn Array> = conformed.iter().map(|a| a.as_ref()).collect();
-    let whole = if refs.is_empty() {
-        new_null_array(&target, 0)
-    } else {
-        arrow_select::concat::concat(&refs)?
-    };
+    let whole = if refs.is_empty() { new_null_array(&target, 0) } else { arrow_select::concat::concat(&refs)? };
     let relaxed = RecordBatch::from(whole.as_struct().clone());
     let columns = TraceColumns::new(&relaxed);
     let event_struct = columns.events.values().as_struct();
@@ -352,12 +372,16 @@ pub fn ingest_batches(batches: &[RecordBatch]) -> Result<Ingested, MasreplayErro
         event_type: Vocabulary::new(dictionary(event_struct.column_by_name("type").unwrap()), EventType::NAMES),
         edge_type: Vocabulary::new(dictionary(edge_struct.column_by_name("type").unwrap()), EdgeType::NAMES),
         topology: Vocabulary::new(columns.topology, Topology::NAMES),
-        kind: Vocabulary::new(dictionary(columns.counterfactual_of.column_by_name("kind").unwrap()), CounterfactualKind::NAMES),
+        kind: Vocabulary::new(
+            dictionary(columns.counterfactual_of.column_by_name("kind").unwrap()),
+            CounterfactualKind::NAMES,
+        ),
     };
     let outcomes: Vec<Checked<Derived>> = (0..relaxed.num_rows())
         .into_par_iter()
         .map(|row| {
-            let trace_id = columns.trace_id.is_valid(row).then(|| columns.trace_id.value(row)).filter(|s| !s.is_empty());
+            let trace_id =
+                columns.trace_id.is_valid(row).then(|| columns.trace_id.value(row)).filter(|s| !s.is_empty());
             RowCheck { columns: &columns, vocabularies: &vocabularies, trace_id }.trace(row)
         })
         .collect();
@@ -374,7 +398,8 @@ pub fn ingest_batches(batches: &[RecordBatch]) -> Result<Ingested, MasreplayErro
     let kept = if rejected.is_empty() {
         with_codes
     } else {
-        let keep: BooleanArray = (0..relaxed.num_rows()).map(|row| Some(rejected.binary_search_by_key(&row, |r| r.0).is_err())).collect();
+        let keep: BooleanArray =
+            (0..relaxed.num_rows()).map(|row| Some(rejected.binary_search_by_key(&row, |r| r.0).is_err())).collect();
         arrow_select::filter::filter_record_batch(&with_codes, &keep)?
     };
     let batch = complete(&kept, &derived)?;
@@ -422,7 +447,9 @@ fn replace_vocabularies(batch: &RecordBatch, vocabularies: &Vocabularies) -> Res
 fn complete(batch: &RecordBatch, derived: &[Derived]) -> Result<RecordBatch, MasreplayError> {
     let columns = TraceColumns::new(batch);
     let group_id: StringArray = (0..batch.num_rows())
-        .map(|row| Some(if columns.group_id.is_valid(row) { columns.group_id.value(row) } else { columns.task_id.value(row) }))
+        .map(|row| {
+            Some(if columns.group_id.is_valid(row) { columns.group_id.value(row) } else { columns.task_id.value(row) })
+        })
         .collect();
     let mut arrays = batch.columns().to_vec();
     arrays[batch.schema().index_of("group_id").expect("canonical column")] = Arc::new(group_id);
@@ -432,7 +459,15 @@ fn complete(batch: &RecordBatch, derived: &[Derived]) -> Result<RecordBatch, Mas
     }
     let schema = canonical_schema();
     let whole: ArrayRef = Arc::new(StructArray::try_new(
-        Fields::from(batch.schema().fields().iter().zip(&arrays).map(|(f, a)| Field::new(f.name(), a.data_type().clone(), f.is_nullable())).collect::<Vec<_>>()),
+        Fields::from(
+            batch
+                .schema()
+                .fields()
+                .iter()
+                .zip(&arrays)
+                .map(|(f, a)| Field::new(f.name(), a.data_type().clone(), f.is_nullable()))
+                .collect::<Vec<_>>(),
+        ),
         arrays,
         None,
     )?);

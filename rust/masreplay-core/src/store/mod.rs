@@ -126,7 +126,10 @@ impl TraceBatch {
         if index < self.len() {
             Ok(())
         } else {
-            Err(MasreplayError::InvalidArgument(format!("trace index {index} out of range for a batch of {}", self.len())))
+            Err(MasreplayError::InvalidArgument(format!(
+                "trace index {index} out of range for a batch of {}",
+                self.len()
+            )))
         }
     }
 

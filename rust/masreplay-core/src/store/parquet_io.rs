@@ -21,9 +21,7 @@ pub fn write_parquet(batch: &RecordBatch, path: &Path) -> Result<()> {
     let partial = path.with_extension("parquet.partial");
     let write = || -> Result<()> {
         let file = File::create(&partial).map_err(|e| io_error(&partial, e))?;
-        let properties = WriterProperties::builder()
-            .set_compression(Compression::ZSTD(ZstdLevel::default()))
-            .build();
+        let properties = WriterProperties::builder().set_compression(Compression::ZSTD(ZstdLevel::default())).build();
         let mut writer = ArrowWriter::try_new(file, batch.schema(), Some(properties))?;
         writer.write(batch)?;
         writer.close()?;

@@ -27,10 +27,7 @@ fn enum_code(array: &DictionaryArray<Int8Type>, i: usize) -> Option<usize> {
     array.is_valid(i).then(|| array.keys().value(i) as usize)
 }
 
-fn optional<T: arrow_array::ArrowPrimitiveType>(
-    array: &arrow_array::PrimitiveArray<T>,
-    i: usize,
-) -> Option<T::Native> {
+fn optional<T: arrow_array::ArrowPrimitiveType>(array: &arrow_array::PrimitiveArray<T>, i: usize) -> Option<T::Native> {
     array.is_valid(i).then(|| array.value(i))
 }
 

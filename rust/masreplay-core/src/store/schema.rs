@@ -5,12 +5,12 @@
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
+use arrow_array::cast::AsArray;
 use arrow_array::types::{Int8Type, Int32Type};
 use arrow_array::{
     Array, ArrayRef, BooleanArray, DictionaryArray, Float64Array, Int32Array, Int64Array, ListArray, MapArray,
     RecordBatch, StringArray, StructArray,
 };
-use arrow_array::cast::AsArray;
 use arrow_buffer::ArrowNativeType;
 use arrow_schema::{DataType, Field, Fields, Schema, SchemaRef};
 
@@ -116,8 +116,7 @@ pub fn canonical_schema() -> SchemaRef {
                 Field::new("attributes", DataType::Utf8, true),
             ];
             fields.extend(DERIVED_COLUMNS.iter().map(|name| Field::new(*name, DataType::Int32, false)));
-            let metadata =
-                HashMap::from([(SCHEMA_VERSION_KEY.to_owned(), crate::trace::SCHEMA_VERSION.to_string())]);
+            let metadata = HashMap::from([(SCHEMA_VERSION_KEY.to_owned(), crate::trace::SCHEMA_VERSION.to_string())]);
             Arc::new(Schema::new_with_metadata(fields, metadata))
         })
         .clone()
@@ -233,7 +232,11 @@ impl<'a> TraceColumns<'a> {
     pub fn edge_columns(&self) -> EdgeColumns<'a> {
         let edges = self.edges.values().as_struct();
         let column = |name: &str| edges.column_by_name(name).expect("canonical edge field").as_ref();
-        EdgeColumns { src: column("src").as_primitive(), dst: column("dst").as_primitive(), edge_type: column("type").as_dictionary() }
+        EdgeColumns {
+            src: column("src").as_primitive(),
+            dst: column("dst").as_primitive(),
+            edge_type: column("type").as_dictionary(),
+        }
     }
 
     pub fn cost_columns(&self) -> CostColumns<'a> {
