@@ -595,7 +595,7 @@ impl<'a> TraceBuilder<'a> {
         let task_id = format!("task-{}-{:05}", config.seed, self.index / config.group_size);
         Trace {
             trace_id: format!("sim-{}-{:06}", config.seed, self.index),
-            group_id: Some(task_id.clone()),
+            group_id: None, // the group is the task: GRPO rollouts of one prompt
             task_id,
             system: Some("masreplay.sim".into()),
             topology: Some(if config.depth == 1 { Topology::Centralized } else { Topology::Hierarchical }),
@@ -662,7 +662,7 @@ mod tests {
         for (index, trace) in traces.iter().enumerate() {
             assert_eq!(trace.trace_id, format!("sim-9-{index:06}"));
             assert_eq!(trace.task_id, format!("task-9-{:05}", index / 3));
-            assert_eq!(trace.group_id.as_deref(), Some(trace.task_id.as_str()));
+            assert_eq!(trace.group_id(), trace.task_id);
         }
         let groups: HashSet<&str> = traces.iter().map(Trace::group_id).collect();
         assert_eq!(groups.len(), 4);

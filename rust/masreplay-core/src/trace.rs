@@ -171,7 +171,7 @@ pub struct CounterfactualOf {
 pub struct Trace {
     pub trace_id: String,
     pub task_id: String,
-    /// The GRPO group; `None` means "same as task_id".
+    /// The GRPO group; `None` means "same as task_id" (a group equal to the task is stored as `None`).
     pub group_id: Option<String>,
     pub system: Option<String>,
     pub topology: Option<Topology>,

@@ -306,7 +306,11 @@ impl Reader<'_> {
         }
         let trace_id = self.non_empty_string(self.required(object, "trace_id", "/trace_id")?, "/trace_id")?;
         let task_id = self.non_empty_string(self.required(object, "task_id", "/task_id")?, "/task_id")?;
-        let group_id = object.get("group_id").map(|v| self.non_empty_string(v, "/group_id")).transpose()?;
+        let group_id = object
+            .get("group_id")
+            .map(|v| self.non_empty_string(v, "/group_id"))
+            .transpose()?
+            .filter(|group| *group != task_id); // None already means "the task is the group"
         let system = self.optional_string(object, "system", "")?;
         let topology = object
             .get("topology")
