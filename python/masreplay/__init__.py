@@ -7,6 +7,7 @@ Traces are temporal event graphs kept whole in Arrow (one row per trace). Start 
 from masreplay import sim
 from masreplay._core import SCHEMA_VERSION
 from masreplay.batch import TraceBatch
+from masreplay.buffer import AddReport, GraphBuffer
 from masreplay.errors import (
     DataFormatError,
     InvalidArgumentError,
@@ -18,7 +19,9 @@ from masreplay.io import load_traces, validate
 
 __all__ = [
     "SCHEMA_VERSION",
+    "AddReport",
     "DataFormatError",
+    "GraphBuffer",
     "InvalidArgumentError",
     "MasreplayError",
     "StorageError",

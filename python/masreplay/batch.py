@@ -28,12 +28,22 @@ class TraceBatch:
     ``to_arrow()`` all read the same buffers through ``__arrow_c_stream__``.
     """
 
-    __slots__ = ("_core", "rejected")
+    __slots__ = ("_core", "probabilities", "rejected")
 
-    def __init__(self, core: _core.TraceBatch, rejected: Sequence[Rejected] = ()) -> None:
+    def __init__(
+        self,
+        core: _core.TraceBatch,
+        rejected: Sequence[Rejected] = (),
+        probabilities: np.ndarray | None = None,
+    ) -> None:
         self._core = core
         #: Traces of the input that failed validation (filled when loading with on_error="skip").
         self.rejected: list[Rejected] = list(rejected)
+        #: For a sampled batch, each trace's probability of being drawn (importance weights).
+        self.probabilities = probabilities
+
+    def __reduce__(self) -> tuple[Any, tuple[bytes]]:
+        return (_from_ipc, (_to_ipc(self.to_arrow()),))
 
     # ---- shape -------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -108,6 +118,52 @@ class TraceBatch:
         """Trace i as a dict that the seed JSON Schema accepts (top-level additions dropped)."""
         return json.loads(self._core.trace_json(self._index(i), True))
 
+    def padded(self, column: str, pad_value: Any = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """A per-event column as a (traces, max_len) array for trainers that need padding.
+
+        Returns ``(values, mask, lengths)``: ``mask`` is True at real events, ``lengths`` the
+        events per trace (int64). Numeric and boolean columns keep their type (nulls become
+        ``pad_value``); dictionary columns (``type``, ``agent``, ``role``, ...) give their
+        int codes. Nothing padded is ever stored: this is built from the flat column.
+        """
+        events = self._core.events()
+        table = pa.table(events)
+        if column not in table.column_names or column in ("trace_index", "trace_id"):
+            raise KeyError(f"no per-event column {column!r}; events have {table.column_names[2:]}")
+        array = table[column].combine_chunks()
+        if pa.types.is_dictionary(array.type):
+            array = array.indices
+        if not (pa.types.is_integer(array.type) or pa.types.is_floating(array.type) or pa.types.is_boolean(array.type)):
+            raise TypeError(f"column {column!r} of type {array.type} cannot be padded into a numeric array")
+        values = array.fill_null(pad_value).to_numpy(zero_copy_only=False)
+        offsets = self.event_offsets
+        lengths = np.diff(offsets)
+        n, max_len = len(lengths), int(lengths.max(initial=0))
+        rows = np.repeat(np.arange(n), lengths)
+        positions = np.arange(offsets[-1]) - np.repeat(offsets[:-1], lengths)
+        out = np.full((n, max_len), pad_value, dtype=np.result_type(values.dtype, np.min_scalar_type(pad_value)))
+        out[rows, positions] = values
+        mask = np.zeros((n, max_len), dtype=bool)
+        mask[rows, positions] = True
+        return out, mask, lengths
+
     @staticmethod
     def concat(batches: Sequence[TraceBatch]) -> TraceBatch:
         return TraceBatch(_core.TraceBatch.concat([b._core for b in batches]))
+
+
+def _to_ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def _from_ipc_table(data: bytes) -> pa.Table:
+    return pa.ipc.open_stream(data).read_all()
+
+
+def _from_ipc(data: bytes) -> TraceBatch:
+    """Unpickles a batch; the traces are validated again on the way in."""
+    core, _ = _core.ingest_arrow(_from_ipc_table(data))
+    return TraceBatch(core)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import pathlib
 from collections.abc import Mapping
@@ -9,6 +10,7 @@ from typing import Any, Literal
 
 from masreplay import _core
 from masreplay.batch import TraceBatch
+from masreplay.errors import StorageError
 
 OnError = Literal["raise", "skip"]
 
@@ -22,7 +24,7 @@ def _looks_like_json_text(text: str) -> bool:
 def _parquet_files(directory: pathlib.Path) -> list[str]:
     files = sorted(p for p in directory.rglob("*") if p.suffix in _PARQUET_SUFFIXES and p.is_file())
     if not files:
-        raise FileNotFoundError(f"no Parquet files under {directory}")
+        raise StorageError(errno.ENOENT, "no Parquet files under this directory", os.fspath(directory))
     return [os.fspath(p) for p in files]
 
 
@@ -31,7 +33,12 @@ def _load_path(path: pathlib.Path, strict_seed: bool) -> tuple[Any, list]:
         return _core.read_parquet(_parquet_files(path))
     if path.suffix in _PARQUET_SUFFIXES:
         return _core.read_parquet([os.fspath(path)])
-    return _core.parse_json(path.read_bytes(), strict_seed=strict_seed)
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        # The same exception class as a Parquet file that cannot be read (raised by the core).
+        raise StorageError(error.errno, error.strerror, os.fspath(path)) from error
+    return _core.parse_json(data, strict_seed=strict_seed)
 
 
 def _load(source: Any, strict_seed: bool) -> tuple[Any, list]:
@@ -41,7 +48,8 @@ def _load(source: Any, strict_seed: bool) -> tuple[Any, list]:
         return source, []
     if isinstance(source, (bytes, bytearray, memoryview)):
         return _core.parse_json(bytes(source), strict_seed=strict_seed)
-    if isinstance(source, str) and _looks_like_json_text(source):
+    # An empty string is empty JSON text, not the path "" (which pathlib reads as ".").
+    if isinstance(source, str) and (_looks_like_json_text(source) or not source.strip()):
         return _core.parse_json(source.encode(), strict_seed=strict_seed)
     if isinstance(source, (str, os.PathLike)):
         return _load_path(pathlib.Path(source), strict_seed)

@@ -2,17 +2,32 @@
 
 from __future__ import annotations
 
+import operator
+
 from masreplay import _core
 from masreplay.batch import TraceBatch
+from masreplay.errors import InvalidArgumentError
 
 Range = int | tuple[int, int]
 
+_U64_MAX = 2**64 - 1
 
-def _range(value: Range) -> tuple[int, int]:
-    if isinstance(value, int):
-        return (value, value)
-    low, high = value
-    return (int(low), int(high))
+
+def _count(name: str, value: int, high: int = _U64_MAX) -> int:
+    """A non-negative whole number; the core takes unsigned integers, and a negative one would
+    surface as an OverflowError that names no argument."""
+    number = operator.index(value)
+    if not 0 <= number <= high:
+        raise InvalidArgumentError(f"{name} must be an integer in [0, {high}], got {number}")
+    return number
+
+
+def _range(name: str, value: Range) -> tuple[int, int]:
+    if isinstance(value, tuple | list):
+        low, high = value
+    else:
+        low = high = value
+    return (_count(name, low), _count(name, high))
 
 
 def generate(
@@ -37,12 +52,12 @@ def generate(
     """
     return TraceBatch(
         _core.simulate(
-            n_traces,
-            agents=_range(agents),
-            depth=depth,
-            fan_out=_range(fan_out),
-            events_per_agent=_range(events_per_agent),
-            group_size=group_size,
-            seed=seed,
+            _count("n_traces", n_traces),
+            agents=_range("agents", agents),
+            depth=_count("depth", depth),
+            fan_out=_range("fan_out", fan_out),
+            events_per_agent=_range("events_per_agent", events_per_agent),
+            group_size=_count("group_size", group_size),
+            seed=_count("seed", seed),
         )
     )

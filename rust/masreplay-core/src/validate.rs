@@ -23,22 +23,6 @@ pub struct ValidateOptions {
 const TOP_LEVEL_SEED_KEYS: &[&str] =
     &["trace_id", "task_id", "system", "topology", "events", "edges", "rewards", "costs", "metrics"];
 const TOP_LEVEL_MASREPLAY_KEYS: &[&str] = &["schema_version", "group_id", "policy_version", "counterfactual_of"];
-const EVENT_KEYS: &[&str] = &[
-    "id",
-    "t",
-    "type",
-    "agent",
-    "role",
-    "from",
-    "to",
-    "tool",
-    "content_ref",
-    "trusted",
-    "reward",
-    "tokens",
-    "duration_s",
-    "logprob",
-];
 
 // ---- value rules shared by the JSON and the columnar paths -------------------------------
 
@@ -153,18 +137,18 @@ pub fn parse_documents(bytes: &[u8], options: ValidateOptions) -> Vec<Result<Tra
     results
 }
 
-/// The numbered non-blank lines of `bytes`, when it is JSON Lines: more than one line, and the
-/// first one a complete JSON object by itself (a pretty-printed document's first line is not).
+/// The numbered non-blank lines of `bytes`, when it is JSON Lines: more than one line, each
+/// one braced like a whole object (a pretty-printed document's lines are not). A broken line
+/// then costs only itself.
 fn json_lines(bytes: &[u8]) -> Option<Vec<(usize, &[u8])>> {
     let lines: Vec<(usize, &[u8])> = bytes
         .split(|&byte| byte == b'\n')
         .enumerate()
-        .filter(|(_, line)| !line.trim_ascii().is_empty())
-        .map(|(i, line)| (i + 1, line))
+        .map(|(i, line)| (i + 1, line.trim_ascii()))
+        .filter(|(_, line)| !line.is_empty())
         .collect();
-    let first = lines.first()?.1;
-    let one_object = matches!(serde_json::from_slice::<Value>(first), Ok(Value::Object(_)));
-    (lines.len() > 1 && one_object).then_some(lines)
+    let braced = |line: &[u8]| line.first() == Some(&b'{') && line.last() == Some(&b'}');
+    (lines.len() > 1 && lines.iter().all(|(_, line)| braced(line))).then_some(lines)
 }
 
 fn syntax_error(bytes: &[u8], error: &serde_json::Error) -> ValidationError {
@@ -197,6 +181,34 @@ fn type_name(value: &Value) -> &'static str {
     }
 }
 
+/// A JSON pointer built only when an error needs it: validating a good trace formats no path.
+#[derive(Clone, Copy)]
+enum Loc<'a> {
+    Root,
+    Key(&'a Loc<'a>, &'a str),
+    Index(&'a Loc<'a>, usize),
+}
+
+impl Loc<'_> {
+    fn key<'b>(&'b self, key: &'b str) -> Loc<'b> {
+        Loc::Key(self, key)
+    }
+
+    fn index(&self, index: usize) -> Loc<'_> {
+        Loc::Index(self, index)
+    }
+}
+
+impl std::fmt::Display for Loc<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Loc::Root => Ok(()),
+            Loc::Key(parent, key) => write!(f, "{parent}/{}", pointer_segment(key)),
+            Loc::Index(parent, index) => write!(f, "{parent}/{index}"),
+        }
+    }
+}
+
 struct Reader<'a> {
     trace_id: Option<&'a str>,
 }
@@ -204,81 +216,100 @@ struct Reader<'a> {
 type Checked<T> = Result<T, ValidationError>;
 
 impl Reader<'_> {
-    fn fail<T>(&self, path: &str, reason: impl Into<String>) -> Checked<T> {
-        Err(ValidationError::new(self.trace_id, path, reason))
+    fn fail<T>(&self, at: &Loc, reason: impl Into<String>) -> Checked<T> {
+        Err(ValidationError::new(self.trace_id, at.to_string(), reason))
     }
 
-    fn rule<T>(&self, path: &str, outcome: Result<T, String>) -> Checked<T> {
-        outcome.or_else(|reason| self.fail(path, reason))
+    fn rule<T>(&self, at: &Loc, outcome: Result<T, String>) -> Checked<T> {
+        outcome.or_else(|reason| self.fail(at, reason))
     }
 
-    fn required<'v>(&self, object: &'v Map<String, Value>, key: &str, path: &str) -> Checked<&'v Value> {
-        match object.get(key) {
+    fn required<'v>(&self, object: &'v Map<String, Value>, at: &Loc) -> Checked<&'v Value> {
+        let Loc::Key(_, key) = at else { unreachable!("a required field is named") };
+        match object.get(*key) {
             Some(value) => Ok(value),
-            None => self.fail(path, format!("missing required field {key:?}")),
+            None => self.fail(at, format!("missing required field {key:?}")),
         }
     }
 
-    fn string<'v>(&self, value: &'v Value, path: &str) -> Checked<&'v str> {
+    fn string<'v>(&self, value: &'v Value, at: &Loc) -> Checked<&'v str> {
         match value {
             Value::String(text) => Ok(text),
-            other => self.fail(path, format!("expected a string, got {}", type_name(other))),
+            other => self.fail(at, format!("expected a string, got {}", type_name(other))),
         }
     }
 
-    fn non_empty_string(&self, value: &Value, path: &str) -> Checked<String> {
-        let text = self.string(value, path)?;
-        self.rule(path, check_non_empty(text))?;
+    fn non_empty_string(&self, value: &Value, at: &Loc) -> Checked<String> {
+        let text = self.string(value, at)?;
+        self.rule(at, check_non_empty(text))?;
         Ok(text.to_owned())
     }
 
-    fn optional_string(&self, object: &Map<String, Value>, key: &str, path: &str) -> Checked<Option<String>> {
-        object.get(key).map(|value| self.string(value, &format!("{path}/{key}")).map(str::to_owned)).transpose()
+    fn required_text(&self, object: &Map<String, Value>, at: &Loc) -> Checked<String> {
+        self.non_empty_string(self.required(object, at)?, at)
     }
 
-    fn number(&self, value: &Value, path: &str) -> Checked<f64> {
+    fn optional_string(&self, object: &Map<String, Value>, at: &Loc) -> Checked<Option<String>> {
+        let Loc::Key(_, key) = at else { unreachable!("an optional field is named") };
+        object.get(*key).map(|value| self.string(value, at).map(str::to_owned)).transpose()
+    }
+
+    fn number(&self, value: &Value, at: &Loc) -> Checked<f64> {
         match value.as_f64() {
-            Some(number) if value.is_number() => {
-                self.rule(path, check_finite(number))?;
+            Some(number) => {
+                self.rule(at, check_finite(number))?;
                 Ok(number)
             }
-            _ => self.fail(path, format!("expected a number, got {}", type_name(value))),
+            None => self.fail(at, format!("expected a number, got {}", type_name(value))),
         }
     }
 
-    fn integer(&self, value: &Value, path: &str) -> Checked<i64> {
+    fn integer(&self, value: &Value, at: &Loc) -> Checked<i64> {
         let whole = value
             .as_i64()
             .or_else(|| value.as_f64().filter(|f| f.fract() == 0.0 && f.abs() < 9.0e15).map(|f| f as i64));
         match whole {
             Some(n) => Ok(n),
-            None => self.fail(path, format!("expected an integer, got {}", describe(value))),
+            None => self.fail(at, format!("expected an integer, got {}", describe(value))),
         }
     }
 
-    fn enumerated<E>(&self, value: &Value, path: &str, parse: fn(&str) -> Option<E>, expected: String) -> Checked<E> {
-        let text = self.string(value, path)?;
+    fn enumerated<E>(
+        &self,
+        value: &Value,
+        at: &Loc,
+        parse: fn(&str) -> Option<E>,
+        expected: fn() -> String,
+    ) -> Checked<E> {
+        let text = self.string(value, at)?;
         match parse(text) {
             Some(parsed) => Ok(parsed),
-            None => self.fail(path, format!("unknown value {text:?}; expected one of {expected}")),
+            None => self.fail(at, format!("unknown value {text:?}; expected one of {}", expected())),
         }
     }
 
-    fn object<'v>(&self, value: &'v Value, path: &str) -> Checked<&'v Map<String, Value>> {
+    fn object<'v>(&self, value: &'v Value, at: &Loc) -> Checked<&'v Map<String, Value>> {
         match value {
             Value::Object(object) => Ok(object),
-            other => self.fail(path, format!("expected an object, got {}", type_name(other))),
+            other => self.fail(at, format!("expected an object, got {}", type_name(other))),
         }
     }
 
-    fn named_numbers(&self, value: &Value, path: &str, non_negative: bool) -> Checked<NamedNumbers> {
-        let object = self.object(value, path)?;
+    fn array<'v>(&self, value: &'v Value, at: &Loc) -> Checked<&'v Vec<Value>> {
+        match value {
+            Value::Array(items) => Ok(items),
+            other => self.fail(at, format!("expected an array, got {}", type_name(other))),
+        }
+    }
+
+    fn named_numbers(&self, value: &Value, at: &Loc, non_negative: bool) -> Checked<NamedNumbers> {
+        let object = self.object(value, at)?;
         let mut numbers = Vec::with_capacity(object.len());
         for (key, item) in object {
-            let item_path = format!("{path}/{}", pointer_segment(key));
-            let number = self.number(item, &item_path)?;
+            let item_at = at.key(key);
+            let number = self.number(item, &item_at)?;
             if non_negative {
-                self.rule(&item_path, check_non_negative(number))?;
+                self.rule(&item_at, check_non_negative(number))?;
             }
             numbers.push((key.clone(), number));
         }
@@ -286,13 +317,14 @@ impl Reader<'_> {
     }
 
     fn trace(&self, object: &Map<String, Value>, options: ValidateOptions) -> Checked<Trace> {
+        let root = Loc::Root;
         let mut attributes = Map::new();
         for (key, value) in object {
             let known_seed = TOP_LEVEL_SEED_KEYS.contains(&key.as_str());
             let known_ours = TOP_LEVEL_MASREPLAY_KEYS.contains(&key.as_str());
             if options.strict_seed && !known_seed {
                 return self.fail(
-                    &format!("/{}", pointer_segment(key)),
+                    &root.key(key),
                     format!("unknown top-level key {key:?}: the seed schema allows no additional properties"),
                 );
             }
@@ -301,67 +333,65 @@ impl Reader<'_> {
             }
         }
         if let Some(version) = object.get("schema_version") {
-            let version = self.integer(version, "/schema_version")?;
-            self.rule("/schema_version", check_schema_version(version))?;
+            let at = root.key("schema_version");
+            let version = self.integer(version, &at)?;
+            self.rule(&at, check_schema_version(version))?;
         }
-        let trace_id = self.non_empty_string(self.required(object, "trace_id", "/trace_id")?, "/trace_id")?;
-        let task_id = self.non_empty_string(self.required(object, "task_id", "/task_id")?, "/task_id")?;
+        let trace_id = self.required_text(object, &root.key("trace_id"))?;
+        let task_id = self.required_text(object, &root.key("task_id"))?;
         let group_id = object
             .get("group_id")
-            .map(|v| self.non_empty_string(v, "/group_id"))
+            .map(|v| self.non_empty_string(v, &root.key("group_id")))
             .transpose()?
             .filter(|group| *group != task_id); // None already means "the task is the group"
-        let system = self.optional_string(object, "system", "")?;
+        let system = self.optional_string(object, &root.key("system"))?;
         let topology = object
             .get("topology")
-            .map(|v| self.enumerated(v, "/topology", Topology::parse, Topology::expected()))
+            .map(|v| self.enumerated(v, &root.key("topology"), Topology::parse, Topology::expected))
             .transpose()?;
         let policy_version = object
             .get("policy_version")
             .map(|v| {
-                let version = self.integer(v, "/policy_version")?;
-                self.rule("/policy_version", check_non_negative(version as f64))?;
+                let at = root.key("policy_version");
+                let version = self.integer(v, &at)?;
+                self.rule(&at, check_non_negative(version as f64))?;
                 Ok(version)
             })
             .transpose()?;
         let counterfactual_of = object.get("counterfactual_of").map(|v| self.counterfactual_of(v)).transpose()?;
 
-        let events_value = self.required(object, "events", "/events")?;
-        let Value::Array(event_values) = events_value else {
-            return self.fail("/events", format!("expected an array, got {}", type_name(events_value)));
-        };
+        let events_at = root.key("events");
+        let event_values = self.array(self.required(object, &events_at)?, &events_at)?;
         if event_values.is_empty() {
-            return self.fail("/events", "a trace needs at least one event");
+            return self.fail(&events_at, "a trace needs at least one event");
         }
         let mut events = Vec::with_capacity(event_values.len());
-        let mut index_of: HashMap<&str, u32> = HashMap::with_capacity(event_values.len());
         for (i, value) in event_values.iter().enumerate() {
-            let event = self.event(value, &format!("/events/{i}"))?;
-            events.push(event);
+            events.push(self.event(value, &events_at.index(i))?);
         }
+        let mut index_of: HashMap<&str, u32> = HashMap::with_capacity(events.len());
         for (i, event) in events.iter().enumerate() {
             if let Some(first) = index_of.insert(&event.id, i as u32) {
                 return self.fail(
-                    &format!("/events/{i}/id"),
+                    &events_at.index(i).key("id"),
                     format!("duplicate event id {:?} (first used by /events/{first})", event.id),
                 );
             }
         }
 
-        let edges_value = self.required(object, "edges", "/edges")?;
-        let Value::Array(edge_values) = edges_value else {
-            return self.fail("/edges", format!("expected an array, got {}", type_name(edges_value)));
-        };
+        let edges_at = root.key("edges");
+        let edge_values = self.array(self.required(object, &edges_at)?, &edges_at)?;
         let mut edges = Vec::with_capacity(edge_values.len());
         for (k, value) in edge_values.iter().enumerate() {
-            edges.push(self.edge(value, &format!("/edges/{k}"), &index_of)?);
+            edges.push(self.edge(value, &edges_at.index(k), &index_of)?);
         }
         let pairs: Vec<(u32, u32)> = edges.iter().map(|e| (e.src, e.dst)).collect();
         check_graph(self.trace_id, &|i| events[i].id.clone(), events.len(), &pairs)?;
 
-        let rewards = self.named_numbers(self.required(object, "rewards", "/rewards")?, "/rewards", false)?;
-        let costs = self.costs(self.required(object, "costs", "/costs")?)?;
-        let metrics = object.get("metrics").map(|v| self.named_numbers(v, "/metrics", false)).transpose()?;
+        let rewards_at = root.key("rewards");
+        let rewards = self.named_numbers(self.required(object, &rewards_at)?, &rewards_at, false)?;
+        let costs = self.costs(self.required(object, &root.key("costs"))?)?;
+        let metrics = object.get("metrics").map(|v| self.named_numbers(v, &root.key("metrics"), false)).transpose()?;
 
         Ok(Trace {
             trace_id,
@@ -381,105 +411,97 @@ impl Reader<'_> {
     }
 
     fn counterfactual_of(&self, value: &Value) -> Checked<CounterfactualOf> {
-        let path = "/counterfactual_of";
-        let object = self.object(value, path)?;
-        let field = |key: &str| self.required(object, key, &format!("{path}/{key}"));
+        let root = Loc::Root;
+        let at = root.key("counterfactual_of");
+        let object = self.object(value, &at)?;
+        let kind_at = at.key("kind");
         Ok(CounterfactualOf {
-            trace_id: self.non_empty_string(field("trace_id")?, &format!("{path}/trace_id"))?,
-            event_id: self.non_empty_string(field("event_id")?, &format!("{path}/event_id"))?,
+            trace_id: self.required_text(object, &at.key("trace_id"))?,
+            event_id: self.required_text(object, &at.key("event_id"))?,
             kind: self.enumerated(
-                field("kind")?,
-                &format!("{path}/kind"),
+                self.required(object, &kind_at)?,
+                &kind_at,
                 CounterfactualKind::parse,
-                CounterfactualKind::expected(),
+                CounterfactualKind::expected,
             )?,
         })
     }
 
-    fn event(&self, value: &Value, path: &str) -> Checked<Event> {
-        let object = self.object(value, path)?;
-        let field = |key: &str| self.required(object, key, &format!("{path}/{key}"));
-        let id = self.non_empty_string(field("id")?, &format!("{path}/id"))?;
-        let t_path = format!("{path}/t");
-        let t = self.number(field("t")?, &t_path)?;
-        self.rule(&t_path, check_non_negative(t))?;
+    fn event(&self, value: &Value, at: &Loc) -> Checked<Event> {
+        let object = self.object(value, at)?;
+        let id = self.required_text(object, &at.key("id"))?;
+        let t_at = at.key("t");
+        let t = self.number(self.required(object, &t_at)?, &t_at)?;
+        self.rule(&t_at, check_non_negative(t))?;
+        let type_at = at.key("type");
         let event_type =
-            self.enumerated(field("type")?, &format!("{path}/type"), EventType::parse, EventType::expected())?;
-        let agent = self.non_empty_string(field("agent")?, &format!("{path}/agent"))?;
+            self.enumerated(self.required(object, &type_at)?, &type_at, EventType::parse, EventType::expected)?;
+        let agent = self.required_text(object, &at.key("agent"))?;
         let mut event = Event::new(id, t, event_type, agent);
-        event.role = self.optional_string(object, "role", path)?;
-        event.from = self.optional_string(object, "from", path)?;
-        event.to = self.optional_string(object, "to", path)?;
-        event.tool = self.optional_string(object, "tool", path)?;
-        event.content_ref = self.optional_string(object, "content_ref", path)?;
-        if let Some(value) = object.get("trusted") {
-            match value {
-                Value::Bool(flag) => event.trusted = Some(*flag),
-                other => {
-                    return self
-                        .fail(&format!("{path}/trusted"), format!("expected a boolean, got {}", type_name(other)));
+        let mut extra = Map::new();
+        for (key, value) in object {
+            let field_at = at.key(key);
+            match key.as_str() {
+                "id" | "t" | "type" | "agent" => {}
+                "role" => event.role = Some(self.string(value, &field_at)?.to_owned()),
+                "from" => event.from = Some(self.string(value, &field_at)?.to_owned()),
+                "to" => event.to = Some(self.string(value, &field_at)?.to_owned()),
+                "tool" => event.tool = Some(self.string(value, &field_at)?.to_owned()),
+                "content_ref" => event.content_ref = Some(self.string(value, &field_at)?.to_owned()),
+                "trusted" => match value {
+                    Value::Bool(flag) => event.trusted = Some(*flag),
+                    other => return self.fail(&field_at, format!("expected a boolean, got {}", type_name(other))),
+                },
+                "reward" => event.reward = Some(self.named_numbers(value, &field_at, false)?),
+                "tokens" => {
+                    let tokens = self.integer(value, &field_at)?;
+                    self.rule(&field_at, check_non_negative(tokens as f64))?;
+                    event.tokens = Some(tokens);
+                }
+                "duration_s" => {
+                    let duration = self.number(value, &field_at)?;
+                    self.rule(&field_at, check_non_negative(duration))?;
+                    event.duration_s = Some(duration);
+                }
+                "logprob" => {
+                    let logprob = self.number(value, &field_at)?;
+                    self.rule(&field_at, check_logprob(logprob))?;
+                    event.logprob = Some(logprob);
+                }
+                _ => {
+                    extra.insert(key.clone(), value.clone());
                 }
             }
         }
-        if let Some(value) = object.get("reward") {
-            event.reward = Some(self.named_numbers(value, &format!("{path}/reward"), false)?);
-        }
-        if let Some(value) = object.get("tokens") {
-            let tokens_path = format!("{path}/tokens");
-            let tokens = self.integer(value, &tokens_path)?;
-            self.rule(&tokens_path, check_non_negative(tokens as f64))?;
-            event.tokens = Some(tokens);
-        }
-        if let Some(value) = object.get("duration_s") {
-            let duration_path = format!("{path}/duration_s");
-            let duration = self.number(value, &duration_path)?;
-            self.rule(&duration_path, check_non_negative(duration))?;
-            event.duration_s = Some(duration);
-        }
-        if let Some(value) = object.get("logprob") {
-            let logprob_path = format!("{path}/logprob");
-            let logprob = self.number(value, &logprob_path)?;
-            self.rule(&logprob_path, check_logprob(logprob))?;
-            event.logprob = Some(logprob);
-        }
-        let extra: Map<String, Value> = object
-            .iter()
-            .filter(|(key, _)| !EVENT_KEYS.contains(&key.as_str()))
-            .map(|(key, value)| (key.clone(), value.clone()))
-            .collect();
         event.attributes = (!extra.is_empty()).then_some(extra);
         Ok(event)
     }
 
-    fn edge(&self, value: &Value, path: &str, index_of: &HashMap<&str, u32>) -> Checked<Edge> {
-        let object = self.object(value, path)?;
+    fn edge(&self, value: &Value, at: &Loc, index_of: &HashMap<&str, u32>) -> Checked<Edge> {
+        let object = self.object(value, at)?;
         if let Some(key) = object.keys().find(|key| !["src", "dst", "type"].contains(&key.as_str())) {
-            return self.fail(
-                &format!("{path}/{}", pointer_segment(key)),
-                format!("unknown edge key {key:?}: an edge has exactly src, dst and type"),
-            );
+            return self.fail(&at.key(key), format!("unknown edge key {key:?}: an edge has exactly src, dst and type"));
         }
         let mut endpoints = [0u32; 2];
         for (slot, key) in endpoints.iter_mut().zip(["src", "dst"]) {
-            let end_path = format!("{path}/{key}");
-            let id = self.non_empty_string(self.required(object, key, &end_path)?, &end_path)?;
-            match index_of.get(id.as_str()) {
+            let end_at = at.key(key);
+            let id = self.string(self.required(object, &end_at)?, &end_at)?;
+            self.rule(&end_at, check_non_empty(id))?;
+            match index_of.get(id) {
                 Some(&index) => *slot = index,
-                None => return self.fail(&end_path, format!("edge names event {id:?}, which is not in /events")),
+                None => return self.fail(&end_at, format!("edge names event {id:?}, which is not in /events")),
             }
         }
-        let type_path = format!("{path}/type");
-        let edge_type = self.enumerated(
-            self.required(object, "type", &type_path)?,
-            &type_path,
-            EdgeType::parse,
-            EdgeType::expected(),
-        )?;
+        let type_at = at.key("type");
+        let edge_type =
+            self.enumerated(self.required(object, &type_at)?, &type_at, EdgeType::parse, EdgeType::expected)?;
         Ok(Edge { src: endpoints[0], dst: endpoints[1], edge_type })
     }
 
     fn costs(&self, value: &Value) -> Checked<Costs> {
-        let all = self.named_numbers(value, "/costs", true)?;
+        let root = Loc::Root;
+        let at = root.key("costs");
+        let all = self.named_numbers(value, &at, true)?;
         let mut costs = Costs { tokens: 0.0, wall_clock_s: 0.0, tool_calls: None, messages: None, other: Vec::new() };
         let (mut has_tokens, mut has_wall_clock) = (false, false);
         for (key, number) in all {
@@ -493,7 +515,7 @@ impl Reader<'_> {
         }
         for (present, key) in [(has_tokens, "tokens"), (has_wall_clock, "wall_clock_s")] {
             if !present {
-                return self.fail(&format!("/costs/{key}"), format!("missing required field {key:?}"));
+                return self.fail(&at.key(key), format!("missing required field {key:?}"));
             }
         }
         Ok(costs)

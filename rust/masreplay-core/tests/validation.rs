@@ -187,7 +187,7 @@ fn json_lines_keep_going_after_a_bad_line() {
     let good = seed_example().to_string();
     let mut other = seed_example();
     other["trace_id"] = json!("second");
-    let text = format!("{good}\n{{not json\n{other}\n");
+    let text = format!("{good}\n{{\"trace_id\": \"x\", oops}}\n{other}\n");
     let outcomes = parse_documents(text.as_bytes(), ValidateOptions::default());
     assert_eq!(outcomes.len(), 3);
     assert!(outcomes[0].is_ok() && outcomes[2].is_ok());

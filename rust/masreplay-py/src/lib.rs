@@ -2,6 +2,7 @@
 //! are converted, long work runs with the GIL released, and errors are mapped once.
 
 mod batch;
+mod buffer;
 mod errors;
 mod objects;
 
@@ -79,7 +80,12 @@ fn parse_objects(
 
 /// Checks Arrow data (anything with `__arrow_c_stream__`) in the canonical layout.
 #[pyfunction]
-fn ingest_arrow(py: Python<'_>, table: PyTable) -> PyResult<(PyTraceBatch, Rejected)> {
+fn ingest_arrow(py: Python<'_>, table: Bound<'_, PyAny>) -> PyResult<(PyTraceBatch, Rejected)> {
+    // Importing can fail on data that breaks its own schema (nulls in a non-null column).
+    let table: PyTable = table.extract().map_err(|error: PyErr| {
+        let reason = arrow_schema::ArrowError::InvalidArgumentError(error.to_string());
+        errors::to_py(py, MasreplayError::Arrow(reason))
+    })?;
     let (batches, _) = table.into_inner();
     let (inner, errors) = py.detach(|| TraceBatch::from_arrow(&batches)).or_raise(py)?;
     Ok((PyTraceBatch { inner }, rejected_from(py, errors)))
@@ -131,6 +137,7 @@ fn simulate(
 #[pymodule]
 fn _core(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<PyTraceBatch>()?;
+    module.add_class::<buffer::PyGraphBuffer>()?;
     module.add_function(wrap_pyfunction!(parse_json, module)?)?;
     module.add_function(wrap_pyfunction!(parse_objects, module)?)?;
     module.add_function(wrap_pyfunction!(ingest_arrow, module)?)?;

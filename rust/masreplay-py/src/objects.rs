@@ -36,7 +36,9 @@ pub fn to_json(object: &Bound<'_, PyAny>, path: &mut String) -> Result<Value, No
         if let Ok(n) = object.extract::<u64>() {
             return Ok(Value::Number(n.into()));
         }
-        return Err(fail(path, "integer too large for a JSON number".into()));
+        // Wider integers become the nearest double, as a JSON parser reads them.
+        let wide: f64 = object.extract().map_err(|e: PyErr| fail(path, e.to_string()))?;
+        return float_value(wide).ok_or_else(|| fail(path, format!("{wide} is not a finite number")));
     }
     if let Ok(dict) = object.cast::<PyDict>() {
         let mut map = Map::with_capacity(dict.len());

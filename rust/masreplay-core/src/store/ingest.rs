@@ -141,16 +141,24 @@ impl<'a> Vocabulary<'a> {
         if self.source.is_null(i) {
             return Ok(None);
         }
-        let key = self.source.keys().value(i) as usize;
-        self.codes[key].map(Some).ok_or_else(|| {
-            let text = self.source.values().as_string::<i32>().value(key);
+        let key = self.source.keys().value(i);
+        let Some(&known) = usize::try_from(key).ok().and_then(|k| self.codes.get(k)) else {
+            return Err(format!("dictionary key {key} is outside its dictionary"));
+        };
+        known.map(Some).ok_or_else(|| {
+            let text = self.source.values().as_string::<i32>().value(key as usize);
             let expected: Vec<String> = self.names.iter().map(|n| format!("'{n}'")).collect();
             format!("unknown value {text:?}; expected one of {}", expected.join(", "))
         })
     }
 
+    /// The column with canonical codes. A value outside the vocabulary gets code 0 as a
+    /// placeholder: its trace is rejected by the per-trace check and filtered out, but the
+    /// column must stay non-null until then. Rows under a null parent may hold any key.
     fn canonical(&self) -> ArrayRef {
-        let keys: Int8Array = (0..self.source.len()).map(|i| self.code(i).ok().flatten()).collect();
+        let keys: Int8Array = (0..self.source.len())
+            .map(|i| if self.source.is_null(i) { None } else { Some(self.code(i).unwrap_or(Some(0)).unwrap_or(0)) })
+            .collect();
         Arc::new(
             DictionaryArray::<Int8Type>::try_new(keys, vocabulary(self.names)).expect("codes index the vocabulary"),
         )
@@ -162,6 +170,20 @@ struct Vocabularies<'a> {
     edge_type: Vocabulary<'a>,
     topology: Vocabulary<'a>,
     kind: Vocabulary<'a>,
+}
+
+impl<'a> Vocabularies<'a> {
+    fn of(columns: &TraceColumns<'a>) -> Self {
+        let child = |parent: &'a StructArray, name: &str| -> &'a DictionaryArray<Int8Type> {
+            parent.column_by_name(name).expect("canonical field").as_dictionary()
+        };
+        Vocabularies {
+            event_type: Vocabulary::new(child(columns.events.values().as_struct(), "type"), EventType::NAMES),
+            edge_type: Vocabulary::new(child(columns.edges.values().as_struct(), "type"), EdgeType::NAMES),
+            topology: Vocabulary::new(columns.topology, Topology::NAMES),
+            kind: Vocabulary::new(child(columns.counterfactual_of, "kind"), CounterfactualKind::NAMES),
+        }
+    }
 }
 
 type Checked<T> = Result<T, ValidationError>;
@@ -363,20 +385,7 @@ pub fn ingest_batches(batches: &[RecordBatch]) -> Result<Ingested, MasreplayErro
     let whole = if refs.is_empty() { new_null_array(&target, 0) } else { arrow_select::concat::concat(&refs)? };
     let relaxed = RecordBatch::from(whole.as_struct().clone());
     let columns = TraceColumns::new(&relaxed);
-    let event_struct = columns.events.values().as_struct();
-    let edge_struct = columns.edges.values().as_struct();
-    fn dictionary(array: &ArrayRef) -> &DictionaryArray<Int8Type> {
-        array.as_dictionary()
-    }
-    let vocabularies = Vocabularies {
-        event_type: Vocabulary::new(dictionary(event_struct.column_by_name("type").unwrap()), EventType::NAMES),
-        edge_type: Vocabulary::new(dictionary(edge_struct.column_by_name("type").unwrap()), EdgeType::NAMES),
-        topology: Vocabulary::new(columns.topology, Topology::NAMES),
-        kind: Vocabulary::new(
-            dictionary(columns.counterfactual_of.column_by_name("kind").unwrap()),
-            CounterfactualKind::NAMES,
-        ),
-    };
+    let vocabularies = Vocabularies::of(&columns);
     let outcomes: Vec<Checked<Derived>> = (0..relaxed.num_rows())
         .into_par_iter()
         .map(|row| {
@@ -404,6 +413,15 @@ pub fn ingest_batches(batches: &[RecordBatch]) -> Result<Ingested, MasreplayErro
     };
     let batch = complete(&kept, &derived)?;
     Ok(Ingested { batch, rejected })
+}
+
+/// Re-encodes the closed vocabularies of a batch that has the canonical schema (kernels such
+/// as interleave rebuild dictionaries, which moves the codes).
+pub(crate) fn with_canonical_codes(batch: &RecordBatch) -> Result<RecordBatch, MasreplayError> {
+    let columns = TraceColumns::new(batch);
+    let vocabularies = Vocabularies::of(&columns);
+    let recoded = replace_vocabularies(batch, &vocabularies)?;
+    Ok(RecordBatch::try_new(canonical_schema(), recoded.columns().to_vec())?)
 }
 
 /// Swaps every closed-vocabulary column for one with canonical codes.

@@ -14,6 +14,7 @@ use arrow_array::{Array, ArrayRef, Int32Array, ListArray, RecordBatch, UInt32Arr
 use arrow_schema::{Field, Schema};
 
 pub use build::batch_from_traces;
+pub(crate) use ingest::with_canonical_codes;
 pub use ingest::{Ingested, ingest_batches};
 pub use parquet_io::{read_parquet, write_parquet};
 pub use read::trace_at;
@@ -144,11 +145,13 @@ impl TraceBatch {
             self.check_index(index)?;
         }
         let take_index = UInt32Array::from(indices.iter().map(|&i| i as u32).collect::<Vec<_>>());
-        Ok(Self::from_canonical(arrow_select::take::take_record_batch(&self.batch, &take_index)?))
+        let taken = arrow_select::take::take_record_batch(&self.batch, &take_index)?;
+        Ok(Self::from_canonical(with_canonical_codes(&taken)?))
     }
 
     pub fn concat(batches: &[&TraceBatch]) -> Result<Self> {
         let records: Vec<&RecordBatch> = batches.iter().map(|b| &b.batch).collect();
-        Ok(Self::from_canonical(arrow_select::concat::concat_batches(&schema::canonical_schema(), records)?))
+        let joined = arrow_select::concat::concat_batches(&schema::canonical_schema(), records)?;
+        Ok(Self::from_canonical(with_canonical_codes(&joined)?))
     }
 }

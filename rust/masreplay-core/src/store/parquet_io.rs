@@ -37,6 +37,9 @@ pub fn write_parquet(batch: &RecordBatch, path: &Path) -> Result<()> {
 /// Reads one Parquet file, all of its row groups.
 pub fn read_parquet(path: &Path) -> Result<Vec<RecordBatch>> {
     let file = File::open(path).map_err(|e| io_error(path, e))?;
-    let reader = ParquetRecordBatchReaderBuilder::try_new(file)?.with_batch_size(8192).build()?;
-    Ok(reader.collect::<std::result::Result<Vec<_>, _>>()?)
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file)?.with_batch_size(8192);
+    // The reader's batches drop the schema metadata that the file keeps; put it back.
+    let schema = builder.schema().clone();
+    let reader = builder.build()?;
+    reader.map(|batch| Ok(batch?.with_schema(schema.clone())?)).collect()
 }

@@ -23,8 +23,9 @@ fn json_object(array: &StringArray, i: usize) -> Option<Map<String, Value>> {
     }
 }
 
-fn enum_code(array: &DictionaryArray<Int8Type>, i: usize) -> Option<usize> {
-    array.is_valid(i).then(|| array.keys().value(i) as usize)
+/// Decodes a closed-vocabulary value by its text, so reading never depends on code order.
+fn closed<E>(array: &DictionaryArray<Int8Type>, i: usize, parse: fn(&str) -> Option<E>) -> Option<E> {
+    dictionary_text(array, i).and_then(parse)
 }
 
 fn optional<T: arrow_array::ArrowPrimitiveType>(array: &arrow_array::PrimitiveArray<T>, i: usize) -> Option<T::Native> {
@@ -42,7 +43,7 @@ pub fn trace_at(batch: &RecordBatch, row: usize) -> Trace {
     let event_range = columns.events.value_offsets()[row] as usize..columns.events.value_offsets()[row + 1] as usize;
     let events = event_range
         .map(|j| {
-            let event_type = EventType::from_code(ev.event_type.keys().value(j) as usize).expect("canonical code");
+            let event_type = closed(ev.event_type, j, EventType::parse).expect("validated event type");
             let agent = dictionary_text(ev.agent, j).unwrap_or_default();
             let mut event = Event::new(ev.id.value(j), ev.t.value(j), event_type, agent);
             let owned = |array, j| dictionary_text(array, j).map(str::to_owned);
@@ -65,7 +66,7 @@ pub fn trace_at(batch: &RecordBatch, row: usize) -> Trace {
         .map(|k| Edge {
             src: ed.src.value(k) as u32,
             dst: ed.dst.value(k) as u32,
-            edge_type: EdgeType::from_code(ed.edge_type.keys().value(k) as usize).expect("canonical code"),
+            edge_type: closed(ed.edge_type, k, EdgeType::parse).expect("validated edge type"),
         })
         .collect();
     let counterfactual_of = columns.counterfactual_of.is_valid(row).then(|| {
@@ -73,8 +74,8 @@ pub fn trace_at(batch: &RecordBatch, row: usize) -> Trace {
         CounterfactualOf {
             trace_id: of.column(0).as_string::<i32>().value(row).to_owned(),
             event_id: of.column(1).as_string::<i32>().value(row).to_owned(),
-            kind: CounterfactualKind::from_code(of.column(2).as_dictionary::<Int8Type>().keys().value(row) as usize)
-                .expect("canonical code"),
+            kind: closed(of.column(2).as_dictionary::<Int8Type>(), row, CounterfactualKind::parse)
+                .expect("validated counterfactual kind"),
         }
     });
     let task_id = columns.task_id.value(row).to_owned();
@@ -84,7 +85,7 @@ pub fn trace_at(batch: &RecordBatch, row: usize) -> Trace {
         group_id: (group_id != task_id).then(|| group_id.to_owned()),
         task_id,
         system: text(columns.system, row),
-        topology: enum_code(columns.topology, row).and_then(Topology::from_code),
+        topology: closed(columns.topology, row, Topology::parse),
         policy_version: optional(columns.policy_version, row),
         counterfactual_of,
         events,

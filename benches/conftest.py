@@ -1,0 +1,278 @@
+"""Data sets, honesty checks and the summary table of the ingest benchmarks.
+
+Run with ``pytest benches --benchmark-only``. Every data set is built once per session, and
+before anything is timed the anchor's output is compared with masreplay's, value by value
+(see ``anchors.assert_same_table``). At the end of the run (in the terminal summary, so with or
+without ``-s``) a table of throughputs and ratios (anchor time / masreplay time) is printed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import masreplay
+from anchors import arrow_anchor, assert_same_table, json_anchor
+
+# ---- sizes (kept so that the whole suite runs in well under 3 minutes on 2 cores) ----------
+
+#: Traces of 20-200 events: the simulator's default shape, widened, then filtered to the range.
+SMALL_SHAPE = {"agents": (3, 16), "events_per_agent": (3, 12)}
+SMALL_EVENTS = (20, 200)
+#: Kimi scale: 300 sub-agents per trace, about 4,000 events per trace.
+KIMI_SHAPE = {"agents": 300, "events_per_agent": (10, 14)}
+
+JSON_SMALL_TRACES = 1000  # about 28 MB of JSON Lines, ~95k events
+JSON_KIMI_TRACES = 6  # about 7.7 MB, ~25k events
+ARROW_TRACES = 6000  # about 570k events
+
+MB = 1e6
+
+
+@dataclass
+class Dataset:
+    """One input of the benchmarks, with the sizes the throughputs are computed from."""
+
+    name: str
+    source: object  # bytes, a pa.Table or a path
+    n_traces: int
+    n_events: int
+    n_bytes: int
+    goal: str = ""
+    notes: dict = field(default_factory=dict)
+
+
+def _generate(n_traces: int, seed: int, shape: dict, events: tuple[int, int] | None = None) -> masreplay.TraceBatch:
+    batch = masreplay.sim.generate(n_traces, seed=seed, **shape)
+    if events is not None:
+        sizes = np.diff(batch.event_offsets)
+        batch = batch[[int(i) for i in np.flatnonzero((sizes >= events[0]) & (sizes <= events[1]))]]
+    return batch
+
+
+def _json_lines(batch: masreplay.TraceBatch) -> bytes:
+    return ("\n".join(json.dumps(batch[i]) for i in range(len(batch))) + "\n").encode()
+
+
+JSON_GOAL = "goal: masreplay >= 5x the anchor"
+ARROW_GOAL = "goal: masreplay >= 5 M events/s"
+
+
+def _json_dataset(name: str, batch: masreplay.TraceBatch) -> Dataset:
+    data = _json_lines(batch)
+    ours = masreplay.load_traces(data).to_arrow()
+    theirs = json_anchor(data, ours.schema)
+    assert_same_table(ours, theirs)  # the anchor builds the very table masreplay builds
+    sizes = np.diff(batch.event_offsets)
+    return Dataset(
+        name,
+        data,
+        len(batch),
+        int(batch.num_events),
+        len(data),
+        JSON_GOAL,
+        {"events per trace": f"{sizes.min()}-{sizes.max()}"},
+    )
+
+
+# ---- the anchor checks what masreplay checks -------------------------------------------------
+
+
+def _breakages(rows: list[dict]) -> dict[str, Callable[[list[dict]], object]]:
+    """Ways to break the first trace of ``rows`` (canonical row dicts) that both must reject."""
+    first = rows[0]
+    n = len(first["events"])
+    edge = first["edges"][0]
+
+    def set_event(key, value, i=1):
+        return lambda r: r[0]["events"][i].__setitem__(key, value)
+
+    return {
+        "negative t": set_event("t", -1.0),
+        "NaN t": set_event("t", math.nan),
+        "unknown event type": set_event("type", "teleport"),
+        "empty agent": set_event("agent", ""),
+        "positive logprob": set_event("logprob", 0.5),
+        "negative tokens": set_event("tokens", -3),
+        "duplicate event id": set_event("id", first["events"][0]["id"]),
+        "edge out of range": lambda r: r[0]["edges"][0].__setitem__("dst", n),
+        "negative edge index": lambda r: r[0]["edges"][0].__setitem__("src", -1),
+        "self-loop": lambda r: r[0]["edges"][0].__setitem__("dst", edge["src"]),
+        "cycle": lambda r: r[0]["edges"].append({"src": edge["dst"], "dst": edge["src"], "type": "temporal"}),
+        "unknown edge type": lambda r: r[0]["edges"][0].__setitem__("type", "wormhole"),
+        "empty trace_id": lambda r: r[0].__setitem__("trace_id", ""),
+        "NaN reward": lambda r: r[0].__setitem__("rewards", [("team", math.nan)]),
+        "negative cost": lambda r: r[0]["costs"].__setitem__("wall_clock_s", -1.0),
+        "unknown topology": lambda r: r[0].__setitem__("topology", "ring"),
+        "no events": lambda r: (r[0].__setitem__("events", []), r[0].__setitem__("edges", [])),
+    }
+
+
+def _assert_anchor_rejects_what_masreplay_rejects(table: pa.Table) -> None:
+    """Breaks one trace in each of the ways masreplay's Arrow ingest checks for, and requires
+    both masreplay and the anchor to refuse the table."""
+    sample = table.slice(0, 3)
+    counterfactual = table.schema.get_field_index("counterfactual_of")
+    for name, breakage in _breakages(sample.to_pylist()).items():
+        rows = sample.to_pylist()
+        breakage(rows)
+        broken = pa.Table.from_pylist(rows, schema=table.schema)
+        # from_pylist leaves index 0 under the null counterfactual_of rows with an empty `kind`
+        # dictionary, on which masreplay's Arrow ingest panics (store/ingest.rs,
+        # Vocabulary::code); keep the simulator's column so the check reaches the breakage.
+        broken = broken.set_column(
+            counterfactual, table.schema.field(counterfactual), sample.column(counterfactual)
+        )
+        try:
+            masreplay.load_traces(broken)
+        except masreplay.MasreplayError:  # unknown enum values raise DataFormatError today
+            pass
+        else:
+            raise AssertionError(f"masreplay accepted a table with {name}")
+        try:
+            arrow_anchor(broken)
+        except ValueError as error:
+            assert "anchor check failed" in str(error), f"{name}: the anchor failed otherwise: {error}"
+        else:
+            raise AssertionError(f"the anchor accepted a table with {name}")
+
+
+# ---- session data sets -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def json_small() -> Dataset:
+    batch = _generate(JSON_SMALL_TRACES, 11, SMALL_SHAPE, SMALL_EVENTS)
+    return _json_dataset("json, 20-200 events/trace", batch)
+
+
+@pytest.fixture(scope="session")
+def json_kimi() -> Dataset:
+    batch = _generate(JSON_KIMI_TRACES, 12, KIMI_SHAPE)
+    return _json_dataset("json, Kimi scale (~4k events/trace)", batch)
+
+
+@pytest.fixture(scope="session")
+def arrow_table() -> Dataset:
+    batch = _generate(ARROW_TRACES, 13, SMALL_SHAPE, SMALL_EVENTS)
+    table = batch.to_arrow()
+    ours = masreplay.load_traces(table).to_arrow()
+    assert_same_table(ours, arrow_anchor(table))
+    # Both recompute the derived columns rather than trusting the input's:
+    stripped = table.drop_columns(["n_events", "n_edges", "n_agents", "depth", "max_branching"])
+    assert_same_table(masreplay.load_traces(stripped).to_arrow(), ours)
+    _assert_anchor_rejects_what_masreplay_rejects(table)
+    sizes = np.diff(batch.event_offsets)
+    return Dataset(
+        "arrow (canonical table), 20-200 events/trace",
+        table,
+        table.num_rows,
+        int(batch.num_events),
+        table.nbytes,
+        ARROW_GOAL,
+        {"events per trace": f"{sizes.min()}-{sizes.max()}"},
+    )
+
+
+@pytest.fixture(scope="session")
+def parquet_file(arrow_table: Dataset, tmp_path_factory: pytest.TempPathFactory) -> Dataset:
+    path = tmp_path_factory.mktemp("parquet") / "traces.parquet"
+    masreplay.load_traces(arrow_table.source).write_parquet(path)
+    ours = masreplay.load_traces(path).to_arrow()
+    assert_same_table(ours, arrow_anchor(pq.read_table(path)))
+    return Dataset(
+        "parquet (masreplay's zstd file), 20-200 events/trace",
+        path,
+        arrow_table.n_traces,
+        arrow_table.n_events,
+        os.path.getsize(path),
+    )
+
+
+# ---- measuring, and the summary table ----------------------------------------------------------
+
+_RESULTS = pytest.StashKey[list]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[_RESULTS] = []
+
+
+@pytest.fixture
+def measure(benchmark, request):
+    """Times ``fn`` with pytest-benchmark in pedantic mode and records the figures."""
+
+    def run(fn, *, data: Dataset, side: str, rounds: int, warmup_rounds: int = 1, unit: str = "events/s"):
+        benchmark.group = data.name
+        benchmark.extra_info.update(
+            side=side,
+            unit=unit,
+            n_traces=data.n_traces,
+            n_events=data.n_events,
+            n_bytes=data.n_bytes,
+            **{k: str(v) for k, v in data.notes.items()},
+        )
+        result = benchmark.pedantic(fn, rounds=rounds, iterations=1, warmup_rounds=warmup_rounds)
+        stats = getattr(benchmark, "stats", None)
+        if stats is not None:  # None under --benchmark-disable
+            request.config.stash[_RESULTS].append(
+                {
+                    "data": data,
+                    "side": side,
+                    "unit": unit,
+                    "median": stats.stats.median,
+                    "min": stats.stats.min,
+                    "rounds": stats.stats.rounds,
+                }
+            )
+        return result
+
+    return run
+
+
+def _rate(record: dict, key: str) -> str:
+    data, seconds = record["data"], record[key]
+    if record["unit"] == "MB/s":
+        return f"{data.n_bytes / MB / seconds:8.1f} MB/s  ({data.n_events / seconds / 1e6:5.2f} M ev/s)"
+    return f"{data.n_events / seconds / 1e6:8.2f} M events/s"
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
+    results = config.stash.get(_RESULTS, [])
+    if not results:
+        return
+    write = terminalreporter.write_line
+    terminalreporter.section("masreplay ingest vs anchors")
+    write(
+        f"python {platform.python_version()}, pyarrow {pa.__version__}, numpy {np.__version__}, "
+        f"masreplay {getattr(masreplay, '__version__', '(editable)')}, {os.cpu_count()} CPUs"
+    )
+    write("throughput of the median round [best round]; ratio = anchor time / masreplay time (> 1: masreplay faster)")
+    by_data: dict[str, list[dict]] = {}
+    for record in results:
+        by_data.setdefault(record["data"].name, []).append(record)
+    for name, records in by_data.items():
+        data = records[0]["data"]
+        write("")
+        write(
+            f"{name}: {data.n_traces} traces, {data.n_events:,} events, {data.n_bytes / MB:.1f} MB"
+            + (f"  ({data.goal})" if data.goal else "")
+        )
+        ours = next((r for r in records if r["side"] == "masreplay"), None)
+        for record in records:
+            line = f"  {record['side']:<44} {_rate(record, 'median')}   [best {_rate(record, 'min').strip()}]"
+            line += f"   {record['rounds']} rounds"
+            if ours is not None and record is not ours:
+                ratio, best = record["median"] / ours["median"], record["min"] / ours["min"]
+                line += f"   ratio {ratio:.2f}x (best/best {best:.2f}x)"
+            write(line)

@@ -1,0 +1,196 @@
+"""GraphBuffer: the graph-native, variable-shape replay buffer a training loop calls."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow as pa
+
+from masreplay import _core
+from masreplay.batch import Rejected, TraceBatch, _from_ipc_table, _to_ipc
+from masreplay.io import OnError, _load
+
+Sampler = Literal["uniform", "prioritized"]
+
+#: The trace-length bands of the seed's benchmark recommendations: band b holds traces with
+#: b/10 < n_events <= b (band 10 holds 1..10 events).
+LENGTH_BANDS = (10, 100, 1000, 10000)
+
+
+def band_limits(band: int) -> tuple[int, int]:
+    if band not in LENGTH_BANDS:
+        raise ValueError(f"band must be one of {LENGTH_BANDS}, not {band!r}")
+    return (1 if band == 10 else band // 10 + 1, band)
+
+
+@dataclass
+class AddReport:
+    """What ``add(..., on_error="skip")`` did: how many traces landed, and which were left out
+    as (position in the input, trace_id, error)."""
+
+    added: int
+    rejected: list[Rejected] = field(default_factory=list)
+
+
+class GraphBuffer:
+    """A replay buffer of whole orchestration traces, kept as graphs in Arrow.
+
+    ``capacity`` counts traces (``unit="traces"``) or events (``unit="events"``); when full,
+    the oldest whole traces are evicted (never part of one). Safe to share between threads:
+    rollout workers may ``add`` while the trainer samples.
+    """
+
+    __slots__ = ("_core",)
+
+    def __init__(self, capacity: int, *, unit: Literal["traces", "events"] = "traces", seed: int = 0) -> None:
+        self._core = _core.GraphBuffer(capacity, unit=unit, seed=seed)
+
+    @classmethod
+    def _wrap(cls, core: _core.GraphBuffer) -> GraphBuffer:
+        buffer = cls.__new__(cls)
+        buffer._core = core
+        return buffer
+
+    # ---- contents ----------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._core)
+
+    def __contains__(self, trace_id: object) -> bool:
+        return isinstance(trace_id, str) and trace_id in self._core
+
+    def __repr__(self) -> str:
+        return (f"GraphBuffer({len(self)}/{self.capacity} {self.unit}" if self.unit == "traces"
+                else f"GraphBuffer({self.num_events}/{self.capacity} events") + f", {len(self)} traces)"
+
+    @property
+    def num_events(self) -> int:
+        return self._core.num_events
+
+    @property
+    def num_groups(self) -> int:
+        return self._core.num_groups
+
+    @property
+    def capacity(self) -> int:
+        return self._core.capacity
+
+    @property
+    def unit(self) -> str:
+        return self._core.unit
+
+    def _require(self, trace_id: str) -> None:
+        if trace_id not in self._core:
+            raise KeyError(f"no trace {trace_id!r} in the buffer")
+
+    def get(self, trace_id: str) -> dict[str, Any]:
+        """The stored trace as a dict; KeyError if it is not stored."""
+        self._require(trace_id)
+        return TraceBatch(self._core.get(trace_id))[0]
+
+    def to_arrow(self) -> pa.Table:
+        """Every stored trace as the canonical table, in insertion order."""
+        return pa.table(self._core.to_batch())
+
+    def to_batch(self) -> TraceBatch:
+        return TraceBatch(self._core.to_batch())
+
+    def priorities(self) -> np.ndarray:
+        """Priorities of the stored traces, in insertion order."""
+        return self._core.priorities()
+
+    # ---- adding ------------------------------------------------------------------------
+    def add(self, traces: Any, *, on_error: OnError = "raise") -> int | AddReport:
+        """Validates and adds ``traces`` (anything ``masreplay.load_traces`` accepts).
+
+        ``on_error="raise"``: if any trace is invalid, or its id is already stored, nothing
+        is added and TraceValidationError is raised; returns the number added.
+        ``on_error="skip"``: the valid traces are added; returns an AddReport.
+        """
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
+        core_batch, load_rejected = _load(traces, strict_seed=False)
+        if load_rejected and on_error == "raise":
+            raise load_rejected[0][2]
+        added, add_rejected = self._core.add(core_batch, skip_invalid=on_error == "skip")
+        if on_error == "raise":
+            return added
+        rejected_positions = {position for position, _, _ in load_rejected}
+        accepted_positions = [p for p in range(len(core_batch) + len(load_rejected)) if p not in rejected_positions]
+        rejected = list(load_rejected) + [(accepted_positions[k], tid, err) for k, tid, err in add_rejected]
+        return AddReport(added, sorted(rejected, key=lambda r: r[0]))
+
+    # ---- sampling ----------------------------------------------------------------------
+    def sample(
+        self,
+        batch_size: int,
+        *,
+        seed: int | None = None,
+        sampler: Sampler = "uniform",
+        min_events: int | None = None,
+        max_events: int | None = None,
+        band: int | None = None,
+    ) -> TraceBatch:
+        """Draws ``batch_size`` traces with replacement, uniformly or in proportion to their
+        priorities; ``batch.probabilities`` holds each draw's probability (for importance
+        weights). ``min_events``/``max_events`` or a length ``band`` (10, 100, 1000, 10000)
+        restrict the draw by shape. ``seed=None`` continues the buffer's own seeded stream."""
+        if band is not None:
+            min_events, max_events = band_limits(band)
+        core, probabilities = self._core.sample(
+            batch_size, sampler=sampler, min_events=min_events, max_events=max_events, seed=seed
+        )
+        return TraceBatch(core, probabilities=probabilities)
+
+    def sample_groups(self, num_groups: int, *, group_size: int | None = None, seed: int | None = None) -> TraceBatch:
+        """Draws ``num_groups`` distinct GRPO groups uniformly: each whole (every stored trace
+        with that group_id) or, with ``group_size``, exactly that many of its traces."""
+        return TraceBatch(self._core.sample_groups(num_groups, group_size=group_size, seed=seed))
+
+    def update_priorities(self, trace_ids: Any, priorities: Any) -> None:
+        """Sets priorities (finite, >= 0) of stored traces; all or nothing. New traces get the
+        largest priority seen so far."""
+        ids = [str(t) for t in trace_ids]
+        values = np.asarray(priorities, dtype=np.float64).ravel().tolist()
+        self._core.update_priorities(ids, values)
+
+    # ---- graph queries -----------------------------------------------------------------
+    def ancestors(self, trace_id: str, event_id: str) -> list[str]:
+        """Ids of the events that have a path to ``event_id``."""
+        self._require(trace_id)
+        return self._core.ancestors(trace_id, event_id)
+
+    def descendants(self, trace_id: str, event_id: str) -> list[str]:
+        """Ids of the events reachable from ``event_id``."""
+        self._require(trace_id)
+        return self._core.descendants(trace_id, event_id)
+
+    def subgraph(self, trace_id: str, event_ids: Any) -> TraceBatch:
+        """The trace restricted to ``event_ids`` and the edges between them."""
+        self._require(trace_id)
+        return TraceBatch(self._core.subgraph(trace_id, [str(e) for e in event_ids]))
+
+    def agent_view(self, trace_id: str, agent: str) -> TraceBatch:
+        """The events of one agent and the edges between them."""
+        self._require(trace_id)
+        return TraceBatch(self._core.agent_view(trace_id, agent))
+
+    # ---- persistence -------------------------------------------------------------------
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Writes traces (canonical Parquet layout), priorities, insertion order and settings
+        to one file, atomically (a killed save leaves the previous file intact)."""
+        self._core.save(os.fspath(path))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> GraphBuffer:
+        """Resumes a saved buffer exactly; a truncated or foreign file raises MasreplayError."""
+        return cls._wrap(_core.GraphBuffer.load(os.fspath(path)))
+
+    def __reduce__(self) -> tuple[Any, tuple[bytes]]:
+        return (_buffer_from_ipc, (_to_ipc(pa.table(self._core.persisted())),))
+
+
+def _buffer_from_ipc(data: bytes) -> GraphBuffer:
+    return GraphBuffer._wrap(_core.GraphBuffer.restore(_from_ipc_table(data)))

@@ -1,0 +1,656 @@
+//! The graph-native replay buffer: whole traces in Arrow chunks, FIFO eviction of whole
+//! traces, indexes by trace id and group, uniform / prioritized / group sampling, and graph
+//! queries on stored traces.
+
+mod persist;
+mod sum_tree;
+
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use arrow_array::RecordBatch;
+use arrow_array::cast::AsArray;
+use rand::{RngExt, SeedableRng};
+use rand_xoshiro::Xoshiro256PlusPlus;
+
+pub use persist::{load, save};
+use sum_tree::SumTree;
+
+use crate::error::{MasreplayError, Result, ValidationError};
+use crate::graph::Csr;
+use crate::store::{TraceBatch, trace_at};
+use crate::trace::Trace;
+
+/// What the capacity counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unit {
+    Traces,
+    Events,
+}
+
+impl Unit {
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "traces" => Some(Unit::Traces),
+            "events" => Some(Unit::Events),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Unit::Traces => "traces",
+            Unit::Events => "events",
+        }
+    }
+}
+
+/// How sampling picks traces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sampler {
+    Uniform,
+    Prioritized,
+}
+
+impl Sampler {
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "uniform" => Some(Sampler::Uniform),
+            "prioritized" => Some(Sampler::Prioritized),
+            _ => None,
+        }
+    }
+}
+
+/// Which stored traces a sample may draw from.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ShapeFilter {
+    pub min_events: Option<usize>,
+    pub max_events: Option<usize>,
+}
+
+impl ShapeFilter {
+    fn accepts(&self, n_events: u32) -> bool {
+        let n = n_events as usize;
+        self.min_events.is_none_or(|min| n >= min) && self.max_events.is_none_or(|max| n <= max)
+    }
+
+    fn is_open(&self) -> bool {
+        self.min_events.is_none() && self.max_events.is_none()
+    }
+}
+
+/// A sample: the traces, and for each its sampling probability (for importance weights).
+pub struct Sample {
+    pub batch: TraceBatch,
+    pub probabilities: Vec<f64>,
+}
+
+/// Where a stored trace lives.
+#[derive(Clone, Debug)]
+struct Entry {
+    chunk_id: u64,
+    row: u32,
+    n_events: u32,
+    group: u32,
+}
+
+/// One added batch; dropped once every trace in it is evicted.
+struct Chunk {
+    id: u64,
+    batch: RecordBatch,
+    live: usize,
+}
+
+/// Groups kept indexable so one can be drawn uniformly in O(1).
+#[derive(Default)]
+struct Groups {
+    names: Vec<String>,
+    index: HashMap<String, u32>,
+    members: Vec<VecDeque<u64>>,
+    /// Position of each group in `nonempty`, or u32::MAX.
+    position: Vec<u32>,
+    nonempty: Vec<u32>,
+}
+
+impl Groups {
+    fn intern(&mut self, name: &str) -> u32 {
+        if let Some(&id) = self.index.get(name) {
+            return id;
+        }
+        let id = self.names.len() as u32;
+        self.names.push(name.to_owned());
+        self.index.insert(name.to_owned(), id);
+        self.members.push(VecDeque::new());
+        self.position.push(u32::MAX);
+        id
+    }
+
+    fn push(&mut self, group: u32, seq: u64) {
+        let members = &mut self.members[group as usize];
+        if members.is_empty() {
+            self.position[group as usize] = self.nonempty.len() as u32;
+            self.nonempty.push(group);
+        }
+        members.push_back(seq);
+    }
+
+    /// Eviction is FIFO, so the evicted trace is the oldest member of its group.
+    fn pop_oldest(&mut self, group: u32) {
+        let members = &mut self.members[group as usize];
+        members.pop_front();
+        if members.is_empty() {
+            let at = self.position[group as usize] as usize;
+            let last = *self.nonempty.last().expect("a nonempty group is listed");
+            self.nonempty.swap_remove(at);
+            if last != group {
+                self.position[last as usize] = at as u32;
+            }
+            self.position[group as usize] = u32::MAX;
+        }
+    }
+}
+
+pub struct GraphBuffer {
+    capacity: usize,
+    unit: Unit,
+    seed: u64,
+    /// Sampling calls so far; each call draws from its own stream derived from (seed, calls),
+    /// which makes a saved and reloaded buffer continue with the same samples.
+    calls: u64,
+    chunks: VecDeque<Chunk>,
+    next_chunk: u64,
+    /// Stored traces in insertion order; `entries[k]` has sequence number `first_seq + k`.
+    entries: VecDeque<Entry>,
+    first_seq: u64,
+    by_id: HashMap<String, u64>,
+    groups: Groups,
+    priorities: SumTree,
+    max_priority: f64,
+    num_events: usize,
+}
+
+/// One random stream per (seed, call): the same at any thread count and after a reload.
+fn stream(seed: u64, call: u64) -> Xoshiro256PlusPlus {
+    let mut z = seed ^ call.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    Xoshiro256PlusPlus::seed_from_u64(z ^ (z >> 31))
+}
+
+fn invalid(message: impl Into<String>) -> MasreplayError {
+    MasreplayError::InvalidArgument(message.into())
+}
+
+impl GraphBuffer {
+    pub fn new(capacity: usize, unit: Unit, seed: u64) -> Result<Self> {
+        if capacity == 0 {
+            return Err(invalid("capacity must be at least 1"));
+        }
+        Ok(GraphBuffer {
+            capacity,
+            unit,
+            seed,
+            calls: 0,
+            chunks: VecDeque::new(),
+            next_chunk: 0,
+            entries: VecDeque::new(),
+            first_seq: 0,
+            by_id: HashMap::new(),
+            groups: Groups::default(),
+            priorities: SumTree::new(16),
+            max_priority: 1.0,
+            num_events: 0,
+        })
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    pub fn unit(&self) -> Unit {
+        self.unit
+    }
+
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub fn num_events(&self) -> usize {
+        self.num_events
+    }
+
+    pub fn num_groups(&self) -> usize {
+        self.groups.nonempty.len()
+    }
+
+    pub fn contains(&self, trace_id: &str) -> bool {
+        self.by_id.contains_key(trace_id)
+    }
+
+    fn used(&self) -> usize {
+        match self.unit {
+            Unit::Traces => self.entries.len(),
+            Unit::Events => self.num_events,
+        }
+    }
+
+    fn slot(&self, seq: u64) -> usize {
+        (seq as usize) & (self.priorities.slots() - 1)
+    }
+
+    fn entry(&self, seq: u64) -> &Entry {
+        &self.entries[(seq - self.first_seq) as usize]
+    }
+
+    fn chunk(&self, chunk_id: u64) -> &Chunk {
+        let front = self.chunks.front().expect("a stored trace has its chunk").id;
+        &self.chunks[(chunk_id - front) as usize]
+    }
+
+    /// Which traces of `batch` cannot be added: ids already stored or repeated in the batch,
+    /// and traces larger than the whole capacity.
+    pub fn check_addable(&self, batch: &TraceBatch) -> Vec<(usize, ValidationError)> {
+        let mut seen = HashSet::new();
+        let n_events = batch.record_batch().column_by_name("n_events").expect("canonical column");
+        let n_events = n_events.as_primitive::<arrow_array::types::Int32Type>();
+        let mut problems = Vec::new();
+        for (position, trace_id) in batch.trace_ids().into_iter().enumerate() {
+            let reason = if self.by_id.contains_key(trace_id) {
+                Some("a trace with this id is already stored in the buffer".to_owned())
+            } else if !seen.insert(trace_id) {
+                Some("this trace id appears twice in the added batch".to_owned())
+            } else if self.unit == Unit::Events && n_events.value(position) as usize > self.capacity {
+                Some(format!(
+                    "the trace has {} events, more than the buffer's whole capacity of {} events",
+                    n_events.value(position),
+                    self.capacity
+                ))
+            } else {
+                None
+            };
+            if let Some(reason) = reason {
+                let path = if reason.contains("events") { "/events" } else { "/trace_id" };
+                problems.push((position, ValidationError::new(Some(trace_id), path, reason)));
+            }
+        }
+        problems
+    }
+
+    /// Adds every trace of `batch` (which must pass [`Self::check_addable`]; call it first),
+    /// then evicts the oldest traces while over capacity. Returns the number added.
+    pub fn add(&mut self, batch: &TraceBatch) -> Result<usize> {
+        if let Some((_, error)) = self.check_addable(batch).into_iter().next() {
+            return Err(error.into());
+        }
+        self.add_with_priorities(batch, None)
+    }
+
+    fn add_with_priorities(&mut self, batch: &TraceBatch, priorities: Option<&[f64]>) -> Result<usize> {
+        if batch.is_empty() {
+            return Ok(0);
+        }
+        let record = batch.record_batch();
+        let columns = crate::store::schema::TraceColumns::new(record);
+        let n_events = record.column_by_name("n_events").expect("canonical column");
+        let n_events = n_events.as_primitive::<arrow_array::types::Int32Type>();
+        self.reserve_slots(self.entries.len() + batch.len());
+        let chunk_id = self.next_chunk;
+        self.next_chunk += 1;
+        for row in 0..batch.len() {
+            let seq = self.first_seq + self.entries.len() as u64;
+            let group = self.groups.intern(columns.group_id.value(row));
+            self.groups.push(group, seq);
+            self.by_id.insert(columns.trace_id.value(row).to_owned(), seq);
+            let events = n_events.value(row) as u32;
+            self.entries.push_back(Entry { chunk_id, row: row as u32, n_events: events, group });
+            self.num_events += events as usize;
+            let priority = priorities.map_or(self.max_priority, |p| p[row]);
+            let slot = self.slot(seq);
+            self.priorities.set(slot, priority);
+        }
+        self.chunks.push_back(Chunk { id: chunk_id, batch: record.clone(), live: batch.len() });
+        while self.used() > self.capacity {
+            self.evict_oldest();
+        }
+        Ok(batch.len())
+    }
+
+    /// Grows the priority ring (a power of two) so `needed` consecutive sequence numbers fit.
+    fn reserve_slots(&mut self, needed: usize) {
+        if needed <= self.priorities.slots() {
+            return;
+        }
+        let mut grown = SumTree::new(needed);
+        for k in 0..self.entries.len() {
+            let seq = self.first_seq + k as u64;
+            let weight = self.priorities.get(self.slot(seq));
+            grown.set((seq as usize) & (grown.slots() - 1), weight);
+        }
+        self.priorities = grown;
+    }
+
+    fn evict_oldest(&mut self) {
+        let entry = self.entries.pop_front().expect("over capacity means something is stored");
+        let seq = self.first_seq;
+        self.first_seq += 1;
+        let slot = self.slot(seq);
+        self.priorities.set(slot, 0.0);
+        self.num_events -= entry.n_events as usize;
+        self.groups.pop_oldest(entry.group);
+        let chunk = self.chunks.front_mut().expect("the oldest trace lives in the oldest chunk");
+        let trace_id = chunk.batch.column(0).as_string::<i32>().value(entry.row as usize).to_owned();
+        self.by_id.remove(&trace_id);
+        chunk.live -= 1;
+        if chunk.live == 0 {
+            self.chunks.pop_front();
+        }
+    }
+
+    /// Gathers the traces with the given sequence numbers into one batch, in that order.
+    fn gather(&self, seqs: &[u64]) -> Result<TraceBatch> {
+        if seqs.is_empty() {
+            return Ok(TraceBatch::empty());
+        }
+        let front = self.chunks.front().expect("stored traces have chunks").id;
+        let batches: Vec<&RecordBatch> = self.chunks.iter().map(|c| &c.batch).collect();
+        let indices: Vec<(usize, usize)> = seqs
+            .iter()
+            .map(|&seq| {
+                let entry = self.entry(seq);
+                ((entry.chunk_id - front) as usize, entry.row as usize)
+            })
+            .collect();
+        let gathered = arrow_select::interleave::interleave_record_batch(&batches, &indices)?;
+        Ok(TraceBatch::from_canonical(crate::store::with_canonical_codes(&gathered)?))
+    }
+
+    /// Every stored trace, in insertion order.
+    pub fn to_batch(&self) -> Result<TraceBatch> {
+        let seqs: Vec<u64> = (self.first_seq..self.first_seq + self.entries.len() as u64).collect();
+        self.gather(&seqs)
+    }
+
+    fn seq_of(&self, trace_id: &str) -> Result<u64> {
+        self.by_id.get(trace_id).copied().ok_or_else(|| invalid(format!("no trace {trace_id:?} in the buffer")))
+    }
+
+    pub fn get(&self, trace_id: &str) -> Result<TraceBatch> {
+        self.gather(&[self.seq_of(trace_id)?])
+    }
+
+    fn trace(&self, trace_id: &str) -> Result<Trace> {
+        let entry = self.entry(self.seq_of(trace_id)?);
+        Ok(trace_at(&self.chunk(entry.chunk_id).batch, entry.row as usize))
+    }
+
+    fn priority_of_seq(&self, seq: u64) -> f64 {
+        self.priorities.get(self.slot(seq))
+    }
+
+    pub fn priorities_in_order(&self) -> Vec<f64> {
+        (self.first_seq..self.first_seq + self.entries.len() as u64).map(|seq| self.priority_of_seq(seq)).collect()
+    }
+
+    /// Sets the priorities of stored traces; all or nothing.
+    pub fn update_priorities(&mut self, trace_ids: &[&str], priorities: &[f64]) -> Result<()> {
+        if trace_ids.len() != priorities.len() {
+            return Err(invalid(format!(
+                "{} trace ids but {} priorities: give one priority per trace",
+                trace_ids.len(),
+                priorities.len()
+            )));
+        }
+        let mut seqs = Vec::with_capacity(trace_ids.len());
+        for (trace_id, &priority) in trace_ids.iter().zip(priorities) {
+            if !(priority.is_finite() && priority >= 0.0) {
+                return Err(invalid(format!(
+                    "priority of {trace_id:?} is {priority}; priorities must be finite and >= 0"
+                )));
+            }
+            seqs.push(self.seq_of(trace_id)?);
+        }
+        for (seq, &priority) in seqs.into_iter().zip(priorities) {
+            let slot = self.slot(seq);
+            self.priorities.set(slot, priority);
+            self.max_priority = self.max_priority.max(priority);
+        }
+        Ok(())
+    }
+
+    fn next_stream(&mut self, seed: Option<u64>) -> Xoshiro256PlusPlus {
+        match seed {
+            Some(seed) => stream(seed, u64::MAX),
+            None => {
+                self.calls += 1;
+                stream(self.seed, self.calls)
+            }
+        }
+    }
+
+    fn candidates(&self, filter: &ShapeFilter) -> Vec<u64> {
+        (0..self.entries.len())
+            .filter(|&k| filter.accepts(self.entries[k].n_events))
+            .map(|k| self.first_seq + k as u64)
+            .collect()
+    }
+
+    /// Draws `batch_size` traces with replacement.
+    pub fn sample(
+        &mut self,
+        batch_size: usize,
+        sampler: Sampler,
+        filter: ShapeFilter,
+        seed: Option<u64>,
+    ) -> Result<Sample> {
+        if self.is_empty() {
+            return Err(invalid("cannot sample from an empty buffer"));
+        }
+        let mut rng = self.next_stream(seed);
+        let (seqs, probabilities) = match sampler {
+            Sampler::Uniform => self.draw_uniform(&mut rng, batch_size, &filter)?,
+            Sampler::Prioritized => self.draw_prioritized(&mut rng, batch_size, &filter)?,
+        };
+        Ok(Sample { batch: self.gather(&seqs)?, probabilities })
+    }
+
+    fn no_match(&self, filter: &ShapeFilter) -> MasreplayError {
+        invalid(format!(
+            "no stored trace has between {} and {} events",
+            filter.min_events.unwrap_or(0),
+            filter.max_events.map_or("any number of".to_owned(), |m| m.to_string())
+        ))
+    }
+
+    fn draw_uniform(
+        &self,
+        rng: &mut Xoshiro256PlusPlus,
+        count: usize,
+        filter: &ShapeFilter,
+    ) -> Result<(Vec<u64>, Vec<f64>)> {
+        let pool: Vec<u64> = if filter.is_open() {
+            Vec::new()
+        } else {
+            let pool = self.candidates(filter);
+            if pool.is_empty() {
+                return Err(self.no_match(filter));
+            }
+            pool
+        };
+        let n = if filter.is_open() { self.entries.len() } else { pool.len() };
+        let seqs: Vec<u64> = (0..count)
+            .map(|_| {
+                let k = rng.random_range(0..n);
+                if filter.is_open() { self.first_seq + k as u64 } else { pool[k] }
+            })
+            .collect();
+        Ok((seqs, vec![1.0 / n as f64; count]))
+    }
+
+    fn draw_prioritized(
+        &self,
+        rng: &mut Xoshiro256PlusPlus,
+        count: usize,
+        filter: &ShapeFilter,
+    ) -> Result<(Vec<u64>, Vec<f64>)> {
+        if !filter.is_open() {
+            let pool = self.candidates(filter);
+            if pool.is_empty() {
+                return Err(self.no_match(filter));
+            }
+            let weights: Vec<f64> = pool.iter().map(|&seq| self.priority_of_seq(seq)).collect();
+            let mut subtree = SumTree::new(pool.len());
+            for (i, &w) in weights.iter().enumerate() {
+                subtree.set(i, w);
+            }
+            return self.draw_from_tree(rng, count, &subtree, |i| pool[i]);
+        }
+        let first_seq = self.first_seq;
+        let mask = self.priorities.slots() - 1;
+        let base = (first_seq as usize) & mask;
+        self.draw_from_tree(rng, count, &self.priorities, |slot| first_seq + ((slot + mask + 1 - base) & mask) as u64)
+    }
+
+    fn draw_from_tree(
+        &self,
+        rng: &mut Xoshiro256PlusPlus,
+        count: usize,
+        tree: &SumTree,
+        seq_of_slot: impl Fn(usize) -> u64,
+    ) -> Result<(Vec<u64>, Vec<f64>)> {
+        let total = tree.total();
+        if total <= 0.0 {
+            return Err(invalid("every candidate trace has priority 0; nothing can be sampled by priority"));
+        }
+        let mut seqs = Vec::with_capacity(count);
+        let mut probabilities = Vec::with_capacity(count);
+        for _ in 0..count {
+            let slot = tree.find(rng.random::<f64>() * total);
+            seqs.push(seq_of_slot(slot));
+            probabilities.push(tree.get(slot) / total);
+        }
+        Ok((seqs, probabilities))
+    }
+
+    /// Draws `num_groups` distinct groups uniformly; each comes whole, or as `group_size`
+    /// of its members drawn without replacement (then only groups that large are eligible).
+    /// Traces keep insertion order within their group.
+    pub fn sample_groups(
+        &mut self,
+        num_groups: usize,
+        group_size: Option<usize>,
+        seed: Option<u64>,
+    ) -> Result<TraceBatch> {
+        let mut rng = self.next_stream(seed);
+        let eligible: Vec<u32> = match group_size {
+            None => self.groups.nonempty.clone(),
+            Some(size) => self
+                .groups
+                .nonempty
+                .iter()
+                .copied()
+                .filter(|&g| self.groups.members[g as usize].len() >= size)
+                .collect(),
+        };
+        if eligible.len() < num_groups {
+            return Err(invalid(format!(
+                "asked for {num_groups} groups but the buffer holds {} group(s){}",
+                eligible.len(),
+                group_size.map_or(String::new(), |s| format!(" with at least {s} traces"))
+            )));
+        }
+        let chosen = rand::seq::index::sample(&mut rng, eligible.len(), num_groups);
+        let mut seqs = Vec::new();
+        for position in chosen.iter() {
+            let members = &self.groups.members[eligible[position] as usize];
+            match group_size {
+                None => seqs.extend(members.iter().copied()),
+                Some(size) => {
+                    let mut picked: Vec<usize> = rand::seq::index::sample(&mut rng, members.len(), size).into_vec();
+                    picked.sort_unstable();
+                    seqs.extend(picked.into_iter().map(|i| members[i]));
+                }
+            }
+        }
+        self.gather(&seqs)
+    }
+
+    fn event_index(trace: &Trace, event_id: &str) -> Result<u32> {
+        trace
+            .events
+            .iter()
+            .position(|e| e.id == event_id)
+            .map(|i| i as u32)
+            .ok_or_else(|| invalid(format!("trace {:?} has no event {event_id:?}", trace.trace_id)))
+    }
+
+    fn reach(&self, trace_id: &str, event_id: &str, upstream: bool) -> Result<Vec<String>> {
+        let trace = self.trace(trace_id)?;
+        let start = Self::event_index(&trace, event_id)?;
+        let pairs: Vec<(u32, u32)> = trace.edges.iter().map(|e| (e.src, e.dst)).collect();
+        let csr = Csr::from_edges(trace.events.len(), &pairs);
+        let reached = if upstream { csr.ancestors(start) } else { csr.descendants(start) };
+        Ok(reached.into_iter().map(|i| trace.events[i as usize].id.clone()).collect())
+    }
+
+    /// Ids of the events with a path to `event_id`, in event order.
+    pub fn ancestors(&self, trace_id: &str, event_id: &str) -> Result<Vec<String>> {
+        self.reach(trace_id, event_id, true)
+    }
+
+    /// Ids of the events reachable from `event_id`, in event order.
+    pub fn descendants(&self, trace_id: &str, event_id: &str) -> Result<Vec<String>> {
+        self.reach(trace_id, event_id, false)
+    }
+
+    /// The trace restricted to the given events (kept in their original order) and the edges
+    /// between them.
+    pub fn subgraph(&self, trace_id: &str, event_ids: &[&str]) -> Result<TraceBatch> {
+        let trace = self.trace(trace_id)?;
+        let mut keep = vec![false; trace.events.len()];
+        for event_id in event_ids {
+            keep[Self::event_index(&trace, event_id)? as usize] = true;
+        }
+        TraceBatch::from_traces(&[restrict(trace, &keep)])
+    }
+
+    /// The events of one agent (and the edges between them) as a one-trace batch.
+    pub fn agent_view(&self, trace_id: &str, agent: &str) -> Result<TraceBatch> {
+        let trace = self.trace(trace_id)?;
+        let keep: Vec<bool> = trace.events.iter().map(|e| e.agent == agent).collect();
+        if !keep.iter().any(|&k| k) {
+            return Err(invalid(format!("trace {trace_id:?} has no event by agent {agent:?}")));
+        }
+        TraceBatch::from_traces(&[restrict(trace, &keep)])
+    }
+}
+
+/// Keeps the marked events and the edges between them, renumbering edge endpoints.
+fn restrict(mut trace: Trace, keep: &[bool]) -> Trace {
+    let mut new_index = vec![u32::MAX; keep.len()];
+    let mut next = 0;
+    for (i, &kept) in keep.iter().enumerate() {
+        if kept {
+            new_index[i] = next;
+            next += 1;
+        }
+    }
+    trace.edges.retain(|e| keep[e.src as usize] && keep[e.dst as usize]);
+    for edge in &mut trace.edges {
+        edge.src = new_index[edge.src as usize];
+        edge.dst = new_index[edge.dst as usize];
+    }
+    let mut position = 0;
+    trace.events.retain(|_| {
+        position += 1;
+        keep[position - 1]
+    });
+    trace
+}

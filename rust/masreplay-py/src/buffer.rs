@@ -1,0 +1,206 @@
+//! `masreplay._core.GraphBuffer`: the core buffer behind a mutex, so rollout threads may add
+//! while a trainer thread samples; every call releases the GIL while it holds the lock.
+
+use std::path::PathBuf;
+use std::sync::{Mutex, MutexGuard};
+
+use masreplay_core::buffer::{self, GraphBuffer, Sampler, ShapeFilter, Unit};
+use masreplay_core::{MasreplayError, TraceBatch};
+use numpy::{IntoPyArray, PyArray1};
+use pyo3::prelude::*;
+use pyo3_arrow::PyTable;
+
+use crate::batch::PyTraceBatch;
+use crate::errors::{OrRaise, validation_error};
+
+#[pyclass(module = "masreplay._core", name = "GraphBuffer", frozen)]
+pub struct PyGraphBuffer {
+    inner: Mutex<GraphBuffer>,
+}
+
+fn invalid(message: String) -> MasreplayError {
+    MasreplayError::InvalidArgument(message)
+}
+
+impl PyGraphBuffer {
+    fn lock(&self) -> MutexGuard<'_, GraphBuffer> {
+        // A panic cannot leave the buffer half-changed (every mutation checks first), so a
+        // poisoned lock still guards consistent data.
+        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn with<T: Send>(
+        &self,
+        py: Python<'_>,
+        work: impl FnOnce(&mut GraphBuffer) -> Result<T, MasreplayError> + Send,
+    ) -> PyResult<T> {
+        py.detach(|| work(&mut self.lock())).or_raise(py)
+    }
+
+    fn batch(py: Python<'_>, batch: Result<TraceBatch, MasreplayError>) -> PyResult<PyTraceBatch> {
+        Ok(PyTraceBatch { inner: batch.or_raise(py)? })
+    }
+}
+
+#[pymethods]
+impl PyGraphBuffer {
+    #[new]
+    #[pyo3(signature = (capacity, *, unit="traces", seed=0))]
+    fn new(py: Python<'_>, capacity: usize, unit: &str, seed: u64) -> PyResult<Self> {
+        let unit = Unit::parse(unit)
+            .ok_or_else(|| invalid(format!("unit must be 'traces' or 'events', not {unit:?}")))
+            .or_raise(py)?;
+        Ok(PyGraphBuffer { inner: Mutex::new(GraphBuffer::new(capacity, unit, seed).or_raise(py)?) })
+    }
+
+    fn __len__(&self) -> usize {
+        self.lock().len()
+    }
+
+    fn __contains__(&self, trace_id: &str) -> bool {
+        self.lock().contains(trace_id)
+    }
+
+    #[getter]
+    fn num_events(&self) -> usize {
+        self.lock().num_events()
+    }
+
+    #[getter]
+    fn num_groups(&self) -> usize {
+        self.lock().num_groups()
+    }
+
+    #[getter]
+    fn capacity(&self) -> usize {
+        self.lock().capacity()
+    }
+
+    #[getter]
+    fn unit(&self) -> &'static str {
+        self.lock().unit().as_str()
+    }
+
+    #[getter]
+    fn seed(&self) -> u64 {
+        self.lock().seed()
+    }
+
+    /// Adds a validated batch. With `skip_invalid`, traces that cannot be added (duplicate ids,
+    /// larger than the capacity) are left out and reported; otherwise the first one raises and
+    /// nothing is added.
+    #[pyo3(signature = (batch, *, skip_invalid=false))]
+    fn add(
+        &self,
+        py: Python<'_>,
+        batch: PyRef<'_, PyTraceBatch>,
+        skip_invalid: bool,
+    ) -> PyResult<(usize, Vec<(usize, Option<String>, PyErr)>)> {
+        let batch = batch.inner.clone();
+        let (added, problems) = self.with(py, move |buffer| {
+            let problems = buffer.check_addable(&batch);
+            if !problems.is_empty() && !skip_invalid {
+                return Ok((0, problems));
+            }
+            let keep: Vec<usize> =
+                (0..batch.len()).filter(|i| problems.binary_search_by_key(i, |p| p.0).is_err()).collect();
+            let addable = if problems.is_empty() { batch } else { batch.take(&keep)? };
+            Ok((buffer.add(&addable)?, problems))
+        })?;
+        if added == 0 && !problems.is_empty() && !skip_invalid {
+            return Err(validation_error(py, &problems[0].1));
+        }
+        let rejected = problems.into_iter().map(|(i, e)| (i, e.trace_id.clone(), validation_error(py, &e))).collect();
+        Ok((added, rejected))
+    }
+
+    #[pyo3(signature = (batch_size, *, sampler="uniform", min_events=None, max_events=None, seed=None))]
+    fn sample<'py>(
+        &self,
+        py: Python<'py>,
+        batch_size: usize,
+        sampler: &str,
+        min_events: Option<usize>,
+        max_events: Option<usize>,
+        seed: Option<u64>,
+    ) -> PyResult<(PyTraceBatch, Bound<'py, PyArray1<f64>>)> {
+        let sampler = Sampler::parse(sampler)
+            .ok_or_else(|| invalid(format!("sampler must be 'uniform' or 'prioritized', not {sampler:?}")))
+            .or_raise(py)?;
+        let filter = ShapeFilter { min_events, max_events };
+        let sample = self.with(py, move |buffer| buffer.sample(batch_size, sampler, filter, seed))?;
+        Ok((PyTraceBatch { inner: sample.batch }, sample.probabilities.into_pyarray(py)))
+    }
+
+    #[pyo3(signature = (num_groups, *, group_size=None, seed=None))]
+    fn sample_groups(
+        &self,
+        py: Python<'_>,
+        num_groups: usize,
+        group_size: Option<usize>,
+        seed: Option<u64>,
+    ) -> PyResult<PyTraceBatch> {
+        Self::batch(py, py.detach(|| self.lock().sample_groups(num_groups, group_size, seed)))
+    }
+
+    fn update_priorities(&self, py: Python<'_>, trace_ids: Vec<String>, priorities: Vec<f64>) -> PyResult<()> {
+        self.with(py, move |buffer| {
+            let ids: Vec<&str> = trace_ids.iter().map(String::as_str).collect();
+            buffer.update_priorities(&ids, &priorities)
+        })
+    }
+
+    /// Priorities of the stored traces, in insertion order.
+    fn priorities<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<f64>> {
+        self.lock().priorities_in_order().into_pyarray(py)
+    }
+
+    fn to_batch(&self, py: Python<'_>) -> PyResult<PyTraceBatch> {
+        Self::batch(py, py.detach(|| self.lock().to_batch()))
+    }
+
+    fn get(&self, py: Python<'_>, trace_id: &str) -> PyResult<PyTraceBatch> {
+        Self::batch(py, self.lock().get(trace_id))
+    }
+
+    fn ancestors(&self, py: Python<'_>, trace_id: &str, event_id: &str) -> PyResult<Vec<String>> {
+        self.lock().ancestors(trace_id, event_id).or_raise(py)
+    }
+
+    fn descendants(&self, py: Python<'_>, trace_id: &str, event_id: &str) -> PyResult<Vec<String>> {
+        self.lock().descendants(trace_id, event_id).or_raise(py)
+    }
+
+    fn subgraph(&self, py: Python<'_>, trace_id: &str, event_ids: Vec<String>) -> PyResult<PyTraceBatch> {
+        let ids: Vec<&str> = event_ids.iter().map(String::as_str).collect();
+        Self::batch(py, self.lock().subgraph(trace_id, &ids))
+    }
+
+    fn agent_view(&self, py: Python<'_>, trace_id: &str, agent: &str) -> PyResult<PyTraceBatch> {
+        Self::batch(py, self.lock().agent_view(trace_id, agent))
+    }
+
+    fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
+        self.with(py, move |buffer| buffer::save(buffer, &path))
+    }
+
+    #[staticmethod]
+    fn load(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
+        let buffer = py.detach(|| buffer::load(&path)).or_raise(py)?;
+        Ok(PyGraphBuffer { inner: Mutex::new(buffer) })
+    }
+
+    /// The buffer as one Arrow table (traces, priorities, settings in the metadata).
+    fn persisted(&self, py: Python<'_>) -> PyResult<PyTable> {
+        let batch = self.with(py, |buffer| buffer.persisted_batch())?;
+        let schema = batch.schema();
+        PyTable::try_new(vec![batch], schema)
+    }
+
+    #[staticmethod]
+    fn restore(py: Python<'_>, table: PyTable) -> PyResult<Self> {
+        let (batches, _) = table.into_inner();
+        let buffer = py.detach(|| GraphBuffer::restore(&batches)).or_raise(py)?;
+        Ok(PyGraphBuffer { inner: Mutex::new(buffer) })
+    }
+}
