@@ -95,7 +95,7 @@ impl PyGraphBuffer {
         py: Python<'_>,
         batch: PyRef<'_, PyTraceBatch>,
         skip_invalid: bool,
-    ) -> PyResult<(usize, Vec<(usize, Option<String>, PyErr)>)> {
+    ) -> PyResult<(usize, crate::Rejected)> {
         let batch = batch.inner.clone();
         let (added, problems) = self.with(py, move |buffer| {
             let problems = buffer.check_addable(&batch);

@@ -19,7 +19,7 @@ use batch::PyTraceBatch;
 use errors::{OrRaise, validation_error};
 
 /// A rejected trace as Python sees it: (position in the input, trace_id, exception).
-type Rejected = Vec<(usize, Option<String>, PyErr)>;
+pub(crate) type Rejected = Vec<(usize, Option<String>, PyErr)>;
 
 fn rejected_from(py: Python<'_>, errors: Vec<(usize, ValidationError)>) -> Rejected {
     errors
