@@ -62,8 +62,9 @@ class GraphBuffer:
         return isinstance(trace_id, str) and trace_id in self._core
 
     def __repr__(self) -> str:
-        return (f"GraphBuffer({len(self)}/{self.capacity} {self.unit}" if self.unit == "traces"
-                else f"GraphBuffer({self.num_events}/{self.capacity} events") + f", {len(self)} traces)"
+        if self.unit == "traces":
+            return f"GraphBuffer({len(self)}/{self.capacity} traces)"
+        return f"GraphBuffer({self.num_events}/{self.capacity} events, {len(self)} traces)"
 
     @property
     def num_events(self) -> int:
