@@ -355,17 +355,24 @@ impl GraphBuffer {
     }
 
     /// Gathers the traces with the given sequence numbers into one batch, in that order.
+    /// Only the chunks that hold them take part, so the cost follows the sample, not the
+    /// number of chunks stored.
     fn gather(&self, seqs: &[u64]) -> Result<TraceBatch> {
         if seqs.is_empty() {
             return Ok(TraceBatch::empty());
         }
         let front = self.chunks.front().expect("stored traces have chunks").id;
-        let batches: Vec<&RecordBatch> = self.chunks.iter().map(|c| &c.batch).collect();
+        let mut position_of_chunk: HashMap<u64, usize> = HashMap::new();
+        let mut batches: Vec<&RecordBatch> = Vec::new();
         let indices: Vec<(usize, usize)> = seqs
             .iter()
             .map(|&seq| {
                 let entry = self.entry(seq);
-                ((entry.chunk_id - front) as usize, entry.row as usize)
+                let position = *position_of_chunk.entry(entry.chunk_id).or_insert_with(|| {
+                    batches.push(&self.chunks[(entry.chunk_id - front) as usize].batch);
+                    batches.len() - 1
+                });
+                (position, entry.row as usize)
             })
             .collect();
         let gathered = arrow_select::interleave::interleave_record_batch(&batches, &indices)?;
