@@ -129,7 +129,9 @@ impl PyGraphBuffer {
             .or_raise(py)?;
         let filter = ShapeFilter { min_events, max_events };
         let sample = self.with(py, move |buffer| buffer.sample(batch_size, sampler, filter, seed))?;
-        Ok((PyTraceBatch { inner: sample.batch }, sample.probabilities.into_pyarray(py)))
+        // The copy-out runs after the lock is released, so adders are not held up by it.
+        let batch = Self::batch(py, py.detach(|| sample.traces.collect()))?;
+        Ok((batch, sample.probabilities.into_pyarray(py)))
     }
 
     #[pyo3(signature = (num_groups, *, group_size=None, seed=None))]
@@ -140,7 +142,8 @@ impl PyGraphBuffer {
         group_size: Option<usize>,
         seed: Option<u64>,
     ) -> PyResult<PyTraceBatch> {
-        Self::batch(py, py.detach(|| self.lock().sample_groups(num_groups, group_size, seed)))
+        let traces = self.with(py, move |buffer| buffer.sample_groups(num_groups, group_size, seed))?;
+        Self::batch(py, py.detach(|| traces.collect()))
     }
 
     fn update_priorities(&self, py: Python<'_>, trace_ids: Vec<String>, priorities: Vec<f64>) -> PyResult<()> {

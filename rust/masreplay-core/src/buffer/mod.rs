@@ -79,9 +79,28 @@ impl ShapeFilter {
     }
 }
 
-/// A sample: the traces, and for each its sampling probability (for importance weights).
+/// Stored traces picked for output, to be copied out by [`Gather::collect`].
+pub struct Gather {
+    batches: Vec<RecordBatch>,
+    indices: Vec<(usize, usize)>,
+}
+
+impl Gather {
+    /// Copies the picked traces' slices into one batch.
+    pub fn collect(self) -> Result<TraceBatch> {
+        if self.indices.is_empty() {
+            return Ok(TraceBatch::empty());
+        }
+        let batches: Vec<&RecordBatch> = self.batches.iter().collect();
+        let gathered = arrow_select::interleave::interleave_record_batch(&batches, &self.indices)?;
+        Ok(TraceBatch::from_canonical(crate::store::with_canonical_codes(&gathered)?))
+    }
+}
+
+/// A sample: the traces to gather, and for each its sampling probability (for importance
+/// weights).
 pub struct Sample {
-    pub batch: TraceBatch,
+    pub traces: Gather,
     pub probabilities: Vec<f64>,
 }
 
@@ -354,35 +373,33 @@ impl GraphBuffer {
         }
     }
 
-    /// Gathers the traces with the given sequence numbers into one batch, in that order.
-    /// Only the chunks that hold them take part, so the cost follows the sample, not the
-    /// number of chunks stored.
-    fn gather(&self, seqs: &[u64]) -> Result<TraceBatch> {
-        if seqs.is_empty() {
-            return Ok(TraceBatch::empty());
-        }
-        let front = self.chunks.front().expect("stored traces have chunks").id;
+    /// Plans gathering the traces with the given sequence numbers, in that order. Only the
+    /// chunks that hold them take part (so the cost follows the sample, not the number of
+    /// chunks stored), and the plan owns them: it can run after a lock on the buffer is let go.
+    fn gather(&self, seqs: &[u64]) -> Gather {
+        let Some(front) = self.chunks.front().map(|c| c.id) else {
+            return Gather { batches: Vec::new(), indices: Vec::new() };
+        };
         let mut position_of_chunk: HashMap<u64, usize> = HashMap::new();
-        let mut batches: Vec<&RecordBatch> = Vec::new();
-        let indices: Vec<(usize, usize)> = seqs
+        let mut batches: Vec<RecordBatch> = Vec::new();
+        let indices = seqs
             .iter()
             .map(|&seq| {
                 let entry = self.entry(seq);
                 let position = *position_of_chunk.entry(entry.chunk_id).or_insert_with(|| {
-                    batches.push(&self.chunks[(entry.chunk_id - front) as usize].batch);
+                    batches.push(self.chunks[(entry.chunk_id - front) as usize].batch.clone());
                     batches.len() - 1
                 });
                 (position, entry.row as usize)
             })
             .collect();
-        let gathered = arrow_select::interleave::interleave_record_batch(&batches, &indices)?;
-        Ok(TraceBatch::from_canonical(crate::store::with_canonical_codes(&gathered)?))
+        Gather { batches, indices }
     }
 
     /// Every stored trace, in insertion order.
     pub fn to_batch(&self) -> Result<TraceBatch> {
         let seqs: Vec<u64> = (self.first_seq..self.first_seq + self.entries.len() as u64).collect();
-        self.gather(&seqs)
+        self.gather(&seqs).collect()
     }
 
     fn seq_of(&self, trace_id: &str) -> Result<u64> {
@@ -390,7 +407,7 @@ impl GraphBuffer {
     }
 
     pub fn get(&self, trace_id: &str) -> Result<TraceBatch> {
-        self.gather(&[self.seq_of(trace_id)?])
+        self.gather(&[self.seq_of(trace_id)?]).collect()
     }
 
     fn trace(&self, trace_id: &str) -> Result<Trace> {
@@ -465,7 +482,7 @@ impl GraphBuffer {
             Sampler::Uniform => self.draw_uniform(&mut rng, batch_size, &filter)?,
             Sampler::Prioritized => self.draw_prioritized(&mut rng, batch_size, &filter)?,
         };
-        Ok(Sample { batch: self.gather(&seqs)?, probabilities })
+        Ok(Sample { traces: self.gather(&seqs), probabilities })
     }
 
     fn no_match(&self, filter: &ShapeFilter) -> MasreplayError {
@@ -549,12 +566,7 @@ impl GraphBuffer {
     /// Draws `num_groups` distinct groups uniformly; each comes whole, or as `group_size`
     /// of its members drawn without replacement (then only groups that large are eligible).
     /// Traces keep insertion order within their group.
-    pub fn sample_groups(
-        &mut self,
-        num_groups: usize,
-        group_size: Option<usize>,
-        seed: Option<u64>,
-    ) -> Result<TraceBatch> {
+    pub fn sample_groups(&mut self, num_groups: usize, group_size: Option<usize>, seed: Option<u64>) -> Result<Gather> {
         let mut rng = self.next_stream(seed);
         let eligible: Vec<u32> = match group_size {
             None => self.groups.nonempty.clone(),
@@ -586,7 +598,7 @@ impl GraphBuffer {
                 }
             }
         }
-        self.gather(&seqs)
+        Ok(self.gather(&seqs))
     }
 
     fn event_index(trace: &Trace, event_id: &str) -> Result<u32> {
