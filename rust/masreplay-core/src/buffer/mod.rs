@@ -282,21 +282,21 @@ impl GraphBuffer {
         let n_events = n_events.as_primitive::<arrow_array::types::Int32Type>();
         let mut problems = Vec::new();
         for (position, trace_id) in batch.trace_ids().into_iter().enumerate() {
-            let reason = if self.by_id.contains_key(trace_id) {
-                Some("a trace with this id is already stored in the buffer".to_owned())
+            let problem = if self.by_id.contains_key(trace_id) {
+                Some(("/trace_id", "a trace with this id is already stored in the buffer".to_owned()))
             } else if !seen.insert(trace_id) {
-                Some("this trace id appears twice in the added batch".to_owned())
+                Some(("/trace_id", "this trace id appears twice in the added batch".to_owned()))
             } else if self.unit == Unit::Events && n_events.value(position) as usize > self.capacity {
-                Some(format!(
+                let reason = format!(
                     "the trace has {} events, more than the buffer's whole capacity of {} events",
                     n_events.value(position),
                     self.capacity
-                ))
+                );
+                Some(("/events", reason))
             } else {
                 None
             };
-            if let Some(reason) = reason {
-                let path = if reason.contains("events") { "/events" } else { "/trace_id" };
+            if let Some((path, reason)) = problem {
                 problems.push((position, ValidationError::new(Some(trace_id), path, reason)));
             }
         }
