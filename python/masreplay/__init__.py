@@ -4,11 +4,12 @@ Traces are temporal event graphs kept whole in Arrow (one row per trace). Start 
 :func:`load_traces`, :func:`validate` and :mod:`masreplay.sim`.
 """
 
-from masreplay import sim
+from masreplay import convert, sim
 from masreplay._core import SCHEMA_VERSION
 from masreplay.batch import TraceBatch
 from masreplay.buffer import AddReport, GraphBuffer
 from masreplay.errors import (
+    ConversionError,
     DataFormatError,
     InvalidArgumentError,
     MasreplayError,
@@ -20,6 +21,7 @@ from masreplay.io import load_traces, validate
 __all__ = [
     "SCHEMA_VERSION",
     "AddReport",
+    "ConversionError",
     "DataFormatError",
     "GraphBuffer",
     "InvalidArgumentError",
@@ -27,6 +29,7 @@ __all__ = [
     "StorageError",
     "TraceBatch",
     "TraceValidationError",
+    "convert",
     "load_traces",
     "sim",
     "validate",

@@ -15,6 +15,7 @@ from masreplay import _core
 if TYPE_CHECKING:
     import polars as pl
 
+    from masreplay.convert import ConversionReport
     from masreplay.errors import TraceValidationError
 
 #: A trace the input held but validation rejected: (position in the input, trace_id, error).
@@ -28,7 +29,7 @@ class TraceBatch:
     ``to_arrow()`` all read the same buffers through ``__arrow_c_stream__``.
     """
 
-    __slots__ = ("_core", "probabilities", "rejected")
+    __slots__ = ("_core", "conversion_report", "probabilities", "rejected")
 
     def __init__(
         self,
@@ -41,6 +42,8 @@ class TraceBatch:
         self.rejected: list[Rejected] = list(rejected)
         #: For a sampled batch, each trace's probability of being drawn (importance weights).
         self.probabilities = probabilities
+        #: For a batch made by masreplay.convert, what the converter read, skipped or did not understand.
+        self.conversion_report: ConversionReport | None = None
 
     def __reduce__(self) -> tuple[Any, tuple[bytes]]:
         return (_from_ipc, (_to_ipc(self.to_arrow()),))

@@ -1,4 +1,4 @@
-"""The ``masreplay`` command: validate files, print shape statistics, run the demo."""
+"""The ``masreplay`` command: validate files, print shape statistics, convert foreign traces, run the demo."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from masreplay.batch import TraceBatch
+from masreplay.convert import FORMATS, write
 from masreplay.errors import MasreplayError, TraceValidationError
 from masreplay.io import load_traces
 
@@ -68,6 +69,18 @@ def _stats(path: str) -> int:
     return 0
 
 
+def _convert(source_format: str, source: str, target: str) -> int:
+    try:
+        batch = FORMATS[source_format](source)
+        write(batch, target)
+    except (MasreplayError, OSError, ValueError) as error:
+        print(f"masreplay convert: {error}", file=sys.stderr)
+        return 1
+    print(f"{target}: wrote {len(batch)} traces, {batch.num_events} events")
+    print(batch.conversion_report)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="masreplay", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -76,6 +89,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     validate.add_argument("--strict-seed", action="store_true", help="accept only the seed schema")
     stats = commands.add_parser("stats", help="shape statistics of a trace file")
     stats.add_argument("file")
+    convert = commands.add_parser("convert", help="convert Claude Code, OpenTelemetry, MARBLE or seed traces")
+    convert.add_argument("--from", dest="source_format", required=True, choices=sorted(FORMATS))
+    convert.add_argument("source", help="the input file (a Claude Code session .jsonl reads its subagents/ folder too)")
+    convert.add_argument("target", help="output: .json (seed JSON), .jsonl (seed JSON Lines) or .parquet")
     commands.add_parser("demo", help="run the main job on the bundled data")
     args = parser.parse_args(argv)
 
@@ -84,6 +101,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0 if all(results) else 1
     if args.command == "stats":
         return _stats(args.file)
+    if args.command == "convert":
+        return _convert(args.source_format, args.source, args.target)
     from masreplay.demo import run
 
     return run()

@@ -31,6 +31,26 @@ class TraceValidationError(MasreplayError, ValueError):
         return (type(self), (self.trace_id, self.path, self.reason))
 
 
+class ConversionError(MasreplayError, ValueError):
+    """A foreign trace format (Claude Code, OpenTelemetry, MARBLE) could not be read.
+
+    Attributes:
+        source: the file (or ``"<object>"`` for in-memory input).
+        line: 1-based line number in ``source``, or ``None`` when the error is not about one line.
+        reason: what is wrong, in words.
+    """
+
+    def __init__(self, source: str, line: int | None, reason: str) -> None:
+        self.source = source
+        self.line = line
+        self.reason = reason
+        where = source if line is None else f"{source}:{line}"
+        super().__init__(f"{where}: {reason}")
+
+    def __reduce__(self):
+        return (type(self), (self.source, self.line, self.reason))
+
+
 class StorageError(MasreplayError, OSError):
     """A file could not be read or written."""
 
@@ -44,6 +64,7 @@ class InvalidArgumentError(MasreplayError, ValueError):
 
 
 __all__ = [
+    "ConversionError",
     "DataFormatError",
     "InvalidArgumentError",
     "MasreplayError",

@@ -1,0 +1,60 @@
+"""Conversion throughput of the Claude Code sample against reading its lines with json.
+
+``masreplay.convert.claude_code`` (read every file of the session, build the trace, validate
+it in Rust) against the floor any converter pays: ``json.loads`` on every line of the same
+files. The ratio (json time / converter time) says how much of a json-only pass the whole
+conversion costs; below 1 means slower than the bare parse. Needs ../shared/traces.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from masreplay import convert
+
+SESSION = Path(__file__).resolve().parents[2] / "shared" / "traces" / "claude_code" / "fa812bfe-b295-4cca-9c2f-fdf01028cb46.jsonl"
+
+
+def _session_files() -> list[Path]:
+    if not SESSION.is_file():
+        pytest.fail(f"the Claude Code sample is missing: expected it at {SESSION}", pytrace=False)
+    return [SESSION, *sorted(SESSION.with_suffix("").joinpath("subagents").glob("*.jsonl"))]
+
+
+def _json_lines(files: list[Path]) -> int:
+    count = 0
+    for path in files:
+        with path.open("rb") as handle:
+            for line in handle:
+                json.loads(line)
+                count += 1
+    return count
+
+
+@pytest.fixture(scope="module")
+def claude_session(dataset_type):
+    files = _session_files()
+    batch = convert.claude_code(SESSION)
+    return dataset_type(
+        "claude code session (1 main + 3 sub-agent transcripts)",
+        SESSION,
+        1,
+        batch.num_events,
+        sum(path.stat().st_size for path in files),
+        notes={"lines": batch.conversion_report.records},
+        suite="convert",
+    )
+
+
+@pytest.mark.parametrize("side", ["masreplay", "anchor"])
+def test_claude_code_conversion(side, claude_session, measure):
+    if side == "masreplay":
+        batch = measure(lambda: convert.claude_code(SESSION), data=claude_session, side=side, rounds=10, unit="MB/s")
+        assert batch.num_events == claude_session.n_events
+    else:
+        files = _session_files()
+        lines = measure(lambda: _json_lines(files), data=claude_session, side="json.loads per line", rounds=10, unit="MB/s")
+        assert lines == claude_session.notes["lines"]

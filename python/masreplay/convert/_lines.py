@@ -1,0 +1,68 @@
+"""Reading JSON records from files or objects, with errors that name file and line."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+from collections.abc import Iterator
+from typing import Any
+
+from masreplay.errors import ConversionError
+
+#: The source name used in errors and reports for input given as Python objects.
+IN_MEMORY = "<object>"
+
+
+def json_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yields (line number, object) for each non-blank line; a line that is not a JSON
+    object raises ConversionError naming the file and the line."""
+    source = os.fspath(path)
+    try:
+        handle = open(source, "rb")
+    except OSError as error:
+        raise ConversionError(source, None, f"cannot read: {error.strerror}") from error
+    with handle:
+        for number, raw in enumerate(handle, start=1):
+            if not raw.strip():
+                continue
+            try:
+                record = json.loads(raw)
+            except ValueError as error:
+                raise ConversionError(source, number, f"not valid JSON ({error})") from None
+            if not isinstance(record, dict):
+                raise ConversionError(source, number, f"expected a JSON object, got {type(record).__name__}")
+            yield number, record
+
+
+def records(source: Any) -> tuple[str, list[tuple[int, dict[str, Any]]]]:
+    """A path to a JSON Lines file, or a list of dicts, as (source name, numbered records).
+
+    In-memory records are numbered from 1 like lines, so errors read the same either way.
+    """
+    if isinstance(source, (str, os.PathLike)):
+        return os.fspath(source), list(json_lines(source))
+    if isinstance(source, dict):
+        source = [source]
+    numbered = []
+    for number, record in enumerate(source, start=1):
+        if not isinstance(record, dict):
+            raise ConversionError(IN_MEMORY, number, f"expected a dict, got {type(record).__name__}")
+        numbered.append((number, record))
+    return IN_MEMORY, numbered
+
+
+def json_document(source: Any) -> tuple[str, Any]:
+    """A path to one JSON document (or JSON Lines, read as a list), or the parsed object itself."""
+    if not isinstance(source, (str, os.PathLike)):
+        return IN_MEMORY, source
+    name = os.fspath(source)
+    try:
+        text = pathlib.Path(name).read_text(encoding="utf-8")
+    except OSError as error:
+        raise ConversionError(name, None, f"cannot read: {error.strerror}") from error
+    try:
+        return name, json.loads(text)
+    except ValueError:
+        # Not one document: JSON Lines (one span or one export per line).
+        return name, [record for _, record in json_lines(name)]

@@ -1,0 +1,420 @@
+"""Claude Code session transcripts -> one orchestration trace per session.
+
+Every transcript line with a ``uuid`` becomes zero or more events whose id is that uuid
+(``uuid#k`` for the k-th content block when a line holds several):
+
+- assistant ``thinking`` -> orchestrator_decision, ``text`` -> message, ``tool_use`` ->
+  tool_call, or spawn when the tool is Task/Agent (the sub-agent's lines are its events);
+- user ``tool_result`` -> tool_result joined to its call by tool_use_id (a ``return`` edge),
+  or a return event by the sub-agent for a Task/Agent call; ``is_error`` adds a safety_event;
+- user text: the sub-agent's prompt is a message from its parent, text injected by the
+  harness (meta lines, ``<task-notification>``..., a sub-agent's other user text) a message
+  from ``harness`` (a safety_event when it reports a hook blocking a tool), the compaction
+  summary a message from the compaction agent, the rest human_intervention by ``human``;
+- system ``compact_boundary`` -> aggregate by the compaction side agent, ``stop_hook_summary``
+  -> safety_event by ``harness``.
+
+Each event's ``content_ref`` is ``file:line`` (``#k`` for block k), a pointer to the text it
+came from. Edges come from ``parentUuid`` (causal, through lines that made no event), plus spawn,
+return, aggregate and safety_flow edges. Token usage is counted once per message id (the
+largest value of each usage field: lines of one message repeat a streaming snapshot) on the
+message's first event. Lines that repeat or only narrate others (progress, snapshots, queue
+operations, turn durations) are counted in the report's ``ignored``; anything else unread
+lands in ``unknown``.
+
+Two layouts are read: 2.1.x, where each sub-agent has ``<session>/subagents/agent-<id>.jsonl``
+and its lines carry ``agentId``; and 2.0.x, where sub-agent lines sit in the main file marked
+``isSidechain`` and are matched to their Task call by prompt text.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from masreplay.batch import TraceBatch
+from masreplay.convert._builder import TraceBuilder
+from masreplay.convert._lines import records
+from masreplay.convert._report import ConversionReport
+from masreplay.errors import ConversionError
+from masreplay.io import load_traces
+
+MAIN_AGENT = "main"
+HUMAN = "human"
+HARNESS = "harness"
+SPAWN_TOOLS = frozenset({"Task", "Agent"})
+USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+# User text that Claude Code itself writes into the conversation, not typed by a person.
+HARNESS_PREFIXES = ("<task-notification>", "<system-reminder>", "<command-", "<local-command-", "Caveat: ")
+# How the harness tells the model that a hook refused a tool call.
+HOOK_BLOCK = "hook blocking error"
+
+# Understood and deliberately not turned into events (counted in report.ignored).
+IGNORED_LINE_TYPES = frozenset({"file-history-snapshot", "queue-operation", "summary"})
+IGNORED_PROGRESS = frozenset({"agent_progress", "hook_progress", "bash_progress", "waiting_for_task", "mcp_progress"})
+IGNORED_SYSTEM = frozenset({"turn_duration"})
+
+
+@dataclass
+class _Line:
+    source: str
+    number: int
+    record: dict[str, Any]
+    agent: str = MAIN_AGENT
+    events: list[str] = field(default_factory=list)
+
+    def fail(self, reason: str) -> ConversionError:
+        return ConversionError(self.source, self.number, reason)
+
+    @property
+    def file(self) -> str:
+        """The file's name relative to the session folder, for content_ref pointers."""
+        path = pathlib.PurePath(self.source)
+        return "/".join(path.parts[-2:]) if path.parent.name == "subagents" else path.name
+
+    @property
+    def uuid(self) -> str | None:
+        return self.record.get("uuid")
+
+    @property
+    def content(self) -> list[dict[str, Any]]:
+        message = self.record.get("message")
+        if not isinstance(message, dict):
+            raise self.fail(f"{self.record['type']} line without a message object")
+        content = message.get("content")
+        if isinstance(content, str):
+            return [{"type": "text", "text": content}]
+        if not isinstance(content, list) or not all(isinstance(block, dict) for block in content):
+            raise self.fail("message.content is neither text nor a list of blocks")
+        return content
+
+
+def _transcript(source: Any) -> list[tuple[str, list[tuple[int, dict[str, Any]]]]]:
+    """The main transcript and, for a path, the sub-agent files of the 2.1.x layout."""
+    files = [records(source)]
+    if isinstance(source, (str, os.PathLike)):
+        main = pathlib.Path(source)
+        folder = main.with_suffix("") / "subagents"
+        files += [records(path) for path in sorted(folder.glob("*.jsonl"))]
+    return files
+
+
+def _seconds(line: _Line) -> float:
+    stamp = line.record.get("timestamp")
+    if not isinstance(stamp, str):
+        raise line.fail("line without a timestamp")
+    try:
+        return datetime.fromisoformat(stamp).timestamp()
+    except ValueError:
+        raise line.fail(f"timestamp {stamp!r} is not ISO-8601") from None
+
+
+class _Session:
+    """One conversion: the lines of every file, indexed the ways the edges need."""
+
+    def __init__(self, files: list[tuple[str, list[tuple[int, dict[str, Any]]]]], report: ConversionReport) -> None:
+        self.report = report
+        self.lines = [_Line(name, number, record) for name, numbered in files for number, record in numbered]
+        for line in self.lines:
+            if not isinstance(line.record.get("type"), str):
+                raise line.fail("line without a string 'type'")
+        self.by_uuid = {line.uuid: line for line in self.lines if line.uuid}
+        stamps = [_seconds(line) for line in self.lines if "timestamp" in line.record]
+        self.start, self.end = (min(stamps), max(stamps)) if stamps else (0.0, 0.0)
+        self._assign_agents()
+        self.calls = self._tool_calls()
+        self.spawned = self._match_spawns()
+        self.parent_agent = {agent: self.calls[call][0].agent for call, agent in self.spawned.items()}
+        self.compaction_agent = next((line.agent for line in self.lines if line.agent.startswith("acompact")), "compaction")
+        self.usage = self._usage_per_message()
+
+    def _assign_agents(self) -> None:
+        """2.1.x lines name their agent; a 2.0.x sidechain line inherits its parent's, and a
+        sidechain root starts a new one."""
+        roots = 0
+        for line in self.lines:
+            record = line.record
+            if isinstance(record.get("agentId"), str):
+                line.agent = record["agentId"]
+            elif record.get("isSidechain"):
+                parent = self.by_uuid.get(record.get("parentUuid"))
+                if parent is not None and parent.record.get("isSidechain"):
+                    line.agent = parent.agent
+                else:
+                    roots += 1
+                    line.agent = f"sidechain-{roots}"
+
+    def _tool_calls(self) -> dict[str, tuple[_Line, dict[str, Any]]]:
+        """tool_use id -> (its line, its content block)."""
+        calls = {}
+        for line in self.lines:
+            if line.record["type"] == "assistant":
+                for block in line.content:
+                    if block.get("type") == "tool_use" and isinstance(block.get("id"), str):
+                        calls[block["id"]] = (line, block)
+        return calls
+
+    def _match_spawns(self) -> dict[str, str]:
+        """Task/Agent tool_use id -> the sub-agent it started: by the agentId its result or
+        its progress lines name (2.1.x), else by the sub-agent's first prompt (2.0.x)."""
+        spawned: dict[str, str] = {}
+        for line in self.lines:
+            record = line.record
+            if record["type"] == "user" and isinstance(record.get("toolUseResult"), dict):
+                agent = record["toolUseResult"].get("agentId")
+                for block in line.content:
+                    if block.get("type") == "tool_result" and isinstance(agent, str):
+                        spawned[block.get("tool_use_id")] = agent
+            elif record["type"] == "progress" and isinstance(record.get("data"), dict):
+                data = record["data"]
+                if data.get("type") == "agent_progress" and isinstance(data.get("agentId"), str):
+                    spawned.setdefault(record.get("parentToolUseID"), data["agentId"])
+        spawn_calls = [i for i, (_, block) in self.calls.items() if block.get("name") in SPAWN_TOOLS]
+        spawned = {call: agent for call, agent in spawned.items() if call in spawn_calls}
+        taken = set(spawned.values())
+        roots: dict[str, _Line] = {}
+        for line in self.lines:
+            if line.agent.startswith("sidechain-") and line.agent not in taken:
+                roots.setdefault(line.agent, line)
+        for call in spawn_calls:
+            if call in spawned:
+                continue
+            prompt = self.calls[call][1].get("input", {}).get("prompt")
+            for agent, root in roots.items():
+                if root.record.get("type") == "user" and _text(root.content) == prompt:
+                    spawned[call] = agent
+                    del roots[agent]
+                    break
+        return spawned
+
+    def _usage_per_message(self) -> dict[str, dict[str, int]]:
+        usage: dict[str, dict[str, int]] = defaultdict(dict)
+        for line in self.lines:
+            message = line.record.get("message")
+            if line.record["type"] != "assistant" or not isinstance(message, dict):
+                continue
+            counts = message.get("usage") or {}
+            merged = usage[message.get("id") or line.uuid]
+            for name in USAGE_FIELDS:
+                if isinstance(counts.get(name), int):
+                    merged[name] = max(merged.get(name, 0), counts[name])
+        return usage
+
+    def t(self, line: _Line) -> float:
+        return _seconds(line) - self.start
+
+
+def _text(content: list[dict[str, Any]]) -> str:
+    return "".join(block.get("text", "") for block in content if block.get("type") == "text")
+
+
+class _Converter:
+    def __init__(self, session: _Session, builder: TraceBuilder) -> None:
+        self.session = session
+        self.builder = builder
+        self.report = session.report
+        self.counted_messages: set[str] = set()
+        # Sub-agent -> its first user line (the prompt), filled as lines are read.
+        self.roots: dict[str, _Line | None] = {agent: None for agent in session.parent_agent}
+        self.call_events: dict[str, str] = {}
+        self.spawn_events: dict[str, str] = {}
+
+    def run(self) -> None:
+        for line in self.session.lines:
+            kind = line.record["type"]
+            handler = getattr(self, f"_{kind}", None)
+            if handler is None:
+                bucket = self.report.ignored if kind in IGNORED_LINE_TYPES else self.report.unknown
+                bucket[f"line type {kind}"] += 1
+                continue
+            handler(line)
+        self._edges()
+
+    def _new(self, line: _Line, block_index: int, blocks: int, type: str, agent: str, suffix: str = "", **fields: Any) -> str:
+        if line.uuid is None:
+            raise line.fail(f"{line.record['type']} line without a uuid")
+        event_id = (line.uuid if blocks == 1 else f"{line.uuid}#{block_index}") + suffix
+        content_ref = f"{line.file}:{line.number}" if blocks == 1 else f"{line.file}:{line.number}#{block_index}"
+        line.events.append(self.builder.event(event_id, self.session.t(line), type, agent, content_ref=content_ref, **fields))
+        return event_id
+
+    # ---- line types ------------------------------------------------------------------
+    def _assistant(self, line: _Line) -> None:
+        content = line.content
+        message = line.record["message"]
+        for index, block in enumerate(content):
+            kind = block.get("type")
+            fields = self._usage_fields(line, message)
+            if kind in ("thinking", "redacted_thinking"):
+                self._new(line, index, len(content), "orchestrator_decision", line.agent, **fields)
+            elif kind == "text":
+                self._new(line, index, len(content), "message", line.agent, from_=line.agent, **fields)
+            elif kind == "tool_use":
+                name = block.get("name")
+                if block.get("id") in self.session.spawned:
+                    sub = self.session.spawned[block["id"]]
+                    role = (block.get("input") or {}).get("subagent_type")
+                    event = self._new(line, index, len(content), "spawn", line.agent, to=sub, role=role, tool=name, tool_use_id=block["id"], **fields)
+                    self.spawn_events[sub] = event
+                else:
+                    event = self._new(line, index, len(content), "tool_call", line.agent, tool=name, tool_use_id=block.get("id"), **fields)
+                self.call_events[block.get("id")] = event
+            else:
+                self.report.unknown[f"assistant content block {kind}"] += 1
+
+    def _usage_fields(self, line: _Line, message: dict[str, Any]) -> dict[str, Any]:
+        """Tokens and model for the first event of a message id; nothing for the rest."""
+        key = message.get("id") or line.uuid
+        if key in self.counted_messages:
+            return {}
+        self.counted_messages.add(key)
+        usage = self.session.usage.get(key, {})
+        return {"tokens": sum(usage.values()), "usage": dict(usage) or None, "model": message.get("model"), "message_id": message.get("id")}
+
+    def _user(self, line: _Line) -> None:
+        content = line.content
+        for index, block in enumerate(content):
+            kind = block.get("type")
+            if kind == "tool_result":
+                self._tool_result(line, index, len(content), block)
+            elif kind in ("text", "image"):
+                self._user_text(line, index, len(content), block)
+            else:
+                self.report.unknown[f"user content block {kind}"] += 1
+
+    def _tool_result(self, line: _Line, index: int, blocks: int, block: dict[str, Any]) -> None:
+        call_id = block.get("tool_use_id")
+        call = self.session.calls.get(call_id)
+        t = self.session.t(line)
+        if call_id in self.session.spawned:
+            sub = self.session.spawned[call_id]
+            result = line.record.get("toolUseResult") if isinstance(line.record.get("toolUseResult"), dict) else {}
+            duration = result.get("totalDurationMs")
+            self._new(
+                line, index, blocks, "return", sub, from_=sub, to=call[0].agent, tool_use_id=call_id,
+                duration_s=duration / 1000 if isinstance(duration, (int, float)) else None,
+                status=result.get("status"), reported_total_tokens=result.get("totalTokens"),
+                reported_tool_uses=result.get("totalToolUseCount"),
+            )
+            return
+        if call is None:
+            self.report.warnings.append(f"{line.source}:{line.number}: tool_result for {call_id!r} has no tool_use")
+            tool, duration = "unknown_tool", None
+        else:
+            tool, duration = call[1].get("name") or "unknown_tool", t - self.session.t(call[0])
+        self._new(line, index, blocks, "tool_result", tool, tool=tool, tool_use_id=call_id, is_error=block.get("is_error"), duration_s=max(0.0, duration) if duration is not None else None)
+        if block.get("is_error"):
+            caller = call[0].agent if call else line.agent
+            self._new(line, index, blocks, "safety_event", caller, suffix="!error", tool=tool, reason="tool_error")
+
+    def _user_text(self, line: _Line, index: int, blocks: int, block: dict[str, Any]) -> None:
+        record = line.record
+        text = block.get("text", "")
+        parent = self.session.parent_agent.get(line.agent)
+        if record.get("isCompactSummary"):
+            agent = self.session.compaction_agent
+            self._new(line, index, blocks, "message", agent, from_=agent, to=line.agent, role="compaction_summary")
+        elif parent is not None and self.roots.get(line.agent) is None:
+            self.roots[line.agent] = line
+            self._new(line, index, blocks, "message", parent, from_=parent, to=line.agent, role="prompt")
+        elif HOOK_BLOCK in text:
+            self._new(line, index, blocks, "safety_event", HARNESS, to=line.agent, role="hook_block")
+        elif record.get("isMeta") or text.startswith(HARNESS_PREFIXES) or line.agent != MAIN_AGENT:
+            # Only the session's own conversation has a person in it; a sub-agent's other
+            # user text (the compaction request, reminders) comes from the harness.
+            self._new(line, index, blocks, "message", HARNESS, from_=HARNESS, to=line.agent)
+        else:
+            self._new(line, index, blocks, "human_intervention", HUMAN, from_=HUMAN, to=line.agent)
+
+    def _system(self, line: _Line) -> None:
+        record = line.record
+        subtype = record.get("subtype")
+        if subtype == "compact_boundary":
+            metadata = record.get("compactMetadata") or {}
+            self._new(line, 0, 1, "aggregate", self.session.compaction_agent, role="compaction", trigger=metadata.get("trigger"), pre_tokens=metadata.get("preTokens"))
+        elif subtype == "stop_hook_summary":
+            self._new(
+                line, 0, 1, "safety_event", HARNESS, role="stop_hook", prevented_continuation=record.get("preventedContinuation"),
+                hook_errors=record.get("hookErrors"), hook_count=record.get("hookCount"),
+            )
+        else:
+            bucket = self.report.ignored if subtype in IGNORED_SYSTEM else self.report.unknown
+            bucket[f"system subtype {subtype}"] += 1
+
+    def _progress(self, line: _Line) -> None:
+        data = line.record.get("data")
+        kind = data.get("type") if isinstance(data, dict) else None
+        bucket = self.report.ignored if kind in IGNORED_PROGRESS else self.report.unknown
+        bucket[f"progress {kind}"] += 1
+
+    # ---- edges -----------------------------------------------------------------------
+    def _event_parent(self, line: _Line) -> str | None:
+        """The last event of the nearest ancestor line that made one."""
+        seen = set()
+        uuid = line.record.get("parentUuid") or line.record.get("logicalParentUuid")
+        while uuid and uuid not in seen:
+            seen.add(uuid)
+            parent = self.session.by_uuid.get(uuid)
+            if parent is None:
+                self.report.warnings.append(f"{line.source}:{line.number}: parentUuid {uuid!r} names no line")
+                return None
+            if parent.events:
+                return parent.events[-1]
+            uuid = parent.record.get("parentUuid") or parent.record.get("logicalParentUuid")
+        return None
+
+    def _edges(self) -> None:
+        builder, session = self.builder, self.session
+        # The last event made from an agent's own lines (its return and the summary it hands
+        # back are written into its parent's lines, so they are not counted as its own).
+        last_event: dict[str, str] = {}
+        for line in sorted(session.lines, key=lambda line: session.t(line) if line.events else 0.0):
+            if line.events:
+                last_event[line.agent] = line.events[-1]
+        for line in session.lines:
+            for before, after in zip(line.events, line.events[1:]):
+                builder.edge(before, after, "safety_flow" if after.endswith("!error") else "causal")
+            if not line.events:
+                continue
+            first = line.events[0]
+            if line.record["type"] == "user":
+                for block in line.content:
+                    call_id = block.get("tool_use_id")
+                    if call_id in session.spawned:
+                        builder.edge(last_event.get(session.spawned[call_id]), first, "return")
+                    builder.edge(self.call_events.get(call_id), first, "return")
+            if line.record.get("subtype") == "compact_boundary":
+                builder.edge(last_event.get(session.compaction_agent), first, "aggregate")
+            if self.roots.get(line.agent) is line:
+                builder.edge(self.spawn_events.get(line.agent), first, "spawn")
+            builder.edge(self._event_parent(line), first, "causal")
+
+
+def claude_code(source: Any, *, trace_id: str | None = None, task_id: str | None = None) -> TraceBatch:
+    """Converts a Claude Code session into one trace.
+
+    ``source`` is the path of the session's ``<session>.jsonl`` (its ``<session>/subagents/``
+    folder is read too) or the transcript's lines as a list of dicts. ``trace_id`` defaults
+    to the session id, ``task_id`` to the trace id. A line that is not a JSON object, or lacks
+    what its type needs, raises ConversionError naming file and line.
+    """
+    files = _transcript(source)
+    report = ConversionReport("claude_code", sources=[name for name, _ in files])
+    session = _Session(files, report)
+    report.records = len(session.lines)
+    session_id = next((line.record["sessionId"] for line in session.lines if isinstance(line.record.get("sessionId"), str)), None)
+    trace_id = trace_id or session_id
+    if not trace_id:
+        raise ConversionError(report.sources[0], None, "no sessionId in the transcript; pass trace_id=")
+    version = next((line.record["version"] for line in session.lines if isinstance(line.record.get("version"), str)), None)
+    builder = TraceBuilder(trace_id, task_id or trace_id, system=f"claude-code {version}" if version else "claude-code", topology="centralized")
+    _Converter(session, builder).run()
+    trace = builder.build(wall_clock_s=session.end - session.start)
+    batch = load_traces([trace])
+    report.traces, report.events = 1, len(builder.events)
+    batch.conversion_report = report
+    return batch

@@ -1,0 +1,311 @@
+"""OpenTelemetry GenAI spans (OTLP JSON, the SDK's span JSON, Agent Lightning dumps) -> traces.
+
+One trace per OpenTelemetry trace (per Agent Lightning rollout when spans name one). Spans
+map by ``gen_ai.operation.name``: ``create_agent`` -> spawn of ``gen_ai.agent.name``;
+``invoke_agent`` -> a message to the agent when the run starts and its return when it ends,
+with the spans inside as that agent's events; ``execute_tool`` and ``retrieval`` ->
+tool_call + tool_result;
+``chat`` / ``text_completion`` / ``generate_content`` -> message; ``apply_guardrail`` ->
+safety_event. ``gen_ai.usage.input_tokens`` + ``output_tokens`` are the event's tokens.
+``parent_span_id`` gives causal edges (parent -> child, child -> its parent's return) and
+siblings that ran one after the other are linked by temporal edges. Agent Lightning
+``agentlightning.reward`` spans are reward channels: the last one is the trace's rewards and
+each also rewards the event that finished just before it. Spans with no GenAI operation are
+counted in the report and see-through: their children hang on the nearest mapped ancestor.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from masreplay.batch import TraceBatch
+from masreplay.convert._builder import TraceBuilder
+from masreplay.convert._lines import json_document
+from masreplay.convert._report import ConversionReport
+from masreplay.errors import ConversionError
+from masreplay.io import load_traces
+
+USER = "user"
+REWARD_SPAN = "agentlightning.reward"
+MESSAGE_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
+# A retrieval is a call to a data source: a tool call whose result comes back.
+TOOL_OPERATIONS = frozenset({"execute_tool", "retrieval"})
+# Agent Lightning bookkeeping spans: understood, nothing to learn from.
+IGNORED_SPANS = frozenset({"agentlightning.message", "agentlightning.object", "agentlightning.virtual", "agentlightning.operation"})
+_ERROR_STATUS = (2, "STATUS_CODE_ERROR", "ERROR")
+
+
+@dataclass
+class _Span:
+    trace: str
+    id: str
+    parent: str | None
+    name: str
+    start: float
+    end: float
+    attributes: dict[str, Any]
+    error: bool
+    where: str
+
+    @property
+    def operation(self) -> str | None:
+        return self.attributes.get("gen_ai.operation.name")
+
+    @property
+    def agent_name(self) -> str | None:
+        name = self.attributes.get("gen_ai.agent.name") or self.attributes.get("gen_ai.agent.id")
+        return str(name) if name is not None else None
+
+
+def _any_value(value: dict[str, Any]) -> Any:
+    """An OTLP AnyValue ({"stringValue": ...}, {"intValue": "3"}, ...) as a Python value."""
+    for key, convert in (("stringValue", str), ("boolValue", bool), ("intValue", int), ("doubleValue", float)):
+        if key in value:
+            return convert(value[key])
+    if "arrayValue" in value:
+        return [_any_value(item) for item in value["arrayValue"].get("values", [])]
+    if "kvlistValue" in value:
+        return {kv["key"]: _any_value(kv.get("value", {})) for kv in value["kvlistValue"].get("values", [])}
+    return None
+
+
+def _hex_id(value: Any) -> str | None:
+    """Trace and span ids as lowercase hex, whichever way the writer spelled them: OTLP JSON
+    uses hex, protobuf's JSON mapping base64, the SDK's span JSON a 0x prefix."""
+    if not value:
+        return None
+    text = str(value).lower().removeprefix("0x")
+    if all(c in "0123456789abcdef" for c in text):
+        return text
+    try:
+        raw = base64.b64decode(str(value), validate=True)
+    except ValueError:
+        return str(value)
+    return raw.hex() if len(raw) in (8, 16) else str(value)
+
+
+def _seconds(value: Any, where: str, source: str) -> float:
+    """Epoch seconds from unix nanoseconds (OTLP), float seconds (Agent Lightning) or ISO-8601 (SDK JSON)."""
+    if isinstance(value, str):
+        if value.isdigit():
+            return int(value) / 1e9
+        try:
+            return datetime.fromisoformat(value).timestamp()
+        except ValueError:
+            raise ConversionError(source, None, f"{where}: time {value!r} is neither nanoseconds nor ISO-8601") from None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value / 1e9 if value > 1e14 else float(value)
+    raise ConversionError(source, None, f"{where}: missing or unreadable span time")
+
+
+def _otlp_spans(document: dict[str, Any], where: str, source: str) -> list[_Span]:
+    spans = []
+    for r, resource_spans in enumerate(document.get("resourceSpans") or []):
+        for s, scope_spans in enumerate(resource_spans.get("scopeSpans") or []):
+            for i, span in enumerate(scope_spans.get("spans") or []):
+                here = f"{where}/resourceSpans/{r}/scopeSpans/{s}/spans/{i}"
+                trace, span_id = _hex_id(span.get("traceId")), _hex_id(span.get("spanId"))
+                if not trace or not span_id:
+                    raise ConversionError(source, None, f"{here}: span without traceId or spanId")
+                attributes = {kv["key"]: _any_value(kv.get("value", {})) for kv in span.get("attributes", [])}
+                spans.append(_Span(
+                    trace, span_id, _hex_id(span.get("parentSpanId")), span.get("name", ""),
+                    _seconds(span.get("startTimeUnixNano"), here, source), _seconds(span.get("endTimeUnixNano"), here, source),
+                    attributes, (span.get("status") or {}).get("code") in _ERROR_STATUS, here,
+                ))
+    return spans
+
+
+def _flat_span(record: dict[str, Any], where: str, source: str) -> _Span:
+    """A span as the SDK's ``ReadableSpan.to_json`` or Agent Lightning's ``Span`` writes it."""
+    context = record.get("context") or {}
+    parent = record.get("parent_id") or (record.get("parent") or {}).get("span_id")
+    trace = record.get("rollout_id") or _hex_id(record.get("trace_id") or context.get("trace_id"))
+    span_id = _hex_id(record.get("span_id") or context.get("span_id"))
+    if not trace or not span_id:
+        raise ConversionError(source, None, f"{where}: span without a trace id or span id")
+    status = record.get("status") or {}
+    return _Span(
+        str(trace), span_id, _hex_id(parent), record.get("name", ""),
+        _seconds(record.get("start_time"), where, source), _seconds(record.get("end_time"), where, source),
+        dict(record.get("attributes") or {}), status.get("status_code") in _ERROR_STATUS, where,
+    )
+
+
+def _spans(document: Any, source: str) -> list[_Span]:
+    items = document if isinstance(document, list) else [document]
+    spans: list[_Span] = []
+    for index, item in enumerate(items):
+        where = f"/{index}" if isinstance(document, list) else ""
+        if not isinstance(item, dict):
+            raise ConversionError(source, None, f"{where or '/'}: expected an object, got {type(item).__name__}")
+        spans += _otlp_spans(item, where, source) if "resourceSpans" in item else [_flat_span(item, where, source)]
+    return spans
+
+
+def _rewards(span: _Span) -> dict[str, float]:
+    """Reward channels of an Agent Lightning reward span, across its attribute conventions."""
+    attributes = span.attributes
+    rewards: dict[str, float] = {}
+    for key, value in attributes.items():
+        if not key.startswith(REWARD_SPAN + ".") or ".metadata" in key:
+            continue
+        rest = key[len(REWARD_SPAN) + 1:]
+        if rest.endswith(".value") and f"{REWARD_SPAN}.{rest[:-6]}.name" in attributes:
+            rewards[str(attributes[f"{REWARD_SPAN}.{rest[:-6]}.name"])] = float(value)
+        elif not rest.endswith(".name") and isinstance(value, (int, float)) and not isinstance(value, bool):
+            rewards[rest] = float(value)
+    output = attributes.get("agentops.task.output")
+    if isinstance(output, str):
+        try:
+            parsed = json.loads(output)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, dict) and parsed.get("type") == "reward" and isinstance(parsed.get("value"), (int, float)):
+            rewards["primary"] = float(parsed["value"])
+    if isinstance(attributes.get("reward"), (int, float)):
+        rewards.setdefault("primary", float(attributes["reward"]))
+    return rewards
+
+
+class _Trace:
+    def __init__(self, trace_id: str, spans: list[_Span], report: ConversionReport, source: str) -> None:
+        self.spans = sorted(spans, key=lambda span: (span.start, span.end))
+        self.by_id = {span.id: span for span in self.spans}
+        self.report, self.source = report, source
+        self.start = min(span.start for span in self.spans)
+        self.builder = TraceBuilder(trace_id, trace_id, system="opentelemetry", topology="hierarchical")
+        self.first: dict[str, str] = {}  # span id -> its first event
+        self.last: dict[str, str] = {}  # span id -> its last event
+        self.reward_spans: list[_Span] = []
+
+    def ancestors(self, span: _Span) -> Iterator[_Span]:
+        """Parent, grandparent, ...; stops at a parent missing from the export (a partial
+        export) and at a loop of parent ids (a broken one)."""
+        seen = {span.id}
+        while span.parent and span.parent not in seen:
+            seen.add(span.parent)
+            parent = self.by_id.get(span.parent)
+            if parent is None:
+                return
+            yield parent
+            span = parent
+
+    def mapped_parent(self, span: _Span) -> _Span | None:
+        return next((parent for parent in self.ancestors(span) if parent.id in self.first), None)
+
+    def agent_of(self, span: _Span) -> str:
+        """The agent a span acts for: the agent name of the nearest enclosing invoke_agent span."""
+        return next((p.agent_name for p in self.ancestors(span) if p.operation == "invoke_agent" and p.agent_name), USER)
+
+    def event(self, span: _Span, suffix: str, t: float, type: str, agent: str, **fields: Any) -> str:
+        event_id = self.builder.event(f"{span.id}{suffix}", t - self.start, type, agent, span_name=span.name, **fields)
+        self.first.setdefault(span.id, event_id)
+        self.last[span.id] = event_id
+        return event_id
+
+    def convert_span(self, span: _Span) -> None:
+        operation, attributes = span.operation, span.attributes
+        caller = self.agent_of(span)
+        duration = max(0.0, span.end - span.start)
+        extra = {"span_attributes": attributes or None, "status_error": span.error or None}
+        if operation == "create_agent":
+            self.event(span, "", span.start, "spawn", caller, to=span.agent_name, duration_s=duration, **extra)
+        elif operation == "invoke_agent":
+            agent = span.agent_name or caller
+            self.event(span, ":start", span.start, "message", caller, from_=caller, to=agent, role="invoke_agent", **extra)
+            self.event(span, ":end", span.end, "return", agent, from_=agent, to=caller, duration_s=duration)
+        elif operation in TOOL_OPERATIONS:
+            tool = str(attributes.get("gen_ai.tool.name") or attributes.get("gen_ai.data_source.id") or span.name)
+            call = self.event(span, ":call", span.start, "tool_call", caller, tool=tool, **extra)
+            result = self.event(span, ":result", span.end, "tool_result", tool, tool=tool, duration_s=duration, is_error=span.error or None)
+            self.builder.edge(call, result, "return")
+            if span.error:
+                self.builder.edge(result, self.event(span, ":error", span.end, "safety_event", caller, tool=tool, reason="tool_error"), "safety_flow")
+        elif operation in MESSAGE_OPERATIONS:
+            tokens = sum(int(attributes.get(key) or 0) for key in ("gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens"))
+            model = attributes.get("gen_ai.response.model") or attributes.get("gen_ai.request.model")
+            self.event(span, "", span.start, "message", caller, from_=caller, tokens=tokens, model=model, duration_s=duration, **extra)
+        elif operation == "apply_guardrail":
+            self.event(span, "", span.start, "safety_event", caller, role="guardrail", duration_s=duration, **extra)
+        elif span.name == REWARD_SPAN:
+            self.reward_spans.append(span)
+        elif operation is None and span.name in IGNORED_SPANS:
+            self.report.ignored[f"span {span.name}"] += 1
+        else:
+            key = f"gen_ai.operation.name {operation}" if operation else "span without gen_ai.operation.name"
+            self.report.unknown[key] += 1
+
+    def link(self) -> None:
+        builder = self.builder
+        children: dict[str | None, list[_Span]] = defaultdict(list)
+        for span in self.spans:
+            if span.id in self.first:
+                parent = self.mapped_parent(span)
+                children[parent.id if parent else None].append(span)
+        for parent_id, kids in children.items():
+            for before, after in zip(kids, kids[1:]):
+                if before.end <= after.start:
+                    builder.edge(self.last[before.id], self.first[after.id], "temporal")
+            if parent_id is None:
+                continue
+            for kid in kids:
+                builder.edge(self.first[parent_id], self.first[kid.id], "causal")
+                if self.last[parent_id] != self.first[parent_id]:
+                    builder.edge(self.last[kid.id], self.last[parent_id], "return")
+        spawns = {event["to"]: event["id"] for event in builder.events if event["type"] == "spawn" and "to" in event}
+        for event in builder.events:
+            if event.get("role") == "invoke_agent" and event.get("to") in spawns:
+                builder.edge(spawns[event["to"]], event["id"], "spawn")
+
+    def reward(self) -> dict[str, float]:
+        """Rewards each reward span's preceding event; the last reward span is the trace's."""
+        finished = sorted(((span.end, self.last[span.id]) for span in self.spans if span.id in self.last), key=lambda pair: pair[0])
+        events = {event["id"]: event for event in self.builder.events}
+        rewards: dict[str, float] = {}
+        for span in self.reward_spans:
+            rewards = _rewards(span)
+            if not rewards:
+                self.report.warnings.append(f"{self.source}{span.where}: reward span {span.id!r} carries no reward value")
+            before = [event for end, event in finished if end <= span.start]
+            if before and rewards:
+                events[before[-1]].setdefault("reward", {}).update(rewards)
+        return rewards
+
+    def build(self) -> dict[str, Any] | None:
+        for span in self.spans:
+            self.convert_span(span)
+        if not self.builder.events:
+            return None
+        self.link()
+        rewards = self.reward()
+        return self.builder.build(wall_clock_s=max(span.end for span in self.spans) - self.start, rewards=rewards)
+
+
+def otel(source: Any) -> TraceBatch:
+    """Converts OpenTelemetry spans: a path to an OTLP JSON export (one document, or JSON
+    Lines of them as the Collector's file exporter writes), a file of span JSON objects (the
+    SDK's ``to_json``, Agent Lightning span dumps), or the parsed objects themselves."""
+    name, document = json_document(source)
+    spans = _spans(document, name)
+    report = ConversionReport("otel", sources=[name], records=len(spans))
+    grouped: dict[str, list[_Span]] = defaultdict(list)
+    for span in spans:
+        grouped[span.trace].append(span)
+    traces = []
+    for trace_id, members in grouped.items():
+        trace = _Trace(trace_id, members, report, name).build()
+        if trace is None:
+            report.warnings.append(f"{name}: trace {trace_id!r} has no GenAI spans; no trace made")
+        else:
+            traces.append(trace)
+    batch = load_traces(traces)
+    report.traces, report.events = len(traces), sum(len(trace["events"]) for trace in traces)
+    batch.conversion_report = report
+    return batch

@@ -1,0 +1,342 @@
+"""Converters on the real samples in ../shared/traces, checked against counts derived here
+from the raw files with plain json (not the converters' helpers), plus malformed input,
+the seed round trip and the ``masreplay convert`` command."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+
+import masreplay
+from masreplay import ConversionError, convert
+from masreplay.cli import main
+
+SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "traces"
+SESSION = "fa812bfe-b295-4cca-9c2f-fdf01028cb46"
+MARBLE_FILES = ["tree_research_Llama3.1_70B.jsonl", "coding_development_output_0208.jsonl"]
+
+
+def sample(*parts: str) -> Path:
+    path = SAMPLES.joinpath(*parts)
+    if not path.exists():
+        pytest.fail(f"real trace sample missing: expected {path} (../shared/traces relative to the repository root)", pytrace=False)
+    return path
+
+
+def read_lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def blocks(line: dict) -> list[dict]:
+    content = line.get("message", {}).get("content", [])
+    return [{"type": "text", "text": content}] if isinstance(content, str) else content
+
+
+def by_type(trace: dict) -> Counter:
+    return Counter(event["type"] for event in trace["events"])
+
+
+# ---- Claude Code --------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def claude_files() -> dict[str, list[dict]]:
+    main_file = sample("claude_code", f"{SESSION}.jsonl")
+    files = {"main": read_lines(main_file)}
+    for path in sorted(sample("claude_code", SESSION, "subagents").glob("agent-*.jsonl")):
+        files[path.stem.removeprefix("agent-")] = read_lines(path)
+    return files
+
+
+@pytest.fixture(scope="module")
+def claude_batch() -> masreplay.TraceBatch:
+    return convert.claude_code(sample("claude_code", f"{SESSION}.jsonl"))
+
+
+def test_claude_code_sample_converts_to_one_valid_trace(claude_batch, seed_validator):
+    assert len(claude_batch) == 1 and claude_batch.trace_ids == [SESSION]
+    masreplay.validate(claude_batch[0])
+    seed_validator.validate(claude_batch.to_seed_json(0))
+
+
+def test_claude_code_agents_and_spawns(claude_batch, claude_files):
+    trace = claude_batch[0]
+    spawn_calls = {
+        block["id"]: block for lines in claude_files.values() for line in lines if line["type"] == "assistant"
+        for block in blocks(line) if block["type"] == "tool_use" and block["name"] in ("Task", "Agent")
+    }
+    spawned = {
+        line["toolUseResult"]["agentId"] for line in claude_files["main"]
+        if isinstance(line.get("toolUseResult"), dict) and "agentId" in line["toolUseResult"]
+    }
+    spawns = [event for event in trace["events"] if event["type"] == "spawn"]
+    assert len(spawns) == len(spawn_calls) == 2
+    assert {event["to"] for event in spawns} == spawned
+    assert {event["tool_use_id"] for event in spawns} == set(spawn_calls)
+    returns = [event for event in trace["events"] if event["type"] == "return"]
+    assert {event["agent"] for event in returns} == spawned
+    acting = {event["agent"] for event in trace["events"] if event["type"] != "tool_result"}
+    assert {"main", *claude_files.keys() - {"main"}} <= acting
+    edges = {(edge["src"], edge["dst"]): edge["type"] for edge in trace["edges"]}
+    for spawn in spawns:
+        # The spawn edge leads to the sub-agent's prompt, the first line of its own file.
+        assert edges[(spawn["id"], claude_files[spawn["to"]][0]["uuid"])] == "spawn"
+
+
+def test_claude_code_tool_calls_pair_with_results(claude_batch, claude_files):
+    calls, results = {}, Counter()
+    for lines in claude_files.values():
+        for line in lines:
+            for block in blocks(line):
+                if block["type"] == "tool_use" and block["name"] not in ("Task", "Agent"):
+                    calls[block["id"]] = block["name"]
+                elif block["type"] == "tool_result":
+                    results[block["tool_use_id"]] += 1
+    trace = claude_batch[0]
+    events = {event["id"]: event for event in trace["events"]}
+    call_events = [event for event in trace["events"] if event["type"] == "tool_call"]
+    result_events = [event for event in trace["events"] if event["type"] == "tool_result"]
+    assert len(call_events) == len(calls) and len(result_events) == sum(results[i] for i in calls)
+    pairs = {
+        (events[edge["src"]]["tool_use_id"], events[edge["dst"]]["tool_use_id"])
+        for edge in trace["edges"]
+        if edge["type"] == "return" and events[edge["src"]]["type"] == "tool_call"
+    }
+    assert pairs == {(call, call) for call in calls if results[call]}
+    assert all(event["tool"] == calls[event["tool_use_id"]] for event in result_events)
+    assert trace["costs"]["tool_calls"] == len(calls)
+
+
+def test_claude_code_tokens_count_each_message_once(claude_batch, claude_files):
+    usage: dict[str, dict[str, int]] = defaultdict(dict)
+    for lines in claude_files.values():
+        for line in lines:
+            if line["type"] == "assistant":
+                seen = usage[line["message"]["id"]]
+                for name, value in line["message"]["usage"].items():
+                    if name.endswith("_tokens"):
+                        seen[name] = max(seen.get(name, 0), value)
+    expected = sum(sum(fields.values()) for fields in usage.values())
+    trace = claude_batch[0]
+    assert trace["costs"]["tokens"] == expected
+    assert sum(1 for event in trace["events"] if "tokens" in event) == len(usage)
+
+
+def test_claude_code_progress_repeats_are_not_ingested(claude_batch, claude_files):
+    progress = {line["uuid"] for line in claude_files["main"] if line["type"] == "progress"}
+    trace = claude_batch[0]
+    assert not progress & {event["id"].split("#")[0] for event in trace["events"]}
+    agent_progress = sum(1 for line in claude_files["main"] if line["type"] == "progress" and line["data"]["type"] == "agent_progress")
+    report = claude_batch.conversion_report
+    assert report.ignored["progress agent_progress"] == agent_progress > 0
+    assert report.records == sum(len(lines) for lines in claude_files.values())
+    assert report.clean, str(report)
+    # Every user/assistant content block of a sub-agent file is one event, none twice.
+    for agent in claude_files.keys() - {"main"}:
+        expected = sum(len(blocks(line)) for line in claude_files[agent] if line["type"] in ("user", "assistant"))
+        made = [event for event in trace["events"] if event["content_ref"].startswith(f"subagents/agent-{agent}.jsonl:")]
+        errors = sum(1 for event in made if event["type"] == "safety_event" and event.get("reason") == "tool_error")
+        assert len(made) - errors == expected
+
+
+def test_claude_code_time_safety_human_and_compaction(claude_batch, claude_files):
+    from datetime import datetime
+
+    stamps = [datetime.fromisoformat(line["timestamp"]).timestamp() for lines in claude_files.values() for line in lines if "timestamp" in line]
+    trace = claude_batch[0]
+    assert min(event["t"] for event in trace["events"]) >= 0
+    assert trace["costs"]["wall_clock_s"] == pytest.approx(max(stamps) - min(stamps))
+    errors = sum(1 for lines in claude_files.values() for line in lines for block in blocks(line) if block.get("is_error"))
+    stop_hooks = sum(1 for line in claude_files["main"] if line.get("subtype") == "stop_hook_summary")
+    safety = [event for event in trace["events"] if event["type"] == "safety_event"]
+    assert sum(event.get("reason") == "tool_error" for event in safety) == errors > 0
+    assert sum(event.get("role") == "stop_hook" for event in safety) == stop_hooks
+    humans = [event for event in trace["events"] if event["type"] == "human_intervention"]
+    assert humans and all(event["agent"] == "human" for event in humans)
+    aggregates = [event for event in trace["events"] if event["type"] == "aggregate"]
+    compaction = [name for name in claude_files if name.startswith("acompact")]
+    assert [event["agent"] for event in aggregates] == compaction
+    assert any(edge["dst"] == aggregates[0]["id"] and edge["type"] == "aggregate" for edge in trace["edges"])
+
+
+def test_claude_code_inline_sidechain_layout(claude_files):
+    """The 2.0.x layout, rebuilt from the sample: sub-agent lines inline in the main
+    transcript, marked isSidechain, with no agentId anywhere and no progress repeats."""
+    lines = []
+    for line in claude_files["main"]:
+        if line["type"] == "progress" and line["data"]["type"] == "agent_progress":
+            continue
+        line = dict(line)
+        if isinstance(line.get("toolUseResult"), dict):
+            line["toolUseResult"] = {k: v for k, v in line["toolUseResult"].items() if k != "agentId"}
+        lines.append(line)
+    for agent in ("a93ccab", "aa84377"):
+        lines += [{k: v for k, v in line.items() if k != "agentId"} for line in claude_files[agent]]
+    batch = convert.claude_code(lines)
+    trace = batch[0]
+    spawns = {event["tool_use_id"]: event["to"] for event in trace["events"] if event["type"] == "spawn"}
+    assert sorted(spawns.values()) == ["sidechain-1", "sidechain-2"]
+    for event in trace["events"]:
+        if event["type"] == "return":
+            assert event["agent"] == spawns[event["tool_use_id"]]
+    prompts = {line["message"]["content"]: line["uuid"] for line in claude_files["a93ccab"][:1] + claude_files["aa84377"][:1]}
+    events = {event["id"]: event for event in trace["events"]}
+    for uuid in prompts.values():
+        assert events[uuid]["type"] == "message" and events[uuid]["to"] in spawns.values()
+
+
+# ---- malformed Claude Code input ----------------------------------------------------------
+def _session_lines() -> list[dict]:
+    base = {"sessionId": "s1", "version": "2.1.0", "isSidechain": False}
+    return [
+        {**base, "type": "user", "uuid": "u1", "parentUuid": None, "timestamp": "2026-01-01T00:00:00.000Z", "message": {"role": "user", "content": "do it"}},
+        {**base, "type": "assistant", "uuid": "a1", "parentUuid": "u1", "timestamp": "2026-01-01T00:00:01.000Z",
+         "message": {"id": "m1", "content": [{"type": "tool_use", "id": "t1", "name": "Bash", "input": {}}], "usage": {"input_tokens": 3, "output_tokens": 4}}},
+        {**base, "type": "user", "uuid": "r1", "parentUuid": "a1", "timestamp": "2026-01-01T00:00:03.000Z",
+         "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]}},
+    ]
+
+
+def _write(tmp_path: Path, lines: list) -> Path:
+    path = tmp_path / "session.jsonl"
+    path.write_text("".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines))
+    return path
+
+
+def test_claude_code_small_session_shape():
+    trace = convert.claude_code(_session_lines())[0]
+    assert [(e["id"], e["type"], e["t"]) for e in trace["events"]] == [("u1", "human_intervention", 0), ("a1", "tool_call", 1), ("r1", "tool_result", 3)]
+    assert trace["events"][2]["duration_s"] == 2 and trace["events"][1]["tokens"] == 7
+    assert {(e["src"], e["dst"], e["type"]) for e in trace["edges"]} == {("u1", "a1", "causal"), ("a1", "r1", "return")}
+
+
+def test_truncated_json_line_names_file_and_line(tmp_path):
+    path = _write(tmp_path, [*_session_lines()[:2], json.dumps(_session_lines()[2])[:40]])
+    with pytest.raises(ConversionError) as caught:
+        convert.claude_code(path)
+    assert caught.value.source == str(path) and caught.value.line == 3
+    assert f"{path}:3" in str(caught.value) and isinstance(caught.value, ValueError)
+
+
+def test_line_missing_what_its_type_needs_is_an_error(tmp_path):
+    lines = _session_lines()
+    del lines[1]["timestamp"]
+    with pytest.raises(ConversionError, match=r"session.jsonl:2: line without a timestamp"):
+        convert.claude_code(_write(tmp_path, lines))
+
+
+def test_tool_result_without_its_call_is_kept_and_reported(tmp_path):
+    lines = _session_lines()
+    del lines[1]
+    lines[1]["parentUuid"] = "u1"
+    batch = convert.claude_code(_write(tmp_path, lines))
+    result = next(e for e in batch[0]["events"] if e["type"] == "tool_result")
+    assert result["agent"] == "unknown_tool" and "duration_s" not in result
+    assert batch.conversion_report.warnings == [f"{tmp_path / 'session.jsonl'}:2: tool_result for 't1' has no tool_use"]
+    assert not batch.conversion_report.clean
+
+
+def test_unknown_line_types_and_blocks_are_counted(tmp_path):
+    lines = [*_session_lines(), {"type": "brand-new", "uuid": "x"}, {"type": "progress", "uuid": "p", "data": {"type": "novel_progress"}}]
+    lines[1]["message"]["content"].append({"type": "server_tool_use", "id": "s"})
+    report = convert.claude_code(_write(tmp_path, lines)).conversion_report
+    assert report.unknown == Counter({"line type brand-new": 1, "progress novel_progress": 1, "assistant content block server_tool_use": 1})
+    assert "unknown 1 x line type brand-new" in str(report)
+
+
+# ---- MARBLE -------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", MARBLE_FILES)
+def test_marble_episodes_convert_with_their_agents_returns_and_scores(name, seed_validator):
+    episodes = read_lines(sample("marble", name))
+    batch = convert.marble(sample("marble", name))
+    assert len(batch) == len(episodes) and batch.conversion_report.clean
+    for index, (episode, trace) in enumerate(zip(episodes, batch)):
+        seed_validator.validate(batch.to_seed_json(index))
+        agents, messages, returns = {"planner"}, 0, 0
+        for iteration in episode["iterations"]:
+            agents |= set(iteration["task_assignments"])
+            messages += len(iteration["task_assignments"])
+            returns += len(iteration["task_results"])
+            agents |= {result["agent_id"] for result in iteration["task_results"]}
+            for text in iteration["communications"]:
+                for line in text.splitlines():
+                    if line.startswith("From ") and " to " in line and ":" in line:
+                        sender, receiver = line[5:].split(":", 1)[0].split(" to ")
+                        agents |= {sender, receiver}
+                        messages += 1
+        types = by_type(trace)
+        assert {name for event in trace["events"] for name in (event["agent"], event.get("to")) if name} == agents
+        assert types["message"] == messages and types["return"] == returns and types["spawn"] == 0
+        assert types["aggregate"] == sum("summary" in iteration for iteration in episode["iterations"])
+        assert trace["costs"]["tokens"] == episode.get("token_usage", 0)
+        planning = [s for s in episode.get("planning_scores") or [] if s != -1]
+        communication = [s for s in episode.get("communication_scores") or [] if s != -1]
+        assert trace["rewards"].get("planning") == (sum(planning) / len(planning) if planning else None)
+        assert trace["rewards"].get("communication") == (sum(communication) / len(communication) if communication else None)
+        assert all(value != -1 for value in trace["rewards"].values())
+        for agent, milestones in (episode.get("agent_kpis") or {}).items():
+            assert trace["rewards"][f"milestones.{agent}"] == milestones
+
+
+MALFORMED = {
+    "marble episode without events": ("marble", '{"task": "t", "iterations": []}\n', r":1: an episode without iterations"),
+    "marble episode without iterations": ("marble", '{"task": "t", "iterations": [{"task_assignments": {"a": "x"}}]}\n{"task": "t"}\n', r":2: .*'iterations'"),
+    "marble line not an object": ("marble", "[1, 2]\n", r":1: expected a JSON object, got list"),
+    "truncated span line": ("otel", '{"name": "chat", "context": {"trace_id": "0x1", "span_id": "0x2"}, "start_time": 1, "end_time": 2}\n{"name": \n', r":2: not valid JSON"),
+    "span without ids": ("otel", '{"name": "chat", "start_time": 1, "end_time": 2}', r"span without a trace id"),
+}
+
+
+@pytest.mark.parametrize("case", MALFORMED)
+def test_malformed_input_names_file_and_line(case, tmp_path):
+    converter, text, message = MALFORMED[case]
+    path = tmp_path / "input.jsonl"
+    path.write_text(text)
+    with pytest.raises(ConversionError, match=f"^{path}{message}" if message.startswith(":") else message):
+        convert.FORMATS[converter](path)
+
+
+# ---- seed, both directions ----------------------------------------------------------------
+def test_seed_round_trip_is_strict_both_ways(seed_example, seed_validator, tmp_path):
+    batch = convert.seed(seed_example)
+    assert convert.to_seed(batch) == [batch.to_seed_json(0)]
+    seed_validator.validate(convert.to_seed(batch)[0])
+    with pytest.raises(masreplay.TraceValidationError):
+        convert.seed({**seed_example, "group_id": "g"})
+    for suffix in (".json", ".jsonl", ".parquet"):
+        convert.write(batch, tmp_path / f"out{suffix}")
+        again = convert.seed(tmp_path / f"out{suffix}") if suffix != ".parquet" else masreplay.load_traces(tmp_path / f"out{suffix}")
+        assert again[0]["events"] == batch[0]["events"]
+    with pytest.raises(ValueError, match="output format"):
+        convert.write(batch, tmp_path / "out.csv")
+
+
+def test_converted_samples_round_trip_through_seed_json(claude_batch, tmp_path, seed_validator):
+    marble = convert.marble(sample("marble", MARBLE_FILES[0]))
+    for batch in (claude_batch, marble):
+        convert.write(batch, tmp_path / "traces.json")
+        document = json.loads((tmp_path / "traces.json").read_text())
+        for trace in document if isinstance(document, list) else [document]:
+            seed_validator.validate(trace)
+        again = convert.seed(tmp_path / "traces.json")
+        assert [t["events"] for t in again] == [t["events"] for t in batch]
+
+
+# ---- the command line ---------------------------------------------------------------------
+def test_cli_convert(tmp_path, capsys):
+    source = sample("claude_code", f"{SESSION}.jsonl")
+    for suffix in (".json", ".jsonl", ".parquet"):
+        assert main(["convert", "--from", "claude_code", str(source), str(tmp_path / f"cc{suffix}")]) == 0
+        assert masreplay.load_traces(tmp_path / f"cc{suffix}").trace_ids == [SESSION]
+    out = capsys.readouterr().out
+    assert "wrote 1 traces" in out and "ignored" in out
+    assert main(["convert", "--from", "marble", str(sample("marble", MARBLE_FILES[1])), str(tmp_path / "m.jsonl")]) == 0
+    assert len(masreplay.load_traces(tmp_path / "m.jsonl")) == len(read_lines(sample("marble", MARBLE_FILES[1])))
+    assert main(["validate", "--strict-seed", str(tmp_path / "m.jsonl")]) == 0
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{not json\n")
+    assert main(["convert", "--from", "marble", str(bad), str(tmp_path / "x.json")]) == 1
+    assert f"{bad}:1" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["convert", "--from", "csv", str(bad), str(tmp_path / "x.json")])
