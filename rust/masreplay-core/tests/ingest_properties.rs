@@ -60,3 +60,24 @@ proptest! {
         prop_assert_eq!(kept.len(), traces.len() - 1);
     }
 }
+
+/// Ingesting a slice of a table (with an optional column missing, so it is rebuilt) keeps
+/// only the slice's events, not its parent's.
+#[test]
+fn a_slice_is_ingested_at_its_own_size() {
+    use arrow_array::Array;
+    use arrow_array::cast::AsArray;
+    let traces = generate(&SimConfig { n_traces: 20, ..SimConfig::default() }).unwrap();
+    let batch = TraceBatch::from_traces(&traces).unwrap();
+    let mut record = batch.record_batch().clone();
+    record.remove_column(record.schema().index_of("metrics").unwrap());
+    let slice = record.slice(5, 3);
+    let (ingested, rejected) = TraceBatch::from_arrow(&[slice]).unwrap();
+    assert!(rejected.is_empty());
+    let events = ingested.record_batch().column_by_name("events").unwrap().as_list::<i32>();
+    let expected: usize = traces[5..8].iter().map(|t| t.events.len()).sum();
+    assert_eq!(events.values().len(), expected);
+    for (i, trace) in traces[5..8].iter().enumerate() {
+        assert_eq!(&ingested.trace(i).unwrap().events, &trace.events);
+    }
+}

@@ -372,13 +372,36 @@ impl RowCheck<'_> {
     }
 }
 
+/// A slice of a table keeps its list columns' whole child arrays; cut them to the rows in
+/// view so that nothing built from them (missing columns, re-encoded codes) is sized by, and
+/// nothing stored keeps alive, the rest of the parent table.
+fn trim_lists(batch: &RecordBatch) -> Result<RecordBatch, MasreplayError> {
+    let mut columns = batch.columns().to_vec();
+    for column in columns.iter_mut() {
+        let Some(list) = column.as_list_opt::<i32>() else { continue };
+        let offsets = list.value_offsets();
+        let (first, last) = (offsets[0], offsets[offsets.len() - 1]);
+        if first == 0 && last as usize == list.values().len() {
+            continue;
+        }
+        let rebased = OffsetBuffer::new(ScalarBuffer::from(offsets.iter().map(|o| o - first).collect::<Vec<i32>>()));
+        let values = list.values().slice(first as usize, (last - first) as usize);
+        let field = match list.data_type() {
+            DataType::List(field) => field.clone(),
+            _ => unreachable!("a list array has a list type"),
+        };
+        *column = Arc::new(ListArray::try_new(field, rebased, values, list.nulls().cloned())?);
+    }
+    Ok(RecordBatch::try_new(batch.schema(), columns)?)
+}
+
 /// Conforms, checks and completes Arrow data in the canonical layout (see module docs).
 pub fn ingest_batches(batches: &[RecordBatch]) -> Result<Ingested, MasreplayError> {
     let schema = canonical_schema();
     let target = DataType::Struct(schema.fields().clone());
     let mut conformed = Vec::with_capacity(batches.len());
     for batch in batches {
-        let whole: ArrayRef = Arc::new(StructArray::from(batch.clone()));
+        let whole: ArrayRef = Arc::new(StructArray::from(trim_lists(batch)?));
         conformed.push(conform(&whole, &target, "", true)?);
     }
     let refs: Vec<&dyn Array> = conformed.iter().map(|a| a.as_ref()).collect();
