@@ -129,11 +129,10 @@ class TraceBatch:
         ``pad_value``); dictionary columns (``type``, ``agent``, ``role``, ...) give their
         int codes. Nothing padded is ever stored: this is built from the flat column.
         """
-        events = self._core.events()
-        table = pa.table(events)
-        if column not in table.column_names or column in ("trace_index", "trace_id"):
-            raise KeyError(f"no per-event column {column!r}; events have {table.column_names[2:]}")
-        array = table[column].combine_chunks()
+        fields = pa.table(self._core).schema.field("events").type.value_type
+        if fields.get_field_index(column) < 0:
+            raise KeyError(f"no per-event column {column!r}; events have {[f.name for f in fields]}")
+        array = pa.array(self._core.event_field(column))
         if pa.types.is_dictionary(array.type):
             array = array.indices
         if not (pa.types.is_integer(array.type) or pa.types.is_floating(array.type) or pa.types.is_boolean(array.type)):

@@ -10,7 +10,7 @@ use masreplay_core::TraceBatch;
 use numpy::{IntoPyArray, PyArray1};
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
-use pyo3_arrow::PyTable;
+use pyo3_arrow::{PyArray, PyTable};
 use pyo3_arrow::ffi::{ArrayIterator, to_stream_pycapsule};
 
 use crate::errors::OrRaise;
@@ -76,6 +76,12 @@ impl PyTraceBatch {
     /// One row per event (`trace_index`, `trace_id`, then the event fields).
     fn events(&self, py: Python<'_>) -> PyResult<PyTable> {
         table(self.inner.events().or_raise(py)?)
+    }
+
+    /// One per-event field as an Arrow array (zero-copy), aligned with `events()`.
+    fn event_field(&self, py: Python<'_>, name: &str) -> PyResult<PyArray> {
+        let array = self.inner.event_field(name).or_raise(py)?;
+        Ok(PyArray::from_array_ref(array))
     }
 
     fn edges(&self, py: Python<'_>) -> PyResult<PyTable> {

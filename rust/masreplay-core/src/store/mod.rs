@@ -114,6 +114,17 @@ impl TraceBatch {
         Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?)
     }
 
+    /// One field of every event (as in [`Self::events`]), without building the others.
+    pub fn event_field(&self, name: &str) -> Result<ArrayRef> {
+        let list = self.list("events");
+        let offsets = list.value_offsets();
+        let (start, end) = (offsets[0] as usize, offsets[offsets.len() - 1] as usize);
+        let field = list.values().as_struct().column_by_name(name).ok_or_else(|| {
+            MasreplayError::InvalidArgument(format!("events have no field {name:?}"))
+        })?;
+        Ok(field.slice(start, end - start))
+    }
+
     /// Every event of every trace, in trace order.
     pub fn events(&self) -> Result<RecordBatch> {
         self.flatten("events")
