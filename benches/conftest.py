@@ -1,9 +1,11 @@
-"""Data sets, honesty checks and the summary table of the ingest benchmarks.
+"""Data sets, honesty checks and the summary tables of the benchmarks.
 
-Run with ``pytest benches --benchmark-only``. Every data set is built once per session, and
-before anything is timed the anchor's output is compared with masreplay's, value by value
-(see ``anchors.assert_same_table``). At the end of the run (in the terminal summary, so with or
-without ``-s``) a table of throughputs and ratios (anchor time / masreplay time) is printed.
+Run with ``pytest benches --benchmark-only``. Every ingest data set is built once per session,
+and before anything is timed the anchor's output is compared with masreplay's, value by value
+(see ``anchors.assert_same_table``); the replay-buffer suite (test_buffer.py) builds its own
+workloads and runs its own checks. At the end of the run (in the terminal summary, so with or
+without ``-s``) one table per suite is printed: throughputs or times per call, and the ratio
+anchor / masreplay (time, or stored bytes), so above 1 always means masreplay is better.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ class Dataset:
     n_bytes: int
     goal: str = ""
     notes: dict = field(default_factory=dict)
+    #: Which summary table the figures go to: a key of SUITE_TITLES.
+    suite: str = "ingest"
 
 
 def _generate(n_traces: int, seed: int, shape: dict, events: tuple[int, int] | None = None) -> masreplay.TraceBatch:
@@ -201,17 +205,66 @@ def parquet_file(arrow_table: Dataset, tmp_path_factory: pytest.TempPathFactory)
 # ---- measuring, and the summary table ----------------------------------------------------------
 
 _RESULTS = pytest.StashKey[list]()
+_MISSING = pytest.StashKey[dict]()
+
+SUITE_TITLES = {
+    "ingest": "masreplay ingest vs anchors",
+    "buffer": "masreplay replay buffer vs anchors",
+    "convert": "masreplay converters vs anchors",
+    "metrics": "masreplay orchestration metrics vs networkx",
+}
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[_RESULTS] = []
+    config.stash[_MISSING] = {}
+
+
+def _record(
+    config: pytest.Config,
+    data: Dataset,
+    side: str,
+    unit: str,
+    median: float,
+    best: float,
+    rounds: int,
+    ours: bool | None,
+) -> None:
+    config.stash[_RESULTS].append(
+        {
+            "data": data,
+            "side": side,
+            "unit": unit,
+            "median": median,
+            "min": best,
+            "rounds": rounds,
+            "ours": side == "masreplay" if ours is None else ours,
+        }
+    )
 
 
 @pytest.fixture
 def measure(benchmark, request):
-    """Times ``fn`` with pytest-benchmark in pedantic mode and records the figures."""
+    """Times ``fn`` with pytest-benchmark in pedantic mode and records the figures.
 
-    def run(fn, *, data: Dataset, side: str, rounds: int, warmup_rounds: int = 1, unit: str = "events/s"):
+    ``unit`` says how the summary shows them: "events/s", "MB/s", "traces/s" (throughput of
+    the data set) or "ms" (time per call; ``data.n_events`` is then the events one call
+    handles). ``setup`` runs before every round, untimed, and returns ``(args, kwargs)`` for
+    ``fn`` (pytest-benchmark's pedantic setup). The reference line of a group, against which
+    ratios are computed, is the side named "masreplay" unless ``ours`` says otherwise.
+    """
+
+    def run(
+        fn,
+        *,
+        data: Dataset,
+        side: str,
+        rounds: int,
+        warmup_rounds: int = 1,
+        unit: str = "events/s",
+        setup=None,
+        ours: bool | None = None,
+    ):
         benchmark.group = data.name
         benchmark.extra_info.update(
             side=side,
@@ -221,58 +274,109 @@ def measure(benchmark, request):
             n_bytes=data.n_bytes,
             **{k: str(v) for k, v in data.notes.items()},
         )
-        result = benchmark.pedantic(fn, rounds=rounds, iterations=1, warmup_rounds=warmup_rounds)
+        result = benchmark.pedantic(fn, setup=setup, rounds=rounds, iterations=1, warmup_rounds=warmup_rounds)
         stats = getattr(benchmark, "stats", None)
         if stats is not None:  # None under --benchmark-disable
-            request.config.stash[_RESULTS].append(
-                {
-                    "data": data,
-                    "side": side,
-                    "unit": unit,
-                    "median": stats.stats.median,
-                    "min": stats.stats.min,
-                    "rounds": stats.stats.rounds,
-                }
-            )
+            _record(request.config, data, side, unit, stats.stats.median, stats.stats.min, stats.stats.rounds, ours)
         return result
 
     return run
 
 
+@pytest.fixture(scope="session")
+def record(request):
+    """Records a figure that pytest-benchmark does not time: stored bytes (``unit="bytes"``)
+    or a one-off timing in seconds (for example the add that fills a large buffer)."""
+
+    def run(value: float, *, data: Dataset, side: str, unit: str, ours: bool | None = None) -> None:
+        _record(request.config, data, side, unit, value, value, 1, ours)
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def dataset_type() -> type[Dataset]:
+    """The Dataset class, for suites that build their own data sets."""
+    return Dataset
+
+
+@pytest.fixture(scope="session")
+def missing_anchor(request):
+    """Notes an anchor that could not be measured because a package is not installed (the
+    test then skips); the summary names the package."""
+
+    def run(package: str, why: str) -> None:
+        request.config.stash[_MISSING].setdefault(package, why)
+
+    return run
+
+
 def _rate(record: dict, key: str) -> str:
-    data, seconds = record["data"], record[key]
-    if record["unit"] == "MB/s":
+    data, seconds, unit = record["data"], record[key], record["unit"]
+    if unit == "MB/s":
         return f"{data.n_bytes / MB / seconds:8.1f} MB/s  ({data.n_events / seconds / 1e6:5.2f} M ev/s)"
+    if unit == "traces/s":
+        return f"{data.n_traces / seconds:10,.0f} traces/s  ({data.n_events / seconds / 1e6:6.2f} M ev/s)"
+    if unit == "ms":
+        text = f"{seconds * 1e3:9.3f} ms/call"
+        return text + (f"  ({data.n_events / seconds / 1e6:6.1f} M ev/s)" if data.n_events else "")
+    if unit == "bytes":
+        text = f"{seconds / MB:9.1f} MB"
+        return text + (f"  ({seconds / data.n_events:5.1f} B/event)" if data.n_events else "")
     return f"{data.n_events / seconds / 1e6:8.2f} M events/s"
+
+
+def _line(record: dict, ours: dict | None) -> str:
+    line = f"  {record['side']:<58} {_rate(record, 'median')}"
+    if record["rounds"] > 1:
+        line += f"   [best {_rate(record, 'min').strip()}]   {record['rounds']} rounds"
+    if ours is not None and record is not ours and record["unit"] == ours["unit"]:
+        ratio, best = record["median"] / ours["median"], record["min"] / ours["min"]
+        if record["unit"] == "bytes":
+            line += f"   ratio {ratio:.2f}x (its bytes / masreplay's)"
+        else:
+            line += f"   ratio {ratio:.2f}x"
+            if record["rounds"] > 1 and ours["rounds"] > 1:
+                line += f" (best/best {best:.2f}x)"
+    return line
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
     results = config.stash.get(_RESULTS, [])
-    if not results:
+    missing = config.stash.get(_MISSING, {})
+    if not results and not missing:
         return
     write = terminalreporter.write_line
-    terminalreporter.section("masreplay ingest vs anchors")
-    write(
-        f"python {platform.python_version()}, pyarrow {pa.__version__}, numpy {np.__version__}, "
-        f"masreplay {getattr(masreplay, '__version__', '(editable)')}, {os.cpu_count()} CPUs"
-    )
-    write("throughput of the median round [best round]; ratio = anchor time / masreplay time (> 1: masreplay faster)")
-    by_data: dict[str, list[dict]] = {}
-    for record in results:
-        by_data.setdefault(record["data"].name, []).append(record)
-    for name, records in by_data.items():
-        data = records[0]["data"]
-        write("")
+    suites = list(SUITE_TITLES) + sorted({r["data"].suite for r in results} - set(SUITE_TITLES))
+    for suite in suites:
+        records_of_suite = [r for r in results if r["data"].suite == suite]
+        if not records_of_suite:
+            continue
+        terminalreporter.section(SUITE_TITLES.get(suite, f"masreplay {suite} vs anchors"))
         write(
-            f"{name}: {data.n_traces} traces, {data.n_events:,} events, {data.n_bytes / MB:.1f} MB"
-            + (f"  ({data.goal})" if data.goal else "")
+            f"python {platform.python_version()}, pyarrow {pa.__version__}, numpy {np.__version__}, "
+            f"masreplay {getattr(masreplay, '__version__', '(editable)')}, {os.cpu_count()} CPUs"
+            + (f", load average {os.getloadavg()[0]:.2f}" if hasattr(os, "getloadavg") else "")
         )
-        ours = next((r for r in records if r["side"] == "masreplay"), None)
-        for record in records:
-            line = f"  {record['side']:<44} {_rate(record, 'median')}   [best {_rate(record, 'min').strip()}]"
-            line += f"   {record['rounds']} rounds"
-            if ours is not None and record is not ours:
-                ratio, best = record["median"] / ours["median"], record["min"] / ours["min"]
-                line += f"   ratio {ratio:.2f}x (best/best {best:.2f}x)"
-            write(line)
+        write(
+            "figure of the median round [best round]; ratio = anchor time / masreplay time "
+            "(for stored bytes: anchor bytes / masreplay bytes); > 1: masreplay better"
+        )
+        by_data: dict[str, list[dict]] = {}
+        for record in records_of_suite:
+            by_data.setdefault(record["data"].name, []).append(record)
+        for name, records in by_data.items():
+            data = records[0]["data"]
+            write("")
+            size = f"{data.n_traces:,} traces, {data.n_events:,} events"
+            if data.n_bytes:
+                size += f", {data.n_bytes / MB:.1f} MB"
+            write(f"{name}: {size}" + (f"  ({data.goal})" if data.goal else ""))
+            ours = next((r for r in records if r["ours"]), None)
+            for record in records:
+                write(_line(record, ours))
+    if missing:
+        terminalreporter.section("anchors not measured")
+        for package, why in missing.items():
+            write(f"NOT MEASURED: the anchors that need {package} ({why})")

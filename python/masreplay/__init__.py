@@ -4,7 +4,7 @@ Traces are temporal event graphs kept whole in Arrow (one row per trace). Start 
 :func:`load_traces`, :func:`validate` and :mod:`masreplay.sim`.
 """
 
-from masreplay import convert, sim
+from masreplay import convert, rewards, sim
 from masreplay._core import SCHEMA_VERSION
 from masreplay.batch import TraceBatch
 from masreplay.buffer import AddReport, GraphBuffer
@@ -17,6 +17,7 @@ from masreplay.errors import (
     TraceValidationError,
 )
 from masreplay.io import load_traces, validate
+from masreplay.orchestration import metrics
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -31,6 +32,8 @@ __all__ = [
     "TraceValidationError",
     "convert",
     "load_traces",
+    "metrics",
+    "rewards",
     "sim",
     "validate",
 ]

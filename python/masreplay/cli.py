@@ -1,4 +1,5 @@
-"""The ``masreplay`` command: validate files, print shape statistics, convert foreign traces, run the demo."""
+"""The ``masreplay`` command: validate files, print shape statistics, convert foreign traces, report
+orchestration metrics, run the demo."""
 
 from __future__ import annotations
 
@@ -81,6 +82,16 @@ def _convert(source_format: str, source: str, target: str) -> int:
     return 0
 
 
+def _report(paths: Sequence[str], plot_path: str | None) -> int:
+    from masreplay.report import run
+
+    try:
+        return run(paths, plot_path)
+    except (MasreplayError, OSError, ImportError) as error:
+        print(f"masreplay report: {error}", file=sys.stderr)
+        return 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="masreplay", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -93,6 +104,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     convert.add_argument("--from", dest="source_format", required=True, choices=sorted(FORMATS))
     convert.add_argument("source", help="the input file (a Claude Code session .jsonl reads its subagents/ folder too)")
     convert.add_argument("target", help="output: .json (seed JSON), .jsonl (seed JSON Lines) or .parquet")
+    report = commands.add_parser("report", help="orchestration metrics per trace-length band")
+    report.add_argument("files", nargs="+")
+    report.add_argument("--plot", metavar="OUT.png", help="also draw the distributions (needs matplotlib)")
     commands.add_parser("demo", help="run the main job on the bundled data")
     args = parser.parse_args(argv)
 
@@ -103,6 +117,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _stats(args.file)
     if args.command == "convert":
         return _convert(args.source_format, args.source, args.target)
+    if args.command == "report":
+        return _report(args.files, args.plot)
     from masreplay.demo import run
 
     return run()

@@ -10,10 +10,15 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from masreplay import rewards
+from masreplay.batch import TraceBatch
 from masreplay.buffer import GraphBuffer
 from masreplay.cli import print_rows, stats_table
 from masreplay.errors import TraceValidationError
 from masreplay.io import load_traces
+from masreplay.orchestration import metrics
+from masreplay.report import band_summary, print_table
+from masreplay.sim import generate
 
 SEED_EXAMPLE = "seed_example_trace.json"
 SIM_GROUPS = "sim_groups.jsonl"
@@ -95,4 +100,12 @@ def run() -> int:
         resumed = GraphBuffer.load(path)
         same = resumed.sample(8).trace_ids == buffer.sample(8).trace_ids
         print(f"  saved and loaded {resumed!r}; the next samples agree: {same}")
+
+    _step("8. orchestration metrics per trace-length band (critical steps, finish rate, overheads)")
+    wider = TraceBatch.concat([batch, generate(8, agents=(20, 80), seed=8)])
+    table = metrics(wider)
+    print(f"  metrics(): {table.num_rows} rows, columns {', '.join(table.column_names[:8])}, ...")
+    print_table(band_summary(table))
+    reward = rewards.parl(batch, lambda_parallel=0.3, lambda_finish=0.2)
+    print(f"  PARL reward r_perf + 0.3 r_parallel + 0.2 r_finish, first traces: {reward[:4].round(3).tolist()}")
     return 0

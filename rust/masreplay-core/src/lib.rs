@@ -4,6 +4,7 @@
 pub mod buffer;
 pub mod error;
 pub mod graph;
+pub mod metrics;
 pub mod sim;
 pub mod store;
 pub mod trace;

@@ -4,6 +4,7 @@
 mod batch;
 mod buffer;
 mod errors;
+mod metrics;
 mod objects;
 
 use std::path::PathBuf;
@@ -144,6 +145,7 @@ fn _core(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(read_parquet, module)?)?;
     module.add_function(wrap_pyfunction!(empty_batch, module)?)?;
     module.add_function(wrap_pyfunction!(simulate, module)?)?;
+    module.add_function(wrap_pyfunction!(metrics::metrics, module)?)?;
     module.add("SCHEMA_VERSION", masreplay_core::trace::SCHEMA_VERSION)?;
     Ok(())
 }

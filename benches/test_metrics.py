@@ -1,0 +1,118 @@
+"""Orchestration metrics against networkx, measured side by side (issue 7).
+
+Workload: simulated traces of about 50 events (``sim.generate(agents=(4, 8),
+events_per_agent=(3, 8))``: 48.6 events on average). Simulating a million traces takes two
+minutes on 2 cores, so ``DISTINCT`` distinct traces are simulated and the batch is repeated
+to ``TRACES`` (a trace's metrics do not depend on its neighbours; ids repeat, which the
+metrics ignore). Set MASREPLAY_BENCH_METRICS_TRACES to change the size.
+
+Two groups in the summary:
+
+* the full batch, masreplay only: ``masreplay.metrics`` computes every metric of every trace
+  (goal: >= 10 M events/s);
+* a subsample of ``ANCHOR_TRACES`` distinct traces, where the networkx loop that an RL
+  practitioner would write (a DiGraph per trace and ``dag_longest_path_length``: one metric,
+  the critical path) runs beside masreplay computing all of them (goal: >= 100x). The edge
+  lists are prepared for networkx before timing. Before timing, networkx's longest paths
+  must equal masreplay's ``critical_path_steps - 1`` (edges vs events on the path).
+
+Nothing is asserted on times.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import masreplay
+
+SHAPE = {"agents": (4, 8), "events_per_agent": (3, 8)}
+TRACES = int(os.environ.get("MASREPLAY_BENCH_METRICS_TRACES", 1_000_000))
+DISTINCT = min(TRACES, 100_000)
+ANCHOR_TRACES = 10_000
+
+
+@pytest.fixture(scope="module")
+def distinct() -> masreplay.TraceBatch:
+    return masreplay.sim.generate(DISTINCT, seed=21, **SHAPE)
+
+
+@pytest.fixture(scope="module")
+def full(distinct, dataset_type):
+    copies, rest = divmod(TRACES, DISTINCT)
+    parts = [distinct] * copies + ([distinct[:rest]] if rest else [])
+    batch = masreplay.TraceBatch.concat(parts) if len(parts) > 1 else distinct
+    data = dataset_type(
+        f"metrics, {TRACES:,} traces (~50 events)",
+        batch,
+        len(batch),
+        int(batch.num_events),
+        0,
+        "goal: >= 10 M events/s",
+        suite="metrics",
+    )
+    return data
+
+
+@pytest.fixture(scope="module")
+def sample(distinct, dataset_type):
+    batch = distinct[:ANCHOR_TRACES]
+    edges = batch.edges()
+    src, dst = edges["src"].to_numpy(), edges["dst"].to_numpy()
+    offsets, sizes = batch.edge_offsets, np.diff(batch.event_offsets)
+    graphs = [
+        (int(sizes[i]), list(zip(src[offsets[i] : offsets[i + 1]].tolist(), dst[offsets[i] : offsets[i + 1]].tolist())))
+        for i in range(len(batch))
+    ]
+    data = dataset_type(
+        f"metrics vs networkx longest path, {len(batch):,} traces (~50 events)",
+        batch,
+        len(batch),
+        int(batch.num_events),
+        0,
+        "goal: masreplay >= 100x networkx",
+        suite="metrics",
+    )
+    return data, graphs
+
+
+def _networkx_longest_paths(graphs) -> list[int]:
+    import networkx as nx
+
+    lengths = []
+    for n, edges in graphs:
+        graph = nx.DiGraph()
+        graph.add_nodes_from(range(n))
+        graph.add_edges_from(edges)
+        lengths.append(nx.dag_longest_path_length(graph))
+    return lengths
+
+
+def test_metrics_full_batch(measure, full):
+    table = measure(lambda: masreplay.metrics(full.source), data=full, side="masreplay (all metrics)", rounds=3)
+    assert table.num_rows == full.n_traces
+
+
+def test_metrics_sample(measure, sample):
+    data, _ = sample
+    measure(lambda: masreplay.metrics(data.source), data=data, side="masreplay (all metrics)", rounds=5)
+
+
+def test_networkx_longest_path_sample(measure, sample, missing_anchor):
+    data, graphs = sample
+    try:
+        import networkx  # noqa: F401
+    except ImportError:
+        missing_anchor("networkx", "pip install -r benches/requirements-anchors.txt")
+        pytest.skip("networkx is not installed")
+    ours = masreplay.metrics(data.source)["critical_path_steps"].to_numpy()
+    assert _networkx_longest_paths(graphs) == (ours - 1).tolist()
+    measure(
+        lambda: _networkx_longest_paths(graphs),
+        data=data,
+        side="networkx DiGraph + dag_longest_path_length per trace",
+        rounds=3,
+        warmup_rounds=0,
+    )

@@ -1,0 +1,251 @@
+"""Orchestration rewards: Kimi PARL's reward, weight schedules, and the composition of reward
+channels with optional running-std balancing.
+
+Everything here is small numpy on per-trace figures; the graph work is in
+:func:`masreplay.orchestration.metrics`. Schedules and balancing state are plain data
+(``to_dict`` / ``from_dict`` give JSON-safe dicts; pickling works too), so a training run
+that checkpoints them resumes with the same weights.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow.compute as pc
+
+from masreplay.orchestration import metrics
+
+
+def parl(batch: Any, lambda_parallel: float, lambda_finish: float, *, perf: str = "team") -> np.ndarray:
+    """Kimi K2.5 PARL's reward per trace: ``r_perf + lambda_parallel * r_parallel +
+    lambda_finish * r_finish``.
+
+    - ``r_perf``: the trace's ``perf`` reward channel (0 where a trace lacks it);
+    - ``r_parallel = 1 - critical_steps / total_work_steps``: the measured speedup ``s`` (work
+      over PARL critical steps) as ``1 - 1/s``, so 0 for a serial run and below 1 however wide;
+      bounded like a success reward, so the lambdas keep their meaning;
+    - ``r_finish``: the finish rate, 0 when nothing was spawned (a run that never delegates
+      must not earn the finishing bonus, or the reward would favour the serial collapse PARL
+      is designed against).
+
+    ``batch`` is a TraceBatch or anything ``load_traces`` accepts. Pass ``Schedule(step)``
+    values as the lambdas to anneal them.
+    """
+    from masreplay.batch import TraceBatch
+    from masreplay.io import load_traces
+
+    batch = batch if isinstance(batch, TraceBatch) else load_traces(batch)
+    table = metrics(batch)
+    work = table["total_work_steps"].to_numpy().astype(np.float64)
+    critical = table["critical_steps"].to_numpy().astype(np.float64)
+    r_parallel = np.clip(1.0 - critical / work, 0.0, 1.0)
+    r_finish = table["finish_rate"].fill_null(0.0).to_numpy()
+    r_perf = pc.map_lookup(batch.to_arrow()["rewards"], perf, "first").fill_null(0.0).to_numpy()
+    return r_perf + lambda_parallel * r_parallel + lambda_finish * r_finish
+
+
+class Schedule:
+    """A weight as a function of the training step: ``schedule(step) -> float``.
+
+    Build one with :meth:`constant`, :meth:`linear`, :meth:`cosine`, :meth:`step` or
+    :meth:`on_indicator` (an anneal triggered by a measured indicator rather than by the step
+    count). Only an indicator schedule has state; feed it with :meth:`observe`.
+    """
+
+    __slots__ = ("kind", "params", "state")
+
+    def __init__(self, kind: str, params: dict[str, Any], state: dict[str, Any] | None = None) -> None:
+        if kind not in _KINDS:
+            raise ValueError(f"unknown schedule kind {kind!r}; expected one of {sorted(_KINDS)}")
+        self.kind = kind
+        self.params = params
+        self.state = state if state is not None else ({"streak": 0, "since": None} if kind == "on_indicator" else {})
+
+    @classmethod
+    def constant(cls, value: float) -> Schedule:
+        return cls("constant", {"value": float(value)})
+
+    @classmethod
+    def linear(cls, start: float, end: float, steps: int) -> Schedule:
+        """From ``start`` at step 0 to ``end`` at ``steps``, then ``end``."""
+        return cls("linear", {"start": float(start), "end": float(end), "steps": _steps(steps)})
+
+    @classmethod
+    def cosine(cls, start: float, end: float, steps: int) -> Schedule:
+        """Half a cosine from ``start`` at step 0 to ``end`` at ``steps``, then ``end``."""
+        return cls("cosine", {"start": float(start), "end": float(end), "steps": _steps(steps)})
+
+    @classmethod
+    def step(cls, values: Sequence[float], boundaries: Sequence[int]) -> Schedule:
+        """``values[i]`` from ``boundaries[i-1]`` (inclusive) to ``boundaries[i]``:
+        one more value than boundaries, boundaries increasing."""
+        if len(values) != len(boundaries) + 1:
+            raise ValueError(f"step needs one more value than boundaries, got {len(values)} and {len(boundaries)}")
+        if any(b >= a for a, b in zip(boundaries[1:], boundaries, strict=False)):
+            raise ValueError(f"boundaries must increase, got {list(boundaries)}")
+        return cls("step", {"values": [float(v) for v in values], "boundaries": [int(b) for b in boundaries]})
+
+    @classmethod
+    def on_indicator(
+        cls,
+        before: Schedule | float,
+        after: Schedule,
+        *,
+        threshold: float,
+        patience: int,
+        above: bool = True,
+    ) -> Schedule:
+        """``before`` until the indicator given to :meth:`observe` has been above (or, with
+        ``above=False``, below) ``threshold`` for ``patience`` consecutive observations; from
+        then on ``after``, with its steps counted from the trigger. For example, keep the
+        finish-rate weight at 0.5 until the mean finish rate exceeds 0.9 for 20 steps, then
+        anneal it linearly to 0 over 1,000 steps."""
+        before = before if isinstance(before, Schedule) else cls.constant(before)
+        params = {"before": before, "after": after, "threshold": float(threshold), "patience": _steps(patience)}
+        return cls("on_indicator", {**params, "above": bool(above)})
+
+    def observe(self, step: int, indicator: float) -> bool:
+        """Records the indicator measured at ``step``; True once the anneal has triggered."""
+        if self.kind != "on_indicator":
+            raise TypeError(f"a {self.kind} schedule does not observe indicators")
+        if self.state["since"] is not None:
+            return True
+        met = indicator > self.params["threshold"] if self.params["above"] else indicator < self.params["threshold"]
+        self.state["streak"] = self.state["streak"] + 1 if met else 0
+        if self.state["streak"] >= self.params["patience"]:
+            self.state["since"] = int(step)
+        return self.state["since"] is not None
+
+    def __call__(self, step: int) -> float:
+        p = self.params
+        if self.kind == "constant":
+            return p["value"]
+        if self.kind in ("linear", "cosine"):
+            progress = 1.0 if p["steps"] == 0 else min(max(step, 0) / p["steps"], 1.0)
+            if self.kind == "cosine":
+                progress = (1.0 - math.cos(math.pi * progress)) / 2.0
+            return p["start"] + (p["end"] - p["start"]) * progress
+        if self.kind == "step":
+            return p["values"][bisect.bisect_right(p["boundaries"], step)]
+        since = self.state["since"]
+        return p["before"](step) if since is None or step < since else p["after"](step - since)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-safe description, state included."""
+        params = {k: v.to_dict() if isinstance(v, Schedule) else v for k, v in self.params.items()}
+        return {"kind": self.kind, "params": params, "state": dict(self.state)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Schedule:
+        params = {k: cls.from_dict(v) if isinstance(v, Mapping) else v for k, v in data["params"].items()}
+        return cls(data["kind"], params, dict(data.get("state", {})) or None)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Schedule) and self.to_dict() == other.to_dict()
+
+    def __repr__(self) -> str:
+        return f"Schedule({self.to_dict()!r})"
+
+    def __reduce__(self) -> tuple[Any, tuple[dict[str, Any]]]:
+        return (Schedule.from_dict, (self.to_dict(),))
+
+
+_KINDS = {"constant", "linear", "cosine", "step", "on_indicator"}
+
+
+def _steps(steps: int) -> int:
+    if int(steps) != steps or steps < 0:
+        raise ValueError(f"a step count must be a whole number >= 0, got {steps!r}")
+    return int(steps)
+
+
+class RunningStd:
+    """The running standard deviation of each reward channel over every value seen
+    (Chan et al.'s parallel merge of count, mean and sum of squared deviations; unbiased,
+    N-1). The state of ``compose(..., balance="std")``: pass the same instance on every call."""
+
+    __slots__ = ("channels", "eps")
+
+    def __init__(self, eps: float = 1e-8) -> None:
+        self.eps = float(eps)
+        #: channel -> [count, mean, m2]
+        self.channels: dict[str, list[float]] = {}
+
+    def update(self, channel: str, values: np.ndarray) -> None:
+        values = values[~np.isnan(values)]
+        if len(values) == 0:
+            return
+        count, mean, m2 = self.channels.get(channel, [0, 0.0, 0.0])
+        n, batch_mean = len(values), float(values.mean())
+        delta = batch_mean - mean
+        total = count + n
+        m2 += float(((values - batch_mean) ** 2).sum()) + delta * delta * count * n / total
+        self.channels[channel] = [total, mean + delta * n / total, m2]
+
+    def std(self, channel: str) -> float:
+        count, _, m2 = self.channels.get(channel, [0, 0.0, 0.0])
+        return math.sqrt(m2 / (count - 1)) if count > 1 else math.nan
+
+    def scale(self, channel: str) -> float:
+        """1 / std, or 1 while the channel has no spread yet (fewer than 2 values, or constant)."""
+        std = self.std(channel)
+        return 1.0 / (std + self.eps) if std > 0 else 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"eps": self.eps, "channels": {k: list(v) for k, v in self.channels.items()}}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunningStd:
+        state = cls(data["eps"])
+        state.channels = {k: [int(v[0]), float(v[1]), float(v[2])] for k, v in data["channels"].items()}
+        return state
+
+    def __repr__(self) -> str:
+        return f"RunningStd({ {k: round(self.std(k), 6) for k in self.channels} })"
+
+
+def compose(
+    channels: Mapping[str, Any],
+    weights: Mapping[str, float | Schedule],
+    *,
+    balance: Literal["std"] | None = None,
+    state: RunningStd | None = None,
+    step: int | None = None,
+) -> np.ndarray:
+    """The hybrid reward ``sum_k w_k * c_k`` over named channels (arrays of one value per
+    trace); a NaN in a channel contributes nothing (as TRL's nansum).
+
+    ``weights`` maps each channel to a number or a :class:`Schedule` (evaluated at ``step``).
+    With ``balance="std"`` each channel is first divided by its running standard deviation,
+    so that no channel drowns the others whatever its scale: the statistics live in ``state``
+    (a :class:`RunningStd`, updated with this batch before scaling); pass the same one on
+    every call to keep them across calls, and save it with ``state.to_dict()``.
+    """
+    if balance not in (None, "std"):
+        raise ValueError(f"balance must be None or 'std', not {balance!r}")
+    if balance is None:
+        state = None
+    elif state is None:
+        state = RunningStd()
+    missing = set(weights) - set(channels)
+    if missing:
+        raise KeyError(f"weights name channels that are not given: {sorted(missing)}")
+    total: np.ndarray | None = None
+    for name, weight in weights.items():
+        values = np.asarray(channels[name], dtype=np.float64)
+        if isinstance(weight, Schedule):
+            if step is None:
+                raise ValueError(f"the weight of {name!r} is a Schedule: pass step=")
+            weight = weight(step)
+        if state is not None:
+            state.update(name, values)
+            values = values * state.scale(name)
+        term = np.nan_to_num(weight * values, nan=0.0)
+        total = term if total is None else total + term
+    if total is None:
+        raise ValueError("compose needs at least one weighted channel")
+    return total
