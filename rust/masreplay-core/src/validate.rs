@@ -1,11 +1,19 @@
 //! Every check of the data contract, with typed errors that name the trace, a JSON pointer and
 //! the reason. JSON documents are checked while they are turned into [`Trace`]s; the columnar
 //! ingest in `store` reuses the value rules and graph check defined here.
+//!
+//! JSON text takes a fast path first (`direct`: no DOM, no error reports); whatever it
+//! declines goes through the `Reader` over a `serde_json::Value`, which alone words errors.
+
+mod direct;
+mod split;
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashMap;
 
 use rayon::prelude::*;
-use serde_json::{Map, Value};
+use serde_json::{Map, Number, Value};
 
 use crate::error::ValidationError;
 use crate::graph;
@@ -42,6 +50,12 @@ pub(crate) fn check_logprob(value: f64) -> Result<(), String> {
 
 pub(crate) fn check_non_empty(text: &str) -> Result<(), String> {
     if text.is_empty() { Err("must be a non-empty string".into()) } else { Ok(()) }
+}
+
+/// A JSON number read as an integer: an integer, or a float with no fraction below 9e15 (the
+/// form `1.0` that JSON writers produce for whole floats).
+fn whole_number(number: &Number) -> Option<i64> {
+    number.as_i64().or_else(|| number.as_f64().filter(|f| f.fract() == 0.0 && f.abs() < 9.0e15).map(|f| f as i64))
 }
 
 pub(crate) fn check_schema_version(version: i64) -> Result<(), String> {
@@ -97,6 +111,41 @@ pub fn check_graph(
     Ok(())
 }
 
+/// Event ids to indices. Every event and edge goes through it, so it hashes with foldhash
+/// (serde_json's own hasher, randomly seeded) rather than the slower SipHash.
+type EventIndex<'a> = HashMap<&'a str, u32, foldhash::fast::RandomState>;
+
+/// Maps each event id to its index; a repeated id is returned as (its index, the first one's).
+fn index_events(events: &[Event]) -> Result<EventIndex<'_>, (usize, u32)> {
+    let mut index_of = EventIndex::with_capacity_and_hasher(events.len(), Default::default());
+    for (i, event) in events.iter().enumerate() {
+        if let Some(first) = index_of.insert(event.id.as_str(), i as u32) {
+            return Err((i, first));
+        }
+    }
+    Ok(index_of)
+}
+
+/// Splits the named costs into the schema's fields; a missing required one is returned by name.
+fn split_costs(all: NamedNumbers) -> Result<Costs, &'static str> {
+    let mut costs = Costs { tokens: 0.0, wall_clock_s: 0.0, tool_calls: None, messages: None, other: Vec::new() };
+    let (mut has_tokens, mut has_wall_clock) = (false, false);
+    for (key, number) in all {
+        match key.as_str() {
+            "tokens" => (costs.tokens, has_tokens) = (number, true),
+            "wall_clock_s" => (costs.wall_clock_s, has_wall_clock) = (number, true),
+            "tool_calls" => costs.tool_calls = Some(number),
+            "messages" => costs.messages = Some(number),
+            _ => costs.other.push((key, number)),
+        }
+    }
+    match (has_tokens, has_wall_clock) {
+        (false, _) => Err("tokens"),
+        (_, false) => Err("wall_clock_s"),
+        _ => Ok(costs),
+    }
+}
+
 // ---- JSON documents ------------------------------------------------------------------------
 
 /// Parses JSON text holding one trace, an array of traces, or JSON Lines / concatenated
@@ -106,16 +155,40 @@ pub fn parse_documents(bytes: &[u8], options: ValidateOptions) -> Vec<Result<Tra
     if let Some(lines) = json_lines(bytes) {
         return lines
             .par_iter()
-            .map(|&(number, line)| match serde_json::from_slice::<Value>(line) {
-                Ok(value) => trace_from_json(&value, options),
-                Err(error) => {
+            .map(|&(number, line)| {
+                read_text(line, options).unwrap_or_else(|error| {
                     let mut error = syntax_error(line, &error);
                     error.reason = format!("line {number}: {}", error.reason);
                     Err(error)
-                }
+                })
             })
             .collect();
     }
+    // Traces are parsed while the rest of the document is still being cut into them (par_bridge).
+    // A syntax error is positioned in the whole document, so it sends the document to the Reader.
+    let mut outcomes: Vec<(usize, Option<Result<Trace, ValidationError>>)> = split::trace_texts(bytes)
+        .enumerate()
+        .par_bridge()
+        .map(|(index, text)| (index, text.and_then(|text| read_text(text, options).ok())))
+        .collect();
+    outcomes.sort_unstable_by_key(|&(index, _)| index);
+    match outcomes.into_iter().map(|(_, outcome)| outcome).collect::<Option<Vec<_>>>() {
+        Some(outcomes) if !outcomes.is_empty() => outcomes,
+        _ => read_documents(bytes, options),
+    }
+}
+
+/// Checks the one trace in `text`: fast when it is valid, through the Reader otherwise.
+fn read_text(text: &[u8], options: ValidateOptions) -> Result<Result<Trace, ValidationError>, serde_json::Error> {
+    match direct::read_trace(text, options) {
+        Some(trace) => Ok(Ok(trace)),
+        None => serde_json::from_slice::<Value>(text).map(|value| trace_from_json(&value, options)),
+    }
+}
+
+/// The documents of `bytes` through the Reader alone: the reference behaviour, and the fallback
+/// for documents that [`split::trace_texts`] does not take apart or that hold a syntax error.
+fn read_documents(bytes: &[u8], options: ValidateOptions) -> Vec<Result<Trace, ValidationError>> {
     let mut results = Vec::new();
     let mut stream = serde_json::Deserializer::from_slice(bytes).into_iter::<Value>();
     loop {
@@ -141,14 +214,20 @@ pub fn parse_documents(bytes: &[u8], options: ValidateOptions) -> Vec<Result<Tra
 /// one braced like a whole object (a pretty-printed document's lines are not). A broken line
 /// then costs only itself.
 fn json_lines(bytes: &[u8]) -> Option<Vec<(usize, &[u8])>> {
-    let lines: Vec<(usize, &[u8])> = bytes
-        .split(|&byte| byte == b'\n')
-        .enumerate()
-        .map(|(i, line)| (i + 1, line.trim_ascii()))
-        .filter(|(_, line)| !line.is_empty())
-        .collect();
-    let braced = |line: &[u8]| line.first() == Some(&b'{') && line.last() == Some(&b'}');
-    (lines.len() > 1 && lines.iter().all(|(_, line)| braced(line))).then_some(lines)
+    let mut lines = Vec::new();
+    let mut start = 0;
+    for (i, end) in memchr::memchr_iter(b'\n', bytes).chain([bytes.len()]).enumerate() {
+        let line = bytes[start..end].trim_ascii();
+        start = end + 1;
+        if line.is_empty() {
+            continue;
+        }
+        if line.first() != Some(&b'{') || line.last() != Some(&b'}') {
+            return None;
+        }
+        lines.push((i + 1, line));
+    }
+    (lines.len() > 1).then_some(lines)
 }
 
 fn syntax_error(bytes: &[u8], error: &serde_json::Error) -> ValidationError {
@@ -265,10 +344,7 @@ impl Reader<'_> {
     }
 
     fn integer(&self, value: &Value, at: &Loc) -> Checked<i64> {
-        let whole = value
-            .as_i64()
-            .or_else(|| value.as_f64().filter(|f| f.fract() == 0.0 && f.abs() < 9.0e15).map(|f| f as i64));
-        match whole {
+        match value.as_number().and_then(whole_number) {
             Some(n) => Ok(n),
             None => self.fail(at, format!("expected an integer, got {}", describe(value))),
         }
@@ -369,15 +445,15 @@ impl Reader<'_> {
         for (i, value) in event_values.iter().enumerate() {
             events.push(self.event(value, &events_at.index(i))?);
         }
-        let mut index_of: HashMap<&str, u32> = HashMap::with_capacity(events.len());
-        for (i, event) in events.iter().enumerate() {
-            if let Some(first) = index_of.insert(&event.id, i as u32) {
+        let index_of = match index_events(&events) {
+            Ok(index_of) => index_of,
+            Err((i, first)) => {
                 return self.fail(
                     &events_at.index(i).key("id"),
-                    format!("duplicate event id {:?} (first used by /events/{first})", event.id),
+                    format!("duplicate event id {:?} (first used by /events/{first})", events[i].id),
                 );
             }
-        }
+        };
 
         let edges_at = root.key("edges");
         let edge_values = self.array(self.required(object, &edges_at)?, &edges_at)?;
@@ -477,7 +553,7 @@ impl Reader<'_> {
         Ok(event)
     }
 
-    fn edge(&self, value: &Value, at: &Loc, index_of: &HashMap<&str, u32>) -> Checked<Edge> {
+    fn edge(&self, value: &Value, at: &Loc, index_of: &EventIndex) -> Checked<Edge> {
         let object = self.object(value, at)?;
         if let Some(key) = object.keys().find(|key| !["src", "dst", "type"].contains(&key.as_str())) {
             return self.fail(&at.key(key), format!("unknown edge key {key:?}: an edge has exactly src, dst and type"));
@@ -502,23 +578,7 @@ impl Reader<'_> {
         let root = Loc::Root;
         let at = root.key("costs");
         let all = self.named_numbers(value, &at, true)?;
-        let mut costs = Costs { tokens: 0.0, wall_clock_s: 0.0, tool_calls: None, messages: None, other: Vec::new() };
-        let (mut has_tokens, mut has_wall_clock) = (false, false);
-        for (key, number) in all {
-            match key.as_str() {
-                "tokens" => (costs.tokens, has_tokens) = (number, true),
-                "wall_clock_s" => (costs.wall_clock_s, has_wall_clock) = (number, true),
-                "tool_calls" => costs.tool_calls = Some(number),
-                "messages" => costs.messages = Some(number),
-                _ => costs.other.push((key, number)),
-            }
-        }
-        for (present, key) in [(has_tokens, "tokens"), (has_wall_clock, "wall_clock_s")] {
-            if !present {
-                return self.fail(&at.key(key), format!("missing required field {key:?}"));
-            }
-        }
-        Ok(costs)
+        split_costs(all).or_else(|key| self.fail(&at.key(key), format!("missing required field {key:?}")))
     }
 }
 

@@ -1,16 +1,18 @@
 //! Validated [`Trace`]s -> one canonical record batch. Columns are built flat and then wrapped
-//! in their list offsets, so no per-trace arrays are ever allocated.
+//! in their list offsets, so no per-trace arrays are ever allocated. Each column is one pass
+//! over all events or edges, independent of the others, so they are built in parallel.
 
 use std::sync::Arc;
 
 use arrow_array::builder::{Float64Builder, MapBuilder, MapFieldNames, StringBuilder, StringDictionaryBuilder};
 use arrow_array::types::{Int8Type, Int32Type};
 use arrow_array::{
-    ArrayRef, BooleanArray, DictionaryArray, Float64Array, Int8Array, Int32Array, Int64Array, ListArray, RecordBatch,
-    StringArray, StructArray,
+    Array, ArrayRef, BooleanArray, DictionaryArray, Float64Array, Int8Array, Int32Array, Int64Array, ListArray,
+    RecordBatch, StringArray, StructArray,
 };
 use arrow_buffer::{NullBuffer, OffsetBuffer};
 use arrow_schema::{ArrowError, DataType, Fields};
+use rayon::prelude::*;
 
 use super::schema::{canonical_schema, cost_fields, counterfactual_fields, edge_fields, event_fields, vocabulary};
 use crate::graph::{Csr, Shape};
@@ -109,33 +111,48 @@ fn derive(trace: &Trace) -> Derived {
     }
 }
 
+fn array(array: impl Array + 'static) -> ArrayRef {
+    Arc::new(array)
+}
+
+/// Runs independent column builders on the rayon pool, keeping their order.
+fn in_parallel(columns: &[&(dyn Fn() -> ArrayRef + Sync)]) -> Vec<ArrayRef> {
+    columns.par_iter().map(|column| column()).collect()
+}
+
 /// Builds the canonical batch of already-validated traces.
 pub fn batch_from_traces(traces: &[Trace]) -> Result<RecordBatch, ArrowError> {
     let events: Vec<_> = traces.iter().flat_map(|t| t.events.iter()).collect();
     let edges: Vec<_> = traces.iter().flat_map(|t| t.edges.iter()).collect();
 
-    let event_columns: Vec<ArrayRef> = vec![
-        Arc::new(events.iter().map(|e| Some(e.id.as_str())).collect::<StringArray>()),
-        Arc::new(events.iter().map(|e| e.t).collect::<Float64Array>()),
-        enum_column(events.iter().map(|e| Some(e.event_type as i8)).collect(), EventType::NAMES),
-        category_column(events.iter().map(|e| Some(e.agent.as_str()))),
-        category_column(events.iter().map(|e| e.role.as_deref())),
-        category_column(events.iter().map(|e| e.from.as_deref())),
-        category_column(events.iter().map(|e| e.to.as_deref())),
-        category_column(events.iter().map(|e| e.tool.as_deref())),
-        Arc::new(events.iter().map(|e| e.content_ref.as_deref()).collect::<StringArray>()),
-        Arc::new(events.iter().map(|e| e.trusted).collect::<BooleanArray>()),
-        named_numbers_column(events.iter().map(|e| e.reward.as_ref())),
-        Arc::new(events.iter().map(|e| e.tokens).collect::<Int64Array>()),
-        Arc::new(events.iter().map(|e| e.duration_s).collect::<Float64Array>()),
-        Arc::new(events.iter().map(|e| e.logprob).collect::<Float64Array>()),
-        json_text_column(events.iter().map(|e| e.attributes.as_ref())),
-    ];
-    let edge_columns: Vec<ArrayRef> = vec![
-        Arc::new(edges.iter().map(|e| e.src as i32).collect::<Int32Array>()),
-        Arc::new(edges.iter().map(|e| e.dst as i32).collect::<Int32Array>()),
-        enum_column(edges.iter().map(|e| Some(e.edge_type as i8)).collect(), EdgeType::NAMES),
-    ];
+    let event_columns = || {
+        in_parallel(&[
+            &|| array(events.iter().map(|e| Some(e.id.as_str())).collect::<StringArray>()),
+            &|| array(events.iter().map(|e| e.t).collect::<Float64Array>()),
+            &|| enum_column(events.iter().map(|e| Some(e.event_type as i8)).collect(), EventType::NAMES),
+            &|| category_column(events.iter().map(|e| Some(e.agent.as_str()))),
+            &|| category_column(events.iter().map(|e| e.role.as_deref())),
+            &|| category_column(events.iter().map(|e| e.from.as_deref())),
+            &|| category_column(events.iter().map(|e| e.to.as_deref())),
+            &|| category_column(events.iter().map(|e| e.tool.as_deref())),
+            &|| array(events.iter().map(|e| e.content_ref.as_deref()).collect::<StringArray>()),
+            &|| array(events.iter().map(|e| e.trusted).collect::<BooleanArray>()),
+            &|| named_numbers_column(events.iter().map(|e| e.reward.as_ref())),
+            &|| array(events.iter().map(|e| e.tokens).collect::<Int64Array>()),
+            &|| array(events.iter().map(|e| e.duration_s).collect::<Float64Array>()),
+            &|| array(events.iter().map(|e| e.logprob).collect::<Float64Array>()),
+            &|| json_text_column(events.iter().map(|e| e.attributes.as_ref())),
+        ])
+    };
+    let edge_columns = || {
+        in_parallel(&[
+            &|| array(edges.iter().map(|e| e.src as i32).collect::<Int32Array>()),
+            &|| array(edges.iter().map(|e| e.dst as i32).collect::<Int32Array>()),
+            &|| enum_column(edges.iter().map(|e| Some(e.edge_type as i8)).collect(), EdgeType::NAMES),
+        ])
+    };
+    let derived = || traces.par_iter().map(derive).collect::<Vec<Derived>>();
+    let (event_columns, (edge_columns, derived)) = rayon::join(event_columns, || rayon::join(edge_columns, derived));
 
     let counterfactual = {
         let present: Vec<bool> = traces.iter().map(|t| t.counterfactual_of.is_some()).collect();
@@ -178,7 +195,6 @@ pub fn batch_from_traces(traces: &[Trace]) -> Result<RecordBatch, ArrowError> {
         named_numbers_column(traces.iter().map(|t| t.metrics.as_ref())),
         json_text_column(traces.iter().map(|t| t.attributes.as_ref())),
     ];
-    let derived: Vec<Derived> = traces.iter().map(derive).collect();
     columns.extend(derived_columns(&derived));
     RecordBatch::try_new(canonical_schema(), columns)
 }
