@@ -10,8 +10,8 @@ use masreplay_core::TraceBatch;
 use numpy::{IntoPyArray, PyArray1};
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
-use pyo3_arrow::{PyArray, PyTable};
 use pyo3_arrow::ffi::{ArrayIterator, to_stream_pycapsule};
+use pyo3_arrow::{PyArray, PyTable};
 
 use crate::errors::OrRaise;
 

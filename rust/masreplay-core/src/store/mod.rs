@@ -119,9 +119,11 @@ impl TraceBatch {
         let list = self.list("events");
         let offsets = list.value_offsets();
         let (start, end) = (offsets[0] as usize, offsets[offsets.len() - 1] as usize);
-        let field = list.values().as_struct().column_by_name(name).ok_or_else(|| {
-            MasreplayError::InvalidArgument(format!("events have no field {name:?}"))
-        })?;
+        let field = list
+            .values()
+            .as_struct()
+            .column_by_name(name)
+            .ok_or_else(|| MasreplayError::InvalidArgument(format!("events have no field {name:?}")))?;
         Ok(field.slice(start, end - start))
     }
 
