@@ -57,7 +57,7 @@ INSTALL = "pip install -r benches/requirements-anchors.txt, in a separate benchm
 
 def _flat(batch: masreplay.TraceBatch, column: str = "tokens") -> tuple[np.ndarray, np.ndarray]:
     """A sampled batch as flat events + offsets, as a trainer reads it."""
-    return batch.events()[column].to_numpy(), batch.event_offsets
+    return batch.flat(column)
 
 
 # ---- the token workload -------------------------------------------------------------------------
@@ -223,7 +223,7 @@ def test_add(side, tokens, measure, request):
 
 SAMPLE_SIDES = [
     "masreplay",
-    "masreplay sample() alone (TraceBatch, no conversion)",
+    "masreplay sample() alone (TraceSelection: picks, nothing copied yet)",
     "numpy values+offsets gather",
     "pyarrow Table.take + flatten (same canonical table)",
     "torchrl LazyStackStorage -> jagged nested tensor",
@@ -321,7 +321,7 @@ def test_sample_padded(side, tokens, filled, numpy_flat, measure, request):
 
 GROUP_SIDES = [
     "masreplay",
-    "masreplay sample_groups() alone (TraceBatch)",
+    "masreplay sample_groups() alone (TraceSelection)",
     "numpy values+offsets + group index",
     "torchrl PromptGroupSampler, LazyStackStorage -> jagged",
     "torchrl PromptGroupSampler, LazyStackStorage (lazy stack)",
@@ -380,7 +380,7 @@ def prioritized(tokens, priorities):
 
 PRIORITY_SIDES = [
     "masreplay",
-    "masreplay sample(prioritized) alone (TraceBatch)",
+    "masreplay sample(prioritized) alone (TraceSelection)",
     "numpy rng.choice(p=...) + values+offsets gather",
     "torchrl PrioritizedSampler, ListStorage (list of refs)",
     "torchrl PrioritizedSampler, ListStorage + torch.cat flat",

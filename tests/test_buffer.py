@@ -167,6 +167,43 @@ def test_sampled_batch_is_a_trainable_batch():
         assert rows["id"].to_pylist() == [e["id"] for e in trace["events"]]
 
 
+def test_sampled_fields_match_the_collected_batch_across_chunks():
+    """A sample reads single event fields straight from the stored chunks; every field, the
+    offsets and the ids agree with the whole batch copied out, across chunk boundaries and
+    for runs of consecutive rows (groups) as well as scattered ones."""
+    buffer = GraphBuffer(500, seed=3)
+    for part in range(5):  # five chunks, some traces evicted from the first
+        buffer.add(traces(120, seed=40 + part, group_size=4))
+    for batch in (buffer.sample(64, seed=1), buffer.sample_groups(6, seed=2), buffer.sample(1, seed=3)):
+        ids, offsets = batch.trace_ids, batch.event_offsets
+        lazy = {name: pa.array(batch._source.event_field(name)) for name in masreplay.batch.EVENT_FIELDS}
+        whole = batch.to_arrow()
+        assert ids == whole.column("trace_id").to_pylist()
+        assert offsets.tolist() == [0, *np.cumsum(whole.column("n_events").to_numpy()).tolist()]
+        events = batch.events()
+        for name, array in lazy.items():
+            assert array.to_pylist() == events.column(name).to_pylist(), name
+        assert [buffer.get(t) for t in ids[:5]] == [batch[i] for i in range(min(5, len(batch)))]
+
+
+def test_flat_gives_values_and_offsets():
+    buffer = GraphBuffer(100)
+    buffer.add(traces(30, seed=5))
+    batch = buffer.sample(16, seed=4)
+    values, offsets = batch.flat("t")
+    assert values.dtype == np.float64 and offsets.tolist() == batch.event_offsets.tolist()
+    assert values.tolist() == batch.events().column("t").to_pylist()
+    codes, _ = batch.flat("type")
+    assert codes.dtype == np.int8
+    names = batch.events().column("type").to_pylist()
+    vocabulary = batch.events().column("type").combine_chunks().dictionary.to_pylist()
+    assert [vocabulary[c] for c in codes] == names
+    with pytest.raises(KeyError, match="nope"):
+        batch.flat("nope")
+    with pytest.raises(TypeError, match="id"):
+        batch.flat("id")
+
+
 def test_prioritized_frequencies_follow_priorities():
     buffer = GraphBuffer(10, seed=1)
     batch = traces(4, seed=1)

@@ -29,15 +29,18 @@ class TraceBatch:
     ``to_arrow()`` all read the same buffers through ``__arrow_c_stream__``.
     """
 
-    __slots__ = ("_core", "conversion_report", "probabilities", "rejected")
+    __slots__ = ("_collected", "_source", "conversion_report", "probabilities", "rejected")
 
     def __init__(
         self,
-        core: _core.TraceBatch,
+        core: _core.TraceBatch | _core.TraceSelection,
         rejected: Sequence[Rejected] = (),
         probabilities: np.ndarray | None = None,
     ) -> None:
-        self._core = core
+        # A buffer's sample arrives as a TraceSelection: shape queries and single event
+        # fields (flat, padded) copy only what they read; anything else collects it once.
+        self._source = core
+        self._collected = core if isinstance(core, _core.TraceBatch) else None
         #: Traces of the input that failed validation (filled when loading with on_error="skip").
         self.rejected: list[Rejected] = list(rejected)
         #: For a sampled batch, each trace's probability of being drawn (importance weights).
@@ -45,25 +48,32 @@ class TraceBatch:
         #: For a batch made by masreplay.convert, what the converter read, skipped or did not understand.
         self.conversion_report: ConversionReport | None = None
 
+    @property
+    def _core(self) -> _core.TraceBatch:
+        """The canonical batch (a sampled selection is copied out on first use)."""
+        if self._collected is None:
+            self._collected = self._source.collect()
+        return self._collected
+
     def __reduce__(self) -> tuple[Any, tuple[bytes]]:
         return (_from_ipc, (_to_ipc(self.to_arrow()),))
 
     # ---- shape -------------------------------------------------------------------------
     def __len__(self) -> int:
-        return len(self._core)
+        return len(self._source)
 
     @property
     def trace_ids(self) -> list[str]:
-        return self._core.trace_ids
+        return self._source.trace_ids
 
     @property
     def num_events(self) -> int:
-        return self._core.num_events
+        return self._source.num_events
 
     @property
     def event_offsets(self) -> np.ndarray:
         """int64 array of length n+1: trace i owns rows event_offsets[i]:event_offsets[i+1] of events()."""
-        return self._core.event_offsets
+        return self._source.event_offsets
 
     @property
     def edge_offsets(self) -> np.ndarray:
@@ -129,15 +139,7 @@ class TraceBatch:
         ``pad_value``); dictionary columns (``type``, ``agent``, ``role``, ...) give their
         int codes. Nothing padded is ever stored: this is built from the flat column.
         """
-        fields = pa.table(self._core).schema.field("events").type.value_type
-        if fields.get_field_index(column) < 0:
-            raise KeyError(f"no per-event column {column!r}; events have {[f.name for f in fields]}")
-        array = pa.array(self._core.event_field(column))
-        if pa.types.is_dictionary(array.type):
-            array = array.indices
-        if not (pa.types.is_integer(array.type) or pa.types.is_floating(array.type) or pa.types.is_boolean(array.type)):
-            raise TypeError(f"column {column!r} of type {array.type} cannot be padded into a numeric array")
-        values = array.fill_null(pad_value).to_numpy(zero_copy_only=False)
+        values = _numeric(self._event_array(column), column).fill_null(pad_value).to_numpy(zero_copy_only=False)
         offsets = self.event_offsets
         lengths = np.diff(offsets)
         n, max_len = len(lengths), int(lengths.max(initial=0))
@@ -149,9 +151,41 @@ class TraceBatch:
         mask[rows, positions] = True
         return out, mask, lengths
 
+    def flat(self, column: str) -> tuple[np.ndarray, np.ndarray]:
+        """A per-event column as flat ``(values, offsets)`` numpy arrays, the layout trainers
+        of variable-length data read: trace i owns ``values[offsets[i]:offsets[i+1]]``.
+
+        Numeric and boolean columns keep their type (nulls become NaN, which needs a float
+        column: use ``padded`` with a ``pad_value`` otherwise); dictionary columns give their
+        int codes. Zero-copy where the column has no nulls.
+        """
+        array = _numeric(self._event_array(column), column)
+        if array.null_count and not pa.types.is_floating(array.type):
+            raise ValueError(f"column {column!r} has nulls and is not a float column; use padded(column, pad_value)")
+        values = array.fill_null(float("nan")) if array.null_count else array
+        return values.to_numpy(zero_copy_only=False), self.event_offsets
+
+    def _event_array(self, column: str) -> pa.Array:
+        if column not in EVENT_FIELDS:
+            raise KeyError(f"no per-event column {column!r}; events have {list(EVENT_FIELDS)}")
+        return pa.array(self._source.event_field(column))
+
     @staticmethod
     def concat(batches: Sequence[TraceBatch]) -> TraceBatch:
         return TraceBatch(_core.TraceBatch.concat([b._core for b in batches]))
+
+
+#: The per-event fields of the canonical layout, in order.
+EVENT_FIELDS: tuple[str, ...] = tuple(f.name for f in pa.table(_core.empty_batch()).schema.field("events").type.value_type)
+
+
+def _numeric(array: pa.Array, column: str) -> pa.Array:
+    """Dictionary columns as their int codes; anything else must be numeric or boolean."""
+    if pa.types.is_dictionary(array.type):
+        array = array.indices
+    if not (pa.types.is_integer(array.type) or pa.types.is_floating(array.type) or pa.types.is_boolean(array.type)):
+        raise TypeError(f"column {column!r} of type {array.type} cannot be made a numeric array")
+    return array
 
 
 def _to_ipc(table: pa.Table) -> bytes:

@@ -4,11 +4,11 @@
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 
-use masreplay_core::buffer::{self, GraphBuffer, Sampler, ShapeFilter, Unit};
+use masreplay_core::buffer::{self, Gather, GraphBuffer, Sampler, ShapeFilter, Unit};
 use masreplay_core::{MasreplayError, TraceBatch};
 use numpy::{IntoPyArray, PyArray1};
 use pyo3::prelude::*;
-use pyo3_arrow::PyTable;
+use pyo3_arrow::{PyArray, PyTable};
 
 use crate::batch::PyTraceBatch;
 use crate::errors::{OrRaise, validation_error};
@@ -39,6 +39,44 @@ impl PyGraphBuffer {
 
     fn batch(py: Python<'_>, batch: Result<TraceBatch, MasreplayError>) -> PyResult<PyTraceBatch> {
         Ok(PyTraceBatch { inner: batch.or_raise(py)? })
+    }
+}
+
+/// Traces picked by a sampler: answers shape queries and single event fields by copying only
+/// what is asked; `collect` copies the whole canonical batch.
+#[pyclass(module = "masreplay._core", name = "TraceSelection", frozen)]
+pub struct PyTraceSelection {
+    inner: Gather,
+}
+
+#[pymethods]
+impl PyTraceSelection {
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    #[getter]
+    fn trace_ids(&self) -> Vec<&str> {
+        self.inner.trace_ids()
+    }
+
+    #[getter]
+    fn event_offsets<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<i64>> {
+        self.inner.event_offsets().into_pyarray(py)
+    }
+
+    #[getter]
+    fn num_events(&self) -> usize {
+        self.inner.num_events()
+    }
+
+    fn event_field(&self, py: Python<'_>, name: &str) -> PyResult<PyArray> {
+        let array = py.detach(|| self.inner.event_field(name)).or_raise(py)?;
+        Ok(PyArray::from_array_ref(array))
+    }
+
+    fn collect(&self, py: Python<'_>) -> PyResult<PyTraceBatch> {
+        PyGraphBuffer::batch(py, py.detach(|| self.inner.collect()))
     }
 }
 
@@ -123,15 +161,13 @@ impl PyGraphBuffer {
         min_events: Option<usize>,
         max_events: Option<usize>,
         seed: Option<u64>,
-    ) -> PyResult<(PyTraceBatch, Bound<'py, PyArray1<f64>>)> {
+    ) -> PyResult<(PyTraceSelection, Bound<'py, PyArray1<f64>>)> {
         let sampler = Sampler::parse(sampler)
             .ok_or_else(|| invalid(format!("sampler must be 'uniform' or 'prioritized', not {sampler:?}")))
             .or_raise(py)?;
         let filter = ShapeFilter { min_events, max_events };
         let sample = self.with(py, move |buffer| buffer.sample(batch_size, sampler, filter, seed))?;
-        // The copy-out runs after the lock is released, so adders are not held up by it.
-        let batch = Self::batch(py, py.detach(|| sample.traces.collect()))?;
-        Ok((batch, sample.probabilities.into_pyarray(py)))
+        Ok((PyTraceSelection { inner: sample.traces }, sample.probabilities.into_pyarray(py)))
     }
 
     #[pyo3(signature = (num_groups, *, group_size=None, seed=None))]
@@ -141,9 +177,9 @@ impl PyGraphBuffer {
         num_groups: usize,
         group_size: Option<usize>,
         seed: Option<u64>,
-    ) -> PyResult<PyTraceBatch> {
+    ) -> PyResult<PyTraceSelection> {
         let traces = self.with(py, move |buffer| buffer.sample_groups(num_groups, group_size, seed))?;
-        Self::batch(py, py.detach(|| traces.collect()))
+        Ok(PyTraceSelection { inner: traces })
     }
 
     fn update_priorities(&self, py: Python<'_>, trace_ids: Vec<String>, priorities: Vec<f64>) -> PyResult<()> {

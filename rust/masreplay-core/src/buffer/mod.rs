@@ -2,6 +2,7 @@
 //! traces, indexes by trace id and group, uniform / prioritized / group sampling, and graph
 //! queries on stored traces.
 
+mod gather;
 mod persist;
 mod sum_tree;
 
@@ -12,6 +13,7 @@ use arrow_array::cast::AsArray;
 use rand::{RngExt, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
+pub use gather::Gather;
 pub use persist::{load, save};
 use sum_tree::SumTree;
 
@@ -76,24 +78,6 @@ impl ShapeFilter {
 
     fn is_open(&self) -> bool {
         self.min_events.is_none() && self.max_events.is_none()
-    }
-}
-
-/// Stored traces picked for output, to be copied out by [`Gather::collect`].
-pub struct Gather {
-    batches: Vec<RecordBatch>,
-    indices: Vec<(usize, usize)>,
-}
-
-impl Gather {
-    /// Copies the picked traces' slices into one batch.
-    pub fn collect(self) -> Result<TraceBatch> {
-        if self.indices.is_empty() {
-            return Ok(TraceBatch::empty());
-        }
-        let batches: Vec<&RecordBatch> = self.batches.iter().collect();
-        let gathered = arrow_select::interleave::interleave_record_batch(&batches, &self.indices)?;
-        Ok(TraceBatch::from_canonical(crate::store::with_canonical_codes(&gathered)?))
     }
 }
 
@@ -373,27 +357,27 @@ impl GraphBuffer {
         }
     }
 
-    /// Plans gathering the traces with the given sequence numbers, in that order. Only the
-    /// chunks that hold them take part (so the cost follows the sample, not the number of
-    /// chunks stored), and the plan owns them: it can run after a lock on the buffer is let go.
+    /// Picks the traces with the given sequence numbers, in that order. Only the chunks that
+    /// hold them take part (so the cost follows the sample, not the number of chunks stored),
+    /// and the pick owns them: copying can run after a lock on the buffer is let go.
     fn gather(&self, seqs: &[u64]) -> Gather {
         let Some(front) = self.chunks.front().map(|c| c.id) else {
-            return Gather { batches: Vec::new(), indices: Vec::new() };
+            return Gather::default();
         };
         let mut position_of_chunk: HashMap<u64, usize> = HashMap::new();
-        let mut batches: Vec<RecordBatch> = Vec::new();
-        let indices = seqs
+        let mut chunks: Vec<RecordBatch> = Vec::new();
+        let picks: Vec<(usize, usize)> = seqs
             .iter()
             .map(|&seq| {
                 let entry = self.entry(seq);
                 let position = *position_of_chunk.entry(entry.chunk_id).or_insert_with(|| {
-                    batches.push(self.chunks[(entry.chunk_id - front) as usize].batch.clone());
-                    batches.len() - 1
+                    chunks.push(self.chunks[(entry.chunk_id - front) as usize].batch.clone());
+                    chunks.len() - 1
                 });
                 (position, entry.row as usize)
             })
             .collect();
-        Gather { batches, indices }
+        Gather::new(chunks, picks)
     }
 
     /// Every stored trace, in insertion order.

@@ -156,6 +156,10 @@ impl<'a> Vocabulary<'a> {
     /// placeholder: its trace is rejected by the per-trace check and filtered out, but the
     /// column must stay non-null until then. Rows under a null parent may hold any key.
     fn canonical(&self) -> ArrayRef {
+        // Columns built by masreplay share the vocabulary array: their codes are canonical.
+        if Arc::ptr_eq(self.source.values(), &vocabulary(self.names)) {
+            return Arc::new(self.source.clone());
+        }
         let keys: Int8Array = (0..self.source.len())
             .map(|i| if self.source.is_null(i) { None } else { Some(self.code(i).unwrap_or(Some(0)).unwrap_or(0)) })
             .collect();
