@@ -435,6 +435,32 @@ def test_pickle_round_trips():
     assert copy.to_arrow().to_pylist() == batch.to_arrow().to_pylist()
 
 
+def test_unpickling_takes_the_canonical_layout_as_is_and_checks_anything_else():
+    batch = traces(3, seed=2)
+    copy = pickle.loads(pickle.dumps(batch))
+    assert copy.to_arrow().equals(batch.to_arrow())
+    # A table in another layout (a column left out) is validated and completed on the way in.
+    partial = batch.to_arrow().drop_columns(["n_agents"])
+    rebuilt = masreplay.load_traces(partial)
+    assert rebuilt.to_arrow().to_pylist() == batch.to_arrow().to_pylist()
+    restored = pickle.loads(pickle.dumps(_filled()))
+    assert restored.add(traces(1, seed=99)) == 1
+
+
+def test_nbytes_counts_shared_memory_once_and_follows_eviction():
+    buffer = GraphBuffer(6)
+    assert buffer.nbytes == 0
+    buffer.add(traces(3, seed=1))
+    three = buffer.nbytes
+    assert three > 0
+    buffer.add(traces(3, seed=2))
+    assert buffer.nbytes > three
+    buffer.add(traces(6, seed=3))  # evicts every earlier trace, and their memory with them
+    fresh = GraphBuffer(6)
+    fresh.add(traces(6, seed=3))
+    assert buffer.nbytes == fresh.nbytes
+
+
 def _stored_ids(buffer: GraphBuffer) -> list[str]:
     return buffer.to_batch().trace_ids
 

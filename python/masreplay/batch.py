@@ -200,6 +200,10 @@ def _from_ipc_table(data: bytes) -> pa.Table:
 
 
 def _from_ipc(data: bytes) -> TraceBatch:
-    """Unpickles a batch; the traces are validated again on the way in."""
-    core, _ = _core.ingest_arrow(_from_ipc_table(data))
+    """Unpickles a batch. Like pickle itself this trusts its bytes: a table in masreplay's
+    canonical layout is taken as it is; any other layout is validated on the way in."""
+    table = _from_ipc_table(data)
+    core = _core.TraceBatch.from_own_arrow(table)
+    if core is None:
+        core, _ = _core.ingest_arrow(table)
     return TraceBatch(core)

@@ -75,6 +75,12 @@ class GraphBuffer:
         return self._core.num_groups
 
     @property
+    def nbytes(self) -> int:
+        """Memory held by the stored traces, in bytes (a buffer shared by several columns or
+        traces, such as the one zero buffer behind every absent optional field, counts once)."""
+        return self._core.nbytes
+
+    @property
     def capacity(self) -> int:
         return self._core.capacity
 
@@ -194,4 +200,5 @@ class GraphBuffer:
 
 
 def _buffer_from_ipc(data: bytes) -> GraphBuffer:
-    return GraphBuffer._wrap(_core.GraphBuffer.restore(_from_ipc_table(data)))
+    """Unpickles a buffer; like pickle itself it trusts its bytes (see batch._from_ipc)."""
+    return GraphBuffer._wrap(_core.GraphBuffer.restore(_from_ipc_table(data), trusted=True))

@@ -97,6 +97,15 @@ impl PyTraceBatch {
         Ok(PyTraceBatch { inner: self.inner.take(&indices).or_raise(py)? })
     }
 
+    /// A batch from Arrow data already in the canonical layout (masreplay's own output), not
+    /// validated again; `None` when the schema differs.
+    #[staticmethod]
+    fn from_own_arrow(py: Python<'_>, table: PyTable) -> PyResult<Option<Self>> {
+        let (batches, _) = table.into_inner();
+        let inner = py.detach(|| TraceBatch::from_own_arrow(&batches)).or_raise(py)?;
+        Ok(inner.map(|inner| PyTraceBatch { inner }))
+    }
+
     #[staticmethod]
     fn concat(py: Python<'_>, batches: Vec<PyRef<'_, PyTraceBatch>>) -> PyResult<Self> {
         let inner: Vec<&TraceBatch> = batches.iter().map(|b| &b.inner).collect();

@@ -105,6 +105,11 @@ impl PyGraphBuffer {
     }
 
     #[getter]
+    fn nbytes(&self) -> usize {
+        self.lock().nbytes()
+    }
+
+    #[getter]
     fn num_groups(&self) -> usize {
         self.lock().num_groups()
     }
@@ -237,9 +242,10 @@ impl PyGraphBuffer {
     }
 
     #[staticmethod]
-    fn restore(py: Python<'_>, table: PyTable) -> PyResult<Self> {
+    #[pyo3(signature = (table, *, trusted=false))]
+    fn restore(py: Python<'_>, table: PyTable, trusted: bool) -> PyResult<Self> {
         let (batches, _) = table.into_inner();
-        let buffer = py.detach(|| GraphBuffer::restore(&batches)).or_raise(py)?;
+        let buffer = py.detach(|| GraphBuffer::restore(&batches, trusted)).or_raise(py)?;
         Ok(PyGraphBuffer { inner: Mutex::new(buffer) })
     }
 }

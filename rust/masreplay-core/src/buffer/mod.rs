@@ -230,6 +230,11 @@ impl GraphBuffer {
         self.num_events
     }
 
+    /// Bytes of memory the stored traces hold (each shared allocation once).
+    pub fn nbytes(&self) -> usize {
+        crate::store::allocated_bytes(self.chunks.iter().map(|c| &c.batch))
+    }
+
     pub fn num_groups(&self) -> usize {
         self.groups.nonempty.len()
     }

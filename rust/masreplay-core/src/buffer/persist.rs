@@ -48,7 +48,9 @@ impl GraphBuffer {
     }
 
     /// Rebuilds a buffer from [`Self::persisted_batch`] output (possibly split in batches).
-    pub fn restore(batches: &[RecordBatch]) -> Result<Self> {
+    /// With `trusted` (unpickling masreplay's own bytes), traces in the canonical layout are
+    /// not validated again; files read from disk always are.
+    pub fn restore(batches: &[RecordBatch], trusted: bool) -> Result<Self> {
         let schema = batches.first().map(|b| b.schema()).ok_or_else(|| corrupt("no data"))?;
         let state_text =
             schema.metadata().get(STATE_KEY).ok_or_else(|| corrupt(format!("no {STATE_KEY:?} metadata")))?;
@@ -74,10 +76,17 @@ impl GraphBuffer {
                 column.as_primitive_opt::<Float64Type>().ok_or_else(|| corrupt("priorities are not float64"))?;
             priorities.extend(column.values().iter().copied());
         }
-        let (traces, rejected) = TraceBatch::from_arrow(batches)?;
-        if let Some((_, error)) = rejected.into_iter().next() {
-            return Err(error.into());
-        }
+        let traces = if trusted { own_traces(batches)? } else { None };
+        let traces = match traces {
+            Some(traces) => traces,
+            None => {
+                let (traces, rejected) = TraceBatch::from_arrow(batches)?;
+                if let Some((_, error)) = rejected.into_iter().next() {
+                    return Err(error.into());
+                }
+                traces
+            }
+        };
         if let Some((_, error)) = buffer.check_addable(&traces).into_iter().next() {
             return Err(error.into());
         }
@@ -89,11 +98,22 @@ impl GraphBuffer {
     }
 }
 
+/// The traces of persisted batches, if they are in masreplay's own canonical layout.
+fn own_traces(batches: &[RecordBatch]) -> Result<Option<TraceBatch>> {
+    let mut traces = Vec::with_capacity(batches.len());
+    for batch in batches {
+        let Ok(priority) = batch.schema().index_of(PRIORITY_COLUMN) else { return Ok(None) };
+        let columns: Vec<usize> = (0..batch.num_columns()).filter(|&i| i != priority).collect();
+        traces.push(batch.project(&columns)?);
+    }
+    TraceBatch::from_own_arrow(&traces)
+}
+
 /// Writes the buffer to one Parquet file, replaced atomically.
 pub fn save(buffer: &GraphBuffer, path: &Path) -> Result<()> {
     write_parquet(&buffer.persisted_batch()?, path)
 }
 
 pub fn load(path: &Path) -> Result<GraphBuffer> {
-    GraphBuffer::restore(&read_parquet(path)?)
+    GraphBuffer::restore(&read_parquet(path)?, false)
 }

@@ -15,6 +15,7 @@ use arrow_schema::{DataType, Field, FieldRef, Fields};
 use rayon::prelude::*;
 
 use super::build::{Derived, count_agents, derived_columns};
+use super::nulls::Zeros;
 use super::schema::{TraceColumns, canonical_schema, vocabulary};
 use crate::error::{MasreplayError, ValidationError};
 use crate::graph::Csr;
@@ -33,7 +34,13 @@ fn schema_error(path: &str, reason: impl Into<String>) -> MasreplayError {
 
 /// Conforms `array` to `target`. With `relaxed`, a non-nullable field that holds nulls is
 /// declared nullable instead of failing, so the nulls can be reported per trace later.
-fn conform(array: &ArrayRef, target: &DataType, path: &str, relaxed: bool) -> Result<ArrayRef, MasreplayError> {
+fn conform(
+    array: &ArrayRef,
+    target: &DataType,
+    path: &str,
+    relaxed: bool,
+    zeros: &Zeros,
+) -> Result<ArrayRef, MasreplayError> {
     if array.data_type() == target {
         return Ok(array.clone());
     }
@@ -47,9 +54,9 @@ fn conform(array: &ArrayRef, target: &DataType, path: &str, relaxed: bool) -> Re
             for field in fields {
                 let child_path = format!("{path}/{}", field.name());
                 let child = match source.column_by_name(field.name()) {
-                    Some(child) => conform(child, field.data_type(), &child_path, relaxed)?,
+                    Some(child) => conform(child, field.data_type(), &child_path, relaxed, zeros)?,
                     None if field.is_nullable() || relaxed && path.is_empty() && field.name() == "group_id" => {
-                        new_null_array(field.data_type(), source.len())
+                        zeros.null_array(field.data_type(), source.len())
                     }
                     None if relaxed && super::schema::DERIVED_COLUMNS.contains(&field.name().as_str()) => {
                         new_null_array(field.data_type(), source.len())
@@ -73,7 +80,7 @@ fn conform(array: &ArrayRef, target: &DataType, path: &str, relaxed: bool) -> Re
             } else {
                 return Err(schema_error(path, format!("expected a list column, got {}", array.data_type())));
             };
-            let values = conform(&values, item.data_type(), path, relaxed)?;
+            let values = conform(&values, item.data_type(), path, relaxed, zeros)?;
             let item = relax(item, &values, relaxed);
             Ok(Arc::new(ListArray::try_new(item, offsets, values, nulls)?))
         }
@@ -399,14 +406,22 @@ fn trim_lists(batch: &RecordBatch) -> Result<RecordBatch, MasreplayError> {
     Ok(RecordBatch::try_new(batch.schema(), columns)?)
 }
 
+/// Rows of the longest column of `batch`, counting the items of list columns.
+fn longest_column(batch: &RecordBatch) -> usize {
+    let items = batch.columns().iter().filter_map(|c| c.as_list_opt::<i32>()).map(|list| list.values().len());
+    items.fold(batch.num_rows(), usize::max)
+}
+
 /// Conforms, checks and completes Arrow data in the canonical layout (see module docs).
 pub fn ingest_batches(batches: &[RecordBatch]) -> Result<Ingested, MasreplayError> {
     let schema = canonical_schema();
     let target = DataType::Struct(schema.fields().clone());
     let mut conformed = Vec::with_capacity(batches.len());
     for batch in batches {
-        let whole: ArrayRef = Arc::new(StructArray::from(trim_lists(batch)?));
-        conformed.push(conform(&whole, &target, "", true)?);
+        let trimmed = trim_lists(batch)?;
+        let zeros = Zeros::new(longest_column(&trimmed));
+        let whole: ArrayRef = Arc::new(StructArray::from(trimmed));
+        conformed.push(conform(&whole, &target, "", true, &zeros)?);
     }
     let refs: Vec<&dyn Array> = conformed.iter().map(|a| a.as_ref()).collect();
     let whole = if refs.is_empty() { new_null_array(&target, 0) } else { arrow_select::concat::concat(&refs)? };
@@ -516,7 +531,8 @@ fn complete(batch: &RecordBatch, derived: &[Derived]) -> Result<RecordBatch, Mas
         arrays,
         None,
     )?);
-    let strict = conform(&whole, &DataType::Struct(schema.fields().clone()), "", false)?;
+    // Every column is present by now: nothing is filled with nulls.
+    let strict = conform(&whole, &DataType::Struct(schema.fields().clone()), "", false, &Zeros::new(0))?;
     let (_, arrays, _) = strict.as_struct().clone().into_parts();
     Ok(RecordBatch::try_new(schema, arrays)?)
 }

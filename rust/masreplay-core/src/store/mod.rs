@@ -3,6 +3,8 @@
 
 mod build;
 mod ingest;
+mod memory;
+mod nulls;
 mod parquet_io;
 mod read;
 pub mod schema;
@@ -16,6 +18,7 @@ use arrow_schema::{Field, Schema};
 pub use build::batch_from_traces;
 pub(crate) use ingest::with_canonical_codes;
 pub use ingest::{Ingested, ingest_batches};
+pub use memory::allocated_bytes;
 pub use parquet_io::{read_parquet, write_parquet};
 pub use read::trace_at;
 
@@ -44,6 +47,18 @@ impl TraceBatch {
     pub fn from_arrow(batches: &[RecordBatch]) -> Result<(Self, Vec<(usize, crate::error::ValidationError)>)> {
         let Ingested { batch, rejected } = ingest_batches(batches)?;
         Ok((Self::from_canonical(batch), rejected))
+    }
+
+    /// Batches that already have the canonical schema, such as masreplay's own output after an
+    /// Arrow IPC round trip (unpickling): trusted as they are, only the closed vocabularies
+    /// re-coded. `None` when the schema differs; such input goes through [`Self::from_arrow`].
+    pub fn from_own_arrow(batches: &[RecordBatch]) -> Result<Option<Self>> {
+        let canonical = schema::canonical_schema();
+        if batches.iter().any(|b| b.schema().fields() != canonical.fields()) {
+            return Ok(None);
+        }
+        let joined = arrow_select::concat::concat_batches(&canonical, batches)?;
+        Ok(Some(Self::from_canonical(with_canonical_codes(&joined)?)))
     }
 
     pub fn empty() -> Self {
