@@ -142,13 +142,11 @@ class TraceBatch:
         values = _numeric(self._event_array(column), column).fill_null(pad_value).to_numpy(zero_copy_only=False)
         offsets = self.event_offsets
         lengths = np.diff(offsets)
-        n, max_len = len(lengths), int(lengths.max(initial=0))
-        rows = np.repeat(np.arange(n), lengths)
-        positions = np.arange(offsets[-1]) - np.repeat(offsets[:-1], lengths)
-        out = np.full((n, max_len), pad_value, dtype=np.result_type(values.dtype, np.min_scalar_type(pad_value)))
-        out[rows, positions] = values
-        mask = np.zeros((n, max_len), dtype=bool)
-        mask[rows, positions] = True
+        max_len = int(lengths.max(initial=0))
+        # Row-major order of the True cells of the mask is the flat order of the events.
+        mask = np.arange(max_len) < lengths[:, None]
+        out = np.full(mask.shape, pad_value, dtype=np.result_type(values.dtype, np.min_scalar_type(pad_value)))
+        out[mask] = values
         return out, mask, lengths
 
     def flat(self, column: str) -> tuple[np.ndarray, np.ndarray]:

@@ -10,6 +10,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 
 use arrow_array::RecordBatch;
 use arrow_array::cast::AsArray;
+use arrow_select::concat::concat_batches;
 use rand::{RngExt, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
@@ -19,7 +20,7 @@ use sum_tree::SumTree;
 
 use crate::error::{MasreplayError, Result, ValidationError};
 use crate::graph::Csr;
-use crate::store::{TraceBatch, trace_at};
+use crate::store::{TraceBatch, trace_at, with_canonical_codes};
 use crate::trace::Trace;
 
 /// What the capacity counts.
@@ -97,7 +98,15 @@ struct Entry {
     group: u32,
 }
 
-/// One added batch; dropped once every trace in it is evicted.
+/// Chunks are not merged past this many events (about 30 MB of typical event data).
+const MAX_MERGED_CHUNK_EVENTS: usize = 1 << 20;
+
+fn chunk_events(batch: &RecordBatch) -> usize {
+    let events = batch.column_by_name("events").expect("canonical column").as_list::<i32>();
+    events.values().len()
+}
+
+/// One added batch (or several small ones merged); dropped once every trace in it is evicted.
 struct Chunk {
     id: u64,
     batch: RecordBatch,
@@ -328,7 +337,52 @@ impl GraphBuffer {
         while self.used() > self.capacity {
             self.evict_oldest();
         }
+        self.merge_small_chunks();
         Ok(batch.len())
+    }
+
+    /// Training loops add a few traces per step; left alone, that makes one chunk per step,
+    /// and a sample then gathers from hundreds of chunks. The newest chunks are merged like
+    /// a binary counter (the last two while the older is at most twice the newer, counted in
+    /// events), so each event is copied O(log) times and chunks stay few, up to a size cap
+    /// that bounds the cost of one merge and the memory evicted traces keep alive in a chunk
+    /// not yet wholly evicted (at most an eighth of the capacity).
+    fn merge_small_chunks(&mut self) {
+        while let [.., older, newer] = self.chunks.make_contiguous() {
+            let (older_events, newer_events) = (chunk_events(&older.batch), chunk_events(&newer.batch));
+            let whole = |c: &Chunk| c.live == c.batch.num_rows();
+            if !whole(older) || !whole(newer) || older_events > 2 * newer_events {
+                break;
+            }
+            let merged_units = match self.unit {
+                Unit::Traces => older.batch.num_rows() + newer.batch.num_rows(),
+                Unit::Events => older_events + newer_events,
+            };
+            if older_events + newer_events > MAX_MERGED_CHUNK_EVENTS || merged_units > self.capacity / 8 {
+                break;
+            }
+            // Merging only saves work later: if it cannot be done (offsets would overflow),
+            // the chunks simply stay apart.
+            let Ok(merged) = concat_batches(&older.batch.schema(), [&older.batch, &newer.batch])
+                .map_err(MasreplayError::from)
+                .and_then(|joined| with_canonical_codes(&joined))
+            else {
+                break;
+            };
+            let (older_rows, newer_rows) = (older.batch.num_rows(), newer.batch.num_rows());
+            let older_id = older.id;
+            // The newer chunk's traces are the last stored ones: they now live after the older's.
+            let stored = self.entries.len();
+            for entry in self.entries.range_mut(stored - newer_rows..) {
+                entry.chunk_id = older_id;
+                entry.row += older_rows as u32;
+            }
+            self.chunks.pop_back();
+            let older = self.chunks.back_mut().expect("two chunks were there");
+            older.batch = merged;
+            older.live = older_rows + newer_rows;
+            self.next_chunk -= 1;
+        }
     }
 
     /// Grows the priority ring (a power of two) so `needed` consecutive sequence numbers fit.
@@ -661,4 +715,38 @@ fn restrict(mut trace: Trace, keep: &[bool]) -> Trace {
         keep[position - 1]
     });
     trace
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::{SimConfig, generate};
+
+    fn traces(n_traces: usize, seed: u64) -> TraceBatch {
+        let config = SimConfig { n_traces, seed, ..SimConfig::default() };
+        TraceBatch::from_traces(&generate(&config).expect("valid config")).expect("valid traces")
+    }
+
+    #[test]
+    fn small_adds_are_merged_into_few_chunks_without_changing_what_is_stored() {
+        let all = traces(800, 1);
+        // 6000: nothing evicted; 600: eviction interleaves with merging.
+        for capacity in [6000, 600] {
+            let mut one_add = GraphBuffer::new(capacity, Unit::Traces, 7).unwrap();
+            one_add.add(&all).unwrap();
+            let mut small_adds = GraphBuffer::new(capacity, Unit::Traces, 7).unwrap();
+            for start in (0..800).step_by(4) {
+                small_adds.add(&all.take(&(start..start + 4).collect::<Vec<_>>()).unwrap()).unwrap();
+            }
+            let (chunks, most) = (small_adds.chunks.len(), small_adds.chunks.iter().map(|c| c.batch.num_rows()).max());
+            assert!(chunks < 30, "{chunks} chunks after 200 adds");
+            assert!(most.unwrap() <= capacity / 8, "a merged chunk of {most:?} traces");
+            assert_eq!(small_adds.to_batch().unwrap().record_batch(), one_add.to_batch().unwrap().record_batch());
+            let sampled = |b: &mut GraphBuffer| {
+                let pick = b.sample(64, Sampler::Uniform, ShapeFilter::default(), Some(3)).unwrap();
+                pick.traces.collect().unwrap().record_batch().clone()
+            };
+            assert_eq!(sampled(&mut small_adds), sampled(&mut one_add));
+        }
+    }
 }
