@@ -2,6 +2,7 @@
 //! package. Data flows one way: source -> [`validate`] -> [`store`] / [`graph`] -> estimators.
 
 pub mod buffer;
+pub mod counterfactual;
 pub mod error;
 pub mod graph;
 pub mod metrics;

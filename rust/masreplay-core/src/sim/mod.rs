@@ -14,6 +14,8 @@ use rand::{RngExt, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rayon::prelude::*;
 
+pub mod branches;
+
 use crate::trace::{Costs, Edge, EdgeType, Event, EventType, NamedNumbers, Topology, Trace};
 
 /// What to generate. Ranges are inclusive `(min, max)`.

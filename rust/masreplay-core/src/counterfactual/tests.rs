@@ -1,0 +1,111 @@
+use serde_json::json;
+
+use super::*;
+use crate::sim::SimConfig;
+use crate::sim::branches::{BranchConfig, generate_with_branches};
+use crate::validate::{ValidateOptions, trace_from_json};
+
+fn trace(id: &str, reward: f64, events: &[&str], of: Option<(&str, &str, &str)>) -> crate::Trace {
+    let events: Vec<_> = events
+        .iter()
+        .enumerate()
+        .map(|(k, e)| json!({"id": e, "t": k as f64, "type": "message", "agent": "a"}))
+        .collect();
+    let mut value = json!({"trace_id": id, "task_id": "task", "events": events, "edges": [], "rewards": {"team": reward},
+                           "costs": {"tokens": 0, "wall_clock_s": 0}});
+    if let Some((trace_id, event_id, kind)) = of {
+        value["counterfactual_of"] = json!({"trace_id": trace_id, "event_id": event_id, "kind": kind});
+    }
+    trace_from_json(&value, ValidateOptions::default()).unwrap()
+}
+
+fn batch(traces: &[crate::Trace]) -> TraceBatch {
+    TraceBatch::from_traces(traces).unwrap()
+}
+
+#[test]
+fn branch_credit_by_hand() {
+    let traces = [
+        trace("f", 1.0, &["e0", "e1", "e2"], None),
+        trace("b1", 0.2, &["e0", "e1", "e2"], Some(("f", "e1", "substitute"))),
+        trace("b2", 0.4, &["e0", "e2"], Some(("f", "e1", "ablate"))),
+    ];
+    let mean = branch_credit(&batch(&traces), "team", Baseline::Mean).unwrap();
+    assert!(mean.credit[0].is_nan() && mean.n_branches[0] == 0);
+    assert!((mean.credit[1] - 0.7).abs() < 1e-12);
+    assert!((mean.stderr[1] - (0.02f64 * 1.5).sqrt()).abs() < 1e-12);
+    assert_eq!(mean.n_branches[1], 2);
+    assert_eq!(mean.n_branches.iter().sum::<u32>(), 2, "only the factual event is credited");
+
+    let loo = branch_credit(&batch(&traces), "team", Baseline::LeaveOneOut).unwrap();
+    assert_eq!(loo.credit[1], mean.credit[1]);
+    // b1's own e1 (events 3..6 are b1's): 0.2 - mean(0.4, 1.0); b2 ablated e1, so nothing there.
+    assert!((loo.credit[4] - (0.2 - 0.7)).abs() < 1e-12);
+    assert_eq!(loo.n_branches[6..].iter().sum::<u32>(), 0);
+}
+
+#[test]
+fn a_branch_naming_a_missing_event_is_an_error_naming_the_branch() {
+    let traces = [trace("f", 1.0, &["e0"], None), trace("b", 0.0, &["e0"], Some(("f", "e9", "ablate")))];
+    let error = branch_credit(&batch(&traces), "team", Baseline::Mean).unwrap_err().to_string();
+    assert!(
+        error.contains("\"b\"") && error.contains("/counterfactual_of/event_id") && error.contains("e9"),
+        "{error}"
+    );
+    let traces = [trace("f", 1.0, &["e0"], None)];
+    let error = branch_credit(&batch(&traces), "tool", Baseline::Mean).unwrap_err().to_string();
+    assert!(error.contains("/rewards/tool"), "{error}");
+}
+
+#[test]
+fn branch_credit_covers_the_true_effects() {
+    let config = BranchConfig {
+        base: SimConfig { n_traces: 300, seed: 9, ..SimConfig::default() },
+        branches: 8,
+        branch_points: 3,
+        noise: 0.2,
+    };
+    let truth = generate_with_branches(&config).unwrap();
+    let batch = batch(&truth.traces);
+    let credit = branch_credit(&batch, "team", Baseline::Mean).unwrap();
+    let columns = TraceColumns::new(batch.record_batch());
+    let ids = columns.event_columns().id;
+    let offsets = columns.events.value_offsets();
+    let row_of: std::collections::HashMap<&str, usize> =
+        (0..batch.len()).map(|row| (columns.trace_id.value(row), row)).collect();
+    let mut covered = 0;
+    for effect in &truth.effects {
+        let row = row_of[effect.trace_id.as_str()];
+        let k = (offsets[row] as usize..offsets[row + 1] as usize).find(|&k| ids.value(k) == effect.event_id).unwrap();
+        assert_eq!(credit.n_branches[k], 8);
+        if (credit.credit[k] - effect.effect).abs() <= 3.0 * credit.stderr[k] {
+            covered += 1;
+        }
+    }
+    let share = covered as f64 / truth.effects.len() as f64;
+    assert!(share >= 0.95, "{covered} of {} effects within 3 standard errors", truth.effects.len());
+    let credited = credit.n_branches.iter().filter(|&&n| n > 0).count();
+    assert_eq!(credited, truth.effects.len(), "credit only where branches exist");
+}
+
+#[test]
+fn same_prefix_credits_where_siblings_diverge() {
+    // Group "task": two traces go e0 -> x, two go e0 -> y; rewards 1, 3 (x) and 0, 0 (y).
+    let mut traces = vec![
+        trace("t1", 1.0, &["e0", "x"], None),
+        trace("t2", 3.0, &["e0", "x"], None),
+        trace("t3", 0.0, &["e0", "y"], None),
+        trace("t4", 0.0, &["e0", "y"], None),
+    ];
+    for (t, content) in traces.iter_mut().zip(["x", "x", "y", "y"]) {
+        t.events[1].content_ref = Some(content.into());
+    }
+    let credit = same_prefix_credit(&batch(&traces), "team", &Signature::default(), true).unwrap();
+    // V = 1; Q(x) = 2, Q(y) = 0. Events are 2 per trace: e0 shared (no credit), then the fork.
+    assert_eq!([credit.credit[1], credit.credit[3], credit.credit[5], credit.credit[7]], [1.0, 1.0, -1.0, -1.0]);
+    assert!(credit.credit[0].is_nan() && credit.n_branches[0] == 0);
+    assert_eq!(credit.n_branches[1], 3);
+    // s^2 = var(1, 3, 0, 0) = 2; stderr = sqrt(2 * (1/2 - 1/4)).
+    assert!((credit.stderr[1] - (2.0f64 * 0.25).sqrt()).abs() < 1e-12);
+    assert!(Signature::new(vec!["colour".into()]).is_err());
+}
