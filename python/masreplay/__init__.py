@@ -8,6 +8,7 @@ from masreplay import convert, rewards, sim
 from masreplay._core import SCHEMA_VERSION
 from masreplay.batch import TraceBatch
 from masreplay.buffer import AddReport, GraphBuffer
+from masreplay.counterfactual import coma_credit, counterfactual_credit, difference_rewards, same_prefix_credit
 from masreplay.errors import (
     ConversionError,
     DataFormatError,
@@ -30,10 +31,14 @@ __all__ = [
     "StorageError",
     "TraceBatch",
     "TraceValidationError",
+    "coma_credit",
     "convert",
+    "counterfactual_credit",
+    "difference_rewards",
     "load_traces",
     "metrics",
     "rewards",
+    "same_prefix_credit",
     "sim",
     "validate",
 ]

@@ -105,3 +105,23 @@ class GraphBuffer:
     def restore(table: object, *, trusted: bool = False) -> GraphBuffer: ...
 
 def metrics(batch: TraceBatch) -> object: ...
+
+def counterfactual_credit(
+    batch: TraceBatch, *, channel: str, baseline: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
+def same_prefix_credit_arrays(
+    batch: TraceBatch, *, channel: str, signature: list[str] | None, importance_weighting: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
+def simulate_branches(
+    n_traces: int,
+    *,
+    agents: tuple[int, int],
+    depth: int,
+    fan_out: tuple[int, int],
+    events_per_agent: tuple[int, int],
+    group_size: int,
+    seed: int,
+    branches: int,
+    branch_points: int,
+    noise: float,
+) -> tuple[TraceBatch, list[tuple[str, str, str, float]], list[tuple[str, str, float]]]: ...

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import operator
+from dataclasses import dataclass
+
+import pyarrow as pa
 
 from masreplay import _core
 from masreplay.batch import TraceBatch
@@ -60,4 +63,68 @@ def generate(
             group_size=_count("group_size", group_size),
             seed=_count("seed", seed),
         )
+    )
+
+
+@dataclass(frozen=True)
+class GroundTruth:
+    """Factual traces with branch rollouts, and what the estimators should find."""
+
+    #: Each factual trace followed by its branches (``counterfactual_of`` set).
+    batch: TraceBatch
+    #: One row per branch point: trace_id, event_id, kind, effect (the true
+    #: E[R | factual event] - E[R | its alternatives]).
+    effects: pa.Table
+    #: One row per agent of each factual trace: trace_id, agent, value (its true Shapley value).
+    agent_values: pa.Table
+
+
+def branches(
+    n_traces: int,
+    *,
+    branches: int = 8,
+    branch_points: int = 3,
+    noise: float = 0.1,
+    agents: Range = (2, 4),
+    depth: int = 1,
+    fan_out: Range = (1, 4),
+    events_per_agent: Range = (2, 6),
+    group_size: int = 4,
+    seed: int = 0,
+) -> GroundTruth:
+    """Factual traces (as :func:`generate`) plus branch rollouts from a known reward model.
+
+    The team reward is the sum of per-event contributions (uniform on [-0.5, 0.5]) plus
+    Gaussian ``noise``. Each trace gets ``branches`` rollouts at ``branch_points`` of its
+    events: a spawn replaced by a no-op (``no_spawn``: the spawned subtree never runs), events
+    substituted by an alternative (a fresh contribution) or ablated (removed). Branches keep
+    the factual continuation and draw fresh noise, so every event's true effect and every
+    agent's true Shapley value (the sum of its events' contributions) are known.
+    """
+    if not (isinstance(noise, int | float) and noise >= 0):
+        raise InvalidArgumentError(f"noise must be a number >= 0, got {noise!r}")
+    core, effects, values = _core.simulate_branches(
+        _count("n_traces", n_traces),
+        agents=_range("agents", agents),
+        depth=_count("depth", depth),
+        fan_out=_range("fan_out", fan_out),
+        events_per_agent=_range("events_per_agent", events_per_agent),
+        group_size=_count("group_size", group_size),
+        seed=_count("seed", seed),
+        branches=_count("branches", branches),
+        branch_points=_count("branch_points", branch_points),
+        noise=float(noise),
+    )
+    effect_columns = list(zip(*effects, strict=True)) if effects else [[], [], [], []]
+    value_columns = list(zip(*values, strict=True)) if values else [[], [], []]
+    return GroundTruth(
+        batch=TraceBatch(core),
+        effects=pa.table(
+            [pa.array(c, t) for c, t in zip(effect_columns, (pa.string(), pa.string(), pa.string(), pa.float64()))],
+            names=["trace_id", "event_id", "kind", "effect"],
+        ),
+        agent_values=pa.table(
+            [pa.array(c, t) for c, t in zip(value_columns, (pa.string(), pa.string(), pa.float64()))],
+            names=["trace_id", "agent", "value"],
+        ),
     )

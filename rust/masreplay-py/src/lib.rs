@@ -3,6 +3,7 @@
 
 mod batch;
 mod buffer;
+mod counterfactual;
 mod errors;
 mod metrics;
 mod objects;
@@ -163,6 +164,9 @@ fn _core(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(empty_batch, module)?)?;
     module.add_function(wrap_pyfunction!(simulate, module)?)?;
     module.add_function(wrap_pyfunction!(metrics::metrics, module)?)?;
+    module.add_function(wrap_pyfunction!(counterfactual::counterfactual_credit, module)?)?;
+    module.add_function(wrap_pyfunction!(counterfactual::same_prefix_credit_arrays, module)?)?;
+    module.add_function(wrap_pyfunction!(counterfactual::simulate_branches, module)?)?;
     module.add("SCHEMA_VERSION", masreplay_core::trace::SCHEMA_VERSION)?;
     Ok(())
 }

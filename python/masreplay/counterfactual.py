@@ -1,0 +1,169 @@
+"""Counterfactual credit: what an event earned, against rollouts that did something else there.
+
+- :func:`counterfactual_credit` reads branch rollouts (traces that declare
+  ``counterfactual_of``) and credits each branched event R(factual) - mean R(branches).
+- :func:`same_prefix_credit` merges a group's traces into a prefix tree and credits the
+  decisions where sibling traces diverge (spawn or not, which tool, which message).
+- :func:`difference_rewards` is v(N) - v(N without i) (or with i replaced by a default) on any
+  game; :func:`coma_credit` is COMA's counterfactual baseline from user-supplied Q values.
+
+The credit tables are aligned row for row with ``batch.events()``: an event without
+alternatives has NaN credit and ``n_branches`` 0, never an invented value. Their ``credit``
+column is per-event credit ready for the advantage estimators.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from masreplay import _core
+from masreplay.batch import TraceBatch
+from masreplay.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from masreplay.buffer import GraphBuffer
+
+#: Columns of every credit table, in order.
+CREDIT_COLUMNS = ("trace_id", "event_id", "agent", "type", "credit", "stderr", "n_branches")
+
+
+def _batch_of(data: TraceBatch | GraphBuffer) -> TraceBatch:
+    from masreplay.buffer import GraphBuffer
+
+    if isinstance(data, GraphBuffer):
+        return data.to_batch()
+    if isinstance(data, TraceBatch):
+        return data
+    raise InvalidArgumentError(f"expected a TraceBatch or a GraphBuffer, got {type(data).__name__}")
+
+
+def _credit_table(batch: TraceBatch, arrays: tuple[np.ndarray, np.ndarray, np.ndarray]) -> pa.Table:
+    credit, stderr, n_branches = arrays
+    lengths = np.diff(batch.event_offsets)
+    # trace_id per event as a dictionary over the batch's ids: no string is copied per event.
+    trace_index = pa.array(np.repeat(np.arange(len(batch), dtype=np.int32), lengths))
+    trace_id = pa.DictionaryArray.from_arrays(trace_index, pa.array(batch.trace_ids, pa.string()))
+    return pa.table(
+        {
+            "trace_id": trace_id,
+            "event_id": batch._event_array("id"),
+            "agent": batch._event_array("agent"),
+            "type": batch._event_array("type"),
+            "credit": credit,
+            "stderr": stderr,
+            "n_branches": n_branches,
+        }
+    )
+
+
+def counterfactual_credit(
+    batch_or_buffer: TraceBatch | GraphBuffer, *, channel: str = "team", baseline: str = "mean"
+) -> pa.Table:
+    """Credit of every event that has branch rollouts in the batch (or the whole buffer).
+
+    ``baseline="mean"``: credit = R(factual) - mean R(branches), stderr = s * sqrt(1 + 1/n)
+    with s the branches' standard deviation (NaN below two branches). ``baseline="loo"`` (C3):
+    every alternative at the event is credited against the mean of the others, so a branch's
+    own version of the event is credited too (an ablated event has none). Branches whose
+    factual trace is not in the batch are left out; a branch naming an event its factual
+    trace lacks is an error.
+    """
+    batch = _batch_of(batch_or_buffer)
+    arrays = _core.counterfactual_credit(batch._core, channel=channel, baseline=baseline)
+    return _credit_table(batch, arrays)
+
+
+def same_prefix_credit(
+    batch: TraceBatch,
+    *,
+    channel: str = "team",
+    signature: Sequence[str] | None = None,
+    importance_weighting: bool = True,
+) -> pa.Table:
+    """Credit of the decisions where traces of one group diverge after a shared prefix.
+
+    Events are matched by ``signature`` (default ``("type", "agent", "role", "tool",
+    "content_ref")``; any of those plus ``from`` and ``to``). At a divergence, the first event
+    of each branch gets Q(branch) - V: the mean reward below the branch minus the mean over
+    every trace through the node; ``n_branches`` is the number of sibling traces (the others
+    through the node) and stderr is s * sqrt(1/n_branch - 1/n_node). When every diverging
+    event logs ``logprob`` and ``importance_weighting`` is on, traces are weighted by
+    1 / p(decision) in V, removing the behaviour policy's preference from the baseline.
+    """
+    batch = _batch_of(batch)
+    fields = None if signature is None else [str(field) for field in signature]
+    arrays = _core.same_prefix_credit_arrays(
+        batch._core, channel=channel, signature=fields, importance_weighting=importance_weighting
+    )
+    return _credit_table(batch, arrays)
+
+
+Game = Callable[[np.ndarray], Any]
+
+
+def _evaluate(game: Any, masks: np.ndarray) -> np.ndarray:
+    evaluate = getattr(game, "evaluate", None) or game
+    if not callable(evaluate):
+        raise InvalidArgumentError(f"a game is a callable on boolean masks, got {type(game).__name__}")
+    values = np.asarray(evaluate(masks), dtype=np.float64)
+    if values.shape != (len(masks),):
+        raise InvalidArgumentError(f"the game returned shape {values.shape} for {len(masks)} coalitions")
+    return values
+
+
+def difference_rewards(
+    game: Game,
+    players: Sequence[int] | None = None,
+    *,
+    n_players: int | None = None,
+    replaced: Game | None = None,
+) -> np.ndarray:
+    """Difference rewards D_i = v(N) - v(N without i) for each of ``players`` (default: all).
+
+    ``game`` maps boolean masks (m, n_players) to m values (a masreplay game, or any callable).
+    With ``replaced``, the substitution form: D_i = v(N) - replaced(mask without i), where
+    ``replaced`` evaluates a team in which a False player acts with its default instead of
+    being absent. One batched evaluation of n + 1 coalitions.
+    """
+    n = n_players if n_players is not None else getattr(game, "n_players", None)
+    if n is None:
+        raise InvalidArgumentError("n_players is needed for a game that does not say how many players it has")
+    chosen = np.arange(n) if players is None else np.asarray(players, dtype=np.int64)
+    if chosen.ndim != 1 or (chosen.size and (chosen.min() < 0 or chosen.max() >= n)):
+        raise InvalidArgumentError(f"players must be indices in [0, {n}), got {players!r}")
+    without = np.ones((len(chosen), n), dtype=bool)
+    without[np.arange(len(chosen)), chosen] = False
+    full = _evaluate(game, np.ones((1, n), dtype=bool))[0]
+    return full - _evaluate(replaced if replaced is not None else game, without)
+
+
+def coma_credit(q_values: np.ndarray, probabilities: np.ndarray, chosen: np.ndarray) -> np.ndarray:
+    """COMA's counterfactual advantage per decision: Q(chosen) - sum_a pi(a) Q(a).
+
+    ``q_values`` and ``probabilities`` are (decisions, alternatives); a decision with fewer
+    alternatives pads with probability 0 (its Q may be NaN there). ``chosen`` is the index of
+    the alternative taken. Probabilities must be >= 0 and sum to 1 per row.
+    """
+    q = np.asarray(q_values, dtype=np.float64)
+    pi = np.asarray(probabilities, dtype=np.float64)
+    taken = np.asarray(chosen, dtype=np.int64)
+    if q.ndim != 2 or q.shape != pi.shape or taken.shape != (q.shape[0],):
+        raise InvalidArgumentError(
+            f"q_values and probabilities must be (decisions, alternatives) and chosen (decisions,); "
+            f"got {q.shape}, {pi.shape}, {taken.shape}"
+        )
+    if taken.size and (taken.min() < 0 or taken.max() >= q.shape[1]):
+        raise InvalidArgumentError(f"chosen must index the {q.shape[1]} alternatives")
+    if (pi < 0).any() or not np.allclose(pi.sum(axis=1), 1.0, atol=1e-6):
+        raise InvalidArgumentError("probabilities must be >= 0 and sum to 1 in every row")
+    if np.isnan(q[pi > 0]).any():
+        raise InvalidArgumentError("an alternative with probability > 0 has no Q value")
+    rows = np.arange(q.shape[0])
+    if np.isnan(q[rows, taken]).any():
+        raise InvalidArgumentError("a chosen alternative has no Q value")
+    baseline = np.where(pi > 0, pi * np.nan_to_num(q), 0.0).sum(axis=1)
+    return q[rows, taken] - baseline

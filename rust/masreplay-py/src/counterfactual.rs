@@ -1,0 +1,83 @@
+//! Counterfactual credit and the simulator's ground-truth branches. Credit leaves as three
+//! numpy arrays aligned with the batch's events (credit, stderr, n_branches).
+
+use masreplay_core::counterfactual::{Baseline, Credit, Signature, branch_credit, same_prefix_credit};
+use masreplay_core::sim::SimConfig;
+use masreplay_core::sim::branches::{BranchConfig, generate_with_branches};
+use masreplay_core::{MasreplayError, TraceBatch};
+use numpy::{IntoPyArray, PyArray1};
+use pyo3::prelude::*;
+
+use crate::batch::PyTraceBatch;
+use crate::errors::OrRaise;
+
+type CreditArrays<'py> = (Bound<'py, PyArray1<f64>>, Bound<'py, PyArray1<f64>>, Bound<'py, PyArray1<u32>>);
+
+fn to_numpy(py: Python<'_>, credit: Credit) -> CreditArrays<'_> {
+    (credit.credit.into_pyarray(py), credit.stderr.into_pyarray(py), credit.n_branches.into_pyarray(py))
+}
+
+#[pyfunction]
+#[pyo3(signature = (batch, *, channel, baseline))]
+pub fn counterfactual_credit<'py>(
+    py: Python<'py>,
+    batch: PyRef<'_, PyTraceBatch>,
+    channel: &str,
+    baseline: &str,
+) -> PyResult<CreditArrays<'py>> {
+    let baseline = Baseline::parse(baseline)
+        .ok_or_else(|| MasreplayError::InvalidArgument(format!("baseline must be 'mean' or 'loo', got {baseline:?}")))
+        .or_raise(py)?;
+    let inner = &batch.inner;
+    let credit = py.detach(|| branch_credit(inner, channel, baseline)).or_raise(py)?;
+    Ok(to_numpy(py, credit))
+}
+
+#[pyfunction]
+#[pyo3(signature = (batch, *, channel, signature, importance_weighting))]
+pub fn same_prefix_credit_arrays<'py>(
+    py: Python<'py>,
+    batch: PyRef<'_, PyTraceBatch>,
+    channel: &str,
+    signature: Option<Vec<String>>,
+    importance_weighting: bool,
+) -> PyResult<CreditArrays<'py>> {
+    let signature = signature.map(Signature::new).transpose().or_raise(py)?.unwrap_or_default();
+    let inner = &batch.inner;
+    let credit = py.detach(|| same_prefix_credit(inner, channel, &signature, importance_weighting)).or_raise(py)?;
+    Ok(to_numpy(py, credit))
+}
+
+/// (trace_id, event_id, kind, effect) of every branch point.
+type Effects = Vec<(String, String, &'static str, f64)>;
+/// (trace_id, agent, value) of every agent.
+type AgentValues = Vec<(String, String, f64)>;
+
+#[pyfunction]
+#[pyo3(signature = (n_traces, *, agents, depth, fan_out, events_per_agent, group_size, seed, branches, branch_points, noise))]
+#[allow(clippy::too_many_arguments)]
+pub fn simulate_branches(
+    py: Python<'_>,
+    n_traces: usize,
+    agents: (usize, usize),
+    depth: usize,
+    fan_out: (usize, usize),
+    events_per_agent: (usize, usize),
+    group_size: usize,
+    seed: u64,
+    branches: usize,
+    branch_points: usize,
+    noise: f64,
+) -> PyResult<(PyTraceBatch, Effects, AgentValues)> {
+    let base = SimConfig { n_traces, agents, depth, fan_out, events_per_agent, group_size, seed };
+    let config = BranchConfig { base, branches, branch_points, noise };
+    let (inner, truth) = py
+        .detach(|| -> Result<_, MasreplayError> {
+            let truth = generate_with_branches(&config).map_err(MasreplayError::InvalidArgument)?;
+            Ok((TraceBatch::from_traces(&truth.traces)?, truth))
+        })
+        .or_raise(py)?;
+    let effects = truth.effects.into_iter().map(|e| (e.trace_id, e.event_id, e.kind.as_str(), e.effect)).collect();
+    let values = truth.agent_values.into_iter().map(|v| (v.trace_id, v.agent, v.value)).collect();
+    Ok((PyTraceBatch { inner }, effects, values))
+}

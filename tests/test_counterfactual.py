@@ -1,0 +1,258 @@
+"""Counterfactual credit: checked against the simulator's ground truth, planted effects and
+hand-computed cases, never against itself."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import masreplay
+from masreplay import GraphBuffer, InvalidArgumentError, TraceValidationError
+from masreplay.counterfactual import CREDIT_COLUMNS
+
+
+def _keyed(table: pa.Table) -> dict[tuple[str, str], tuple[float, float, int]]:
+    """Credited events of a credit table, keyed by (trace_id, event_id)."""
+    rows = table.filter(pc.greater(table["n_branches"], 0)).to_pylist()
+    return {(r["trace_id"], r["event_id"]): (r["credit"], r["stderr"], r["n_branches"]) for r in rows}
+
+
+@pytest.fixture(scope="module")
+def truth():
+    return masreplay.sim.branches(400, branches=8, branch_points=3, noise=0.2, seed=21)
+
+
+def test_branch_credit_falls_within_three_standard_errors_of_the_true_effects(truth):
+    table = masreplay.counterfactual_credit(truth.batch)
+    assert table.column_names == list(CREDIT_COLUMNS)
+    assert table.num_rows == int(truth.batch.event_offsets[-1])  # aligned with batch.events()
+    credited = _keyed(table)
+    effects = truth.effects.to_pylist()
+    assert set(credited) == {(e["trace_id"], e["event_id"]) for e in effects}
+    within = [abs(credited[(e["trace_id"], e["event_id"])][0] - e["effect"]) <= 3 * credited[(e["trace_id"], e["event_id"])][1] for e in effects]
+    assert np.mean(within) >= 0.95, f"{np.mean(within):.3f} of {len(effects)} effects within 3 standard errors"
+    assert {e["kind"] for e in effects} == {"substitute", "ablate", "no_spawn"}
+
+
+def test_events_without_branches_get_no_credit(truth):
+    table = masreplay.counterfactual_credit(truth.batch)
+    uncredited = table.filter(pc.equal(table["n_branches"], 0))
+    assert uncredited.num_rows == table.num_rows - truth.effects.num_rows
+    assert pc.all(pc.is_nan(uncredited["credit"])).as_py()
+    assert pc.all(pc.is_nan(uncredited["stderr"])).as_py()
+    # Only the factual traces carry credit (baseline "mean" never credits a branch's events).
+    factual = {e for e in truth.effects["trace_id"].to_pylist()}
+    assert set(_keyed(table)) and {t for t, _ in _keyed(table)} <= factual
+
+
+def test_events_line_up_with_batch_events(truth):
+    batch = truth.batch[list(range(30))]
+    table = masreplay.counterfactual_credit(batch)
+    events = batch.events()
+    assert table["trace_id"].cast(pa.string()).to_pylist() == events["trace_id"].to_pylist()
+    assert table["event_id"].to_pylist() == events["id"].to_pylist()
+    assert table["agent"].to_pylist() == events["agent"].to_pylist()
+
+
+def test_leave_one_out_credits_every_alternative_against_the_others():
+    def trace(trace_id, reward, events, of=None):
+        record = {
+            "trace_id": trace_id,
+            "task_id": "task",
+            "events": [{"id": e, "t": float(k), "type": "message", "agent": "a"} for k, e in enumerate(events)],
+            "edges": [],
+            "rewards": {"team": reward},
+            "costs": {"tokens": 0, "wall_clock_s": 0},
+        }
+        if of:
+            record["counterfactual_of"] = dict(zip(("trace_id", "event_id", "kind"), of, strict=True))
+        return record
+
+    batch = masreplay.load_traces(
+        [
+            trace("f", 1.0, ["e0", "e1"]),
+            trace("b1", 0.0, ["e0", "e1"], ("f", "e1", "substitute")),
+            trace("b2", 0.5, ["e0", "e1"], ("f", "e1", "substitute")),
+        ]
+    )
+    mean = _keyed(masreplay.counterfactual_credit(batch))
+    assert mean == {("f", "e1"): (pytest.approx(0.75), pytest.approx(np.sqrt(0.125 * 1.5)), 2)}
+    loo = _keyed(masreplay.counterfactual_credit(batch, baseline="loo"))
+    assert loo[("f", "e1")][0] == pytest.approx(0.75)
+    assert loo[("b1", "e1")][0] == pytest.approx(0.0 - 0.75)
+    assert loo[("b2", "e1")][0] == pytest.approx(0.5 - 0.5)
+    with pytest.raises(InvalidArgumentError, match="baseline"):
+        masreplay.counterfactual_credit(batch, baseline="median")
+    with pytest.raises(TraceValidationError, match="/rewards/tool"):
+        masreplay.counterfactual_credit(batch, channel="tool")
+
+
+def test_a_branch_naming_a_missing_event_is_reported():
+    gt = masreplay.sim.branches(2, branches=2, branch_points=1, seed=1)
+    records = list(gt.batch)
+    records[1]["counterfactual_of"]["event_id"] = "nope"
+    with pytest.raises(TraceValidationError) as raised:
+        masreplay.counterfactual_credit(masreplay.load_traces(records))
+    assert raised.value.trace_id == records[1]["trace_id"]
+    assert raised.value.path == "/counterfactual_of/event_id"
+
+
+def test_buffer_keeps_branches_across_save_and_load(truth, tmp_path):
+    batch = truth.batch[list(range(90))]
+    buffer = GraphBuffer(1000)
+    buffer.add(batch)
+    expected = masreplay.counterfactual_credit(batch)
+    _assert_same_credit(masreplay.counterfactual_credit(buffer), expected)
+    buffer.save(tmp_path / "b.parquet")
+    _assert_same_credit(masreplay.counterfactual_credit(GraphBuffer.load(tmp_path / "b.parquet")), expected)
+
+
+def _assert_same_credit(got: pa.Table, expected: pa.Table) -> None:
+    assert got.column_names == expected.column_names
+    for name in got.column_names:
+        if name in ("credit", "stderr"):
+            np.testing.assert_array_equal(got[name].to_numpy(), expected[name].to_numpy())  # NaN == NaN here
+        else:
+            assert got[name].to_pylist() == expected[name].to_pylist(), name
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 2**32), shift=st.floats(-5, 5), order_seed=st.integers(0, 2**32))
+def test_credit_ignores_trace_order_and_a_constant_reward_shift(seed, shift, order_seed):
+    gt = masreplay.sim.branches(6, branches=3, branch_points=2, seed=seed)
+    records = list(gt.batch)
+    base = _keyed(masreplay.counterfactual_credit(gt.batch))
+    for record in records:
+        record["rewards"]["team"] += shift
+    np.random.default_rng(order_seed).shuffle(records)
+    moved = _keyed(masreplay.counterfactual_credit(masreplay.load_traces(records)))
+    assert moved.keys() == base.keys()
+    for key, (credit, stderr, n) in base.items():
+        assert moved[key][0] == pytest.approx(credit, abs=1e-9)
+        assert moved[key][1] == pytest.approx(stderr, abs=1e-9, nan_ok=True)
+        assert moved[key][2] == n
+
+
+# ---- same-prefix credit -------------------------------------------------------------------
+
+
+def _spawn_groups(n_groups: int, size: int, p_spawn: float, effect: float, seed: int, logprob: bool):
+    """Groups whose traces share a first decision, then spawn a worker or not (a planted
+    effect on the reward), then answer."""
+    rng = np.random.default_rng(seed)
+    traces = []
+    for g in range(n_groups):
+        for k in range(size):
+            spawn = rng.random() < p_spawn
+            second = (
+                {"id": "e1", "t": 1.0, "type": "spawn", "agent": "orch", "to": "worker"}
+                if spawn
+                else {"id": "e1", "t": 1.0, "type": "orchestrator_decision", "agent": "orch", "content_ref": "no-op"}
+            )
+            if logprob:
+                second["logprob"] = float(np.log(p_spawn if spawn else 1 - p_spawn))
+            events = [{"id": "e0", "t": 0.0, "type": "orchestrator_decision", "agent": "orch"}, second]
+            if spawn:
+                events.append({"id": "e2", "t": 2.0, "type": "message", "agent": "worker", "to": "orch"})
+            events.append({"id": "e9", "t": 9.0, "type": "aggregate", "agent": "orch"})
+            traces.append(
+                {
+                    "trace_id": f"g{g}-{k}",
+                    "task_id": f"g{g}",
+                    "events": events,
+                    "edges": [],
+                    "rewards": {"team": 1.0 + effect * spawn + rng.normal(0, 0.1)},
+                    "costs": {"tokens": 0, "wall_clock_s": 0},
+                }
+            )
+    return masreplay.load_traces(traces)
+
+
+def _decision_credit(table: pa.Table, spawn: bool) -> np.ndarray:
+    chosen = table.filter(pc.and_(pc.equal(table["event_id"], "e1"), pc.greater(table["n_branches"], 0)))
+    kind = pc.equal(chosen["type"].cast(pa.string()), "spawn")
+    return chosen.filter(kind if spawn else pc.invert(kind))["credit"].to_numpy()
+
+
+def test_same_prefix_recovers_a_planted_spawn_effect():
+    batch = _spawn_groups(60, 16, p_spawn=0.5, effect=0.3, seed=2, logprob=False)
+    table = masreplay.same_prefix_credit(batch)
+    spawned, skipped = _decision_credit(table, True), _decision_credit(table, False)
+    # Within each group credit(spawn) - credit(no spawn) = Q(spawn) - Q(no spawn).
+    assert spawned.mean() - skipped.mean() == pytest.approx(0.3, abs=0.03)
+    # The shared first decision and the events after the fork are not credited.
+    first = table.filter(pc.equal(table["event_id"], "e0"))
+    assert pc.all(pc.equal(first["n_branches"], 0)).as_py()
+
+
+def test_importance_weighting_removes_the_behaviour_policys_bias():
+    batch = _spawn_groups(80, 20, p_spawn=0.8, effect=0.4, seed=3, logprob=True)
+    weighted = _decision_credit(masreplay.same_prefix_credit(batch), True)
+    plain = _decision_credit(masreplay.same_prefix_credit(batch, importance_weighting=False), True)
+    # Against the mean over both alternatives the spawn earns effect / 2 = 0.2; the plain
+    # on-policy baseline leans to spawning and leaves it (1 - 0.8) * 0.4 = 0.08.
+    assert weighted.mean() == pytest.approx(0.2, abs=0.03)
+    assert plain.mean() == pytest.approx(0.08, abs=0.03)
+
+
+def test_same_prefix_signature_is_configurable_and_checked():
+    batch = _spawn_groups(3, 4, p_spawn=0.5, effect=0.3, seed=4, logprob=False)
+    # Matching on the agent alone, the fork at e1 (same author) disappears; e2 vs e9 remains.
+    by_agent = masreplay.same_prefix_credit(batch, signature=["agent"])
+    assert pc.sum(pc.and_(pc.equal(by_agent["event_id"], "e1"), pc.greater(by_agent["n_branches"], 0))).as_py() in (None, 0)
+    with pytest.raises(InvalidArgumentError, match="colour"):
+        masreplay.same_prefix_credit(batch, signature=["colour"])
+
+
+# ---- difference rewards and COMA ----------------------------------------------------------
+
+
+def test_difference_rewards_on_games():
+    weights = np.array([0.5, -1.0, 2.0, 0.0])
+
+    def additive(masks):
+        return masks.astype(float) @ weights
+
+    assert np.allclose(masreplay.difference_rewards(additive, n_players=4), weights)
+
+    def pair(masks):  # players 0 and 1 only count together
+        return (masks[:, 0] & masks[:, 1]).astype(float)
+
+    assert np.allclose(masreplay.difference_rewards(pair, [0, 1, 2], n_players=3), [1.0, 1.0, 0.0])
+
+    def with_defaults(masks):  # a replaced player still contributes a quarter of its weight
+        return np.where(masks, weights, 0.25 * weights).sum(axis=1)
+
+    replaced = masreplay.difference_rewards(additive, n_players=4, replaced=with_defaults)
+    assert np.allclose(replaced, 0.75 * weights)
+    with pytest.raises(InvalidArgumentError, match="n_players"):
+        masreplay.difference_rewards(additive)
+    with pytest.raises(InvalidArgumentError, match="players"):
+        masreplay.difference_rewards(additive, [4], n_players=4)
+
+
+def test_coma_credit_by_hand_and_its_checks():
+    q = np.array([[1.0, 2.0, np.nan], [0.0, 4.0, 2.0]])
+    pi = np.array([[0.5, 0.5, 0.0], [0.25, 0.25, 0.5]])
+    assert np.allclose(masreplay.coma_credit(q, pi, [1, 0]), [2.0 - 1.5, 0.0 - 2.0])
+    with pytest.raises(InvalidArgumentError, match="sum to 1"):
+        masreplay.coma_credit(q, pi * 2, [0, 0])
+    with pytest.raises(InvalidArgumentError, match="no Q value"):
+        masreplay.coma_credit(q, pi, [2, 0])
+    with pytest.raises(InvalidArgumentError, match="chosen"):
+        masreplay.coma_credit(q, pi, [3, 0])
+
+
+def test_ground_truth_reports_agent_values_that_sum_to_the_expected_reward():
+    gt = masreplay.sim.branches(20, branches=2, branch_points=1, noise=0.0, seed=8)
+    values = gt.agent_values.group_by("trace_id").aggregate([("value", "sum")])
+    totals = dict(zip(values["trace_id"].to_pylist(), values["value_sum"].to_pylist(), strict=True))
+    for record in gt.batch:
+        if "counterfactual_of" not in record:
+            assert record["rewards"]["team"] == pytest.approx(totals[record["trace_id"]])
+    with pytest.raises(InvalidArgumentError, match="noise"):
+        masreplay.sim.branches(2, noise=-1.0)
