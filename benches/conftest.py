@@ -212,6 +212,7 @@ SUITE_TITLES = {
     "buffer": "masreplay replay buffer vs anchors",
     "convert": "masreplay converters vs anchors",
     "metrics": "masreplay orchestration metrics vs networkx",
+    "counterfactual": "masreplay counterfactual credit vs Polars",
 }
 
 

@@ -49,6 +49,13 @@ def test_events_without_branches_get_no_credit(truth):
     assert set(_keyed(table)) and {t for t, _ in _keyed(table)} <= factual
 
 
+def test_compact_table_holds_the_credited_rows_of_the_aligned_one(truth):
+    for credit in (masreplay.counterfactual_credit, masreplay.same_prefix_credit):
+        full = credit(truth.batch)
+        compact = credit(truth.batch, aligned=False)
+        _assert_same_credit(compact, full.filter(pc.greater(full["n_branches"], 0)))
+
+
 def test_events_line_up_with_batch_events(truth):
     batch = truth.batch[list(range(30))]
     table = masreplay.counterfactual_credit(batch)

@@ -9,7 +9,8 @@
 
 The credit tables are aligned row for row with ``batch.events()``: an event without
 alternatives has NaN credit and ``n_branches`` 0, never an invented value. Their ``credit``
-column is per-event credit ready for the advantage estimators.
+column is per-event credit ready for the advantage estimators. With ``aligned=False`` they
+hold the credited events only.
 """
 
 from __future__ import annotations
@@ -41,18 +42,35 @@ def _batch_of(data: TraceBatch | GraphBuffer) -> TraceBatch:
     raise InvalidArgumentError(f"expected a TraceBatch or a GraphBuffer, got {type(data).__name__}")
 
 
-def _credit_table(batch: TraceBatch, arrays: tuple[np.ndarray, np.ndarray, np.ndarray]) -> pa.Table:
-    credit, stderr, n_branches = arrays
-    lengths = np.diff(batch.event_offsets)
-    # trace_id per event as a dictionary over the batch's ids: no string is copied per event.
-    trace_index = pa.array(np.repeat(np.arange(len(batch), dtype=np.int32), lengths))
-    trace_id = pa.DictionaryArray.from_arrays(trace_index, pa.array(batch.trace_ids, pa.string()))
+def _credit_table(batch: TraceBatch, arrays: tuple[np.ndarray, ...], aligned: bool) -> pa.Table:
+    """The credit table: every event of the batch (``aligned``), or only the credited ones."""
+    events, credit, stderr, n_branches = arrays
+    offsets = batch.event_offsets
+    if aligned:
+        n_events = int(offsets[-1])
+        rows = None
+        full = np.full(n_events, np.nan), np.full(n_events, np.nan), np.zeros(n_events, dtype=np.uint32)
+        for column, values in zip(full, (credit, stderr, n_branches), strict=True):
+            column[events] = values
+        credit, stderr, n_branches = full
+        trace_index = np.repeat(np.arange(len(batch), dtype=np.int32), np.diff(offsets))
+    else:
+        rows = pa.array(events)
+        trace_index = (np.searchsorted(offsets, events, side="right") - 1).astype(np.int32)
+
+    def field(name: str) -> pa.Array:
+        values = batch._event_array(name)
+        return values if rows is None else values.take(rows)
+
+    # trace_id as a dictionary over the batch's ids: no string is copied per event.
+    ids = batch.to_arrow().column("trace_id").combine_chunks()
+    trace_id = pa.DictionaryArray.from_arrays(pa.array(trace_index), ids)
     return pa.table(
         {
             "trace_id": trace_id,
-            "event_id": batch._event_array("id"),
-            "agent": batch._event_array("agent"),
-            "type": batch._event_array("type"),
+            "event_id": field("id"),
+            "agent": field("agent"),
+            "type": field("type"),
             "credit": credit,
             "stderr": stderr,
             "n_branches": n_branches,
@@ -61,7 +79,11 @@ def _credit_table(batch: TraceBatch, arrays: tuple[np.ndarray, np.ndarray, np.nd
 
 
 def counterfactual_credit(
-    batch_or_buffer: TraceBatch | GraphBuffer, *, channel: str = "team", baseline: str = "mean"
+    batch_or_buffer: TraceBatch | GraphBuffer,
+    *,
+    channel: str = "team",
+    baseline: str = "mean",
+    aligned: bool = True,
 ) -> pa.Table:
     """Credit of every event that has branch rollouts in the batch (or the whole buffer).
 
@@ -74,7 +96,7 @@ def counterfactual_credit(
     """
     batch = _batch_of(batch_or_buffer)
     arrays = _core.counterfactual_credit(batch._core, channel=channel, baseline=baseline)
-    return _credit_table(batch, arrays)
+    return _credit_table(batch, arrays, aligned)
 
 
 def same_prefix_credit(
@@ -83,6 +105,7 @@ def same_prefix_credit(
     channel: str = "team",
     signature: Sequence[str] | None = None,
     importance_weighting: bool = True,
+    aligned: bool = True,
 ) -> pa.Table:
     """Credit of the decisions where traces of one group diverge after a shared prefix.
 
@@ -93,13 +116,14 @@ def same_prefix_credit(
     through the node) and stderr is s * sqrt(1/n_branch - 1/n_node). When every diverging
     event logs ``logprob`` and ``importance_weighting`` is on, traces are weighted by
     1 / p(decision) in V, removing the behaviour policy's preference from the baseline.
+    ``aligned=False`` keeps only the credited events.
     """
     batch = _batch_of(batch)
     fields = None if signature is None else [str(field) for field in signature]
     arrays = _core.same_prefix_credit_arrays(
         batch._core, channel=channel, signature=fields, importance_weighting=importance_weighting
     )
-    return _credit_table(batch, arrays)
+    return _credit_table(batch, arrays, aligned)
 
 
 Game = Callable[[np.ndarray], Any]

@@ -1,5 +1,5 @@
-//! Counterfactual credit and the simulator's ground-truth branches. Credit leaves as three
-//! numpy arrays aligned with the batch's events (credit, stderr, n_branches).
+//! Counterfactual credit and the simulator's ground-truth branches. Credit leaves as four
+//! numpy arrays over the credited events only: (event position, credit, stderr, n_branches).
 
 use masreplay_core::counterfactual::{Baseline, Credit, Signature, branch_credit, same_prefix_credit};
 use masreplay_core::sim::SimConfig;
@@ -11,10 +11,12 @@ use pyo3::prelude::*;
 use crate::batch::PyTraceBatch;
 use crate::errors::OrRaise;
 
-type CreditArrays<'py> = (Bound<'py, PyArray1<f64>>, Bound<'py, PyArray1<f64>>, Bound<'py, PyArray1<u32>>);
+type CreditArrays<'py> =
+    (Bound<'py, PyArray1<u64>>, Bound<'py, PyArray1<f64>>, Bound<'py, PyArray1<f64>>, Bound<'py, PyArray1<u32>>);
 
 fn to_numpy(py: Python<'_>, credit: Credit) -> CreditArrays<'_> {
-    (credit.credit.into_pyarray(py), credit.stderr.into_pyarray(py), credit.n_branches.into_pyarray(py))
+    let Credit { event, credit, stderr, n_branches } = credit;
+    (event.into_pyarray(py), credit.into_pyarray(py), stderr.into_pyarray(py), n_branches.into_pyarray(py))
 }
 
 #[pyfunction]

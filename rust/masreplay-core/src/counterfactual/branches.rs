@@ -10,9 +10,12 @@
 
 use std::collections::HashMap;
 
-use arrow_array::Array;
+use arrow_array::cast::AsArray;
+use arrow_array::{Array, StringArray};
+use foldhash::fast::RandomState;
+use rayon::prelude::*;
 
-use super::{Credit, mean_and_variance, trace_rewards};
+use super::{Credit, Entry, mean_and_variance, trace_rewards};
 use crate::error::{Result, ValidationError};
 use crate::store::TraceBatch;
 use crate::store::schema::TraceColumns;
@@ -33,16 +36,8 @@ impl Baseline {
     }
 }
 
-/// The alternatives at one event of a factual trace.
-struct Alternatives {
-    /// Position of the event among the batch's events.
-    event: usize,
-    factual: usize,
-    branches: Vec<usize>,
-}
-
 /// Position of the event `event_id` of trace `row` among the batch's events.
-fn event_position(ids: &arrow_array::StringArray, offsets: &[i32], row: usize, event_id: &str) -> Option<usize> {
+fn event_position(ids: &StringArray, offsets: &[i32], row: usize, event_id: &str) -> Option<usize> {
     (offsets[row] as usize..offsets[row + 1] as usize).find(|&k| ids.value(k) == event_id)
 }
 
@@ -51,59 +46,90 @@ pub fn branch_credit(batch: &TraceBatch, channel: &str, baseline: Baseline) -> R
     let event_ids = columns.event_columns().id;
     let offsets = columns.events.value_offsets();
     let of = columns.counterfactual_of;
-    let of_trace = of.column_by_name("trace_id").expect("canonical field");
-    let of_trace = arrow_array::cast::AsArray::as_string::<i32>(of_trace);
-    let of_event =
-        arrow_array::cast::AsArray::as_string::<i32>(of.column_by_name("event_id").expect("canonical field"));
-
-    let row_of: HashMap<&str, usize> = (0..batch.len()).map(|row| (columns.trace_id.value(row), row)).collect();
-    // Alternatives keyed by (factual row, event id), in the order branches appear.
-    let mut slots: HashMap<(usize, &str), usize> = HashMap::new();
-    let mut alternatives: Vec<Alternatives> = Vec::new();
-    for row in (0..batch.len()).filter(|&row| of.is_valid(row)) {
-        let (factual_id, event_id) = (of_trace.value(row), of_event.value(row));
-        let branch_id = columns.trace_id.value(row);
-        let not_found = |path: &str, reason: String| ValidationError::new(Some(branch_id), path, reason);
-        let Some(&factual) = row_of.get(factual_id) else {
-            // The factual trace is elsewhere (another batch, evicted): nothing to compare with.
-            continue;
-        };
-        let slot = match slots.get(&(factual, event_id)) {
-            Some(&slot) => slot,
-            None => {
-                let event = event_position(event_ids, offsets, factual, event_id).ok_or_else(|| {
-                    not_found(
-                        "/counterfactual_of/event_id",
-                        format!("the factual trace {factual_id:?} has no event {event_id:?}"),
-                    )
-                })?;
-                alternatives.push(Alternatives { event, factual, branches: Vec::new() });
-                slots.insert((factual, event_id), alternatives.len() - 1);
-                alternatives.len() - 1
-            }
-        };
-        alternatives[slot].branches.push(row);
-    }
-
+    let of_trace = of.column_by_name("trace_id").expect("canonical field").as_string::<i32>();
+    let of_event = of.column_by_name("event_id").expect("canonical field").as_string::<i32>();
     let rewards = trace_rewards(batch, channel)?;
-    let mut credit = Credit::empty(event_ids.len());
-    for alternative in &alternatives {
-        let branch_rewards = alternative.branches.iter().map(|&b| rewards[b]);
-        let (mean, variance, n) = mean_and_variance(branch_rewards);
-        let factual = rewards[alternative.factual];
-        credit.set(alternative.event, factual - mean, (variance * (1.0 + 1.0 / n as f64)).sqrt(), n);
-        if baseline == Baseline::LeaveOneOut {
-            let event_id = event_ids.value(alternative.event);
-            for &branch in &alternative.branches {
-                let Some(event) = event_position(event_ids, offsets, branch, event_id) else {
-                    continue; // ablated: the branch has no such event to credit
-                };
-                let others = alternative.branches.iter().filter(|&&b| b != branch).map(|&b| rewards[b]);
-                let (mean, variance, n_others) = mean_and_variance(others.chain([factual]));
-                let stderr = (variance * (1.0 + 1.0 / n_others as f64)).sqrt();
-                credit.set(event, rewards[branch] - mean, stderr, n_others);
-            }
+
+    // (factual row, branch row) of the branches whose factual trace is in the batch, grouped
+    // by factual row. Branches usually follow their factual trace, so the last factual row
+    // seen is tried first; the id index is built only when that guess fails.
+    let mut factual_rows: Option<HashMap<&str, u32, RandomState>> = None;
+    let mut branches: Vec<(u32, u32)> = Vec::new();
+    let mut last_factual: Option<usize> = None;
+    for row in 0..batch.len() {
+        if of.is_null(row) {
+            last_factual = Some(row);
+            continue;
+        }
+        let factual_id = of_trace.value(row);
+        let factual = match last_factual {
+            Some(last) if columns.trace_id.value(last) == factual_id => Some(last as u32),
+            _ => factual_rows
+                .get_or_insert_with(|| {
+                    let rows = (0..batch.len()).filter(|&r| of.is_null(r));
+                    rows.map(|r| (columns.trace_id.value(r), r as u32)).collect()
+                })
+                .get(factual_id)
+                .copied(),
+        };
+        if let Some(factual) = factual {
+            branches.push((factual, row as u32));
         }
     }
-    Ok(credit)
+    if !branches.is_sorted_by_key(|pair| pair.0) {
+        branches.par_sort_unstable();
+    }
+
+    // Credits the alternatives of one factual trace into `entries`; `rows` is scratch space.
+    let alternatives = |entries: &mut Vec<Entry>, rows: &mut Vec<u32>, pairs: &[(u32, u32)]| -> Result<()> {
+        let factual = pairs[0].0 as usize;
+        rows.clear();
+        rows.extend(pairs.iter().map(|pair| pair.1));
+        // Branches of one factual trace, grouped by the event they branch at.
+        let event_of = |row: u32| of_event.value(row as usize);
+        if !rows.is_sorted_by(|&a, &b| event_of(a) <= event_of(b)) {
+            rows.sort_by(|&a, &b| event_of(a).cmp(event_of(b)).then(a.cmp(&b)));
+        }
+        for group in rows.chunk_by(|&a, &b| event_of(a) == event_of(b)) {
+            let event_id = event_of(group[0]);
+            let event = event_position(event_ids, offsets, factual, event_id).ok_or_else(|| {
+                let branch_id = columns.trace_id.value(group[0] as usize);
+                let reason =
+                    format!("the factual trace {:?} has no event {event_id:?}", columns.trace_id.value(factual));
+                ValidationError::new(Some(branch_id), "/counterfactual_of/event_id", reason)
+            })?;
+            let (mean, variance, n) = mean_and_variance(group.iter().map(|&b| rewards[b as usize]));
+            let factual_reward = rewards[factual];
+            let stderr = (variance * (1.0 + 1.0 / n as f64)).sqrt();
+            entries.push((event as u64, factual_reward - mean, stderr, n as u32));
+            if baseline == Baseline::LeaveOneOut {
+                for &branch in group {
+                    let Some(own) = event_position(event_ids, offsets, branch as usize, event_id) else {
+                        continue; // ablated: the branch has no such event to credit
+                    };
+                    let others = group.iter().filter(|&&b| b != branch).map(|&b| rewards[b as usize]);
+                    let (mean, variance, n_others) = mean_and_variance(others.chain([factual_reward]));
+                    let stderr = (variance * (1.0 + 1.0 / n_others as f64)).sqrt();
+                    entries.push((own as u64, rewards[branch as usize] - mean, stderr, n_others as u32));
+                }
+            }
+        }
+        Ok(())
+    };
+    let per_factual: Vec<&[(u32, u32)]> = branches.chunk_by(|a, b| a.0 == b.0).collect();
+    let entries = per_factual
+        .into_par_iter()
+        .try_fold(
+            || (Vec::new(), Vec::new()),
+            |(mut entries, mut rows), pairs| {
+                alternatives(&mut entries, &mut rows, pairs)?;
+                Ok::<_, crate::error::MasreplayError>((entries, rows))
+            },
+        )
+        .map(|folded| folded.map(|(entries, _)| entries))
+        .try_reduce(Vec::new, |mut all, more| {
+            all.extend(more);
+            Ok(all)
+        })?;
+    Ok(Credit::from_entries(entries))
 }

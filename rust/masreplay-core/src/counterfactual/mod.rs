@@ -3,14 +3,16 @@
 //! - branch rollouts, traces that declare `counterfactual_of` (see [`branches`]);
 //! - sibling traces of one group that share a prefix and then diverge (see [`prefix`]).
 //!
-//! Results are per event, aligned with the batch's events (trace by trace, in stored order).
-//! An event without alternatives gets no value: NaN credit and a count of 0.
+//! Results name events by their position among the batch's events (trace by trace, in stored
+//! order). An event without alternatives gets no value (NaN credit and a count of 0 once
+//! aligned with the events), never an invented one.
 
 pub mod branches;
 pub mod prefix;
 
 use arrow_array::Array;
 use arrow_array::cast::AsArray;
+use rayon::prelude::*;
 
 use crate::error::{MasreplayError, Result, ValidationError};
 use crate::store::TraceBatch;
@@ -22,24 +24,42 @@ pub use prefix::{Signature, same_prefix_credit};
 #[cfg(test)]
 mod tests;
 
-/// Credit per event of a batch, aligned with its events.
+/// Credit of the events of a batch that have alternatives (every other event has none).
+/// Events are positions among the batch's events (trace by trace, in stored order), ascending.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Credit {
+    pub event: Vec<u64>,
     pub credit: Vec<f64>,
     pub stderr: Vec<f64>,
-    /// How many alternatives the credit was measured against (0: no credit).
+    /// How many alternatives the credit was measured against.
     pub n_branches: Vec<u32>,
 }
 
+/// One credited event: (position, credit, stderr, n_branches).
+pub(crate) type Entry = (u64, f64, f64, u32);
+
 impl Credit {
-    fn empty(n_events: usize) -> Self {
-        Credit { credit: vec![f64::NAN; n_events], stderr: vec![f64::NAN; n_events], n_branches: vec![0; n_events] }
+    fn from_entries(mut entries: Vec<Entry>) -> Self {
+        if !entries.is_sorted_by_key(|entry| entry.0) {
+            entries.par_sort_unstable_by_key(|entry| entry.0);
+        }
+        Credit {
+            event: entries.iter().map(|e| e.0).collect(),
+            credit: entries.iter().map(|e| e.1).collect(),
+            stderr: entries.iter().map(|e| e.2).collect(),
+            n_branches: entries.iter().map(|e| e.3).collect(),
+        }
     }
 
-    fn set(&mut self, event: usize, credit: f64, stderr: f64, n_branches: usize) {
-        self.credit[event] = credit;
-        self.stderr[event] = stderr;
-        self.n_branches[event] = n_branches as u32;
+    /// The credit of every event, NaN (and a count of 0) where there is none.
+    pub fn aligned(&self, n_events: usize) -> (Vec<f64>, Vec<f64>, Vec<u32>) {
+        let (mut credit, mut stderr, mut n) = (vec![f64::NAN; n_events], vec![f64::NAN; n_events], vec![0; n_events]);
+        for (k, &event) in self.event.iter().enumerate() {
+            credit[event as usize] = self.credit[k];
+            stderr[event as usize] = self.stderr[k];
+            n[event as usize] = self.n_branches[k];
+        }
+        (credit, stderr, n)
     }
 }
 
@@ -51,6 +71,7 @@ pub(crate) fn trace_rewards(batch: &TraceBatch, channel: &str) -> Result<Vec<f64
     let values = rewards.values().as_primitive::<arrow_array::types::Float64Type>();
     let offsets = rewards.value_offsets();
     (0..batch.len())
+        .into_par_iter()
         .map(|row| {
             let (start, end) = (offsets[row] as usize, offsets[row + 1] as usize);
             let found = (start..end).find(|&k| keys.value(k) == channel).filter(|&k| values.is_valid(k));

@@ -19,7 +19,7 @@ use arrow_array::types::Int32Type;
 use arrow_array::{Array, ArrayRef, DictionaryArray};
 use foldhash::fast::FixedState;
 
-use super::{Credit, mean_and_variance, trace_rewards};
+use super::{Credit, Entry, mean_and_variance, trace_rewards};
 use crate::error::{MasreplayError, Result};
 use crate::store::TraceBatch;
 use crate::store::schema::TraceColumns;
@@ -92,7 +92,7 @@ pub fn same_prefix_credit(
     let offsets = columns.events.value_offsets();
     let logprob = columns.event_columns().logprob;
     let hashes = signature.hashes(batch);
-    let mut credit = Credit::empty(hashes.len());
+    let mut entries: Vec<Entry> = Vec::new();
 
     let mut groups: HashMap<&str, Vec<usize>> = HashMap::new();
     for row in 0..batch.len() {
@@ -132,7 +132,7 @@ pub fn same_prefix_credit(
                 let stderr = (variance * (1.0 / n_child as f64 - 1.0 / n as f64)).sqrt();
                 for &row in members {
                     let event = event_of(row).expect("a child with a key has an event here");
-                    credit.set(event, mean - baseline, stderr, n - 1);
+                    entries.push((event as u64, mean - baseline, stderr, (n - 1) as u32));
                 }
             }
         }
@@ -142,5 +142,5 @@ pub fn same_prefix_credit(
             }
         }
     }
-    Ok(credit)
+    Ok(Credit::from_entries(entries))
 }

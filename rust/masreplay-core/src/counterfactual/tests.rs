@@ -23,6 +23,19 @@ fn batch(traces: &[crate::Trace]) -> TraceBatch {
     TraceBatch::from_traces(traces).unwrap()
 }
 
+/// Credit spread over every event of the batch, as the Python tables show it.
+struct Aligned {
+    credit: Vec<f64>,
+    stderr: Vec<f64>,
+    n_branches: Vec<u32>,
+}
+
+fn aligned(credit: Credit, batch: &TraceBatch) -> Aligned {
+    let n_events = TraceColumns::new(batch.record_batch()).events.values().len();
+    let (credit, stderr, n_branches) = credit.aligned(n_events);
+    Aligned { credit, stderr, n_branches }
+}
+
 #[test]
 fn branch_credit_by_hand() {
     let traces = [
@@ -30,14 +43,15 @@ fn branch_credit_by_hand() {
         trace("b1", 0.2, &["e0", "e1", "e2"], Some(("f", "e1", "substitute"))),
         trace("b2", 0.4, &["e0", "e2"], Some(("f", "e1", "ablate"))),
     ];
-    let mean = branch_credit(&batch(&traces), "team", Baseline::Mean).unwrap();
+    let batch = batch(&traces);
+    let mean = aligned(branch_credit(&batch, "team", Baseline::Mean).unwrap(), &batch);
     assert!(mean.credit[0].is_nan() && mean.n_branches[0] == 0);
     assert!((mean.credit[1] - 0.7).abs() < 1e-12);
     assert!((mean.stderr[1] - (0.02f64 * 1.5).sqrt()).abs() < 1e-12);
     assert_eq!(mean.n_branches[1], 2);
     assert_eq!(mean.n_branches.iter().sum::<u32>(), 2, "only the factual event is credited");
 
-    let loo = branch_credit(&batch(&traces), "team", Baseline::LeaveOneOut).unwrap();
+    let loo = aligned(branch_credit(&batch, "team", Baseline::LeaveOneOut).unwrap(), &batch);
     assert_eq!(loo.credit[1], mean.credit[1]);
     // b1's own e1 (events 3..6 are b1's): 0.2 - mean(0.4, 1.0); b2 ablated e1, so nothing there.
     assert!((loo.credit[4] - (0.2 - 0.7)).abs() < 1e-12);
@@ -67,7 +81,7 @@ fn branch_credit_covers_the_true_effects() {
     };
     let truth = generate_with_branches(&config).unwrap();
     let batch = batch(&truth.traces);
-    let credit = branch_credit(&batch, "team", Baseline::Mean).unwrap();
+    let credit = aligned(branch_credit(&batch, "team", Baseline::Mean).unwrap(), &batch);
     let columns = TraceColumns::new(batch.record_batch());
     let ids = columns.event_columns().id;
     let offsets = columns.events.value_offsets();
@@ -100,7 +114,8 @@ fn same_prefix_credits_where_siblings_diverge() {
     for (t, content) in traces.iter_mut().zip(["x", "x", "y", "y"]) {
         t.events[1].content_ref = Some(content.into());
     }
-    let credit = same_prefix_credit(&batch(&traces), "team", &Signature::default(), true).unwrap();
+    let batch = batch(&traces);
+    let credit = aligned(same_prefix_credit(&batch, "team", &Signature::default(), true).unwrap(), &batch);
     // V = 1; Q(x) = 2, Q(y) = 0. Events are 2 per trace: e0 shared (no credit), then the fork.
     assert_eq!([credit.credit[1], credit.credit[3], credit.credit[5], credit.credit[7]], [1.0, 1.0, -1.0, -1.0]);
     assert!(credit.credit[0].is_nan() && credit.n_branches[0] == 0);

@@ -1,0 +1,124 @@
+"""Branch-rollout credit against the same computation written as a Polars group-by (issue 6).
+
+Workload: ``sim.branches(FACTUAL, branches=8, branch_points=1)``: every factual trace gets 8
+branch rollouts at one of its events (900,000 traces for 100,000 factual ones; small traces,
+``agents=(1, 2), events_per_agent=(1, 3)``, so the batch fits comfortably in memory).
+Set MASREPLAY_BENCH_CF_FACTUAL to change the size.
+
+The Polars side is what a user would write: the team reward out of the rewards map, the
+branches grouped by (factual trace, event) for mean, std and count, joined to the factual
+rewards; it starts from a ``polars.DataFrame`` of the batch built before timing (its best
+case). masreplay is timed three ways: the table of the credited events
+(``aligned=False``, the same output as the Polars query: the comparison), the table aligned
+with every event of ``batch.events()`` (the default), and the core call alone. Before
+timing, both sides must agree on every credited event to 1e-9. Nothing is asserted on times.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import masreplay
+from masreplay import _core
+
+FACTUAL = int(os.environ.get("MASREPLAY_BENCH_CF_FACTUAL", 100_000))
+BRANCHES = 8
+
+
+@pytest.fixture(scope="module")
+def workload(dataset_type):
+    truth = masreplay.sim.branches(
+        FACTUAL, branches=BRANCHES, branch_points=1, agents=(1, 2), events_per_agent=(1, 3), seed=61
+    )
+    batch = truth.batch
+    data = dataset_type(
+        f"branch credit, {FACTUAL:,} factual traces x {BRANCHES} branches",
+        batch,
+        len(batch),
+        int(batch.num_events),
+        0,
+        "goal: masreplay >= 5x the Polars group-by",
+        suite="counterfactual",
+    )
+    return data
+
+
+def _polars_credit(frame):
+    import polars as pl
+
+    team = pl.col("rewards").map.get("team")
+    rewards = frame.select(pl.col("trace_id"), team.alias("reward"), pl.col("counterfactual_of"))
+    branches = (
+        rewards.filter(pl.col("counterfactual_of").is_not_null())
+        .select(
+            pl.col("counterfactual_of").struct.field("trace_id").alias("factual"),
+            pl.col("counterfactual_of").struct.field("event_id").alias("event_id"),
+            pl.col("reward"),
+        )
+        .group_by("factual", "event_id")
+        .agg(pl.col("reward").mean().alias("mean"), pl.col("reward").std().alias("std"), pl.len().alias("n"))
+    )
+    factual = rewards.filter(pl.col("counterfactual_of").is_null()).select("trace_id", "reward")
+    return branches.join(factual, left_on="factual", right_on="trace_id").select(
+        pl.col("factual").alias("trace_id"),
+        "event_id",
+        (pl.col("reward") - pl.col("mean")).alias("credit"),
+        (pl.col("std") * (1 + 1 / pl.col("n")).sqrt()).alias("stderr"),
+        pl.col("n").alias("n_branches"),
+    )
+
+
+def test_counterfactual_credit_table(measure, workload):
+    table = measure(
+        lambda: masreplay.counterfactual_credit(workload.source),
+        data=workload,
+        side="  counterfactual_credit (table aligned with every event)",
+        rounds=5,
+        ours=False,
+    )
+    assert table.num_rows == workload.n_events
+
+
+def test_counterfactual_credit_compact(measure, workload):
+    measure(
+        lambda: masreplay.counterfactual_credit(workload.source, aligned=False),
+        data=workload,
+        side="masreplay counterfactual_credit(aligned=False)",
+        rounds=5,
+        ours=True,
+    )
+
+
+def test_counterfactual_credit_arrays(measure, workload):
+    core = workload.source._core
+    measure(
+        lambda: _core.counterfactual_credit(core, channel="team", baseline="mean"),
+        data=workload,
+        side="  core call alone (credit, stderr, n_branches arrays)",
+        rounds=5,
+        ours=False,
+    )
+
+
+def test_polars_group_by(measure, workload, missing_anchor):
+    try:
+        import polars as pl
+    except ImportError:
+        missing_anchor("polars", "pip install polars")
+        pytest.skip("polars is not installed")
+    frame = pl.DataFrame(workload.source.to_arrow())
+    theirs = _polars_credit(frame).sort("trace_id", "event_id")
+    credited = masreplay.counterfactual_credit(workload.source, aligned=False)
+    mine = pl.from_arrow(credited.select(["trace_id", "event_id", "credit", "stderr", "n_branches"])).with_columns(
+        pl.col("trace_id").cast(pl.String)
+    )
+    mine = mine.sort("trace_id", "event_id")
+    assert mine["trace_id"].to_list() == theirs["trace_id"].to_list()
+    assert mine["event_id"].to_list() == theirs["event_id"].to_list()
+    assert np.allclose(mine["credit"].to_numpy(), theirs["credit"].to_numpy(), atol=1e-9, rtol=0)
+    assert np.allclose(mine["stderr"].to_numpy(), theirs["stderr"].to_numpy(), atol=1e-9, rtol=0)
+    assert (mine["n_branches"].to_numpy() == theirs["n_branches"].to_numpy()).all()
+    measure(lambda: _polars_credit(frame), data=workload, side="polars group-by + join (same credit)", rounds=5)
