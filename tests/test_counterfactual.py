@@ -263,3 +263,80 @@ def test_ground_truth_reports_agent_values_that_sum_to_the_expected_reward():
             assert record["rewards"]["team"] == pytest.approx(totals[record["trace_id"]])
     with pytest.raises(InvalidArgumentError, match="noise"):
         masreplay.sim.branches(2, noise=-1.0)
+
+
+# ---- branches in a GraphBuffer ---------------------------------------------------------
+
+
+def _branch_ids(batch: masreplay.TraceBatch) -> set[str]:
+    return {r["trace_id"] for r in batch if "counterfactual_of" in r}
+
+
+def test_buffer_indexes_branches_by_factual_trace_and_event():
+    gt = masreplay.sim.branches(4, branches=3, branch_points=2, seed=31)
+    buffer = GraphBuffer(100)
+    buffer.add(gt.batch)
+    effect = gt.effects.to_pylist()[0]
+    all_branches = buffer.branches(effect["trace_id"])
+    assert len(all_branches) == 6
+    at_event = buffer.branches(effect["trace_id"], effect["event_id"])
+    assert len(at_event) == 3
+    assert {r["counterfactual_of"]["event_id"] for r in at_event} == {effect["event_id"]}
+    assert len(buffer.branches(at_event.trace_ids[0])) == 0  # a branch has no branches of its own
+    with pytest.raises(InvalidArgumentError, match="no trace"):
+        buffer.branches("absent")
+
+
+def test_a_branch_without_its_factual_trace_is_not_added():
+    gt = masreplay.sim.branches(2, branches=2, branch_points=1, seed=32)
+    records = list(gt.batch)
+    orphan = masreplay.load_traces(records[1:3])  # the first trace's branches, without it
+    buffer = GraphBuffer(100)
+    with pytest.raises(TraceValidationError) as raised:
+        buffer.add(orphan)
+    assert raised.value.path == "/counterfactual_of/trace_id"
+    assert len(buffer) == 0
+    report = buffer.add(gt.batch[[0, 3, 4, 5, 1, 2]], on_error="skip")  # factual first: all added
+    assert report.added == 6 and not report.rejected
+    later = GraphBuffer(100)
+    later.add(gt.batch[[0]])
+    assert later.add(orphan) == 2  # the factual is stored already
+
+
+def test_evicting_a_factual_trace_evicts_its_branches_and_nothing_else(tmp_path):
+    gt = masreplay.sim.branches(6, branches=3, branch_points=1, seed=33)  # 6 x (1 + 3) traces
+    interleaved = [*gt.batch[[0, 4]], *gt.batch[[1, 2, 3, 5, 6, 7]], *gt.batch[list(range(8, 24))]]
+    buffer = GraphBuffer(20, seed=4)
+    buffer.add(masreplay.load_traces(interleaved))  # 24 traces: the first factual goes, with its 3 branches
+    stored = buffer.to_batch()
+    assert len(buffer) == len(stored) == 20
+    first = gt.batch.trace_ids[0]
+    assert first not in buffer and not any(t.startswith(first + "/") for t in stored.trace_ids)
+    assert gt.batch.trace_ids[4] in buffer  # the second factual stayed, though added before the evicted branches
+    factual_ids = set(stored.trace_ids)
+    assert all(r["counterfactual_of"]["trace_id"] in factual_ids for r in stored if "counterfactual_of" in r)
+    assert buffer.num_events == int(stored.event_offsets[-1])
+    for _ in range(20):
+        assert set(buffer.sample(16).trace_ids) <= factual_ids
+    again = GraphBuffer.load(_saved(buffer, tmp_path))
+    assert again.to_arrow().to_pylist() == buffer.to_arrow().to_pylist()
+    assert again.sample(32).trace_ids == buffer.sample(32).trace_ids
+
+
+def _saved(buffer: GraphBuffer, tmp_path) -> str:
+    path = tmp_path / "buffer.parquet"
+    buffer.save(path)
+    return path
+
+
+def test_sampling_can_bring_the_branches_of_the_drawn_traces():
+    gt = masreplay.sim.branches(5, branches=2, branch_points=2, seed=34)
+    buffer = GraphBuffer(100, seed=2)
+    buffer.add(gt.batch)
+    sample = buffer.sample(6, seed=5, with_branches=True)
+    drawn = buffer.sample(6, seed=5)
+    assert sample.trace_ids[:6] == drawn.trace_ids
+    expected = [b for t in drawn.trace_ids for b in buffer.branches(t).trace_ids]
+    assert sample.trace_ids[6:] == expected
+    assert np.isnan(sample.probabilities[6:]).all() and not np.isnan(sample.probabilities[:6]).any()
+    assert _branch_ids(masreplay.load_traces(list(sample))) >= set(expected)

@@ -139,15 +139,23 @@ class GraphBuffer:
         min_events: int | None = None,
         max_events: int | None = None,
         band: int | None = None,
+        with_branches: bool = False,
     ) -> TraceBatch:
         """Draws ``batch_size`` traces with replacement, uniformly or in proportion to their
         priorities; ``batch.probabilities`` holds each draw's probability (for importance
         weights). ``min_events``/``max_events`` or a length ``band`` (10, 100, 1000, 10000)
-        restrict the draw by shape. ``seed=None`` continues the buffer's own seeded stream."""
+        restrict the draw by shape. ``seed=None`` continues the buffer's own seeded stream.
+        ``with_branches`` appends the stored branch rollouts of every drawn trace (their
+        probability is NaN: they come with a draw, they are not drawn)."""
         if band is not None:
             min_events, max_events = band_limits(band)
         core, probabilities = self._core.sample(
-            batch_size, sampler=sampler, min_events=min_events, max_events=max_events, seed=seed
+            batch_size,
+            sampler=sampler,
+            min_events=min_events,
+            max_events=max_events,
+            seed=seed,
+            with_branches=with_branches,
         )
         return TraceBatch(core, probabilities=probabilities)
 
@@ -162,6 +170,12 @@ class GraphBuffer:
         ids = [str(t) for t in trace_ids]
         values = np.asarray(priorities, dtype=np.float64).ravel().tolist()
         self._core.update_priorities(ids, values)
+
+    def branches(self, trace_id: str, event_id: str | None = None) -> TraceBatch:
+        """The stored branch rollouts of ``trace_id`` (only those at ``event_id`` when given),
+        in insertion order. A branch is added only with or after its factual trace, and is
+        evicted together with it, so a stored branch always has its factual trace."""
+        return TraceBatch(self._core.branches(trace_id, event_id))
 
     # ---- graph queries -----------------------------------------------------------------
     def ancestors(self, trace_id: str, event_id: str) -> list[str]:

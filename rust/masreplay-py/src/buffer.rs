@@ -157,7 +157,8 @@ impl PyGraphBuffer {
         Ok((added, rejected))
     }
 
-    #[pyo3(signature = (batch_size, *, sampler="uniform", min_events=None, max_events=None, seed=None))]
+    #[pyo3(signature = (batch_size, *, sampler="uniform", min_events=None, max_events=None, seed=None, with_branches=false))]
+    #[allow(clippy::too_many_arguments)]
     fn sample<'py>(
         &self,
         py: Python<'py>,
@@ -166,12 +167,13 @@ impl PyGraphBuffer {
         min_events: Option<usize>,
         max_events: Option<usize>,
         seed: Option<u64>,
+        with_branches: bool,
     ) -> PyResult<(PyTraceSelection, Bound<'py, PyArray1<f64>>)> {
         let sampler = Sampler::parse(sampler)
             .ok_or_else(|| invalid(format!("sampler must be 'uniform' or 'prioritized', not {sampler:?}")))
             .or_raise(py)?;
         let filter = ShapeFilter { min_events, max_events };
-        let sample = self.with(py, move |buffer| buffer.sample(batch_size, sampler, filter, seed))?;
+        let sample = self.with(py, move |buffer| buffer.sample(batch_size, sampler, filter, seed, with_branches))?;
         Ok((PyTraceSelection { inner: sample.traces }, sample.probabilities.into_pyarray(py)))
     }
 
@@ -205,6 +207,11 @@ impl PyGraphBuffer {
 
     fn get(&self, py: Python<'_>, trace_id: &str) -> PyResult<PyTraceBatch> {
         Self::batch(py, self.lock().get(trace_id))
+    }
+
+    #[pyo3(signature = (trace_id, event_id=None))]
+    fn branches(&self, py: Python<'_>, trace_id: &str, event_id: Option<&str>) -> PyResult<PyTraceBatch> {
+        Self::batch(py, self.lock().branches_of(trace_id, event_id))
     }
 
     fn ancestors(&self, py: Python<'_>, trace_id: &str, event_id: &str) -> PyResult<Vec<String>> {

@@ -8,8 +8,8 @@ mod sum_tree;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
-use arrow_array::RecordBatch;
 use arrow_array::cast::AsArray;
+use arrow_array::{Array, RecordBatch};
 use arrow_select::concat::concat_batches;
 use rand::{RngExt, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
@@ -96,6 +96,10 @@ struct Entry {
     row: u32,
     n_events: u32,
     group: u32,
+    /// For a branch rollout, the sequence number of its factual trace.
+    factual: Option<u64>,
+    /// Evicted out of FIFO order (with its factual trace); dropped when it reaches the front.
+    removed: bool,
 }
 
 /// Chunks are not merged past this many events (about 30 MB of typical event data).
@@ -146,10 +150,15 @@ impl Groups {
         members.push_back(seq);
     }
 
-    /// Eviction is FIFO, so the evicted trace is the oldest member of its group.
-    fn pop_oldest(&mut self, group: u32) {
+    /// Eviction is FIFO, so the evicted trace is usually the oldest member of its group; a
+    /// branch evicted with its factual trace may sit anywhere in it.
+    fn remove(&mut self, group: u32, seq: u64) {
         let members = &mut self.members[group as usize];
-        members.pop_front();
+        if members.front() == Some(&seq) {
+            members.pop_front();
+        } else if let Some(at) = members.iter().position(|&m| m == seq) {
+            members.remove(at);
+        }
         if members.is_empty() {
             let at = self.position[group as usize] as usize;
             let last = *self.nonempty.last().expect("a nonempty group is listed");
@@ -172,8 +181,13 @@ pub struct GraphBuffer {
     chunks: VecDeque<Chunk>,
     next_chunk: u64,
     /// Stored traces in insertion order; `entries[k]` has sequence number `first_seq + k`.
+    /// Entries marked `removed` are gone already and only hold their place.
     entries: VecDeque<Entry>,
     first_seq: u64,
+    /// Traces stored (entries not removed).
+    live: usize,
+    /// The branch rollouts of each stored factual trace, by sequence number.
+    branches: HashMap<u64, Vec<u64>>,
     by_id: HashMap<String, u64>,
     groups: Groups,
     priorities: SumTree,
@@ -207,6 +221,8 @@ impl GraphBuffer {
             next_chunk: 0,
             entries: VecDeque::new(),
             first_seq: 0,
+            live: 0,
+            branches: HashMap::new(),
             by_id: HashMap::new(),
             groups: Groups::default(),
             priorities: SumTree::new(16),
@@ -228,11 +244,16 @@ impl GraphBuffer {
     }
 
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.live
     }
 
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.live == 0
+    }
+
+    /// Sequence numbers of the stored traces, in insertion order.
+    fn stored_seqs(&self) -> impl Iterator<Item = u64> + '_ {
+        self.entries.iter().enumerate().filter(|(_, e)| !e.removed).map(|(k, _)| self.first_seq + k as u64)
     }
 
     pub fn num_events(&self) -> usize {
@@ -254,7 +275,7 @@ impl GraphBuffer {
 
     fn used(&self) -> usize {
         match self.unit {
-            Unit::Traces => self.entries.len(),
+            Unit::Traces => self.live,
             Unit::Events => self.num_events,
         }
     }
@@ -276,6 +297,9 @@ impl GraphBuffer {
     /// and traces larger than the whole capacity.
     pub fn check_addable(&self, batch: &TraceBatch) -> Vec<(usize, ValidationError)> {
         let mut seen = HashSet::new();
+        let columns = crate::store::schema::TraceColumns::new(batch.record_batch());
+        let of = columns.counterfactual_of;
+        let factual_ids = of.column_by_name("trace_id").expect("canonical field").as_string::<i32>();
         let n_events = batch.record_batch().column_by_name("n_events").expect("canonical column");
         let n_events = n_events.as_primitive::<arrow_array::types::Int32Type>();
         let mut problems = Vec::new();
@@ -284,6 +308,12 @@ impl GraphBuffer {
                 Some(("/trace_id", "a trace with this id is already stored in the buffer".to_owned()))
             } else if !seen.insert(trace_id) {
                 Some(("/trace_id", "this trace id appears twice in the added batch".to_owned()))
+            } else if of.is_valid(position)
+                && !self.by_id.contains_key(factual_ids.value(position))
+                && !seen.contains(factual_ids.value(position))
+            {
+                let reason = "a branch rollout is kept with its factual trace, which is neither stored nor earlier in this batch";
+                Some(("/counterfactual_of/trace_id", reason.to_owned()))
             } else if self.unit == Unit::Events && n_events.value(position) as usize > self.capacity {
                 let reason = format!(
                     "the trace has {} events, more than the buffer's whole capacity of {} events",
@@ -318,6 +348,8 @@ impl GraphBuffer {
         let columns = crate::store::schema::TraceColumns::new(record);
         let n_events = record.column_by_name("n_events").expect("canonical column");
         let n_events = n_events.as_primitive::<arrow_array::types::Int32Type>();
+        let factual_ids = columns.counterfactual_of.column_by_name("trace_id").expect("canonical field");
+        let factual_ids = factual_ids.as_string::<i32>();
         self.reserve_slots(self.entries.len() + batch.len());
         let chunk_id = self.next_chunk;
         self.next_chunk += 1;
@@ -327,7 +359,23 @@ impl GraphBuffer {
             self.groups.push(group, seq);
             self.by_id.insert(columns.trace_id.value(row).to_owned(), seq);
             let events = n_events.value(row) as u32;
-            self.entries.push_back(Entry { chunk_id, row: row as u32, n_events: events, group });
+            let factual = columns
+                .counterfactual_of
+                .is_valid(row)
+                .then(|| self.by_id.get(factual_ids.value(row)).copied())
+                .flatten();
+            if let Some(factual) = factual {
+                self.branches.entry(factual).or_default().push(seq);
+            }
+            self.entries.push_back(Entry {
+                chunk_id,
+                row: row as u32,
+                n_events: events,
+                group,
+                factual,
+                removed: false,
+            });
+            self.live += 1;
             self.num_events += events as usize;
             let priority = priorities.map_or(self.max_priority, |p| p[row]);
             let slot = self.slot(seq);
@@ -399,19 +447,49 @@ impl GraphBuffer {
         self.priorities = grown;
     }
 
+    /// Evicts the oldest stored trace, with the branch rollouts kept for it (never orphaned).
     fn evict_oldest(&mut self) {
-        let entry = self.entries.pop_front().expect("over capacity means something is stored");
         let seq = self.first_seq;
-        self.first_seq += 1;
-        let slot = self.slot(seq);
-        self.priorities.set(slot, 0.0);
-        self.num_events -= entry.n_events as usize;
-        self.groups.pop_oldest(entry.group);
-        let chunk = self.chunks.front_mut().expect("the oldest trace lives in the oldest chunk");
-        let trace_id = chunk.batch.column(0).as_string::<i32>().value(entry.row as usize).to_owned();
-        self.by_id.remove(&trace_id);
-        chunk.live -= 1;
-        if chunk.live == 0 {
+        self.forget(seq);
+        self.drop_removed_front();
+    }
+
+    /// Takes trace `seq` and, transitively, its branches out of every index; their entries
+    /// stay as removed placeholders until they reach the front.
+    fn forget(&mut self, seq: u64) {
+        let mut pending = vec![seq];
+        while let Some(seq) = pending.pop() {
+            let k = (seq - self.first_seq) as usize;
+            let entry = self.entries[k].clone();
+            self.entries[k].removed = true;
+            self.live -= 1;
+            let slot = self.slot(seq);
+            self.priorities.set(slot, 0.0);
+            self.num_events -= entry.n_events as usize;
+            self.groups.remove(entry.group, seq);
+            let front = self.chunks.front().expect("a stored trace has its chunk").id;
+            let chunk = &mut self.chunks[(entry.chunk_id - front) as usize];
+            let trace_id = chunk.batch.column(0).as_string::<i32>().value(entry.row as usize).to_owned();
+            chunk.live -= 1;
+            self.by_id.remove(&trace_id);
+            if let Some(siblings) = entry.factual.and_then(|factual| self.branches.get_mut(&factual)) {
+                siblings.retain(|&b| b != seq);
+            }
+            pending.extend(self.branches.remove(&seq).unwrap_or_default());
+        }
+    }
+
+    /// Drops removed entries at the front, and the chunks no entry refers to any more.
+    fn drop_removed_front(&mut self) {
+        while self.entries.front().is_some_and(|e| e.removed) {
+            self.entries.pop_front();
+            self.first_seq += 1;
+        }
+        while let Some(chunk) = self.chunks.front() {
+            let referenced = self.entries.front().is_some_and(|e| e.chunk_id == chunk.id);
+            if chunk.live > 0 || referenced {
+                break;
+            }
             self.chunks.pop_front();
         }
     }
@@ -441,7 +519,7 @@ impl GraphBuffer {
 
     /// Every stored trace, in insertion order.
     pub fn to_batch(&self) -> Result<TraceBatch> {
-        let seqs: Vec<u64> = (self.first_seq..self.first_seq + self.entries.len() as u64).collect();
+        let seqs: Vec<u64> = self.stored_seqs().collect();
         self.gather(&seqs).collect()
     }
 
@@ -463,7 +541,7 @@ impl GraphBuffer {
     }
 
     pub fn priorities_in_order(&self) -> Vec<f64> {
-        (self.first_seq..self.first_seq + self.entries.len() as u64).map(|seq| self.priority_of_seq(seq)).collect()
+        self.stored_seqs().map(|seq| self.priority_of_seq(seq)).collect()
     }
 
     /// Sets the priorities of stored traces; all or nothing.
@@ -503,19 +581,18 @@ impl GraphBuffer {
     }
 
     fn candidates(&self, filter: &ShapeFilter) -> Vec<u64> {
-        (0..self.entries.len())
-            .filter(|&k| filter.accepts(self.entries[k].n_events))
-            .map(|k| self.first_seq + k as u64)
-            .collect()
+        self.stored_seqs().filter(|&seq| filter.accepts(self.entry(seq).n_events)).collect()
     }
 
-    /// Draws `batch_size` traces with replacement.
+    /// Draws `batch_size` traces with replacement. With `with_branches`, the stored branch
+    /// rollouts of each drawn trace follow the draws (probability NaN: they were not drawn).
     pub fn sample(
         &mut self,
         batch_size: usize,
         sampler: Sampler,
         filter: ShapeFilter,
         seed: Option<u64>,
+        with_branches: bool,
     ) -> Result<Sample> {
         if self.is_empty() {
             return Err(invalid("cannot sample from an empty buffer"));
@@ -525,7 +602,36 @@ impl GraphBuffer {
             Sampler::Uniform => self.draw_uniform(&mut rng, batch_size, &filter)?,
             Sampler::Prioritized => self.draw_prioritized(&mut rng, batch_size, &filter)?,
         };
+        let (mut seqs, mut probabilities) = (seqs, probabilities);
+        if with_branches {
+            let branches: Vec<u64> = seqs.iter().flat_map(|seq| self.branch_seqs(*seq)).copied().collect();
+            probabilities.extend(std::iter::repeat_n(f64::NAN, branches.len()));
+            seqs.extend(branches);
+        }
         Ok(Sample { traces: self.gather(&seqs), probabilities })
+    }
+
+    fn branch_seqs(&self, seq: u64) -> &[u64] {
+        self.branches.get(&seq).map_or(&[], Vec::as_slice)
+    }
+
+    /// The stored branch rollouts of `trace_id` (only those at `event_id`, when given), in
+    /// insertion order.
+    pub fn branches_of(&self, trace_id: &str, event_id: Option<&str>) -> Result<TraceBatch> {
+        let seqs: Vec<u64> = self
+            .branch_seqs(self.seq_of(trace_id)?)
+            .iter()
+            .copied()
+            .filter(|&seq| {
+                event_id.is_none_or(|wanted| {
+                    let entry = self.entry(seq);
+                    let of = self.chunk(entry.chunk_id).batch.column_by_name("counterfactual_of").expect("canonical");
+                    let ids = of.as_struct().column_by_name("event_id").expect("canonical field").as_string::<i32>();
+                    ids.value(entry.row as usize) == wanted
+                })
+            })
+            .collect();
+        self.gather(&seqs).collect()
     }
 
     fn no_match(&self, filter: &ShapeFilter) -> MasreplayError {
@@ -542,7 +648,9 @@ impl GraphBuffer {
         count: usize,
         filter: &ShapeFilter,
     ) -> Result<(Vec<u64>, Vec<f64>)> {
-        let pool: Vec<u64> = if filter.is_open() {
+        // Without removed placeholders, the k-th stored trace is simply first_seq + k.
+        let direct = filter.is_open() && self.live == self.entries.len();
+        let pool: Vec<u64> = if direct {
             Vec::new()
         } else {
             let pool = self.candidates(filter);
@@ -551,11 +659,11 @@ impl GraphBuffer {
             }
             pool
         };
-        let n = if filter.is_open() { self.entries.len() } else { pool.len() };
+        let n = if direct { self.entries.len() } else { pool.len() };
         let seqs: Vec<u64> = (0..count)
             .map(|_| {
                 let k = rng.random_range(0..n);
-                if filter.is_open() { self.first_seq + k as u64 } else { pool[k] }
+                if direct { self.first_seq + k as u64 } else { pool[k] }
             })
             .collect();
         Ok((seqs, vec![1.0 / n as f64; count]))
@@ -743,7 +851,7 @@ mod tests {
             assert!(most.unwrap() <= capacity / 8, "a merged chunk of {most:?} traces");
             assert_eq!(small_adds.to_batch().unwrap().record_batch(), one_add.to_batch().unwrap().record_batch());
             let sampled = |b: &mut GraphBuffer| {
-                let pick = b.sample(64, Sampler::Uniform, ShapeFilter::default(), Some(3)).unwrap();
+                let pick = b.sample(64, Sampler::Uniform, ShapeFilter::default(), Some(3), false).unwrap();
                 pick.traces.collect().unwrap().record_batch().clone()
             };
             assert_eq!(sampled(&mut small_adds), sampled(&mut one_add));

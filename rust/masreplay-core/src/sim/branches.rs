@@ -188,11 +188,12 @@ fn spawned_subtree(trace: &Trace, spawn: usize) -> Vec<bool> {
     while grew {
         grew = false;
         for event in &trace.events {
-            if event.event_type == EventType::Spawn && subtree.contains(&event.agent.as_str()) {
-                if let Some(child) = event.to.as_deref().filter(|child| !subtree.contains(child)) {
-                    subtree.push(child);
-                    grew = true;
-                }
+            if event.event_type == EventType::Spawn
+                && subtree.contains(&event.agent.as_str())
+                && let Some(child) = event.to.as_deref().filter(|child| !subtree.contains(child))
+            {
+                subtree.push(child);
+                grew = true;
             }
         }
     }
