@@ -9,13 +9,14 @@
 //! branch still has the event) get credit too; the factual's credit is the same either way.
 
 use std::collections::HashMap;
+use std::sync::OnceLock;
 
 use arrow_array::cast::AsArray;
 use arrow_array::{Array, StringArray};
 use foldhash::fast::RandomState;
 use rayon::prelude::*;
 
-use super::{Credit, Entry, mean_and_variance, trace_rewards};
+use super::{Credit, Entry, mean_and_variance, same_text, trace_rewards};
 use crate::error::{Result, ValidationError};
 use crate::store::TraceBatch;
 use crate::store::schema::TraceColumns;
@@ -38,7 +39,7 @@ impl Baseline {
 
 /// Position of the event `event_id` of trace `row` among the batch's events.
 fn event_position(ids: &StringArray, offsets: &[i32], row: usize, event_id: &str) -> Option<usize> {
-    (offsets[row] as usize..offsets[row + 1] as usize).find(|&k| ids.value(k) == event_id)
+    (offsets[row] as usize..offsets[row + 1] as usize).find(|&k| same_text(ids.value(k), event_id))
 }
 
 pub fn branch_credit(batch: &TraceBatch, channel: &str, baseline: Baseline) -> Result<Credit> {
@@ -52,30 +53,37 @@ pub fn branch_credit(batch: &TraceBatch, channel: &str, baseline: Baseline) -> R
 
     // (factual row, branch row) of the branches whose factual trace is in the batch, grouped
     // by factual row. Branches usually follow their factual trace, so the last factual row
-    // seen is tried first; the id index is built only when that guess fails.
-    let mut factual_rows: Option<HashMap<&str, u32, RandomState>> = None;
-    let mut branches: Vec<(u32, u32)> = Vec::new();
-    let mut last_factual: Option<usize> = None;
-    for row in 0..batch.len() {
-        if of.is_null(row) {
-            last_factual = Some(row);
-            continue;
-        }
-        let factual_id = of_trace.value(row);
-        let factual = match last_factual {
-            Some(last) if columns.trace_id.value(last) == factual_id => Some(last as u32),
-            _ => factual_rows
-                .get_or_insert_with(|| {
-                    let rows = (0..batch.len()).filter(|&r| of.is_null(r));
-                    rows.map(|r| (columns.trace_id.value(r), r as u32)).collect()
-                })
-                .get(factual_id)
-                .copied(),
-        };
-        if let Some(factual) = factual {
-            branches.push((factual, row as u32));
-        }
-    }
+    // before a branch is tried first; the id index is built only when that guess fails.
+    let index: OnceLock<HashMap<&str, u32, RandomState>> = OnceLock::new();
+    let factual_row = |id: &str| {
+        let index = index.get_or_init(|| {
+            (0..batch.len()).filter(|&r| of.is_null(r)).map(|r| (columns.trace_id.value(r), r as u32)).collect()
+        });
+        index.get(id).copied()
+    };
+    let span = batch.len().div_ceil(4 * rayon::current_num_threads()).max(1 << 14);
+    let spans: Vec<Vec<(u32, u32)>> = (0..batch.len().div_ceil(span))
+        .into_par_iter()
+        .map(|part| {
+            let rows = part * span..((part + 1) * span).min(batch.len());
+            let mut last_factual = (0..rows.start).rev().find(|&row| of.is_null(row));
+            let mut pairs = Vec::new();
+            for row in rows {
+                if of.is_null(row) {
+                    last_factual = Some(row);
+                    continue;
+                }
+                let factual_id = of_trace.value(row);
+                let factual = match last_factual {
+                    Some(last) if same_text(columns.trace_id.value(last), factual_id) => Some(last as u32),
+                    _ => factual_row(factual_id),
+                };
+                pairs.extend(factual.map(|factual| (factual, row as u32)));
+            }
+            pairs
+        })
+        .collect();
+    let mut branches: Vec<(u32, u32)> = spans.concat();
     if !branches.is_sorted_by_key(|pair| pair.0) {
         branches.par_sort_unstable();
     }
@@ -87,10 +95,11 @@ pub fn branch_credit(batch: &TraceBatch, channel: &str, baseline: Baseline) -> R
         rows.extend(pairs.iter().map(|pair| pair.1));
         // Branches of one factual trace, grouped by the event they branch at.
         let event_of = |row: u32| of_event.value(row as usize);
-        if !rows.is_sorted_by(|&a, &b| event_of(a) <= event_of(b)) {
+        let first = event_of(rows[0]);
+        if !rows.iter().all(|&row| same_text(event_of(row), first)) {
             rows.sort_by(|&a, &b| event_of(a).cmp(event_of(b)).then(a.cmp(&b)));
         }
-        for group in rows.chunk_by(|&a, &b| event_of(a) == event_of(b)) {
+        for group in rows.chunk_by(|&a, &b| same_text(event_of(a), event_of(b))) {
             let event_id = event_of(group[0]);
             let event = event_position(event_ids, offsets, factual, event_id).ok_or_else(|| {
                 let branch_id = columns.trace_id.value(group[0] as usize);
