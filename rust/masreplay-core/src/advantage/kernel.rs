@@ -1,0 +1,319 @@
+//! Rows -> advantages: rows are partitioned into groups, groups into strata, and each cell
+//! is normalised on its own. No sort and no hashing on the hot path: groups are dense codes,
+//! and when every group's rows are contiguous (the layout of GRPO rollouts) each group is a
+//! run handled in cache with its strata found through a per-thread stamp table; otherwise a
+//! counting sort gathers each group's rows first. Groups run in parallel (rayon), and every
+//! output depends only on its own group, so results are identical at any thread count.
+
+use rayon::prelude::*;
+
+use super::cell::{Cell, batch_std};
+use super::spec::{Compat, Estimator, Scale, Spec, invalid};
+use crate::error::Result;
+
+/// The rows to normalise: a value, a dense group code and optionally a dense stratum code
+/// and a length (token count; OPO's and REINFORCE++'s weights) per row.
+#[derive(Clone, Copy, Debug)]
+pub struct Rows<'a> {
+    pub values: &'a [f64],
+    pub groups: &'a [u32],
+    pub n_groups: usize,
+    pub strata: Option<(&'a [u32], usize)>,
+    pub lengths: Option<&'a [f64]>,
+}
+
+/// The element type of the advantages handed to a trainer.
+pub trait Output: Copy + Default + Send + Sync {
+    fn from_f64(x: f64) -> Self;
+    fn to_f64(self) -> f64;
+}
+
+impl Output for f64 {
+    fn from_f64(x: f64) -> Self {
+        x
+    }
+    fn to_f64(self) -> f64 {
+        self
+    }
+}
+
+impl Output for f32 {
+    fn from_f64(x: f64) -> Self {
+        x as f32
+    }
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+}
+
+/// Arbitrary integer keys -> dense codes `0..n`. A key range no wider than a few times the
+/// number of rows is used directly (code = key - min: no hashing); wider ranges are numbered
+/// in order of first appearance.
+pub fn dense_codes(keys: &[i64]) -> (Vec<u32>, usize) {
+    if keys.is_empty() {
+        return (Vec::new(), 0);
+    }
+    let (min, max) = keys
+        .par_chunks(1 << 16)
+        .map(|chunk| chunk.iter().fold((i64::MAX, i64::MIN), |(lo, hi), &k| (lo.min(k), hi.max(k))))
+        .reduce(|| (i64::MAX, i64::MIN), |a, b| (a.0.min(b.0), a.1.max(b.1)));
+    let span = (max as i128 - min as i128) as u128;
+    if span < (keys.len() as u128 * 4).max(1 << 16) {
+        let codes = keys.par_iter().map(|&k| (k as i128 - min as i128) as u32).collect();
+        return (codes, span as usize + 1);
+    }
+    let mut numbers: std::collections::HashMap<i64, u32, foldhash::fast::RandomState> = Default::default();
+    let codes = keys
+        .iter()
+        .map(|&k| {
+            let next = numbers.len() as u32;
+            *numbers.entry(k).or_insert(next)
+        })
+        .collect();
+    (codes, numbers.len())
+}
+
+/// How the rows of each group are found.
+enum Layout {
+    /// Each group's rows are one contiguous run: run `i` is `bounds[i]..bounds[i + 1]`.
+    Runs(Vec<usize>),
+    /// Rows gathered by group: group `g` holds `order[bounds[g]..bounds[g + 1]]`.
+    Gathered { bounds: Vec<usize>, order: Vec<u32> },
+}
+
+fn layout(groups: &[u32], n_groups: usize) -> Layout {
+    let n = groups.len();
+    let chunk = (n / (rayon::current_num_threads() * 4)).max(1 << 14);
+    let mut starts: Vec<usize> = (0..n.div_ceil(chunk))
+        .into_par_iter()
+        .flat_map_iter(|c| {
+            let (lo, hi) = (c * chunk, ((c + 1) * chunk).min(n));
+            (lo..hi).filter(|&i| i == 0 || groups[i] != groups[i - 1]).collect::<Vec<_>>()
+        })
+        .collect();
+    let mut seen = vec![false; n_groups];
+    let contiguous = starts.iter().all(|&s| !std::mem::replace(&mut seen[groups[s] as usize], true));
+    if contiguous {
+        starts.push(n);
+        return Layout::Runs(starts);
+    }
+    let mut bounds = vec![0usize; n_groups + 1];
+    for &g in groups {
+        bounds[g as usize + 1] += 1;
+    }
+    for g in 0..n_groups {
+        bounds[g + 1] += bounds[g];
+    }
+    let mut cursor = bounds.clone();
+    let mut order = vec![0u32; n];
+    for (row, &g) in groups.iter().enumerate() {
+        order[cursor[g as usize]] = row as u32;
+        cursor[g as usize] += 1;
+    }
+    Layout::Gathered { bounds, order }
+}
+
+/// Per-thread buffers: stratum code -> local cell, valid where `stamp` is `generation`.
+struct Scratch {
+    stamp: Vec<u32>,
+    local: Vec<u32>,
+    generation: u32,
+    cells: Vec<Cell>,
+    cell_of_row: Vec<u32>,
+}
+
+impl Scratch {
+    fn new(n_strata: usize) -> Self {
+        Scratch { stamp: vec![0; n_strata], local: vec![0; n_strata], generation: 0, cells: Vec::new(), cell_of_row: Vec::new() }
+    }
+
+    fn next_group(&mut self) {
+        self.generation = self.generation.wrapping_add(1);
+        if self.generation == 0 {
+            self.stamp.fill(0);
+            self.generation = 1;
+        }
+        self.cells.clear();
+        self.cell_of_row.clear();
+    }
+
+    fn cell_of(&mut self, stratum: u32) -> u32 {
+        let s = stratum as usize;
+        if self.stamp[s] != self.generation {
+            self.stamp[s] = self.generation;
+            self.local[s] = self.cells.len() as u32;
+            self.cells.push(Cell::default());
+        }
+        self.local[s]
+    }
+}
+
+/// Normalises the rows of one group; `row(k)` is the k-th row of the group and `out[k]` its
+/// advantage.
+fn normalize_group<T: Output>(
+    rows: &Rows,
+    row: impl Fn(usize) -> usize,
+    out: &mut [T],
+    scratch: &mut Scratch,
+    spec: &Spec,
+    batch_std: (f64, f32),
+) {
+    let length = |i: usize| rows.lengths.map_or(1.0, |l| l[i]);
+    let Some((strata, _)) = rows.strata else {
+        let mut cell = Cell::default();
+        for k in 0..out.len() {
+            let i = row(k);
+            let x = rows.values[i];
+            if !x.is_nan() {
+                cell.add(x, length(i));
+            }
+        }
+        cell.close_mean();
+        for k in 0..out.len() {
+            let x = rows.values[row(k)];
+            if !x.is_nan() {
+                cell.add_deviation(x);
+            }
+        }
+        cell.close_std(spec.compat);
+        for (k, slot) in out.iter_mut().enumerate() {
+            *slot = T::from_f64(cell.advantage(rows.values[row(k)], spec, batch_std));
+        }
+        return;
+    };
+    scratch.next_group();
+    for k in 0..out.len() {
+        let i = row(k);
+        let c = scratch.cell_of(strata[i]);
+        scratch.cell_of_row.push(c);
+        let x = rows.values[i];
+        if !x.is_nan() {
+            scratch.cells[c as usize].add(x, length(i));
+        }
+    }
+    scratch.cells.iter_mut().for_each(Cell::close_mean);
+    for k in 0..out.len() {
+        let x = rows.values[row(k)];
+        if !x.is_nan() {
+            scratch.cells[scratch.cell_of_row[k] as usize].add_deviation(x);
+        }
+    }
+    scratch.cells.iter_mut().for_each(|cell| cell.close_std(spec.compat));
+    for (k, slot) in out.iter_mut().enumerate() {
+        let cell = &scratch.cells[scratch.cell_of_row[k] as usize];
+        *slot = T::from_f64(cell.advantage(rows.values[row(k)], spec, batch_std));
+    }
+}
+
+/// Consecutive groups in blocks of about `target` rows: (first group, end group).
+fn blocks(bounds: &[usize], target: usize) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut first = 0;
+    for g in 0..bounds.len() - 1 {
+        if bounds[g + 1] - bounds[first] >= target {
+            out.push((first, g + 1));
+            first = g + 1;
+        }
+    }
+    if first < bounds.len() - 1 {
+        out.push((first, bounds.len() - 1));
+    }
+    out
+}
+
+/// Runs `normalize_group` over every group in parallel; `out` is in the order of `bounds`.
+fn run_groups<T: Output>(
+    rows: &Rows,
+    bounds: &[usize],
+    row_at: impl Fn(usize) -> usize + Sync,
+    out: &mut [T],
+    spec: &Spec,
+    batch_std: (f64, f32),
+) {
+    let target = (out.len() / (rayon::current_num_threads() * 8)).max(4096);
+    let mut pieces = Vec::new();
+    let mut rest = out;
+    for (first, end) in blocks(bounds, target) {
+        let (piece, tail) = rest.split_at_mut(bounds[end] - bounds[first]);
+        pieces.push((first, end, piece));
+        rest = tail;
+    }
+    let n_strata = rows.strata.map_or(0, |(_, n)| n);
+    pieces.into_par_iter().for_each_init(
+        || Scratch::new(n_strata),
+        |scratch, (first, end, piece)| {
+            let base = bounds[first];
+            for g in first..end {
+                let (lo, hi) = (bounds[g], bounds[g + 1]);
+                normalize_group(rows, |k| row_at(lo + k), &mut piece[lo - base..hi - base], scratch, spec, batch_std);
+            }
+        },
+    );
+}
+
+/// Advantages of `rows` under `spec`, one per row, in row order.
+pub fn normalize<T: Output>(rows: &Rows, spec: &Spec) -> Result<Vec<T>> {
+    let n = rows.values.len();
+    if rows.groups.len() != n {
+        return Err(invalid(format!("groups has {} entries for {n} values", rows.groups.len())));
+    }
+    if let Some(bad) = rows.groups.iter().find(|&&g| g as usize >= rows.n_groups) {
+        return Err(invalid(format!("group code {bad} out of range for {} groups", rows.n_groups)));
+    }
+    if let Some((strata, n_strata)) = rows.strata {
+        if strata.len() != n {
+            return Err(invalid(format!("strata has {} entries for {n} values", strata.len())));
+        }
+        if let Some(bad) = strata.iter().find(|&&s| s as usize >= n_strata) {
+            return Err(invalid(format!("stratum code {bad} out of range for {n_strata} strata")));
+        }
+    }
+    if let Some(lengths) = rows.lengths {
+        if lengths.len() != n {
+            return Err(invalid(format!("lengths has {} entries for {n} values", lengths.len())));
+        }
+        if lengths.iter().any(|l| !(l.is_finite() && *l >= 0.0)) {
+            return Err(invalid("lengths must be finite and >= 0".to_owned()));
+        }
+    }
+    if rows.values.iter().any(|x| x.is_infinite()) {
+        return Err(invalid("values must be finite (NaN marks a missing reward)".to_owned()));
+    }
+    let batch_std = if spec.scale == Scale::Batch { batch_std(rows.values, spec.compat) } else { (0.0, 0.0) };
+    let mut out = vec![T::default(); n];
+    match layout(rows.groups, rows.n_groups) {
+        Layout::Runs(bounds) => run_groups(rows, &bounds, |i| i, &mut out, spec, batch_std),
+        Layout::Gathered { bounds, order } => {
+            let mut gathered = vec![T::default(); n];
+            run_groups(rows, &bounds, |k| order[k] as usize, &mut gathered, spec, batch_std);
+            for (k, &row) in order.iter().enumerate() {
+                out[row as usize] = gathered[k];
+            }
+        }
+    }
+    if spec.estimator == Estimator::ReinforcePpBaseline && spec.compat != Compat::OpenRlhf {
+        whiten(&mut out, rows.values, rows.lengths);
+    }
+    Ok(out)
+}
+
+/// REINFORCE++'s batch whitening, weighted by length as verl's `masked_whiten` weighs every
+/// valid token: mean and unbiased variance over all tokens, `(a - mean) / sqrt(var + 1e-8)`.
+/// Rows with a NaN reward stay 0 and weigh nothing.
+fn whiten<T: Output>(out: &mut [T], values: &[f64], lengths: Option<&[f64]>) {
+    let weight = |i: usize| if values[i].is_nan() { 0.0 } else { lengths.map_or(1.0, |l| l[i]) };
+    let (total, weighted) =
+        (0..out.len()).fold((0.0, 0.0), |(t, s), i| (t + weight(i), s + weight(i) * out[i].to_f64()));
+    if total <= 1.0 {
+        return;
+    }
+    let mean = weighted / (total + 1e-8);
+    let squares: f64 = (0..out.len()).map(|i| weight(i) * (out[i].to_f64() - mean).powi(2)).sum();
+    let variance = squares / (total + 1e-8) * (total / (total - 1.0));
+    let scale = 1.0 / (variance + 1e-8).sqrt();
+    for (i, slot) in out.iter_mut().enumerate() {
+        if !values[i].is_nan() {
+            *slot = T::from_f64((slot.to_f64() - mean) * scale);
+        }
+    }
+}
