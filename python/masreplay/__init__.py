@@ -5,6 +5,7 @@ Traces are temporal event graphs kept whole in Arrow (one row per trace). Start 
 """
 
 from masreplay import convert, rewards, sim
+from masreplay.advantages import Advantages, advantages, event_rewards, graph_gae, graph_returns, group_normalize
 from masreplay._core import SCHEMA_VERSION
 from masreplay.batch import TraceBatch
 from masreplay.buffer import AddReport, GraphBuffer
@@ -22,6 +23,7 @@ from masreplay.orchestration import metrics
 __all__ = [
     "SCHEMA_VERSION",
     "AddReport",
+    "Advantages",
     "ConversionError",
     "DataFormatError",
     "GraphBuffer",
@@ -30,7 +32,12 @@ __all__ = [
     "StorageError",
     "TraceBatch",
     "TraceValidationError",
+    "advantages",
     "convert",
+    "event_rewards",
+    "graph_gae",
+    "graph_returns",
+    "group_normalize",
     "load_traces",
     "metrics",
     "rewards",

@@ -10,8 +10,8 @@
 //! - OpenRLHF: mean over the group's dim in fp32, `torch.std` unbiased (f64 Welford, fp32
 //!   result); a group of one divides by zero and gives NaN, as OpenRLHF does.
 //!
-//! Native conventions: a cell of one sample carries no comparison, so every estimator gives
-//! it 0; NaN rewards are left out of the statistics and get 0 (TRL's "unscorable").
+//! Native conventions: a cell of one sample, or of equal values, carries no comparison, so
+//! every estimator gives it 0 (exactly, whatever rounding does to the mean); NaN rewards are left out of the statistics and get 0 (TRL's "unscorable").
 
 use super::spec::{Compat, Estimator, Scale, Spec};
 
@@ -34,12 +34,22 @@ pub(crate) struct Cell {
     squares32: f32,
     std: f64,
     std32: f32,
+    /// Whether every value of the cell is the same (its advantages are then 0 natively,
+    /// whatever rounding did to the mean).
+    constant: bool,
+    first: f64,
 }
 
 impl Cell {
     /// First pass: one non-NaN value and its length (token count, or 1).
     #[inline]
     pub fn add(&mut self, x: f64, length: f64) {
+        if self.n == 0 {
+            self.first = x;
+            self.constant = true;
+        } else if x != self.first {
+            self.constant = false;
+        }
         self.n += 1;
         self.sum += x;
         self.sum32 += x as f32;
@@ -106,7 +116,7 @@ impl Cell {
     }
 
     fn native(&self, x: f64, spec: &Spec, batch_std: f64) -> f64 {
-        if self.n < 2 {
+        if self.n < 2 || self.constant {
             return 0.0;
         }
         let n = self.n as f64;

@@ -257,14 +257,14 @@ pub fn normalize<T: Output>(rows: &Rows, spec: &Spec) -> Result<Vec<T>> {
     if rows.groups.len() != n {
         return Err(invalid(format!("groups has {} entries for {n} values", rows.groups.len())));
     }
-    if let Some(bad) = rows.groups.iter().find(|&&g| g as usize >= rows.n_groups) {
+    if let Some(bad) = rows.groups.par_iter().find_any(|&&g| g as usize >= rows.n_groups) {
         return Err(invalid(format!("group code {bad} out of range for {} groups", rows.n_groups)));
     }
     if let Some((strata, n_strata)) = rows.strata {
         if strata.len() != n {
             return Err(invalid(format!("strata has {} entries for {n} values", strata.len())));
         }
-        if let Some(bad) = strata.iter().find(|&&s| s as usize >= n_strata) {
+        if let Some(bad) = strata.par_iter().find_any(|&&s| s as usize >= n_strata) {
             return Err(invalid(format!("stratum code {bad} out of range for {n_strata} strata")));
         }
     }
@@ -276,7 +276,7 @@ pub fn normalize<T: Output>(rows: &Rows, spec: &Spec) -> Result<Vec<T>> {
             return Err(invalid("lengths must be finite and >= 0".to_owned()));
         }
     }
-    if rows.values.iter().any(|x| x.is_infinite()) {
+    if rows.values.par_iter().any(|x| x.is_infinite()) {
         return Err(invalid("values must be finite (NaN marks a missing reward)".to_owned()));
     }
     let batch_std = if spec.scale == Scale::Batch { batch_std(rows.values, spec.compat) } else { (0.0, 0.0) };
