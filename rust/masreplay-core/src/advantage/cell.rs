@@ -1,7 +1,7 @@
 //! One normalisation cell (a group, or a group x stratum): its statistics, and each
 //! estimator's formula. Native arithmetic is f64; the trainer modes redo the trainer's own
-//! fp32 operations in its order, so their results are bit-for-bit the trainer's in the
-//! single-agent case:
+//! fp32 operations in torch's order (`torch_sum`), so their results are bit-for-bit the
+//! trainer's in the single-agent case:
 //! - verl: `torch.mean` (fp32 sum, then / n) and `torch.std` (unbiased; torch accumulates the
 //!   squared deviations from the fp32 mean in f64 and rounds the root to fp32); a group of
 //!   one has mean 0 and std 1, so GRPO gives `r / (1 + eps)` and RLOO gives `r`.
@@ -11,33 +11,31 @@
 //!   result); a group of one divides by zero and gives NaN, as OpenRLHF does.
 //!
 //! Native conventions: a cell of one sample, or of equal values, carries no comparison, so
-//! every estimator gives it 0 (exactly, whatever rounding does to the mean); NaN rewards are left out of the statistics and get 0 (TRL's "unscorable").
+//! every estimator gives it 0 (exactly, whatever rounding does to the mean); NaN rewards are
+//! left out of the statistics and get 0 (TRL's "unscorable").
 
 use super::spec::{Compat, Estimator, Scale, Spec};
+use super::torch_sum::torch_sum;
 
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Cell {
     pub n: u32,
     sum: f64,
-    sum32: f32,
     length_sum: f64,
     weighted_sum: f64,
-    weighted_sum32: f32,
-    length_sum32: f32,
     mean: f64,
-    mean32: f32,
-    /// Squared deviations from the f64 mean (native, OpenRLHF's Welford).
     m2: f64,
-    /// Squared deviations of the f32 values from the f32 mean, summed in f64 (torch.std).
-    m2_about_mean32: f64,
-    /// TRL's fp32 sum of fp32 squared deviations.
-    squares32: f32,
     std: f64,
-    std32: f32,
     /// Whether every value of the cell is the same (its advantages are then 0 natively,
     /// whatever rounding did to the mean).
     constant: bool,
     first: f64,
+    // The trainer modes' fp32 statistics (see `close_trainer`).
+    sum32: f32,
+    mean32: f32,
+    std32: f32,
+    weighted_sum32: f32,
+    length_sum32: f32,
 }
 
 impl Cell {
@@ -52,19 +50,14 @@ impl Cell {
         }
         self.n += 1;
         self.sum += x;
-        self.sum32 += x as f32;
         self.length_sum += length;
         self.weighted_sum += length * x;
-        self.length_sum32 += length as f32;
-        self.weighted_sum32 += length as f32 * x as f32;
     }
 
     /// Between the passes.
     #[inline]
     pub fn close_mean(&mut self) {
-        let n = self.n.max(1);
-        self.mean = self.sum / n as f64;
-        self.mean32 = self.sum32 / n as f32;
+        self.mean = self.sum / self.n.max(1) as f64;
     }
 
     /// Second pass: the same value again.
@@ -72,27 +65,39 @@ impl Cell {
     pub fn add_deviation(&mut self, x: f64) {
         let d = x - self.mean;
         self.m2 += d * d;
-        let d64 = (x as f32) as f64 - self.mean32 as f64;
-        self.m2_about_mean32 += d64 * d64;
-        let d32 = x as f32 - self.mean32;
-        self.squares32 += d32 * d32;
     }
 
     /// After the second pass.
     #[inline]
-    pub fn close_std(&mut self, compat: Compat) {
+    pub fn close_std(&mut self) {
+        self.std = if self.n < 2 { 0.0 } else { (self.m2 / (self.n - 1) as f64).sqrt() };
+    }
+
+    /// The trainer modes' statistics from the cell's values in row order (NaN included, as
+    /// the trainer's tensor holds them) and their lengths; `scratch` is a reusable buffer.
+    /// Call after the two native passes.
+    pub fn close_trainer(&mut self, values: &[f32], lengths: &[f32], compat: Compat, scratch: &mut Vec<f32>) {
         let n = self.n;
-        if n < 2 {
-            self.std = 0.0;
-            self.std32 = if compat == Compat::OpenRlhf { f32::NAN } else { 0.0 };
-            return;
-        }
-        self.std = (self.m2 / (n - 1) as f64).sqrt();
+        self.sum32 = torch_sum(values, true);
+        self.mean32 = self.sum32 / n.max(1) as f32;
+        scratch.clear();
+        scratch.extend(values.iter().zip(lengths).map(|(x, l)| l * x));
+        self.weighted_sum32 = torch_sum(scratch, true);
+        self.length_sum32 = torch_sum(lengths, false);
         self.std32 = match compat {
+            _ if n < 2 => {
+                if compat == Compat::OpenRlhf { f32::NAN } else { 0.0 }
+            }
             Compat::Native => self.std as f32,
-            Compat::Verl => (self.m2_about_mean32 / (n - 1) as f64).sqrt() as f32,
+            Compat::Verl => {
+                let mean = self.mean32 as f64;
+                let m2: f64 = values.iter().filter(|x| !x.is_nan()).map(|&x| (x as f64 - mean).powi(2)).sum();
+                (m2 / (n - 1) as f64).sqrt() as f32
+            }
             Compat::Trl => {
-                let mut variance = self.squares32 / n as f32;
+                scratch.clear();
+                scratch.extend(values.iter().map(|&x| (x - self.mean32) * (x - self.mean32)));
+                let mut variance = torch_sum(scratch, true) / n as f32;
                 variance *= n as f32 / (n - 1) as f32;
                 variance.sqrt()
             }
@@ -178,8 +183,8 @@ impl Cell {
     }
 }
 
-/// The standard deviation of every non-NaN value of the batch (TRL's `nanstd(rewards)` in
-/// fp32, unbiased f64 otherwise); 0 for fewer than two values.
+/// The standard deviation of every non-NaN value of the batch: TRL's `nanstd(rewards)` in
+/// fp32 for `Compat::Trl`, unbiased f64 otherwise; 0 for fewer than two values.
 pub(crate) fn batch_std(values: &[f64], compat: Compat) -> (f64, f32) {
     let mut cell = Cell::default();
     for &x in values.iter().filter(|x| !x.is_nan()) {
@@ -189,6 +194,11 @@ pub(crate) fn batch_std(values: &[f64], compat: Compat) -> (f64, f32) {
     for &x in values.iter().filter(|x| !x.is_nan()) {
         cell.add_deviation(x);
     }
-    cell.close_std(if compat == Compat::Trl { Compat::Trl } else { Compat::Native });
+    cell.close_std();
+    if compat == Compat::Trl {
+        let values32: Vec<f32> = values.iter().map(|&x| x as f32).collect();
+        let ones = vec![1f32; values32.len()];
+        cell.close_trainer(&values32, &ones, Compat::Trl, &mut Vec::new());
+    }
     (cell.std, cell.std32)
 }

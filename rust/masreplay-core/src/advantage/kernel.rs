@@ -120,11 +120,27 @@ struct Scratch {
     generation: u32,
     cells: Vec<Cell>,
     cell_of_row: Vec<u32>,
+    /// The trainer modes: the group's rows by cell (`cell_bounds`), their fp32 values and
+    /// lengths in that order, and a buffer.
+    cell_bounds: Vec<usize>,
+    values32: Vec<f32>,
+    lengths32: Vec<f32>,
+    buffer: Vec<f32>,
 }
 
 impl Scratch {
     fn new(n_strata: usize) -> Self {
-        Scratch { stamp: vec![0; n_strata], local: vec![0; n_strata], generation: 0, cells: Vec::new(), cell_of_row: Vec::new() }
+        Scratch {
+            stamp: vec![0; n_strata],
+            local: vec![0; n_strata],
+            generation: 0,
+            cells: Vec::new(),
+            cell_of_row: Vec::new(),
+            cell_bounds: Vec::new(),
+            values32: Vec::new(),
+            lengths32: Vec::new(),
+            buffer: Vec::new(),
+        }
     }
 
     fn next_group(&mut self) {
@@ -146,6 +162,37 @@ impl Scratch {
         }
         self.local[s]
     }
+
+    /// The trainer modes' fp32 statistics of every cell, from its rows in row order.
+    fn close_trainer(&mut self, rows: &Rows, row: &impl Fn(usize) -> usize, compat: Compat) {
+        let n_cells = self.cells.len();
+        self.cell_bounds.clear();
+        self.cell_bounds.resize(n_cells + 1, 0);
+        for &c in &self.cell_of_row {
+            self.cell_bounds[c as usize + 1] += 1;
+        }
+        for c in 0..n_cells {
+            self.cell_bounds[c + 1] += self.cell_bounds[c];
+        }
+        let total = self.cell_of_row.len();
+        self.values32.clear();
+        self.values32.resize(total, 0.0);
+        self.lengths32.clear();
+        self.lengths32.resize(total, 0.0);
+        let mut cursor = self.cell_bounds.clone();
+        for (k, &c) in self.cell_of_row.iter().enumerate() {
+            let i = row(k);
+            let slot = cursor[c as usize];
+            self.values32[slot] = rows.values[i] as f32;
+            self.lengths32[slot] = rows.lengths.map_or(1.0, |l| l[i] as f32);
+            cursor[c as usize] += 1;
+        }
+        for c in 0..n_cells {
+            let range = self.cell_bounds[c]..self.cell_bounds[c + 1];
+            let (values, lengths) = (&self.values32[range.clone()], &self.lengths32[range]);
+            self.cells[c].close_trainer(values, lengths, compat, &mut self.buffer);
+        }
+    }
 }
 
 /// Normalises the rows of one group; `row(k)` is the k-th row of the group and `out[k]` its
@@ -159,32 +206,14 @@ fn normalize_group<T: Output>(
     batch_std: (f64, f32),
 ) {
     let length = |i: usize| rows.lengths.map_or(1.0, |l| l[i]);
-    let Some((strata, _)) = rows.strata else {
-        let mut cell = Cell::default();
-        for k in 0..out.len() {
-            let i = row(k);
-            let x = rows.values[i];
-            if !x.is_nan() {
-                cell.add(x, length(i));
-            }
-        }
-        cell.close_mean();
-        for k in 0..out.len() {
-            let x = rows.values[row(k)];
-            if !x.is_nan() {
-                cell.add_deviation(x);
-            }
-        }
-        cell.close_std(spec.compat);
-        for (k, slot) in out.iter_mut().enumerate() {
-            *slot = T::from_f64(cell.advantage(rows.values[row(k)], spec, batch_std));
-        }
-        return;
-    };
     scratch.next_group();
     for k in 0..out.len() {
         let i = row(k);
-        let c = scratch.cell_of(strata[i]);
+        let c = match rows.strata {
+            Some((strata, _)) => scratch.cell_of(strata[i]),
+            None if k == 0 => scratch.cell_of(0),
+            None => 0,
+        };
         scratch.cell_of_row.push(c);
         let x = rows.values[i];
         if !x.is_nan() {
@@ -198,7 +227,10 @@ fn normalize_group<T: Output>(
             scratch.cells[scratch.cell_of_row[k] as usize].add_deviation(x);
         }
     }
-    scratch.cells.iter_mut().for_each(|cell| cell.close_std(spec.compat));
+    scratch.cells.iter_mut().for_each(Cell::close_std);
+    if spec.compat != Compat::Native {
+        scratch.close_trainer(rows, &row, spec.compat);
+    }
     for (k, slot) in out.iter_mut().enumerate() {
         let cell = &scratch.cells[scratch.cell_of_row[k] as usize];
         *slot = T::from_f64(cell.advantage(rows.values[row(k)], spec, batch_std));
@@ -238,7 +270,7 @@ fn run_groups<T: Output>(
         pieces.push((first, end, piece));
         rest = tail;
     }
-    let n_strata = rows.strata.map_or(0, |(_, n)| n);
+    let n_strata = rows.strata.map_or(1, |(_, n)| n.max(1));
     pieces.into_par_iter().for_each_init(
         || Scratch::new(n_strata),
         |scratch, (first, end, piece)| {

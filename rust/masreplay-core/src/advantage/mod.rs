@@ -17,6 +17,7 @@ pub mod kernel;
 pub mod returns;
 pub mod spec;
 pub mod strata;
+mod torch_sum;
 mod trace_graph;
 pub mod weights;
 
