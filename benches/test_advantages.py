@@ -140,7 +140,8 @@ def test_grpo_trl(rows, grpo_data, measure, missing_anchor):
         std = utils.nanstd(rewards.view(-1, GROUP), dim=1).repeat_interleave(GROUP, dim=0)
         return torch.nan_to_num((rewards - mean) / (std + 1e-4), nan=0.0)
 
-    _agree("TRL", masreplay.group_normalize(values, groups, compat="trl"), trl_group_normalisation().numpy(), exact=True)
+    # bit for bit but for torch's fp32 sqrt (MKL, not correctly rounded: 1 ulp on some values)
+    _agree("TRL", masreplay.group_normalize(values, groups, compat="trl"), trl_group_normalisation().numpy())
     measure(trl_group_normalisation, data=grpo_data, side="TRL GRPOTrainer lines (torch, 1 thread)", rounds=10, unit="ms")
 
 

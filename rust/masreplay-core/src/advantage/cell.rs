@@ -6,7 +6,9 @@
 //!   squared deviations from the fp32 mean in f64 and rounds the root to fp32); a group of
 //!   one has mean 0 and std 1, so GRPO gives `r / (1 + eps)` and RLOO gives `r`.
 //! - TRL: `nanmean` and TRL's `nanstd` (fp32 mean of squared deviations times n/(n-1)); a
-//!   group of one has std 0, so its advantage is 0; NaN rewards are left out and get 0.
+//!   group of one has std 0, so its advantage is 0; NaN rewards are left out and get 0. The
+//!   one step not reproduced is torch's fp32 `sqrt`, which in MKL builds is not correctly
+//!   rounded (1 ulp off for some inputs); masreplay's is.
 //! - OpenRLHF: mean over the group's dim in fp32, `torch.std` unbiased (f64 Welford, fp32
 //!   result); a group of one divides by zero and gives NaN, as OpenRLHF does.
 //!
@@ -127,8 +129,9 @@ impl Cell {
         let n = self.n as f64;
         match spec.estimator {
             Estimator::Grpo => match spec.scale {
-                Scale::Group => (x - self.mean) / (self.std + spec.eps),
-                Scale::Batch => (x - self.mean) / (batch_std + spec.eps),
+                // By the reciprocal, as the small-group path computes it (same rounding).
+                Scale::Group => (x - self.mean) * (1.0 / (self.std + spec.eps)),
+                Scale::Batch => (x - self.mean) * (1.0 / (batch_std + spec.eps)),
                 Scale::None => x - self.mean,
             },
             Estimator::Rloo => x - (self.sum - x) / (n - 1.0),

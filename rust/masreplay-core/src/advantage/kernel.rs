@@ -195,6 +195,87 @@ impl Scratch {
     }
 }
 
+/// Groups of at most this many rows, with at most `SMALL_CELLS` cells, take the small path.
+const SMALL_ROWS: usize = 64;
+const SMALL_CELLS: usize = 16;
+
+/// The hot case of GRPO training (native GRPO or RLOO, small groups): the group's values,
+/// cells and statistics live in stack arrays, cells are found by a linear scan of at most 16
+/// keys, and nothing is allocated. Returns false (having written nothing) when the group has
+/// too many cells; the general path then handles it.
+#[inline]
+fn normalize_small_group<T: Output>(rows: &Rows, row: &impl Fn(usize) -> usize, out: &mut [T], spec: &Spec, batch_std: f64) -> bool {
+    let len = out.len();
+    let mut xs = [0f64; SMALL_ROWS];
+    let mut cell_of = [0u8; SMALL_ROWS];
+    let mut keys = [0u32; SMALL_CELLS];
+    let mut n = [0u32; SMALL_CELLS];
+    let mut sum = [0f64; SMALL_CELLS];
+    let mut first = [0f64; SMALL_CELLS];
+    let mut constant = [true; SMALL_CELLS];
+    let mut cells = 0usize;
+    for k in 0..len {
+        let i = row(k);
+        let key = rows.strata.map_or(0, |(strata, _)| strata[i]);
+        let c = match keys[..cells].iter().position(|&existing| existing == key) {
+            Some(c) => c,
+            None if cells == SMALL_CELLS => return false,
+            None => {
+                keys[cells] = key;
+                cells += 1;
+                cells - 1
+            }
+        };
+        let x = rows.values[i];
+        xs[k] = x;
+        cell_of[k] = c as u8;
+        if !x.is_nan() {
+            if n[c] == 0 {
+                first[c] = x;
+            } else if x != first[c] {
+                constant[c] = false;
+            }
+            n[c] += 1;
+            sum[c] += x;
+        }
+    }
+    let mut mean = [0f64; SMALL_CELLS];
+    for c in 0..cells {
+        mean[c] = sum[c] / n[c].max(1) as f64;
+    }
+    let mut m2 = [0f64; SMALL_CELLS];
+    for k in 0..len {
+        let x = xs[k];
+        if !x.is_nan() {
+            let c = cell_of[k] as usize;
+            m2[c] += (x - mean[c]) * (x - mean[c]);
+        }
+    }
+    let mut scale = [0f64; SMALL_CELLS];
+    for c in 0..cells {
+        let std = if n[c] < 2 { 0.0 } else { (m2[c] / (n[c] - 1) as f64).sqrt() };
+        scale[c] = match spec.scale {
+            Scale::Group => 1.0 / (std + spec.eps),
+            Scale::Batch => 1.0 / (batch_std + spec.eps),
+            Scale::None => 1.0,
+        };
+    }
+    for k in 0..len {
+        let (x, c) = (xs[k], cell_of[k] as usize);
+        let value = if x.is_nan() || n[c] < 2 || constant[c] {
+            0.0
+        } else if spec.estimator == Estimator::Rloo {
+            x - (sum[c] - x) / (n[c] - 1) as f64
+        } else if spec.scale == Scale::None {
+            x - mean[c]
+        } else {
+            (x - mean[c]) * scale[c]
+        };
+        out[k] = T::from_f64(value);
+    }
+    true
+}
+
 /// Normalises the rows of one group; `row(k)` is the k-th row of the group and `out[k]` its
 /// advantage.
 fn normalize_group<T: Output>(
@@ -205,6 +286,10 @@ fn normalize_group<T: Output>(
     spec: &Spec,
     batch_std: (f64, f32),
 ) {
+    let small = spec.compat == Compat::Native && matches!(spec.estimator, Estimator::Grpo | Estimator::Rloo);
+    if small && out.len() <= SMALL_ROWS && normalize_small_group(rows, &row, out, spec, batch_std.0) {
+        return;
+    }
     let length = |i: usize| rows.lengths.map_or(1.0, |l| l[i]);
     scratch.next_group();
     for k in 0..out.len() {
