@@ -212,3 +212,13 @@ def test_openrlhf_group_norm_and_rloo_with_torch():
     baseline = (rewards.sum(-1, keepdim=True) - rewards) / (4 - 1)
     ours = masreplay.group_normalize(rewards.flatten().numpy(), groups, estimator="rloo", compat="openrlhf")
     assert torch.equal(torch.from_numpy(ours), (rewards - baseline).flatten())
+
+
+def test_torch_loop_example_runs(capsys):
+    _need("torch", "torch")
+    import runpy
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "torch_loop.py"
+    runpy.run_path(str(example), run_name="__main__")
+    assert capsys.readouterr().out.count("loss") == 5
