@@ -115,6 +115,28 @@ def test_scattered_groups_equal_contiguous_groups():
     np.testing.assert_allclose(scattered, contiguous[order], rtol=1e-12, atol=1e-15)
 
 
+@pytest.mark.parametrize("group_size, n_strata", [(8, 3), (40, 30), (64, 64), (100, 20)])
+def test_every_layout_and_group_size_agrees_with_the_definition(group_size, n_strata):
+    rng = np.random.default_rng(group_size)
+    n = group_size * 12
+    values = rng.normal(size=n).round(2)
+    groups = np.repeat(np.arange(12) * 3 - 5, group_size)  # sorted labels, not 0-based
+    strata = rng.integers(0, n_strata, size=n) * 7
+    expected = np.zeros(n)
+    for key in set(zip(groups.tolist(), strata.tolist(), strict=True)):
+        cell = (groups == key[0]) & (strata == key[1])
+        expected[cell] = _grpo(values[cell])
+    for order in (np.arange(n), rng.permutation(n), np.arange(n)[::-1]):
+        out = masreplay.group_normalize(values[order], groups[order], strata=strata[order], dtype="float64")
+        np.testing.assert_allclose(out, expected[order], rtol=1e-10, atol=1e-12)
+        rloo = masreplay.group_normalize(values[order], groups[order], estimator="rloo", dtype="float64")
+        by_group = np.zeros(n)
+        for g in np.unique(groups):
+            cell = groups == g
+            by_group[cell] = values[cell] - (values[cell].sum() - values[cell]) / (cell.sum() - 1)
+        np.testing.assert_allclose(rloo, by_group[order], rtol=1e-10, atol=1e-12)
+
+
 def test_labels_of_any_kind_and_wide_integer_keys():
     values = [1.0, 0.0, 2.0, 2.0]
     by_text = masreplay.group_normalize(values, ["a", "a", "b", "b"], dtype="float64")

@@ -3,7 +3,7 @@
 
 use masreplay_core::MasreplayError;
 use masreplay_core::advantage::{
-    self, BatchOptions, Compat, Estimator, Output, ReturnKind, Rows, Scale, Spec, Stratum, Unit, dense_codes,
+    self, BatchOptions, Compat, Estimator, Output, ReturnKind, Scale, Spec, Stratum, Unit, dense_codes,
 };
 use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1};
 use pyo3::prelude::*;
@@ -55,16 +55,11 @@ pub fn group_normalize<'py>(
         return Err(crate::errors::to_py(py, MasreplayError::InvalidArgument(message)));
     }
     let run = || -> Result<Result<Vec<f32>, Vec<f64>>, MasreplayError> {
-        let (group_codes, n_groups) = dense_codes(groups);
-        let strata_codes = strata.map(dense_codes);
-        let rows = Rows {
-            values,
-            groups: &group_codes,
-            n_groups,
-            strata: strata_codes.as_ref().map(|(codes, n)| (codes.as_slice(), *n)),
-            lengths,
-        };
-        Ok(if float32 { Ok(advantage::normalize::<f32>(&rows, &spec)?) } else { Err(advantage::normalize::<f64>(&rows, &spec)?) })
+        Ok(if float32 {
+            Ok(advantage::normalize_labels::<f32>(values, groups, strata, lengths, &spec)?)
+        } else {
+            Err(advantage::normalize_labels::<f64>(values, groups, strata, lengths, &spec)?)
+        })
     };
     Ok(match py.detach(run).or_raise(py)? {
         Ok(single) => to_numpy(py, single),

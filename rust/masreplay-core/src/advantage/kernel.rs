@@ -195,20 +195,52 @@ impl Scratch {
     }
 }
 
-/// Groups of at most this many rows, with at most `SMALL_CELLS` cells, take the small path.
+/// Groups of at most this many rows take the small path (and can hold as many cells).
 const SMALL_ROWS: usize = 64;
-const SMALL_CELLS: usize = 16;
+const SMALL_CELLS: usize = SMALL_ROWS;
 
-/// The hot case of GRPO training (native GRPO or RLOO, small groups): the group's values,
-/// cells and statistics live in stack arrays, cells are found by a linear scan of at most 16
-/// keys, and nothing is allocated. Returns false (having written nothing) when the group has
-/// too many cells; the general path then handles it.
+/// The stratum of each row as the small path reads it: dense codes, or the caller's own
+/// labels (the small path compares them and never needs them dense).
+#[derive(Clone, Copy)]
+enum Labels<'a> {
+    None,
+    Dense(&'a [u32]),
+    Raw(&'a [i64]),
+}
+
+impl Labels<'_> {
+    #[inline]
+    fn at(self, i: usize) -> i64 {
+        match self {
+            Labels::None => 0,
+            Labels::Dense(codes) => codes[i] as i64,
+            Labels::Raw(labels) => labels[i],
+        }
+    }
+}
+
+/// Whether `spec` is computed by the small path.
+fn small_path(spec: &Spec) -> bool {
+    spec.compat == Compat::Native && matches!(spec.estimator, Estimator::Grpo | Estimator::Rloo)
+}
+
+/// The hot case of GRPO training (native GRPO or RLOO, groups of at most 64 rows): the
+/// group's values, cells and statistics live in stack arrays, cells are found by a linear
+/// scan of the keys seen so far, and nothing is allocated.
 #[inline]
-fn normalize_small_group<T: Output>(rows: &Rows, row: &impl Fn(usize) -> usize, out: &mut [T], spec: &Spec, batch_std: f64) -> bool {
+fn normalize_small_group<T: Output>(
+    rows: &Rows,
+    labels: Labels,
+    row: &impl Fn(usize) -> usize,
+    out: &mut [T],
+    spec: &Spec,
+    batch_std: f64,
+) {
     let len = out.len();
+    debug_assert!(len <= SMALL_ROWS);
     let mut xs = [0f64; SMALL_ROWS];
     let mut cell_of = [0u8; SMALL_ROWS];
-    let mut keys = [0u32; SMALL_CELLS];
+    let mut keys = [0i64; SMALL_CELLS];
     let mut n = [0u32; SMALL_CELLS];
     let mut sum = [0f64; SMALL_CELLS];
     let mut first = [0f64; SMALL_CELLS];
@@ -216,10 +248,9 @@ fn normalize_small_group<T: Output>(rows: &Rows, row: &impl Fn(usize) -> usize, 
     let mut cells = 0usize;
     for k in 0..len {
         let i = row(k);
-        let key = rows.strata.map_or(0, |(strata, _)| strata[i]);
+        let key = labels.at(i);
         let c = match keys[..cells].iter().position(|&existing| existing == key) {
             Some(c) => c,
-            None if cells == SMALL_CELLS => return false,
             None => {
                 keys[cells] = key;
                 cells += 1;
@@ -273,22 +304,21 @@ fn normalize_small_group<T: Output>(rows: &Rows, row: &impl Fn(usize) -> usize, 
         };
         out[k] = T::from_f64(value);
     }
-    true
 }
 
 /// Normalises the rows of one group; `row(k)` is the k-th row of the group and `out[k]` its
 /// advantage.
 fn normalize_group<T: Output>(
     rows: &Rows,
+    labels: Labels,
     row: impl Fn(usize) -> usize,
     out: &mut [T],
     scratch: &mut Scratch,
     spec: &Spec,
     batch_std: (f64, f32),
 ) {
-    let small = spec.compat == Compat::Native && matches!(spec.estimator, Estimator::Grpo | Estimator::Rloo);
-    if small && out.len() <= SMALL_ROWS && normalize_small_group(rows, &row, out, spec, batch_std.0) {
-        return;
+    if small_path(spec) && out.len() <= SMALL_ROWS {
+        return normalize_small_group(rows, labels, &row, out, spec, batch_std.0);
     }
     let length = |i: usize| rows.lengths.map_or(1.0, |l| l[i]);
     scratch.next_group();
@@ -341,6 +371,7 @@ fn blocks(bounds: &[usize], target: usize) -> Vec<(usize, usize)> {
 /// Runs `normalize_group` over every group in parallel; `out` is in the order of `bounds`.
 fn run_groups<T: Output>(
     rows: &Rows,
+    labels: Labels,
     bounds: &[usize],
     row_at: impl Fn(usize) -> usize + Sync,
     out: &mut [T],
@@ -362,10 +393,47 @@ fn run_groups<T: Output>(
             let base = bounds[first];
             for g in first..end {
                 let (lo, hi) = (bounds[g], bounds[g + 1]);
-                normalize_group(rows, |k| row_at(lo + k), &mut piece[lo - base..hi - base], scratch, spec, batch_std);
+                let out = &mut piece[lo - base..hi - base];
+                normalize_group(rows, labels, |k| row_at(lo + k), out, scratch, spec, batch_std);
             }
         },
     );
+}
+
+fn check_values(values: &[f64], lengths: Option<&[f64]>) -> Result<()> {
+    if let Some(lengths) = lengths {
+        if lengths.len() != values.len() {
+            return Err(invalid(format!("lengths has {} entries for {} values", lengths.len(), values.len())));
+        }
+        if lengths.iter().any(|l| !(l.is_finite() && *l >= 0.0)) {
+            return Err(invalid("lengths must be finite and >= 0".to_owned()));
+        }
+    }
+    if values.par_iter().any(|x| x.is_infinite()) {
+        return Err(invalid("values must be finite (NaN marks a missing reward)".to_owned()));
+    }
+    Ok(())
+}
+
+/// Normalises every group given its layout; REINFORCE++'s batch whitening last.
+fn normalize_layout<T: Output>(rows: &Rows, labels: Labels, layout: Layout, spec: &Spec) -> Vec<T> {
+    let n = rows.values.len();
+    let batch_std = if spec.scale == Scale::Batch { batch_std(rows.values, spec.compat) } else { (0.0, 0.0) };
+    let mut out = vec![T::default(); n];
+    match layout {
+        Layout::Runs(bounds) => run_groups(rows, labels, &bounds, |i| i, &mut out, spec, batch_std),
+        Layout::Gathered { bounds, order } => {
+            let mut gathered = vec![T::default(); n];
+            run_groups(rows, labels, &bounds, |k| order[k] as usize, &mut gathered, spec, batch_std);
+            for (k, &row) in order.iter().enumerate() {
+                out[row as usize] = gathered[k];
+            }
+        }
+    }
+    if spec.estimator == Estimator::ReinforcePpBaseline && spec.compat != Compat::OpenRlhf {
+        whiten(&mut out, rows.values, rows.lengths);
+    }
+    out
 }
 
 /// Advantages of `rows` under `spec`, one per row, in row order.
@@ -385,33 +453,72 @@ pub fn normalize<T: Output>(rows: &Rows, spec: &Spec) -> Result<Vec<T>> {
             return Err(invalid(format!("stratum code {bad} out of range for {n_strata} strata")));
         }
     }
-    if let Some(lengths) = rows.lengths {
-        if lengths.len() != n {
-            return Err(invalid(format!("lengths has {} entries for {n} values", lengths.len())));
-        }
-        if lengths.iter().any(|l| !(l.is_finite() && *l >= 0.0)) {
-            return Err(invalid("lengths must be finite and >= 0".to_owned()));
-        }
-    }
-    if rows.values.par_iter().any(|x| x.is_infinite()) {
-        return Err(invalid("values must be finite (NaN marks a missing reward)".to_owned()));
-    }
-    let batch_std = if spec.scale == Scale::Batch { batch_std(rows.values, spec.compat) } else { (0.0, 0.0) };
-    let mut out = vec![T::default(); n];
-    match layout(rows.groups, rows.n_groups) {
-        Layout::Runs(bounds) => run_groups(rows, &bounds, |i| i, &mut out, spec, batch_std),
-        Layout::Gathered { bounds, order } => {
-            let mut gathered = vec![T::default(); n];
-            run_groups(rows, &bounds, |k| order[k] as usize, &mut gathered, spec, batch_std);
-            for (k, &row) in order.iter().enumerate() {
-                out[row as usize] = gathered[k];
+    check_values(rows.values, rows.lengths)?;
+    let labels = rows.strata.map_or(Labels::None, |(codes, _)| Labels::Dense(codes));
+    Ok(normalize_layout(rows, labels, layout(rows.groups, rows.n_groups), spec))
+}
+
+/// Run boundaries of labels sorted ascending (each group one contiguous run, in order: the
+/// layout of GRPO rollouts), or None when the labels are not sorted.
+fn sorted_runs(labels: &[i64]) -> Option<Vec<usize>> {
+    let n = labels.len();
+    let chunk = (n / (rayon::current_num_threads() * 4)).max(1 << 14);
+    let parts: Vec<Option<Vec<usize>>> = (0..n.div_ceil(chunk))
+        .into_par_iter()
+        .map(|c| {
+            let mut starts = Vec::new();
+            for i in c * chunk..((c + 1) * chunk).min(n) {
+                if i == 0 || labels[i] != labels[i - 1] {
+                    if i > 0 && labels[i] < labels[i - 1] {
+                        return None;
+                    }
+                    starts.push(i);
+                }
             }
-        }
+            Some(starts)
+        })
+        .collect();
+    let mut bounds: Vec<usize> = parts.into_iter().collect::<Option<Vec<_>>>()?.concat();
+    bounds.push(n);
+    Some(bounds)
+}
+
+/// Advantages of rows labelled by the caller: any int64 group labels (grouping by value)
+/// and optional int64 stratum labels. Labels sorted ascending, as GRPO rollouts of one prompt
+/// come, are read in place (no renumbering, no gathering); others are renumbered first.
+pub fn normalize_labels<T: Output>(
+    values: &[f64],
+    groups: &[i64],
+    strata: Option<&[i64]>,
+    lengths: Option<&[f64]>,
+    spec: &Spec,
+) -> Result<Vec<T>> {
+    let n = values.len();
+    if groups.len() != n {
+        return Err(invalid(format!("groups has {} entries for {n} values", groups.len())));
     }
-    if spec.estimator == Estimator::ReinforcePpBaseline && spec.compat != Compat::OpenRlhf {
-        whiten(&mut out, rows.values, rows.lengths);
+    if strata.is_some_and(|s| s.len() != n) {
+        return Err(invalid(format!("strata has {} entries for {n} values", strata.map_or(0, <[i64]>::len))));
     }
-    Ok(out)
+    check_values(values, lengths)?;
+    let sorted = sorted_runs(groups);
+    let longest = sorted.as_ref().map_or(usize::MAX, |b| b.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0));
+    if let (Some(bounds), true) = (sorted, small_path(spec) && longest <= SMALL_ROWS) {
+        // Every group takes the small path, which reads the labels as they are.
+        let rows = Rows { values, groups: &[], n_groups: 0, strata: None, lengths };
+        let labels = strata.map_or(Labels::None, Labels::Raw);
+        return Ok(normalize_layout(&rows, labels, Layout::Runs(bounds), spec));
+    }
+    let (group_codes, n_groups) = dense_codes(groups);
+    let strata_codes = strata.map(dense_codes);
+    let rows = Rows {
+        values,
+        groups: &group_codes,
+        n_groups,
+        strata: strata_codes.as_ref().map(|(codes, count)| (codes.as_slice(), *count)),
+        lengths,
+    };
+    normalize(&rows, spec)
 }
 
 /// REINFORCE++'s batch whitening, weighted by length as verl's `masked_whiten` weighs every

@@ -22,7 +22,7 @@ mod trace_graph;
 pub mod weights;
 
 pub use batch::{BatchAdvantages, BatchOptions, Unit, batch_advantages, trace_channel};
-pub use kernel::{Output, Rows, dense_codes, normalize};
+pub use kernel::{Output, Rows, dense_codes, normalize, normalize_labels};
 pub use returns::{ReturnKind, graph_gae, graph_returns};
 pub use spec::{Compat, Estimator, Scale, Spec};
 pub use strata::{Stratum, strata_codes};
