@@ -126,6 +126,7 @@ struct Scratch {
     values32: Vec<f32>,
     lengths32: Vec<f32>,
     buffer: Vec<f32>,
+    small: Box<Small>,
 }
 
 impl Scratch {
@@ -140,6 +141,7 @@ impl Scratch {
             values32: Vec::new(),
             lengths32: Vec::new(),
             buffer: Vec::new(),
+            small: Small::new(),
         }
     }
 
@@ -224,8 +226,38 @@ fn small_path(spec: &Spec) -> bool {
     spec.compat == Compat::Native && matches!(spec.estimator, Estimator::Grpo | Estimator::Rloo)
 }
 
-/// The hot case of GRPO training (native GRPO or RLOO, groups of at most 64 rows): the
-/// group's values, cells and statistics live in stack arrays, cells are found by a linear
+/// The small path's per-cell statistics, kept per thread: only the cells a group uses are
+/// reset, so a group of 8 rows touches a few cache lines, not kilobytes of fresh arrays.
+struct Small {
+    xs: [f64; SMALL_ROWS],
+    cell_of: [u8; SMALL_ROWS],
+    keys: [i64; SMALL_CELLS],
+    n: [u32; SMALL_CELLS],
+    sum: [f64; SMALL_CELLS],
+    first: [f64; SMALL_CELLS],
+    constant: [bool; SMALL_CELLS],
+    mean: [f64; SMALL_CELLS],
+    m2: [f64; SMALL_CELLS],
+}
+
+impl Small {
+    fn new() -> Box<Self> {
+        Box::new(Small {
+            xs: [0.0; SMALL_ROWS],
+            cell_of: [0; SMALL_ROWS],
+            keys: [0; SMALL_CELLS],
+            n: [0; SMALL_CELLS],
+            sum: [0.0; SMALL_CELLS],
+            first: [0.0; SMALL_CELLS],
+            constant: [true; SMALL_CELLS],
+            mean: [0.0; SMALL_CELLS],
+            m2: [0.0; SMALL_CELLS],
+        })
+    }
+}
+
+/// The hot case of GRPO training (native GRPO or RLOO, groups of at most 64 rows): values,
+/// cells and statistics live in the thread's [`Small`] arrays, cells are found by a linear
 /// scan of the keys seen so far, and nothing is allocated.
 #[inline]
 fn normalize_small_group<T: Output>(
@@ -233,74 +265,70 @@ fn normalize_small_group<T: Output>(
     labels: Labels,
     row: &impl Fn(usize) -> usize,
     out: &mut [T],
+    small: &mut Small,
     spec: &Spec,
     batch_std: f64,
 ) {
     let len = out.len();
     debug_assert!(len <= SMALL_ROWS);
-    let mut xs = [0f64; SMALL_ROWS];
-    let mut cell_of = [0u8; SMALL_ROWS];
-    let mut keys = [0i64; SMALL_CELLS];
-    let mut n = [0u32; SMALL_CELLS];
-    let mut sum = [0f64; SMALL_CELLS];
-    let mut first = [0f64; SMALL_CELLS];
-    let mut constant = [true; SMALL_CELLS];
     let mut cells = 0usize;
     for k in 0..len {
         let i = row(k);
         let key = labels.at(i);
-        let c = match keys[..cells].iter().position(|&existing| existing == key) {
+        let c = match small.keys[..cells].iter().position(|&existing| existing == key) {
             Some(c) => c,
             None => {
-                keys[cells] = key;
+                small.keys[cells] = key;
+                small.n[cells] = 0;
+                small.sum[cells] = 0.0;
+                small.m2[cells] = 0.0;
+                small.constant[cells] = true;
                 cells += 1;
                 cells - 1
             }
         };
         let x = rows.values[i];
-        xs[k] = x;
-        cell_of[k] = c as u8;
+        small.xs[k] = x;
+        small.cell_of[k] = c as u8;
         if !x.is_nan() {
-            if n[c] == 0 {
-                first[c] = x;
-            } else if x != first[c] {
-                constant[c] = false;
+            if small.n[c] == 0 {
+                small.first[c] = x;
+            } else if x != small.first[c] {
+                small.constant[c] = false;
             }
-            n[c] += 1;
-            sum[c] += x;
+            small.n[c] += 1;
+            small.sum[c] += x;
         }
     }
-    let mut mean = [0f64; SMALL_CELLS];
     for c in 0..cells {
-        mean[c] = sum[c] / n[c].max(1) as f64;
+        small.mean[c] = small.sum[c] / small.n[c].max(1) as f64;
     }
-    let mut m2 = [0f64; SMALL_CELLS];
     for k in 0..len {
-        let x = xs[k];
+        let x = small.xs[k];
         if !x.is_nan() {
-            let c = cell_of[k] as usize;
-            m2[c] += (x - mean[c]) * (x - mean[c]);
+            let c = small.cell_of[k] as usize;
+            small.m2[c] += (x - small.mean[c]) * (x - small.mean[c]);
         }
     }
-    let mut scale = [0f64; SMALL_CELLS];
+    // m2 becomes the factor each cell's deviations are multiplied by.
     for c in 0..cells {
-        let std = if n[c] < 2 { 0.0 } else { (m2[c] / (n[c] - 1) as f64).sqrt() };
-        scale[c] = match spec.scale {
+        let n = small.n[c];
+        let std = if n < 2 { 0.0 } else { (small.m2[c] / (n - 1) as f64).sqrt() };
+        small.m2[c] = match spec.scale {
             Scale::Group => 1.0 / (std + spec.eps),
             Scale::Batch => 1.0 / (batch_std + spec.eps),
             Scale::None => 1.0,
         };
     }
     for k in 0..len {
-        let (x, c) = (xs[k], cell_of[k] as usize);
-        let value = if x.is_nan() || n[c] < 2 || constant[c] {
+        let (x, c) = (small.xs[k], small.cell_of[k] as usize);
+        let n = small.n[c];
+        let value = if x.is_nan() || n < 2 || small.constant[c] {
             0.0
         } else if spec.estimator == Estimator::Rloo {
-            x - (sum[c] - x) / (n[c] - 1) as f64
-        } else if spec.scale == Scale::None {
-            x - mean[c]
+            x - (small.sum[c] - x) / (n - 1) as f64
         } else {
-            (x - mean[c]) * scale[c]
+            (x - small.mean[c]) * small.m2[c]
         };
         out[k] = T::from_f64(value);
     }
@@ -318,7 +346,7 @@ fn normalize_group<T: Output>(
     batch_std: (f64, f32),
 ) {
     if small_path(spec) && out.len() <= SMALL_ROWS {
-        return normalize_small_group(rows, labels, &row, out, spec, batch_std.0);
+        return normalize_small_group(rows, labels, &row, out, &mut scratch.small, spec, batch_std.0);
     }
     let length = |i: usize| rows.lengths.map_or(1.0, |l| l[i]);
     scratch.next_group();
