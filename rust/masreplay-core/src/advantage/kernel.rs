@@ -238,6 +238,9 @@ struct Small {
     constant: [bool; SMALL_CELLS],
     mean: [f64; SMALL_CELLS],
     m2: [f64; SMALL_CELLS],
+    /// Cell of a label in 0..SMALL_CELLS (agent ids usually are), `u8::MAX` when unseen:
+    /// no scan for such labels.
+    slot_of: [u8; SMALL_CELLS],
 }
 
 impl Small {
@@ -252,6 +255,7 @@ impl Small {
             constant: [true; SMALL_CELLS],
             mean: [0.0; SMALL_CELLS],
             m2: [0.0; SMALL_CELLS],
+            slot_of: [u8::MAX; SMALL_CELLS],
         })
     }
 }
@@ -275,9 +279,19 @@ fn normalize_small_group<T: Output>(
     for k in 0..len {
         let i = row(k);
         let key = labels.at(i);
-        let c = match small.keys[..cells].iter().position(|&existing| existing == key) {
+        let direct = (0..SMALL_CELLS as i64).contains(&key);
+        let known = if direct {
+            let slot = small.slot_of[key as usize];
+            (slot != u8::MAX).then_some(slot as usize)
+        } else {
+            small.keys[..cells].iter().position(|&existing| existing == key)
+        };
+        let c = match known {
             Some(c) => c,
             None => {
+                if direct {
+                    small.slot_of[key as usize] = cells as u8;
+                }
                 small.keys[cells] = key;
                 small.n[cells] = 0;
                 small.sum[cells] = 0.0;
@@ -302,6 +316,9 @@ fn normalize_small_group<T: Output>(
     }
     for c in 0..cells {
         small.mean[c] = small.sum[c] / small.n[c].max(1) as f64;
+        if (0..SMALL_CELLS as i64).contains(&small.keys[c]) {
+            small.slot_of[small.keys[c] as usize] = u8::MAX;
+        }
     }
     for k in 0..len {
         let x = small.xs[k];
@@ -332,6 +349,45 @@ fn normalize_small_group<T: Output>(
         };
         out[k] = T::from_f64(value);
     }
+}
+
+/// GRPO or RLOO over one contiguous group without strata, as slice loops the compiler
+/// vectorises; the same sums in the same order as the small path, so the same results.
+/// Returns false (writing nothing) when the group holds a NaN, which the general path leaves
+/// out.
+fn plain_run<T: Output>(values: &[f64], out: &mut [T], spec: &Spec, batch_std: f64) -> bool {
+    let n = values.len();
+    let (mut sum, mut low, mut high) = (0.0, f64::INFINITY, f64::NEG_INFINITY);
+    for &x in values {
+        sum += x;
+        low = low.min(x);
+        high = high.max(x);
+    }
+    if sum.is_nan() {
+        return false;
+    }
+    if n < 2 || low == high {
+        out.fill(T::from_f64(0.0));
+        return true;
+    }
+    let mean = sum / n as f64;
+    if spec.estimator == Estimator::Rloo {
+        for (slot, &x) in out.iter_mut().zip(values) {
+            *slot = T::from_f64(x - (sum - x) / (n - 1) as f64);
+        }
+        return true;
+    }
+    let m2: f64 = values.iter().fold(0.0, |m2, &x| m2 + (x - mean) * (x - mean));
+    let std = (m2 / (n - 1) as f64).sqrt();
+    let factor = match spec.scale {
+        Scale::Group => 1.0 / (std + spec.eps),
+        Scale::Batch => 1.0 / (batch_std + spec.eps),
+        Scale::None => 1.0,
+    };
+    for (slot, &x) in out.iter_mut().zip(values) {
+        *slot = T::from_f64((x - mean) * factor);
+    }
+    true
 }
 
 /// Normalises the rows of one group; `row(k)` is the k-th row of the group and `out[k]` its
@@ -397,9 +453,11 @@ fn blocks(bounds: &[usize], target: usize) -> Vec<(usize, usize)> {
 }
 
 /// Runs `normalize_group` over every group in parallel; `out` is in the order of `bounds`.
+#[allow(clippy::too_many_arguments)]
 fn run_groups<T: Output>(
     rows: &Rows,
     labels: Labels,
+    contiguous: bool,
     bounds: &[usize],
     row_at: impl Fn(usize) -> usize + Sync,
     out: &mut [T],
@@ -422,7 +480,10 @@ fn run_groups<T: Output>(
             for g in first..end {
                 let (lo, hi) = (bounds[g], bounds[g + 1]);
                 let out = &mut piece[lo - base..hi - base];
-                normalize_group(rows, labels, |k| row_at(lo + k), out, scratch, spec, batch_std);
+                let plain = contiguous && matches!(labels, Labels::None) && small_path(spec);
+                if !(plain && plain_run(&rows.values[lo..hi], out, spec, batch_std.0)) {
+                    normalize_group(rows, labels, |k| row_at(lo + k), out, scratch, spec, batch_std);
+                }
             }
         },
     );
@@ -449,10 +510,10 @@ fn normalize_layout<T: Output>(rows: &Rows, labels: Labels, layout: Layout, spec
     let batch_std = if spec.scale == Scale::Batch { batch_std(rows.values, spec.compat) } else { (0.0, 0.0) };
     let mut out = vec![T::default(); n];
     match layout {
-        Layout::Runs(bounds) => run_groups(rows, labels, &bounds, |i| i, &mut out, spec, batch_std),
+        Layout::Runs(bounds) => run_groups(rows, labels, true, &bounds, |i| i, &mut out, spec, batch_std),
         Layout::Gathered { bounds, order } => {
             let mut gathered = vec![T::default(); n];
-            run_groups(rows, labels, &bounds, |k| order[k] as usize, &mut gathered, spec, batch_std);
+            run_groups(rows, labels, false, &bounds, |k| order[k] as usize, &mut gathered, spec, batch_std);
             for (k, &row) in order.iter().enumerate() {
                 out[row as usize] = gathered[k];
             }
