@@ -226,6 +226,18 @@ fn small_path(spec: &Spec) -> bool {
     spec.compat == Compat::Native && matches!(spec.estimator, Estimator::Grpo | Estimator::Rloo)
 }
 
+/// `1 / n` for the counts of a small group (1 / 0 read as 1, for empty cells): a multiply
+/// where each cell would otherwise pay two divisions.
+const RECIPROCAL: [f64; SMALL_ROWS + 1] = {
+    let mut table = [1.0; SMALL_ROWS + 1];
+    let mut n = 2;
+    while n <= SMALL_ROWS {
+        table[n] = 1.0 / n as f64;
+        n += 1;
+    }
+    table
+};
+
 /// The small path's per-cell statistics, kept per thread: only the cells a group uses are
 /// reset, so a group of 8 rows touches a few cache lines, not kilobytes of fresh arrays.
 struct Small {
@@ -315,7 +327,7 @@ fn normalize_small_group<T: Output>(
         }
     }
     for c in 0..cells {
-        small.mean[c] = small.sum[c] / small.n[c].max(1) as f64;
+        small.mean[c] = small.sum[c] * RECIPROCAL[small.n[c] as usize];
         if (0..SMALL_CELLS as i64).contains(&small.keys[c]) {
             small.slot_of[small.keys[c] as usize] = u8::MAX;
         }
@@ -330,7 +342,7 @@ fn normalize_small_group<T: Output>(
     // m2 becomes the factor each cell's deviations are multiplied by.
     for c in 0..cells {
         let n = small.n[c];
-        let std = if n < 2 { 0.0 } else { (small.m2[c] / (n - 1) as f64).sqrt() };
+        let std = if n < 2 { 0.0 } else { (small.m2[c] * RECIPROCAL[n as usize - 1]).sqrt() };
         small.m2[c] = match spec.scale {
             Scale::Group => 1.0 / (std + spec.eps),
             Scale::Batch => 1.0 / (batch_std + spec.eps),
@@ -343,7 +355,7 @@ fn normalize_small_group<T: Output>(
         let value = if x.is_nan() || n < 2 || small.constant[c] {
             0.0
         } else if spec.estimator == Estimator::Rloo {
-            x - (small.sum[c] - x) / (n - 1) as f64
+            x - (small.sum[c] - x) * RECIPROCAL[n as usize - 1]
         } else {
             (x - small.mean[c]) * small.m2[c]
         };
