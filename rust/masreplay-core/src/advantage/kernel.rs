@@ -253,6 +253,21 @@ struct Small {
     /// Cell of a label in 0..SMALL_CELLS (agent ids usually are), `u8::MAX` when unseen:
     /// no scan for such labels.
     slot_of: [u8; SMALL_CELLS],
+    /// The direct path's statistics, indexed by the label itself; all back to their empty
+    /// values after every group.
+    direct: Direct,
+}
+
+/// Per-label statistics of [`normalize_small_direct`].
+struct Direct {
+    n: [u32; SMALL_CELLS],
+    sum: [f64; SMALL_CELLS],
+    low: [f64; SMALL_CELLS],
+    high: [f64; SMALL_CELLS],
+    mean: [f64; SMALL_CELLS],
+    m2: [f64; SMALL_CELLS],
+    /// The labels present, in order of appearance.
+    present: [u8; SMALL_ROWS],
 }
 
 impl Small {
@@ -268,8 +283,97 @@ impl Small {
             mean: [0.0; SMALL_CELLS],
             m2: [0.0; SMALL_CELLS],
             slot_of: [u8::MAX; SMALL_CELLS],
+            direct: Direct {
+                n: [0; SMALL_CELLS],
+                sum: [0.0; SMALL_CELLS],
+                low: [f64::INFINITY; SMALL_CELLS],
+                high: [f64::NEG_INFINITY; SMALL_CELLS],
+                mean: [0.0; SMALL_CELLS],
+                m2: [0.0; SMALL_CELLS],
+                present: [0; SMALL_ROWS],
+            },
         })
     }
+}
+
+/// The small path for labels in `0..64` (agent ids, roles, depths usually are): statistics
+/// indexed by the label itself, and no branch that depends on the data (a new label is
+/// appended to `present` branch-free), so a group with agents interleaved at random costs no
+/// mispredictions. Returns false, having left `Direct` empty, when a label is out of range
+/// or a value is NaN; the scanning path then takes the group.
+#[inline]
+fn normalize_small_direct<T: Output>(
+    rows: &Rows,
+    labels: Labels,
+    row: &impl Fn(usize) -> usize,
+    out: &mut [T],
+    d: &mut Direct,
+    spec: &Spec,
+    batch_std: f64,
+) -> bool {
+    let mut cells = 0usize;
+    let mut in_range = true;
+    let mut total = 0.0;
+    for k in 0..out.len() {
+        let i = row(k);
+        let label = labels.at(i);
+        in_range &= (0..SMALL_CELLS as i64).contains(&label);
+        let l = (label as usize) & (SMALL_CELLS - 1);
+        let x = rows.values[i];
+        total += x;
+        d.present[cells] = l as u8;
+        cells += (d.n[l] == 0) as usize;
+        d.n[l] += 1;
+        d.sum[l] += x;
+        d.low[l] = d.low[l].min(x);
+        d.high[l] = d.high[l].max(x);
+    }
+    let usable = in_range && !total.is_nan();
+    for &l in &d.present[..cells] {
+        let l = l as usize;
+        d.mean[l] = d.sum[l] * RECIPROCAL[d.n[l] as usize];
+    }
+    if usable {
+        for k in 0..out.len() {
+            let i = row(k);
+            let l = labels.at(i) as usize;
+            let x = rows.values[i];
+            d.m2[l] += (x - d.mean[l]) * (x - d.mean[l]);
+        }
+        // m2 becomes the factor each cell's deviations are multiplied by (0: no comparison).
+        for &l in &d.present[..cells] {
+            let l = l as usize;
+            let n = d.n[l] as usize;
+            let std = if n < 2 { 0.0 } else { (d.m2[l] * RECIPROCAL[n - 1]).sqrt() };
+            let factor = match spec.scale {
+                Scale::Group => 1.0 / (std + spec.eps),
+                Scale::Batch => 1.0 / (batch_std + spec.eps),
+                Scale::None => 1.0,
+            };
+            d.m2[l] = if n < 2 || d.low[l] == d.high[l] { 0.0 } else { factor };
+        }
+        for k in 0..out.len() {
+            let i = row(k);
+            let l = labels.at(i) as usize;
+            let x = rows.values[i];
+            let value = if spec.estimator == Estimator::Rloo {
+                let n = d.n[l] as usize;
+                if d.m2[l] == 0.0 { 0.0 } else { x - (d.sum[l] - x) * RECIPROCAL[n - 1] }
+            } else {
+                (x - d.mean[l]) * d.m2[l]
+            };
+            out[k] = T::from_f64(value);
+        }
+    }
+    for &l in &d.present[..cells] {
+        let l = l as usize;
+        d.n[l] = 0;
+        d.sum[l] = 0.0;
+        d.low[l] = f64::INFINITY;
+        d.high[l] = f64::NEG_INFINITY;
+        d.m2[l] = 0.0;
+    }
+    usable
 }
 
 /// The hot case of GRPO training (native GRPO or RLOO, groups of at most 64 rows): values,
@@ -414,7 +518,13 @@ fn normalize_group<T: Output>(
     batch_std: (f64, f32),
 ) {
     if small_path(spec) && out.len() <= SMALL_ROWS {
-        return normalize_small_group(rows, labels, &row, out, &mut scratch.small, spec, batch_std.0);
+        let small = &mut scratch.small;
+        let direct = !matches!(labels, Labels::None)
+            && normalize_small_direct(rows, labels, &row, out, &mut small.direct, spec, batch_std.0);
+        if !direct {
+            normalize_small_group(rows, labels, &row, out, small, spec, batch_std.0);
+        }
+        return;
     }
     let length = |i: usize| rows.lengths.map_or(1.0, |l| l[i]);
     scratch.next_group();
