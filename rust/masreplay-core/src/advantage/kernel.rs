@@ -261,11 +261,12 @@ struct Small {
 /// Per-label statistics of [`normalize_small_direct`].
 struct Direct {
     n: [u32; SMALL_CELLS],
+    first: [f64; SMALL_CELLS],
+    /// Sums of `x - first` and of its squares.
     sum: [f64; SMALL_CELLS],
-    low: [f64; SMALL_CELLS],
-    high: [f64; SMALL_CELLS],
+    squares: [f64; SMALL_CELLS],
     mean: [f64; SMALL_CELLS],
-    m2: [f64; SMALL_CELLS],
+    factor: [f64; SMALL_CELLS],
     /// The labels present, in order of appearance.
     present: [u8; SMALL_ROWS],
 }
@@ -285,22 +286,25 @@ impl Small {
             slot_of: [u8::MAX; SMALL_CELLS],
             direct: Direct {
                 n: [0; SMALL_CELLS],
+                first: [0.0; SMALL_CELLS],
                 sum: [0.0; SMALL_CELLS],
-                low: [f64::INFINITY; SMALL_CELLS],
-                high: [f64::NEG_INFINITY; SMALL_CELLS],
+                squares: [0.0; SMALL_CELLS],
                 mean: [0.0; SMALL_CELLS],
-                m2: [0.0; SMALL_CELLS],
+                factor: [0.0; SMALL_CELLS],
                 present: [0; SMALL_ROWS],
             },
         })
     }
 }
 
-/// The small path for labels in `0..64` (agent ids, roles, depths usually are): statistics
-/// indexed by the label itself, and no branch that depends on the data (a new label is
-/// appended to `present` branch-free), so a group with agents interleaved at random costs no
-/// mispredictions. Returns false, having left `Direct` empty, when a label is out of range
-/// or a value is NaN; the scanning path then takes the group.
+/// The small path for labels in `0..64` (agent ids, roles, depths usually are): one pass of
+/// statistics indexed by the label itself, then one pass of output. Each cell keeps its
+/// first value `K` and the sums of `x - K` and `(x - K)^2` (the shifted-data variance: as
+/// accurate as two passes when `K` is one of the cell's own values), and a cell is constant
+/// exactly when the squares sum to 0. No branch depends on the data (a new label is appended
+/// to `present` branch-free), so agents interleaved at random cost no mispredictions.
+/// Returns false, having left `Direct` empty, when a label is out of range or a value is NaN;
+/// the scanning path then takes the group.
 #[inline]
 fn normalize_small_direct<T: Output>(
     rows: &Rows,
@@ -321,36 +325,31 @@ fn normalize_small_direct<T: Output>(
         let l = (label as usize) & (SMALL_CELLS - 1);
         let x = rows.values[i];
         total += x;
+        let new = d.n[l] == 0;
         d.present[cells] = l as u8;
-        cells += (d.n[l] == 0) as usize;
+        cells += new as usize;
+        d.first[l] = if new { x } else { d.first[l] };
+        let shifted = x - d.first[l];
         d.n[l] += 1;
-        d.sum[l] += x;
-        d.low[l] = d.low[l].min(x);
-        d.high[l] = d.high[l].max(x);
+        d.sum[l] += shifted;
+        d.squares[l] += shifted * shifted;
     }
     let usable = in_range && !total.is_nan();
-    for &l in &d.present[..cells] {
-        let l = l as usize;
-        d.mean[l] = d.sum[l] * RECIPROCAL[d.n[l] as usize];
-    }
     if usable {
-        for k in 0..out.len() {
-            let i = row(k);
-            let l = labels.at(i) as usize;
-            let x = rows.values[i];
-            d.m2[l] += (x - d.mean[l]) * (x - d.mean[l]);
-        }
-        // m2 becomes the factor each cell's deviations are multiplied by (0: no comparison).
+        // Per cell: the mean, and the factor its deviations are multiplied by (0: no comparison).
         for &l in &d.present[..cells] {
             let l = l as usize;
             let n = d.n[l] as usize;
-            let std = if n < 2 { 0.0 } else { (d.m2[l] * RECIPROCAL[n - 1]).sqrt() };
+            let shift = d.sum[l] * RECIPROCAL[n];
+            d.mean[l] = d.first[l] + shift;
+            let m2 = (d.squares[l] - d.sum[l] * shift).max(0.0);
+            let std = if n < 2 { 0.0 } else { (m2 * RECIPROCAL[n - 1]).sqrt() };
             let factor = match spec.scale {
                 Scale::Group => 1.0 / (std + spec.eps),
                 Scale::Batch => 1.0 / (batch_std + spec.eps),
                 Scale::None => 1.0,
             };
-            d.m2[l] = if n < 2 || d.low[l] == d.high[l] { 0.0 } else { factor };
+            d.factor[l] = if n < 2 || d.squares[l] == 0.0 { 0.0 } else { factor };
         }
         for k in 0..out.len() {
             let i = row(k);
@@ -358,9 +357,10 @@ fn normalize_small_direct<T: Output>(
             let x = rows.values[i];
             let value = if spec.estimator == Estimator::Rloo {
                 let n = d.n[l] as usize;
-                if d.m2[l] == 0.0 { 0.0 } else { x - (d.sum[l] - x) * RECIPROCAL[n - 1] }
+                let total = d.sum[l] + n as f64 * d.first[l];
+                if d.factor[l] == 0.0 { 0.0 } else { x - (total - x) * RECIPROCAL[n - 1] }
             } else {
-                (x - d.mean[l]) * d.m2[l]
+                (x - d.mean[l]) * d.factor[l]
             };
             out[k] = T::from_f64(value);
         }
@@ -369,9 +369,7 @@ fn normalize_small_direct<T: Output>(
         let l = l as usize;
         d.n[l] = 0;
         d.sum[l] = 0.0;
-        d.low[l] = f64::INFINITY;
-        d.high[l] = f64::NEG_INFINITY;
-        d.m2[l] = 0.0;
+        d.squares[l] = 0.0;
     }
     usable
 }
