@@ -116,7 +116,11 @@ pub fn batch_advantages<'py>(
 
 /// The named channel of every trace's rewards (NaN where missing).
 #[pyfunction]
-pub fn trace_channel<'py>(py: Python<'py>, batch: PyRef<'py, PyTraceBatch>, channel: &str) -> Bound<'py, PyArray1<f64>> {
+pub fn trace_channel<'py>(
+    py: Python<'py>,
+    batch: PyRef<'py, PyTraceBatch>,
+    channel: &str,
+) -> Bound<'py, PyArray1<f64>> {
     advantage::trace_channel(&batch.inner, channel).into_pyarray(py)
 }
 

@@ -88,7 +88,11 @@ impl Cell {
         self.length_sum32 = torch_sum(lengths, false);
         self.std32 = match compat {
             _ if n < 2 => {
-                if compat == Compat::OpenRlhf { f32::NAN } else { 0.0 }
+                if compat == Compat::OpenRlhf {
+                    f32::NAN
+                } else {
+                    0.0
+                }
             }
             Compat::Native => self.std as f32,
             Compat::Verl => {

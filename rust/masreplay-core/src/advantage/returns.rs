@@ -105,7 +105,11 @@ fn return_to_go(view: &BatchView, trace: usize, r: &[f64], gamma: f64) -> Vec<f6
 }
 
 fn mean_over(children: &[u32], of: &[f64]) -> f64 {
-    if children.is_empty() { 0.0 } else { children.iter().map(|&c| of[c as usize]).sum::<f64>() / children.len() as f64 }
+    if children.is_empty() {
+        0.0
+    } else {
+        children.iter().map(|&c| of[c as usize]).sum::<f64>() / children.len() as f64
+    }
 }
 
 fn tree_returns(view: &BatchView, trace: usize, r: &[f64], gamma: f64) -> Result<Vec<f64>> {
@@ -138,7 +142,13 @@ fn turn_returns(view: &BatchView, trace: usize, r: &[f64], gamma: f64) -> Vec<f6
 }
 
 /// GAE over each trace's event graph: (advantages, returns), aligned with `batch.events()`.
-pub fn graph_gae(batch: &TraceBatch, rewards: &[f64], values: &[f64], gamma: f64, lam: f64) -> Result<(Vec<f64>, Vec<f64>)> {
+pub fn graph_gae(
+    batch: &TraceBatch,
+    rewards: &[f64],
+    values: &[f64],
+    gamma: f64,
+    lam: f64,
+) -> Result<(Vec<f64>, Vec<f64>)> {
     let view = BatchView::new(batch);
     check_per_event(&view, "rewards", rewards)?;
     check_per_event(&view, "values", values)?;

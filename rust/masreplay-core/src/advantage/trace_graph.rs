@@ -101,7 +101,8 @@ impl<'a> BatchView<'a> {
         });
         let mut turns = vec![0u32; range.len()];
         for w in 0..local.len() {
-            let same_agent = w > 0 && self.agent(start + local[w] as usize) == self.agent(start + local[w - 1] as usize);
+            let same_agent =
+                w > 0 && self.agent(start + local[w] as usize) == self.agent(start + local[w - 1] as usize);
             turns[local[w] as usize] = if same_agent { turns[local[w - 1] as usize] + 1 } else { 0 };
         }
         turns

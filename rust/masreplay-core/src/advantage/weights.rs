@@ -11,7 +11,13 @@ use super::trace_graph::BatchView;
 
 /// Per-event weights; `codes` are the events' stratum codes (`n_codes` of them), `groups`
 /// the traces' dense group codes.
-pub(crate) fn loss_weights(view: &BatchView, groups: &[u32], n_groups: usize, codes: &[u32], n_codes: usize) -> Vec<f64> {
+pub(crate) fn loss_weights(
+    view: &BatchView,
+    groups: &[u32],
+    n_groups: usize,
+    codes: &[u32],
+    n_codes: usize,
+) -> Vec<f64> {
     let mut traces_in_group = vec![0u32; n_groups];
     for &g in groups {
         traces_in_group[g as usize] += 1;
