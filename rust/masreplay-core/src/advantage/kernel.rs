@@ -1,9 +1,12 @@
 //! Rows -> advantages: rows are partitioned into groups, groups into strata, and each cell
-//! is normalised on its own. No sort and no hashing on the hot path: groups are dense codes,
-//! and when every group's rows are contiguous (the layout of GRPO rollouts) each group is a
-//! run handled in cache with its strata found through a per-thread stamp table; otherwise a
-//! counting sort gathers each group's rows first. Groups run in parallel (rayon), and every
-//! output depends only on its own group, so results are identical at any thread count.
+//! is normalised on its own. No sort and no hashing on the hot path. Group labels sorted
+//! ascending (the layout of GRPO rollouts) are read in place as runs; a run without strata
+//! is a few vectorisable slice loops (`plain_run`), a small run with strata keeps its cells
+//! in per-thread fixed arrays (`normalize_small_direct` for labels in 0..64, a linear scan
+//! otherwise). Everything else (unsorted labels, large groups, the trainers' fp32 modes, OPO
+//! and REINFORCE++) goes through dense codes, a counting sort when groups are scattered, and
+//! a per-thread stamp table for the strata. Groups run in parallel (rayon), and every output
+//! depends only on its own group, so results are identical at any thread count.
 
 use rayon::prelude::*;
 
@@ -250,9 +253,6 @@ struct Small {
     constant: [bool; SMALL_CELLS],
     mean: [f64; SMALL_CELLS],
     m2: [f64; SMALL_CELLS],
-    /// Cell of a label in 0..SMALL_CELLS (agent ids usually are), `u8::MAX` when unseen:
-    /// no scan for such labels.
-    slot_of: [u8; SMALL_CELLS],
     /// The direct path's statistics, indexed by the label itself; all back to their empty
     /// values after every group.
     direct: Direct,
@@ -283,7 +283,6 @@ impl Small {
             constant: [true; SMALL_CELLS],
             mean: [0.0; SMALL_CELLS],
             m2: [0.0; SMALL_CELLS],
-            slot_of: [u8::MAX; SMALL_CELLS],
             direct: Direct {
                 n: [0; SMALL_CELLS],
                 first: [0.0; SMALL_CELLS],
@@ -374,9 +373,9 @@ fn normalize_small_direct<T: Output>(
     usable
 }
 
-/// The hot case of GRPO training (native GRPO or RLOO, groups of at most 64 rows): values,
-/// cells and statistics live in the thread's [`Small`] arrays, cells are found by a linear
-/// scan of the keys seen so far, and nothing is allocated.
+/// Small groups the direct path declines (a NaN reward, labels outside 0..64), for native
+/// GRPO or RLOO: values, cells and statistics live in the thread's [`Small`] arrays, cells
+/// are found by a linear scan of the keys seen so far, and nothing is allocated.
 #[inline]
 fn normalize_small_group<T: Output>(
     rows: &Rows,
@@ -393,19 +392,9 @@ fn normalize_small_group<T: Output>(
     for k in 0..len {
         let i = row(k);
         let key = labels.at(i);
-        let direct = (0..SMALL_CELLS as i64).contains(&key);
-        let known = if direct {
-            let slot = small.slot_of[key as usize];
-            (slot != u8::MAX).then_some(slot as usize)
-        } else {
-            small.keys[..cells].iter().position(|&existing| existing == key)
-        };
-        let c = match known {
+        let c = match small.keys[..cells].iter().position(|&existing| existing == key) {
             Some(c) => c,
             None => {
-                if direct {
-                    small.slot_of[key as usize] = cells as u8;
-                }
                 small.keys[cells] = key;
                 small.n[cells] = 0;
                 small.sum[cells] = 0.0;
@@ -430,9 +419,6 @@ fn normalize_small_group<T: Output>(
     }
     for c in 0..cells {
         small.mean[c] = small.sum[c] * RECIPROCAL[small.n[c] as usize];
-        if (0..SMALL_CELLS as i64).contains(&small.keys[c]) {
-            small.slot_of[small.keys[c] as usize] = u8::MAX;
-        }
     }
     for k in 0..len {
         let x = small.xs[k];
