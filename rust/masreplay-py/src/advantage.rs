@@ -67,7 +67,8 @@ pub fn group_normalize<'py>(
     })
 }
 
-type Triple<'py> = (Bound<'py, PyArray1<f64>>, Bound<'py, PyArray1<f64>>, Bound<'py, PyArray1<f64>>);
+type Array<'py> = Bound<'py, PyArray1<f64>>;
+type Triple<'py> = (Array<'py>, Array<'py>, Array<'py>);
 
 /// Advantages of a batch: (per_trace, per_event, weights), all float64.
 #[pyfunction]
@@ -151,7 +152,7 @@ pub fn graph_gae<'py>(
     values: PyReadonlyArray1<'py, f64>,
     gamma: f64,
     lam: f64,
-) -> PyResult<(Bound<'py, PyArray1<f64>>, Bound<'py, PyArray1<f64>>)> {
+) -> PyResult<(Array<'py>, Array<'py>)> {
     let rewards = slice(py, "rewards", &rewards)?;
     let values = slice(py, "values", &values)?;
     let inner = &batch.inner;

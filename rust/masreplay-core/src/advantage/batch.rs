@@ -86,10 +86,10 @@ fn check(view: &BatchView, options: &BatchOptions) -> Result<()> {
     if options.groups.len() != traces {
         return Err(invalid(format!("{} group codes for {traces} traces", options.groups.len())));
     }
-    if let Some(credit) = options.event_values {
-        if credit.len() != events {
-            return Err(invalid(format!("credit has {} values for {events} events", credit.len())));
-        }
+    if let Some(credit) = options.event_values
+        && credit.len() != events
+    {
+        return Err(invalid(format!("credit has {} values for {events} events", credit.len())));
     }
     Ok(())
 }

@@ -350,7 +350,7 @@ fn normalize_small_direct<T: Output>(
             };
             d.factor[l] = if n < 2 || d.squares[l] == 0.0 { 0.0 } else { factor };
         }
-        for k in 0..out.len() {
+        for (k, slot) in out.iter_mut().enumerate() {
             let i = row(k);
             let l = labels.at(i) as usize;
             let x = rows.values[i];
@@ -361,7 +361,7 @@ fn normalize_small_direct<T: Output>(
             } else {
                 (x - d.mean[l]) * d.factor[l]
             };
-            out[k] = T::from_f64(value);
+            *slot = T::from_f64(value);
         }
     }
     for &l in &d.present[..cells] {
@@ -437,7 +437,7 @@ fn normalize_small_group<T: Output>(
             Scale::None => 1.0,
         };
     }
-    for k in 0..len {
+    for (k, slot) in out.iter_mut().enumerate() {
         let (x, c) = (small.xs[k], small.cell_of[k] as usize);
         let n = small.n[c];
         let value = if x.is_nan() || n < 2 || small.constant[c] {
@@ -447,7 +447,7 @@ fn normalize_small_group<T: Output>(
         } else {
             (x - small.mean[c]) * small.m2[c]
         };
-        out[k] = T::from_f64(value);
+        *slot = T::from_f64(value);
     }
 }
 

@@ -17,6 +17,8 @@ fn ceil_log2(x: usize) -> usize {
 }
 
 /// ATen's `multi_row_sum` with 4 columns over `rows` rows; `at(i, k)` is row i, column k.
+/// Indexed loops on purpose: they mirror ATen's, whose order is the point.
+#[allow(clippy::needless_range_loop)]
 fn multi_row_sum(rows: usize, at: impl Fn(usize, usize) -> f32) -> [f32; ILP] {
     let level_power = 4.max(ceil_log2(rows) / LEVELS);
     let level_step = 1usize << level_power;
