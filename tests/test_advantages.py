@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import masreplay
 from masreplay import InvalidArgumentError
+from masreplay.advantages import STRATA
 
 EPS = 1e-6
 F32 = np.float32
@@ -577,7 +578,7 @@ def test_single_agent_linear_traces_equal_plain_grpo_under_every_stratum(rewards
     traces = [_linear(f"t{i}", length, r, group=f"g{i // group_size}") for i, r in enumerate(rewards)]
     batch = _batch(traces)
     plain = masreplay.advantages(batch, dtype="float64")
-    for stratum in (*masreplay.advantages.__globals__["STRATA"], ["agent", "depth"], ["role", "turn", "event_type"]):
+    for stratum in (*STRATA, ["agent", "depth"], ["role", "turn", "event_type"]):
         stratified = masreplay.advantages(batch, normalize_by=stratum, dtype="float64")
         np.testing.assert_allclose(stratified.per_event, plain.per_event, rtol=1e-12, atol=1e-12, err_msg=str(stratum))
         np.testing.assert_allclose(stratified.per_trace, plain.per_trace, rtol=1e-12, atol=1e-12, err_msg=str(stratum))
