@@ -5,6 +5,7 @@ Traces are temporal event graphs kept whole in Arrow (one row per trace). Start 
 """
 
 from masreplay import convert, rewards, sim
+from masreplay.advantages import Advantages, advantages, event_rewards, graph_gae, graph_returns, group_normalize
 from masreplay._core import SCHEMA_VERSION
 from masreplay.batch import TraceBatch
 from masreplay.buffer import AddReport, GraphBuffer
@@ -23,6 +24,7 @@ from masreplay.orchestration import metrics
 __all__ = [
     "SCHEMA_VERSION",
     "AddReport",
+    "Advantages",
     "ConversionError",
     "DataFormatError",
     "GraphBuffer",
@@ -31,10 +33,15 @@ __all__ = [
     "StorageError",
     "TraceBatch",
     "TraceValidationError",
+    "advantages",
     "coma_credit",
     "convert",
     "counterfactual_credit",
     "difference_rewards",
+    "event_rewards",
+    "graph_gae",
+    "graph_returns",
+    "group_normalize",
     "load_traces",
     "metrics",
     "rewards",

@@ -127,3 +127,35 @@ def simulate_branches(
     branch_points: int,
     noise: float,
 ) -> tuple[TraceBatch, list[tuple[str, str, str, float]], list[tuple[str, str, float]]]: ...
+# ---- advantages (rust/masreplay-py/src/advantage.rs) ----
+def group_normalize(
+    values: np.ndarray,
+    groups: np.ndarray,
+    *,
+    strata: np.ndarray | None = None,
+    lengths: np.ndarray | None = None,
+    estimator: str = "grpo",
+    std: str = "group",
+    eps: float | None = None,
+    compat: str | None = None,
+    float32: bool = True,
+) -> np.ndarray: ...
+def batch_advantages(
+    batch: TraceBatch,
+    trace_values: np.ndarray,
+    groups: np.ndarray,
+    *,
+    credit: np.ndarray | None = None,
+    normalize_by: Sequence[str] = ...,
+    unit: str = "traces",
+    estimator: str = "grpo",
+    std: str = "group",
+    eps: float | None = None,
+    compat: str | None = None,
+    weight_by: Sequence[str] = ...,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
+def trace_channel(batch: TraceBatch, channel: str) -> np.ndarray: ...
+def graph_returns(batch: TraceBatch, rewards: np.ndarray, *, gamma: float, kind: str) -> np.ndarray: ...
+def graph_gae(
+    batch: TraceBatch, rewards: np.ndarray, values: np.ndarray, *, gamma: float, lam: float
+) -> tuple[np.ndarray, np.ndarray]: ...

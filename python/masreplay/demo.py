@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from masreplay import rewards
+from masreplay.advantages import advantages
 from masreplay.batch import TraceBatch
 from masreplay.buffer import GraphBuffer
 from masreplay.cli import print_rows, stats_table
@@ -111,7 +112,28 @@ def run() -> int:
     reward = rewards.parl(batch, lambda_parallel=0.3, lambda_finish=0.2)
     print(f"  PARL reward r_perf + 0.3 r_parallel + 0.2 r_finish, first traces: {reward[:4].round(3).tolist()}")
 
-    _step("9. counterfactual credit from branch rollouts, checked against the simulator's ground truth")
+    _step("9. advantages for a sampled GRPO group: plain GRPO vs agent-wise (Dr. MAS) normalisation")
+    group = buffer.sample_groups(1, group_size=4, seed=4)
+    plain = advantages(group)
+    agent_wise = advantages(group, normalize_by="agent", unit="events")
+    team = pa.table(group)["rewards"].to_pylist()
+    print(f"  group {group.to_arrow()['group_id'][0].as_py()!r}: {len(group)} traces, {group.num_events} events")
+    print(f"  {'trace':<16} {'team':>6} {'grpo':>8} {'agent-wise (mean over events)':>31}")
+    for i, trace_id in enumerate(group.trace_ids):
+        reward_of = dict(team[i]).get("team", float("nan"))
+        print(f"  {trace_id:<16} {reward_of:6.3f} {plain.per_trace[i]:8.3f} {agent_wise.per_trace[i]:31.3f}")
+    events = group.events()
+    first = slice(int(group.event_offsets[0]), int(group.event_offsets[1]))
+    agents = events["agent"].to_pylist()[first]
+    per_agent: dict[str, float] = {}
+    for agent, value in zip(agents, agent_wise.per_event[first], strict=True):
+        per_agent.setdefault(agent, float(value))
+    print(f"  first trace, agent-wise advantage of each agent's first step: "
+          f"{ {agent: round(value, 3) for agent, value in per_agent.items()} }")
+    print(f"  loss weights (1/traces x 1/agents x token share) of the first trace sum to "
+          f"{plain.weights[first].sum():.3f}")
+
+    _step("10. counterfactual credit from branch rollouts, checked against the simulator's ground truth")
     truth = branches(50, branches=8, branch_points=3, noise=0.1, seed=9)
     credit = counterfactual_credit(truth.batch, aligned=False)
     print(f"  {truth.batch!r}: 50 factual traces, {credit.num_rows} branched events, 8 rollouts each")

@@ -1,6 +1,7 @@
 //! masreplay-core: the pure-Rust storage and credit engine behind the `masreplay` Python
 //! package. Data flows one way: source -> [`validate`] -> [`store`] / [`graph`] -> estimators.
 
+pub mod advantage;
 pub mod buffer;
 pub mod counterfactual;
 pub mod error;

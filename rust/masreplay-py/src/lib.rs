@@ -1,6 +1,7 @@
 //! `masreplay._core`: thin PyO3 bindings over masreplay-core. No logic lives here: arguments
 //! are converted, long work runs with the GIL released, and errors are mapped once.
 
+mod advantage;
 mod batch;
 mod buffer;
 mod counterfactual;
@@ -167,6 +168,7 @@ fn _core(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(counterfactual::counterfactual_credit, module)?)?;
     module.add_function(wrap_pyfunction!(counterfactual::same_prefix_credit_arrays, module)?)?;
     module.add_function(wrap_pyfunction!(counterfactual::simulate_branches, module)?)?;
+    advantage::register(module)?;
     module.add("SCHEMA_VERSION", masreplay_core::trace::SCHEMA_VERSION)?;
     Ok(())
 }

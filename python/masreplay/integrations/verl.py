@@ -1,0 +1,121 @@
+"""verl plug-in.
+
+Two ways in, as verl offers them:
+
+1. **uid-only estimators** in verl's registry: ``masreplay_grpo``, ``masreplay_rloo``,
+   ``masreplay_opo``, ``masreplay_reinforce_pp_baseline``. They see what every verl
+   estimator sees (token rewards, response mask, uid) and compute with verl's own fp32
+   arithmetic, so ``algorithm.adv_estimator=masreplay_grpo`` reproduces ``grpo`` exactly, in
+   Rust. Load them with ``VERL_USE_EXTERNAL_MODULES=masreplay.integrations.verl`` (importing
+   this module registers them) or by calling :func:`register`.
+2. **full traces**: :func:`compute_advantage` replaces the trainer's compute-advantage step.
+   The agent loop carries ``trace_id`` (and, for rows that are one agent step, ``event_id``)
+   in its extra fields, which verl puts in ``non_tensor_batch``; the step computes
+   :func:`masreplay.advantages` over the traces (stratified by agent, role, depth, ...) and
+   writes each row's advantage on its generated tokens. :func:`trace_advantage_mixin` makes
+   the override for a trainer class (the v1 trainer's ``_compute_advantage(batch, metrics)``).
+
+verl is optional: it is imported when this module is, and a missing verl is reported by name
+when a function needs it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from masreplay.advantages import advantages as trace_advantages
+from masreplay.advantages import group_normalize
+from masreplay.integrations import align_rows
+from masreplay.integrations.torch import expand_to_tokens
+
+ESTIMATORS = ("grpo", "rloo", "opo", "reinforce_pp_baseline")
+
+
+def _config_flag(config: Any, name: str, default: Any) -> Any:
+    if config is None:
+        return default
+    getter = getattr(config, "get", None)
+    return getter(name, default) if getter is not None else getattr(config, name, default)
+
+
+def _estimator(name: str) -> Callable[..., tuple[Any, Any]]:
+    def estimate(token_level_rewards, response_mask, index=None, config=None, epsilon: float = 1e-6, **_: Any):
+        import torch
+
+        scores = token_level_rewards.sum(dim=-1).detach().to(torch.float32).cpu().numpy().astype(np.float64)
+        groups = np.zeros(len(scores), dtype=np.int64) if index is None else np.asarray(index)
+        std = bool(_config_flag(config, "norm_adv_by_std_in_grpo", True)) if name == "grpo" else True
+        lengths = response_mask.sum(dim=-1).detach().to(torch.float64).cpu().numpy()
+        per_row = group_normalize(scores, groups, lengths=lengths, estimator=name, std=std, eps=epsilon, compat="verl")
+        token = expand_to_tokens(torch.from_numpy(per_row).to(response_mask.device), response_mask)
+        return token, token
+
+    estimate.__name__ = f"masreplay_{name}"
+    estimate.__doc__ = f"masreplay's {name} with verl's fp32 arithmetic (uid groups), as a verl advantage estimator."
+    return estimate
+
+
+def _core_algos() -> Any:
+    try:
+        from verl.trainer.ppo import core_algos
+    except ImportError as error:
+        raise ImportError("masreplay.integrations.verl.register needs the 'verl' package (pip install verl)") from error
+    return core_algos
+
+
+def register() -> list[str]:
+    """Registers the masreplay estimators in verl's registry; returns their names."""
+    core_algos = _core_algos()
+    names = []
+    for name in ESTIMATORS:
+        registered = f"masreplay_{name}"
+        if registered not in core_algos.ADV_ESTIMATOR_REGISTRY:
+            core_algos.register_adv_est(registered)(_estimator(name))
+        names.append(registered)
+    return names
+
+
+def compute_advantage(data: Any, traces: Any, *, trace_key: str = "trace_id", event_key: str = "event_id", **options: Any) -> Any:
+    """verl's compute-advantage step over whole traces: ``data`` is the DataProto of the
+    step (``data.batch["response_mask"]``, ``data.non_tensor_batch[trace_key]`` and
+    optionally ``[event_key]``), ``traces`` the TraceBatch of its rollouts, ``options`` the
+    arguments of :func:`masreplay.advantages` (``normalize_by="agent"``, ``compat=...``).
+    Sets ``advantages`` and ``returns`` (rows x tokens) and returns ``data``."""
+    import torch
+
+    result = trace_advantages(traces, **options)
+    extra = data.non_tensor_batch
+    event_ids = extra.get(event_key) if hasattr(extra, "get") else None
+    per_row = align_rows(result, list(extra[trace_key]), None if event_ids is None else list(event_ids), batch=traces)
+    mask = data.batch["response_mask"]
+    token = expand_to_tokens(torch.from_numpy(np.ascontiguousarray(per_row)).to(mask.device), mask)
+    data.batch["advantages"] = token
+    data.batch["returns"] = token
+    return data
+
+
+def trace_advantage_mixin(traces_of: Callable[[Any], Any], **options: Any) -> type:
+    """A mixin whose ``_compute_advantage(batch, metrics)`` calls :func:`compute_advantage`
+    with the traces ``traces_of(batch)`` returns (e.g. looked up in a GraphBuffer by the
+    batch's trace ids): ``class Trainer(trace_advantage_mixin(lookup, normalize_by="agent"),
+    RayPPOTrainer): ...``."""
+
+    class TraceAdvantages:
+        def _compute_advantage(self, batch: Any, metrics: dict | None = None) -> Any:
+            batch = compute_advantage(batch, traces_of(batch), **options)
+            if metrics is not None:
+                advantages = batch.batch["advantages"]
+                mask = batch.batch["response_mask"].bool()
+                metrics["masreplay/advantages_mean"] = float(advantages[mask].mean()) if mask.any() else 0.0
+            return batch
+
+    return TraceAdvantages
+
+
+try:  # VERL_USE_EXTERNAL_MODULES imports this module: register where verl is installed.
+    register()
+except ImportError:
+    pass

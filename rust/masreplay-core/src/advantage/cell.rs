@@ -1,0 +1,211 @@
+//! One normalisation cell (a group, or a group x stratum): its statistics, and each
+//! estimator's formula. Native arithmetic is f64; the trainer modes redo the trainer's own
+//! fp32 operations in torch's order (`torch_sum`), so their results are bit-for-bit the
+//! trainer's in the single-agent case:
+//! - verl: `torch.mean` (fp32 sum, then / n) and `torch.std` (unbiased; torch accumulates the
+//!   squared deviations from the fp32 mean in f64 and rounds the root to fp32); a group of
+//!   one has mean 0 and std 1, so GRPO gives `r / (1 + eps)` and RLOO gives `r`.
+//! - TRL: `nanmean` and TRL's `nanstd` (fp32 mean of squared deviations times n/(n-1)); a
+//!   group of one has std 0, so its advantage is 0; NaN rewards are left out and get 0. The
+//!   one step not reproduced is torch's fp32 `sqrt`, which in MKL builds is not correctly
+//!   rounded (1 ulp off for some inputs); masreplay's is.
+//! - OpenRLHF: mean over the group's dim in fp32, `torch.std` unbiased (f64 Welford, fp32
+//!   result); a group of one divides by zero and gives NaN, as OpenRLHF does.
+//!
+//! Native conventions: a cell of one sample, or of equal values, carries no comparison, so
+//! every estimator gives it 0 (exactly, whatever rounding does to the mean); NaN rewards are
+//! left out of the statistics and get 0 (TRL's "unscorable").
+
+use super::spec::{Compat, Estimator, Scale, Spec};
+use super::torch_sum::torch_sum;
+
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Cell {
+    pub n: u32,
+    sum: f64,
+    length_sum: f64,
+    weighted_sum: f64,
+    mean: f64,
+    m2: f64,
+    std: f64,
+    /// Whether every value of the cell is the same (its advantages are then 0 natively,
+    /// whatever rounding did to the mean).
+    constant: bool,
+    first: f64,
+    // The trainer modes' fp32 statistics (see `close_trainer`).
+    sum32: f32,
+    mean32: f32,
+    std32: f32,
+    weighted_sum32: f32,
+    length_sum32: f32,
+}
+
+impl Cell {
+    /// First pass: one non-NaN value and its length (token count, or 1).
+    #[inline]
+    pub fn add(&mut self, x: f64, length: f64) {
+        if self.n == 0 {
+            self.first = x;
+            self.constant = true;
+        } else if x != self.first {
+            self.constant = false;
+        }
+        self.n += 1;
+        self.sum += x;
+        self.length_sum += length;
+        self.weighted_sum += length * x;
+    }
+
+    /// Between the passes.
+    #[inline]
+    pub fn close_mean(&mut self) {
+        self.mean = self.sum / self.n.max(1) as f64;
+    }
+
+    /// Second pass: the same value again.
+    #[inline]
+    pub fn add_deviation(&mut self, x: f64) {
+        let d = x - self.mean;
+        self.m2 += d * d;
+    }
+
+    /// After the second pass.
+    #[inline]
+    pub fn close_std(&mut self) {
+        self.std = if self.n < 2 { 0.0 } else { (self.m2 / (self.n - 1) as f64).sqrt() };
+    }
+
+    /// The trainer modes' statistics from the cell's values in row order (NaN included, as
+    /// the trainer's tensor holds them) and their lengths; `scratch` is a reusable buffer.
+    /// Call after the two native passes.
+    pub fn close_trainer(&mut self, values: &[f32], lengths: &[f32], compat: Compat, scratch: &mut Vec<f32>) {
+        let n = self.n;
+        self.sum32 = torch_sum(values, true);
+        self.mean32 = self.sum32 / n.max(1) as f32;
+        scratch.clear();
+        scratch.extend(values.iter().zip(lengths).map(|(x, l)| l * x));
+        self.weighted_sum32 = torch_sum(scratch, true);
+        self.length_sum32 = torch_sum(lengths, false);
+        self.std32 = match compat {
+            _ if n < 2 => {
+                if compat == Compat::OpenRlhf {
+                    f32::NAN
+                } else {
+                    0.0
+                }
+            }
+            Compat::Native => self.std as f32,
+            Compat::Verl => {
+                let mean = self.mean32 as f64;
+                let m2: f64 = values.iter().filter(|x| !x.is_nan()).map(|&x| (x as f64 - mean).powi(2)).sum();
+                (m2 / (n - 1) as f64).sqrt() as f32
+            }
+            Compat::Trl => {
+                scratch.clear();
+                scratch.extend(values.iter().map(|&x| (x - self.mean32) * (x - self.mean32)));
+                let mut variance = torch_sum(scratch, true) / n as f32;
+                variance *= n as f32 / (n - 1) as f32;
+                variance.sqrt()
+            }
+            Compat::OpenRlhf => self.std as f32,
+        };
+    }
+
+    /// The advantage of value `x` of this cell; `batch_std` is the batch's standard
+    /// deviation under [`Scale::Batch`] (f64, and the trainer's fp32 one).
+    #[inline]
+    pub fn advantage(&self, x: f64, spec: &Spec, batch_std: (f64, f32)) -> f64 {
+        if x.is_nan() {
+            return 0.0;
+        }
+        match spec.compat {
+            Compat::Native => self.native(x, spec, batch_std.0),
+            Compat::Verl => self.verl(x as f32, spec) as f64,
+            Compat::Trl => self.trl(x as f32, spec, batch_std.1) as f64,
+            Compat::OpenRlhf => self.openrlhf(x as f32, spec) as f64,
+        }
+    }
+
+    fn native(&self, x: f64, spec: &Spec, batch_std: f64) -> f64 {
+        if self.n < 2 || self.constant {
+            return 0.0;
+        }
+        let n = self.n as f64;
+        match spec.estimator {
+            Estimator::Grpo => match spec.scale {
+                // By the reciprocal, as the small-group path computes it (same rounding).
+                Scale::Group => (x - self.mean) * (1.0 / (self.std + spec.eps)),
+                Scale::Batch => (x - self.mean) * (1.0 / (batch_std + spec.eps)),
+                Scale::None => x - self.mean,
+            },
+            Estimator::Rloo => x - (self.sum - x) / (n - 1.0),
+            Estimator::ReinforcePpBaseline => x - self.mean,
+            Estimator::Opo if self.length_sum > 0.0 => x - self.weighted_sum / self.length_sum,
+            Estimator::Opo => x - self.mean,
+        }
+    }
+
+    fn verl(&self, x: f32, spec: &Spec) -> f32 {
+        let eps = spec.eps as f32;
+        let single = self.n == 1;
+        match spec.estimator {
+            Estimator::Grpo => {
+                let (mean, std) = if single { (0.0, 1.0) } else { (self.mean32, self.std32) };
+                match spec.scale {
+                    Scale::None => x - mean,
+                    _ => (x - mean) / (std + eps),
+                }
+            }
+            Estimator::Rloo if single => x,
+            Estimator::Rloo => {
+                let n = self.n as f32;
+                x * n / (n - 1.0) - self.mean32 * n / (n - 1.0)
+            }
+            Estimator::ReinforcePpBaseline => x - if single { 0.0 } else { self.mean32 },
+            Estimator::Opo if single => x,
+            Estimator::Opo => x - self.weighted_sum32 / self.length_sum32,
+        }
+    }
+
+    fn trl(&self, x: f32, spec: &Spec, batch_std: f32) -> f32 {
+        let eps = spec.eps as f32;
+        let centered = x - self.mean32;
+        match spec.scale {
+            Scale::Group => centered / (self.std32 + eps),
+            Scale::Batch => centered / (batch_std + eps),
+            Scale::None => centered,
+        }
+    }
+
+    fn openrlhf(&self, x: f32, spec: &Spec) -> f32 {
+        let eps = spec.eps as f32;
+        match spec.estimator {
+            Estimator::Grpo => match spec.scale {
+                Scale::None => x - self.mean32,
+                _ => (x - self.mean32) / (self.std32 + eps),
+            },
+            Estimator::Rloo => x - (self.sum32 - x) / (self.n as f32 - 1.0),
+            Estimator::ReinforcePpBaseline | Estimator::Opo => x - self.mean32,
+        }
+    }
+}
+
+/// The standard deviation of every non-NaN value of the batch: TRL's `nanstd(rewards)` in
+/// fp32 for `Compat::Trl`, unbiased f64 otherwise; 0 for fewer than two values.
+pub(crate) fn batch_std(values: &[f64], compat: Compat) -> (f64, f32) {
+    let mut cell = Cell::default();
+    for &x in values.iter().filter(|x| !x.is_nan()) {
+        cell.add(x, 1.0);
+    }
+    cell.close_mean();
+    for &x in values.iter().filter(|x| !x.is_nan()) {
+        cell.add_deviation(x);
+    }
+    cell.close_std();
+    if compat == Compat::Trl {
+        let values32: Vec<f32> = values.iter().map(|&x| x as f32).collect();
+        let ones = vec![1f32; values32.len()];
+        cell.close_trainer(&values32, &ones, Compat::Trl, &mut Vec::new());
+    }
+    (cell.std, cell.std32)
+}

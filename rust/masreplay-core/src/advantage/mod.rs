@@ -1,0 +1,28 @@
+//! Advantages for RL on orchestration traces: group normalisation of rewards (GRPO, Dr.GRPO,
+//! RLOO, REINFORCE++-baseline, OPO), stratified over the shape of the trace (agent, role,
+//! depth, turn, event type), loss weights that keep wide traces from drowning narrow ones,
+//! and returns over the event graph (discounted return-to-go, MAGRPO tree returns, GAE,
+//! MARSHAL turn returns).
+//!
+//! Layers, one idea each: [`spec`] says what to compute, [`cell`] holds the statistics of one
+//! normalisation cell and applies an estimator's formula (native f64, or a trainer's fp32
+//! arithmetic), [`kernel`] partitions rows into groups and strata and runs the cells in
+//! parallel, [`strata`] derives per-event stratum codes from a batch, [`batch`] turns a
+//! [`crate::TraceBatch`] into rows and back, [`weights`] computes loss weights, and
+//! [`returns`] walks the event graph.
+
+pub mod batch;
+mod cell;
+pub mod kernel;
+pub mod returns;
+pub mod spec;
+pub mod strata;
+mod torch_sum;
+mod trace_graph;
+pub mod weights;
+
+pub use batch::{BatchAdvantages, BatchOptions, Unit, batch_advantages, trace_channel};
+pub use kernel::{Output, Rows, dense_codes, normalize, normalize_labels};
+pub use returns::{ReturnKind, graph_gae, graph_returns};
+pub use spec::{Compat, Estimator, Scale, Spec};
+pub use strata::{Stratum, strata_codes};

@@ -1,0 +1,136 @@
+//! Per-event stratum codes: which agent, role, graph depth, turn or event type an event
+//! belongs to, and joint codes for several at once. Codes are dense and comparable across
+//! the traces of a batch (an agent's name, not its position, decides its code), so a cell of
+//! the normalisation is "these events of the group's traces".
+
+use std::collections::HashMap;
+
+use arrow_array::cast::AsArray;
+use arrow_buffer::ArrowNativeType;
+use rayon::prelude::*;
+
+use super::spec::invalid;
+use super::trace_graph::BatchView;
+use crate::error::Result;
+use crate::store::TraceBatch;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stratum {
+    /// The event's author (Dr. MAS's agent-wise normalisation).
+    Agent,
+    /// The author's role (events without one share a stratum).
+    Role,
+    /// Longest-path distance from a root of the event graph: events at the same depth.
+    Depth,
+    /// The event's position among its author's events by time: the agent's k-th turn.
+    Turn,
+    EventType,
+}
+
+impl Stratum {
+    pub const NAMES: &'static [&'static str] = &["agent", "role", "depth", "turn", "event_type"];
+
+    pub fn parse(name: &str) -> Result<Self> {
+        Ok(match name {
+            "agent" => Stratum::Agent,
+            "role" => Stratum::Role,
+            "depth" => Stratum::Depth,
+            "turn" => Stratum::Turn,
+            "event_type" => Stratum::EventType,
+            _ => return Err(invalid(format!("normalize_by entries must be among {:?}, got {name:?}", Self::NAMES))),
+        })
+    }
+}
+
+/// Joint codes above this many combinations are renumbered densely (the normalisation keeps
+/// one table entry per possible code and thread).
+const DIRECT_CODES: u64 = 1 << 20;
+
+/// Codes of one stratum for every event, and how many codes there are.
+fn codes_of(view: &BatchView, stratum: Stratum) -> Result<(Vec<u32>, usize)> {
+    let n = view.n_events();
+    Ok(match stratum {
+        Stratum::Agent => ((0..n).map(|e| view.agent(e)).collect(), view.n_agents.max(1)),
+        Stratum::EventType => {
+            let keys = view.events.event_type.keys();
+            ((0..n).map(|e| keys.value(view.column_row(e)) as u32).collect(), crate::trace::EventType::NAMES.len())
+        }
+        Stratum::Role => {
+            let role = view.events.role;
+            let mut numbers: HashMap<&str, u32> = HashMap::new();
+            let of_key: Vec<u32> = role
+                .values()
+                .as_string::<i32>()
+                .iter()
+                .map(|name| {
+                    let next = numbers.len() as u32 + 1;
+                    *numbers.entry(name.unwrap_or("")).or_insert(next)
+                })
+                .collect();
+            let codes = (0..n)
+                .map(|e| {
+                    let row = view.column_row(e);
+                    if arrow_array::Array::is_null(role, row) { 0 } else { of_key[role.keys().value(row).as_usize()] }
+                })
+                .collect();
+            (codes, numbers.len() + 1)
+        }
+        Stratum::Depth => per_trace(view, |trace| {
+            let graph = view.graph(trace);
+            let mut depth = vec![0u32; graph.n_events()];
+            for &event in &view.order(trace, &graph)? {
+                for &next in graph.successors(event) {
+                    depth[next as usize] = depth[next as usize].max(depth[event as usize] + 1);
+                }
+            }
+            Ok(depth)
+        })?,
+        Stratum::Turn => per_trace(view, |trace| Ok(view.turns(trace)))?,
+    })
+}
+
+/// Concatenates a per-trace computation (run in parallel); the count is the largest code + 1.
+fn per_trace(view: &BatchView, f: impl Fn(usize) -> Result<Vec<u32>> + Sync + Send) -> Result<(Vec<u32>, usize)> {
+    let parts: Vec<Vec<u32>> = (0..view.n_traces()).into_par_iter().map(f).collect::<Result<_>>()?;
+    let codes: Vec<u32> = parts.concat();
+    let count = codes.iter().max().map_or(1, |&m| m as usize + 1);
+    Ok((codes, count))
+}
+
+pub(crate) fn joint_codes(view: &BatchView, strata: &[Stratum]) -> Result<(Vec<u32>, usize)> {
+    let mut joint: Option<(Vec<u64>, u64)> = None;
+    for &stratum in strata {
+        let (codes, count) = codes_of(view, stratum)?;
+        joint = Some(match joint {
+            None => (codes.into_iter().map(u64::from).collect(), count as u64),
+            Some((mut acc, radix)) => {
+                acc.iter_mut().zip(&codes).for_each(|(a, &c)| *a = *a * count as u64 + c as u64);
+                let radix = radix
+                    .checked_mul(count as u64)
+                    .ok_or_else(|| invalid(format!("normalize_by {strata:?} has too many combinations")))?;
+                (acc, radix)
+            }
+        });
+    }
+    let Some((codes, combinations)) = joint else {
+        return Err(invalid("normalize_by names no stratum".to_owned()));
+    };
+    if combinations <= DIRECT_CODES {
+        return Ok((codes.into_iter().map(|c| c as u32).collect(), combinations as usize));
+    }
+    let mut numbers: HashMap<u64, u32> = HashMap::new();
+    let dense = codes
+        .into_iter()
+        .map(|c| {
+            let next = numbers.len() as u32;
+            *numbers.entry(c).or_insert(next)
+        })
+        .collect();
+    Ok((dense, numbers.len()))
+}
+
+/// Dense joint codes of `strata` for every event of `batch` (aligned with `batch.events()`),
+/// and the number of codes.
+pub fn strata_codes(batch: &TraceBatch, strata: &[Stratum]) -> Result<(Vec<u32>, usize)> {
+    joint_codes(&BatchView::new(batch), strata)
+}

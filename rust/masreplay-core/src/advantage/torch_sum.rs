@@ -1,0 +1,113 @@
+//! torch's fp32 summation order on the CPU, so the trainer modes round exactly as torch does.
+//!
+//! `torch.sum` / `mean` / `nansum` over a contiguous dimension (ATen's `cascade_sum`): with at
+//! least 8 values, 8 lanes each sum every 8th value (`row_sum` below over the lane's values),
+//! then a scalar sum of the leftover tail, to which the 8 lane sums are added in order; with
+//! fewer, `row_sum` directly. `row_sum` keeps 4 interleaved accumulators (values 4i..4i+3),
+//! adds a tail to the first, and folds the others into it; above 16 rows per accumulator it
+//! cascades partial sums over 4 levels to bound the error. Checked against torch 2.15 for
+//! sizes 2..5000 (the AVX2 and AVX-512 builds both sum 8 lanes here).
+
+const LANES: usize = 8;
+const ILP: usize = 4;
+const LEVELS: usize = 4;
+
+fn ceil_log2(x: usize) -> usize {
+    if x <= 1 { 0 } else { (usize::BITS - (x - 1).leading_zeros()) as usize }
+}
+
+/// ATen's `multi_row_sum` with 4 columns over `rows` rows; `at(i, k)` is row i, column k.
+/// Indexed loops on purpose: they mirror ATen's, whose order is the point.
+#[allow(clippy::needless_range_loop)]
+fn multi_row_sum(rows: usize, at: impl Fn(usize, usize) -> f32) -> [f32; ILP] {
+    let level_power = 4.max(ceil_log2(rows) / LEVELS);
+    let level_step = 1usize << level_power;
+    let level_mask = level_step - 1;
+    let mut acc = [[0f32; ILP]; LEVELS];
+    let mut i = 0;
+    while i + level_step <= rows {
+        for _ in 0..level_step {
+            for (k, slot) in acc[0].iter_mut().enumerate() {
+                *slot += at(i, k);
+            }
+            i += 1;
+        }
+        for j in 1..LEVELS {
+            for k in 0..ILP {
+                acc[j][k] += acc[j - 1][k];
+                acc[j - 1][k] = 0.0;
+            }
+            if i & (level_mask << (j * level_power)) != 0 {
+                break;
+            }
+        }
+    }
+    while i < rows {
+        for (k, slot) in acc[0].iter_mut().enumerate() {
+            *slot += at(i, k);
+        }
+        i += 1;
+    }
+    for j in 1..LEVELS {
+        for k in 0..ILP {
+            acc[0][k] += acc[j][k];
+        }
+    }
+    acc[0]
+}
+
+/// ATen's scalar `row_sum` of `size` values `value(i)`.
+fn row_sum(size: usize, value: impl Fn(usize) -> f32) -> f32 {
+    let rows = size / ILP;
+    let mut partial = multi_row_sum(rows, |i, k| value(i * ILP + k));
+    for i in rows * ILP..size {
+        partial[0] += value(i);
+    }
+    for k in 1..ILP {
+        partial[0] += partial[k];
+    }
+    partial[0]
+}
+
+/// `torch.sum` of `values` (fp32, contiguous, one thread), NaN read as 0 when `skip_nan`
+/// (`torch.nansum`).
+pub(crate) fn torch_sum(values: &[f32], skip_nan: bool) -> f32 {
+    let load = |i: usize| {
+        let x = values[i];
+        if skip_nan && x.is_nan() { 0.0 } else { x }
+    };
+    let n = values.len();
+    if n < LANES {
+        return row_sum(n, load);
+    }
+    let vectors = n / LANES;
+    let mut total = 0f32;
+    for i in vectors * LANES..n {
+        total += load(i);
+    }
+    for lane in 0..LANES {
+        total += row_sum(vectors, |i| load(i * LANES + lane));
+    }
+    total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_sums_follow_the_accumulator_order() {
+        // Fewer than 8 values: accumulators (x0 + x4), x1, x2, x3 folded in order.
+        let x = [1e8f32, 1.0, -1e8, 1.0, 1.0];
+        let expected = ((((1e8f32 + 1.0) + 1.0) + -1e8) + 1.0) as f32;
+        assert_eq!(torch_sum(&x, false), expected);
+        assert_eq!(torch_sum(&[f32::NAN, 2.0], true), 2.0);
+        assert_eq!(torch_sum(&[], false), 0.0);
+    }
+
+    #[test]
+    fn exact_for_integers() {
+        let x: Vec<f32> = (0..5000).map(|i| (i % 7) as f32).collect();
+        assert_eq!(torch_sum(&x, false), x.iter().map(|&v| v as f64).sum::<f64>() as f32);
+    }
+}

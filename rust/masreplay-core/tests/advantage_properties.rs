@@ -1,0 +1,239 @@
+//! Properties of the advantage kernel and the batch path: normalised cells have mean 0 and
+//! unit std, results ignore row order, constant shifts and the layout of groups, the trainer
+//! modes keep their edge cases, stratified advantages follow a trace's events when the events
+//! are permuted, and single-agent linear traces give plain GRPO under every stratum.
+
+use masreplay_core::TraceBatch;
+use masreplay_core::advantage::{
+    BatchOptions, Compat, Estimator, ReturnKind, Rows, Scale, Spec, Stratum, Unit, batch_advantages, dense_codes,
+    graph_returns, normalize, trace_channel,
+};
+use masreplay_core::sim::{SimConfig, generate};
+use masreplay_core::trace::{Edge, Trace};
+use masreplay_core::validate::{ValidateOptions, trace_from_json};
+use proptest::prelude::*;
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+use rand_xoshiro::Xoshiro256PlusPlus;
+
+fn native(estimator: Estimator, scale: Scale, eps: f64) -> Spec {
+    Spec::new(estimator, scale, Some(eps), Compat::Native).unwrap()
+}
+
+fn rows<'a>(values: &'a [f64], groups: &'a [u32], strata: Option<&'a [u32]>) -> Rows<'a> {
+    Rows {
+        values,
+        groups,
+        n_groups: groups.iter().max().map_or(0, |&g| g as usize + 1),
+        strata: strata.map(|s| (s, s.iter().max().map_or(0, |&m| m as usize + 1))),
+        lengths: None,
+    }
+}
+
+fn data() -> impl Strategy<Value = (Vec<f64>, Vec<u32>, Vec<u32>)> {
+    (1usize..80).prop_flat_map(|n| {
+        (
+            proptest::collection::vec((-1000i32..1000).prop_map(|x| x as f64 / 8.0), n),
+            proptest::collection::vec(0u32..5, n),
+            proptest::collection::vec(0u32..3, n),
+        )
+    })
+}
+
+fn close(a: &[f64], b: &[f64], tolerance: f64) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| (x - y).abs() <= tolerance * (1.0 + x.abs().max(y.abs())))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    #[test]
+    fn cells_have_mean_zero_and_unit_std((values, groups, strata) in data()) {
+        let out: Vec<f64> = normalize(&rows(&values, &groups, Some(&strata)), &native(Estimator::Grpo, Scale::Group, 0.0)).unwrap();
+        for g in 0..5 {
+            for s in 0..3 {
+                let cell: Vec<usize> = (0..values.len()).filter(|&i| groups[i] == g && strata[i] == s).collect();
+                let distinct = cell.iter().any(|&i| values[i] != values[cell[0]]);
+                if cell.len() < 2 || !distinct {
+                    prop_assert!(cell.iter().all(|&i| out[i] == 0.0));
+                    continue;
+                }
+                let n = cell.len() as f64;
+                let mean = cell.iter().map(|&i| out[i]).sum::<f64>() / n;
+                let var = cell.iter().map(|&i| (out[i] - mean).powi(2)).sum::<f64>() / (n - 1.0);
+                prop_assert!(mean.abs() < 1e-9, "mean {mean}");
+                prop_assert!((var - 1.0).abs() < 1e-9, "var {var}");
+            }
+        }
+    }
+
+    #[test]
+    fn order_shift_and_layout_do_not_matter((values, groups, strata) in data(), seed in any::<u64>(), shift in -50i32..50) {
+        let mut order: Vec<usize> = (0..values.len()).collect();
+        order.shuffle(&mut Xoshiro256PlusPlus::seed_from_u64(seed));
+        let pick = |v: &[u32]| order.iter().map(|&i| v[i]).collect::<Vec<u32>>();
+        let permuted_values: Vec<f64> = order.iter().map(|&i| values[i]).collect();
+        let shifted: Vec<f64> = values.iter().map(|x| x + shift as f64).collect();
+        for estimator in [Estimator::Grpo, Estimator::Rloo, Estimator::Opo] {
+            let spec = native(estimator, Scale::Group, 1e-6);
+            let base: Vec<f64> = normalize(&rows(&values, &groups, Some(&strata)), &spec).unwrap();
+            let permuted: Vec<f64> = normalize(&rows(&permuted_values, &pick(&groups), Some(&pick(&strata))), &spec).unwrap();
+            let expected: Vec<f64> = order.iter().map(|&i| base[i]).collect();
+            prop_assert!(close(&permuted, &expected, 1e-9));
+            let moved: Vec<f64> = normalize(&rows(&shifted, &groups, Some(&strata)), &spec).unwrap();
+            prop_assert!(close(&moved, &base, 1e-6));
+        }
+    }
+
+    #[test]
+    fn dense_codes_keep_equality(keys in proptest::collection::vec(prop_oneof![0i64..10, any::<i64>()], 0..60)) {
+        let (codes, n) = dense_codes(&keys);
+        for i in 0..keys.len() {
+            prop_assert!((codes[i] as usize) < n);
+            for j in 0..keys.len() {
+                prop_assert_eq!(keys[i] == keys[j], codes[i] == codes[j]);
+            }
+        }
+    }
+
+    #[test]
+    fn compat_modes_keep_their_group_of_one_rules(x in -100i32..100, y in -100i32..100) {
+        let values = [x as f64, y as f64, 3.0];
+        let groups = [0u32, 0, 1];
+        let run = |compat, estimator| -> Vec<f64> {
+            let spec = Spec::new(estimator, Scale::Group, None, compat).unwrap();
+            normalize::<f32>(&rows(&values, &groups, None), &spec).unwrap().into_iter().map(f64::from).collect()
+        };
+        prop_assert_eq!(run(Compat::Verl, Estimator::Grpo)[2], (3.0f32 / (1.0f32 + 1e-6f32)) as f64);
+        prop_assert_eq!(run(Compat::Verl, Estimator::Rloo)[2], 3.0);
+        prop_assert_eq!(run(Compat::Trl, Estimator::Grpo)[2], 0.0);
+        prop_assert!(run(Compat::OpenRlhf, Estimator::Grpo)[2].is_nan());
+        prop_assert_eq!(run(Compat::Native, Estimator::Grpo)[2], 0.0);
+        if x == y {
+            for compat in [Compat::Native, Compat::Verl, Compat::Trl, Compat::OpenRlhf] {
+                prop_assert_eq!(&run(compat, Estimator::Grpo)[..2], &[0.0, 0.0]);
+            }
+        }
+    }
+}
+
+/// The trace with its events shuffled and edges renumbered; returns the new position of each
+/// old event.
+fn permuted(trace: &Trace, seed: u64) -> (Trace, Vec<usize>) {
+    let mut order: Vec<usize> = (0..trace.events.len()).collect();
+    order.shuffle(&mut Xoshiro256PlusPlus::seed_from_u64(seed));
+    let mut position = vec![0usize; order.len()];
+    for (at, &old) in order.iter().enumerate() {
+        position[old] = at;
+    }
+    let mut shuffled = trace.clone();
+    shuffled.events = order.iter().map(|&old| trace.events[old].clone()).collect();
+    shuffled.edges = trace
+        .edges
+        .iter()
+        .map(|edge| Edge { src: position[edge.src as usize] as u32, dst: position[edge.dst as usize] as u32, ..*edge })
+        .collect();
+    (shuffled, position)
+}
+
+fn options<'a>(values: &'a [f64], groups: &'a [u32], by: &'a [Stratum], unit: Unit) -> BatchOptions<'a> {
+    BatchOptions {
+        trace_values: values,
+        event_values: None,
+        groups,
+        n_groups: groups.iter().max().map_or(0, |&g| g as usize + 1),
+        normalize_by: by,
+        unit,
+        spec: native(Estimator::Grpo, Scale::Group, 1e-6),
+        weight_by: &[],
+    }
+}
+
+const STRATA: [Stratum; 5] = [Stratum::Agent, Stratum::Role, Stratum::Depth, Stratum::Turn, Stratum::EventType];
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    #[test]
+    fn stratified_advantages_follow_permuted_events(seed in 0u64..10_000, shuffle in any::<u64>(), stratum in 0usize..5) {
+        let traces = generate(&SimConfig { n_traces: 8, group_size: 4, agents: (1, 5), seed, ..SimConfig::default() }).unwrap();
+        let batch = TraceBatch::from_traces(&traces).unwrap();
+        let mut shuffled = Vec::new();
+        let mut positions = Vec::new();
+        for (k, trace) in traces.iter().enumerate() {
+            let (trace, position) = permuted(trace, shuffle.wrapping_add(k as u64));
+            shuffled.push(trace);
+            positions.push(position);
+        }
+        let other = TraceBatch::from_traces(&shuffled).unwrap();
+        let values = trace_channel(&batch, "team");
+        let groups: Vec<u32> = (0..8).map(|i| i / 4).collect();
+        let by = [STRATA[stratum]];
+        for unit in [Unit::Traces, Unit::Events] {
+            let a = batch_advantages(&batch, &options(&values, &groups, &by, unit)).unwrap();
+            let b = batch_advantages(&other, &options(&values, &groups, &by, unit)).unwrap();
+            let offsets = batch.event_offsets();
+            for (t, position) in positions.iter().enumerate() {
+                for (old, &new) in position.iter().enumerate() {
+                    let (x, y) = (a.per_event[offsets[t] as usize + old], b.per_event[offsets[t] as usize + new]);
+                    prop_assert!((x - y).abs() < 1e-9, "{x} vs {y}");
+                    let (u, v) = (a.weights[offsets[t] as usize + old], b.weights[offsets[t] as usize + new]);
+                    prop_assert!((u - v).abs() < 1e-12);
+                }
+            }
+            prop_assert!(close(&a.per_trace, &b.per_trace, 1e-9));
+        }
+    }
+
+    #[test]
+    fn single_agent_linear_traces_are_plain_grpo(rewards in proptest::collection::vec(0u8..5, 2..12), length in 1usize..5, group_size in 1usize..4) {
+        let traces: Vec<Trace> = rewards
+            .iter()
+            .enumerate()
+            .map(|(i, &r)| {
+                let events: Vec<_> = (0..length)
+                    .map(|k| serde_json::json!({"id": format!("e{k}"), "t": k as f64, "type": "orchestrator_decision", "agent": "solo", "role": "r"}))
+                    .collect();
+                let edges: Vec<_> =
+                    (1..length).map(|k| serde_json::json!({"src": format!("e{}", k - 1), "dst": format!("e{k}"), "type": "causal"})).collect();
+                let value = serde_json::json!({
+                    "trace_id": format!("t{i}"), "task_id": "task", "events": events, "edges": edges,
+                    "rewards": {"team": r as f64}, "costs": {"tokens": 0, "wall_clock_s": 0}
+                });
+                trace_from_json(&value, ValidateOptions::default()).unwrap()
+            })
+            .collect();
+        let batch = TraceBatch::from_traces(&traces).unwrap();
+        let values = trace_channel(&batch, "team");
+        let groups: Vec<u32> = (0..rewards.len() as u32).map(|i| i / group_size as u32).collect();
+        let plain = batch_advantages(&batch, &options(&values, &groups, &[], Unit::Traces)).unwrap();
+        for stratum in STRATA {
+            let by = [stratum];
+            let got = batch_advantages(&batch, &options(&values, &groups, &by, Unit::Traces)).unwrap();
+            prop_assert!(close(&got.per_event, &plain.per_event, 1e-12), "{stratum:?}");
+            prop_assert!(close(&got.per_trace, &plain.per_trace, 1e-12), "{stratum:?}");
+        }
+    }
+
+    #[test]
+    fn returns_of_a_chain_are_discounted_suffix_sums(rewards in proptest::collection::vec(-10i32..10, 1..12), gamma in 0.0f64..1.0) {
+        let events: Vec<_> = (0..rewards.len())
+            .map(|k| serde_json::json!({"id": format!("e{k}"), "t": k as f64, "type": "message", "agent": "a"}))
+            .collect();
+        let edges: Vec<_> =
+            (1..rewards.len()).map(|k| serde_json::json!({"src": format!("e{}", k - 1), "dst": format!("e{k}"), "type": "causal"})).collect();
+        let value = serde_json::json!({"trace_id": "c", "task_id": "task", "events": events, "edges": edges,
+            "rewards": {"team": 1.0}, "costs": {"tokens": 0, "wall_clock_s": 0}});
+        let batch = TraceBatch::from_traces(&[trace_from_json(&value, ValidateOptions::default()).unwrap()]).unwrap();
+        let r: Vec<f64> = rewards.iter().map(|&x| x as f64).collect();
+        let mut expected = vec![0.0; r.len()];
+        let mut running = 0.0;
+        for k in (0..r.len()).rev() {
+            running = r[k] + gamma * running;
+            expected[k] = running;
+        }
+        for kind in [ReturnKind::Descendants, ReturnKind::Tree, ReturnKind::Turns] {
+            prop_assert!(close(&graph_returns(&batch, &r, gamma, kind).unwrap(), &expected, 1e-12), "{kind:?}");
+        }
+    }
+}
