@@ -5,6 +5,7 @@ pub mod buffer;
 pub mod error;
 pub mod graph;
 pub mod metrics;
+pub mod shapley;
 pub mod sim;
 pub mod store;
 pub mod trace;
