@@ -4,7 +4,7 @@ Traces are temporal event graphs kept whole in Arrow (one row per trace). Start 
 :func:`load_traces`, :func:`validate` and :mod:`masreplay.sim`.
 """
 
-from masreplay import convert, rewards, sim
+from masreplay import convert, games, rewards, sim
 from masreplay._core import SCHEMA_VERSION
 from masreplay.batch import TraceBatch
 from masreplay.buffer import AddReport, GraphBuffer
@@ -18,6 +18,7 @@ from masreplay.errors import (
 )
 from masreplay.io import load_traces, validate
 from masreplay.orchestration import metrics
+from masreplay.shapley import ShapleyResult, TraceCredit, shapley, trace_players, trace_shapley
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -27,14 +28,20 @@ __all__ = [
     "GraphBuffer",
     "InvalidArgumentError",
     "MasreplayError",
+    "ShapleyResult",
     "StorageError",
     "TraceBatch",
+    "TraceCredit",
     "TraceValidationError",
     "convert",
+    "games",
     "load_traces",
     "metrics",
     "rewards",
+    "shapley",
     "sim",
+    "trace_players",
+    "trace_shapley",
     "validate",
 ]
 

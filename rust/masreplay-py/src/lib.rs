@@ -6,6 +6,7 @@ mod buffer;
 mod errors;
 mod metrics;
 mod objects;
+mod shapley;
 
 use std::path::PathBuf;
 
@@ -163,6 +164,21 @@ fn _core(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(empty_batch, module)?)?;
     module.add_function(wrap_pyfunction!(simulate, module)?)?;
     module.add_function(wrap_pyfunction!(metrics::metrics, module)?)?;
+    // Shapley credit (games, estimators, per-trace credit)
+    module.add_class::<shapley::PyGame>()?;
+    for function in [
+        wrap_pyfunction!(shapley::soum_game, module)?,
+        wrap_pyfunction!(shapley::dense_table_game, module)?,
+        wrap_pyfunction!(shapley::sparse_table_game, module)?,
+        wrap_pyfunction!(shapley::additive_game, module)?,
+        wrap_pyfunction!(shapley::weighted_voting_game, module)?,
+        wrap_pyfunction!(shapley::empirical_game, module)?,
+        wrap_pyfunction!(shapley::shapley, module)?,
+        wrap_pyfunction!(shapley::trace_players, module)?,
+        wrap_pyfunction!(shapley::trace_shapley, module)?,
+    ] {
+        module.add_function(function)?;
+    }
     module.add("SCHEMA_VERSION", masreplay_core::trace::SCHEMA_VERSION)?;
     Ok(())
 }

@@ -16,6 +16,10 @@ use crate::error::{MasreplayError, Result};
 
 /// Chunks per round between two looks at the standard errors.
 const ROUND_CHUNKS: usize = 8;
+/// Coalitions valued per chunk. Fixed, not the game's preference, so that every game sees
+/// the same orderings for the same seed (linearity holds sample by sample, and a Python
+/// callable gets the very orderings its native twin gets).
+const CHUNK_COALITIONS: usize = 4096;
 /// Units drawn before a standard error is trusted for stopping.
 const MIN_UNITS_FOR_STOPPING: u64 = 16;
 
@@ -114,7 +118,7 @@ pub fn estimate_by_orderings(game: &dyn Game, sampler: &dyn OrderSampler, stoppi
         )));
     }
     let max_units = (stopping.budget - 2) / unit_cost;
-    let units_per_chunk = (game.preferred_batch() / ((n + 1) * orders_per_unit)).max(1) as u64;
+    let units_per_chunk = (CHUNK_COALITIONS / ((n + 1) * orders_per_unit)).max(1) as u64;
     let mut moments = Moments::new(n);
     let mut next_chunk = 0u64;
     loop {
