@@ -16,7 +16,7 @@ import masreplay
 from masreplay import games
 from masreplay.errors import InvalidArgumentError
 
-METHODS = ["exact", "permutation", "kernel"]
+METHODS = ["exact", "permutation", "kernel", "stratified"]
 fast = settings(max_examples=30, deadline=None)
 
 
@@ -151,7 +151,7 @@ def test_owen_splits_exactly_level_by_level():
     assert masreplay.shapley(game, unions=unions).method == "owen"
 
 
-@pytest.mark.parametrize("method", ["permutation", "kernel"])
+@pytest.mark.parametrize("method", ["permutation", "kernel", "stratified"])
 def test_error_shrinks_with_budget(method):
     small, large = [], []
     for seed in range(3):

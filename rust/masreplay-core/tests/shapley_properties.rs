@@ -119,7 +119,7 @@ proptest! {
     fn every_method_is_efficient(game in soum_strategy(12), seed in any::<u64>(), tree in forest_strategy(12)) {
         let n = game.n_players();
         let parents = tree[..n].to_vec();
-        for method in [Method::Exact, Method::Permutation, Method::Kernel, Method::Auto] {
+        for method in [Method::Exact, Method::Permutation, Method::Kernel, Method::Stratified, Method::Auto] {
             let result = run(&game, method, 500, seed);
             prop_assert!(efficiency_gap(&game, &result) < 1e-9, "{method:?}");
         }
@@ -307,7 +307,9 @@ fn mean_absolute_error(estimate: &[f64], truth: &[f64]) -> f64 {
 
 #[test]
 fn error_shrinks_with_the_budget() {
-    for (method, max_order) in [(Method::Permutation, 3), (Method::Permutation, 30), (Method::Kernel, 3)] {
+    for (method, max_order) in
+        [(Method::Permutation, 3), (Method::Permutation, 30), (Method::Kernel, 3), (Method::Stratified, 30)]
+    {
         let (mut small, mut large) = (0.0, 0.0);
         for seed in 0..4 {
             let game = SoumGame::random(30, 60, max_order, seed).unwrap();

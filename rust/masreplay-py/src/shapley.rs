@@ -11,7 +11,7 @@ use masreplay_core::shapley::games::{
 };
 use masreplay_core::shapley::traces::{trace_players as core_trace_players, trace_shapley as core_trace_shapley};
 use masreplay_core::shapley::{Game, Method, ShapleyOptions, ShapleyResult, Union, shapley as core_shapley};
-use numpy::{IntoPyArray, PyArray1, PyArrayMethods, PyReadonlyArray2};
+use numpy::{IntoPyArray, PyArray1, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
@@ -197,7 +197,7 @@ fn call_python(
             let returned = function.bind(py).call1(args)?;
             let numpy = py.import("numpy")?;
             let flat = numpy.call_method1("asarray", (returned, numpy.getattr("float64")?))?.call_method0("ravel")?;
-            flat.extract::<Vec<f64>>()
+            Ok(flat.extract::<PyReadonlyArray1<'_, f64>>()?.as_array().to_vec())
         })();
         match outcome {
             Ok(values) if values.len() == expected => Ok(values),

@@ -1,6 +1,11 @@
 //! Coalitions as compact bitsets. A batch stores many coalitions back to back in one flat
 //! vector of words, so a game values thousands of coalitions without an allocation each.
 
+/// Maps and sets keyed by coalitions: foldhash with a fixed seed (a few words hash far
+/// faster than with SipHash, and iteration order does not depend on the process).
+pub type CoalitionMap<V> = std::collections::HashMap<Vec<u64>, V, foldhash::fast::FixedState>;
+pub type CoalitionSet<'a> = std::collections::HashSet<&'a [u64], foldhash::fast::FixedState>;
+
 /// Words (64 players each) needed for `n_players` players.
 pub fn words_for(n_players: usize) -> usize {
     n_players.div_ceil(64).max(1)

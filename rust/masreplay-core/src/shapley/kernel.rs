@@ -8,11 +8,9 @@
 //! Standard error: the sampled pairs are split in two halves, each fitted with the
 //! enumerated part; half the gap between the two fits estimates the error of the whole.
 
-use std::collections::HashSet;
-
 use rand::RngExt;
 
-use super::coalition::{Coalitions, contains};
+use super::coalition::{CoalitionMap, Coalitions, contains};
 use super::game::{Game, bounds};
 use super::linalg::{cholesky, solve};
 use super::precedence::value_distinct;
@@ -71,7 +69,7 @@ pub fn kernel(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
     if !complete && left >= 2 {
         let sizes: Vec<usize> = (low..=n / 2).collect();
         let mut rng = stream(stopping.seed, u64::MAX);
-        let mut drawn: HashSet<Vec<u64>> = HashSet::new();
+        let mut drawn: CoalitionMap<()> = CoalitionMap::default();
         let mut per_size = vec![Vec::new(); n];
         let mut misses = 0;
         let mut pairs = 0usize;
@@ -79,15 +77,15 @@ pub fn kernel(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
             let size = sizes[rng.random_range(0..sizes.len())];
             let set = random_subset(&mut rng, n, size, words.words());
             let complement = complement_of(&set, n);
-            if drawn.contains(&set) {
+            if drawn.contains_key(&set) {
                 misses += 1;
                 continue;
             }
             misses = 0;
             let half = pairs % 2 == 0;
             pairs += 1;
-            drawn.insert(set.clone());
-            drawn.insert(complement.clone());
+            drawn.insert(set.clone(), ());
+            drawn.insert(complement.clone(), ());
             per_size[size].push((set, half));
             per_size[n - size].push((complement, half));
             left -= 2;

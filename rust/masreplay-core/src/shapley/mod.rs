@@ -1,6 +1,6 @@
 //! Shapley credit: games (values of coalitions of players) and estimators behind one entry
 //! point, [`shapley`]. Estimators: exact enumeration, antithetic permutation sampling,
-//! paired KernelSHAP regression, precedence (spawn-tree) Shapley, the permission value of
+//! paired KernelSHAP regression, stratified SVARM, precedence (spawn-tree) Shapley, the permission value of
 //! the restricted game, and Owen values of nested unions. Every sampled estimator stops at a
 //! budget of coalition evaluations or a target standard error, and is deterministic by seed
 //! at any thread count. Results are projected onto v(N) - v(empty), so efficiency holds to
@@ -16,6 +16,7 @@ pub(crate) mod linalg;
 mod owen;
 mod permutation;
 mod precedence;
+mod stratified;
 pub mod sampling;
 pub mod traces;
 
@@ -45,14 +46,15 @@ pub enum Method {
     Precedence,
     Permission,
     Owen,
+    Stratified,
 }
 
 impl Method {
     pub const NAMES: &'static [&'static str] =
-        &["auto", "exact", "permutation", "kernel", "precedence", "permission", "owen"];
+        &["auto", "exact", "permutation", "kernel", "precedence", "permission", "owen", "stratified"];
 
     pub fn parse(name: &str) -> Result<Self> {
-        const ALL: [Method; 7] = [
+        const ALL: [Method; 8] = [
             Method::Auto,
             Method::Exact,
             Method::Permutation,
@@ -60,6 +62,7 @@ impl Method {
             Method::Precedence,
             Method::Permission,
             Method::Owen,
+            Method::Stratified,
         ];
         Method::NAMES.iter().position(|n| *n == name).map(|i| ALL[i]).ok_or_else(|| {
             MasreplayError::InvalidArgument(format!("method: unknown {name:?}; expected one of {:?}", Method::NAMES))
@@ -200,6 +203,7 @@ pub fn shapley(game: &dyn Game, options: &ShapleyOptions) -> Result<ShapleyResul
             Method::Exact => exact::exact(game, &stopping)?,
             Method::Permutation => permutation_estimate(game, &stopping, options.antithetic)?,
             Method::Kernel => kernel::kernel(game, &stopping)?,
+            Method::Stratified => stratified::stratified(game, &stopping)?,
             Method::Precedence => {
                 let forest = forest.as_ref().ok_or_else(|| needs("parents"))?;
                 match forest.downsets(budget.min(EXACT_STRUCTURE_LIMIT as u64) as usize) {

@@ -8,11 +8,9 @@
 //! h the subtree sizes in the forest and h_D those inside D (hook-length counts of both
 //! sides). Otherwise sampled: uniform orderings drawn by subtree size.
 
-use std::collections::HashMap;
-
 use rand_xoshiro::Xoshiro256PlusPlus;
 
-use super::coalition::{Coalitions, contains, insert};
+use super::coalition::{CoalitionMap, CoalitionSet, Coalitions, contains, insert};
 use super::forest::{Forest, ln_factorials};
 use super::game::Game;
 use super::sampling::{OrderSampler, map_items};
@@ -31,9 +29,9 @@ impl OrderSampler for Forest {
 }
 
 /// Values every coalition of `batch` once (duplicates dropped) and returns a lookup.
-pub fn value_distinct(game: &dyn Game, batch: Coalitions) -> Result<HashMap<Vec<u64>, f64>> {
+pub fn value_distinct(game: &dyn Game, batch: Coalitions) -> Result<CoalitionMap<f64>> {
     let mut distinct = Coalitions::new(batch.n_players());
-    let mut seen = std::collections::HashSet::new();
+    let mut seen = CoalitionSet::default();
     for set in batch.iter() {
         if seen.insert(set) {
             distinct.push(set);

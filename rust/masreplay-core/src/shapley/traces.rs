@@ -22,7 +22,7 @@ use arrow_array::cast::AsArray;
 use arrow_schema::DataType;
 use rayon::prelude::*;
 
-use super::coalition::{Coalitions, contains};
+use super::coalition::{CoalitionMap, Coalitions, contains};
 use super::game::Game;
 use super::{ShapleyOptions, ShapleyResult, shapley};
 use crate::error::{MasreplayError, Result};
@@ -169,7 +169,7 @@ pub fn trace_players(batch: &TraceBatch, players: &str) -> Result<TracePlayers> 
 /// Collects the distinct coalitions an estimator asks for; every value reads 0.
 struct Recorder {
     n_players: usize,
-    seen: Mutex<(HashSet<Vec<u64>>, Coalitions)>,
+    seen: Mutex<(HashSet<Vec<u64>, foldhash::fast::FixedState>, Coalitions)>,
 }
 
 impl Game for Recorder {
@@ -196,7 +196,7 @@ impl Game for Recorder {
 /// Plays back the values the caller's function gave.
 struct Lookup {
     n_players: usize,
-    values: HashMap<Vec<u64>, f64>,
+    values: CoalitionMap<f64>,
 }
 
 impl Game for Lookup {
@@ -266,7 +266,7 @@ pub fn trace_shapley(
                 if n == 0 {
                     return Ok(None);
                 }
-                let recorder = Recorder { n_players: n, seen: Mutex::new((HashSet::new(), Coalitions::new(n))) };
+                let recorder = Recorder { n_players: n, seen: Mutex::new((HashSet::default(), Coalitions::new(n))) };
                 shapley(&recorder, &options_of(t))?;
                 Ok(Some(recorder.seen.into_inner().unwrap_or_else(|p| p.into_inner()).1))
             })

@@ -1,20 +1,19 @@
 //! A game whose values come from a batch callback (in practice a Python callable), with a
 //! cache so that a coalition is valued once however often an estimator asks for it.
 
-use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::invalid;
 use crate::error::Result;
-use crate::shapley::coalition::Coalitions;
+use crate::shapley::coalition::{CoalitionMap, CoalitionSet, Coalitions};
 use crate::shapley::game::Game;
 
 pub struct CachedCallback<F> {
     n_players: usize,
     chunk: usize,
     callback: F,
-    cache: Mutex<HashMap<Vec<u64>, f64>>,
+    cache: Mutex<CoalitionMap<f64>>,
     evaluations: AtomicU64,
 }
 
@@ -31,12 +30,12 @@ impl<F: Fn(&Coalitions) -> Result<Vec<f64>> + Sync> CachedCallback<F> {
             n_players,
             chunk,
             callback,
-            cache: Mutex::new(HashMap::new()),
+            cache: Mutex::new(CoalitionMap::default()),
             evaluations: AtomicU64::new(0),
         })
     }
 
-    fn cache(&self) -> std::sync::MutexGuard<'_, HashMap<Vec<u64>, f64>> {
+    fn cache(&self) -> std::sync::MutexGuard<'_, CoalitionMap<f64>> {
         // A panic while holding the lock cannot leave a half-written entry behind.
         self.cache.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -51,7 +50,7 @@ impl<F: Fn(&Coalitions) -> Result<Vec<f64>> + Sync> Game for CachedCallback<F> {
         let mut missing = Coalitions::new(self.n_players);
         {
             let cache = self.cache();
-            let mut queued = std::collections::HashSet::new();
+            let mut queued = CoalitionSet::default();
             for set in coalitions.iter() {
                 if !cache.contains_key(set) && queued.insert(set) {
                     missing.push(set);
