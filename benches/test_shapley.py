@@ -283,7 +283,7 @@ N_TRACES = 10_000
 def eight_agent_traces():
     # The orchestrator and 7 sub-agents; a sub-agent the simulator leaves idle authors no event
     # and is no player, so keep the first N_TRACES traces where all 8 act.
-    batch = masreplay.sim.generate(N_TRACES * 6 // 5, agents=7, depth=2, fan_out=(1, 3), events_per_agent=(2, 4), seed=5)
+    batch = masreplay.sim.generate(N_TRACES * 8 // 5, agents=7, depth=2, fan_out=(1, 3), events_per_agent=(2, 4), seed=5)
     counts = np.bincount(masreplay.trace_players(batch)["trace_index"].to_numpy(), minlength=len(batch))
     batch = batch[[int(i) for i in np.flatnonzero(counts == 8)[:N_TRACES]]]
     assert len(batch) == N_TRACES

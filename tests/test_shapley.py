@@ -395,6 +395,8 @@ def test_trace_credit_is_deterministic_and_checks_its_input(batch):
         masreplay.trace_shapley(batch, lambda t, m: 1 / 0)
     with pytest.raises(InvalidArgumentError, match="no field"):
         masreplay.trace_shapley(batch, value_fn, players="colour")
+    with pytest.raises(InvalidArgumentError, match="stratified"):
+        masreplay.trace_shapley(batch, value_fn, method="stratified")
 
 
 def test_hook_length_counts_and_uniform_orderings_from_python():

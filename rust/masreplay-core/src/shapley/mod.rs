@@ -16,8 +16,8 @@ pub(crate) mod linalg;
 mod owen;
 mod permutation;
 mod precedence;
-mod stratified;
 pub mod sampling;
+mod stratified;
 pub mod traces;
 
 pub use coalition::Coalitions;

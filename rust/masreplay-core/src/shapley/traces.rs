@@ -247,6 +247,12 @@ pub fn trace_shapley(
     if chunk == 0 {
         return Err(MasreplayError::InvalidArgument("chunk_size must be at least 1".into()));
     }
+    if options.method == super::Method::Stratified {
+        // Its second phase follows the values of its first, which a recording pass cannot know.
+        return Err(MasreplayError::InvalidArgument(
+            "trace_shapley: method='stratified' adapts to the values as it samples; use another method".into(),
+        ));
+    }
     let n_traces = players.offsets.len() - 1;
     let options_of = |t: usize| {
         let range = players.offsets[t]..players.offsets[t + 1];
