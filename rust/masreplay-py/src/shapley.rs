@@ -126,7 +126,13 @@ fn wrap(py: Python<'_>, game: Result<Native, MasreplayError>, kind: &'static str
 }
 
 #[pyfunction]
-pub fn soum_game(py: Python<'_>, n: usize, terms: Bound<'_, PyAny>, max_order: Option<usize>, seed: u64) -> PyResult<PyGame> {
+pub fn soum_game(
+    py: Python<'_>,
+    n: usize,
+    terms: Bound<'_, PyAny>,
+    max_order: Option<usize>,
+    seed: u64,
+) -> PyResult<PyGame> {
     let game = if let Ok(count) = terms.extract::<usize>() {
         SoumGame::random(n, count, max_order.unwrap_or(n), seed)
     } else {
@@ -142,7 +148,12 @@ pub fn dense_table_game(py: Python<'_>, values: Vec<f64>) -> PyResult<PyGame> {
 }
 
 #[pyfunction]
-pub fn sparse_table_game(py: Python<'_>, n_players: usize, entries: Vec<(Vec<u32>, f64)>, default: f64) -> PyResult<PyGame> {
+pub fn sparse_table_game(
+    py: Python<'_>,
+    n_players: usize,
+    entries: Vec<(Vec<u32>, f64)>,
+    default: f64,
+) -> PyResult<PyGame> {
     wrap(py, TableGame::sparse(n_players, entries, default).map(Native::Table), "table")
 }
 
@@ -157,7 +168,12 @@ pub fn weighted_voting_game(py: Python<'_>, weights: Vec<f64>, quota: f64) -> Py
 }
 
 #[pyfunction]
-pub fn empirical_game(py: Python<'_>, masks: PyReadonlyArray2<'_, bool>, rewards: Vec<f64>, order: usize) -> PyResult<PyGame> {
+pub fn empirical_game(
+    py: Python<'_>,
+    masks: PyReadonlyArray2<'_, bool>,
+    rewards: Vec<f64>,
+    order: usize,
+) -> PyResult<PyGame> {
     let coalitions = coalitions_from_masks(&masks).or_raise(py)?;
     wrap(py, EmpiricalGame::new(&coalitions, &rewards, order).map(Native::Empirical), "empirical")
 }
@@ -231,7 +247,8 @@ fn options(
     n_threads: Option<usize>,
     antithetic: bool,
 ) -> PyResult<Result<ShapleyOptions, MasreplayError>> {
-    let unions = unions.map(|list| list.iter().map(|item| parse_union(&item)).collect::<PyResult<Vec<_>>>()).transpose()?;
+    let unions =
+        unions.map(|list| list.iter().map(|item| parse_union(&item)).collect::<PyResult<Vec<_>>>()).transpose()?;
     Ok(Method::parse(method).map(|method| ShapleyOptions {
         method,
         budget,
@@ -289,13 +306,16 @@ pub fn shapley<'py>(
     result_dict(py, finish(py, outcome, raised)?)
 }
 
+/// The players of every trace as (offsets, labels, parents, event_player).
+type PlayersTuple<'py> = (Bound<'py, PyArray1<i64>>, Vec<String>, Bound<'py, PyArray1<i64>>, Bound<'py, PyArray1<i64>>);
+
 /// The players of each trace: (offsets, labels, parents, event_player).
 #[pyfunction]
 pub fn trace_players<'py>(
     py: Python<'py>,
     batch: PyRef<'py, PyTraceBatch>,
     players: &str,
-) -> PyResult<(Bound<'py, PyArray1<i64>>, Vec<String>, Bound<'py, PyArray1<i64>>, Bound<'py, PyArray1<i64>>)> {
+) -> PyResult<PlayersTuple<'py>> {
     let inner = &batch.inner;
     let found = py.detach(|| core_trace_players(inner, players)).or_raise(py)?;
     let offsets: Vec<i64> = found.offsets.iter().map(|&o| o as i64).collect();

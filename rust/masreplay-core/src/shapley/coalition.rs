@@ -105,7 +105,7 @@ impl Coalitions {
     /// `n_players` must be clear.
     pub fn from_words(n_players: usize, bits: Vec<u64>) -> Option<Self> {
         let words = words_for(n_players);
-        if bits.len() % words != 0 {
+        if !bits.len().is_multiple_of(words) {
             return None;
         }
         let tail = n_players % 64;

@@ -82,7 +82,7 @@ pub fn kernel(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
                 continue;
             }
             misses = 0;
-            let half = pairs % 2 == 0;
+            let half = pairs.is_multiple_of(2);
             pairs += 1;
             drawn.insert(set.clone(), ());
             drawn.insert(complement.clone(), ());

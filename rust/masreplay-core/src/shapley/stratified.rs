@@ -59,7 +59,13 @@ fn allocate(sizes: &[usize], total: f64, weight: impl Fn(usize) -> f64, floor_ea
 
 /// Values `count` coalitions of `size` drawn uniformly (or, with `enumerate`, all n of size
 /// 1 or n - 1) and sums them per player.
-fn draw(game: &dyn Game, size: usize, count: u64, enumerate: bool, mut rng: Xoshiro256PlusPlus) -> Result<(Stratum, u64)> {
+fn draw(
+    game: &dyn Game,
+    size: usize,
+    count: u64,
+    enumerate: bool,
+    mut rng: Xoshiro256PlusPlus,
+) -> Result<(Stratum, u64)> {
     let n = game.n_players();
     let mut batch = Coalitions::new(n);
     if enumerate {
@@ -131,7 +137,7 @@ pub fn stratified(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
     // budget (at least one coalition per size); the rest follows the pilot's spreads.
     let balance = |k: usize| 1.0 / ((k * (n - k)) as f64).sqrt();
     let pool = (left - spent_on_edges - sampled_sizes.len() as u64) as f64;
-    let pilot_counts = allocate(&sampled_sizes, pool * PILOT_SHARE, |k| balance(k), 1);
+    let pilot_counts = allocate(&sampled_sizes, pool * PILOT_SHARE, balance, 1);
     let pilot = map_items(game.sequential(), n - 1, |index| {
         let size = index + 1;
         let enumerate = enumerate_edges && edges.contains(&size);
@@ -150,7 +156,7 @@ pub fn stratified(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
     let follow_counts = if total_spread > 0.0 {
         allocate(&sampled_sizes, rest, |k| spread(k) * balance(k), 0)
     } else {
-        allocate(&sampled_sizes, rest, |k| balance(k), 0)
+        allocate(&sampled_sizes, rest, balance, 0)
     };
     let follow = map_items(game.sequential(), n - 1, |index| {
         let size = index + 1;
