@@ -211,7 +211,18 @@ def test_empirical_game_of_logged_rollouts():
     np.testing.assert_allclose(result.values, worth, atol=1e-3)
     batch = masreplay.sim.generate(12, agents=(2, 4), seed=3)
     group_game, labels = games.empirical_from_traces(batch)
-    assert group_game.n_players == len(labels) and "orchestrator" in " ".join(labels) or labels
+    assert group_game.n_players == len(labels)
+    assert "orchestrator" in labels
+    # Every trace's coalition is observed: its value is that trace's team reward (mean if repeated).
+    players = masreplay.trace_players(batch)
+    rewards = [trace["rewards"]["team"] for trace in batch]
+    for t, reward in enumerate(rewards):
+        present = set(players.filter(players["trace_index"].to_numpy() == t)["label"].to_pylist())
+        mask = np.array([[label in present for label in labels]])
+        same = [r for u, r in enumerate(rewards) if set(players.filter(players["trace_index"].to_numpy() == u)["label"].to_pylist()) == present]
+        assert math.isclose(float(group_game.values(mask)[0]), float(np.mean(same)), abs_tol=1e-12)
+    with pytest.raises(InvalidArgumentError, match="reward channel"):
+        games.empirical_from_traces(batch, reward="nope")
 
 
 class Counting:
