@@ -198,6 +198,14 @@ pub fn shapley(game: &dyn Game, options: &ShapleyOptions) -> Result<ShapleyResul
         chosen => chosen,
     };
     let needs = |what: &str| MasreplayError::InvalidArgument(format!("method={:?} needs {what}", method.name()));
+    if method == Method::Exact
+        && let Some(cap) = options.budget
+        && exact::coalitions_needed(n) > cap as f64
+    {
+        return Err(MasreplayError::InvalidArgument(format!(
+            "budget: method='exact' values all 2^{n} coalitions, more than budget={cap}"
+        )));
+    }
     in_pool(options.n_threads, || -> Result<ShapleyResult> {
         let estimate = match method {
             Method::Exact => exact::exact(game, &stopping)?,
