@@ -41,7 +41,13 @@ pub fn map_items<T: Send>(
     n_items: usize,
     work: impl Fn(usize) -> Result<T> + Sync + Send,
 ) -> Result<Vec<T>> {
-    if sequential { (0..n_items).map(work).collect() } else { (0..n_items).into_par_iter().map(work).collect() }
+    // One item gains nothing from the pool (and a call nested in a per-trace loop would pay
+    // its overhead once per trace).
+    if sequential || n_items <= 1 {
+        (0..n_items).map(work).collect()
+    } else {
+        (0..n_items).into_par_iter().map(work).collect()
+    }
 }
 
 /// Draws the orderings of one estimator.

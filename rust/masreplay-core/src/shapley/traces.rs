@@ -14,7 +14,7 @@
 //! coalitions independently of the values when stopping by budget), the function values them
 //! all in a few large batches, and the estimators run again on the looked-up values.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Mutex;
 
 use arrow_array::Array;
@@ -22,7 +22,7 @@ use arrow_array::cast::AsArray;
 use arrow_schema::DataType;
 use rayon::prelude::*;
 
-use super::coalition::{CoalitionMap, Coalitions, contains};
+use super::coalition::{Coalitions, contains};
 use super::game::Game;
 use super::{ShapleyOptions, ShapleyResult, shapley};
 use crate::error::{MasreplayError, Result};
@@ -166,25 +166,32 @@ pub fn trace_players(batch: &TraceBatch, players: &str) -> Result<TracePlayers> 
     Ok(out)
 }
 
-/// Collects the distinct coalitions an estimator asks for; every value reads 0.
+/// Collects the coalitions an estimator asks for; every value reads 0.
 struct Recorder {
-    n_players: usize,
-    seen: Mutex<(HashSet<Vec<u64>, foldhash::fast::FixedState>, Coalitions)>,
+    asked: Mutex<Coalitions>,
+}
+
+impl Recorder {
+    /// The distinct coalitions asked for, sorted (so that [`Lookup`] can binary-search them).
+    fn distinct(self) -> Coalitions {
+        let asked = self.asked.into_inner().unwrap_or_else(|p| p.into_inner());
+        let mut order: Vec<usize> = (0..asked.len()).collect();
+        order.sort_unstable_by(|&a, &b| asked.get(a).cmp(asked.get(b)));
+        order.dedup_by(|a, b| asked.get(*a) == asked.get(*b));
+        let mut out = Coalitions::with_capacity(asked.n_players(), order.len());
+        order.into_iter().for_each(|i| out.push(asked.get(i)));
+        out
+    }
 }
 
 impl Game for Recorder {
     fn n_players(&self) -> usize {
-        self.n_players
+        self.asked.lock().unwrap_or_else(|p| p.into_inner()).n_players()
     }
 
     fn values(&self, coalitions: &Coalitions) -> Result<Vec<f64>> {
-        let mut guard = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        let (seen, list) = &mut *guard;
-        for set in coalitions.iter() {
-            if seen.insert(set.to_vec()) {
-                list.push(set);
-            }
-        }
+        let mut asked = self.asked.lock().unwrap_or_else(|p| p.into_inner());
+        coalitions.iter().for_each(|set| asked.push(set));
         Ok(vec![0.0; coalitions.len()])
     }
 
@@ -193,27 +200,40 @@ impl Game for Recorder {
     }
 }
 
-/// Plays back the values the caller's function gave.
-struct Lookup {
-    n_players: usize,
-    values: CoalitionMap<f64>,
+/// Plays back the values the caller's function gave, found by binary search in the sorted
+/// coalitions of the recording pass (no hashing, no allocation per coalition).
+struct Lookup<'a> {
+    coalitions: &'a Coalitions,
+    values: Vec<f64>,
 }
 
-impl Game for Lookup {
+impl Game for Lookup<'_> {
     fn n_players(&self) -> usize {
-        self.n_players
+        self.coalitions.n_players()
     }
 
     fn values(&self, coalitions: &Coalitions) -> Result<Vec<f64>> {
+        let known = self.coalitions;
         coalitions
             .iter()
             .map(|set| {
-                self.values.get(set).copied().ok_or_else(|| {
+                let slot = partition_point(known.len(), |i| known.get(i) < set);
+                (slot < known.len() && known.get(slot) == set).then(|| self.values[slot]).ok_or_else(|| {
                     MasreplayError::InvalidArgument("an estimator asked for a coalition it had not announced".into())
                 })
             })
             .collect()
     }
+}
+
+/// The first index in 0..len where `before` turns false (it must be true, then false).
+fn partition_point(len: usize, before: impl Fn(usize) -> bool) -> usize {
+    let (mut low, mut high) = (0, len);
+    while low < high {
+        let middle = (low + high) / 2;
+        if before(middle) { low = middle + 1 } else { high = middle }
+    }
+    low
 }
 
 /// Per trace: its Shapley result (None for a trace without players).
@@ -272,9 +292,9 @@ pub fn trace_shapley(
                 if n == 0 {
                     return Ok(None);
                 }
-                let recorder = Recorder { n_players: n, seen: Mutex::new((HashSet::default(), Coalitions::new(n))) };
+                let recorder = Recorder { asked: Mutex::new(Coalitions::new(n)) };
                 shapley(&recorder, &options_of(t))?;
-                Ok(Some(recorder.seen.into_inner().unwrap_or_else(|p| p.into_inner()).1))
+                Ok(Some(recorder.distinct()))
             })
             .collect::<Result<_>>()
     })??;
@@ -331,9 +351,7 @@ pub fn trace_shapley(
             .enumerate()
             .map(|(t, (coalitions, values))| -> Result<Option<ShapleyResult>> {
                 let Some(coalitions) = coalitions else { return Ok(None) };
-                let n = coalitions.n_players();
-                let values = coalitions.iter().map(<[u64]>::to_vec).zip(values).collect();
-                let mut result = shapley(&Lookup { n_players: n, values }, &options_of(t))?;
+                let mut result = shapley(&Lookup { coalitions: &coalitions, values }, &options_of(t))?;
                 result.evaluations = coalitions.len() as u64;
                 Ok(Some(result))
             })
