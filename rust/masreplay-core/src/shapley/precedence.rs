@@ -8,6 +8,8 @@
 //! h the subtree sizes in the forest and h_D those inside D (hook-length counts of both
 //! sides). Otherwise sampled: uniform orderings drawn by subtree size.
 
+use std::collections::HashMap;
+
 use rand_xoshiro::Xoshiro256PlusPlus;
 
 use super::coalition::{CoalitionMap, CoalitionSet, Coalitions, contains, insert};
@@ -55,9 +57,21 @@ pub fn exact_precedence(
     stopping: &Stopping,
 ) -> Result<Estimate> {
     let n = forest.len();
-    let table = value_distinct(game, downsets.clone())?;
+    // The enumeration yields each down-set once: value them in order, and find D + i by a
+    // map borrowing the enumerated sets (no allocation per coalition).
+    let chunk = game.preferred_batch().max(1);
+    let valued = map_items(game.sequential(), downsets.len().div_ceil(chunk), |c| {
+        let mut part = Coalitions::with_capacity(n, chunk);
+        (c * chunk..((c + 1) * chunk).min(downsets.len())).for_each(|i| part.push(downsets.get(i)));
+        game.values(&part)
+    })?;
+    let worth: Vec<f64> = valued.into_iter().flatten().collect();
+    let index: HashMap<&[u64], usize, foldhash::fast::FixedState> =
+        downsets.iter().enumerate().map(|(i, set)| (set, i)).collect();
     let ln_fact = ln_factorials(n);
-    let ln_h: Vec<f64> = (0..n).map(|x| (forest.subtree_size(x) as f64).ln()).collect();
+    // ln k for the subtree sizes 1..=n.
+    let ln_count: Vec<f64> = (0..=n).map(|k| (k.max(1) as f64).ln()).collect();
+    let ln_h: Vec<f64> = (0..n).map(|x| ln_count[forest.subtree_size(x)]).collect();
     let ln_h_total: f64 = ln_h.iter().sum();
     let chunk = 1024;
     let parts = map_items(false, downsets.len().div_ceil(chunk), |c| {
@@ -76,21 +90,21 @@ pub fn exact_precedence(
                 let x = x as usize;
                 if contains(set, x) {
                     inside[x] = 1 + forest.children_of(x).iter().map(|&c| inside[c as usize]).sum::<u32>();
-                    ln_a += (inside[x] as f64).ln();
+                    ln_a += ln_count[inside[x] as usize];
                 } else {
                     inside[x] = 0;
                     ln_a += ln_h[x];
                 }
             }
             let base = ln_fact[size] + ln_fact[n - size - 1] - ln_fact[n] + ln_h_total - ln_a;
-            let value = table[set];
+            let value = worth[d];
             for i in 0..n {
                 if contains(set, i) || !forest.addable(set, i) {
                     continue;
                 }
                 grown.copy_from_slice(set);
                 insert(&mut grown, i);
-                phi[i] += (base + ln_h[i]).exp() * (table[grown.as_slice()] - value);
+                phi[i] += (base + ln_h[i]).exp() * (worth[index[grown.as_slice()]] - value);
             }
         }
         Ok(phi)
@@ -99,6 +113,6 @@ pub fn exact_precedence(
     for phi in parts {
         values.iter_mut().zip(phi).for_each(|(v, p)| *v += p);
     }
-    Ok(Estimate { values, stderr: vec![0.0; n], evaluations: table.len() as u64, converged: true, exact: true }
+    Ok(Estimate { values, stderr: vec![0.0; n], evaluations: downsets.len() as u64, converged: true, exact: true }
         .with_target(stopping))
 }
