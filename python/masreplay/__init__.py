@@ -4,7 +4,7 @@ Traces are temporal event graphs kept whole in Arrow (one row per trace). Start 
 :func:`load_traces`, :func:`validate` and :mod:`masreplay.sim`.
 """
 
-from masreplay import convert, rewards, sim
+from masreplay import convert, games, rewards, sim
 from masreplay.advantages import Advantages, advantages, event_rewards, graph_gae, graph_returns, group_normalize
 from masreplay._core import SCHEMA_VERSION
 from masreplay.batch import TraceBatch
@@ -20,6 +20,7 @@ from masreplay.errors import (
 )
 from masreplay.io import load_traces, validate
 from masreplay.orchestration import metrics
+from masreplay.shapley import ShapleyResult, TraceCredit, shapley, trace_players, trace_shapley
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -30,8 +31,10 @@ __all__ = [
     "GraphBuffer",
     "InvalidArgumentError",
     "MasreplayError",
+    "ShapleyResult",
     "StorageError",
     "TraceBatch",
+    "TraceCredit",
     "TraceValidationError",
     "advantages",
     "coma_credit",
@@ -39,6 +42,7 @@ __all__ = [
     "counterfactual_credit",
     "difference_rewards",
     "event_rewards",
+    "games",
     "graph_gae",
     "graph_returns",
     "group_normalize",
@@ -46,7 +50,10 @@ __all__ = [
     "metrics",
     "rewards",
     "same_prefix_credit",
+    "shapley",
     "sim",
+    "trace_players",
+    "trace_shapley",
     "validate",
 ]
 

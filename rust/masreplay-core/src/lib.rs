@@ -7,6 +7,7 @@ pub mod counterfactual;
 pub mod error;
 pub mod graph;
 pub mod metrics;
+pub mod shapley;
 pub mod sim;
 pub mod store;
 pub mod trace;

@@ -8,6 +8,7 @@ mod counterfactual;
 mod errors;
 mod metrics;
 mod objects;
+mod shapley;
 
 use std::path::PathBuf;
 
@@ -169,6 +170,21 @@ fn _core(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(counterfactual::same_prefix_credit_arrays, module)?)?;
     module.add_function(wrap_pyfunction!(counterfactual::simulate_branches, module)?)?;
     advantage::register(module)?;
+    // Shapley credit (games, estimators, per-trace credit)
+    module.add_class::<shapley::PyGame>()?;
+    for function in [
+        wrap_pyfunction!(shapley::soum_game, module)?,
+        wrap_pyfunction!(shapley::dense_table_game, module)?,
+        wrap_pyfunction!(shapley::sparse_table_game, module)?,
+        wrap_pyfunction!(shapley::additive_game, module)?,
+        wrap_pyfunction!(shapley::weighted_voting_game, module)?,
+        wrap_pyfunction!(shapley::empirical_game, module)?,
+        wrap_pyfunction!(shapley::shapley, module)?,
+        wrap_pyfunction!(shapley::trace_players, module)?,
+        wrap_pyfunction!(shapley::trace_shapley, module)?,
+    ] {
+        module.add_function(function)?;
+    }
     module.add("SCHEMA_VERSION", masreplay_core::trace::SCHEMA_VERSION)?;
     Ok(())
 }

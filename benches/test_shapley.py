@@ -1,0 +1,342 @@
+"""Shapley estimators against shapiq and pyDVL on SOUM games, measured side by side (issue 5).
+
+Cells: SOUM games of n = 10, 20, 50, 100 players with 100 unanimity terms, coefficients
+uniform in [-1, 1]; "low" order (term sizes 1-3) and "full" order (sizes 1..n); budgets of
+1,000 and 10,000 coalition evaluations. Truth: the closed form. Each side runs seeds 0, 1, 2
+(SVARM, 25-35 s a run at n = 100, runs seed 0 only at the 10,000 budget); the time is the
+median run, the MAE the mean over seeds, the efficiency gap |sum phi - (v(N) - v(empty))|
+the largest. Every anchor values coalitions with the same vectorised numpy SOUM (a matrix
+product); masreplay's native game is valued in Rust (its permutation walk updates a prefix's
+value incrementally: adding a player touches only the terms that contain it).
+
+Also measured: a batched Python callable's overhead (total time over the callable's own time,
+chunk sizes 256-4096) and per-trace credit of 10,000 traces of 8 agents. The per-cell table
+(MAE, gap, time) is printed at the end of the module; nothing is asserted on times.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+import masreplay
+from masreplay import games
+
+SEEDS = (0, 1, 2)
+N_TERMS = 100
+CELLS = [(n, order, budget) for n in (10, 20, 50, 100) for order in ("low", "full") for budget in (1_000, 10_000)]
+ROWS: list[dict] = []
+
+
+class NumpySoum:
+    """v(S) = sum_T c_T [T subset of S], vectorised: count each term's members in S. Integer
+    arithmetic keeps BLAS threads (erratic on a loaded 2-core machine) out of the timings."""
+
+    def __init__(self, game: masreplay.games.Game) -> None:
+        terms = game.terms()
+        self.n = game.n_players
+        self.members = np.zeros((len(terms), self.n), dtype=np.int32)
+        for t, (players, _) in enumerate(terms):
+            self.members[t, players] = 1
+        self.sizes = self.members.sum(axis=1)
+        self.coefficients = np.array([c for _, c in terms])
+        self.evaluations = 0
+
+    def __call__(self, masks: np.ndarray) -> np.ndarray:
+        masks = np.asarray(masks, dtype=np.int32).reshape(-1, self.n)
+        self.evaluations += len(masks)
+        return (masks @ self.members.T == self.sizes) @ self.coefficients
+
+
+def numpy_antithetic(values: NumpySoum, budget: int, seed: int) -> np.ndarray:
+    """Antithetic permutation sampling in plain numpy: all prefixes of m/2 random orderings
+    and their reverses valued in one call."""
+    n = values.n
+    pairs = max(1, budget // (2 * (n + 1)))
+    rng = np.random.default_rng(seed)
+    orders = np.argsort(rng.random((pairs, n)), axis=1)
+    orders = np.concatenate([orders, orders[:, ::-1]])
+    ranks = np.argsort(orders, axis=1)
+    prefixes = ranks[:, None, :] < np.arange(n + 1)[None, :, None]  # (orders, n + 1, n)
+    worth = values(prefixes.reshape(-1, n)).reshape(len(orders), n + 1)
+    marginal = np.diff(worth, axis=1)
+    phi = np.zeros(n)
+    np.add.at(phi, orders.ravel(), marginal.ravel())
+    return phi / len(orders)
+
+
+def shapiq_runner(kind: str):
+    import shapiq
+
+    def run(values: NumpySoum, budget: int, seed: int) -> np.ndarray:
+        n = values.n
+        if kind == "permutation":
+            approximator = shapiq.PermutationSamplingSV(n=n, random_state=seed)
+        elif kind == "kernel":
+            approximator = shapiq.KernelSHAP(n=n, pairing_trick=True, random_state=seed)
+        else:
+            approximator = shapiq.SVARM(n=n, random_state=seed)
+        result = approximator.approximate(budget=budget, game=values)
+        return np.array([result[(i,)] for i in range(n)])
+
+    return run
+
+
+def pydvl_antithetic(values: NumpySoum, budget: int, seed: int) -> np.ndarray:
+    from pydvl.valuation import AntitheticPermutationSampler, MaxSamples, ShapleyValuation
+    from pydvl.valuation.games import Game
+
+    class Soum(Game):
+        def _score(self, x: np.ndarray) -> float:
+            mask = np.zeros((1, values.n), dtype=bool)
+            mask[0, x[:, 0].astype(int)] = True
+            return float(values(mask)[0])
+
+    game = Soum(values.n)
+    sampler = AntitheticPermutationSampler(seed=seed)
+    # pyDVL values every prefix of each ordering once: n evaluations per sampled ordering.
+    valuation = ShapleyValuation(game.u, sampler, MaxSamples(sampler, max(2, budget // values.n)), progress=False)
+    valuation.fit(game.data)
+    result = valuation.result
+    ordered = np.zeros(values.n)
+    ordered[np.asarray(result.indices, dtype=int)] = result.values
+    return ordered
+
+
+def masreplay_runner(method: str):
+    def run(game, budget: int, seed: int):
+        return masreplay.shapley(game, method=method, budget=budget, seed=seed)
+
+    return run
+
+
+@dataclass
+class Side:
+    name: str
+    run: object
+    package: str | None = None  # the anchor's package, for the skip message
+    native: bool = False  # runs on masreplay's native game (else on the numpy SOUM)
+    slow: bool = False
+
+
+SIDES = [
+    Side("masreplay", masreplay_runner("permutation"), native=True),
+    Side("masreplay kernel", masreplay_runner("kernel"), native=True),
+    Side("masreplay stratified", masreplay_runner("stratified"), native=True),
+    Side("masreplay auto", masreplay_runner("auto"), native=True),
+    Side("numpy antithetic permutation (vectorised)", numpy_antithetic),
+    Side("shapiq PermutationSamplingSV", shapiq_runner("permutation"), "shapiq"),
+    Side("shapiq KernelSHAP (pairing)", shapiq_runner("kernel"), "shapiq"),
+    Side("shapiq SVARM", shapiq_runner("svarm"), "shapiq", slow=True),
+    Side("pyDVL antithetic permutation", pydvl_antithetic, "pydvl"),
+]
+
+
+@pytest.fixture(scope="module")
+def soums():
+    made = {}
+    for n, order, _ in CELLS:
+        for seed in SEEDS:
+            key = (n, order, seed)
+            if key not in made:
+                game = games.soum(n, N_TERMS, 3 if order == "low" else n, seed=1000 + seed)
+                made[key] = (game, game.shapley_values())
+    return made
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cell_table(request):
+    """Prints the per-cell table (MAE, efficiency gap, time) once the module's cells ran."""
+    yield
+    if not ROWS:
+        return
+    lines = [
+        "",
+        "Shapley estimators on SOUM (100 terms): MAE vs closed form (mean of seeds), efficiency gap (max), median time",
+        f"  {'cell':<18} {'side':<52} {'MAE':>8} {'gap':>8} {'time':>11} {'evals':>7}",
+    ]
+    for row in ROWS:
+        lines.append(
+            f"  {row['cell']:<18} {row['side']:<52} {row['mae']:8.4f} {row['gap']:8.1e} "
+            f"{row['seconds'] * 1e3:9.2f}ms {row['evaluations']:>7}"
+        )
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled():
+        print("\n".join(lines))
+
+
+@pytest.mark.parametrize("side", SIDES, ids=[s.name for s in SIDES])
+@pytest.mark.parametrize(("n", "order", "budget"), CELLS, ids=[f"n{n}-{o}-{b}" for n, o, b in CELLS])
+def test_soum_cell(benchmark, measure, dataset_type, missing_anchor, soums, side, n, order, budget):
+    if side.package is not None:
+        try:
+            __import__(side.package)
+        except ImportError:
+            missing_anchor(side.package, "pip install -r benches/requirements-anchors.txt")
+            pytest.skip(f"{side.package} is not installed (pip install -r benches/requirements-anchors.txt)")
+    seeds = SEEDS[:1] if side.slow and budget > 1_000 else SEEDS
+    inputs = []
+    for seed in seeds:
+        game, truth = soums[(n, order, seed)]
+        inputs.append((game if side.native else NumpySoum(game), truth, seed))
+    queue = iter(inputs)
+    outputs = []
+
+    def setup():
+        subject, _, seed = next(queue)
+        return (subject, seed), {}
+
+    def run(subject, seed):
+        outputs.append(side.run(subject, budget, seed))
+
+    data = dataset_type(
+        f"SOUM n={n}, {order} order, {budget:,} evaluations",
+        None,
+        0,
+        0,
+        0,
+        goal="goal at n=100, 10,000: >= 100x shapiq permutation, >= 500x pyDVL" if (n, budget) == (100, 10_000) else "",
+        suite="shapley",
+    )
+    measure(run, data=data, side=side.name, rounds=len(seeds), warmup_rounds=0, unit="ms", setup=setup)
+    maes, gaps, evaluations = [], [], []
+    for (subject, truth, _), output in zip(inputs, outputs, strict=True):
+        values = np.asarray(output.values if side.native else output, dtype=float)
+        total = float(truth.sum())  # v(N) - v(empty) = sum of coefficients = sum of Shapley values
+        maes.append(np.abs(values - truth).mean())
+        gaps.append(abs(values.sum() - total))
+        evaluations.append(output.evaluations if side.native else subject.evaluations)
+    stats = getattr(benchmark, "stats", None)
+    ROWS.append(
+        {
+            "cell": f"n={n} {order} {budget}",
+            "side": side.name + (f" [{outputs[0].method}]" if side.native else ""),
+            "mae": float(np.mean(maes)),
+            "gap": float(np.max(gaps)),
+            "seconds": stats.stats.median if stats is not None else float("nan"),
+            "evaluations": int(np.median(evaluations)),
+        }
+    )
+
+
+# ---- a batched Python callable: masreplay's overhead over the callable's own time ----------
+
+CALLABLE_BUDGET = 50_000
+
+
+@pytest.mark.parametrize("chunk", [256, 1024, 4096])
+def test_callable_overhead(measure, record, dataset_type, chunk):
+    game = games.soum(100, N_TERMS, 3, seed=7)
+    values = NumpySoum(game)
+    spent = [0.0]
+
+    def timed(masks):
+        started = time.perf_counter()
+        out = values(masks)
+        spent[0] += time.perf_counter() - started
+        return out
+
+    own_times = []
+
+    def run():
+        spent[0] = 0.0
+        result = masreplay.shapley(games.function(timed, 100, chunk_size=chunk), method="permutation", budget=CALLABLE_BUDGET)
+        own_times.append(spent[0])
+        return result
+
+    data = dataset_type(
+        f"batched Python callable (numpy SOUM n=100), {CALLABLE_BUDGET:,} evaluations, chunk {chunk}",
+        None,
+        0,
+        0,
+        0,
+        goal="goal: total <= 1.2x the callable's own time at chunk >= 256",
+        suite="shapley",
+    )
+    result = measure(run, data=data, side="masreplay", rounds=5, warmup_rounds=1, unit="ms")
+    own = float(np.median(own_times[1:]))  # the timed rounds, warm-up left out
+    record(own, data=data, side="the callable's own time inside those runs", unit="ms", ours=False)
+    np.testing.assert_allclose(
+        result.values, masreplay.shapley(game, method="permutation", budget=CALLABLE_BUDGET).values, atol=1e-9
+    )
+    ROWS.append(
+        {
+            "cell": f"callable chunk {chunk}",
+            "side": f"masreplay total / callable time (evaluations {result.evaluations})",
+            "mae": float(np.abs(result.values - game.shapley_values()).mean()),
+            "gap": abs(result.values.sum() - game.shapley_values().sum()),
+            "seconds": own,
+            "evaluations": result.evaluations,
+        }
+    )
+
+
+# ---- per-trace credit: 10,000 traces of 8 agents --------------------------------------------
+
+N_TRACES = 10_000
+
+
+@pytest.fixture(scope="module")
+def eight_agent_traces():
+    # The orchestrator and 7 sub-agents; a sub-agent the simulator leaves idle authors no event
+    # and is no player, so keep the first N_TRACES traces where all 8 act.
+    batch = masreplay.sim.generate(N_TRACES * 8 // 5, agents=7, depth=2, fan_out=(1, 3), events_per_agent=(2, 4), seed=5)
+    counts = np.bincount(masreplay.trace_players(batch)["trace_index"].to_numpy(), minlength=len(batch))
+    batch = batch[[int(i) for i in np.flatnonzero(counts == 8)[:N_TRACES]]]
+    assert len(batch) == N_TRACES
+    rng = np.random.default_rng(0)
+    own = rng.uniform(0, 1, size=(len(batch), 8))
+    synergy = rng.normal(0, 0.1, size=(len(batch), 8, 8))
+    spent = [0.0]
+
+    def value_fn(trace_index, masks):
+        started = time.perf_counter()
+        m = masks.astype(np.float64)
+        out = (m * own[trace_index]).sum(axis=1) + np.einsum("ri,rij,rj->r", m, synergy[trace_index], m)
+        spent[0] += time.perf_counter() - started
+        return out
+
+    return batch, value_fn, spent
+
+
+@pytest.mark.parametrize("respect_spawn_tree", [True, False], ids=["spawn-tree", "plain"])
+def test_trace_credit(measure, record, dataset_type, eight_agent_traces, respect_spawn_tree):
+    batch, value_fn, spent = eight_agent_traces
+    data = dataset_type(
+        f"trace_shapley, {N_TRACES:,} traces of 8 agents",
+        None,
+        N_TRACES,
+        int(batch.num_events),
+        0,
+        goal="goal: < 1 s on 2 cores",
+        suite="shapley",
+    )
+    side = "masreplay" if respect_spawn_tree else "masreplay, respect_spawn_tree=False (exact over 256 coalitions)"
+
+    own_times = []
+
+    def run():
+        spent[0] = 0.0
+        credit = masreplay.trace_shapley(batch, value_fn, respect_spawn_tree=respect_spawn_tree)
+        own_times.append(spent[0])
+        return credit
+
+    credit = measure(run, data=data, side=side, rounds=3, warmup_rounds=1, unit="ms", ours=respect_spawn_tree)
+    own = float(np.median(own_times[1:]))
+    record(own, data=data, side=f"  of which value_fn ({'spawn-tree' if respect_spawn_tree else 'plain'})", unit="ms", ours=False)
+    sums = np.bincount(credit.events["trace_index"].to_numpy(), weights=credit.credit, minlength=N_TRACES)
+    totals = np.bincount(credit.players["trace_index"].to_numpy(), weights=credit.players["value"].to_numpy())
+    np.testing.assert_allclose(sums, totals, atol=1e-9)
+    ROWS.append(
+        {
+            "cell": f"{N_TRACES} traces x 8",
+            "side": f"trace_shapley {side} [{credit.methods[0]}], value_fn time",
+            "mae": float("nan"),
+            "gap": 0.0,
+            "seconds": own,
+            "evaluations": credit.total_evaluations,
+        }
+    )

@@ -1,0 +1,148 @@
+"""Games for :func:`masreplay.shapley`: the value of every coalition of players.
+
+Native games are valued in Rust, so the estimators run at full speed on them: ``soum`` (sum
+of unanimity models, with closed-form Shapley and Banzhaf values, the usual ground truth),
+``table``, ``additive``, ``weighted_voting`` and ``empirical`` (the game of logged rollouts,
+each a coalition with its reward). ``function`` wraps a batched Python callable
+``f(masks) -> values``: masks is a boolean array (m, n_players), called in chunks, each
+distinct coalition valued once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from masreplay import _core
+from masreplay.errors import InvalidArgumentError
+
+Game = _core.Game
+
+
+def soum(
+    n: int,
+    terms: int | Sequence[tuple[Sequence[int], float]] = 100,
+    max_order: int | None = None,
+    seed: int = 0,
+) -> Game:
+    """Sum of unanimity models ``v(S) = sum_T c_T [T subset of S]`` over ``n`` players.
+
+    ``terms`` is a number of random terms (sizes uniform in 1..max_order, default n; members
+    uniform; coefficients uniform in [-1, 1], as shapiq's SOUM) or explicit
+    ``(players, coefficient)`` pairs. ``game.shapley_values()`` and ``game.banzhaf_values()``
+    give the closed forms.
+    """
+    if not isinstance(terms, int):
+        terms = [([int(p) for p in players], float(c)) for players, c in terms]
+    return _core.soum_game(int(n), terms, None if max_order is None else int(max_order), int(seed))
+
+
+def _players_of(key: Any) -> list[int]:
+    """A coalition key of a sparse table: a bitmask int or an iterable of player indices."""
+    if isinstance(key, (int, np.integer)):
+        key = int(key)
+        if key < 0:
+            raise InvalidArgumentError(f"table: coalition bitmask {key} is negative")
+        return [p for p in range(key.bit_length()) if key >> p & 1]
+    return [int(p) for p in key]
+
+
+def table(
+    values: Sequence[float] | np.ndarray | Mapping[Any, float],
+    n_players: int | None = None,
+    *,
+    default: float = 0.0,
+) -> Game:
+    """A game given by its values.
+
+    Dense: a sequence of 2^n values, ``values[mask]`` the worth of the coalition whose
+    players are the set bits of ``mask``. Sparse: a dict from coalitions (a bitmask int, or
+    an iterable of player indices) to values; coalitions not listed are worth ``default``,
+    and ``n_players`` is then required.
+    """
+    if isinstance(values, Mapping):
+        if n_players is None:
+            raise InvalidArgumentError("table: n_players is required for a sparse table")
+        entries = [(_players_of(key), float(value)) for key, value in values.items()]
+        return _core.sparse_table_game(int(n_players), entries, float(default))
+    dense = np.asarray(values, dtype=np.float64).ravel()
+    game = _core.dense_table_game(dense.tolist())
+    if n_players is not None and game.n_players != n_players:
+        raise InvalidArgumentError(f"table: {len(dense)} values make {game.n_players} players, not {n_players}")
+    return game
+
+
+def additive(weights: Sequence[float] | np.ndarray) -> Game:
+    """``v(S) = sum of the weights of S``: each player's Shapley value is its weight."""
+    return _core.additive_game(np.asarray(weights, dtype=np.float64).ravel().tolist())
+
+
+def weighted_voting(weights: Sequence[float] | np.ndarray, quota: float) -> Game:
+    """``v(S) = 1`` when the weights of S reach ``quota``, else 0."""
+    return _core.weighted_voting_game(np.asarray(weights, dtype=np.float64).ravel().tolist(), float(quota))
+
+
+def empirical(coalitions: np.ndarray, rewards: Sequence[float] | np.ndarray, *, order: int = 1) -> Game:
+    """The game of logged rollouts: row i of ``coalitions`` (bool, (m, n_players)) is the set
+    of players that took part in rollout i, ``rewards[i]`` its reward. An observed coalition
+    is worth its mean reward; one never observed is predicted by a ridge regression on the
+    observed means over each player's presence (``order=2``: and each pair's)."""
+    masks = np.ascontiguousarray(coalitions, dtype=bool)
+    if masks.ndim != 2:
+        raise InvalidArgumentError(f"empirical: coalitions must be 2-D (m, n_players), got shape {masks.shape}")
+    return _core.empirical_game(masks, np.asarray(rewards, dtype=np.float64).ravel().tolist(), int(order))
+
+
+def empirical_from_traces(batch: Any, *, players: str = "agent", reward: str = "team", order: int = 1) -> tuple[Game, list[str]]:
+    """The empirical game of a group of logged traces (say one GRPO group): each trace is the
+    coalition of the players that took part (by ``players``: "agent", "role" or an event
+    column), its ``reward`` channel the value. Returns the game and the player labels."""
+    import pyarrow.compute as pc
+
+    from masreplay.batch import TraceBatch
+    from masreplay.io import load_traces
+
+    batch = batch if isinstance(batch, TraceBatch) else load_traces(batch)
+    offsets, labels, _, event_player = _core.trace_players(batch._core, players)
+    names = sorted(set(labels))
+    column = {name: i for i, name in enumerate(names)}
+    masks = np.zeros((len(batch), len(names)), dtype=bool)
+    for t in range(len(batch)):
+        for label in labels[offsets[t] : offsets[t + 1]]:
+            masks[t, column[label]] = True
+    values = pc.map_lookup(batch.to_arrow()["rewards"], reward, "first")
+    if values.null_count:
+        raise InvalidArgumentError(f"empirical_from_traces: {values.null_count} traces lack the reward channel {reward!r}")
+    return empirical(masks, values.to_numpy(zero_copy_only=False), order=order), names
+
+
+@dataclass(frozen=True)
+class FunctionGame:
+    """A batched Python callable as a game: ``f(masks) -> values`` with masks a boolean array
+    (m, n_players); called with at most ``chunk_size`` distinct, not yet valued coalitions."""
+
+    f: Callable[[np.ndarray], Iterable[float]]
+    n_players: int
+    chunk_size: int = 1024
+
+
+def function(f: Callable[[np.ndarray], Iterable[float]], n_players: int, *, chunk_size: int = 1024) -> FunctionGame:
+    """Wraps a batched callable for :func:`masreplay.shapley` (a plain callable works too,
+    with ``n_players`` given to ``shapley``)."""
+    return FunctionGame(f, int(n_players), int(chunk_size))
+
+
+__all__ = [
+    "FunctionGame",
+    "Game",
+    "additive",
+    "empirical",
+    "empirical_from_traces",
+    "function",
+    "soum",
+    "table",
+    "weighted_voting",
+]

@@ -1,0 +1,31 @@
+//! Native games: closed-form test games (SOUM), tables, additive and weighted-voting games,
+//! the empirical game of logged traces, the permission (restricted) game of a spawn forest,
+//! and a cached batch callback (the shape a Python callable takes).
+
+mod cached;
+mod empirical;
+mod restricted;
+mod simple;
+mod soum;
+mod table;
+
+pub use cached::CachedCallback;
+pub use empirical::EmpiricalGame;
+pub use restricted::RestrictedGame;
+pub use simple::{AdditiveGame, WeightedVotingGame};
+pub use soum::SoumGame;
+pub use table::TableGame;
+
+use crate::error::{MasreplayError, Result};
+
+fn invalid<T>(message: String) -> Result<T> {
+    Err(MasreplayError::InvalidArgument(message))
+}
+
+/// Checks that a game has at least one player and every index is in range.
+fn check_players(what: &str, n_players: usize, players: &[u32]) -> Result<()> {
+    if let Some(&bad) = players.iter().find(|&&p| p as usize >= n_players) {
+        return invalid(format!("{what}: player {bad} out of range for {n_players} players"));
+    }
+    Ok(())
+}

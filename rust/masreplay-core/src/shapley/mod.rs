@@ -1,0 +1,278 @@
+//! Shapley credit: games (values of coalitions of players) and estimators behind one entry
+//! point, [`shapley`]. Estimators: exact enumeration, antithetic permutation sampling,
+//! paired KernelSHAP regression, stratified SVARM, precedence (spawn-tree) Shapley, the permission value of
+//! the restricted game, and Owen values of nested unions. Every sampled estimator stops at a
+//! budget of coalition evaluations or a target standard error, and is deterministic by seed
+//! at any thread count. Results are projected onto v(N) - v(empty), so efficiency holds to
+//! rounding for every method.
+
+pub mod coalition;
+mod exact;
+pub mod forest;
+pub mod game;
+pub mod games;
+mod kernel;
+pub(crate) mod linalg;
+mod owen;
+mod permutation;
+mod precedence;
+pub mod sampling;
+mod stratified;
+pub mod traces;
+
+pub use coalition::Coalitions;
+pub use exact::MAX_EXACT_PLAYERS;
+pub use forest::Forest;
+pub use game::Game;
+pub use owen::{Hierarchy, Union};
+
+use crate::error::{MasreplayError, Result};
+use games::RestrictedGame;
+
+/// Evaluations spent when neither a budget nor a target standard error is given.
+pub const DEFAULT_BUDGET: u64 = 10_000;
+/// The most evaluations a run chasing a target standard error may spend without a budget.
+pub const TARGET_ONLY_BUDGET: u64 = 100_000_000;
+/// Exact enumeration of down-sets (precedence) or predecessor sets (Owen) is used when it
+/// needs at most this many evaluations and the budget allows.
+const EXACT_STRUCTURE_LIMIT: f64 = (1u64 << 22) as f64;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    Auto,
+    Exact,
+    Permutation,
+    Kernel,
+    Precedence,
+    Permission,
+    Owen,
+    Stratified,
+}
+
+impl Method {
+    pub const NAMES: &'static [&'static str] =
+        &["auto", "exact", "permutation", "kernel", "precedence", "permission", "owen", "stratified"];
+
+    pub fn parse(name: &str) -> Result<Self> {
+        const ALL: [Method; 8] = [
+            Method::Auto,
+            Method::Exact,
+            Method::Permutation,
+            Method::Kernel,
+            Method::Precedence,
+            Method::Permission,
+            Method::Owen,
+            Method::Stratified,
+        ];
+        Method::NAMES.iter().position(|n| *n == name).map(|i| ALL[i]).ok_or_else(|| {
+            MasreplayError::InvalidArgument(format!("method: unknown {name:?}; expected one of {:?}", Method::NAMES))
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        Method::NAMES[self as usize]
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct ShapleyOptions {
+    pub method: Method,
+    pub budget: Option<u64>,
+    pub target_stderr: Option<f64>,
+    pub seed: u64,
+    /// `parents[i]`: the player that spawned i, or -1 for a root.
+    pub parents: Option<Vec<i64>>,
+    pub unions: Option<Vec<Union>>,
+    pub n_threads: Option<usize>,
+    /// Antithetic pairs of orderings for the permutation and permission samplers.
+    pub antithetic: bool,
+}
+
+impl Default for ShapleyOptions {
+    fn default() -> Self {
+        ShapleyOptions {
+            method: Method::Auto,
+            budget: None,
+            target_stderr: None,
+            seed: 0,
+            parents: None,
+            unions: None,
+            n_threads: None,
+            antithetic: true,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ShapleyResult {
+    pub values: Vec<f64>,
+    /// Standard error of each value (0 when exact).
+    pub stderr: Vec<f64>,
+    /// Coalitions valued (distinct ones, for games that count them).
+    pub evaluations: u64,
+    /// Exact, or the target standard error was reached.
+    pub converged: bool,
+    /// The estimator that ran (what `auto` picked).
+    pub method: Method,
+    /// Computed exactly rather than sampled.
+    pub exact: bool,
+}
+
+/// When to stop sampling.
+#[derive(Clone, Debug)]
+pub struct Stopping {
+    pub budget: u64,
+    pub target_stderr: Option<f64>,
+    pub seed: u64,
+}
+
+impl Stopping {
+    fn converged(&self, stderr: &[f64]) -> bool {
+        self.target_stderr.is_some_and(|target| stderr.iter().all(|&e| e <= target))
+    }
+}
+
+/// What an estimator returns before the dispatcher adds the method and the projection.
+pub struct Estimate {
+    pub values: Vec<f64>,
+    pub stderr: Vec<f64>,
+    pub evaluations: u64,
+    pub converged: bool,
+    pub exact: bool,
+}
+
+impl Estimate {
+    fn with_target(mut self, stopping: &Stopping) -> Self {
+        self.converged = self.exact || stopping.converged(&self.stderr);
+        self
+    }
+}
+
+/// Runs `work` on a pool of `n_threads` threads (the global pool when None).
+pub fn in_pool<T: Send>(n_threads: Option<usize>, work: impl FnOnce() -> T + Send) -> Result<T> {
+    match n_threads {
+        None => Ok(work()),
+        Some(0) => Err(MasreplayError::InvalidArgument("n_threads must be at least 1".into())),
+        Some(n) => {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(n)
+                .build()
+                .map_err(|e| MasreplayError::InvalidArgument(format!("n_threads: {e}")))?;
+            Ok(pool.install(work))
+        }
+    }
+}
+
+/// Shapley values of `game` with the estimator and stopping rule of `options`.
+pub fn shapley(game: &dyn Game, options: &ShapleyOptions) -> Result<ShapleyResult> {
+    let n = game.n_players();
+    if n == 0 {
+        return Err(MasreplayError::InvalidArgument("the game has no players".into()));
+    }
+    if let Some(target) = options.target_stderr
+        && !(target > 0.0 && target.is_finite())
+    {
+        return Err(MasreplayError::InvalidArgument(format!("target_stderr must be positive, got {target}")));
+    }
+    if options.budget == Some(0) {
+        return Err(MasreplayError::InvalidArgument("budget must be at least 1".into()));
+    }
+    let budget =
+        options.budget.unwrap_or(if options.target_stderr.is_some() { TARGET_ONLY_BUDGET } else { DEFAULT_BUDGET });
+    let stopping = Stopping { budget, target_stderr: options.target_stderr, seed: options.seed };
+    let forest = match &options.parents {
+        Some(parents) if parents.len() != n => {
+            return Err(MasreplayError::InvalidArgument(format!(
+                "parents has {} entries for a game of {n} players",
+                parents.len()
+            )));
+        }
+        Some(parents) => Some(Forest::new(parents)?),
+        None => None,
+    };
+    let hierarchy = options.unions.clone().map(|unions| Hierarchy::new(n, unions)).transpose()?;
+    let method = match options.method {
+        Method::Auto if forest.is_some() => Method::Precedence,
+        Method::Auto if hierarchy.is_some() => Method::Owen,
+        Method::Auto => unstructured_choice(n, budget),
+        chosen => chosen,
+    };
+    let needs = |what: &str| MasreplayError::InvalidArgument(format!("method={:?} needs {what}", method.name()));
+    if method == Method::Exact
+        && let Some(cap) = options.budget
+        && exact::coalitions_needed(n) > cap as f64
+    {
+        return Err(MasreplayError::InvalidArgument(format!(
+            "budget: method='exact' values all 2^{n} coalitions, more than budget={cap}"
+        )));
+    }
+    in_pool(options.n_threads, || -> Result<ShapleyResult> {
+        let estimate = match method {
+            Method::Exact => exact::exact(game, &stopping)?,
+            Method::Permutation => permutation_estimate(game, &stopping, options.antithetic)?,
+            Method::Kernel => kernel::kernel(game, &stopping)?,
+            Method::Stratified => stratified::stratified(game, &stopping)?,
+            Method::Precedence => {
+                let forest = forest.as_ref().ok_or_else(|| needs("parents"))?;
+                match forest.downsets(budget.min(EXACT_STRUCTURE_LIMIT as u64) as usize) {
+                    Some(downsets) => precedence::exact_precedence(game, forest, downsets, &stopping)?,
+                    None => sampling::estimate_by_orderings(game, forest, &stopping)?,
+                }
+            }
+            Method::Permission => {
+                let forest = forest.as_ref().ok_or_else(|| needs("parents"))?;
+                let restricted = RestrictedGame::new(game, forest);
+                match unstructured_choice(n, budget) {
+                    Method::Exact => exact::exact(&restricted, &stopping)?,
+                    _ => permutation_estimate(&restricted, &stopping, options.antithetic)?,
+                }
+            }
+            Method::Owen => {
+                let hierarchy = hierarchy.as_ref().ok_or_else(|| needs("unions"))?;
+                let cost = hierarchy.exact_cost();
+                if cost <= budget as f64 && cost <= EXACT_STRUCTURE_LIMIT {
+                    owen::exact_owen(game, hierarchy, &stopping)?
+                } else {
+                    sampling::estimate_by_orderings(game, hierarchy, &stopping)?
+                }
+            }
+            Method::Auto => unreachable!("auto is resolved above"),
+        };
+        let (empty, full) = game::bounds(game)?;
+        Ok(finish(estimate, full - empty, method, game))
+    })?
+}
+
+/// Exact when the budget covers all 2^n coalitions, KernelSHAP when it nears them, else
+/// antithetic permutations (best on full-order games, matched on low-order ones).
+fn unstructured_choice(n: usize, budget: u64) -> Method {
+    let all = exact::coalitions_needed(n);
+    if n <= MAX_EXACT_PLAYERS && all <= budget as f64 {
+        Method::Exact
+    } else if n <= MAX_EXACT_PLAYERS && 4.0 * budget as f64 >= all {
+        Method::Kernel
+    } else {
+        Method::Permutation
+    }
+}
+
+fn permutation_estimate(game: &dyn Game, stopping: &Stopping, antithetic: bool) -> Result<Estimate> {
+    let sampler = permutation::UniformOrderings { n_players: game.n_players(), antithetic };
+    sampling::estimate_by_orderings(game, &sampler, stopping)
+}
+
+/// Projects onto sum = v(N) - v(empty) (a shift of rounding size for every estimator here,
+/// each efficient by construction) and fills in what the caller sees.
+fn finish(estimate: Estimate, total: f64, method: Method, game: &dyn Game) -> ShapleyResult {
+    let mut values = estimate.values;
+    let gap = (total - values.iter().sum::<f64>()) / values.len() as f64;
+    values.iter_mut().for_each(|v| *v += gap);
+    ShapleyResult {
+        values,
+        stderr: estimate.stderr,
+        evaluations: game.evaluations().unwrap_or(estimate.evaluations),
+        converged: estimate.converged,
+        method,
+        exact: estimate.exact,
+    }
+}

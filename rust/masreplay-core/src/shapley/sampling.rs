@@ -1,0 +1,194 @@
+//! The Monte-Carlo engine shared by every ordering-based estimator (permutation, precedence,
+//! permission, Owen): draw orderings, value their prefixes, average marginal contributions.
+//!
+//! Work is cut into chunks of a fixed number of sampling units; chunk j draws from its own
+//! stream derived from (seed, j), and chunk sums are added in chunk order, so the result is
+//! the same at any thread count. Stopping is checked after each round of chunks, a fixed
+//! number, so it too does not depend on the threads.
+
+use rand::SeedableRng;
+use rand_xoshiro::Xoshiro256PlusPlus;
+use rayon::prelude::*;
+
+use super::game::{Game, prefix_values};
+use super::{Estimate, Stopping};
+use crate::error::{MasreplayError, Result};
+
+/// Chunks per round between two looks at the standard errors.
+const ROUND_CHUNKS: usize = 8;
+/// Coalitions valued per chunk. Fixed, not the game's preference, so that every game sees
+/// the same orderings for the same seed (linearity holds sample by sample, and a Python
+/// callable gets the very orderings its native twin gets).
+const CHUNK_COALITIONS: usize = 4096;
+/// Units drawn before a standard error is trusted for stopping.
+const MIN_UNITS_FOR_STOPPING: u64 = 16;
+
+fn splitmix64(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+/// The random stream of work item `index` under `seed`.
+pub fn stream(seed: u64, index: u64) -> Xoshiro256PlusPlus {
+    Xoshiro256PlusPlus::seed_from_u64(splitmix64(splitmix64(seed) ^ index))
+}
+
+/// Runs `work` on `n_items` items, in parallel unless `sequential`, results in item order.
+pub fn map_items<T: Send>(
+    sequential: bool,
+    n_items: usize,
+    work: impl Fn(usize) -> Result<T> + Sync + Send,
+) -> Result<Vec<T>> {
+    // One item gains nothing from the pool (and a call nested in a per-trace loop would pay
+    // its overhead once per trace).
+    if sequential || n_items <= 1 {
+        (0..n_items).map(work).collect()
+    } else {
+        (0..n_items).into_par_iter().map(work).collect()
+    }
+}
+
+/// Draws the orderings of one estimator.
+pub trait OrderSampler: Sync {
+    /// Fills `order` with a random ordering of all players.
+    fn sample(&self, rng: &mut Xoshiro256PlusPlus, order: &mut Vec<u32>, scratch: &mut Vec<u32>);
+    /// True when the reversed ordering has the same law, so units are antithetic pairs.
+    fn antithetic(&self) -> bool;
+}
+
+/// Per-player sums of unit contributions and of their squares.
+#[derive(Clone)]
+pub struct Moments {
+    pub units: u64,
+    pub sum: Vec<f64>,
+    pub sum_squares: Vec<f64>,
+}
+
+impl Moments {
+    pub fn new(n: usize) -> Self {
+        Moments { units: 0, sum: vec![0.0; n], sum_squares: vec![0.0; n] }
+    }
+
+    pub fn add(&mut self, unit: &[f64]) {
+        self.units += 1;
+        for (i, &x) in unit.iter().enumerate() {
+            self.sum[i] += x;
+            self.sum_squares[i] += x * x;
+        }
+    }
+
+    pub fn merge(&mut self, other: &Moments) {
+        self.units += other.units;
+        for i in 0..self.sum.len() {
+            self.sum[i] += other.sum[i];
+            self.sum_squares[i] += other.sum_squares[i];
+        }
+    }
+
+    pub fn mean(&self) -> Vec<f64> {
+        self.sum.iter().map(|s| s / self.units as f64).collect()
+    }
+
+    /// Standard error of each mean (NaN below two units).
+    pub fn stderr(&self) -> Vec<f64> {
+        let m = self.units as f64;
+        self.sum
+            .iter()
+            .zip(&self.sum_squares)
+            .map(|(s, q)| {
+                if self.units < 2 {
+                    return f64::NAN;
+                }
+                let mean = s / m;
+                ((q / m - mean * mean).max(0.0) * m / (m - 1.0) / m).sqrt()
+            })
+            .collect()
+    }
+}
+
+/// Averages marginal contributions over orderings drawn by `sampler` until the budget is
+/// spent or the largest standard error reaches the target.
+pub fn estimate_by_orderings(game: &dyn Game, sampler: &dyn OrderSampler, stopping: &Stopping) -> Result<Estimate> {
+    let n = game.n_players();
+    let orders_per_unit = if sampler.antithetic() { 2 } else { 1 };
+    // The empty and the grand coalition are valued once; each ordering adds n - 1 more.
+    let unit_cost = (orders_per_unit * n.saturating_sub(1)).max(1) as u64;
+    if stopping.budget < 2 + unit_cost {
+        return Err(MasreplayError::InvalidArgument(format!(
+            "budget: {} evaluations cannot cover one sampled {} (needs at least {})",
+            stopping.budget,
+            if orders_per_unit == 2 { "antithetic pair of orderings" } else { "ordering" },
+            2 + unit_cost
+        )));
+    }
+    let max_units = (stopping.budget - 2) / unit_cost;
+    let units_per_chunk = (CHUNK_COALITIONS / ((n + 1) * orders_per_unit)).max(1) as u64;
+    let mut moments = Moments::new(n);
+    let mut next_chunk = 0u64;
+    loop {
+        let remaining = max_units - moments.units;
+        let chunks = remaining.div_ceil(units_per_chunk).min(ROUND_CHUNKS as u64) as usize;
+        let first = next_chunk;
+        let results = map_items(game.sequential(), chunks, |c| {
+            let chunk = first + c as u64;
+            let units = units_per_chunk.min(remaining - c as u64 * units_per_chunk);
+            run_chunk(game, sampler, stopping.seed, chunk, units as usize, orders_per_unit)
+        })?;
+        next_chunk += chunks as u64;
+        for chunk in &results {
+            moments.merge(chunk);
+        }
+        let reached = stopping.target_stderr.is_some_and(|target| {
+            moments.units >= MIN_UNITS_FOR_STOPPING && moments.stderr().iter().all(|&e| e <= target)
+        });
+        if reached || moments.units >= max_units {
+            let stderr = moments.stderr();
+            return Ok(Estimate {
+                values: moments.mean(),
+                converged: stopping.converged(&stderr),
+                stderr,
+                evaluations: 2 + moments.units * unit_cost,
+                exact: false,
+            });
+        }
+    }
+}
+
+fn run_chunk(
+    game: &dyn Game,
+    sampler: &dyn OrderSampler,
+    seed: u64,
+    chunk: u64,
+    units: usize,
+    orders_per_unit: usize,
+) -> Result<Moments> {
+    let n = game.n_players();
+    let mut rng = stream(seed, chunk);
+    let mut scratch = Vec::new();
+    let mut orders = Vec::with_capacity(units * orders_per_unit);
+    for _ in 0..units {
+        let mut order = Vec::with_capacity(n);
+        sampler.sample(&mut rng, &mut order, &mut scratch);
+        if orders_per_unit == 2 {
+            orders.push(order.iter().rev().copied().collect());
+        }
+        orders.push(order);
+    }
+    let values = prefix_values(game, &orders)?;
+    let mut moments = Moments::new(n);
+    let mut unit = vec![0.0; n];
+    let scale = 1.0 / orders_per_unit as f64;
+    for (u, group) in orders.chunks_exact(orders_per_unit).enumerate() {
+        unit.fill(0.0);
+        for (o, order) in group.iter().enumerate() {
+            let prefix = &values[(u * orders_per_unit + o) * (n + 1)..][..n + 1];
+            for (k, &player) in order.iter().enumerate() {
+                unit[player as usize] += scale * (prefix[k + 1] - prefix[k]);
+            }
+        }
+        moments.add(&unit);
+    }
+    Ok(moments)
+}

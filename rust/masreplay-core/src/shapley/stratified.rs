@@ -1,0 +1,207 @@
+//! Stratified SVARM (Kolpaczki et al. 2024): phi_i = (1/n) sum_k (E[v(S + i)] - E[v(S)]) over
+//! coalition sizes k, each stratum mean estimated from coalitions drawn uniformly at that
+//! size. One valued coalition A of size k informs every player at once: for i in A it is a
+//! draw of v(S + i) with |S| = k - 1, for i outside A a draw of v(S) with |S| = k. Sizes 1
+//! and n - 1 are enumerated when the budget allows (n coalitions each); the others get a
+//! pilot share, then the rest by Neyman allocation on the pilot's spreads, so the coalitions
+//! drawn depend on the values seen (unlike every other estimator here). Best on games with
+//! high-order interactions, where an ordering's marginal contributions are dominated by rare
+//! large terms; efficiency is restored by the dispatcher's projection.
+
+use std::collections::HashMap;
+
+use rand::RngExt;
+use rand_xoshiro::Xoshiro256PlusPlus;
+
+use super::coalition::{Coalitions, contains, insert};
+use super::game::{Game, bounds};
+use super::sampling::{map_items, stream};
+use super::{Estimate, Stopping};
+use crate::error::{MasreplayError, Result};
+
+/// Per-player sums of one stratum: in A (plus) and out of A (minus).
+#[derive(Clone)]
+struct Stratum {
+    plus: Vec<[f64; 3]>,
+    minus: Vec<[f64; 3]>,
+}
+
+impl Stratum {
+    fn new(n: usize) -> Self {
+        Stratum { plus: vec![[0.0; 3]; n], minus: vec![[0.0; 3]; n] }
+    }
+
+    fn merge(&mut self, other: &Stratum) {
+        let pairs = self.plus.iter_mut().zip(&other.plus).chain(self.minus.iter_mut().zip(&other.minus));
+        for (mine, theirs) in pairs {
+            (0..3).for_each(|j| mine[j] += theirs[j]);
+        }
+    }
+
+    fn add(&mut self, set: &[u64], value: f64) {
+        for (i, (plus, minus)) in self.plus.iter_mut().zip(&mut self.minus).enumerate() {
+            let slot = if contains(set, i) { plus } else { minus };
+            slot[0] += 1.0;
+            slot[1] += value;
+            slot[2] += value * value;
+        }
+    }
+}
+
+/// Share of the sampling budget spent on the pilot that measures each stratum's spread.
+const PILOT_SHARE: f64 = 0.15;
+
+/// `floor(total * weight_k / sum of weights)` coalitions per size, plus `floor_each`.
+fn allocate(sizes: &[usize], total: f64, weight: impl Fn(usize) -> f64, floor_each: u64) -> HashMap<usize, u64> {
+    let sum: f64 = sizes.iter().map(|&k| weight(k)).sum();
+    sizes.iter().map(|&k| (k, floor_each + (total * weight(k) / sum).floor() as u64)).collect()
+}
+
+/// Values `count` coalitions of `size` drawn uniformly (or, with `enumerate`, all n of size
+/// 1 or n - 1) and sums them per player.
+fn draw(
+    game: &dyn Game,
+    size: usize,
+    count: u64,
+    enumerate: bool,
+    mut rng: Xoshiro256PlusPlus,
+) -> Result<(Stratum, u64)> {
+    let n = game.n_players();
+    let mut batch = Coalitions::new(n);
+    if enumerate {
+        for p in 0..n {
+            let set = batch.push_empty();
+            if size == 1 {
+                insert(set, p);
+            } else {
+                (0..n).filter(|&q| q != p).for_each(|q| insert(set, q));
+            }
+        }
+    } else {
+        for _ in 0..count {
+            let set = batch.push_empty();
+            // Floyd's algorithm: a uniform subset of `size` players.
+            for j in n - size..n {
+                let t = rng.random_range(0..=j);
+                insert(set, if contains(set, t) { j } else { t });
+            }
+        }
+    }
+    let mut stratum = Stratum::new(n);
+    if !batch.is_empty() {
+        for (set, value) in batch.iter().zip(game.values(&batch)?) {
+            stratum.add(set, value);
+        }
+    }
+    Ok((stratum, batch.len() as u64))
+}
+
+/// Mean and variance of the mean of (count, sum, sum of squares); `fallback` when empty.
+fn mean_and_variance(moments: [f64; 3], fallback: (f64, f64)) -> (f64, f64) {
+    let [count, sum, squares] = moments;
+    if count == 0.0 {
+        return fallback;
+    }
+    let mean = sum / count;
+    let variance =
+        if count > 1.0 { ((squares / count - mean * mean).max(0.0) * count / (count - 1.0)) / count } else { 0.0 };
+    (mean, variance)
+}
+
+pub fn stratified(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
+    let n = game.n_players();
+    let (empty, full) = bounds(game)?;
+    if n == 1 {
+        return Ok(Estimate {
+            values: vec![full - empty],
+            stderr: vec![0.0],
+            evaluations: 2,
+            converged: true,
+            exact: true,
+        });
+    }
+    let left = stopping.budget.saturating_sub(2);
+    if left < (n - 1) as u64 {
+        return Err(MasreplayError::InvalidArgument(format!(
+            "budget: {} evaluations cannot draw one coalition of each size (needs {})",
+            stopping.budget,
+            n + 1
+        )));
+    }
+    let edges: Vec<usize> = if n >= 3 { vec![1, n - 1] } else { vec![1] };
+    let enumerate_edges = n >= 4 && left >= (2 * n + (n - 3)) as u64;
+    let sampled_sizes: Vec<usize> = (1..n).filter(|k| !(enumerate_edges && edges.contains(k))).collect();
+    let spent_on_edges = if enumerate_edges { 2 * n as u64 } else { 0 };
+    // Var(phi_i) ~ sum_k var_k / (m_k k (n - k)), so the best allocation (Neyman) is
+    // m_k ~ sd_k / sqrt(k (n - k)). A pilot with sd_k taken equal spends PILOT_SHARE of the
+    // budget (at least one coalition per size); the rest follows the pilot's spreads.
+    let balance = |k: usize| 1.0 / ((k * (n - k)) as f64).sqrt();
+    let pool = (left - spent_on_edges - sampled_sizes.len() as u64) as f64;
+    let pilot_counts = allocate(&sampled_sizes, pool * PILOT_SHARE, balance, 1);
+    let pilot = map_items(game.sequential(), n - 1, |index| {
+        let size = index + 1;
+        let enumerate = enumerate_edges && edges.contains(&size);
+        let count = pilot_counts.get(&size).copied().unwrap_or(0);
+        draw(game, size, count, enumerate, stream(stopping.seed, size as u64))
+    })?;
+    let spent: u64 = pilot.iter().map(|(_, count)| count).sum();
+    let spread = |k: usize| {
+        let [count_in, sum_in, squares_in] = pilot[k - 1].0.plus[0];
+        let [count_out, sum_out, squares_out] = pilot[k - 1].0.minus[0];
+        mean_and_variance([count_in + count_out, sum_in + sum_out, squares_in + squares_out], (0.0, 0.0)).1.sqrt()
+            * (count_in + count_out).sqrt()
+    };
+    let rest = left.saturating_sub(spent) as f64;
+    let total_spread: f64 = sampled_sizes.iter().map(|&k| spread(k)).sum();
+    let follow_counts = if total_spread > 0.0 {
+        allocate(&sampled_sizes, rest, |k| spread(k) * balance(k), 0)
+    } else {
+        allocate(&sampled_sizes, rest, balance, 0)
+    };
+    let follow = map_items(game.sequential(), n - 1, |index| {
+        let size = index + 1;
+        let count = follow_counts.get(&size).copied().unwrap_or(0);
+        draw(game, size, count, false, stream(stopping.seed, (n + size) as u64))
+    })?;
+    let strata: Vec<(Stratum, u64)> = pilot
+        .into_iter()
+        .zip(follow)
+        .map(|((mut first, a), (second, b))| {
+            first.merge(&second);
+            (first, a + b)
+        })
+        .collect();
+    let mut values = vec![0.0; n];
+    let mut stderr = vec![0.0; n];
+    for i in 0..n {
+        let (mut total, mut variance) = (0.0, 0.0);
+        for k in 0..n {
+            // E[v(S + i)] over |S| = k is stratum k + 1 with i in; E[v(S)] is stratum k without i.
+            let with = if k + 1 == n {
+                (full, 0.0)
+            } else {
+                let all = stratum_mean(&strata[k].0);
+                mean_and_variance(strata[k].0.plus[i], (all, 0.0))
+            };
+            let without = if k == 0 {
+                (empty, 0.0)
+            } else {
+                let all = stratum_mean(&strata[k - 1].0);
+                mean_and_variance(strata[k - 1].0.minus[i], (all, 0.0))
+            };
+            total += with.0 - without.0;
+            variance += with.1 + without.1;
+        }
+        values[i] = total / n as f64;
+        stderr[i] = variance.sqrt() / n as f64;
+    }
+    let evaluations = 2 + strata.iter().map(|(_, count)| count).sum::<u64>();
+    Ok(Estimate { values, stderr, evaluations, converged: false, exact: false }.with_target(stopping))
+}
+
+/// Mean value over every coalition drawn in a stratum (each counted once, via player 0).
+fn stratum_mean(stratum: &Stratum) -> f64 {
+    let [count_in, sum_in, _] = stratum.plus[0];
+    let [count_out, sum_out, _] = stratum.minus[0];
+    (sum_in + sum_out) / (count_in + count_out).max(1.0)
+}

@@ -1,0 +1,361 @@
+//! Shapley credit on logged traces: each trace is its own game, its players taken from the
+//! trace (agents, roles, events, or the values of any event column) and its spawn forest from
+//! the spawn events.
+//!
+//! Conventions (the same as the orchestration metrics): a sub-agent is the `to` of a spawn
+//! event, spawned by that event's author; an agent spawned twice counts its earliest spawn.
+//! A tool_result's `agent` names the tool, so for agent players a tool_result belongs to the
+//! author of the event that has an edge into it (its tool_call). An event's parent event is
+//! the spawn that created its author; a player's parent is the player of the parent event of
+//! its earliest event. Events whose key is null belong to no player.
+//!
+//! Values come from a caller's function over all traces at once: every trace's estimator
+//! first runs on a recording game that collects the coalitions it will need (estimators pick
+//! coalitions independently of the values when stopping by budget), the function values them
+//! all in a few large batches, and the estimators run again on the looked-up values.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use arrow_array::Array;
+use arrow_array::cast::AsArray;
+use arrow_schema::DataType;
+use rayon::prelude::*;
+
+use super::coalition::{Coalitions, contains};
+use super::game::Game;
+use super::{ShapleyOptions, ShapleyResult, shapley};
+use crate::error::{MasreplayError, Result};
+use crate::store::TraceBatch;
+use crate::store::schema::{TraceColumns, dictionary_text};
+
+/// The players of every trace of a batch.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TracePlayers {
+    /// Trace i owns players `offsets[i]..offsets[i + 1]`.
+    pub offsets: Vec<usize>,
+    pub labels: Vec<String>,
+    /// Local index of each player's parent within its trace, or -1.
+    pub parents: Vec<i64>,
+    /// For each event of the batch (as in `TraceBatch::events`), the local index of its
+    /// player, or -1.
+    pub event_player: Vec<i64>,
+}
+
+struct OneTrace {
+    labels: Vec<String>,
+    parents: Vec<i64>,
+    event_player: Vec<i64>,
+}
+
+/// Players of each trace: `players` is "agent", "role", "event" or the name of an event field.
+pub fn trace_players(batch: &TraceBatch, players: &str) -> Result<TracePlayers> {
+    let record = batch.record_batch();
+    let traces = TraceColumns::new(record);
+    let events = traces.event_columns();
+    let event_offsets = traces.events.value_offsets();
+    let edge_offsets = traces.edges.value_offsets();
+    let edges = traces.edge_columns();
+    let base = event_offsets[0] as usize;
+    // Any other column: its values as text, aligned with the batch's events.
+    let other = match players {
+        "agent" | "role" | "event" => None,
+        name => {
+            let field = batch.event_field(name)?;
+            let text = arrow_cast::cast(&field, &DataType::Utf8).map_err(|e| {
+                MasreplayError::InvalidArgument(format!("players: event field {name:?} has no text form ({e})"))
+            })?;
+            Some(text)
+        }
+    };
+    let other = other.as_ref().map(|a| a.as_string::<i32>());
+    let per_trace: Vec<Result<OneTrace>> = (0..batch.len())
+        .into_par_iter()
+        .map(|t| {
+            let range = event_offsets[t] as usize..event_offsets[t + 1] as usize;
+            let n = range.len();
+            let agent = |e: usize| dictionary_text(events.agent, range.start + e).unwrap_or("");
+            let is_type = |e: usize, name: &str| dictionary_text(events.event_type, range.start + e) == Some(name);
+            // Earliest spawn event of each spawned agent.
+            let mut spawn_of: HashMap<&str, usize> = HashMap::new();
+            for e in 0..n {
+                if !is_type(e, "spawn") {
+                    continue;
+                }
+                let Some(child) = dictionary_text(events.to, range.start + e) else { continue };
+                if child == agent(e) {
+                    continue;
+                }
+                let t_e = events.t.value(range.start + e);
+                spawn_of
+                    .entry(child)
+                    .and_modify(|s| {
+                        if t_e < events.t.value(range.start + *s) {
+                            *s = e;
+                        }
+                    })
+                    .or_insert(e);
+            }
+            let parent_event = |e: usize| spawn_of.get(agent(e)).copied().filter(|&s| s != e);
+            // The key of each event.
+            let mut keys: Vec<Option<String>> = (0..n)
+                .map(|e| match (players, other) {
+                    ("agent", _) => Some(agent(e).to_owned()),
+                    ("role", _) => dictionary_text(events.role, range.start + e).map(str::to_owned),
+                    ("event", _) => Some(e.to_string()),
+                    (_, Some(text)) => {
+                        let row = range.start + e - base;
+                        (!text.is_null(row)).then(|| text.value(row).to_owned())
+                    }
+                    _ => None,
+                })
+                .collect();
+            if players == "agent" {
+                for k in edge_offsets[t] as usize..edge_offsets[t + 1] as usize {
+                    let (src, dst) = (edges.src.value(k) as usize, edges.dst.value(k) as usize);
+                    if is_type(dst, "tool_result") && src < n && !is_type(src, "tool_result") {
+                        keys[dst] = keys[src].clone();
+                    }
+                }
+            }
+            let mut index: HashMap<&str, usize> = HashMap::new();
+            let mut labels: Vec<String> = Vec::new();
+            let mut first_event: Vec<usize> = Vec::new();
+            let mut event_player = vec![-1i64; n];
+            // Players are numbered in order of their earliest event (by t, then position).
+            let mut by_time: Vec<usize> = (0..n).collect();
+            by_time.sort_by(|&a, &b| {
+                events.t.value(range.start + a).total_cmp(&events.t.value(range.start + b)).then(a.cmp(&b))
+            });
+            for &e in &by_time {
+                let Some(key) = keys[e].as_deref() else { continue };
+                let next = labels.len();
+                let p = *index.entry(key).or_insert_with(|| {
+                    labels.push(key.to_owned());
+                    first_event.push(e);
+                    next
+                });
+                event_player[e] = p as i64;
+            }
+            let parents: Vec<i64> = first_event
+                .iter()
+                .enumerate()
+                .map(|(p, &e)| match parent_event(e).map(|s| event_player[s]) {
+                    Some(q) if q >= 0 && q as usize != p => q,
+                    _ => -1,
+                })
+                .collect();
+            if let Err(error) = super::Forest::new(&parents) {
+                let trace_id = traces.trace_id.value(t);
+                return Err(MasreplayError::InvalidArgument(format!(
+                    "trace {trace_id:?}: the players ({players}) do not form a spawn tree ({error}); \
+                     pass respect_spawn_tree=False"
+                )));
+            }
+            Ok(OneTrace { labels, parents, event_player })
+        })
+        .collect();
+    let mut out = TracePlayers { offsets: vec![0], ..Default::default() };
+    for one in per_trace {
+        let one = one?;
+        out.labels.extend(one.labels);
+        out.parents.extend(one.parents);
+        out.event_player.extend(one.event_player);
+        out.offsets.push(out.labels.len());
+    }
+    Ok(out)
+}
+
+/// Collects the coalitions an estimator asks for; every value reads 0.
+struct Recorder {
+    asked: Mutex<Coalitions>,
+}
+
+impl Recorder {
+    /// The distinct coalitions asked for, sorted (so that [`Lookup`] can binary-search them).
+    fn distinct(self) -> Coalitions {
+        let asked = self.asked.into_inner().unwrap_or_else(|p| p.into_inner());
+        let mut order: Vec<usize> = (0..asked.len()).collect();
+        order.sort_unstable_by(|&a, &b| asked.get(a).cmp(asked.get(b)));
+        order.dedup_by(|a, b| asked.get(*a) == asked.get(*b));
+        let mut out = Coalitions::with_capacity(asked.n_players(), order.len());
+        order.into_iter().for_each(|i| out.push(asked.get(i)));
+        out
+    }
+}
+
+impl Game for Recorder {
+    fn n_players(&self) -> usize {
+        self.asked.lock().unwrap_or_else(|p| p.into_inner()).n_players()
+    }
+
+    fn values(&self, coalitions: &Coalitions) -> Result<Vec<f64>> {
+        let mut asked = self.asked.lock().unwrap_or_else(|p| p.into_inner());
+        coalitions.iter().for_each(|set| asked.push(set));
+        Ok(vec![0.0; coalitions.len()])
+    }
+
+    fn sequential(&self) -> bool {
+        true
+    }
+}
+
+/// Plays back the values the caller's function gave, found by binary search in the sorted
+/// coalitions of the recording pass (no hashing, no allocation per coalition).
+struct Lookup<'a> {
+    coalitions: &'a Coalitions,
+    values: Vec<f64>,
+}
+
+impl Game for Lookup<'_> {
+    fn n_players(&self) -> usize {
+        self.coalitions.n_players()
+    }
+
+    fn values(&self, coalitions: &Coalitions) -> Result<Vec<f64>> {
+        let known = self.coalitions;
+        coalitions
+            .iter()
+            .map(|set| {
+                let slot = partition_point(known.len(), |i| known.get(i) < set);
+                (slot < known.len() && known.get(slot) == set).then(|| self.values[slot]).ok_or_else(|| {
+                    MasreplayError::InvalidArgument("an estimator asked for a coalition it had not announced".into())
+                })
+            })
+            .collect()
+    }
+}
+
+/// The first index in 0..len where `before` turns false (it must be true, then false).
+fn partition_point(len: usize, before: impl Fn(usize) -> bool) -> usize {
+    let (mut low, mut high) = (0, len);
+    while low < high {
+        let middle = (low + high) / 2;
+        if before(middle) { low = middle + 1 } else { high = middle }
+    }
+    low
+}
+
+/// Per trace: its Shapley result (None for a trace without players).
+pub struct TraceShapley {
+    pub results: Vec<Option<ShapleyResult>>,
+    /// Coalitions valued by the caller's function, over all traces.
+    pub evaluations: u64,
+}
+
+/// Shapley values of every trace. `value_fn(trace_index, masks, width)` values a batch of
+/// coalitions: `masks` is row-major, `width` booleans per row (players beyond a trace's
+/// count are false), and returns one value per row. It is called in batches of at most
+/// `chunk` rows, on the calling thread.
+pub fn trace_shapley(
+    players: &TracePlayers,
+    respect_spawn_tree: bool,
+    options: &ShapleyOptions,
+    chunk: usize,
+    mut value_fn: impl FnMut(&[u32], &[bool], usize) -> Result<Vec<f64>>,
+) -> Result<TraceShapley> {
+    if options.target_stderr.is_some() {
+        return Err(MasreplayError::InvalidArgument(
+            "trace_shapley stops by budget only: target_stderr is not supported here".into(),
+        ));
+    }
+    if options.parents.is_some() || options.unions.is_some() {
+        return Err(MasreplayError::InvalidArgument(
+            "trace_shapley takes the players' parents from the traces; pass respect_spawn_tree instead of parents/unions".into(),
+        ));
+    }
+    if chunk == 0 {
+        return Err(MasreplayError::InvalidArgument("chunk_size must be at least 1".into()));
+    }
+    if options.method == super::Method::Stratified {
+        // Its second phase follows the values of its first, which a recording pass cannot know.
+        return Err(MasreplayError::InvalidArgument(
+            "trace_shapley: method='stratified' adapts to the values as it samples; use another method".into(),
+        ));
+    }
+    let n_traces = players.offsets.len() - 1;
+    let options_of = |t: usize| {
+        let range = players.offsets[t]..players.offsets[t + 1];
+        let mut local = options.clone();
+        local.n_threads = None;
+        if respect_spawn_tree {
+            local.parents = Some(players.parents[range].to_vec());
+        }
+        local
+    };
+    let width = (0..n_traces).map(|t| players.offsets[t + 1] - players.offsets[t]).max().unwrap_or(0);
+    let recorded: Vec<Option<Coalitions>> = super::in_pool(options.n_threads, || {
+        (0..n_traces)
+            .into_par_iter()
+            .map(|t| -> Result<Option<Coalitions>> {
+                let n = players.offsets[t + 1] - players.offsets[t];
+                if n == 0 {
+                    return Ok(None);
+                }
+                let recorder = Recorder { asked: Mutex::new(Coalitions::new(n)) };
+                shapley(&recorder, &options_of(t))?;
+                Ok(Some(recorder.distinct()))
+            })
+            .collect::<Result<_>>()
+    })??;
+    // Value every recorded coalition, `chunk` rows per call.
+    let mut all_values: Vec<Vec<f64>> = Vec::with_capacity(n_traces);
+    let mut rows_index = Vec::with_capacity(chunk);
+    let mut rows_masks = Vec::with_capacity(chunk * width);
+    let mut pending: Vec<usize> = Vec::new();
+    let mut evaluations = 0u64;
+    let mut flush = |rows_index: &mut Vec<u32>,
+                     rows_masks: &mut Vec<bool>,
+                     pending: &mut Vec<usize>,
+                     all_values: &mut Vec<Vec<f64>>|
+     -> Result<()> {
+        if rows_index.is_empty() {
+            return Ok(());
+        }
+        let values = value_fn(rows_index, rows_masks, width)?;
+        if values.len() != rows_index.len() {
+            return Err(MasreplayError::InvalidArgument(format!(
+                "value_fn returned {} values for {} coalitions",
+                values.len(),
+                rows_index.len()
+            )));
+        }
+        if let Some(bad) = values.iter().find(|v| !v.is_finite()) {
+            return Err(MasreplayError::InvalidArgument(format!("value_fn returned a non-finite value ({bad})")));
+        }
+        for (trace, value) in pending.drain(..).zip(values) {
+            all_values[trace].push(value);
+        }
+        evaluations += rows_index.len() as u64;
+        rows_index.clear();
+        rows_masks.clear();
+        Ok(())
+    };
+    for (t, coalitions) in recorded.iter().enumerate() {
+        all_values.push(Vec::with_capacity(coalitions.as_ref().map_or(0, Coalitions::len)));
+        let Some(coalitions) = coalitions else { continue };
+        for set in coalitions.iter() {
+            rows_index.push(t as u32);
+            rows_masks.extend((0..width).map(|p| p < coalitions.n_players() && contains(set, p)));
+            pending.push(t);
+            if rows_index.len() == chunk {
+                flush(&mut rows_index, &mut rows_masks, &mut pending, &mut all_values)?;
+            }
+        }
+    }
+    flush(&mut rows_index, &mut rows_masks, &mut pending, &mut all_values)?;
+    let results = super::in_pool(options.n_threads, || {
+        recorded
+            .into_par_iter()
+            .zip(all_values)
+            .enumerate()
+            .map(|(t, (coalitions, values))| -> Result<Option<ShapleyResult>> {
+                let Some(coalitions) = coalitions else { return Ok(None) };
+                let mut result = shapley(&Lookup { coalitions: &coalitions, values }, &options_of(t))?;
+                result.evaluations = coalitions.len() as u64;
+                Ok(Some(result))
+            })
+            .collect::<Result<_>>()
+    })??;
+    Ok(TraceShapley { results, evaluations })
+}

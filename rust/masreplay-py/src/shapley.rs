@@ -1,0 +1,396 @@
+//! `masreplay._core` Shapley bindings: native games as one `Game` class, `shapley` over a
+//! native game or a batched Python callable, and per-trace credit. The work runs in the core
+//! with the GIL released; a Python callable re-takes it for each batch it values.
+
+use std::sync::Mutex;
+
+use masreplay_core::MasreplayError;
+use masreplay_core::shapley::coalition::Coalitions;
+use masreplay_core::shapley::games::{
+    AdditiveGame, CachedCallback, EmpiricalGame, SoumGame, TableGame, WeightedVotingGame,
+};
+use masreplay_core::shapley::traces::{trace_players as core_trace_players, trace_shapley as core_trace_shapley};
+use masreplay_core::shapley::{Game, Method, ShapleyOptions, ShapleyResult, Union, shapley as core_shapley};
+use numpy::{IntoPyArray, PyArray1, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+
+use crate::batch::PyTraceBatch;
+use crate::errors::OrRaise;
+
+enum Native {
+    Soum(SoumGame),
+    Table(TableGame),
+    Additive(AdditiveGame),
+    WeightedVoting(WeightedVotingGame),
+    Empirical(EmpiricalGame),
+}
+
+/// A native game: valued in Rust, so estimators run at full speed on it.
+#[pyclass(module = "masreplay._core", name = "Game", frozen)]
+pub struct PyGame {
+    inner: Native,
+    kind: &'static str,
+}
+
+impl PyGame {
+    fn game(&self) -> &dyn Game {
+        match &self.inner {
+            Native::Soum(g) => g,
+            Native::Table(g) => g,
+            Native::Additive(g) => g,
+            Native::WeightedVoting(g) => g,
+            Native::Empirical(g) => g,
+        }
+    }
+}
+
+fn coalitions_from_masks(masks: &PyReadonlyArray2<'_, bool>) -> Result<Coalitions, MasreplayError> {
+    let view = masks.as_array();
+    let (rows, n) = view.dim();
+    if n == 0 {
+        return Err(MasreplayError::InvalidArgument("masks: need at least one player column".into()));
+    }
+    let mut out = Coalitions::with_capacity(n, rows);
+    for row in view.rows() {
+        out.push_players(row.iter().enumerate().filter(|(_, present)| **present).map(|(p, _)| p));
+    }
+    Ok(out)
+}
+
+fn masks_array<'py>(py: Python<'py>, coalitions: &Coalitions) -> PyResult<Bound<'py, PyAny>> {
+    let (rows, n) = (coalitions.len(), coalitions.n_players());
+    Ok(coalitions.to_bools().into_pyarray(py).reshape([rows, n])?.into_any())
+}
+
+#[pymethods]
+impl PyGame {
+    #[getter]
+    fn n_players(&self) -> usize {
+        self.game().n_players()
+    }
+
+    #[getter]
+    fn kind(&self) -> &'static str {
+        self.kind
+    }
+
+    /// Values of coalitions given as a boolean array (m, n_players).
+    fn values<'py>(&self, py: Python<'py>, masks: PyReadonlyArray2<'py, bool>) -> PyResult<Bound<'py, PyArray1<f64>>> {
+        let coalitions = coalitions_from_masks(&masks).or_raise(py)?;
+        if coalitions.n_players() != self.n_players() {
+            return Err(crate::errors::to_py(
+                py,
+                MasreplayError::InvalidArgument(format!(
+                    "masks: {} columns for a game of {} players",
+                    coalitions.n_players(),
+                    self.n_players()
+                )),
+            ));
+        }
+        Ok(py.detach(|| self.game().values(&coalitions)).or_raise(py)?.into_pyarray(py))
+    }
+
+    /// Closed-form Shapley values (SOUM games only; None otherwise).
+    fn shapley_values<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyArray1<f64>>> {
+        match &self.inner {
+            Native::Soum(g) => Some(g.shapley_values().into_pyarray(py)),
+            Native::Additive(g) => Some(g.weights.clone().into_pyarray(py)),
+            _ => None,
+        }
+    }
+
+    /// Closed-form Banzhaf values (SOUM games only; None otherwise).
+    fn banzhaf_values<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyArray1<f64>>> {
+        match &self.inner {
+            Native::Soum(g) => Some(g.banzhaf_values().into_pyarray(py)),
+            _ => None,
+        }
+    }
+
+    /// The unanimity terms (players, coefficient) of a SOUM game; None for other games.
+    fn terms(&self) -> Option<Vec<(Vec<u32>, f64)>> {
+        match &self.inner {
+            Native::Soum(g) => Some(g.terms()),
+            _ => None,
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Game({}, n_players={})", self.kind, self.n_players())
+    }
+}
+
+fn wrap(py: Python<'_>, game: Result<Native, MasreplayError>, kind: &'static str) -> PyResult<PyGame> {
+    Ok(PyGame { inner: game.or_raise(py)?, kind })
+}
+
+#[pyfunction]
+pub fn soum_game(
+    py: Python<'_>,
+    n: usize,
+    terms: Bound<'_, PyAny>,
+    max_order: Option<usize>,
+    seed: u64,
+) -> PyResult<PyGame> {
+    let game = if let Ok(count) = terms.extract::<usize>() {
+        SoumGame::random(n, count, max_order.unwrap_or(n), seed)
+    } else {
+        let listed: Vec<(Vec<u32>, f64)> = terms.extract()?;
+        SoumGame::new(n, listed)
+    };
+    wrap(py, game.map(Native::Soum), "soum")
+}
+
+#[pyfunction]
+pub fn dense_table_game(py: Python<'_>, values: Vec<f64>) -> PyResult<PyGame> {
+    wrap(py, TableGame::dense(values).map(Native::Table), "table")
+}
+
+#[pyfunction]
+pub fn sparse_table_game(
+    py: Python<'_>,
+    n_players: usize,
+    entries: Vec<(Vec<u32>, f64)>,
+    default: f64,
+) -> PyResult<PyGame> {
+    wrap(py, TableGame::sparse(n_players, entries, default).map(Native::Table), "table")
+}
+
+#[pyfunction]
+pub fn additive_game(py: Python<'_>, weights: Vec<f64>) -> PyResult<PyGame> {
+    wrap(py, AdditiveGame::new(weights).map(Native::Additive), "additive")
+}
+
+#[pyfunction]
+pub fn weighted_voting_game(py: Python<'_>, weights: Vec<f64>, quota: f64) -> PyResult<PyGame> {
+    wrap(py, WeightedVotingGame::new(weights, quota).map(Native::WeightedVoting), "weighted_voting")
+}
+
+#[pyfunction]
+pub fn empirical_game(
+    py: Python<'_>,
+    masks: PyReadonlyArray2<'_, bool>,
+    rewards: Vec<f64>,
+    order: usize,
+) -> PyResult<PyGame> {
+    let coalitions = coalitions_from_masks(&masks).or_raise(py)?;
+    wrap(py, EmpiricalGame::new(&coalitions, &rewards, order).map(Native::Empirical), "empirical")
+}
+
+fn parse_union(item: &Bound<'_, PyAny>) -> PyResult<Union> {
+    if let Ok(player) = item.extract::<u32>() {
+        return Ok(Union::Player(player));
+    }
+    let list = item.cast::<PyList>().map_err(|_| {
+        pyo3::exceptions::PyTypeError::new_err("unions: each item must be a player index or a list of items")
+    })?;
+    Ok(Union::Group(list.iter().map(|child| parse_union(&child)).collect::<PyResult<_>>()?))
+}
+
+fn result_dict<'py>(py: Python<'py>, result: ShapleyResult) -> PyResult<Bound<'py, PyDict>> {
+    let out = PyDict::new(py);
+    out.set_item("values", result.values.into_pyarray(py))?;
+    out.set_item("stderr", result.stderr.into_pyarray(py))?;
+    out.set_item("evaluations", result.evaluations)?;
+    out.set_item("converged", result.converged)?;
+    out.set_item("method", result.method.name())?;
+    out.set_item("exact", result.exact)?;
+    Ok(out)
+}
+
+/// Calls a Python function on numpy masks; a Python exception is parked in `raised` (the
+/// core only knows its own errors) and re-raised once the core returns.
+fn call_python(
+    function: &Py<PyAny>,
+    raised: &Mutex<Option<PyErr>>,
+    build_args: impl for<'py> FnOnce(Python<'py>) -> PyResult<Vec<Bound<'py, PyAny>>>,
+    expected: usize,
+) -> Result<Vec<f64>, MasreplayError> {
+    Python::attach(|py| {
+        let outcome = (|| -> PyResult<Vec<f64>> {
+            let args = pyo3::types::PyTuple::new(py, build_args(py)?)?;
+            let returned = function.bind(py).call1(args)?;
+            let numpy = py.import("numpy")?;
+            let flat = numpy.call_method1("asarray", (returned, numpy.getattr("float64")?))?.call_method0("ravel")?;
+            Ok(flat.extract::<PyReadonlyArray1<'_, f64>>()?.as_array().to_vec())
+        })();
+        match outcome {
+            Ok(values) if values.len() == expected => Ok(values),
+            Ok(values) => Err(MasreplayError::InvalidArgument(format!(
+                "the game function returned {} values for {expected} coalitions",
+                values.len()
+            ))),
+            Err(error) => {
+                *raised.lock().unwrap_or_else(|p| p.into_inner()) = Some(error);
+                Err(MasreplayError::InvalidArgument("the game function raised".into()))
+            }
+        }
+    })
+}
+
+fn finish<T>(py: Python<'_>, outcome: Result<T, MasreplayError>, raised: Mutex<Option<PyErr>>) -> PyResult<T> {
+    if let Some(error) = raised.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        return Err(error);
+    }
+    outcome.or_raise(py)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn options(
+    method: &str,
+    budget: Option<u64>,
+    target_stderr: Option<f64>,
+    seed: u64,
+    parents: Option<Vec<i64>>,
+    unions: Option<Bound<'_, PyList>>,
+    n_threads: Option<usize>,
+    antithetic: bool,
+) -> PyResult<Result<ShapleyOptions, MasreplayError>> {
+    let unions =
+        unions.map(|list| list.iter().map(|item| parse_union(&item)).collect::<PyResult<Vec<_>>>()).transpose()?;
+    Ok(Method::parse(method).map(|method| ShapleyOptions {
+        method,
+        budget,
+        target_stderr,
+        seed,
+        parents,
+        unions,
+        n_threads,
+        antithetic,
+    }))
+}
+
+/// Shapley values of a native `Game`, or of a Python callable `f(masks) -> values` over
+/// `n_players` players (valued in chunks of `chunk_size`, each coalition once).
+#[pyfunction]
+#[pyo3(signature = (game, n_players, method, budget, target_stderr, seed, parents, unions, n_threads, antithetic, chunk_size))]
+#[allow(clippy::too_many_arguments)]
+pub fn shapley<'py>(
+    py: Python<'py>,
+    game: Bound<'py, PyAny>,
+    n_players: Option<usize>,
+    method: &str,
+    budget: Option<u64>,
+    target_stderr: Option<f64>,
+    seed: u64,
+    parents: Option<Vec<i64>>,
+    unions: Option<Bound<'py, PyList>>,
+    n_threads: Option<usize>,
+    antithetic: bool,
+    chunk_size: usize,
+) -> PyResult<Bound<'py, PyDict>> {
+    let options = options(method, budget, target_stderr, seed, parents, unions, n_threads, antithetic)?.or_raise(py)?;
+    if let Ok(native) = game.cast::<PyGame>() {
+        let native = native.get();
+        if let Some(n) = n_players
+            && n != native.n_players()
+        {
+            let message = format!("n_players={n} but the game has {} players", native.n_players());
+            return Err(crate::errors::to_py(py, MasreplayError::InvalidArgument(message)));
+        }
+        let result = py.detach(|| core_shapley(native.game(), &options)).or_raise(py)?;
+        return result_dict(py, result);
+    }
+    let n = n_players.ok_or_else(|| {
+        crate::errors::to_py(py, MasreplayError::InvalidArgument("n_players is required for a callable game".into()))
+    })?;
+    let function: Py<PyAny> = game.unbind();
+    let raised = Mutex::new(None);
+    let outcome = py.detach(|| {
+        let callable = CachedCallback::new(n, chunk_size, |coalitions: &Coalitions| {
+            call_python(&function, &raised, |py| Ok(vec![masks_array(py, coalitions)?]), coalitions.len())
+        })?;
+        core_shapley(&callable, &options)
+    });
+    result_dict(py, finish(py, outcome, raised)?)
+}
+
+/// The players of every trace as (offsets, labels, parents, event_player).
+type PlayersTuple<'py> = (Bound<'py, PyArray1<i64>>, Vec<String>, Bound<'py, PyArray1<i64>>, Bound<'py, PyArray1<i64>>);
+
+/// The players of each trace: (offsets, labels, parents, event_player).
+#[pyfunction]
+pub fn trace_players<'py>(
+    py: Python<'py>,
+    batch: PyRef<'py, PyTraceBatch>,
+    players: &str,
+) -> PyResult<PlayersTuple<'py>> {
+    let inner = &batch.inner;
+    let found = py.detach(|| core_trace_players(inner, players)).or_raise(py)?;
+    let offsets: Vec<i64> = found.offsets.iter().map(|&o| o as i64).collect();
+    Ok((offsets.into_pyarray(py), found.labels, found.parents.into_pyarray(py), found.event_player.into_pyarray(py)))
+}
+
+/// Shapley values of every trace; `value_fn(trace_index, masks)` values coalitions of
+/// several traces at once. Returns the players and flat per-player results.
+#[pyfunction]
+#[pyo3(signature = (batch, value_fn, players, respect_spawn_tree, method, budget, seed, n_threads, antithetic, chunk_size))]
+#[allow(clippy::too_many_arguments)]
+pub fn trace_shapley<'py>(
+    py: Python<'py>,
+    batch: PyRef<'py, PyTraceBatch>,
+    value_fn: Bound<'py, PyAny>,
+    players: &str,
+    respect_spawn_tree: bool,
+    method: &str,
+    budget: Option<u64>,
+    seed: u64,
+    n_threads: Option<usize>,
+    antithetic: bool,
+    chunk_size: usize,
+) -> PyResult<Bound<'py, PyDict>> {
+    let options = options(method, budget, None, seed, None, None, n_threads, antithetic)?.or_raise(py)?;
+    let inner = &batch.inner;
+    let function: Py<PyAny> = value_fn.unbind();
+    let raised = Mutex::new(None);
+    let outcome = py.detach(|| {
+        let found = core_trace_players(inner, players)?;
+        let credit = core_trace_shapley(&found, respect_spawn_tree, &options, chunk_size, |traces, masks, width| {
+            call_python(
+                &function,
+                &raised,
+                |py| {
+                    let index: Vec<i64> = traces.iter().map(|&t| t as i64).collect();
+                    let masks = masks.to_vec().into_pyarray(py).reshape([traces.len(), width])?;
+                    Ok(vec![index.into_pyarray(py).into_any(), masks.into_any()])
+                },
+                traces.len(),
+            )
+        })?;
+        Ok((found, credit))
+    });
+    let (found, credit) = finish(py, outcome, raised)?;
+    let n_players = found.labels.len();
+    let (mut values, mut stderr) = (Vec::with_capacity(n_players), Vec::with_capacity(n_players));
+    let (mut evaluations, mut methods, mut exact) = (Vec::new(), Vec::new(), Vec::new());
+    for result in &credit.results {
+        match result {
+            Some(r) => {
+                values.extend_from_slice(&r.values);
+                stderr.extend_from_slice(&r.stderr);
+                evaluations.push(r.evaluations as i64);
+                methods.push(Some(r.method.name()));
+                exact.push(r.exact);
+            }
+            None => {
+                evaluations.push(0);
+                methods.push(None);
+                exact.push(true);
+            }
+        }
+    }
+    let out = PyDict::new(py);
+    let offsets: Vec<i64> = found.offsets.iter().map(|&o| o as i64).collect();
+    out.set_item("offsets", offsets.into_pyarray(py))?;
+    out.set_item("labels", found.labels)?;
+    out.set_item("parents", found.parents.into_pyarray(py))?;
+    out.set_item("event_player", found.event_player.into_pyarray(py))?;
+    out.set_item("values", values.into_pyarray(py))?;
+    out.set_item("stderr", stderr.into_pyarray(py))?;
+    out.set_item("evaluations", evaluations.into_pyarray(py))?;
+    out.set_item("methods", methods)?;
+    out.set_item("exact", exact)?;
+    out.set_item("total_evaluations", credit.evaluations)?;
+    Ok(out)
+}

@@ -1,0 +1,429 @@
+"""masreplay.shapley: closed forms, the axioms (efficiency, symmetry, null player,
+linearity), spawn-tree variants and the anchors' worked example, Owen level splits, batched
+callables with their cache, per-trace credit, and bad input."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import masreplay
+from masreplay import games
+from masreplay.errors import InvalidArgumentError
+
+METHODS = ["exact", "permutation", "kernel", "stratified"]
+fast = settings(max_examples=30, deadline=None)
+
+
+def value(game, players, n):
+    mask = np.zeros((1, n), dtype=bool)
+    mask[0, list(players)] = True
+    return float(game.values(mask)[0])
+
+
+def gap(game, result):
+    n = game.n_players
+    return abs(result.values.sum() - (value(game, range(n), n) - value(game, [], n)))
+
+
+def random_parents(n: int, draws: list[int]) -> list[int]:
+    return [-1 if i == 0 or d % 4 == 0 else d % i for i, d in enumerate(draws[:n])]
+
+
+soum_games = st.builds(
+    lambda n, terms, seed, full: games.soum(n, terms, n if full else min(3, n), seed),
+    st.integers(2, 11),
+    st.integers(1, 20),
+    st.integers(0, 2**32),
+    st.booleans(),
+)
+
+
+@fast
+@given(soum_games)
+def test_exact_equals_the_soum_closed_form(game):
+    result = masreplay.shapley(game, method="exact")
+    assert result.exact and result.converged and result.method == "exact"
+    np.testing.assert_allclose(result.values, game.shapley_values(), atol=1e-10)
+    assert np.all(result.stderr == 0)
+    assert result.evaluations == 2**game.n_players
+
+
+@fast
+@given(soum_games, st.integers(0, 2**32), st.lists(st.integers(0, 1000), min_size=11, max_size=11))
+def test_every_method_is_efficient(game, seed, draws):
+    n = game.n_players
+    for method in METHODS:
+        budget = 2**n if method == "exact" else 600
+        assert gap(game, masreplay.shapley(game, method=method, budget=budget, seed=seed)) < 1e-9, method
+    parents = random_parents(n, draws)
+    for method in ["precedence", "permission"]:
+        for budget in [40, 5000]:
+            result = masreplay.shapley(game, method=method, budget=budget, seed=seed, parents=parents)
+            assert gap(game, result) < 1e-9, (method, budget)
+    unions = [[[0, 1], *range(2, n // 2 + 1)], list(range(n // 2 + 1, n))] if n > 3 else [[0, 1]]
+    for budget in [60, 10**6]:
+        assert gap(game, masreplay.shapley(game, method="owen", budget=budget, seed=seed, unions=unions)) < 1e-9
+
+
+@fast
+@given(st.integers(3, 8), st.integers(0, 2**32))
+def test_symmetric_players_share_equally_and_null_players_get_nothing(n, seed):
+    rng = np.random.default_rng(seed)
+    # v depends on player 0 and 1 only through how many of them are in: symmetric; the
+    # last player never changes anything: null.
+    base = rng.uniform(-1, 1, size=2 ** (n - 1))
+    table = np.empty(2**n)
+    for mask in range(2**n):
+        swapped = (mask & ~3) | ((mask & 1) << 1) | ((mask >> 1) & 1)
+        rest = mask & ((1 << (n - 1)) - 1)
+        rest_swapped = swapped & ((1 << (n - 1)) - 1)
+        table[mask] = (base[rest] + base[rest_swapped]) / 2
+    game = games.table(table)
+    for method in ["exact", "kernel"]:
+        result = masreplay.shapley(game, method=method, budget=2**n)
+        assert abs(result.values[0] - result.values[1]) < 1e-9
+        assert abs(result.values[n - 1]) < 1e-9
+    sampled = masreplay.shapley(game, method="permutation", budget=500, seed=seed)
+    assert abs(sampled.values[n - 1]) < 1e-12
+
+
+@fast
+@given(st.integers(3, 30), st.integers(0, 2**32), st.floats(-3, 3), st.floats(-3, 3))
+def test_linear_under_the_same_random_stream(n, seed, a, b):
+    v, w = games.soum(n, 15, 3, seed), games.soum(n, 15, n, seed + 1)
+    combined = games.soum(n, [(m, a * c) for m, c in v.terms()] + [(m, b * c) for m, c in w.terms()])
+    for method in ["permutation", "kernel"]:
+        phi = [masreplay.shapley(g, method=method, budget=2000, seed=seed).values for g in (v, w, combined)]
+        np.testing.assert_allclose(phi[2], a * phi[0] + b * phi[1], atol=1e-9)
+
+
+def test_the_worked_example_of_the_anchors():
+    game = games.additive([0.1, 0.2, 0.3, 0.4])
+    parents = [-1, 0, 0, 1]
+    precedence = masreplay.shapley(game, method="precedence", parents=parents)
+    np.testing.assert_allclose(precedence.values, [0.1, 0.2, 0.3, 0.4], atol=1e-12)
+    assert precedence.exact
+    permission = masreplay.shapley(game, method="permission", parents=parents)
+    np.testing.assert_allclose(permission.values, [0.4833, 0.2333, 0.15, 0.1333], atol=1e-4)
+    assert math.isclose(permission.values.sum(), 1.0, abs_tol=1e-12)
+    auto = masreplay.shapley(game, parents=parents)
+    assert auto.method == "precedence"
+
+
+def test_precedence_on_a_chain_is_the_increments():
+    game = games.soum(7, 25, 7, seed=3)
+    result = masreplay.shapley(game, method="precedence", parents=[-1, 0, 1, 2, 3, 4, 5])
+    increments = [value(game, range(i + 1), 7) - value(game, range(i), 7) for i in range(7)]
+    np.testing.assert_allclose(result.values, increments, atol=1e-12)
+    assert result.evaluations == 8
+
+
+def test_sampled_precedence_converges_to_exact():
+    game = games.soum(16, 40, 4, seed=5)
+    parents = [-1] * 4 + [i % 4 for i in range(4, 16)]
+    exact = masreplay.shapley(game, method="precedence", parents=parents, budget=10**7)
+    assert exact.exact
+    errors = []
+    for budget in [300, 6000]:
+        sampled = masreplay.shapley(game, method="precedence", parents=parents, budget=budget, seed=1)
+        assert not sampled.exact
+        errors.append(np.abs(sampled.values - exact.values).mean())
+    assert errors[1] < 0.5 * errors[0]
+
+
+def test_owen_splits_exactly_level_by_level():
+    game = games.soum(6, 20, 6, seed=2)
+    unions = [[[0, 1], 2], [3, 4, 5]]
+    owen = masreplay.shapley(game, method="owen", unions=unions)
+    assert owen.exact and owen.method == "owen"
+    # Quotient game between the two top unions, and within the first between {0,1} and {2}.
+    top = games.table([value(game, [p for u, group in enumerate([[0, 1, 2], [3, 4, 5]]) if m >> u & 1 for p in group], 6) for m in range(4)])
+    quotient = masreplay.shapley(top, method="exact").values
+    assert math.isclose(owen.values[:3].sum(), quotient[0], abs_tol=1e-10)
+    assert math.isclose(owen.values[3:].sum(), quotient[1], abs_tol=1e-10)
+    sampled = masreplay.shapley(game, method="owen", unions=unions, budget=50, seed=4)
+    assert not sampled.exact
+    assert masreplay.shapley(game, unions=unions).method == "owen"
+
+
+@pytest.mark.parametrize("method", ["permutation", "kernel", "stratified"])
+def test_error_shrinks_with_budget(method):
+    small, large = [], []
+    for seed in range(3):
+        game = games.soum(40, 100, 3, seed)
+        truth = game.shapley_values()
+        small.append(np.abs(masreplay.shapley(game, method=method, budget=1000, seed=seed).values - truth).mean())
+        large.append(np.abs(masreplay.shapley(game, method=method, budget=40000, seed=seed).values - truth).mean())
+    assert np.mean(large) < 0.4 * np.mean(small)
+
+
+def test_stderr_is_honest_and_target_stops_sampling():
+    game = games.soum(30, 60, 3, seed=8)
+    truth = game.shapley_values()
+    result = masreplay.shapley(game, method="permutation", target_stderr=0.005, seed=2)
+    assert result.converged and result.stderr.max() <= 0.005
+    # About 95% of the values lie within two standard errors.
+    assert np.mean(np.abs(result.values - truth) <= 2 * result.stderr + 1e-12) > 0.8
+    capped = masreplay.shapley(game, method="permutation", target_stderr=1e-6, budget=2000)
+    assert not capped.converged and capped.evaluations <= 2000
+
+
+def test_same_seed_same_values_at_any_thread_count():
+    game = games.soum(60, 100, 5, seed=1)
+    runs = [masreplay.shapley(game, method="permutation", budget=50_000, seed=7, n_threads=t) for t in (1, 2, 3)]
+    for other in runs[1:]:
+        np.testing.assert_array_equal(runs[0].values, other.values)
+        np.testing.assert_array_equal(runs[0].stderr, other.stderr)
+    different = masreplay.shapley(game, method="permutation", budget=50_000, seed=8)
+    assert not np.array_equal(runs[0].values, different.values)
+
+
+def test_auto_says_what_it_picked():
+    assert masreplay.shapley(games.soum(8, 10)).method == "exact"
+    assert masreplay.shapley(games.soum(14, 10), budget=8000).method == "kernel"
+    assert masreplay.shapley(games.soum(100, 10), budget=1000).method == "permutation"
+
+
+def test_native_games():
+    voting = masreplay.shapley(games.weighted_voting([2, 1, 1], quota=3), method="exact")
+    np.testing.assert_allclose(voting.values, [2 / 3, 1 / 6, 1 / 6])
+    dense = games.table([0, 1, 2, 4])
+    np.testing.assert_allclose(masreplay.shapley(dense).values, [1.5, 2.5])
+    sparse = games.table({(0, 1): 4.0, 0b01: 1.0, (1,): 2.0}, n_players=2)
+    np.testing.assert_allclose(masreplay.shapley(sparse).values, [1.5, 2.5])
+    soum = games.soum(3, [([0, 1], 1.0), ([2], 0.5)])
+    np.testing.assert_allclose(soum.shapley_values(), [0.5, 0.5, 0.5])
+    np.testing.assert_allclose(soum.banzhaf_values(), [0.5, 0.5, 0.5])
+    assert repr(soum) == "Game(soum, n_players=3)"
+
+
+def test_empirical_game_of_logged_rollouts():
+    rng = np.random.default_rng(0)
+    masks = rng.random((200, 5)) < 0.5
+    worth = np.array([1.0, 0.5, 0.0, 2.0, -1.0])
+    game = games.empirical(masks, masks @ worth + 0.3)
+    result = masreplay.shapley(game, method="exact")
+    np.testing.assert_allclose(result.values, worth, atol=1e-3)
+    batch = masreplay.sim.generate(12, agents=(2, 4), seed=3)
+    group_game, labels = games.empirical_from_traces(batch)
+    assert group_game.n_players == len(labels)
+    assert "orchestrator" in labels
+    # Every trace's coalition is observed: its value is that trace's team reward (mean if repeated).
+    players = masreplay.trace_players(batch)
+    rewards = [trace["rewards"]["team"] for trace in batch]
+    for t, reward in enumerate(rewards):
+        present = set(players.filter(players["trace_index"].to_numpy() == t)["label"].to_pylist())
+        mask = np.array([[label in present for label in labels]])
+        same = [r for u, r in enumerate(rewards) if set(players.filter(players["trace_index"].to_numpy() == u)["label"].to_pylist()) == present]
+        assert math.isclose(float(group_game.values(mask)[0]), float(np.mean(same)), abs_tol=1e-12)
+    with pytest.raises(InvalidArgumentError, match="reward channel"):
+        games.empirical_from_traces(batch, reward="nope")
+
+
+class Counting:
+    """A batched callable that records what it was asked."""
+
+    def __init__(self, game):
+        self.game, self.calls, self.rows, self.seen = game, 0, 0, set()
+
+    def __call__(self, masks):
+        assert masks.dtype == bool and masks.ndim == 2
+        self.calls += 1
+        self.rows += len(masks)
+        for row in masks:
+            key = row.tobytes()
+            assert key not in self.seen, "a coalition was valued twice"
+            self.seen.add(key)
+        return self.game.values(masks)
+
+
+@pytest.mark.parametrize("method", ["exact", "permutation", "kernel"])
+def test_callable_games_match_native_ones_and_are_valued_once(method):
+    native = games.soum(10, 30, 4, seed=4)
+    counting = Counting(native)
+    wrapped = masreplay.shapley(games.function(counting, 10, chunk_size=64), method=method, budget=1500, seed=3)
+    direct = masreplay.shapley(native, method=method, budget=1500, seed=3)
+    np.testing.assert_allclose(wrapped.values, direct.values, atol=1e-12)
+    assert wrapped.evaluations == counting.rows == len(counting.seen)
+    if method == "exact":
+        assert wrapped.evaluations == 2**10
+    plain = masreplay.shapley(native.values, 10, method=method, budget=1500, seed=3)
+    np.testing.assert_allclose(plain.values, wrapped.values, atol=0)
+
+
+def test_callable_errors_surface():
+    def broken(masks):
+        raise RuntimeError("the judge model is down")
+
+    with pytest.raises(RuntimeError, match="judge model"):
+        masreplay.shapley(broken, 4)
+    with pytest.raises(InvalidArgumentError, match="returned 1 values"):
+        masreplay.shapley(lambda masks: [0.0], 4)
+    with pytest.raises(InvalidArgumentError, match="non-finite"):
+        masreplay.shapley(lambda masks: np.full(len(masks), np.nan), 4)
+    with pytest.raises(InvalidArgumentError, match="n_players"):
+        masreplay.shapley(lambda masks: np.zeros(len(masks)))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"method": "monte-carlo"}, "method"),
+        ({"parents": [-1, 0]}, "parents"),
+        ({"parents": [1, 0, -1, -1]}, "cycle"),
+        ({"parents": [-1, 9, -1, -1]}, "parents"),
+        ({"method": "precedence"}, "parents"),
+        ({"method": "owen"}, "unions"),
+        ({"unions": [[0, 1], [1]]}, "twice"),
+        ({"method": "permutation", "budget": 3}, "budget"),
+        ({"method": "exact", "budget": 15}, "budget"),
+        ({"target_stderr": 0.0}, "target_stderr"),
+        ({"n_threads": 0}, "n_threads"),
+    ],
+)
+def test_bad_arguments(kwargs, match):
+    with pytest.raises(InvalidArgumentError, match=match):
+        masreplay.shapley(games.soum(4, 5), **kwargs)
+
+
+def test_bad_games():
+    with pytest.raises(InvalidArgumentError, match="2\\^n"):
+        games.table([1.0, 2.0, 3.0])
+    with pytest.raises(InvalidArgumentError, match="out of range"):
+        games.soum(3, [([4], 1.0)])
+    with pytest.raises(InvalidArgumentError, match="max_order"):
+        games.soum(3, 5, max_order=4)
+    with pytest.raises(InvalidArgumentError, match="exceeds"):
+        masreplay.shapley(games.soum(40, 5), method="exact")
+    with pytest.raises(InvalidArgumentError, match="game"):
+        masreplay.shapley("not a game")
+
+
+# ---- credit on traces --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def batch():
+    return masreplay.sim.generate(40, agents=(2, 6), depth=2, fan_out=(1, 3), seed=11)
+
+
+def additive_value_fn(players: "pa.Table"):  # noqa: F821
+    """Each player is worth 1 + its index; a coalition is worth the sum (vectorised)."""
+    width = int(players["player"].to_numpy().max()) + 1
+    worth = np.arange(1, width + 1, dtype=float)
+
+    def value_fn(trace_index, masks):
+        return masks @ worth
+
+    return value_fn
+
+
+def test_trace_players_follow_the_spawn_tree(batch):
+    players = masreplay.trace_players(batch)
+    assert players.column_names == ["trace_index", "trace_id", "player", "label", "parent", "n_events"]
+    for t in range(len(batch)):
+        rows = players.filter(players["trace_index"].to_numpy() == t).to_pylist()
+        trace = batch[t]
+        labels = [r["label"] for r in rows]
+        assert sorted(labels) == sorted({e["agent"] for e in trace["events"] if e["type"] != "tool_result"})
+        spawned = {e["to"]: e["agent"] for e in sorted(trace["events"], key=lambda e: -e["t"]) if e["type"] == "spawn"}
+        for row in rows:
+            parent = labels[row["parent"]] if row["parent"] >= 0 else None
+            assert parent == spawned.get(row["label"])
+    assert players["n_events"].to_numpy().sum() == batch.num_events
+
+
+def test_trace_credit_is_efficient_and_aligned(batch):
+    value_fn = additive_value_fn(masreplay.trace_players(batch))
+    credit = masreplay.trace_shapley(batch, value_fn)
+    assert credit.events.num_rows == batch.num_events
+    assert set(credit.methods) == {"precedence"}
+    # Additive value: every player's credit is its own worth, spawned or not.
+    players = credit.players
+    np.testing.assert_allclose(players["value"].to_numpy(), players["player"].to_numpy() + 1.0, atol=1e-9)
+    per_trace = np.bincount(credit.events["trace_index"].to_numpy(), weights=credit.credit)
+    totals = np.bincount(players["trace_index"].to_numpy(), weights=players["player"].to_numpy() + 1.0)
+    np.testing.assert_allclose(per_trace, totals, atol=1e-9)
+    assert credit.total_evaluations == credit.evaluations.sum()
+    first = credit.values_of(0)
+    assert len(first) == players.filter(players["trace_index"].to_numpy() == 0).num_rows
+
+
+def test_trace_credit_matches_shapley_on_each_trace(batch):
+    players = masreplay.trace_players(batch)
+    rng = np.random.default_rng(1)
+    width = int(players["player"].to_numpy().max()) + 1
+    pair = rng.normal(size=(len(batch), width, width))
+
+    def value_fn(trace_index, masks):
+        m = masks.astype(float)
+        return np.einsum("ri,rij,rj->r", m, pair[trace_index], m)
+
+    for kwargs in [{"respect_spawn_tree": False}, {"method": "permission"}, {}]:
+        credit = masreplay.trace_shapley(batch, value_fn, **kwargs)
+        for t in [0, 7, 23]:
+            rows = players.filter(players["trace_index"].to_numpy() == t)
+            n = rows.num_rows
+            parents = rows["parent"].to_pylist() if kwargs.get("respect_spawn_tree", True) else None
+
+            def one(masks, t=t, n=n):
+                padded = np.zeros((len(masks), width), dtype=bool)
+                padded[:, :n] = masks
+                return value_fn(np.full(len(masks), t), padded)
+
+            method = kwargs.get("method", "auto")
+            expected = masreplay.shapley(one, n, parents=parents, method=method).values
+            got = credit.players.filter(credit.players["trace_index"].to_numpy() == t)["value"].to_numpy()
+            np.testing.assert_allclose(got, expected, atol=1e-9)
+
+
+@pytest.mark.parametrize("players", ["role", "event", "tool", "agent"])
+def test_trace_credit_for_other_players(batch, players):
+    table = masreplay.trace_players(batch, players)
+    value_fn = additive_value_fn(table)
+    credit = masreplay.trace_shapley(batch, value_fn, players=players, respect_spawn_tree=players != "tool", budget=2000)
+    assert credit.events.num_rows == batch.num_events
+    owned = credit.events["player"].to_numpy() >= 0
+    if players == "event":
+        assert owned.all()
+    per_trace = np.bincount(credit.events["trace_index"].to_numpy(), weights=credit.credit, minlength=len(batch))
+    expected = np.bincount(table["trace_index"].to_numpy(), weights=table["player"].to_numpy() + 1.0, minlength=len(batch))
+    np.testing.assert_allclose(per_trace, expected, atol=1e-6)
+
+
+def test_trace_credit_is_deterministic_and_checks_its_input(batch):
+    value_fn = additive_value_fn(masreplay.trace_players(batch, "event"))
+    one = masreplay.trace_shapley(batch, value_fn, players="event", budget=500, seed=3, n_threads=1)
+    two = masreplay.trace_shapley(batch, value_fn, players="event", budget=500, seed=3, n_threads=2)
+    np.testing.assert_array_equal(one.credit, two.credit)
+    with pytest.raises(InvalidArgumentError, match="returned"):
+        masreplay.trace_shapley(batch, lambda t, m: np.zeros(1))
+    with pytest.raises(ZeroDivisionError):
+        masreplay.trace_shapley(batch, lambda t, m: 1 / 0)
+    with pytest.raises(InvalidArgumentError, match="no field"):
+        masreplay.trace_shapley(batch, value_fn, players="colour")
+    with pytest.raises(InvalidArgumentError, match="stratified"):
+        masreplay.trace_shapley(batch, value_fn, method="stratified")
+
+
+def test_hook_length_counts_and_uniform_orderings_from_python():
+    # The spawn-tree orderings counted by brute force match n!/prod(subtree sizes) and the
+    # exact precedence value equals the brute-force average over them.
+    parents = [-1, 0, 0, 1, -1, 4]
+    game = games.soum(6, 15, 6, seed=9)
+    valid = [o for o in itertools.permutations(range(6)) if all(p < 0 or o.index(p) < o.index(i) for i, p in enumerate(parents))]
+    assert len(valid) == math.factorial(6) // (4 * 2 * 1 * 1 * 2 * 1)
+    phi = np.zeros(6)
+    for order in valid:
+        for k, p in enumerate(order):
+            phi[p] += value(game, order[: k + 1], 6) - value(game, order[:k], 6)
+    exact = masreplay.shapley(game, method="precedence", parents=parents)
+    np.testing.assert_allclose(exact.values, phi / len(valid), atol=1e-12)
+    sampled = masreplay.shapley(game, method="precedence", parents=parents, budget=12, seed=0)
+    assert not sampled.exact
