@@ -236,6 +236,16 @@ def test_difference_rewards_on_games():
 
     replaced = masreplay.difference_rewards(additive, n_players=4, replaced=with_defaults)
     assert np.allclose(replaced, 0.75 * weights)
+    native = masreplay.games.additive(weights.tolist())
+    assert np.allclose(masreplay.difference_rewards(native), weights)  # n_players from the game
+    wrapped = masreplay.games.function(pair, 3)
+    assert np.allclose(masreplay.difference_rewards(wrapped, [0]), [1.0])
+    soum = masreplay.games.soum(6, 10, max_order=3, seed=1)
+    everyone = np.ones((1, 6), dtype=bool)
+    without_two = everyone.copy()
+    without_two[0, 2] = False
+    expected = soum.values(everyone)[0] - soum.values(without_two)[0]
+    assert masreplay.difference_rewards(soum, [2])[0] == pytest.approx(expected)
     with pytest.raises(InvalidArgumentError, match="n_players"):
         masreplay.difference_rewards(additive)
     with pytest.raises(InvalidArgumentError, match="players"):

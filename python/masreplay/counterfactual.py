@@ -24,6 +24,7 @@ import pyarrow as pa
 from masreplay import _core
 from masreplay.batch import TraceBatch
 from masreplay.errors import InvalidArgumentError
+from masreplay.games import FunctionGame, Game
 
 if TYPE_CHECKING:
     from masreplay.buffer import GraphBuffer
@@ -126,13 +127,21 @@ def same_prefix_credit(
     return _credit_table(batch, arrays, aligned)
 
 
-Game = Callable[[np.ndarray], Any]
+#: A masreplay game, a games.function wrapper, or a callable on boolean masks.
+GameLike = Game | FunctionGame | Callable[[np.ndarray], Any]
 
 
 def _evaluate(game: Any, masks: np.ndarray) -> np.ndarray:
-    evaluate = getattr(game, "evaluate", None) or game
-    if not callable(evaluate):
-        raise InvalidArgumentError(f"a game is a callable on boolean masks, got {type(game).__name__}")
+    """Values of coalitions under a native game (``masreplay.games``), a ``games.function``
+    wrapper or a plain callable on boolean masks."""
+    if isinstance(game, FunctionGame):
+        evaluate = game.f
+    elif isinstance(game, Game):
+        evaluate = game.values
+    elif callable(game):
+        evaluate = game
+    else:
+        raise InvalidArgumentError(f"a game is a masreplay game or a callable on boolean masks, got {type(game).__name__}")
     values = np.asarray(evaluate(masks), dtype=np.float64)
     if values.shape != (len(masks),):
         raise InvalidArgumentError(f"the game returned shape {values.shape} for {len(masks)} coalitions")
@@ -140,15 +149,16 @@ def _evaluate(game: Any, masks: np.ndarray) -> np.ndarray:
 
 
 def difference_rewards(
-    game: Game,
+    game: GameLike,
     players: Sequence[int] | None = None,
     *,
     n_players: int | None = None,
-    replaced: Game | None = None,
+    replaced: GameLike | None = None,
 ) -> np.ndarray:
     """Difference rewards D_i = v(N) - v(N without i) for each of ``players`` (default: all).
 
-    ``game`` maps boolean masks (m, n_players) to m values (a masreplay game, or any callable).
+    ``game`` is a masreplay game (``masreplay.games``) or any callable mapping boolean masks
+    (m, n_players) to m values.
     With ``replaced``, the substitution form: D_i = v(N) - replaced(mask without i), where
     ``replaced`` evaluates a team in which a False player acts with its default instead of
     being absent. One batched evaluation of n + 1 coalitions.
