@@ -53,17 +53,20 @@ def generate(
     GRPO rollouts of one prompt do. Kimi scale: ``agents=300, events_per_agent=(10, 14)``
     gives about 4,000 events in one trace.
     """
-    return TraceBatch(
-        _core.simulate(
-            _count("n_traces", n_traces),
-            agents=_range("agents", agents),
-            depth=_count("depth", depth),
-            fan_out=_range("fan_out", fan_out),
-            events_per_agent=_range("events_per_agent", events_per_agent),
-            group_size=_count("group_size", group_size),
-            seed=_count("seed", seed),
-        )
-    )
+    shape = _shape(agents, depth, fan_out, events_per_agent, group_size, seed)
+    return TraceBatch(_core.simulate(_count("n_traces", n_traces), **shape))
+
+
+def _shape(agents: Range, depth: int, fan_out: Range, events_per_agent: Range, group_size: int, seed: int) -> dict:
+    """The generator's shape arguments, checked, as the core takes them."""
+    return {
+        "agents": _range("agents", agents),
+        "depth": _count("depth", depth),
+        "fan_out": _range("fan_out", fan_out),
+        "events_per_agent": _range("events_per_agent", events_per_agent),
+        "group_size": _count("group_size", group_size),
+        "seed": _count("seed", seed),
+    }
 
 
 @dataclass(frozen=True)
@@ -105,12 +108,7 @@ def branches(
         raise InvalidArgumentError(f"noise must be a number >= 0, got {noise!r}")
     core, effects, values = _core.simulate_branches(
         _count("n_traces", n_traces),
-        agents=_range("agents", agents),
-        depth=_count("depth", depth),
-        fan_out=_range("fan_out", fan_out),
-        events_per_agent=_range("events_per_agent", events_per_agent),
-        group_size=_count("group_size", group_size),
-        seed=_count("seed", seed),
+        **_shape(agents, depth, fan_out, events_per_agent, group_size, seed),
         branches=_count("branches", branches),
         branch_points=_count("branch_points", branch_points),
         noise=float(noise),

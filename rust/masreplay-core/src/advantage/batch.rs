@@ -7,9 +7,6 @@
 //! counts). Without strata and without per-event credit both reduce to one row per trace:
 //! plain group normalisation of trace rewards.
 
-use arrow_array::Array;
-use arrow_array::cast::AsArray;
-use arrow_array::types::Float64Type;
 
 use super::kernel::{Rows, normalize};
 use super::spec::{Spec, invalid};
@@ -18,7 +15,6 @@ use super::trace_graph::BatchView;
 use super::weights::loss_weights;
 use crate::error::Result;
 use crate::store::TraceBatch;
-use crate::store::schema::TraceColumns;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Unit {
@@ -60,22 +56,6 @@ pub struct BatchAdvantages {
     pub per_event: Vec<f64>,
     /// Loss weight per event (see `weights`).
     pub weights: Vec<f64>,
-}
-
-/// The named channel of every trace's `rewards` (NaN where a trace lacks it).
-pub fn trace_channel(batch: &TraceBatch, channel: &str) -> Vec<f64> {
-    let columns = TraceColumns::new(batch.record_batch());
-    let rewards = columns.rewards;
-    let keys = rewards.keys().as_string::<i32>();
-    let values = rewards.values().as_primitive::<Float64Type>();
-    let offsets = rewards.value_offsets();
-    (0..batch.len())
-        .map(|row| {
-            (offsets[row] as usize..offsets[row + 1] as usize)
-                .find(|&j| keys.value(j) == channel)
-                .map_or(f64::NAN, |j| if values.is_null(j) { f64::NAN } else { values.value(j) })
-        })
-        .collect()
 }
 
 fn check(view: &BatchView, options: &BatchOptions) -> Result<()> {

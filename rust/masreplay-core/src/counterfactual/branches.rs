@@ -16,10 +16,10 @@ use arrow_array::{Array, StringArray};
 use foldhash::fast::RandomState;
 use rayon::prelude::*;
 
-use super::{Credit, Entry, mean_and_variance, same_text, trace_rewards};
+use super::{Credit, Entry, mean_and_variance, trace_rewards};
 use crate::error::{Result, ValidationError};
-use crate::store::TraceBatch;
 use crate::store::schema::TraceColumns;
+use crate::store::{TraceBatch, same_text};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Baseline {

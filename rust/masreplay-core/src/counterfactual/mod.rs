@@ -10,13 +10,11 @@
 pub mod branches;
 pub mod prefix;
 
-use arrow_array::Array;
-use arrow_array::cast::AsArray;
 use rayon::prelude::*;
 
-use crate::error::{MasreplayError, Result, ValidationError};
-use crate::store::TraceBatch;
+use crate::error::{Result, ValidationError};
 use crate::store::schema::TraceColumns;
+use crate::store::{TraceBatch, trace_channel};
 
 pub use branches::{Baseline, branch_credit};
 pub use prefix::{Signature, same_prefix_credit};
@@ -65,31 +63,16 @@ impl Credit {
 
 /// Each trace's reward on `channel`; a trace without it is an error naming the trace.
 pub(crate) fn trace_rewards(batch: &TraceBatch, channel: &str) -> Result<Vec<f64>> {
-    let columns = TraceColumns::new(batch.record_batch());
-    let rewards = columns.rewards;
-    let keys = rewards.keys().as_string::<i32>();
-    let values = rewards.values().as_primitive::<arrow_array::types::Float64Type>();
-    let offsets = rewards.value_offsets();
-    (0..batch.len())
-        .into_par_iter()
-        .map(|row| {
-            let (start, end) = (offsets[row] as usize, offsets[row + 1] as usize);
-            let found = (start..end).find(|&k| same_text(keys.value(k), channel)).filter(|&k| values.is_valid(k));
-            found.map(|k| values.value(k)).ok_or_else(|| {
-                let trace_id = columns.trace_id.value(row);
-                let error =
-                    ValidationError::new(Some(trace_id), format!("/rewards/{channel}"), "no reward on this channel");
-                MasreplayError::from(error)
-            })
-        })
-        .collect()
-}
-
-/// String equality for the short ids and keys compared once per trace or branch: inlined,
-/// where `==` calls memcmp, whose call costs more than comparing a dozen bytes.
-#[inline]
-pub(crate) fn same_text(a: &str, b: &str) -> bool {
-    a.len() == b.len() && a.bytes().zip(b.bytes()).all(|(x, y)| x == y)
+    let rewards = trace_channel(batch, channel);
+    match rewards.iter().position(|r| r.is_nan()) {
+        None => Ok(rewards),
+        Some(row) => {
+            let trace_id = TraceColumns::new(batch.record_batch()).trace_id.value(row);
+            let error =
+                ValidationError::new(Some(trace_id), format!("/rewards/{channel}"), "no reward on this channel");
+            Err(error.into())
+        }
+    }
 }
 
 /// Sample mean and unbiased variance (NaN variance below two values) of `values`.

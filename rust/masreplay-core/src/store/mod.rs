@@ -20,7 +20,8 @@ pub(crate) use ingest::with_canonical_codes;
 pub use ingest::{Ingested, ingest_batches};
 pub use memory::allocated_bytes;
 pub use parquet_io::{read_parquet, write_parquet};
-pub use read::trace_at;
+pub(crate) use read::same_text;
+pub use read::{trace_at, trace_channel};
 
 use crate::error::{MasreplayError, Result};
 use crate::trace::Trace;

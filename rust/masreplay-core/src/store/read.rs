@@ -1,13 +1,38 @@
-//! One row of a canonical batch -> a [`Trace`] (for dict and JSON export).
+//! Reading a canonical batch: one row -> a [`Trace`] (for dict and JSON export), and the
+//! per-trace values that estimators read without building traces.
 
 use arrow_array::Array;
 use arrow_array::cast::AsArray;
-use arrow_array::types::Int8Type;
+use arrow_array::types::{Float64Type, Int8Type};
 use arrow_array::{DictionaryArray, RecordBatch, StringArray};
+use rayon::prelude::*;
 use serde_json::{Map, Value};
 
 use super::schema::{TraceColumns, dictionary_text, named_numbers_at};
 use crate::trace::{Costs, CounterfactualKind, CounterfactualOf, Edge, EdgeType, Event, EventType, Topology, Trace};
+
+/// String equality for short ids and keys compared once per trace: inlined, where `==` calls
+/// memcmp, whose call costs more than comparing a dozen bytes.
+#[inline]
+pub(crate) fn same_text(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.bytes().zip(b.bytes()).all(|(x, y)| x == y)
+}
+
+/// The named channel of every trace's `rewards` (NaN where a trace lacks it or it is null).
+pub fn trace_channel(batch: &super::TraceBatch, channel: &str) -> Vec<f64> {
+    let rewards = TraceColumns::new(batch.record_batch()).rewards;
+    let keys = rewards.keys().as_string::<i32>();
+    let values = rewards.values().as_primitive::<Float64Type>();
+    let offsets = rewards.value_offsets();
+    (0..batch.len())
+        .into_par_iter()
+        .map(|row| {
+            (offsets[row] as usize..offsets[row + 1] as usize)
+                .find(|&j| same_text(keys.value(j), channel))
+                .map_or(f64::NAN, |j| if values.is_null(j) { f64::NAN } else { values.value(j) })
+        })
+        .collect()
+}
 
 fn text(array: &StringArray, i: usize) -> Option<String> {
     array.is_valid(i).then(|| array.value(i).to_owned())
