@@ -350,3 +350,12 @@ def test_sampling_can_bring_the_branches_of_the_drawn_traces():
     assert sample.trace_ids[6:] == expected
     assert np.isnan(sample.probabilities[6:]).all() and not np.isnan(sample.probabilities[:6]).any()
     assert _branch_ids(masreplay.load_traces(list(sample))) >= set(expected)
+
+
+def test_credit_feeds_the_advantage_estimators():
+    gt = masreplay.sim.branches(8, branches=4, branch_points=2, group_size=4, seed=35)
+    credit = masreplay.counterfactual_credit(gt.batch)["credit"].to_numpy()
+    result = masreplay.advantages(gt.batch, credit=credit, unit="events")
+    credited = ~np.isnan(credit)
+    assert (result.per_event[~credited] == 0).all()
+    assert np.abs(result.per_event[credited]).max() > 0.1
