@@ -7,7 +7,6 @@
 //! counts). Without strata and without per-event credit both reduce to one row per trace:
 //! plain group normalisation of trace rewards.
 
-
 use super::kernel::{Rows, normalize};
 use super::spec::{Spec, invalid};
 use super::strata::{Stratum, joint_codes};
