@@ -9,6 +9,7 @@ import pyarrow.compute as pc
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import masreplay
 from masreplay import GraphBuffer, InvalidArgumentError, TraceValidationError
@@ -359,3 +360,74 @@ def test_credit_feeds_the_advantage_estimators():
     credited = ~np.isnan(credit)
     assert (result.per_event[~credited] == 0).all()
     assert np.abs(result.per_event[credited]).max() > 0.1
+
+
+class BranchesAgainstModel(RuleBasedStateMachine):
+    """Random adds of factual traces and their branches (together or later) against a Python
+    model: FIFO eviction of whole traces, where evicting a factual trace takes its branches."""
+
+    def __init__(self):
+        super().__init__()
+        self.capacity = 10
+        self.buffer = GraphBuffer(self.capacity, seed=0)
+        self.model: list[tuple[str, str | None]] = []  # (trace_id, factual trace_id), oldest first
+        self.pending: dict[int, masreplay.TraceBatch] = {}  # branches held back, by family seed
+
+    def _family(self, seed: int, branches: int, points: int) -> tuple[masreplay.TraceBatch, list]:
+        batch = masreplay.sim.branches(1, branches=branches, branch_points=points, seed=seed).batch
+        rows = [(r["trace_id"], r.get("counterfactual_of", {}).get("trace_id")) for r in batch]
+        return batch, rows
+
+    def _add(self, batch: masreplay.TraceBatch, rows: list) -> None:
+        stored = {trace_id for trace_id, _ in self.model}
+        if any(trace_id in stored for trace_id, _ in rows):
+            with pytest.raises(TraceValidationError, match="already stored"):
+                self.buffer.add(batch)
+            return
+        known = stored | {trace_id for trace_id, _ in rows}
+        if any(factual is not None and factual not in known for _, factual in rows):
+            with pytest.raises(TraceValidationError) as raised:
+                self.buffer.add(batch)
+            assert raised.value.path == "/counterfactual_of/trace_id"
+            return
+        assert self.buffer.add(batch) == len(rows)
+        self.model.extend(rows)
+        while len(self.model) > self.capacity:
+            evicted, _ = self.model.pop(0)
+            self.model = [row for row in self.model if row[1] != evicted]
+
+    @rule(seed=st.integers(0, 25), branches=st.integers(1, 3), points=st.integers(1, 2))
+    def add_family(self, seed, branches, points):
+        self._add(*self._family(seed, branches, points))
+
+    @rule(seed=st.integers(0, 25), branches=st.integers(1, 3))
+    def add_factual_now_branches_later(self, seed, branches):
+        batch, rows = self._family(seed, branches, 1)
+        self._add(batch[[0]], rows[:1])
+        self.pending[seed] = batch[list(range(1, len(batch)))]
+
+    @precondition(lambda self: self.pending)
+    @rule(data=st.data())
+    def add_pending_branches(self, data):
+        seed = data.draw(st.sampled_from(sorted(self.pending)))
+        batch = self.pending.pop(seed)
+        rows = [(r["trace_id"], r["counterfactual_of"]["trace_id"]) for r in batch]
+        self._add(batch, rows)
+
+    @precondition(lambda self: self.model)
+    @rule(size=st.integers(1, 12), seed=st.integers(0, 5))
+    def sample_with_branches(self, size, seed):
+        batch = self.buffer.sample(size, seed=seed, with_branches=True)
+        assert set(batch.trace_ids) <= {trace_id for trace_id, _ in self.model}
+
+    @invariant()
+    def matches_the_model(self):
+        assert len(self.buffer) == len(self.model)
+        assert self.buffer.to_batch().trace_ids == [trace_id for trace_id, _ in self.model]
+        for trace_id, factual in self.model:
+            if factual is None:
+                expected = [b for b, f in self.model if f == trace_id]
+                assert self.buffer.branches(trace_id).trace_ids == expected
+
+
+TestBranchesAgainstModel = BranchesAgainstModel.TestCase

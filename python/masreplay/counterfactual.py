@@ -57,7 +57,7 @@ def _credit_table(batch: TraceBatch, arrays: tuple[np.ndarray, ...], aligned: bo
         trace_index = np.repeat(np.arange(len(batch), dtype=np.int32), np.diff(offsets))
     else:
         rows = pa.array(events)
-        trace_index = (np.searchsorted(offsets, events, side="right") - 1).astype(np.int32)
+        trace_index = (np.searchsorted(offsets, events.astype(np.int64), side="right") - 1).astype(np.int32)
 
     def field(name: str) -> pa.Array:
         values = batch._event_array(name)
