@@ -431,3 +431,13 @@ class BranchesAgainstModel(RuleBasedStateMachine):
 
 
 TestBranchesAgainstModel = BranchesAgainstModel.TestCase
+
+
+def test_a_branch_whose_factual_trace_is_rejected_is_rejected_too():
+    gt = masreplay.sim.branches(1, branches=1, branch_points=1, agents=(3, 4), seed=36)
+    sizes = np.diff(gt.batch.event_offsets)
+    assert gt.effects["kind"][0].as_py() == "no_spawn" and sizes[1] < sizes[0]
+    buffer = GraphBuffer(int(sizes[1]), unit="events")  # room for the branch, not the factual
+    report = buffer.add(gt.batch, on_error="skip")
+    assert report.added == 0 and len(buffer) == 0
+    assert [error.path for _, _, error in report.rejected] == ["/events", "/counterfactual_of/trace_id"]

@@ -303,6 +303,9 @@ impl GraphBuffer {
         let n_events = batch.record_batch().column_by_name("n_events").expect("canonical column");
         let n_events = n_events.as_primitive::<arrow_array::types::Int32Type>();
         let mut problems = Vec::new();
+        // Traces of this batch that will be added: a branch may follow its factual trace only
+        // if that one is added (a rejected factual would leave the branch orphaned).
+        let mut accepted = HashSet::new();
         for (position, trace_id) in batch.trace_ids().into_iter().enumerate() {
             let problem = if self.by_id.contains_key(trace_id) {
                 Some(("/trace_id", "a trace with this id is already stored in the buffer".to_owned()))
@@ -310,9 +313,9 @@ impl GraphBuffer {
                 Some(("/trace_id", "this trace id appears twice in the added batch".to_owned()))
             } else if of.is_valid(position)
                 && !self.by_id.contains_key(factual_ids.value(position))
-                && !seen.contains(factual_ids.value(position))
+                && !accepted.contains(factual_ids.value(position))
             {
-                let reason = "a branch rollout is kept with its factual trace, which is neither stored nor earlier in this batch";
+                let reason = "a branch rollout is kept with its factual trace, which is neither stored nor added earlier in this batch";
                 Some(("/counterfactual_of/trace_id", reason.to_owned()))
             } else if self.unit == Unit::Events && n_events.value(position) as usize > self.capacity {
                 let reason = format!(
@@ -324,8 +327,11 @@ impl GraphBuffer {
             } else {
                 None
             };
-            if let Some((path, reason)) = problem {
-                problems.push((position, ValidationError::new(Some(trace_id), path, reason)));
+            match problem {
+                Some((path, reason)) => problems.push((position, ValidationError::new(Some(trace_id), path, reason))),
+                None => {
+                    accepted.insert(trace_id);
+                }
             }
         }
         problems
