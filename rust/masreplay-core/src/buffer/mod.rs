@@ -90,7 +90,7 @@ pub struct Sample {
 }
 
 /// Where a stored trace lives.
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 struct Entry {
     chunk_id: u64,
     row: u32,
@@ -466,7 +466,7 @@ impl GraphBuffer {
         let mut pending = vec![seq];
         while let Some(seq) = pending.pop() {
             let k = (seq - self.first_seq) as usize;
-            let entry = self.entries[k].clone();
+            let entry = self.entries[k];
             self.entries[k].removed = true;
             self.live -= 1;
             let slot = self.slot(seq);

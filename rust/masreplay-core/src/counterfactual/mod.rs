@@ -48,17 +48,6 @@ impl Credit {
             n_branches: entries.iter().map(|e| e.3).collect(),
         }
     }
-
-    /// The credit of every event, NaN (and a count of 0) where there is none.
-    pub fn aligned(&self, n_events: usize) -> (Vec<f64>, Vec<f64>, Vec<u32>) {
-        let (mut credit, mut stderr, mut n) = (vec![f64::NAN; n_events], vec![f64::NAN; n_events], vec![0; n_events]);
-        for (k, &event) in self.event.iter().enumerate() {
-            credit[event as usize] = self.credit[k];
-            stderr[event as usize] = self.stderr[k];
-            n[event as usize] = self.n_branches[k];
-        }
-        (credit, stderr, n)
-    }
 }
 
 /// Each trace's reward on `channel`; a trace without it is an error naming the trace.
@@ -77,8 +66,8 @@ pub(crate) fn trace_rewards(batch: &TraceBatch, channel: &str) -> Result<Vec<f64
 
 /// Sample mean and unbiased variance (NaN variance below two values) of `values`.
 fn mean_and_variance(values: impl Iterator<Item = f64> + Clone) -> (f64, f64, usize) {
-    let n = values.clone().count();
-    let mean = values.clone().sum::<f64>() / n as f64;
+    let (n, sum) = values.clone().fold((0usize, 0.0), |(n, sum), v| (n + 1, sum + v));
+    let mean = sum / n as f64;
     let variance =
         if n >= 2 { values.map(|v| (v - mean) * (v - mean)).sum::<f64>() / (n - 1) as f64 } else { f64::NAN };
     (mean, variance, n)

@@ -15,8 +15,9 @@ use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher};
 
 use arrow_array::cast::AsArray;
-use arrow_array::types::Int32Type;
-use arrow_array::{Array, ArrayRef, DictionaryArray};
+use arrow_array::types::{Int8Type, Int32Type};
+use arrow_array::{Array, ArrayRef, PrimitiveArray, StringArray};
+use arrow_schema::DataType;
 use foldhash::fast::FixedState;
 
 use super::{Credit, Entry, mean_and_variance, trace_rewards};
@@ -56,28 +57,54 @@ impl Signature {
     fn hashes(&self, batch: &TraceBatch) -> Vec<u64> {
         let columns = TraceColumns::new(batch.record_batch());
         let events = columns.events.values().as_struct();
-        let fields: Vec<&ArrayRef> =
-            self.fields.iter().map(|f| events.column_by_name(f).expect("event field")).collect();
+        // Each field's kind is found once here, not per event.
+        let fields: Vec<Field> =
+            self.fields.iter().map(|f| Field::of(events.column_by_name(f).expect("event field"))).collect();
         let state = FixedState::with_seed(0x5eed);
         (0..events.len())
             .map(|k| {
                 let mut hasher = state.build_hasher();
                 for field in &fields {
-                    field.is_valid(k).hash(&mut hasher);
-                    if field.is_null(k) {
-                        continue;
-                    }
-                    if let Some(dictionary) = field.as_any().downcast_ref::<DictionaryArray<Int32Type>>() {
-                        dictionary.keys().value(k).hash(&mut hasher);
-                    } else if let Some(codes) = field.as_dictionary_opt::<arrow_array::types::Int8Type>() {
-                        codes.keys().value(k).hash(&mut hasher);
-                    } else {
-                        field.as_string::<i32>().value(k).hash(&mut hasher);
-                    }
+                    field.hash_value(k, &mut hasher);
                 }
                 hasher.finish()
             })
             .collect()
+    }
+}
+
+/// A signature field as the hashing reads it: dictionary codes or text.
+enum Field<'a> {
+    Codes(&'a PrimitiveArray<Int32Type>),
+    ClosedCodes(&'a PrimitiveArray<Int8Type>),
+    Text(&'a StringArray),
+}
+
+impl<'a> Field<'a> {
+    fn of(array: &'a ArrayRef) -> Self {
+        match array.data_type() {
+            DataType::Dictionary(key, _) if **key == DataType::Int8 => {
+                Field::ClosedCodes(array.as_dictionary::<Int8Type>().keys())
+            }
+            DataType::Dictionary(_, _) => Field::Codes(array.as_dictionary::<Int32Type>().keys()),
+            _ => Field::Text(array.as_string::<i32>()),
+        }
+    }
+
+    fn hash_value(&self, k: usize, hasher: &mut impl Hasher) {
+        let valid = match self {
+            Field::Codes(codes) => codes.is_valid(k),
+            Field::ClosedCodes(codes) => codes.is_valid(k),
+            Field::Text(text) => text.is_valid(k),
+        };
+        valid.hash(hasher);
+        if valid {
+            match self {
+                Field::Codes(codes) => codes.value(k).hash(hasher),
+                Field::ClosedCodes(codes) => codes.value(k).hash(hasher),
+                Field::Text(text) => text.value(k).hash(hasher),
+            }
+        }
     }
 }
 
@@ -119,8 +146,13 @@ pub fn same_prefix_credit(
                 .map(|&row| event_of(row).filter(|&k| logprob.is_valid(k)).map(|k| logprob.value(k)))
                 .collect();
             let weighted = importance_weighting && decisions.iter().all(Option::is_some);
-            let weights: Vec<f64> =
-                decisions.iter().map(|d| if weighted { (-d.expect("checked")).exp() } else { 1.0 }).collect();
+            let weights: Vec<f64> = decisions
+                .iter()
+                .map(|d| match d {
+                    Some(logprob) if weighted => (-logprob).exp(),
+                    _ => 1.0,
+                })
+                .collect();
             let total: f64 = weights.iter().sum();
             let baseline = rows.iter().zip(&weights).map(|(&row, w)| w * rewards[row]).sum::<f64>() / total;
             let (_, variance, n) = mean_and_variance(rows.iter().map(|&row| rewards[row]));

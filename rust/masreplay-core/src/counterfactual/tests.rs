@@ -32,8 +32,14 @@ struct Aligned {
 
 fn aligned(credit: Credit, batch: &TraceBatch) -> Aligned {
     let n_events = TraceColumns::new(batch.record_batch()).events.values().len();
-    let (credit, stderr, n_branches) = credit.aligned(n_events);
-    Aligned { credit, stderr, n_branches }
+    let mut out =
+        Aligned { credit: vec![f64::NAN; n_events], stderr: vec![f64::NAN; n_events], n_branches: vec![0; n_events] };
+    for (k, &event) in credit.event.iter().enumerate() {
+        out.credit[event as usize] = credit.credit[k];
+        out.stderr[event as usize] = credit.stderr[k];
+        out.n_branches[event as usize] = credit.n_branches[k];
+    }
+    out
 }
 
 #[test]

@@ -13,6 +13,7 @@
 
 use rand::seq::index::sample;
 use rand::{RngExt, SeedableRng};
+use rand_distr::StandardNormal;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rayon::prelude::*;
 
@@ -78,13 +79,6 @@ pub fn generate_with_branches(config: &BranchConfig) -> Result<GroundTruth, Stri
     Ok(truth)
 }
 
-fn gaussian(rng: &mut Xoshiro256PlusPlus) -> f64 {
-    // Box-Muller: enough for a test generator, and exact in distribution.
-    let u: f64 = 1.0 - rng.random::<f64>();
-    let v: f64 = rng.random();
-    (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
-}
-
 fn set_team_reward(trace: &mut Trace, reward: f64) {
     match trace.rewards.iter_mut().find(|(name, _)| name == "team") {
         Some(team) => team.1 = reward,
@@ -97,7 +91,7 @@ fn with_branches(config: &BranchConfig, index: usize, mut factual: Trace) -> Gro
         Xoshiro256PlusPlus::seed_from_u64(splitmix64(splitmix64(config.base.seed ^ BRANCH_STREAM) ^ index as u64));
     let contributions: Vec<f64> = factual.events.iter().map(|_| rng.random_range(-SCALE..=SCALE)).collect();
     let expected: f64 = contributions.iter().sum();
-    set_team_reward(&mut factual, expected + config.noise * gaussian(&mut rng));
+    set_team_reward(&mut factual, expected + config.noise * rng.sample::<f64, _>(StandardNormal));
 
     let mut agents: Vec<(String, f64)> = Vec::new();
     for (event, c) in factual.events.iter().zip(&contributions) {
@@ -151,7 +145,7 @@ fn with_branches(config: &BranchConfig, index: usize, mut factual: Trace) -> Gro
             branch.trace_id = format!("{}/{}/{}{j}", factual.trace_id, event_id, kind.as_str());
             branch.counterfactual_of =
                 Some(CounterfactualOf { trace_id: factual.trace_id.clone(), event_id: event_id.clone(), kind });
-            set_team_reward(&mut branch, expected_branch + config.noise * gaussian(&mut rng));
+            set_team_reward(&mut branch, expected_branch + config.noise * rng.sample::<f64, _>(StandardNormal));
             traces.push(branch);
         }
     }
