@@ -123,14 +123,11 @@ impl Csr {
         }
     }
 
-    /// Depth and branching; the graph must be acyclic (as validated traces are).
-    pub fn shape(&self) -> Shape {
-        let Ok(order) = self.topological_order() else {
-            return Shape::default();
-        };
+    /// Depth and branching along a topological order.
+    fn shape_along(&self, order: &[u32]) -> Shape {
         let mut level = vec![0u32; self.n_events()];
         let mut shape = Shape::default();
-        for &event in &order {
+        for &event in order {
             let successors = self.successors(event);
             shape.max_branching = shape.max_branching.max(successors.len() as u32);
             for &next in successors {
@@ -166,22 +163,50 @@ impl Csr {
     }
 }
 
+/// Depth and branching of a trace's graph, or one of its cycles; endpoints must be below
+/// `n_events`. Traces are mostly written in time order with edges listed by source, so edges
+/// that all point forward and come sorted by source are settled in one pass (forward edges
+/// cannot close a cycle); anything else builds the adjacency and sorts it topologically once.
+pub fn acyclic_shape(n_events: usize, edges: &[(u32, u32)]) -> Result<Shape, Cycle> {
+    let forward_sorted =
+        edges.iter().all(|&(src, dst)| src < dst) && edges.windows(2).all(|pair| pair[0].0 <= pair[1].0);
+    if !forward_sorted {
+        let csr = Csr::from_edges(n_events, edges);
+        return csr.topological_order().map(|order| csr.shape_along(&order));
+    }
+    let mut shape = Shape::default();
+    if edges.is_empty() {
+        return Ok(shape);
+    }
+    // Every edge into an event's source comes earlier in the list (it has a smaller source),
+    // so the source's level is final when its own edges are read.
+    let mut level = vec![0u32; n_events];
+    let mut run = (u32::MAX, 0u32);
+    for &(src, dst) in edges {
+        run = if run.0 == src { (src, run.1 + 1) } else { (src, 1) };
+        shape.max_branching = shape.max_branching.max(run.1);
+        level[dst as usize] = level[dst as usize].max(level[src as usize] + 1);
+        shape.depth = shape.depth.max(level[dst as usize]);
+    }
+    Ok(shape)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn depth_and_branching_of_a_fan_out() {
-        let csr = Csr::from_edges(5, &[(0, 1), (0, 2), (0, 3), (1, 4), (3, 4)]);
-        assert_eq!(csr.shape(), Shape { depth: 2, max_branching: 3 });
+        let edges = [(0, 1), (0, 2), (0, 3), (1, 4), (3, 4)];
+        assert_eq!(acyclic_shape(5, &edges), Ok(Shape { depth: 2, max_branching: 3 }));
+        let csr = Csr::from_edges(5, &edges);
         assert_eq!(csr.descendants(0), vec![1, 2, 3, 4]);
         assert_eq!(csr.ancestors(4), vec![0, 1, 3]);
     }
 
     #[test]
     fn joined_paths_take_the_longest() {
-        let csr = Csr::from_edges(4, &[(0, 3), (0, 1), (1, 2), (2, 3)]);
-        assert_eq!(csr.shape().depth, 3);
+        assert_eq!(acyclic_shape(4, &[(0, 3), (0, 1), (1, 2), (2, 3)]).map(|s| s.depth), Ok(3));
     }
 
     #[test]
@@ -202,6 +227,12 @@ mod tests {
 
     #[test]
     fn no_edges_means_depth_zero() {
-        assert_eq!(Csr::from_edges(3, &[]).shape(), Shape { depth: 0, max_branching: 0 });
+        assert_eq!(acyclic_shape(3, &[]), Ok(Shape { depth: 0, max_branching: 0 }));
+    }
+
+    #[test]
+    fn a_backward_edge_is_still_checked_for_cycles() {
+        assert!(acyclic_shape(3, &[(0, 1), (1, 2), (2, 0)]).is_err());
+        assert_eq!(acyclic_shape(3, &[(2, 1), (1, 0)]), Ok(Shape { depth: 2, max_branching: 1 }));
     }
 }

@@ -75,13 +75,14 @@ pub fn pointer_segment(key: &str) -> String {
 }
 
 /// Checks the edge list of one trace as a graph: endpoints in range, no self-loops, no cycles.
-/// `edges` are (src, dst) local event indices; errors point into `/edges/{k}`.
+/// `edges` are (src, dst) local event indices; errors point into `/edges/{k}`. Returns the
+/// graph's shape, which the same pass settles.
 pub fn check_graph(
     trace_id: Option<&str>,
     event_ids: &dyn Fn(usize) -> String,
     n_events: usize,
     edges: &[(u32, u32)],
-) -> Result<(), ValidationError> {
+) -> Result<graph::Shape, ValidationError> {
     for (k, &(src, dst)) in edges.iter().enumerate() {
         for (name, end) in [("src", src), ("dst", dst)] {
             if end as usize >= n_events {
@@ -100,15 +101,14 @@ pub fn check_graph(
             ));
         }
     }
-    if let Err(cycle) = graph::Csr::from_edges(n_events, edges).topological_order() {
+    graph::acyclic_shape(n_events, edges).map_err(|cycle| {
         let names: Vec<String> = cycle.events.iter().map(|&e| format!("{:?}", event_ids(e as usize))).collect();
-        return Err(ValidationError::new(
+        ValidationError::new(
             trace_id,
             format!("/edges/{}", cycle.edge_index),
             format!("edges form a cycle: {} -> {}", names.join(" -> "), names[0]),
-        ));
-    }
-    Ok(())
+        )
+    })
 }
 
 /// Event ids to indices. Every event and edge goes through it, so it hashes with foldhash

@@ -1,6 +1,6 @@
 //! Properties of the graph derivations against brute force, on random graphs.
 
-use masreplay_core::graph::Csr;
+use masreplay_core::graph::{Csr, acyclic_shape};
 use proptest::prelude::*;
 
 /// A random DAG: edges only from a lower to a higher index (possibly repeated).
@@ -47,16 +47,21 @@ fn brute_reach(n: usize, edges: &[(u32, u32)], from: u32) -> Vec<u32> {
 }
 
 proptest! {
+    /// Both ways to the shape: edges as drawn (unsorted: adjacency and a topological sort)
+    /// and sorted by source (forward and sorted: the one-pass path).
     #[test]
     fn shape_matches_brute_force((n, edges) in dag()) {
-        let csr = Csr::from_edges(n, &edges);
-        let shape = csr.shape();
-        prop_assert_eq!(shape.depth, brute_depth(n, &edges));
+        let mut sorted = edges.clone();
+        sorted.sort_unstable();
         let mut out_degree = vec![0u32; n];
         for &(a, _) in &edges {
             out_degree[a as usize] += 1;
         }
-        prop_assert_eq!(shape.max_branching, out_degree.into_iter().max().unwrap_or(0));
+        for listed in [&edges, &sorted] {
+            let shape = acyclic_shape(n, listed).unwrap();
+            prop_assert_eq!(shape.depth, brute_depth(n, &edges));
+            prop_assert_eq!(shape.max_branching, out_degree.iter().copied().max().unwrap_or(0));
+        }
     }
 
     #[test]

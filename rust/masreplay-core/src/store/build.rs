@@ -15,7 +15,7 @@ use arrow_schema::{ArrowError, DataType, Fields};
 use rayon::prelude::*;
 
 use super::schema::{canonical_schema, cost_fields, counterfactual_fields, edge_fields, event_fields, vocabulary};
-use crate::graph::{Csr, Shape};
+use crate::graph::{Shape, acyclic_shape};
 use crate::trace::{CounterfactualKind, EdgeType, EventType, NamedNumbers, Topology, Trace};
 
 /// Builds a map column from optional rows of named numbers.
@@ -107,7 +107,8 @@ fn derive(trace: &Trace) -> Derived {
         n_events: trace.events.len() as i32,
         n_edges: trace.edges.len() as i32,
         n_agents: count_agents(trace.events.iter().map(|e| (e.event_type as i8, e.agent.as_str()))) as i32,
-        shape: Csr::from_edges(trace.events.len(), &pairs).shape(),
+        // Validated traces are acyclic.
+        shape: acyclic_shape(trace.events.len(), &pairs).unwrap_or_default(),
     }
 }
 

@@ -14,11 +14,11 @@ use arrow_buffer::{OffsetBuffer, ScalarBuffer};
 use arrow_schema::{DataType, Field, FieldRef, Fields};
 use rayon::prelude::*;
 
-use super::build::{Derived, count_agents, derived_columns};
+use super::build::{Derived, derived_columns};
+use super::column_checks::{AgentIndex, CleanColumns, DistinctIds};
 use super::nulls::Zeros;
-use super::schema::{TraceColumns, canonical_schema, vocabulary};
+use super::schema::{EdgeColumns, EventColumns, TraceColumns, canonical_schema, vocabulary};
 use crate::error::{MasreplayError, ValidationError};
-use crate::graph::Csr;
 use crate::trace::{CounterfactualKind, EdgeType, EventType, Topology};
 use crate::validate::{check_finite, check_graph, check_logprob, check_non_empty, check_non_negative, pointer_segment};
 
@@ -130,6 +130,9 @@ fn relax(field: &FieldRef, child: &ArrayRef, relaxed: bool) -> FieldRef {
 struct Vocabulary<'a> {
     source: &'a DictionaryArray<Int8Type>,
     codes: Vec<Option<i8>>,
+    /// `codes` indexed by every possible key read as a byte (keys outside the dictionary map to
+    /// `None`), so whole-column passes look codes up without branches.
+    by_key: [Option<i8>; 256],
     names: &'static [&'static str],
 }
 
@@ -139,8 +142,10 @@ impl<'a> Vocabulary<'a> {
         let codes = values
             .iter()
             .map(|value| value.and_then(|text| names.iter().position(|n| *n == text)).map(|i| i as i8))
-            .collect();
-        Vocabulary { source, codes, names }
+            .collect::<Vec<_>>();
+        let mut by_key = [None; 256];
+        by_key[..codes.len()].copy_from_slice(&codes);
+        Vocabulary { source, codes, by_key, names }
     }
 
     /// `Ok(None)` for a null, `Ok(Some(code))` for a known value, `Err(reason)` otherwise.
@@ -159,6 +164,25 @@ impl<'a> Vocabulary<'a> {
         })
     }
 
+    /// Whether every row holds a value of the vocabulary (no nulls, no unknown text).
+    fn all_known(&self) -> bool {
+        let keys = self.source.keys().values();
+        self.source.null_count() == 0
+            && keys.iter().fold(true, |ok, &key| ok & self.by_key[key as u8 as usize].is_some())
+    }
+
+    /// Whether every key, null rows' included, indexes the dictionary (a negative key read as
+    /// a byte is 128 or more, beyond any i8-keyed dictionary).
+    fn all_keys_in_bounds(&self) -> bool {
+        let len = self.codes.len();
+        self.source.keys().values().iter().fold(true, |ok, &key| ok & ((key as u8 as usize) < len))
+    }
+
+    /// The code of a row already checked to hold a known value.
+    fn known_code(&self, i: usize) -> i8 {
+        self.by_key[self.source.keys().value(i) as u8 as usize].unwrap_or_default()
+    }
+
     /// The column with canonical codes. A value outside the vocabulary gets code 0 as a
     /// placeholder: its trace is rejected by the per-trace check and filtered out, but the
     /// column must stay non-null until then. Rows under a null parent may hold any key.
@@ -166,6 +190,14 @@ impl<'a> Vocabulary<'a> {
         // Columns built by masreplay share the vocabulary array: their codes are canonical.
         if Arc::ptr_eq(self.source.values(), &vocabulary(self.names)) {
             return Arc::new(self.source.clone());
+        }
+        // Columns that crossed a process or the C interface spell the vocabulary in its order:
+        // their keys are the codes already.
+        if self.codes.iter().enumerate().all(|(k, code)| *code == Some(k as i8)) && self.all_keys_in_bounds() {
+            let keys = self.source.keys().clone();
+            return Arc::new(
+                DictionaryArray::<Int8Type>::try_new(keys, vocabulary(self.names)).expect("codes index the vocabulary"),
+            );
         }
         let keys: Int8Array = (0..self.source.len())
             .map(|i| if self.source.is_null(i) { None } else { Some(self.code(i).unwrap_or(Some(0)).unwrap_or(0)) })
@@ -199,13 +231,53 @@ impl<'a> Vocabularies<'a> {
 
 type Checked<T> = Result<T, ValidationError>;
 
-struct RowCheck<'a> {
+/// What every trace's check of one batch shares: typed columns, vocabularies, and which
+/// per-event rules already hold batch-wide.
+struct BatchCheck<'a> {
+    events: EventColumns<'a>,
+    edges: EdgeColumns<'a>,
+    vocabularies: Vocabularies<'a>,
+    clean: CleanColumns,
+    event_types_known: bool,
+    edges_clean: bool,
+    agents: AgentIndex,
+}
+
+impl<'a> BatchCheck<'a> {
+    fn new(columns: &'a TraceColumns<'a>) -> Self {
+        let (events, edges) = (columns.event_columns(), columns.edge_columns());
+        let vocabularies = Vocabularies::of(columns);
+        let edges_clean = columns.edges.values().null_count() == 0
+            && edges.src.null_count() == 0
+            && edges.dst.null_count() == 0
+            && vocabularies.edge_type.all_known();
+        BatchCheck {
+            clean: CleanColumns::of(columns.events.values().as_ref(), &events),
+            event_types_known: vocabularies.event_type.all_known(),
+            agents: AgentIndex::new(events.agent),
+            edges_clean,
+            events,
+            edges,
+            vocabularies,
+        }
+    }
+}
+
+/// Per-thread memory reused from trace to trace.
+#[derive(Default)]
+struct Scratch {
+    ids: DistinctIds,
+    agents_seen: Vec<u32>,
+}
+
+struct RowCheck<'a, 'b> {
+    batch: &'b BatchCheck<'a>,
     columns: &'a TraceColumns<'a>,
-    vocabularies: &'a Vocabularies<'a>,
+    vocabularies: &'b Vocabularies<'a>,
     trace_id: Option<&'a str>,
 }
 
-impl RowCheck<'_> {
+impl<'a> RowCheck<'a, '_> {
     fn fail<T>(&self, path: impl Into<String>, reason: impl Into<String>) -> Checked<T> {
         Err(ValidationError::new(self.trace_id, path, reason))
     }
@@ -262,7 +334,7 @@ impl RowCheck<'_> {
         if array.is_null(i) { Ok(()) } else { self.rule(path, check_non_negative(array.value(i))) }
     }
 
-    fn trace(&self, row: usize) -> Checked<Derived> {
+    fn trace(&self, row: usize, scratch: &mut Scratch) -> Checked<Derived> {
         let c = self.columns;
         self.required_text(c.trace_id, row, || "/trace_id".into())?;
         self.required_text(c.task_id, row, || "/task_id".into())?;
@@ -301,10 +373,10 @@ impl RowCheck<'_> {
         self.numbers(costs.other, row, || "/costs".into(), check_non_negative)?;
         self.numbers(c.metrics, row, || "/metrics".into(), check_finite)?;
         self.json_object(c.attributes, row, || "/attributes".into())?;
-        self.graph(row)
+        self.graph(row, scratch)
     }
 
-    fn graph(&self, row: usize) -> Checked<Derived> {
+    fn graph(&self, row: usize, scratch: &mut Scratch) -> Checked<Derived> {
         let c = self.columns;
         self.required(c.events, row, || "/events".into())?;
         self.required(c.edges, row, || "/edges".into())?;
@@ -313,56 +385,101 @@ impl RowCheck<'_> {
         if start == end {
             return self.fail("/events", "a trace needs at least one event");
         }
-        let ev = c.event_columns();
-        let event_structs = c.events.values();
-        let mut ids: Vec<(&str, usize)> = Vec::with_capacity(end - start);
-        let mut agents = Vec::with_capacity(end - start);
-        for j in start..end {
-            let local = j - start;
-            let at = |field: &str| format!("/events/{local}/{field}");
-            self.required(event_structs.as_ref(), j, || format!("/events/{local}"))?;
-            self.required_text(ev.id, j, || at("id"))?;
-            ids.push((ev.id.value(j), local));
-            self.required(ev.t, j, || at("t"))?;
-            self.rule(|| at("t"), check_non_negative(ev.t.value(j)))?;
-            let code = self.rule(|| at("type"), self.vocabularies.event_type.code(j))?;
-            let Some(code) = code else { return self.fail(at("type"), "missing required field (null)") };
-            self.required(ev.agent, j, || at("agent"))?;
-            let agent = super::schema::dictionary_text(ev.agent, j).unwrap_or_default();
-            self.rule(|| at("agent"), check_non_empty(agent))?;
-            agents.push((code, agent));
-            self.numbers(ev.reward, j, || at("reward"), check_finite)?;
-            if ev.tokens.is_valid(j) {
-                self.rule(|| at("tokens"), check_non_negative(ev.tokens.value(j) as f64))?;
-            }
-            self.optional_non_negative(ev.duration_s, j, || at("duration_s"))?;
-            if ev.logprob.is_valid(j) {
-                self.rule(|| at("logprob"), check_logprob(ev.logprob.value(j)))?;
-            }
-            self.json_object(ev.attributes, j, || at("attributes"))?;
-        }
-        ids.sort_unstable();
-        if let Some(pair) = ids.windows(2).find(|pair| pair[0].0 == pair[1].0) {
-            let (first, second) = (pair[0].1.min(pair[1].1), pair[0].1.max(pair[1].1));
+        self.event_fields(start..end)?;
+        let ev = &self.batch.events;
+        if let Some((second, first)) = scratch.ids.first_repeat(ev.id, start..end) {
             return self.fail(
                 format!("/events/{second}/id"),
-                format!("duplicate event id {:?} (first used by /events/{first})", pair[0].0),
+                format!("duplicate event id {:?} (first used by /events/{first})", ev.id.value(start + second)),
             );
         }
+        let pairs = self.edge_pairs(row)?;
+        let n = end - start;
+        let shape = check_graph(self.trace_id, &|i| ev.id.value(start + i).to_owned(), n, &pairs)?;
+        let types = &self.vocabularies.event_type;
+        let acting = (start..end).filter(|&j| types.known_code(j) != EventType::ToolResult as i8);
+        let agent_keys = ev.agent.keys().values();
+        // Stamps only need to differ between the traces one thread checks.
+        let stamp = row as u32 + 1;
+        let n_agents = self.batch.agents.count(acting.map(|j| agent_keys[j] as usize), &mut scratch.agents_seen, stamp);
+        Ok(Derived { n_events: n as i32, n_edges: pairs.len() as i32, n_agents: n_agents as i32, shape })
+    }
 
-        let ed = c.edge_columns();
-        let edge_start = c.edges.value_offsets()[row] as usize;
-        let edge_end = c.edges.value_offsets()[row + 1] as usize;
+    /// The per-event rules that do not already hold batch-wide, event by event.
+    fn event_fields(&self, events: std::ops::Range<usize>) -> Checked<()> {
+        let (clean, start) = (&self.batch.clean, events.start);
+        let ev = &self.batch.events;
+        let types_known = self.batch.event_types_known;
+        let all_clean = clean.events_present
+            && clean.ids
+            && clean.t
+            && types_known
+            && clean.agents
+            && clean.reward
+            && clean.tokens
+            && clean.duration_s
+            && clean.logprob
+            && clean.attributes;
+        if all_clean {
+            return Ok(());
+        }
+        let event_structs = self.columns.events.values();
+        for j in events {
+            let local = j - start;
+            let at = |field: &str| format!("/events/{local}/{field}");
+            if !clean.events_present {
+                self.required(event_structs.as_ref(), j, || format!("/events/{local}"))?;
+            }
+            if !clean.ids {
+                self.required_text(ev.id, j, || at("id"))?;
+            }
+            if !clean.t {
+                self.required(ev.t, j, || at("t"))?;
+                self.rule(|| at("t"), check_non_negative(ev.t.value(j)))?;
+            }
+            if !types_known && self.rule(|| at("type"), self.vocabularies.event_type.code(j))?.is_none() {
+                return self.fail(at("type"), "missing required field (null)");
+            }
+            if !clean.agents {
+                self.required(ev.agent, j, || at("agent"))?;
+                let agent = super::schema::dictionary_text(ev.agent, j).unwrap_or_default();
+                self.rule(|| at("agent"), check_non_empty(agent))?;
+            }
+            if !clean.reward {
+                self.numbers(ev.reward, j, || at("reward"), check_finite)?;
+            }
+            if !clean.tokens && ev.tokens.is_valid(j) {
+                self.rule(|| at("tokens"), check_non_negative(ev.tokens.value(j) as f64))?;
+            }
+            if !clean.duration_s {
+                self.optional_non_negative(ev.duration_s, j, || at("duration_s"))?;
+            }
+            if !clean.logprob && ev.logprob.is_valid(j) {
+                self.rule(|| at("logprob"), check_logprob(ev.logprob.value(j)))?;
+            }
+            if !clean.attributes {
+                self.json_object(ev.attributes, j, || at("attributes"))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The trace's edges as (src, dst) local indices, each checked for presence and sign.
+    fn edge_pairs(&self, row: usize) -> Checked<Vec<(u32, u32)>> {
+        let (edges, ed) = (self.columns.edges, &self.batch.edges);
+        let edge_start = edges.value_offsets()[row] as usize;
+        let edge_end = edges.value_offsets()[row + 1] as usize;
         let mut pairs = Vec::with_capacity(edge_end - edge_start);
         for k in edge_start..edge_end {
             let local = k - edge_start;
             let at = |field: &str| format!("/edges/{local}/{field}");
-            self.required(c.edges.values().as_ref(), k, || format!("/edges/{local}"))?;
-            self.required(ed.src, k, || at("src"))?;
-            self.required(ed.dst, k, || at("dst"))?;
-            let code = self.rule(|| at("type"), self.vocabularies.edge_type.code(k))?;
-            if code.is_none() {
-                return self.fail(at("type"), "missing required field (null)");
+            if !self.batch.edges_clean {
+                self.required(edges.values().as_ref(), k, || format!("/edges/{local}"))?;
+                self.required(ed.src, k, || at("src"))?;
+                self.required(ed.dst, k, || at("dst"))?;
+                if self.rule(|| at("type"), self.vocabularies.edge_type.code(k))?.is_none() {
+                    return self.fail(at("type"), "missing required field (null)");
+                }
             }
             let (src, dst) = (ed.src.value(k), ed.dst.value(k));
             for (name, end) in [("src", src), ("dst", dst)] {
@@ -372,14 +489,7 @@ impl RowCheck<'_> {
             }
             pairs.push((src as u32, dst as u32));
         }
-        let n = end - start;
-        check_graph(self.trace_id, &|i| ev.id.value(start + i).to_owned(), n, &pairs)?;
-        Ok(Derived {
-            n_events: n as i32,
-            n_edges: pairs.len() as i32,
-            n_agents: count_agents(agents.into_iter()) as i32,
-            shape: Csr::from_edges(n, &pairs).shape(),
-        })
+        Ok(pairs)
     }
 }
 
@@ -427,17 +537,18 @@ pub fn ingest_batches(batches: &[RecordBatch]) -> Result<Ingested, MasreplayErro
     let whole = if refs.is_empty() { new_null_array(&target, 0) } else { arrow_select::concat::concat(&refs)? };
     let relaxed = RecordBatch::from(whole.as_struct().clone());
     let columns = TraceColumns::new(&relaxed);
-    let vocabularies = Vocabularies::of(&columns);
+    let check = BatchCheck::new(&columns);
     let outcomes: Vec<Checked<Derived>> = (0..relaxed.num_rows())
         .into_par_iter()
-        .map(|row| {
+        .map_init(Scratch::default, |scratch, row| {
             let trace_id =
                 columns.trace_id.is_valid(row).then(|| columns.trace_id.value(row)).filter(|s| !s.is_empty());
-            RowCheck { columns: &columns, vocabularies: &vocabularies, trace_id }.trace(row)
+            RowCheck { batch: &check, columns: &columns, vocabularies: &check.vocabularies, trace_id }
+                .trace(row, scratch)
         })
         .collect();
 
-    let with_codes = replace_vocabularies(&relaxed, &vocabularies)?;
+    let with_codes = replace_vocabularies(&relaxed, &check.vocabularies)?;
     let mut derived = Vec::with_capacity(outcomes.len());
     let mut rejected = Vec::new();
     for (row, outcome) in outcomes.into_iter().enumerate() {

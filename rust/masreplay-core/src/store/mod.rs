@@ -2,6 +2,7 @@
 //! traces back, ingesting foreign Arrow data, and Parquet files.
 
 mod build;
+mod column_checks;
 mod ingest;
 mod memory;
 mod nulls;

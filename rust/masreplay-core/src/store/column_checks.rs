@@ -1,0 +1,157 @@
+//! What keeps the per-trace check of Arrow input cheap: batch-wide passes that prove a
+//! per-event rule holds for every event of a column, so the per-trace check skips it (each
+//! pass reads one contiguous buffer, which the compiler vectorises; a column that fails its
+//! pass is checked event by event, which finds and names the first offending event), and
+//! per-trace sets keyed by event index or dictionary key rather than by owned strings.
+
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{ArrowDictionaryKeyType, Float64Type};
+use arrow_array::{Array, ArrowPrimitiveType, DictionaryArray, MapArray, PrimitiveArray, StringArray};
+use arrow_buffer::ArrowNativeType;
+use hashbrown::hash_table::{Entry, HashTable};
+
+use super::schema::EventColumns;
+
+/// Which per-event rules hold for every event of the batch.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct CleanColumns {
+    pub events_present: bool,
+    pub ids: bool,
+    pub t: bool,
+    pub agents: bool,
+    pub reward: bool,
+    pub tokens: bool,
+    pub duration_s: bool,
+    pub logprob: bool,
+    pub attributes: bool,
+}
+
+impl CleanColumns {
+    pub fn of(events: &dyn Array, columns: &EventColumns) -> Self {
+        CleanColumns {
+            events_present: events.null_count() == 0,
+            ids: columns.id.null_count() == 0 && no_empty_text(columns.id),
+            t: columns.t.null_count() == 0 && every_value(columns.t, finite_non_negative),
+            agents: columns.agent.null_count() == 0 && every_key_names_text(columns.agent),
+            reward: numbers_all_finite(columns.reward),
+            tokens: every_value(columns.tokens, |v| v >= 0),
+            duration_s: every_value(columns.duration_s, finite_non_negative),
+            logprob: every_value(columns.logprob, |v| v <= 0.0 && v > f64::NEG_INFINITY),
+            attributes: columns.attributes.null_count() == columns.attributes.len(),
+        }
+    }
+}
+
+/// `check_non_negative` as a predicate (NaN is outside every range).
+fn finite_non_negative(value: f64) -> bool {
+    (0.0..f64::INFINITY).contains(&value)
+}
+
+/// Whether `rule` holds for every non-null value (NaN fails any comparison).
+fn every_value<T: ArrowPrimitiveType>(array: &PrimitiveArray<T>, rule: impl Fn(T::Native) -> bool) -> bool {
+    let values = array.values();
+    match array.nulls() {
+        None => values.iter().fold(true, |ok, &v| ok & rule(v)),
+        Some(nulls) if nulls.null_count() == nulls.len() => true,
+        Some(nulls) => nulls.valid_indices().all(|i| rule(values[i])),
+    }
+}
+
+fn no_empty_text(array: &StringArray) -> bool {
+    array.offsets().windows(2).fold(true, |ok, pair| ok & (pair[0] < pair[1]))
+}
+
+/// Every key indexes its dictionary and names a non-empty string.
+fn every_key_names_text<K: ArrowDictionaryKeyType>(array: &DictionaryArray<K>) -> bool {
+    let texts = array.values().as_string::<i32>();
+    let usable: Vec<bool> = (0..texts.len()).map(|k| texts.is_valid(k) && !texts.value(k).is_empty()).collect();
+    let keys = array.keys().values();
+    if usable.iter().all(|&u| u) {
+        // Only the bounds are left to check (a negative key reads as a huge usize).
+        let len = usable.len();
+        return keys.iter().fold(true, |ok, key| ok & (key.as_usize() < len));
+    }
+    keys.iter().all(|key| usable.get(key.as_usize()).copied().unwrap_or(false))
+}
+
+/// Every number of a name -> number map column is present and finite (checked over the
+/// whole entries child, so also under null rows, which can only make this answer "no").
+fn numbers_all_finite(map: &MapArray) -> bool {
+    if map.null_count() == map.len() {
+        return true;
+    }
+    let values = map.values().as_primitive::<Float64Type>();
+    values.null_count() == 0 && every_value(values, f64::is_finite)
+}
+
+/// Distinct agents by dictionary key: keys whose texts are equal share one index, so a trace's
+/// agents are counted by comparing integers rather than strings.
+pub(crate) struct AgentIndex {
+    of_key: Vec<u32>,
+    distinct: usize,
+}
+
+impl AgentIndex {
+    pub fn new<K: ArrowDictionaryKeyType>(agents: &DictionaryArray<K>) -> Self {
+        let texts = agents.values().as_string::<i32>();
+        let mut first: HashMap<&str, u32, foldhash::fast::RandomState> = HashMap::default();
+        let of_key = (0..texts.len())
+            .map(|k| {
+                let next = first.len() as u32;
+                *first.entry(if texts.is_valid(k) { texts.value(k) } else { "" }).or_insert(next)
+            })
+            .collect();
+        AgentIndex { of_key, distinct: first.len() }
+    }
+
+    /// Counts distinct agents among `keys`, marking `seen` (one slot per distinct agent, reused
+    /// across traces) with `stamp`, which must differ from every earlier call's.
+    pub fn count(&self, keys: impl Iterator<Item = usize>, seen: &mut Vec<u32>, stamp: u32) -> usize {
+        seen.resize(self.distinct, 0);
+        let mut count = 0;
+        // Consecutive events mostly share their agent: skip the lookup for a repeated key.
+        let mut last = usize::MAX;
+        for key in keys {
+            if key == last {
+                continue;
+            }
+            last = key;
+            let slot = &mut seen[self.of_key[key] as usize];
+            count += (*slot != stamp) as usize;
+            *slot = stamp;
+        }
+        count
+    }
+}
+
+/// The first repeated event id of a trace. The table holds event indices (4 bytes a slot) and
+/// compares texts only when hashes collide, which keeps it in cache for long traces.
+#[derive(Default)]
+pub(crate) struct DistinctIds {
+    table: HashTable<u32>,
+    hasher: foldhash::fast::RandomState,
+}
+
+impl DistinctIds {
+    /// `(index, index of its first use)` of the first event whose id repeats an earlier one.
+    pub fn first_repeat(&mut self, ids: &StringArray, events: std::ops::Range<usize>) -> Option<(usize, usize)> {
+        let start = events.start;
+        let text = |local: u32| ids.value(start + local as usize);
+        self.table.clear();
+        self.table.reserve(events.len(), |&local| self.hasher.hash_one(text(local)));
+        for (local, j) in events.enumerate() {
+            let id = ids.value(j);
+            let hash = self.hasher.hash_one(id);
+            match self.table.entry(hash, |&seen| text(seen) == id, |&seen| self.hasher.hash_one(text(seen))) {
+                Entry::Occupied(first) => return Some((local, *first.get() as usize)),
+                Entry::Vacant(slot) => {
+                    slot.insert(local as u32);
+                }
+            }
+        }
+        None
+    }
+}
