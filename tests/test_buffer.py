@@ -461,6 +461,33 @@ def test_nbytes_counts_shared_memory_once_and_follows_eviction():
     assert buffer.nbytes == fresh.nbytes
 
 
+def _event_fields_nulled(table: pa.Table, names: tuple[str, ...], *, drop: bool) -> pa.Table:
+    """``table`` with the event fields ``names`` dropped, or given as columns of nulls."""
+    events = table.column("events").combine_chunks()
+    values = events.values
+    fields = [f for f in values.type if not (drop and f.name in names)]
+    arrays = [pa.nulls(len(values), f.type) if f.name in names else values.field(f.name) for f in fields]
+    rebuilt = pa.ListArray.from_arrays(events.offsets, pa.StructArray.from_arrays(arrays, fields=fields))
+    return table.set_column(table.schema.get_field_index("events"), "events", rebuilt)
+
+
+def test_event_fields_given_as_nulls_cost_what_absent_fields_cost():
+    """pyarrow writes a column of nulls out in full; stored, it becomes a view of the zeros
+    that absent fields share, also after small adds are merged into one chunk."""
+    table = traces(40, seed=5).to_arrow()
+    names = ("role", "tokens", "duration_s")
+    given, absent = (_event_fields_nulled(table, names, drop=drop) for drop in (False, True))
+    n_events = sum(len(e) for e in table.column("events").to_pylist())
+    for step in (40, 4):  # one add; ten adds merged as they come
+        buffers = [GraphBuffer(100), GraphBuffer(100)]
+        for buffer, source in zip(buffers, (given, absent), strict=True):
+            for start in range(0, 40, step):
+                buffer.add(source.slice(start, step))
+        assert buffers[0].to_arrow().equals(buffers[1].to_arrow())
+        # The three columns written out take at least 20 bytes an event.
+        assert abs(buffers[0].nbytes - buffers[1].nbytes) < 4 * n_events
+
+
 def _stored_ids(buffer: GraphBuffer) -> list[str]:
     return buffer.to_batch().trace_ids
 

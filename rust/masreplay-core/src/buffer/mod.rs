@@ -20,7 +20,7 @@ use sum_tree::SumTree;
 
 use crate::error::{MasreplayError, Result, ValidationError};
 use crate::graph::Csr;
-use crate::store::{TraceBatch, trace_at, with_canonical_codes};
+use crate::store::{TraceBatch, share_null_columns, trace_at, trim_lists, with_canonical_codes};
 use crate::trace::Trace;
 
 /// What the capacity counts.
@@ -104,6 +104,23 @@ struct Entry {
 
 /// Chunks are not merged past this many events (about 30 MB of typical event data).
 const MAX_MERGED_CHUNK_EVENTS: usize = 1 << 20;
+
+/// Consecutive row ranges of at most `max_events` events each (a longer trace alone).
+fn pieces_by_events(n_events: &[i32], max_events: usize) -> Vec<std::ops::Range<usize>> {
+    let mut pieces = Vec::new();
+    let (mut start, mut events) = (0, 0);
+    for (row, &n) in n_events.iter().enumerate() {
+        if row > start && events + n as usize > max_events {
+            pieces.push(start..row);
+            (start, events) = (row, 0);
+        }
+        events += n as usize;
+    }
+    if start < n_events.len() {
+        pieces.push(start..n_events.len());
+    }
+    pieces
+}
 
 fn chunk_events(batch: &RecordBatch) -> usize {
     let events = batch.column_by_name("events").expect("canonical column").as_list::<i32>();
@@ -357,37 +374,49 @@ impl GraphBuffer {
         let factual_ids = columns.counterfactual_of.column_by_name("trace_id").expect("canonical field");
         let factual_ids = factual_ids.as_string::<i32>();
         self.reserve_slots(self.entries.len() + batch.len());
-        let chunk_id = self.next_chunk;
-        self.next_chunk += 1;
-        for row in 0..batch.len() {
-            let seq = self.first_seq + self.entries.len() as u64;
-            let group = self.groups.intern(columns.group_id.value(row));
-            self.groups.push(group, seq);
-            self.by_id.insert(columns.trace_id.value(row).to_owned(), seq);
-            let events = n_events.value(row) as u32;
-            let factual = columns
-                .counterfactual_of
-                .is_valid(row)
-                .then(|| self.by_id.get(factual_ids.value(row)).copied())
-                .flatten();
-            if let Some(factual) = factual {
-                self.branches.entry(factual).or_default().push(seq);
+        let pieces = pieces_by_events(n_events.values(), MAX_MERGED_CHUNK_EVENTS);
+        // A piece of a large batch keeps only its own rows' data, and absent fields share the
+        // process-wide zero buffer rather than the whole batch's (built before anything changes).
+        let piece_batches = pieces
+            .iter()
+            .map(|rows| Ok(share_null_columns(&trim_lists(&record.slice(rows.start, rows.len()))?)))
+            .collect::<Result<Vec<RecordBatch>>>()?;
+        for (offset, rows) in pieces.iter().enumerate() {
+            let chunk_id = self.next_chunk + offset as u64;
+            for row in rows.clone() {
+                let seq = self.first_seq + self.entries.len() as u64;
+                let group = self.groups.intern(columns.group_id.value(row));
+                self.groups.push(group, seq);
+                self.by_id.insert(columns.trace_id.value(row).to_owned(), seq);
+                let events = n_events.value(row) as u32;
+                let factual = columns
+                    .counterfactual_of
+                    .is_valid(row)
+                    .then(|| self.by_id.get(factual_ids.value(row)).copied())
+                    .flatten();
+                if let Some(factual) = factual {
+                    self.branches.entry(factual).or_default().push(seq);
+                }
+                self.entries.push_back(Entry {
+                    chunk_id,
+                    row: (row - rows.start) as u32,
+                    n_events: events,
+                    group,
+                    factual,
+                    removed: false,
+                });
+                self.live += 1;
+                self.num_events += events as usize;
+                let priority = priorities.map_or(self.max_priority, |p| p[row]);
+                let slot = self.slot(seq);
+                self.priorities.set(slot, priority);
             }
-            self.entries.push_back(Entry {
-                chunk_id,
-                row: row as u32,
-                n_events: events,
-                group,
-                factual,
-                removed: false,
-            });
-            self.live += 1;
-            self.num_events += events as usize;
-            let priority = priorities.map_or(self.max_priority, |p| p[row]);
-            let slot = self.slot(seq);
-            self.priorities.set(slot, priority);
         }
-        self.chunks.push_back(Chunk { id: chunk_id, batch: record.clone(), live: batch.len() });
+        for batch in piece_batches {
+            let id = self.next_chunk;
+            self.next_chunk += 1;
+            self.chunks.push_back(Chunk { id, live: batch.num_rows(), batch });
+        }
         while self.used() > self.capacity {
             self.evict_oldest();
         }
@@ -417,9 +446,11 @@ impl GraphBuffer {
             }
             // Merging only saves work later: if it cannot be done (offsets would overflow),
             // the chunks simply stay apart.
+            // Concatenation writes out null columns in full: they go back to the shared zeros.
             let Ok(merged) = concat_batches(&older.batch.schema(), [&older.batch, &newer.batch])
                 .map_err(MasreplayError::from)
                 .and_then(|joined| with_canonical_codes(&joined))
+                .map(|recoded| share_null_columns(&recoded))
             else {
                 break;
             };
@@ -862,5 +893,12 @@ mod tests {
             };
             assert_eq!(sampled(&mut small_adds), sampled(&mut one_add));
         }
+    }
+
+    #[test]
+    fn large_batches_are_stored_in_pieces_of_bounded_events() {
+        assert_eq!(pieces_by_events(&[3, 3, 3, 10, 1], 6), vec![0..2, 2..3, 3..4, 4..5]);
+        assert_eq!(pieces_by_events(&[1, 1], 6), vec![0..2]);
+        assert!(pieces_by_events(&[], 6).is_empty());
     }
 }

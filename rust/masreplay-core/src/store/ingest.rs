@@ -16,7 +16,7 @@ use rayon::prelude::*;
 
 use super::build::{Derived, derived_columns};
 use super::column_checks::{AgentIndex, CleanColumns, DistinctIds};
-use super::nulls::Zeros;
+use super::nulls::{Zeros, share_null_columns};
 use super::schema::{EdgeColumns, EventColumns, TraceColumns, canonical_schema, vocabulary};
 use crate::error::{MasreplayError, ValidationError};
 use crate::trace::{CounterfactualKind, EdgeType, EventType, Topology};
@@ -496,7 +496,7 @@ impl<'a> RowCheck<'a, '_> {
 /// A slice of a table keeps its list columns' whole child arrays; cut them to the rows in
 /// view so that nothing built from them (missing columns, re-encoded codes) is sized by, and
 /// nothing stored keeps alive, the rest of the parent table.
-fn trim_lists(batch: &RecordBatch) -> Result<RecordBatch, MasreplayError> {
+pub(crate) fn trim_lists(batch: &RecordBatch) -> Result<RecordBatch, MasreplayError> {
     let mut columns = batch.columns().to_vec();
     for column in columns.iter_mut() {
         let Some(list) = column.as_list_opt::<i32>() else { continue };
@@ -564,7 +564,7 @@ pub fn ingest_batches(batches: &[RecordBatch]) -> Result<Ingested, MasreplayErro
             (0..relaxed.num_rows()).map(|row| Some(rejected.binary_search_by_key(&row, |r| r.0).is_err())).collect();
         arrow_select::filter::filter_record_batch(&with_codes, &keep)?
     };
-    let batch = complete(&kept, &derived)?;
+    let batch = share_null_columns(&complete(&kept, &derived)?);
     Ok(Ingested { batch, rejected })
 }
 

@@ -17,9 +17,10 @@ use arrow_array::{Array, ArrayRef, Int32Array, ListArray, RecordBatch, UInt32Arr
 use arrow_schema::{Field, Schema};
 
 pub use build::batch_from_traces;
-pub(crate) use ingest::with_canonical_codes;
 pub use ingest::{Ingested, ingest_batches};
+pub(crate) use ingest::{trim_lists, with_canonical_codes};
 pub use memory::allocated_bytes;
+pub(crate) use nulls::share_null_columns;
 pub use parquet_io::{read_parquet, write_parquet};
 pub(crate) use read::same_text;
 pub use read::{trace_at, trace_channel};

@@ -1,12 +1,18 @@
 //! Null columns for the optional fields an input leaves out. Arrow gives every null column
 //! full-width buffers; here all of them share one zeroed allocation (a zero validity bitmap is
 //! "all null", zero offsets are empty lists and strings, zero keys are never read), so an
-//! absent field costs nothing beyond the batch's one zero buffer.
+//! absent field costs nothing beyond one zero buffer. Batches of up to [`SHARED_ROWS`] rows
+//! (every chunk a replay buffer keeps) share a single process-wide zero buffer, and columns
+//! that arrive or come out of a kernel all null are swapped for views of it.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
+use arrow_array::cast::AsArray;
 use arrow_array::types::{Float64Type, Int32Type, Int64Type};
-use arrow_array::{ArrayRef, BooleanArray, DictionaryArray, MapArray, PrimitiveArray, StringArray, new_null_array};
+use arrow_array::{
+    Array, ArrayRef, BooleanArray, DictionaryArray, ListArray, MapArray, PrimitiveArray, RecordBatch, StringArray,
+    new_null_array,
+};
 use arrow_array::{ArrowPrimitiveType, StructArray};
 use arrow_buffer::{BooleanBuffer, Buffer, MutableBuffer, NullBuffer, OffsetBuffer, ScalarBuffer};
 use arrow_schema::DataType;
@@ -17,10 +23,39 @@ pub(crate) struct Zeros {
     max_len: usize,
 }
 
+/// Rows up to which batches share the process-wide zero buffer (8 MB at its largest).
+pub(crate) const SHARED_ROWS: usize = 1 << 20;
+
+/// The process-wide zero buffer, grown to the next power of two when a longer one is asked
+/// for (batches holding an older, shorter one keep it alive as long as they need it).
+static SHARED: Mutex<Option<Buffer>> = Mutex::new(None);
+
+/// Bytes of zeros for `max_len` rows: the widest buffer is 8 bytes a row (int64, float64),
+/// and offsets need one row more.
+fn zero_bytes(max_len: usize) -> usize {
+    8 * (max_len + 1)
+}
+
+fn shared_zeros(max_len: usize) -> Buffer {
+    let needed = zero_bytes(max_len);
+    let mut shared = SHARED.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    match shared.as_ref() {
+        Some(buffer) if buffer.len() >= needed => buffer.clone(),
+        _ => {
+            let buffer: Buffer = MutableBuffer::from_len_zeroed(needed.next_power_of_two()).into();
+            *shared = Some(buffer.clone());
+            buffer
+        }
+    }
+}
+
 impl Zeros {
     pub fn new(max_len: usize) -> Self {
-        // The widest buffer is 8 bytes a row (int64, float64); offsets need one row more.
-        let buffer = MutableBuffer::from_len_zeroed(8 * (max_len + 1)).into();
+        let buffer = if max_len <= SHARED_ROWS {
+            shared_zeros(max_len)
+        } else {
+            MutableBuffer::from_len_zeroed(zero_bytes(max_len)).into()
+        };
         Zeros { buffer, max_len }
     }
 
@@ -42,10 +77,15 @@ impl Zeros {
 
     /// An all-null array of `data_type`, sharing the zero buffer where the type allows.
     pub fn null_array(&self, data_type: &DataType, len: usize) -> ArrayRef {
+        self.shared_null_array(data_type, len).unwrap_or_else(|| new_null_array(data_type, len))
+    }
+
+    /// An all-null array of `data_type` made of the zero buffer alone, where the type allows.
+    fn shared_null_array(&self, data_type: &DataType, len: usize) -> Option<ArrayRef> {
         if len > self.max_len {
-            return new_null_array(data_type, len);
+            return None;
         }
-        match data_type {
+        Some(match data_type {
             DataType::Int32 => self.primitive::<Int32Type>(len),
             DataType::Int64 => self.primitive::<Int64Type>(len),
             DataType::Float64 => self.primitive::<Float64Type>(len),
@@ -67,9 +107,47 @@ impl Zeros {
                         .expect("empty entries fit zero offsets"),
                 )
             }
-            _ => new_null_array(data_type, len),
-        }
+            _ => return None,
+        })
     }
+
+    /// `array` with every all-null column of a nullable field, at any depth of structs and
+    /// lists, replaced by a view of the zero buffer (which frees the buffers it held).
+    fn share_nulls(&self, array: &ArrayRef, nullable: bool) -> ArrayRef {
+        if nullable && !array.is_empty() && array.null_count() == array.len() {
+            if let Some(shared) = self.shared_null_array(array.data_type(), array.len()) {
+                return shared;
+            }
+        }
+        if let Some(parent) = array.as_struct_opt() {
+            let children = parent
+                .fields()
+                .iter()
+                .zip(parent.columns())
+                .map(|(field, child)| self.share_nulls(child, field.is_nullable()))
+                .collect();
+            let rebuilt = StructArray::try_new(parent.fields().clone(), children, parent.nulls().cloned());
+            return rebuilt.map_or_else(|_| array.clone(), |rebuilt| Arc::new(rebuilt) as ArrayRef);
+        }
+        if let Some(list) = array.as_list_opt::<i32>()
+            && let DataType::List(item) = list.data_type()
+        {
+            let values = self.share_nulls(list.values(), item.is_nullable());
+            let rebuilt = ListArray::try_new(item.clone(), list.offsets().clone(), values, list.nulls().cloned());
+            return rebuilt.map_or_else(|_| array.clone(), |rebuilt| Arc::new(rebuilt) as ArrayRef);
+        }
+        array.clone()
+    }
+}
+
+/// `batch` with its all-null optional columns sharing one zero buffer (see the module docs).
+/// List columns must hold only their rows' items (as ingested and trimmed batches do).
+pub(crate) fn share_null_columns(batch: &RecordBatch) -> RecordBatch {
+    let longest = batch.columns().iter().filter_map(|c| c.as_list_opt::<i32>()).map(|l| l.values().len());
+    let zeros = Zeros::new(longest.fold(batch.num_rows(), usize::max));
+    let schema = batch.schema();
+    let columns = schema.fields().iter().zip(batch.columns()).map(|(f, c)| zeros.share_nulls(c, f.is_nullable()));
+    RecordBatch::try_new(schema.clone(), columns.collect()).unwrap_or_else(|_| batch.clone())
 }
 
 #[cfg(test)]
@@ -92,5 +170,24 @@ mod tests {
                 ours.to_data().validate_full().expect("valid array");
             }
         }
+    }
+
+    #[test]
+    fn all_null_columns_become_views_of_one_zero_buffer() {
+        use arrow_schema::{Field, Schema};
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("duration_s", DataType::Float64, true),
+            Field::new("tokens", DataType::Int64, true),
+            Field::new("id", DataType::Utf8, false),
+        ]));
+        let ids: ArrayRef = Arc::new(StringArray::from_iter_values((0..100).map(|i| format!("e{i}"))));
+        let columns = vec![new_null_array(&DataType::Float64, 100), new_null_array(&DataType::Int64, 100), ids];
+        let original = RecordBatch::try_new(schema, columns).unwrap();
+        let shared = share_null_columns(&original);
+        assert_eq!(shared, original);
+        let values_of = |b: &RecordBatch, i: usize| b.column(i).to_data().buffers()[0].as_ptr();
+        assert_eq!(values_of(&shared, 0), values_of(&shared, 1));
+        assert_ne!(values_of(&original, 0), values_of(&original, 1));
+        assert_eq!(values_of(&shared, 2), values_of(&original, 2), "present columns are kept as they are");
     }
 }
