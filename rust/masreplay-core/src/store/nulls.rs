@@ -114,10 +114,12 @@ impl Zeros {
     /// `array` with every all-null column of a nullable field, at any depth of structs and
     /// lists, replaced by a view of the zero buffer (which frees the buffers it held).
     fn share_nulls(&self, array: &ArrayRef, nullable: bool) -> ArrayRef {
-        if nullable && !array.is_empty() && array.null_count() == array.len() {
-            if let Some(shared) = self.shared_null_array(array.data_type(), array.len()) {
-                return shared;
-            }
+        if nullable
+            && !array.is_empty()
+            && array.null_count() == array.len()
+            && let Some(shared) = self.shared_null_array(array.data_type(), array.len())
+        {
+            return shared;
         }
         if let Some(parent) = array.as_struct_opt() {
             let children = parent
