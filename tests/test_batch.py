@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 
 import numpy as np
 import polars as pl
@@ -168,6 +169,13 @@ def test_concat_of_nothing_is_empty():
 def test_to_seed_json_negative_index(batch):
     assert batch.to_seed_json(-1)["trace_id"] == batch.trace_ids[-1]
     assert "group_id" not in batch.to_seed_json(0)
+
+
+def test_rejected_traces_survive_pickling(batch):
+    loaded = masreplay.load_traces([batch[0], {"trace_id": "bad"}], on_error="skip")
+    restored = pickle.loads(pickle.dumps(loaded))
+    assert [(p, t, str(e)) for p, t, e in restored.rejected] == [(p, t, str(e)) for p, t, e in loaded.rejected]
+    assert restored.rejected[0][:2] == (1, "bad")
 
 
 def test_load_traces_of_a_batch_is_the_same_batch(batch):

@@ -220,6 +220,9 @@ def test_prioritized_frequencies_follow_priorities():
     assert np.all(np.abs(observed - expected) < 5 * np.sqrt(expected * (1 - expected) / n))
     by_id = dict(zip(batch.trace_ids, expected))
     assert np.allclose(sample.probabilities, [by_id[t] for t in sample.trace_ids])
+    # importance weights survive pickling and follow the traces when the batch is cut
+    assert np.array_equal(pickle.loads(pickle.dumps(sample)).probabilities, sample.probabilities)
+    assert np.array_equal(sample[[3, 1]].probabilities, sample.probabilities[[3, 1]])
     # a zero priority is never drawn; new traces get the largest priority seen
     buffer.update_priorities([batch.trace_ids[0]], [0.0])
     assert batch.trace_ids[0] not in buffer.sample(2000, sampler="prioritized", seed=1).trace_ids

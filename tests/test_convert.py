@@ -4,6 +4,8 @@ the seed round trip and the ``masreplay convert`` command."""
 
 from __future__ import annotations
 
+import pickle
+
 import json
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -340,3 +342,19 @@ def test_cli_convert(tmp_path, capsys):
     assert f"{bad}:1" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["convert", "--from", "csv", str(bad), str(tmp_path / "x.json")])
+
+
+def test_the_conversion_report_travels_with_the_traces(claude_batch):
+    """Pickled (multiprocessing, Ray), sliced or concatenated, a converted batch still says
+    what its converter read and set aside."""
+    report = claude_batch.conversion_report
+    restored = pickle.loads(pickle.dumps(claude_batch))
+    assert restored.conversion_report == report
+    assert restored.to_arrow().equals(claude_batch.to_arrow())
+    assert claude_batch[:1].conversion_report == report
+    assert claude_batch[[0]].conversion_report == report
+    twice = masreplay.TraceBatch.concat([claude_batch, claude_batch])
+    assert twice.conversion_report.records == 2 * report.records
+    assert twice.conversion_report.ignored == report.ignored + report.ignored
+    assert twice.conversion_report.sources == report.sources * 2
+    assert twice.conversion_report.format == report.format

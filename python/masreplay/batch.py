@@ -55,8 +55,18 @@ class TraceBatch:
             self._collected = self._source.collect()
         return self._collected
 
-    def __reduce__(self) -> tuple[Any, tuple[bytes]]:
-        return (_from_ipc, (_to_ipc(self.to_arrow()),))
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # What a batch knows besides its traces crosses process boundaries with it.
+        extras = (self.rejected, self.probabilities, self.conversion_report)
+        return (_from_ipc, (_to_ipc(self.to_arrow()), *extras))
+
+    def _subset(self, core: _core.TraceBatch, positions: Sequence[int]) -> TraceBatch:
+        """Traces at ``positions`` as a batch: each keeps its drawing probability, and the
+        conversion report (about the source the traces came from) stays attached."""
+        probabilities = None if self.probabilities is None else self.probabilities[list(positions)]
+        subset = TraceBatch(core, probabilities=probabilities)
+        subset.conversion_report = self.conversion_report
+        return subset
 
     # ---- shape -------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -118,10 +128,12 @@ class TraceBatch:
         """``batch[i]`` is trace i as a dict (masreplay's full form); a slice or a list of
         indices gives a TraceBatch."""
         if isinstance(key, slice):
-            return TraceBatch(self._core.take(list(range(len(self)))[key]))
-        if isinstance(key, (int, np.integer)):
+            positions = list(range(len(self)))[key]
+        elif isinstance(key, (int, np.integer)):
             return json.loads(self._core.trace_json(self._index(int(key)), False))
-        return TraceBatch(self._core.take([self._index(int(i)) for i in key]))
+        else:
+            positions = [self._index(int(i)) for i in key]
+        return self._subset(self._core.take(positions), positions)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         for i in range(len(self)):
@@ -170,7 +182,14 @@ class TraceBatch:
 
     @staticmethod
     def concat(batches: Sequence[TraceBatch]) -> TraceBatch:
-        return TraceBatch(_core.TraceBatch.concat([b._core for b in batches]))
+        """The traces of ``batches`` in order; their conversion reports are combined."""
+        joined = TraceBatch(_core.TraceBatch.concat([b._core for b in batches]))
+        reports = [b.conversion_report for b in batches if b.conversion_report is not None]
+        if reports:
+            from masreplay.convert import ConversionReport
+
+            joined.conversion_report = ConversionReport.combine(reports)
+        return joined
 
 
 #: The per-event fields of the canonical layout, in order.
@@ -197,11 +216,18 @@ def _from_ipc_table(data: bytes) -> pa.Table:
     return pa.ipc.open_stream(data).read_all()
 
 
-def _from_ipc(data: bytes) -> TraceBatch:
+def _from_ipc(
+    data: bytes,
+    rejected: Sequence[Rejected] = (),
+    probabilities: np.ndarray | None = None,
+    conversion_report: ConversionReport | None = None,
+) -> TraceBatch:
     """Unpickles a batch. Like pickle itself this trusts its bytes: a table in masreplay's
     canonical layout is taken as it is; any other layout is validated on the way in."""
     table = _from_ipc_table(data)
     core = _core.TraceBatch.from_own_arrow(table)
     if core is None:
         core, _ = _core.ingest_arrow(table)
-    return TraceBatch(core)
+    batch = TraceBatch(core, rejected, probabilities)
+    batch.conversion_report = conversion_report
+    return batch

@@ -25,6 +25,22 @@ class ConversionReport:
     unknown: Counter[str] = field(default_factory=Counter)
     warnings: list[str] = field(default_factory=list)
 
+    @classmethod
+    def combine(cls, reports: list[ConversionReport]) -> ConversionReport:
+        """One report for batches concatenated together: counts summed, sources and warnings
+        kept in order, formats named once each."""
+        formats = list(dict.fromkeys(report.format for report in reports))
+        combined = cls("+".join(formats))
+        for report in reports:
+            combined.sources += report.sources
+            combined.records += report.records
+            combined.traces += report.traces
+            combined.events += report.events
+            combined.ignored += report.ignored
+            combined.unknown += report.unknown
+            combined.warnings += report.warnings
+        return combined
+
     @property
     def clean(self) -> bool:
         """True when every record was understood and nothing looked wrong."""
