@@ -12,8 +12,12 @@ use arrow_array::types::{ArrowDictionaryKeyType, Float64Type};
 use arrow_array::{Array, ArrowPrimitiveType, DictionaryArray, MapArray, PrimitiveArray, StringArray};
 use arrow_buffer::ArrowNativeType;
 use hashbrown::hash_table::{Entry, HashTable};
+use rayon::prelude::*;
 
 use super::schema::EventColumns;
+
+/// Values per task of a parallel pass.
+const PASS_CHUNK: usize = 1 << 16;
 
 /// Which per-event rules hold for every event of the batch.
 #[derive(Clone, Copy, Debug, Default)]
@@ -51,17 +55,17 @@ fn finite_non_negative(value: f64) -> bool {
 }
 
 /// Whether `rule` holds for every non-null value (NaN fails any comparison).
-fn every_value<T: ArrowPrimitiveType>(array: &PrimitiveArray<T>, rule: impl Fn(T::Native) -> bool) -> bool {
+fn every_value<T: ArrowPrimitiveType>(array: &PrimitiveArray<T>, rule: impl Fn(T::Native) -> bool + Sync) -> bool {
     let values = array.values();
     match array.nulls() {
-        None => values.iter().fold(true, |ok, &v| ok & rule(v)),
+        None => values.par_chunks(PASS_CHUNK).all(|chunk| chunk.iter().fold(true, |ok, &v| ok & rule(v))),
         Some(nulls) if nulls.null_count() == nulls.len() => true,
         Some(nulls) => nulls.valid_indices().all(|i| rule(values[i])),
     }
 }
 
 fn no_empty_text(array: &StringArray) -> bool {
-    array.offsets().windows(2).fold(true, |ok, pair| ok & (pair[0] < pair[1]))
+    array.offsets().par_windows(2).all(|pair| pair[0] < pair[1])
 }
 
 /// Every key indexes its dictionary and names a non-empty string.
@@ -72,7 +76,7 @@ fn every_key_names_text<K: ArrowDictionaryKeyType>(array: &DictionaryArray<K>) -
     if usable.iter().all(|&u| u) {
         // Only the bounds are left to check (a negative key reads as a huge usize).
         let len = usable.len();
-        return keys.iter().fold(true, |ok, key| ok & (key.as_usize() < len));
+        return keys.par_chunks(PASS_CHUNK).all(|chunk| chunk.iter().fold(true, |ok, key| ok & (key.as_usize() < len)));
     }
     keys.iter().all(|key| usable.get(key.as_usize()).copied().unwrap_or(false))
 }

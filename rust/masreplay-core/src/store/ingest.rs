@@ -167,15 +167,9 @@ impl<'a> Vocabulary<'a> {
     /// Whether every row holds a value of the vocabulary (no nulls, no unknown text).
     fn all_known(&self) -> bool {
         let keys = self.source.keys().values();
+        let known = |key: i8| self.by_key[key as u8 as usize].is_some();
         self.source.null_count() == 0
-            && keys.iter().fold(true, |ok, &key| ok & self.by_key[key as u8 as usize].is_some())
-    }
-
-    /// Whether every key, null rows' included, indexes the dictionary (a negative key read as
-    /// a byte is 128 or more, beyond any i8-keyed dictionary).
-    fn all_keys_in_bounds(&self) -> bool {
-        let len = self.codes.len();
-        self.source.keys().values().iter().fold(true, |ok, &key| ok & ((key as u8 as usize) < len))
+            && keys.par_chunks(1 << 16).all(|chunk| chunk.iter().fold(true, |ok, &key| ok & known(key)))
     }
 
     /// The code of a row already checked to hold a known value.
@@ -193,11 +187,11 @@ impl<'a> Vocabulary<'a> {
         }
         // Columns that crossed a process or the C interface spell the vocabulary in its order:
         // their keys are the codes already.
-        if self.codes.iter().enumerate().all(|(k, code)| *code == Some(k as i8)) && self.all_keys_in_bounds() {
-            let keys = self.source.keys().clone();
-            return Arc::new(
-                DictionaryArray::<Int8Type>::try_new(keys, vocabulary(self.names)).expect("codes index the vocabulary"),
-            );
+        if self.codes.iter().enumerate().all(|(k, code)| *code == Some(k as i8))
+            && let Ok(same_keys) =
+                DictionaryArray::<Int8Type>::try_new(self.source.keys().clone(), vocabulary(self.names))
+        {
+            return Arc::new(same_keys);
         }
         let keys: Int8Array = (0..self.source.len())
             .map(|i| if self.source.is_null(i) { None } else { Some(self.code(i).unwrap_or(Some(0)).unwrap_or(0)) })

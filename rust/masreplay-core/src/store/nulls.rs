@@ -98,7 +98,11 @@ impl Zeros {
             DataType::Dictionary(key, value) if **key == DataType::Int32 && **value == DataType::Utf8 => {
                 let keys = PrimitiveArray::<Int32Type>::new(self.scalars::<Int32Type>(len), self.nulls(len));
                 let values: ArrayRef = Arc::new(StringArray::from(Vec::<&str>::new()));
-                Arc::new(DictionaryArray::try_new(keys, values).expect("null keys index nothing"))
+                // `try_new` would scan every key only to skip it as null, which costs more than
+                // everything else done to a batch of millions of events.
+                // SAFETY: every key is null (the validity bitmap is all zeros), and Arrow never
+                // reads the key of a null slot, so none indexes the empty dictionary.
+                Arc::new(unsafe { DictionaryArray::new_unchecked(keys, values) })
             }
             DataType::Map(entries, sorted) => {
                 let entries_array = StructArray::from(arrow_array::new_empty_array(entries.data_type()).to_data());
