@@ -422,6 +422,11 @@ MALFORMED = {
     "marble line not an object": ("marble", "[1, 2]\n", r":1: expected a JSON object, got list"),
     "truncated span line": ("otel", '{"name": "chat", "context": {"trace_id": "0x1", "span_id": "0x2"}, "start_time": 1, "end_time": 2}\n{"name": \n', r":2: not valid JSON"),
     "span without ids": ("otel", '{"name": "chat", "start_time": 1, "end_time": 2}', r"span without a trace id"),
+    "span line without an end time": (
+        "otel", '{"name": "chat", "context": {"trace_id": "0x1", "span_id": "0x2"}, "start_time": 1, "end_time": 2}\n\n{"name": "chat", "context": {"trace_id": "0x1", "span_id": "0x3"}, "start_time": 1}\n',
+        r":3: missing or unreadable span time$",
+    ),
+    "otlp line with a span without ids": ("otel", '{"resourceSpans": [{"scopeSpans": [{"spans": [{"name": "x"}]}]}]}\n{"resourceSpans": []}\n', r":1: /resourceSpans/0/scopeSpans/0/spans/0: span without traceId"),
 }
 
 

@@ -57,17 +57,19 @@ def records(source: Any) -> tuple[str, list[tuple[int, dict[str, Any]]]]:
     return IN_MEMORY, numbered
 
 
-def json_document(source: Any) -> tuple[str, Any]:
-    """A path to one JSON document (or JSON Lines, read as a list), or the parsed object itself."""
+def json_document(source: Any) -> tuple[str, Any, list[int] | None]:
+    """A path to one JSON document (or JSON Lines, read as a list), or the parsed object
+    itself; with, for JSON Lines, the line number of each item (for errors that name it)."""
     if not isinstance(source, (str, os.PathLike)):
-        return IN_MEMORY, source
+        return IN_MEMORY, source, None
     name = local_path(source)
     try:
         text = pathlib.Path(name).read_text(encoding="utf-8")
     except OSError as error:
         raise ConversionError(name, None, f"cannot read: {error.strerror}") from error
     try:
-        return name, json.loads(text)
+        return name, json.loads(text), None
     except ValueError:
         # Not one document: JSON Lines (one span or one export per line).
-        return name, [record for _, record in json_lines(name)]
+        numbered = list(json_lines(name))
+        return name, [record for _, record in numbered], [number for number, _ in numbered]
