@@ -388,6 +388,7 @@ def test_marble_episodes_convert_with_their_agents_returns_and_scores(name, seed
     episodes = read_lines(sample("marble", name))
     batch = convert.marble(sample("marble", name))
     assert len(batch) == len(episodes) and batch.conversion_report.clean
+    scored_channels, files_missing = set(), 0
     for index, (episode, trace) in enumerate(zip(episodes, batch)):
         seed_validator.validate(batch.to_seed_json(index))
         agents, messages, returns = {"planner"}, 0, 0
@@ -412,8 +413,28 @@ def test_marble_episodes_convert_with_their_agents_returns_and_scores(name, seed
         assert trace["rewards"].get("planning") == (sum(planning) / len(planning) if planning else None)
         assert trace["rewards"].get("communication") == (sum(communication) / len(communication) if communication else None)
         assert all(value != -1 for value in trace["rewards"].values())
+        assert types["orchestrator_decision"] == len(episode["iterations"])
+        channels, missing = {"planning", "communication"} & set(trace["rewards"]), []
+        for key in ("planning_scores", "communication_scores"):
+            missing += [f"{key}/{i}" for i, score in enumerate(episode.get(key) or []) if score == -1]
+        for key in ("task_evaluation", "code_quality"):
+            value = episode.get(key)
+            for score_name, score in (value.items() if isinstance(value, dict) else [] if value is None else [("", value)]):
+                channel = f"{key}.{score_name}" if score_name else key
+                if score == -1:
+                    missing.append(channel)
+                else:
+                    assert trace["rewards"][channel] == score
+                    channels.add(channel)
+                    scored_channels.add(key)
         for agent, milestones in (episode.get("agent_kpis") or {}).items():
             assert trace["rewards"][f"milestones.{agent}"] == milestones
+            channels.add(f"milestones.{agent}")
+        assert set(trace["rewards"]) == channels
+        assert trace.get("missing_scores") == (missing or None)
+        files_missing += len(missing)
+    # Each sample has episode scores by name and scores that were not given.
+    assert scored_channels == {"task_evaluation" if name.startswith("tree") else "code_quality"} and files_missing > 0
 
 
 MALFORMED = {
