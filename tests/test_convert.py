@@ -79,7 +79,8 @@ def test_claude_code_agents_and_spawns(claude_batch, claude_files):
     returns = [event for event in trace["events"] if event["type"] == "return"]
     assert {event["agent"] for event in returns} == spawned
     acting = {event["agent"] for event in trace["events"] if event["type"] != "tool_result"}
-    assert {"main", *claude_files.keys() - {"main"}} <= acting
+    # The session's agents, the person typing and the harness (hook notes, reminders).
+    assert acting == {"main", *claude_files.keys() - {"main"}, "human", "harness"}
     edges = {(edge["src"], edge["dst"]): edge["type"] for edge in trace["edges"]}
     for spawn in spawns:
         # The spawn edge leads to the sub-agent's prompt, the first line of its own file.
@@ -150,12 +151,23 @@ def test_claude_code_time_safety_human_and_compaction(claude_batch, claude_files
     assert min(event["t"] for event in trace["events"]) >= 0
     assert trace["costs"]["wall_clock_s"] == pytest.approx(max(stamps) - min(stamps))
     errors = sum(1 for lines in claude_files.values() for line in lines for block in blocks(line) if block.get("is_error"))
-    stop_hooks = sum(1 for line in claude_files["main"] if line.get("subtype") == "stop_hook_summary")
+    stop_hooks = [line for line in claude_files["main"] if line.get("subtype") == "stop_hook_summary"]
+    blocking = sum(1 for line in stop_hooks if line["preventedContinuation"] or line["hookErrors"])
     safety = [event for event in trace["events"] if event["type"] == "safety_event"]
     assert sum(event.get("reason") == "tool_error" for event in safety) == errors > 0
-    assert sum(event.get("role") == "stop_hook" for event in safety) == stop_hooks
+    assert sum(event.get("role") == "stop_hook" for event in safety) == blocking
+    ignored = claude_batch.conversion_report.ignored["system subtype stop_hook_summary (hooks passed)"]
+    assert ignored == len(stop_hooks) - blocking > 0
+    # A person's turns: plain text in the main file that the harness did not write (its
+    # notes are meta lines, the compaction summary, or start with a <tag>).
+    typed = [
+        number for number, line in enumerate(claude_files["main"], start=1)
+        if line["type"] == "user" and not line.get("isMeta") and not line.get("isCompactSummary")
+        and all(block["type"] == "text" and not block["text"].startswith("<") for block in blocks(line))
+    ]
     humans = [event for event in trace["events"] if event["type"] == "human_intervention"]
-    assert humans and all(event["agent"] == "human" for event in humans)
+    assert sorted(int(event["content_ref"].split(":")[1]) for event in humans) == typed
+    assert len(typed) == 2 and all(event["agent"] == "human" for event in humans)
     aggregates = [event for event in trace["events"] if event["type"] == "aggregate"]
     compaction = [name for name in claude_files if name.startswith("acompact")]
     assert [event["agent"] for event in aggregates] == compaction
@@ -186,6 +198,129 @@ def test_claude_code_inline_sidechain_layout(claude_files):
     events = {event["id"]: event for event in trace["events"]}
     for uuid in prompts.values():
         assert events[uuid]["type"] == "message" and events[uuid]["to"] in spawns.values()
+
+
+def _write_session(folder: Path, main_lines: list[dict], subagents: dict[str, list[dict]]) -> Path:
+    """A 2.1.x session on disk: <session>.jsonl and <session>/subagents/agent-<id>.jsonl."""
+    main_file = folder / f"{SESSION}.jsonl"
+    main_file.write_text("".join(json.dumps(line) + "\n" for line in main_lines))
+    (folder / SESSION / "subagents").mkdir(parents=True)
+    for agent, lines in subagents.items():
+        (folder / SESSION / "subagents" / f"agent-{agent}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return main_file
+
+
+def _later(line: dict, seconds: float) -> str:
+    from datetime import datetime, timedelta
+
+    return (datetime.fromisoformat(line["timestamp"]) + timedelta(seconds=seconds)).isoformat()
+
+
+def test_claude_code_each_compaction_is_by_its_own_side_agent(claude_files, tmp_path):
+    """A second compaction, copied from the sample's one after the session's end with new
+    uuids and a new side agent: each aggregate and summary is that compaction's agent's."""
+    first = next(name for name in claude_files if name.startswith("acompact"))
+    main_lines = claude_files["main"]
+    boundary = next(line for line in main_lines if line.get("subtype") == "compact_boundary")
+    summary = next(line for line in main_lines if line.get("isCompactSummary"))
+    later = 24 * 3600.0  # a day after the first compaction: after the session's end
+    logical_parent = [line for line in main_lines if "uuid" in line][-1]["uuid"]
+    renamed = {line["uuid"]: line["uuid"] + "-2" for line in claude_files[first]}
+    second = []
+    for line in claude_files[first]:
+        parent = line["parentUuid"]
+        parent = renamed.get(parent, logical_parent if parent == boundary["logicalParentUuid"] else parent)
+        copy = {**line, "uuid": renamed[line["uuid"]], "parentUuid": parent, "agentId": "acompact-second", "timestamp": _later(line, later)}
+        if copy["type"] == "assistant":
+            copy["message"] = {**copy["message"], "id": copy["message"]["id"] + "-2"}
+        second.append(copy)
+    boundary2 = {**boundary, "uuid": "boundary-2", "logicalParentUuid": logical_parent, "timestamp": _later(boundary, later)}
+    summary2 = {**summary, "uuid": "summary-2", "parentUuid": "boundary-2", "timestamp": _later(summary, later)}
+    subagents = {name: lines for name, lines in claude_files.items() if name != "main"}
+    path = _write_session(tmp_path, [*main_lines, boundary2, summary2], {**subagents, "acompact-second": second})
+    batch = convert.claude_code(path)
+    trace = batch[0]
+    assert batch.conversion_report.clean, str(batch.conversion_report)
+    events = {event["id"]: event for event in trace["events"]}
+    aggregates = [event for event in trace["events"] if event["type"] == "aggregate"]
+    assert [event["agent"] for event in aggregates] == [first, "acompact-second"]
+    summaries = [event for event in trace["events"] if event.get("role") == "compaction_summary"]
+    assert [(event["id"], event["agent"]) for event in summaries] == [(summary["uuid"], first), ("summary-2", "acompact-second")]
+    # Each aggregate edge comes from the last line of its own side agent's file.
+    sources = {edge["dst"]: events[edge["src"]]["content_ref"] for edge in trace["edges"] if edge["type"] == "aggregate"}
+    assert sources == {
+        boundary["uuid"]: f"subagents/agent-{first}.jsonl:{len(claude_files[first])}",
+        "boundary-2": f"subagents/agent-acompact-second.jsonl:{len(second)}",
+    }
+    # Without the side agents' transcripts each compaction still has an agent of its own.
+    bare = convert.claude_code([*main_lines, boundary2, summary2])[0]
+    assert [event["agent"] for event in bare["events"] if event["type"] == "aggregate"] == ["compaction-1", "compaction-2"]
+
+
+def test_claude_code_missing_subagent_transcripts_are_reported(claude_files, tmp_path):
+    """The main file alone (no subagents/ folder, or its lines as dicts): the sub-agents'
+    events exist only in agent_progress lines, so the report says what was lost."""
+    spawned = sorted(line["toolUseResult"]["agentId"] for line in claude_files["main"] if isinstance(line.get("toolUseResult"), dict) and "agentId" in line["toolUseResult"])
+    progress = sum(1 for line in claude_files["main"] if line["type"] == "progress" and line["data"]["type"] == "agent_progress")
+    path = tmp_path / f"{SESSION}.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in claude_files["main"]))
+    for source in (path, claude_files["main"]):
+        report = convert.claude_code(source).conversion_report
+        assert not report.clean
+        missing = [warning for warning in report.warnings if "has no transcript" in warning]
+        assert len(missing) == len(spawned) == 2
+        assert all(f"agent-{agent}.jsonl" in warning for agent, warning in zip(spawned, missing))
+        assert report.ignored["progress agent_progress (not repeated: sub-agent transcript missing)"] == progress > 0
+        assert "progress agent_progress" not in report.ignored
+
+
+def test_claude_code_hook_blocks_match_the_raw_files(claude_batch, claude_files):
+    """Each note that a hook blocked a tool is a safety event addressed to the agent whose
+    call it answers (its parentUuid's line), wherever the note was written."""
+    agent_of = {line["uuid"]: name for name, lines in claude_files.items() for line in lines if "uuid" in line}
+    expected = {
+        line["uuid"]: (agent_of[line["parentUuid"]], line["parentUuid"])
+        for lines in claude_files.values() for line in lines
+        if line["type"] == "user" and any("hook blocking error" in block.get("text", "") for block in blocks(line))
+    }
+    assert expected and {agent for agent, _ in expected.values()} == {"main"}
+    trace = claude_batch[0]
+    hooks = {event["id"]: event for event in trace["events"] if event.get("role") == "hook_block"}
+    assert {id: event["to"] for id, event in hooks.items()} == {id: agent for id, (agent, _) in expected.items()}
+    assert all(event["type"] == "safety_event" and event["agent"] == "harness" for event in hooks.values())
+    edges = {(edge["src"], edge["dst"]) for edge in trace["edges"]}
+    assert all((call, id) in edges for id, (_, call) in expected.items())
+
+
+def test_claude_code_stop_hooks_are_safety_events_only_when_they_block():
+    base = {"type": "system", "subtype": "stop_hook_summary", "sessionId": "s1", "parentUuid": "r1", "timestamp": "2026-01-01T00:00:04.000Z", "hookCount": 1}
+    passed = {**base, "uuid": "h1", "preventedContinuation": False, "hookErrors": []}
+    prevented = {**base, "uuid": "h2", "preventedContinuation": True, "hookErrors": []}
+    failed = {**base, "uuid": "h3", "preventedContinuation": False, "hookErrors": ["exit 2"]}
+    batch = convert.claude_code([*_session_lines(), passed, prevented, failed])
+    stops = [event["id"] for event in batch[0]["events"] if event.get("role") == "stop_hook"]
+    assert stops == ["h2", "h3"]
+    assert batch.conversion_report.ignored == Counter({"system subtype stop_hook_summary (hooks passed)": 1})
+
+
+def test_claude_code_failed_subagent_is_a_safety_event():
+    """A Task call whose result is an error (the sub-agent failed or was interrupted) is a
+    return by the sub-agent plus a tool_error safety event by its caller."""
+    base = {"sessionId": "s1", "isSidechain": False}
+    task = {"type": "tool_use", "id": "t2", "name": "Task", "input": {"prompt": "look", "subagent_type": "Explore"}}
+    lines = [
+        *_session_lines(),
+        {**base, "type": "assistant", "uuid": "a2", "parentUuid": "r1", "timestamp": "2026-01-01T00:00:04.000Z", "message": {"id": "m2", "content": [task]}},
+        {**base, "type": "progress", "uuid": "p1", "parentUuid": "a2", "parentToolUseID": "t2", "timestamp": "2026-01-01T00:00:05.000Z", "data": {"type": "agent_progress", "agentId": "sub1"}},
+        {**base, "isSidechain": True, "agentId": "sub1", "type": "user", "uuid": "s1u", "parentUuid": None, "timestamp": "2026-01-01T00:00:05.000Z", "message": {"role": "user", "content": "look"}},
+        {**base, "type": "user", "uuid": "r2", "parentUuid": "a2", "timestamp": "2026-01-01T00:00:09.000Z", "toolUseResult": "Error: interrupted",
+         "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t2", "is_error": True, "content": "[Request interrupted by user for tool use]"}]}},
+    ]
+    trace = convert.claude_code(lines)[0]
+    made = [(event["id"], event["type"], event["agent"]) for event in trace["events"] if event["id"].startswith("r2")]
+    assert made == [("r2", "return", "sub1"), ("r2!error", "safety_event", "main")]
+    assert next(event for event in trace["events"] if event["id"] == "r2!error")["reason"] == "tool_error"
+    assert {"src": "r2", "dst": "r2!error", "type": "safety_flow"} in trace["edges"]
 
 
 # ---- malformed Claude Code input ----------------------------------------------------------
@@ -253,6 +388,7 @@ def test_marble_episodes_convert_with_their_agents_returns_and_scores(name, seed
     episodes = read_lines(sample("marble", name))
     batch = convert.marble(sample("marble", name))
     assert len(batch) == len(episodes) and batch.conversion_report.clean
+    scored_channels, files_missing = set(), 0
     for index, (episode, trace) in enumerate(zip(episodes, batch)):
         seed_validator.validate(batch.to_seed_json(index))
         agents, messages, returns = {"planner"}, 0, 0
@@ -277,8 +413,28 @@ def test_marble_episodes_convert_with_their_agents_returns_and_scores(name, seed
         assert trace["rewards"].get("planning") == (sum(planning) / len(planning) if planning else None)
         assert trace["rewards"].get("communication") == (sum(communication) / len(communication) if communication else None)
         assert all(value != -1 for value in trace["rewards"].values())
+        assert types["orchestrator_decision"] == len(episode["iterations"])
+        channels, missing = {"planning", "communication"} & set(trace["rewards"]), []
+        for key in ("planning_scores", "communication_scores"):
+            missing += [f"{key}/{i}" for i, score in enumerate(episode.get(key) or []) if score == -1]
+        for key in ("task_evaluation", "code_quality"):
+            value = episode.get(key)
+            for score_name, score in (value.items() if isinstance(value, dict) else [] if value is None else [("", value)]):
+                channel = f"{key}.{score_name}" if score_name else key
+                if score == -1:
+                    missing.append(channel)
+                else:
+                    assert trace["rewards"][channel] == score
+                    channels.add(channel)
+                    scored_channels.add(key)
         for agent, milestones in (episode.get("agent_kpis") or {}).items():
             assert trace["rewards"][f"milestones.{agent}"] == milestones
+            channels.add(f"milestones.{agent}")
+        assert set(trace["rewards"]) == channels
+        assert trace.get("missing_scores") == (missing or None)
+        files_missing += len(missing)
+    # Each sample has episode scores by name and scores that were not given.
+    assert scored_channels == {"task_evaluation" if name.startswith("tree") else "code_quality"} and files_missing > 0
 
 
 MALFORMED = {
@@ -287,6 +443,11 @@ MALFORMED = {
     "marble line not an object": ("marble", "[1, 2]\n", r":1: expected a JSON object, got list"),
     "truncated span line": ("otel", '{"name": "chat", "context": {"trace_id": "0x1", "span_id": "0x2"}, "start_time": 1, "end_time": 2}\n{"name": \n', r":2: not valid JSON"),
     "span without ids": ("otel", '{"name": "chat", "start_time": 1, "end_time": 2}', r"span without a trace id"),
+    "span line without an end time": (
+        "otel", '{"name": "chat", "context": {"trace_id": "0x1", "span_id": "0x2"}, "start_time": 1, "end_time": 2}\n\n{"name": "chat", "context": {"trace_id": "0x1", "span_id": "0x3"}, "start_time": 1}\n',
+        r":3: missing or unreadable span time$",
+    ),
+    "otlp line with a span without ids": ("otel", '{"resourceSpans": [{"scopeSpans": [{"spans": [{"name": "x"}]}]}]}\n{"resourceSpans": []}\n', r":1: /resourceSpans/0/scopeSpans/0/spans/0: span without traceId"),
 }
 
 
@@ -323,6 +484,20 @@ def test_converted_samples_round_trip_through_seed_json(claude_batch, tmp_path, 
             seed_validator.validate(trace)
         again = convert.seed(tmp_path / "traces.json")
         assert [t["events"] for t in again] == [t["events"] for t in batch]
+
+
+def test_paths_may_start_with_a_tilde(claude_files, seed_example, monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    _write_session(tmp_path, claude_files["main"], {name: lines for name, lines in claude_files.items() if name != "main"})
+    batch = convert.claude_code(f"~/{SESSION}.jsonl")
+    assert batch.conversion_report.sources[0] == str(tmp_path / f"{SESSION}.jsonl")
+    assert batch.conversion_report.clean, str(batch.conversion_report)
+    convert.write(convert.seed(seed_example), "~/seed.json")
+    assert len(convert.seed("~/seed.json")) == 1
+    (tmp_path / "marble.jsonl").write_text(sample("marble", MARBLE_FILES[0]).read_text())
+    assert len(convert.marble("~/marble.jsonl")) == len(read_lines(tmp_path / "marble.jsonl"))
+    (tmp_path / "spans.jsonl").write_text('{"name": "chat", "context": {"trace_id": "0x1", "span_id": "0x2"}, "start_time": 1, "end_time": 2, "attributes": {"gen_ai.operation.name": "chat"}}\n')
+    assert len(convert.otel("~/spans.jsonl")) == 1
 
 
 # ---- the command line ---------------------------------------------------------------------

@@ -4,6 +4,7 @@ its ConsoleSpanExporter. Expected counts are read back from the written files he
 
 from __future__ import annotations
 
+import base64
 import json
 from collections import Counter
 from pathlib import Path
@@ -16,7 +17,7 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as GenAI
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor, SpanExporter, SpanExportResult
-from opentelemetry.trace import Status, StatusCode
+from opentelemetry.trace import Link, Status, StatusCode
 
 import masreplay
 from masreplay import convert
@@ -47,8 +48,9 @@ def op(name: str, **attributes) -> dict:
 
 def run_agents(tracer) -> None:
     """A lead agent that chats, spawns two workers, runs them and gets rewarded; plus a
-    second, one-chat trace."""
-    with tracer.start_as_current_span("invoke_agent lead", attributes=op("invoke_agent", gen_ai_agent_name="lead")):
+    second, one-chat trace linked to the first. The coder's run reports usage of its own
+    (no chat inside), its failing tool records an exception and a retry event."""
+    with tracer.start_as_current_span("invoke_agent lead", attributes=op("invoke_agent", gen_ai_agent_name="lead")) as lead:
         with tracer.start_as_current_span("chat plan", attributes=op("chat", gen_ai_request_model="m", gen_ai_usage_input_tokens=120, gen_ai_usage_output_tokens=30)):
             pass
         for worker in ("researcher", "coder"):
@@ -60,14 +62,18 @@ def run_agents(tracer) -> None:
             with tracer.start_as_current_span("HTTP GET"):  # no GenAI operation: see-through
                 with tracer.start_as_current_span("execute_tool search", attributes=op("execute_tool", gen_ai_tool_name="search")):
                     pass
-        with tracer.start_as_current_span("invoke_agent coder", attributes=op("invoke_agent", gen_ai_agent_name="coder")):
-            with tracer.start_as_current_span("execute_tool run", attributes=op("execute_tool", gen_ai_tool_name="run")) as failing:
+        coder = op("invoke_agent", gen_ai_agent_name="coder", gen_ai_usage_input_tokens=11, gen_ai_usage_output_tokens=4)
+        with tracer.start_as_current_span("invoke_agent coder", attributes=coder):
+            with tracer.start_as_current_span("execute_tool run", attributes=op("execute_tool", gen_ai_tool_name="run"), record_exception=False) as failing:
+                failing.add_event("retry", {"attempt": 1})
+                failing.record_exception(RuntimeError("exit 1"))
                 failing.set_status(Status(StatusCode.ERROR, "exit 1"))
             with tracer.start_as_current_span("apply_guardrail", attributes=op("apply_guardrail")):
                 pass
         with tracer.start_as_current_span("agentlightning.reward", attributes={"agentlightning.reward.0.name": "task", "agentlightning.reward.0.value": 0.75}):
             pass
-    with tracer.start_as_current_span("chat alone", attributes=op("chat", gen_ai_usage_input_tokens=5, gen_ai_usage_output_tokens=1)):
+    alone = op("chat", gen_ai_usage_input_tokens=5, gen_ai_usage_output_tokens=1)
+    with tracer.start_as_current_span("chat alone", attributes=alone, links=[Link(lead.get_span_context())]):
         pass
 
 
@@ -83,6 +89,11 @@ def exported(tmp_path_factory) -> tuple[Path, Path]:
         run_agents(provider.get_tracer("masreplay-test"))
         provider.shutdown()
     return otlp, sdk_json
+
+
+def span_hex(span_id: str) -> str:
+    """An OTLP JSON span id (protobuf's JSON mapping writes bytes as base64) as hex."""
+    return base64.b64decode(span_id).hex()
 
 
 def raw_spans(otlp: Path) -> list[dict]:
@@ -121,6 +132,36 @@ def test_otlp_json_from_the_sdk_converts(exported, seed_validator):
     assert lead["rewards"] == {"task": 0.75}
     report = batch.conversion_report
     assert report.unknown == Counter({"span without gen_ai.operation.name": 1}) and report.records == len(spans)
+
+
+def test_usage_counts_on_every_span_that_reports_it(exported):
+    otlp, _ = exported
+    reporting = [span for span in raw_spans(otlp) if "gen_ai.usage.input_tokens" in span["attrs"]]
+    assert {span["attrs"]["gen_ai.operation.name"] for span in reporting} == {"chat", "invoke_agent"}
+    events = {event["id"]: event for trace in convert.otel(otlp) for event in trace["events"]}
+    for span in reporting:
+        first = next(event for id, event in events.items() if id.split(":")[0] == span_hex(span["spanId"]))
+        assert first["tokens"] == int(span["attrs"]["gen_ai.usage.input_tokens"]) + int(span["attrs"]["gen_ai.usage.output_tokens"])
+
+
+def test_span_events_and_links_are_kept_or_counted(exported):
+    """Exception events ride on their span's first event; other events and links are
+    counted in the report; the SDK's span JSON says the same as OTLP JSON."""
+    otlp, sdk_json = exported
+    spans = raw_spans(otlp)
+    set_aside = Counter(f"span event {event['name']}" for span in spans for event in span.get("events", []) if event["name"] != "exception")
+    set_aside["span link"] = sum(len(span.get("links", [])) for span in spans)
+    assert set_aside == Counter({"span event retry": 1, "span link": 1})
+    thrown = {
+        span_hex(span["spanId"]): [{key: attribute["value"]["stringValue"] for attribute in event["attributes"] for key in ("type", "message") if attribute["key"] == f"exception.{key}"}]
+        for span in spans for event in span.get("events", []) if event["name"] == "exception"
+    }
+    assert thrown and all(found == [{"type": "RuntimeError", "message": "exit 1"}] for found in thrown.values())
+    for batch in (convert.otel(otlp), convert.otel(sdk_json)):
+        assert batch.conversion_report.ignored == set_aside
+        firsts = {event["id"].split(":")[0]: event for trace in batch for event in reversed(trace["events"])}
+        assert {span_id: firsts[span_id].get("exceptions") for span_id in thrown} == thrown
+        assert sum("exceptions" in event for trace in batch for event in trace["events"]) == len(thrown)
 
 
 def test_parent_span_ids_become_edges(exported):

@@ -14,10 +14,15 @@ from masreplay.errors import ConversionError
 IN_MEMORY = "<object>"
 
 
+def local_path(path: str | os.PathLike[str]) -> str:
+    """A path as given, with a leading ``~`` expanded as a shell would (README examples use it)."""
+    return os.path.expanduser(os.fspath(path))
+
+
 def json_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yields (line number, object) for each non-blank line; a line that is not a JSON
     object raises ConversionError naming the file and the line."""
-    source = os.fspath(path)
+    source = local_path(path)
     try:
         handle = open(source, "rb")
     except OSError as error:
@@ -41,7 +46,7 @@ def records(source: Any) -> tuple[str, list[tuple[int, dict[str, Any]]]]:
     In-memory records are numbered from 1 like lines, so errors read the same either way.
     """
     if isinstance(source, (str, os.PathLike)):
-        return os.fspath(source), list(json_lines(source))
+        return local_path(source), list(json_lines(source))
     if isinstance(source, dict):
         source = [source]
     numbered = []
@@ -52,17 +57,19 @@ def records(source: Any) -> tuple[str, list[tuple[int, dict[str, Any]]]]:
     return IN_MEMORY, numbered
 
 
-def json_document(source: Any) -> tuple[str, Any]:
-    """A path to one JSON document (or JSON Lines, read as a list), or the parsed object itself."""
+def json_document(source: Any) -> tuple[str, Any, list[int] | None]:
+    """A path to one JSON document (or JSON Lines, read as a list), or the parsed object
+    itself; with, for JSON Lines, the line number of each item (for errors that name it)."""
     if not isinstance(source, (str, os.PathLike)):
-        return IN_MEMORY, source
-    name = os.fspath(source)
+        return IN_MEMORY, source, None
+    name = local_path(source)
     try:
         text = pathlib.Path(name).read_text(encoding="utf-8")
     except OSError as error:
         raise ConversionError(name, None, f"cannot read: {error.strerror}") from error
     try:
-        return name, json.loads(text)
+        return name, json.loads(text), None
     except ValueError:
         # Not one document: JSON Lines (one span or one export per line).
-        return name, [record for _, record in json_lines(name)]
+        numbered = list(json_lines(name))
+        return name, [record for _, record in numbered], [number for number, _ in numbered]

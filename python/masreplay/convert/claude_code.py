@@ -6,13 +6,17 @@ Every transcript line with a ``uuid`` becomes zero or more events whose id is th
 - assistant ``thinking`` -> orchestrator_decision, ``text`` -> message, ``tool_use`` ->
   tool_call, or spawn when the tool is Task/Agent (the sub-agent's lines are its events);
 - user ``tool_result`` -> tool_result joined to its call by tool_use_id (a ``return`` edge),
-  or a return event by the sub-agent for a Task/Agent call; ``is_error`` adds a safety_event;
+  or a return event by the sub-agent for a Task/Agent call; ``is_error`` (a failed tool or a
+  failed or interrupted sub-agent) adds a safety_event by the caller;
 - user text: the sub-agent's prompt is a message from its parent, text injected by the
   harness (meta lines, ``<task-notification>``..., a sub-agent's other user text) a message
-  from ``harness`` (a safety_event when it reports a hook blocking a tool), the compaction
-  summary a message from the compaction agent, the rest human_intervention by ``human``;
-- system ``compact_boundary`` -> aggregate by the compaction side agent, ``stop_hook_summary``
-  -> safety_event by ``harness``.
+  from ``harness`` (a safety_event addressed to the agent of the blocked call when it reports
+  a hook blocking a tool), the compaction summary a message from its compaction's side agent,
+  the rest human_intervention by ``human``;
+- system ``compact_boundary`` -> aggregate by that compaction's side agent (the
+  ``acompact-*`` agent whose request hangs on the boundary's logical parent);
+  ``stop_hook_summary`` -> safety_event by ``harness`` when the hooks prevented continuation
+  or failed, else counted in ``ignored`` (the hooks passed).
 
 Each event's ``content_ref`` is ``file:line`` (``#k`` for block k), a pointer to the text it
 came from. Edges come from ``parentUuid`` (causal, through lines that made no event), plus spawn,
@@ -20,7 +24,9 @@ return, aggregate and safety_flow edges. Token usage is counted once per message
 largest value of each usage field: lines of one message repeat a streaming snapshot) on the
 message's first event. Lines that repeat or only narrate others (progress, snapshots, queue
 operations, turn durations) are counted in the report's ``ignored``; anything else unread
-lands in ``unknown``.
+lands in ``unknown``. A spawned sub-agent whose own lines are missing (no ``subagents/`` file,
+or dicts given without them) is a report warning, and its agent_progress lines, then the only
+copy of its events, are counted apart: events are not rebuilt from them.
 
 Two layouts are read: 2.1.x, where each sub-agent has ``<session>/subagents/agent-<id>.jsonl``
 and its lines carry ``agentId``; and 2.0.x, where sub-agent lines sit in the main file marked
@@ -29,16 +35,17 @@ and its lines carry ``agentId``; and 2.0.x, where sub-agent lines sit in the mai
 
 from __future__ import annotations
 
+import math
 import os
 import pathlib
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from masreplay.batch import TraceBatch
 from masreplay.convert._builder import TraceBuilder
-from masreplay.convert._lines import records
+from masreplay.convert._lines import IN_MEMORY, local_path, records
 from masreplay.convert._report import ConversionReport
 from masreplay.errors import ConversionError
 from masreplay.io import load_traces
@@ -57,6 +64,8 @@ HOOK_BLOCK = "hook blocking error"
 IGNORED_LINE_TYPES = frozenset({"file-history-snapshot", "queue-operation", "summary"})
 IGNORED_PROGRESS = frozenset({"agent_progress", "hook_progress", "bash_progress", "waiting_for_task", "mcp_progress"})
 IGNORED_SYSTEM = frozenset({"turn_duration"})
+# agent_progress lines of a sub-agent whose own transcript is missing: the only copy of its events.
+MISSING_SUBAGENT_PROGRESS = "progress agent_progress (not repeated: sub-agent transcript missing)"
 
 
 @dataclass
@@ -93,14 +102,17 @@ class _Line:
         return content
 
 
-def _transcript(source: Any) -> list[tuple[str, list[tuple[int, dict[str, Any]]]]]:
-    """The main transcript and, for a path, the sub-agent files of the 2.1.x layout."""
-    files = [records(source)]
-    if isinstance(source, (str, os.PathLike)):
-        main = pathlib.Path(source)
-        folder = main.with_suffix("") / "subagents"
-        files += [records(path) for path in sorted(folder.glob("*.jsonl"))]
-    return files
+Files = list[tuple[str, list[tuple[int, dict[str, Any]]]]]
+
+
+def _transcript(source: Any) -> tuple[Files, pathlib.Path | None]:
+    """The main transcript and, for a path, the sub-agent files of the 2.1.x layout (with
+    the folder they were looked for in)."""
+    if not isinstance(source, (str, os.PathLike)):
+        return [records(source)], None
+    main = pathlib.Path(local_path(source))
+    folder = main.with_suffix("") / "subagents"
+    return [records(main), *(records(path) for path in sorted(folder.glob("*.jsonl")))], folder
 
 
 def _seconds(line: _Line) -> float:
@@ -116,7 +128,7 @@ def _seconds(line: _Line) -> float:
 class _Session:
     """One conversion: the lines of every file, indexed the ways the edges need."""
 
-    def __init__(self, files: list[tuple[str, list[tuple[int, dict[str, Any]]]]], report: ConversionReport) -> None:
+    def __init__(self, files: Files, folder: pathlib.Path | None, report: ConversionReport) -> None:
         self.report = report
         self.lines = [_Line(name, number, record) for name, numbered in files for number, record in numbered]
         for line in self.lines:
@@ -129,7 +141,9 @@ class _Session:
         self.calls = self._tool_calls()
         self.spawned = self._match_spawns()
         self.parent_agent = {agent: self.calls[call][0].agent for call, agent in self.spawned.items()}
-        self.compaction_agent = next((line.agent for line in self.lines if line.agent.startswith("acompact")), "compaction")
+        self.missing_subagents = self._report_missing_transcripts(folder)
+        self.boundaries = sorted((line for line in self.lines if line.record.get("subtype") == "compact_boundary"), key=_seconds)
+        self.compaction_agents = self._match_compactions()
         self.usage = self._usage_per_message()
 
     def _assign_agents(self) -> None:
@@ -191,6 +205,60 @@ class _Session:
                     break
         return spawned
 
+    def progress_agent(self, line: _Line) -> str | None:
+        """The sub-agent an agent_progress line repeats an entry of."""
+        data = line.record.get("data") or {}
+        agent = data.get("agentId")
+        return agent if isinstance(agent, str) else self.spawned.get(line.record.get("parentToolUseID"))
+
+    def _report_missing_transcripts(self, folder: pathlib.Path | None) -> set[str]:
+        """Sub-agents that were spawned but whose own lines are not in the input: their
+        events then survive only in the parent's agent_progress lines, which this converter
+        does not rebuild events from, so the loss is reported, never silent."""
+        present = {line.agent for line in self.lines}
+        missing = {agent for agent in self.spawned.values() if agent not in present}
+        progress = Counter(self.progress_agent(line) for line in self.lines if _progress_kind(line) == "agent_progress")
+        main = self.lines[0].source if self.lines else IN_MEMORY
+        for call, agent in self.spawned.items():
+            if agent in missing:
+                where = folder / f"agent-{agent}.jsonl" if folder else f"agent-{agent}.jsonl (pass the session's path so its subagents/ folder is read)"
+                self.report.warnings.append(
+                    f"{main}: sub-agent {agent!r} spawned by tool call {call!r} has no transcript ({where} missing); "
+                    f"its events were not converted ({progress[agent]} agent_progress lines carry them)"
+                )
+        for call, (line, block) in self.calls.items():
+            if block.get("name") in SPAWN_TOOLS and call not in self.spawned:
+                self.report.warnings.append(f"{line.source}:{line.number}: no sub-agent transcript found for {block.get('name')} call {call!r}; converted as a plain tool call")
+        return missing
+
+    def _match_compactions(self) -> dict[str, str]:
+        """compact_boundary uuid -> the side agent that compacted: the acompact agent whose
+        compaction request hangs on the boundary's logical parent, else the earliest side agent
+        left over; ``compaction-<k>`` when its transcript is not in the input."""
+        requests = {line.record.get("parentUuid"): line.agent for line in self.lines if line.agent.startswith("acompact")}
+        matched = {b.uuid: requests[b.record["logicalParentUuid"]] for b in self.boundaries if b.record.get("logicalParentUuid") in requests}
+        started: dict[str, float] = {}
+        for line in self.lines:
+            if line.agent.startswith("acompact") and line.agent not in matched.values() and "timestamp" in line.record:
+                started[line.agent] = min(started.get(line.agent, math.inf), _seconds(line))
+        left_over = sorted(started, key=started.__getitem__)
+        for number, boundary in enumerate(self.boundaries, start=1):
+            if boundary.uuid not in matched:
+                matched[boundary.uuid] = left_over.pop(0) if left_over else f"compaction-{number}"
+        return matched
+
+    def compaction_of_summary(self, line: _Line) -> str:
+        """The side agent of the compaction a summary follows: that of the boundary among its
+        ancestors, else of the latest boundary before it."""
+        seen, parent = set(), self.by_uuid.get(line.record.get("parentUuid"))
+        while parent is not None and parent.uuid not in seen:
+            if parent.uuid in self.compaction_agents:
+                return self.compaction_agents[parent.uuid]
+            seen.add(parent.uuid)
+            parent = self.by_uuid.get(parent.record.get("parentUuid"))
+        earlier = [boundary for boundary in self.boundaries if _seconds(boundary) <= _seconds(line)]
+        return self.compaction_agents[earlier[-1].uuid] if earlier else "compaction"
+
     def _usage_per_message(self) -> dict[str, dict[str, int]]:
         usage: dict[str, dict[str, int]] = defaultdict(dict)
         for line in self.lines:
@@ -206,6 +274,11 @@ class _Session:
 
     def t(self, line: _Line) -> float:
         return _seconds(line) - self.start
+
+
+def _progress_kind(line: _Line) -> str | None:
+    data = line.record.get("data")
+    return data.get("type") if line.record["type"] == "progress" and isinstance(data, dict) else None
 
 
 def _text(content: list[dict[str, Any]]) -> str:
@@ -289,40 +362,47 @@ class _Converter:
     def _tool_result(self, line: _Line, index: int, blocks: int, block: dict[str, Any]) -> None:
         call_id = block.get("tool_use_id")
         call = self.session.calls.get(call_id)
-        t = self.session.t(line)
-        if call_id in self.session.spawned:
-            sub = self.session.spawned[call_id]
-            result = line.record.get("toolUseResult") if isinstance(line.record.get("toolUseResult"), dict) else {}
-            duration = result.get("totalDurationMs")
-            self._new(
-                line, index, blocks, "return", sub, from_=sub, to=call[0].agent, tool_use_id=call_id,
-                duration_s=duration / 1000 if isinstance(duration, (int, float)) else None,
-                status=result.get("status"), reported_total_tokens=result.get("totalTokens"),
-                reported_tool_uses=result.get("totalToolUseCount"),
-            )
-            return
         if call is None:
             self.report.warnings.append(f"{line.source}:{line.number}: tool_result for {call_id!r} has no tool_use")
             tool, duration = "unknown_tool", None
         else:
-            tool, duration = call[1].get("name") or "unknown_tool", t - self.session.t(call[0])
-        self._new(line, index, blocks, "tool_result", tool, tool=tool, tool_use_id=call_id, is_error=block.get("is_error"), duration_s=max(0.0, duration) if duration is not None else None)
+            tool, duration = call[1].get("name") or "unknown_tool", max(0.0, self.session.t(line) - self.session.t(call[0]))
+        if call_id in self.session.spawned:
+            self._subagent_return(line, index, blocks, block, call[0].agent)
+        else:
+            self._new(line, index, blocks, "tool_result", tool, tool=tool, tool_use_id=call_id, is_error=block.get("is_error"), duration_s=duration)
         if block.get("is_error"):
+            # A failed or interrupted sub-agent is flagged like any failed tool.
             caller = call[0].agent if call else line.agent
             self._new(line, index, blocks, "safety_event", caller, suffix="!error", tool=tool, reason="tool_error")
+
+    def _subagent_return(self, line: _Line, index: int, blocks: int, block: dict[str, Any], caller: str) -> None:
+        call_id = block["tool_use_id"]
+        sub = self.session.spawned[call_id]
+        result = line.record.get("toolUseResult") if isinstance(line.record.get("toolUseResult"), dict) else {}
+        duration = result.get("totalDurationMs")
+        self._new(
+            line, index, blocks, "return", sub, from_=sub, to=caller, tool_use_id=call_id, is_error=block.get("is_error"),
+            duration_s=duration / 1000 if isinstance(duration, (int, float)) else None,
+            status=result.get("status"), reported_total_tokens=result.get("totalTokens"),
+            reported_tool_uses=result.get("totalToolUseCount"),
+        )
 
     def _user_text(self, line: _Line, index: int, blocks: int, block: dict[str, Any]) -> None:
         record = line.record
         text = block.get("text", "")
         parent = self.session.parent_agent.get(line.agent)
         if record.get("isCompactSummary"):
-            agent = self.session.compaction_agent
+            agent = self.session.compaction_of_summary(line)
             self._new(line, index, blocks, "message", agent, from_=agent, to=line.agent, role="compaction_summary")
         elif parent is not None and self.roots.get(line.agent) is None:
             self.roots[line.agent] = line
             self._new(line, index, blocks, "message", parent, from_=parent, to=line.agent, role="prompt")
         elif HOOK_BLOCK in text:
-            self._new(line, index, blocks, "safety_event", HARNESS, to=line.agent, role="hook_block")
+            # Addressed to the agent whose tool call was blocked: the note may be written into
+            # another agent's file (a compaction agent's, in the sample).
+            blocked = self.session.by_uuid.get(record.get("parentUuid"))
+            self._new(line, index, blocks, "safety_event", HARNESS, to=blocked.agent if blocked else line.agent, role="hook_block")
         elif record.get("isMeta") or text.startswith(HARNESS_PREFIXES) or line.agent != MAIN_AGENT:
             # Only the session's own conversation has a person in it; a sub-agent's other
             # user text (the compaction request, reminders) comes from the harness.
@@ -335,7 +415,11 @@ class _Converter:
         subtype = record.get("subtype")
         if subtype == "compact_boundary":
             metadata = record.get("compactMetadata") or {}
-            self._new(line, 0, 1, "aggregate", self.session.compaction_agent, role="compaction", trigger=metadata.get("trigger"), pre_tokens=metadata.get("preTokens"))
+            agent = self.session.compaction_agents[line.uuid]
+            self._new(line, 0, 1, "aggregate", agent, role="compaction", trigger=metadata.get("trigger"), pre_tokens=metadata.get("preTokens"))
+        elif subtype == "stop_hook_summary" and not (record.get("preventedContinuation") or record.get("hookErrors")):
+            # The stop hooks ran and let the turn end as it would have: nothing was blocked.
+            self.report.ignored["system subtype stop_hook_summary (hooks passed)"] += 1
         elif subtype == "stop_hook_summary":
             self._new(
                 line, 0, 1, "safety_event", HARNESS, role="stop_hook", prevented_continuation=record.get("preventedContinuation"),
@@ -346,8 +430,10 @@ class _Converter:
             bucket[f"system subtype {subtype}"] += 1
 
     def _progress(self, line: _Line) -> None:
-        data = line.record.get("data")
-        kind = data.get("type") if isinstance(data, dict) else None
+        kind = _progress_kind(line)
+        if kind == "agent_progress" and self.session.progress_agent(line) in self.session.missing_subagents:
+            self.report.ignored[MISSING_SUBAGENT_PROGRESS] += 1
+            return
         bucket = self.report.ignored if kind in IGNORED_PROGRESS else self.report.unknown
         bucket[f"progress {kind}"] += 1
 
@@ -388,7 +474,7 @@ class _Converter:
                         builder.edge(last_event.get(session.spawned[call_id]), first, "return")
                     builder.edge(self.call_events.get(call_id), first, "return")
             if line.record.get("subtype") == "compact_boundary":
-                builder.edge(last_event.get(session.compaction_agent), first, "aggregate")
+                builder.edge(last_event.get(session.compaction_agents[line.uuid]), first, "aggregate")
             if self.roots.get(line.agent) is line:
                 builder.edge(self.spawn_events.get(line.agent), first, "spawn")
             builder.edge(self._event_parent(line), first, "causal")
@@ -402,9 +488,9 @@ def claude_code(source: Any, *, trace_id: str | None = None, task_id: str | None
     to the session id, ``task_id`` to the trace id. A line that is not a JSON object, or lacks
     what its type needs, raises ConversionError naming file and line.
     """
-    files = _transcript(source)
+    files, folder = _transcript(source)
     report = ConversionReport("claude_code", sources=[name for name, _ in files])
-    session = _Session(files, report)
+    session = _Session(files, folder, report)
     report.records = len(session.lines)
     session_id = next((line.record["sessionId"] for line in session.lines if isinstance(line.record.get("sessionId"), str)), None)
     trace_id = trace_id or session_id

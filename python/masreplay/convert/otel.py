@@ -6,7 +6,12 @@ map by ``gen_ai.operation.name``: ``create_agent`` -> spawn of ``gen_ai.agent.na
 with the spans inside as that agent's events; ``execute_tool`` and ``retrieval`` ->
 tool_call + tool_result;
 ``chat`` / ``text_completion`` / ``generate_content`` -> message; ``apply_guardrail`` ->
-safety_event. ``gen_ai.usage.input_tokens`` + ``output_tokens`` are the event's tokens.
+safety_event. ``gen_ai.usage.input_tokens`` + ``output_tokens`` are the tokens of the span's
+first event, on every span that carries them, whatever its operation: an SDK that reports an
+agent run's total on its invoke_agent span as well as on the chats inside counts twice (the
+converter cannot tell a sum from usage of the agent's own). A span's ``exception`` events
+become that event's ``exceptions`` (type and message); its other events and its links are
+counted in the report's ``ignored`` (``span event <name>``, ``span link``).
 ``parent_span_id`` gives causal edges (parent -> child, child -> its parent's return) and
 siblings that ran one after the other are linked by temporal edges. Agent Lightning
 ``agentlightning.reward`` spans are reward channels: the last one is the trace's rewards and
@@ -20,7 +25,7 @@ import base64
 import json
 from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -39,6 +44,27 @@ TOOL_OPERATIONS = frozenset({"execute_tool", "retrieval"})
 # Agent Lightning bookkeeping spans: understood, nothing to learn from.
 IGNORED_SPANS = frozenset({"agentlightning.message", "agentlightning.object", "agentlightning.virtual", "agentlightning.operation"})
 _ERROR_STATUS = (2, "STATUS_CODE_ERROR", "ERROR")
+USAGE_KEYS = ("gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens")
+EXCEPTION_EVENT = "exception"
+
+
+@dataclass(frozen=True)
+class _Where:
+    """Where a span was read: the file, its line for JSON Lines input, and a JSON pointer
+    inside that line's object (or inside the whole document)."""
+
+    source: str
+    line: int | None
+    pointer: str = ""
+
+    def at(self, pointer: str) -> _Where:
+        return replace(self, pointer=self.pointer + pointer)
+
+    def fail(self, reason: str) -> ConversionError:
+        return ConversionError(self.source, self.line, f"{self.pointer}: {reason}" if self.pointer else reason)
+
+    def __str__(self) -> str:
+        return (self.source if self.line is None else f"{self.source}:{self.line}") + self.pointer
 
 
 @dataclass
@@ -51,7 +77,10 @@ class _Span:
     end: float
     attributes: dict[str, Any]
     error: bool
-    where: str
+    where: _Where
+    # Span events as (name, attributes), and how many links the span has.
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    links: int = 0
 
     @property
     def operation(self) -> str | None:
@@ -61,6 +90,21 @@ class _Span:
     def agent_name(self) -> str | None:
         name = self.attributes.get("gen_ai.agent.name") or self.attributes.get("gen_ai.agent.id")
         return str(name) if name is not None else None
+
+    @property
+    def tokens(self) -> int | None:
+        """Input + output tokens, on whatever span reports them; None when it reports none."""
+        counts = [int(self.attributes[key]) for key in USAGE_KEYS if self.attributes.get(key) is not None]
+        return sum(counts) if counts else None
+
+    @property
+    def exceptions(self) -> list[dict[str, Any]] | None:
+        """The span's recorded exceptions (OpenTelemetry's ``exception`` events), type and message."""
+        found = [
+            {key: attributes[f"exception.{key}"] for key in ("type", "message") if f"exception.{key}" in attributes}
+            for name, attributes in self.events if name == EXCEPTION_EVENT
+        ]
+        return found or None
 
 
 def _any_value(value: dict[str, Any]) -> Any:
@@ -90,7 +134,7 @@ def _hex_id(value: Any) -> str | None:
     return raw.hex() if len(raw) in (8, 16) else str(value)
 
 
-def _seconds(value: Any, where: str, source: str) -> float:
+def _seconds(value: Any, where: _Where) -> float:
     """Epoch seconds from unix nanoseconds (OTLP), float seconds (Agent Lightning) or ISO-8601 (SDK JSON)."""
     if isinstance(value, str):
         if value.isdigit():
@@ -98,54 +142,65 @@ def _seconds(value: Any, where: str, source: str) -> float:
         try:
             return datetime.fromisoformat(value).timestamp()
         except ValueError:
-            raise ConversionError(source, None, f"{where}: time {value!r} is neither nanoseconds nor ISO-8601") from None
+            raise where.fail(f"time {value!r} is neither nanoseconds nor ISO-8601") from None
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return value / 1e9 if value > 1e14 else float(value)
-    raise ConversionError(source, None, f"{where}: missing or unreadable span time")
+    raise where.fail("missing or unreadable span time")
 
 
-def _otlp_spans(document: dict[str, Any], where: str, source: str) -> list[_Span]:
+def _otlp_attributes(values: list[dict[str, Any]] | None) -> dict[str, Any]:
+    return {kv["key"]: _any_value(kv.get("value", {})) for kv in values or []}
+
+
+def _otlp_spans(document: dict[str, Any], where: _Where) -> list[_Span]:
     spans = []
     for r, resource_spans in enumerate(document.get("resourceSpans") or []):
         for s, scope_spans in enumerate(resource_spans.get("scopeSpans") or []):
             for i, span in enumerate(scope_spans.get("spans") or []):
-                here = f"{where}/resourceSpans/{r}/scopeSpans/{s}/spans/{i}"
+                here = where.at(f"/resourceSpans/{r}/scopeSpans/{s}/spans/{i}")
                 trace, span_id = _hex_id(span.get("traceId")), _hex_id(span.get("spanId"))
                 if not trace or not span_id:
-                    raise ConversionError(source, None, f"{here}: span without traceId or spanId")
-                attributes = {kv["key"]: _any_value(kv.get("value", {})) for kv in span.get("attributes", [])}
+                    raise here.fail("span without traceId or spanId")
                 spans.append(_Span(
                     trace, span_id, _hex_id(span.get("parentSpanId")), span.get("name", ""),
-                    _seconds(span.get("startTimeUnixNano"), here, source), _seconds(span.get("endTimeUnixNano"), here, source),
-                    attributes, (span.get("status") or {}).get("code") in _ERROR_STATUS, here,
+                    _seconds(span.get("startTimeUnixNano"), here), _seconds(span.get("endTimeUnixNano"), here),
+                    _otlp_attributes(span.get("attributes")), (span.get("status") or {}).get("code") in _ERROR_STATUS, here,
+                    [(event.get("name", ""), _otlp_attributes(event.get("attributes"))) for event in span.get("events") or []],
+                    len(span.get("links") or []),
                 ))
     return spans
 
 
-def _flat_span(record: dict[str, Any], where: str, source: str) -> _Span:
+def _flat_span(record: dict[str, Any], where: _Where) -> _Span:
     """A span as the SDK's ``ReadableSpan.to_json`` or Agent Lightning's ``Span`` writes it."""
     context = record.get("context") or {}
     parent = record.get("parent_id") or (record.get("parent") or {}).get("span_id")
     trace = record.get("rollout_id") or _hex_id(record.get("trace_id") or context.get("trace_id"))
     span_id = _hex_id(record.get("span_id") or context.get("span_id"))
     if not trace or not span_id:
-        raise ConversionError(source, None, f"{where}: span without a trace id or span id")
+        raise where.fail("span without a trace id or span id")
     status = record.get("status") or {}
     return _Span(
         str(trace), span_id, _hex_id(parent), record.get("name", ""),
-        _seconds(record.get("start_time"), where, source), _seconds(record.get("end_time"), where, source),
+        _seconds(record.get("start_time"), where), _seconds(record.get("end_time"), where),
         dict(record.get("attributes") or {}), status.get("status_code") in _ERROR_STATUS, where,
+        [(event.get("name", ""), dict(event.get("attributes") or {})) for event in record.get("events") or []],
+        len(record.get("links") or []),
     )
 
 
-def _spans(document: Any, source: str) -> list[_Span]:
+def _spans(document: Any, source: str, lines: list[int] | None) -> list[_Span]:
+    """The spans of a document; ``lines`` numbers its items when it was read as JSON Lines."""
     items = document if isinstance(document, list) else [document]
     spans: list[_Span] = []
     for index, item in enumerate(items):
-        where = f"/{index}" if isinstance(document, list) else ""
+        if lines is not None:
+            where = _Where(source, lines[index])
+        else:
+            where = _Where(source, None, f"/{index}" if isinstance(document, list) else "")
         if not isinstance(item, dict):
-            raise ConversionError(source, None, f"{where or '/'}: expected an object, got {type(item).__name__}")
-        spans += _otlp_spans(item, where, source) if "resourceSpans" in item else [_flat_span(item, where, source)]
+            raise where.fail(f"expected an object, got {type(item).__name__}")
+        spans += _otlp_spans(item, where) if "resourceSpans" in item else [_flat_span(item, where)]
     return spans
 
 
@@ -175,10 +230,10 @@ def _rewards(span: _Span) -> dict[str, float]:
 
 
 class _Trace:
-    def __init__(self, trace_id: str, spans: list[_Span], report: ConversionReport, source: str) -> None:
+    def __init__(self, trace_id: str, spans: list[_Span], report: ConversionReport) -> None:
         self.spans = sorted(spans, key=lambda span: (span.start, span.end))
         self.by_id = {span.id: span for span in self.spans}
-        self.report, self.source = report, source
+        self.report = report
         self.start = min(span.start for span in self.spans)
         self.builder = TraceBuilder(trace_id, trace_id, system="opentelemetry", topology="hierarchical")
         self.first: dict[str, str] = {}  # span id -> its first event
@@ -205,6 +260,11 @@ class _Trace:
         return next((p.agent_name for p in self.ancestors(span) if p.operation == "invoke_agent" and p.agent_name), USER)
 
     def event(self, span: _Span, suffix: str, t: float, type: str, agent: str, **fields: Any) -> str:
+        if span.id not in self.first:
+            # The span's first event carries what the whole span reports: its token usage
+            # (on any operation: an invoke_agent span may report usage its chats do not)
+            # and the exceptions it recorded.
+            fields.update(tokens=span.tokens, exceptions=span.exceptions)
         event_id = self.builder.event(f"{span.id}{suffix}", t - self.start, type, agent, span_name=span.name, **fields)
         self.first.setdefault(span.id, event_id)
         self.last[span.id] = event_id
@@ -229,9 +289,8 @@ class _Trace:
             if span.error:
                 self.builder.edge(result, self.event(span, ":error", span.end, "safety_event", caller, tool=tool, reason="tool_error"), "safety_flow")
         elif operation in MESSAGE_OPERATIONS:
-            tokens = sum(int(attributes.get(key) or 0) for key in ("gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens"))
             model = attributes.get("gen_ai.response.model") or attributes.get("gen_ai.request.model")
-            self.event(span, "", span.start, "message", caller, from_=caller, tokens=tokens, model=model, duration_s=duration, **extra)
+            self.event(span, "", span.start, "message", caller, from_=caller, model=model, duration_s=duration, **extra)
         elif operation == "apply_guardrail":
             self.event(span, "", span.start, "safety_event", caller, role="guardrail", duration_s=duration, **extra)
         elif span.name == REWARD_SPAN:
@@ -241,6 +300,15 @@ class _Trace:
         else:
             key = f"gen_ai.operation.name {operation}" if operation else "span without gen_ai.operation.name"
             self.report.unknown[key] += 1
+
+    def count_set_aside(self, span: _Span) -> None:
+        """Span events and links have no place in a trace: counted, so none vanish silently
+        (a mapped span's exception events are on its first event instead)."""
+        for name, _ in span.events:
+            if name != EXCEPTION_EVENT or span.id not in self.first:
+                self.report.ignored[f"span event {name}"] += 1
+        if span.links:
+            self.report.ignored["span link"] += span.links
 
     def link(self) -> None:
         builder = self.builder
@@ -272,7 +340,7 @@ class _Trace:
         for span in self.reward_spans:
             rewards = _rewards(span)
             if not rewards:
-                self.report.warnings.append(f"{self.source}{span.where}: reward span {span.id!r} carries no reward value")
+                self.report.warnings.append(f"{span.where}: reward span {span.id!r} carries no reward value")
             before = [event for end, event in finished if end <= span.start]
             if before and rewards:
                 events[before[-1]].setdefault("reward", {}).update(rewards)
@@ -281,6 +349,7 @@ class _Trace:
     def build(self) -> dict[str, Any] | None:
         for span in self.spans:
             self.convert_span(span)
+            self.count_set_aside(span)
         if not self.builder.events:
             return None
         self.link()
@@ -292,15 +361,15 @@ def otel(source: Any) -> TraceBatch:
     """Converts OpenTelemetry spans: a path to an OTLP JSON export (one document, or JSON
     Lines of them as the Collector's file exporter writes), a file of span JSON objects (the
     SDK's ``to_json``, Agent Lightning span dumps), or the parsed objects themselves."""
-    name, document = json_document(source)
-    spans = _spans(document, name)
+    name, document, lines = json_document(source)
+    spans = _spans(document, name, lines)
     report = ConversionReport("otel", sources=[name], records=len(spans))
     grouped: dict[str, list[_Span]] = defaultdict(list)
     for span in spans:
         grouped[span.trace].append(span)
     traces = []
     for trace_id, members in grouped.items():
-        trace = _Trace(trace_id, members, report, name).build()
+        trace = _Trace(trace_id, members, report).build()
         if trace is None:
             report.warnings.append(f"{name}: trace {trace_id!r} has no GenAI spans; no trace made")
         else:

@@ -13,7 +13,7 @@ import pathlib
 from typing import Any
 
 from masreplay.batch import TraceBatch
-from masreplay.convert._lines import IN_MEMORY
+from masreplay.convert._lines import IN_MEMORY, local_path
 from masreplay.convert._report import ConversionReport
 from masreplay.io import load_traces
 
@@ -23,15 +23,16 @@ OUTPUT_SUFFIXES = (".json", ".jsonl", ".parquet")
 def _source_name(source: Any) -> str:
     """The file a source names; IN_MEMORY for JSON text and objects."""
     if isinstance(source, os.PathLike) or (isinstance(source, str) and source.lstrip()[:1] not in ("{", "[")):
-        return os.fspath(source)
+        return local_path(source)
     return IN_MEMORY
 
 
 def seed(source: Any) -> TraceBatch:
     """Reads seed-schema traces (a path, JSON text, a dict or a list of dicts), rejecting
     anything the seed schema does not allow (TraceValidationError)."""
-    batch = load_traces(source, strict_seed=True)
-    report = ConversionReport("seed", sources=[_source_name(source)], records=len(batch), traces=len(batch), events=batch.num_events)
+    name = _source_name(source)
+    batch = load_traces(name if name != IN_MEMORY else source, strict_seed=True)
+    report = ConversionReport("seed", sources=[name], records=len(batch), traces=len(batch), events=batch.num_events)
     batch.conversion_report = report
     return batch
 
@@ -43,7 +44,7 @@ def to_seed(batch: TraceBatch) -> list[dict[str, Any]]:
 
 def write(batch: TraceBatch, path: str | os.PathLike[str]) -> None:
     """Writes ``batch`` in the format ``path``'s suffix names (see the module docstring)."""
-    target = pathlib.Path(path)
+    target = pathlib.Path(local_path(path))
     if target.suffix not in OUTPUT_SUFFIXES:
         raise ValueError(f"cannot tell the output format from {os.fspath(path)!r}: use one of {', '.join(OUTPUT_SUFFIXES)}")
     if target.suffix == ".parquet":
