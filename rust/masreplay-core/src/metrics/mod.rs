@@ -7,18 +7,20 @@ mod compute;
 #[cfg(test)]
 mod tests;
 
+use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
-use arrow_array::{ArrayRef, Float64Array, Int32Array, RecordBatch};
+use arrow_array::{Array, ArrayRef, Float64Array, Int32Array, RecordBatch};
 use arrow_buffer::ArrowNativeType;
 use arrow_schema::{Field, Schema};
 use rayon::prelude::*;
 
 use crate::error::Result;
 use crate::store::TraceBatch;
-use crate::store::schema::{EdgeColumns, EventColumns, TraceColumns};
+use crate::store::schema::{EventColumns, TraceColumns};
+use crate::trace::EventType;
 
 /// The orchestration figures of one trace.
 ///
@@ -81,10 +83,16 @@ pub struct TraceMetrics {
 }
 
 /// Where each column lives, downcast once per batch, with agent names made comparable
-/// across the `agent` and `to` dictionaries.
+/// across the `agent` and `to` dictionaries. Rows are indices into the event columns.
 struct Columns<'a> {
     events: EventColumns<'a>,
-    edges: EdgeColumns<'a>,
+    /// The values of the hot columns, read per event without going through the arrays.
+    t: &'a [f64],
+    type_codes: &'a [i8],
+    agent_keys: &'a [i32],
+    to_keys: &'a [i32],
+    src: &'a [i32],
+    dst: &'a [i32],
     event_offsets: &'a [i32],
     edge_offsets: &'a [i32],
     /// `agent` dictionary key -> agent number.
@@ -97,6 +105,7 @@ struct Columns<'a> {
 impl<'a> Columns<'a> {
     fn new(traces: &TraceColumns<'a>) -> Self {
         let events = traces.event_columns();
+        let edges = traces.edge_columns();
         let mut numbers: HashMap<&str, u32> = HashMap::new();
         let mut number = |name: &'a str| {
             let next = numbers.len() as u32;
@@ -105,7 +114,12 @@ impl<'a> Columns<'a> {
         let agent_of_key = events.agent.values().as_string::<i32>().iter().map(|n| number(n.unwrap_or(""))).collect();
         let agent_of_to = events.to.values().as_string::<i32>().iter().map(|n| number(n.unwrap_or(""))).collect();
         Columns {
-            edges: traces.edge_columns(),
+            t: events.t.values(),
+            type_codes: events.event_type.keys().values(),
+            agent_keys: events.agent.keys().values(),
+            to_keys: events.to.keys().values(),
+            src: edges.src.values(),
+            dst: edges.dst.values(),
             event_offsets: traces.events.value_offsets(),
             edge_offsets: traces.edges.value_offsets(),
             agent_of_key,
@@ -115,14 +129,30 @@ impl<'a> Columns<'a> {
         }
     }
 
-    fn agent(&self, event: usize) -> u32 {
-        self.agent_of_key[self.events.agent.keys().value(event).as_usize()]
+    fn event_type(&self, row: usize) -> EventType {
+        EventType::from_code(self.type_codes[row] as usize).expect("canonical event type codes")
+    }
+
+    fn agent(&self, row: usize) -> u32 {
+        self.agent_of_key[self.agent_keys[row].as_usize()]
     }
 
     /// The agent a spawn, despawn, message or return addresses.
-    fn to(&self, event: usize) -> Option<u32> {
-        let to = self.events.to;
-        (!arrow_array::Array::is_null(to, event)).then(|| self.agent_of_to[to.keys().value(event).as_usize()])
+    fn to(&self, row: usize) -> Option<u32> {
+        self.events.to.is_valid(row).then(|| self.agent_of_to[self.to_keys[row].as_usize()])
+    }
+
+    fn tokens(&self, row: usize) -> i64 {
+        if self.events.tokens.is_valid(row) { self.events.tokens.value(row) } else { 0 }
+    }
+
+    fn duration_s(&self, row: usize) -> Option<f64> {
+        self.events.duration_s.is_valid(row).then(|| self.events.duration_s.value(row))
+    }
+
+    /// Events are ordered by (t, id), never by row, so the metrics ignore the input order.
+    fn time_order(&self, a: usize, b: usize) -> Ordering {
+        self.t[a].total_cmp(&self.t[b]).then_with(|| self.events.id.value(a).cmp(self.events.id.value(b)))
     }
 }
 

@@ -227,6 +227,34 @@ fn safety_event_and_untrusted_result_amplify_downstream() {
     assert_eq!(measure(trusted).error_amplification, Some(1.0));
 }
 
+/// `trace` with its events stored in reverse and its edges in an order that is not
+/// topological: the metrics must take the slow paths and find the same values.
+fn stored_backwards(mut trace: Trace) -> Trace {
+    let last = trace.events.len() as u32 - 1;
+    trace.events.reverse();
+    for edge in &mut trace.edges {
+        (edge.src, edge.dst) = (last - edge.src, last - edge.dst);
+    }
+    trace.edges.reverse();
+    trace
+}
+
+#[test]
+fn stored_order_of_events_and_edges_does_not_matter() {
+    let nested = {
+        let mut build = fan_out(&[2, 4]);
+        let worker = build.to(1.5, EventType::Spawn, "w1", "w1.sub");
+        let sub = build.event(2.5, EventType::Return, "w1.sub");
+        build.edge(worker, sub);
+        build.edge(sub, 6);
+        build.events[sub as usize].content_ref = Some("m3".into());
+        build.trace()
+    };
+    for trace in [fan_out(&[3, 1, 5]).trace(), nested] {
+        assert_eq!(measure(stored_backwards(trace.clone())), measure(trace));
+    }
+}
+
 #[test]
 fn same_table_at_any_thread_count() {
     let traces =

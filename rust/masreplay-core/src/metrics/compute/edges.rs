@@ -1,0 +1,111 @@
+//! The pass over a trace's edges (longest paths, reach of error sources) and, for the traces
+//! that need them, the successor lists and a topological order.
+
+use super::{Columns, DOWNSTREAM, Node, SOURCE, Scratch, TraceMetrics, prefix_sums, refill};
+
+impl Scratch {
+    pub(super) fn successors(&self, event: u32) -> &[u32] {
+        &self.out_targets[self.out_offsets[event as usize] as usize..self.out_offsets[event as usize + 1] as usize]
+    }
+
+    /// The trace's successor lists, built on first use.
+    pub(super) fn adjacency(&mut self, columns: &Columns<'_>, trace: usize) {
+        if self.has_adjacency {
+            return;
+        }
+        self.has_adjacency = true;
+        let n = columns.event_offsets[trace + 1] as usize - columns.event_offsets[trace] as usize;
+        let (first, last) = (columns.edge_offsets[trace] as usize, columns.edge_offsets[trace + 1] as usize);
+        let (src, dst) = (&columns.src[first..last], &columns.dst[first..last]);
+        refill(&mut self.out_offsets, n + 1, 0);
+        for &source in src {
+            self.out_offsets[source as usize + 1] += 1;
+        }
+        prefix_sums(&mut self.out_offsets);
+        refill(&mut self.out_targets, src.len(), 0);
+        // `order` serves as the fill cursor; it is free until a topological order is needed.
+        self.order.clear();
+        self.order.extend_from_slice(&self.out_offsets[..n]);
+        for (&source, &target) in src.iter().zip(dst) {
+            let slot = &mut self.order[source as usize];
+            self.out_targets[*slot as usize] = target as u32;
+            *slot += 1;
+        }
+    }
+
+    /// The one pass over the edges, in an order where every edge into an event comes before
+    /// the edges out of it. That is the stored order when edges are sorted by source and
+    /// point forward, as built traces are; the first edge that breaks it restarts the pass
+    /// out of each event in Kahn's topological order. On the way it relaxes the longest path
+    /// in events and in seconds, and spreads the error sources' reach (events downstream of
+    /// one, each counted once).
+    pub(super) fn walk_edges(&mut self, columns: &Columns<'_>, trace: usize, metrics: &mut TraceMetrics) {
+        let n = metrics.n_events as usize;
+        let (first, last) = (columns.edge_offsets[trace] as usize, columns.edge_offsets[trace + 1] as usize);
+        let (src, dst) = (&columns.src[first..last], &columns.dst[first..last]);
+        let nodes = &mut self.nodes;
+        let relax = |nodes: &mut [Node], source: usize, target: usize| {
+            let from = nodes[source];
+            let to = &mut nodes[target];
+            to.steps = to.steps.max(from.steps + 1);
+            to.seconds = to.seconds.max(from.seconds + to.weight);
+            if from.error_flags != 0 {
+                to.error_flags |= DOWNSTREAM;
+            }
+        };
+        let mut previous = 0;
+        let stored_order_is_topological = src.iter().zip(dst).all(|(&source, &target)| {
+            let forward = previous <= source && source < target;
+            previous = source;
+            if forward {
+                relax(nodes, source as usize, target as usize);
+            }
+            forward
+        });
+        if !stored_order_is_topological {
+            for node in nodes.iter_mut() {
+                *node = Node { error_flags: node.error_flags & SOURCE, ..Node::new(node.weight) };
+            }
+            self.topological_order(columns, trace);
+            for &event in &self.order {
+                let targets = self.out_offsets[event as usize] as usize..self.out_offsets[event as usize + 1] as usize;
+                for &target in &self.out_targets[targets] {
+                    relax(&mut self.nodes, event as usize, target as usize);
+                }
+            }
+        }
+        metrics.critical_path_steps = self.nodes.iter().map(|node| node.steps).max().unwrap_or(0);
+        metrics.critical_path_s = self.nodes.iter().map(|node| node.seconds).fold(0.0, f64::max);
+        if metrics.critical_path_steps > 0 {
+            metrics.parallelism_efficiency = n as f64 / metrics.critical_path_steps as f64;
+        }
+        if self.n_error_sources > 0 {
+            let downstream = self.nodes.iter().filter(|node| node.error_flags & DOWNSTREAM != 0).count();
+            metrics.error_amplification = Some(downstream as f64 / self.n_error_sources as f64);
+        }
+    }
+
+    /// `order`: the events in a topological order (Kahn's).
+    fn topological_order(&mut self, columns: &Columns<'_>, trace: usize) {
+        self.adjacency(columns, trace);
+        let n = self.out_offsets.len() - 1;
+        refill(&mut self.in_degree, n, 0);
+        for &target in &self.out_targets {
+            self.in_degree[target as usize] += 1;
+        }
+        self.order.clear();
+        self.order.extend((0..n as u32).filter(|&v| self.in_degree[v as usize] == 0));
+        let mut head = 0;
+        while head < self.order.len() {
+            let event = self.order[head] as usize;
+            head += 1;
+            for slot in self.out_offsets[event]..self.out_offsets[event + 1] {
+                let next = self.out_targets[slot as usize] as usize;
+                self.in_degree[next] -= 1;
+                if self.in_degree[next] == 0 {
+                    self.order.push(next as u32);
+                }
+            }
+        }
+    }
+}
