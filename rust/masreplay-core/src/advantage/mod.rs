@@ -15,6 +15,7 @@ pub mod batch;
 mod cell;
 pub mod kernel;
 pub mod returns;
+mod small;
 pub mod spec;
 pub mod strata;
 mod torch_sum;
