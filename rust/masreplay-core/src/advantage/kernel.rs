@@ -296,16 +296,14 @@ impl<T: Output> Walk<'_, T> {
         debug_assert_eq!(self.held, lo);
         let out = &mut self.out[lo - self.base..hi - self.base];
         let plain = self.contiguous && matches!(self.labels, Labels::None) && small_path(spec);
-        match if plain {
-            plain_run(&self.rows.values[lo..hi], out, spec, self.batch_std.0)
-        } else {
-            Err(Declined::Scan)
-        } {
-            Ok(()) => {}
-            Err(Declined::Infinite) => return Err(infinite_values()),
-            Err(Declined::Scan) => {
-                normalize_group(self.rows, self.labels, row, out, self.scratch, spec, self.batch_std)
-            }
+        let done = plain
+            && match plain_run(&self.rows.values[lo..hi], out, spec, self.batch_std.0) {
+                Ok(()) => true,
+                Err(Declined::Infinite) => return Err(infinite_values()),
+                Err(Declined::Scan) => false,
+            };
+        if !done {
+            normalize_group(self.rows, self.labels, row, out, self.scratch, spec, self.batch_std);
         }
         self.held = hi;
         Ok(())

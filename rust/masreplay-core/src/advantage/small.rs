@@ -79,8 +79,8 @@ fn non_finite(values: impl Iterator<Item = f64>) -> Declined {
     if values.any(f64::is_infinite) { Declined::Infinite } else { Declined::Scan }
 }
 
-/// GRPO or RLOO over one contiguous group without strata; the same sums in the same order as
-/// the other small paths, so the same results. Writes nothing when it declines.
+/// GRPO or RLOO over one contiguous group without strata, as slice loops the compiler
+/// vectorises. Writes nothing when it declines.
 pub(super) fn plain_run<T: Output>(values: &[f64], out: &mut [T], spec: &Spec, batch_std: f64) -> Result<(), Declined> {
     let n = values.len();
     let (mut sum, mut low, mut high) = (0.0, f64::INFINITY, f64::NEG_INFINITY);
