@@ -1,12 +1,13 @@
 //! Properties of the advantage kernel and the batch path: normalised cells have mean 0 and
 //! unit std, results ignore row order, constant shifts and the layout of groups, the trainer
-//! modes keep their edge cases, stratified advantages follow a trace's events when the events
+//! modes keep their edge cases, sorted labels read in place agree with any other order (and
+//! an infinite reward is an error on every path), stratified advantages follow a trace's events when the events
 //! are permuted, and single-agent linear traces give plain GRPO under every stratum.
 
 use masreplay_core::TraceBatch;
 use masreplay_core::advantage::{
     BatchOptions, Compat, Estimator, ReturnKind, Rows, Scale, Spec, Stratum, Unit, batch_advantages, dense_codes,
-    graph_returns, normalize, trace_channel,
+    graph_returns, normalize, normalize_labels, trace_channel,
 };
 use masreplay_core::sim::{SimConfig, generate};
 use masreplay_core::trace::{Edge, Trace};
@@ -82,6 +83,39 @@ proptest! {
             prop_assert!(close(&permuted, &expected, 1e-9));
             let moved: Vec<f64> = normalize(&rows(&shifted, &groups, Some(&strata)), &spec).unwrap();
             prop_assert!(close(&moved, &base, 1e-6));
+        }
+    }
+
+    #[test]
+    fn sorted_labels_read_in_place_agree_with_any_order(
+        sizes in proptest::collection::vec(prop_oneof![1usize..12, Just(70usize)], 1..20),
+        seed in any::<u64>(),
+        agents in 1i64..70,
+        holes in proptest::collection::vec(any::<bool>(), 4),
+    ) {
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
+        let groups: Vec<i64> = sizes.iter().enumerate().flat_map(|(g, &n)| std::iter::repeat_n(3 * g as i64 - 7, n)).collect();
+        let n = groups.len();
+        let strata: Vec<i64> = (0..n).map(|_| rand::RngExt::random_range(&mut rng, 0..agents)).collect();
+        let mut values: Vec<f64> = (0..n).map(|_| rand::RngExt::random_range(&mut rng, -1000i32..1000) as f64 / 8.0).collect();
+        if holes[0] {
+            values[n / 2] = f64::NAN;
+        }
+        let mut order: Vec<usize> = (0..n).collect();
+        order.shuffle(&mut rng);
+        let pick = |v: &[i64]| order.iter().map(|&i| v[i]).collect::<Vec<i64>>();
+        let shuffled: Vec<f64> = order.iter().map(|&i| values[i]).collect();
+        for estimator in [Estimator::Grpo, Estimator::Rloo] {
+            let spec = native(estimator, Scale::Group, 1e-6);
+            for strata in [None, Some(strata.as_slice())] {
+                let sorted: Vec<f64> = normalize_labels(&values, &groups, strata, None, &spec).unwrap();
+                let any: Vec<f64> = normalize_labels(&shuffled, &pick(&groups), strata.map(pick).as_deref(), None, &spec).unwrap();
+                let expected: Vec<f64> = order.iter().map(|&i| sorted[i]).collect();
+                prop_assert!(close(&any, &expected, 1e-9), "{estimator:?} {:?}", strata.is_some());
+                let mut infinite = values.clone();
+                infinite[n - 1 - n / 3] = if holes[1] { f64::INFINITY } else { f64::NEG_INFINITY };
+                prop_assert!(normalize_labels::<f32>(&infinite, &groups, strata, None, &spec).is_err());
+            }
         }
     }
 

@@ -1,18 +1,19 @@
 //! Rows -> advantages: rows are partitioned into groups, groups into strata, and each cell
 //! is normalised on its own. No sort and no hashing on the hot path. Group labels sorted
-//! ascending (the layout of GRPO rollouts) are read in place as runs; a run without strata
-//! is a few vectorisable slice loops (`plain_run`), a small run with strata keeps its cells
-//! in per-thread fixed arrays (`normalize_small_direct` for labels in 0..64, a linear scan
-//! otherwise). Everything else (unsorted labels, large groups, the trainers' fp32 modes, OPO
-//! and REINFORCE++) goes through dense codes, a counting sort when groups are scattered, and
-//! a per-thread stamp table for the strata. Groups run in parallel (rayon), and every output
-//! depends only on its own group, so results are identical at any thread count.
+//! ascending in small runs (the layout of GRPO rollouts) are read in place in one pass that
+//! finds the groups, checks the values and normalises them (`normalize_sorted_runs`); small
+//! groups take the paths of `small`. Everything else (unsorted labels, large groups, the
+//! trainers' fp32 modes, OPO and REINFORCE++) goes through dense codes, a counting sort when
+//! groups are scattered, and a per-thread stamp table for the strata. Groups run in parallel
+//! (rayon), and every output depends only on its own group, so results are identical at any
+//! thread count.
 
 use rayon::prelude::*;
 
 use super::cell::{Cell, batch_std};
+use super::small::{Block, Declined, Labels, SMALL_ROWS, Small, normalize_small_group, plain_run, small_path};
 use super::spec::{Compat, Estimator, Scale, Spec, invalid};
-use crate::error::Result;
+use crate::error::{MasreplayError, Result};
 
 /// The rows to normalise: a value, a dense group code and optionally a dense stratum code
 /// and a length (token count; OPO's and REINFORCE++'s weights) per row.
@@ -130,6 +131,7 @@ struct Scratch {
     lengths32: Vec<f32>,
     buffer: Vec<f32>,
     small: Box<Small>,
+    block: Box<Block>,
 }
 
 impl Scratch {
@@ -145,6 +147,7 @@ impl Scratch {
             lengths32: Vec::new(),
             buffer: Vec::new(),
             small: Small::new(),
+            block: Block::new(),
         }
     }
 
@@ -200,296 +203,6 @@ impl Scratch {
     }
 }
 
-/// Groups of at most this many rows take the small path (and can hold as many cells).
-const SMALL_ROWS: usize = 64;
-const SMALL_CELLS: usize = SMALL_ROWS;
-
-/// The stratum of each row as the small path reads it: dense codes, or the caller's own
-/// labels (the small path compares them and never needs them dense).
-#[derive(Clone, Copy)]
-enum Labels<'a> {
-    None,
-    Dense(&'a [u32]),
-    Raw(&'a [i64]),
-}
-
-impl Labels<'_> {
-    #[inline]
-    fn at(self, i: usize) -> i64 {
-        match self {
-            Labels::None => 0,
-            Labels::Dense(codes) => codes[i] as i64,
-            Labels::Raw(labels) => labels[i],
-        }
-    }
-}
-
-/// Whether `spec` is computed by the small path.
-fn small_path(spec: &Spec) -> bool {
-    spec.compat == Compat::Native && matches!(spec.estimator, Estimator::Grpo | Estimator::Rloo)
-}
-
-/// `1 / n` for the counts of a small group (1 / 0 read as 1, for empty cells): a multiply
-/// where each cell would otherwise pay two divisions.
-const RECIPROCAL: [f64; SMALL_ROWS + 1] = {
-    let mut table = [1.0; SMALL_ROWS + 1];
-    let mut n = 2;
-    while n <= SMALL_ROWS {
-        table[n] = 1.0 / n as f64;
-        n += 1;
-    }
-    table
-};
-
-/// The small path's per-cell statistics, kept per thread: only the cells a group uses are
-/// reset, so a group of 8 rows touches a few cache lines, not kilobytes of fresh arrays.
-struct Small {
-    xs: [f64; SMALL_ROWS],
-    cell_of: [u8; SMALL_ROWS],
-    keys: [i64; SMALL_CELLS],
-    n: [u32; SMALL_CELLS],
-    sum: [f64; SMALL_CELLS],
-    first: [f64; SMALL_CELLS],
-    constant: [bool; SMALL_CELLS],
-    mean: [f64; SMALL_CELLS],
-    m2: [f64; SMALL_CELLS],
-    /// The direct path's statistics, indexed by the label itself; all back to their empty
-    /// values after every group.
-    direct: Direct,
-}
-
-/// Per-label statistics of [`normalize_small_direct`].
-struct Direct {
-    n: [u32; SMALL_CELLS],
-    first: [f64; SMALL_CELLS],
-    /// Sums of `x - first` and of its squares.
-    sum: [f64; SMALL_CELLS],
-    squares: [f64; SMALL_CELLS],
-    mean: [f64; SMALL_CELLS],
-    factor: [f64; SMALL_CELLS],
-    /// The labels present, in order of appearance.
-    present: [u8; SMALL_ROWS],
-}
-
-impl Small {
-    fn new() -> Box<Self> {
-        Box::new(Small {
-            xs: [0.0; SMALL_ROWS],
-            cell_of: [0; SMALL_ROWS],
-            keys: [0; SMALL_CELLS],
-            n: [0; SMALL_CELLS],
-            sum: [0.0; SMALL_CELLS],
-            first: [0.0; SMALL_CELLS],
-            constant: [true; SMALL_CELLS],
-            mean: [0.0; SMALL_CELLS],
-            m2: [0.0; SMALL_CELLS],
-            direct: Direct {
-                n: [0; SMALL_CELLS],
-                first: [0.0; SMALL_CELLS],
-                sum: [0.0; SMALL_CELLS],
-                squares: [0.0; SMALL_CELLS],
-                mean: [0.0; SMALL_CELLS],
-                factor: [0.0; SMALL_CELLS],
-                present: [0; SMALL_ROWS],
-            },
-        })
-    }
-}
-
-/// The small path for labels in `0..64` (agent ids, roles, depths usually are): one pass of
-/// statistics indexed by the label itself, then one pass of output. Each cell keeps its
-/// first value `K` and the sums of `x - K` and `(x - K)^2` (the shifted-data variance: as
-/// accurate as two passes when `K` is one of the cell's own values), and a cell is constant
-/// exactly when the squares sum to 0. No branch depends on the data (a new label is appended
-/// to `present` branch-free), so agents interleaved at random cost no mispredictions.
-/// Returns false, having left `Direct` empty, when a label is out of range or a value is NaN;
-/// the scanning path then takes the group.
-#[inline]
-fn normalize_small_direct<T: Output>(
-    rows: &Rows,
-    labels: Labels,
-    row: &impl Fn(usize) -> usize,
-    out: &mut [T],
-    d: &mut Direct,
-    spec: &Spec,
-    batch_std: f64,
-) -> bool {
-    let mut cells = 0usize;
-    let mut in_range = true;
-    let mut total = 0.0;
-    for k in 0..out.len() {
-        let i = row(k);
-        let label = labels.at(i);
-        in_range &= (0..SMALL_CELLS as i64).contains(&label);
-        let l = (label as usize) & (SMALL_CELLS - 1);
-        let x = rows.values[i];
-        total += x;
-        let new = d.n[l] == 0;
-        d.present[cells] = l as u8;
-        cells += new as usize;
-        d.first[l] = if new { x } else { d.first[l] };
-        let shifted = x - d.first[l];
-        d.n[l] += 1;
-        d.sum[l] += shifted;
-        d.squares[l] += shifted * shifted;
-    }
-    let usable = in_range && !total.is_nan();
-    if usable {
-        // Per cell: the mean, and the factor its deviations are multiplied by (0: no comparison).
-        for &l in &d.present[..cells] {
-            let l = l as usize;
-            let n = d.n[l] as usize;
-            let shift = d.sum[l] * RECIPROCAL[n];
-            d.mean[l] = d.first[l] + shift;
-            let m2 = (d.squares[l] - d.sum[l] * shift).max(0.0);
-            let std = if n < 2 { 0.0 } else { (m2 * RECIPROCAL[n - 1]).sqrt() };
-            let factor = match spec.scale {
-                Scale::Group => 1.0 / (std + spec.eps),
-                Scale::Batch => 1.0 / (batch_std + spec.eps),
-                Scale::None => 1.0,
-            };
-            d.factor[l] = if n < 2 || d.squares[l] == 0.0 { 0.0 } else { factor };
-        }
-        for (k, slot) in out.iter_mut().enumerate() {
-            let i = row(k);
-            let l = labels.at(i) as usize;
-            let x = rows.values[i];
-            let value = if spec.estimator == Estimator::Rloo {
-                let n = d.n[l] as usize;
-                let total = d.sum[l] + n as f64 * d.first[l];
-                if d.factor[l] == 0.0 { 0.0 } else { x - (total - x) * RECIPROCAL[n - 1] }
-            } else {
-                (x - d.mean[l]) * d.factor[l]
-            };
-            *slot = T::from_f64(value);
-        }
-    }
-    for &l in &d.present[..cells] {
-        let l = l as usize;
-        d.n[l] = 0;
-        d.sum[l] = 0.0;
-        d.squares[l] = 0.0;
-    }
-    usable
-}
-
-/// Small groups the direct path declines (a NaN reward, labels outside 0..64), for native
-/// GRPO or RLOO: values, cells and statistics live in the thread's [`Small`] arrays, cells
-/// are found by a linear scan of the keys seen so far, and nothing is allocated.
-#[inline]
-fn normalize_small_group<T: Output>(
-    rows: &Rows,
-    labels: Labels,
-    row: &impl Fn(usize) -> usize,
-    out: &mut [T],
-    small: &mut Small,
-    spec: &Spec,
-    batch_std: f64,
-) {
-    let len = out.len();
-    debug_assert!(len <= SMALL_ROWS);
-    let mut cells = 0usize;
-    for k in 0..len {
-        let i = row(k);
-        let key = labels.at(i);
-        let c = match small.keys[..cells].iter().position(|&existing| existing == key) {
-            Some(c) => c,
-            None => {
-                small.keys[cells] = key;
-                small.n[cells] = 0;
-                small.sum[cells] = 0.0;
-                small.m2[cells] = 0.0;
-                small.constant[cells] = true;
-                cells += 1;
-                cells - 1
-            }
-        };
-        let x = rows.values[i];
-        small.xs[k] = x;
-        small.cell_of[k] = c as u8;
-        if !x.is_nan() {
-            if small.n[c] == 0 {
-                small.first[c] = x;
-            } else if x != small.first[c] {
-                small.constant[c] = false;
-            }
-            small.n[c] += 1;
-            small.sum[c] += x;
-        }
-    }
-    for c in 0..cells {
-        small.mean[c] = small.sum[c] * RECIPROCAL[small.n[c] as usize];
-    }
-    for k in 0..len {
-        let x = small.xs[k];
-        if !x.is_nan() {
-            let c = small.cell_of[k] as usize;
-            small.m2[c] += (x - small.mean[c]) * (x - small.mean[c]);
-        }
-    }
-    // m2 becomes the factor each cell's deviations are multiplied by.
-    for c in 0..cells {
-        let n = small.n[c];
-        let std = if n < 2 { 0.0 } else { (small.m2[c] * RECIPROCAL[n as usize - 1]).sqrt() };
-        small.m2[c] = match spec.scale {
-            Scale::Group => 1.0 / (std + spec.eps),
-            Scale::Batch => 1.0 / (batch_std + spec.eps),
-            Scale::None => 1.0,
-        };
-    }
-    for (k, slot) in out.iter_mut().enumerate() {
-        let (x, c) = (small.xs[k], small.cell_of[k] as usize);
-        let n = small.n[c];
-        let value = if x.is_nan() || n < 2 || small.constant[c] {
-            0.0
-        } else if spec.estimator == Estimator::Rloo {
-            x - (small.sum[c] - x) * RECIPROCAL[n as usize - 1]
-        } else {
-            (x - small.mean[c]) * small.m2[c]
-        };
-        *slot = T::from_f64(value);
-    }
-}
-
-/// GRPO or RLOO over one contiguous group without strata, as slice loops the compiler
-/// vectorises; the same sums in the same order as the small path, so the same results.
-/// Returns false (writing nothing) when the group holds a NaN, which the general path leaves
-/// out.
-fn plain_run<T: Output>(values: &[f64], out: &mut [T], spec: &Spec, batch_std: f64) -> bool {
-    let n = values.len();
-    let (mut sum, mut low, mut high) = (0.0, f64::INFINITY, f64::NEG_INFINITY);
-    for &x in values {
-        sum += x;
-        low = low.min(x);
-        high = high.max(x);
-    }
-    if sum.is_nan() {
-        return false;
-    }
-    if n < 2 || low == high {
-        out.fill(T::from_f64(0.0));
-        return true;
-    }
-    let mean = sum / n as f64;
-    if spec.estimator == Estimator::Rloo {
-        for (slot, &x) in out.iter_mut().zip(values) {
-            *slot = T::from_f64(x - (sum - x) / (n - 1) as f64);
-        }
-        return true;
-    }
-    let m2: f64 = values.iter().fold(0.0, |m2, &x| m2 + (x - mean) * (x - mean));
-    let std = (m2 / (n - 1) as f64).sqrt();
-    let factor = match spec.scale {
-        Scale::Group => 1.0 / (std + spec.eps),
-        Scale::Batch => 1.0 / (batch_std + spec.eps),
-        Scale::None => 1.0,
-    };
-    for (slot, &x) in out.iter_mut().zip(values) {
-        *slot = T::from_f64((x - mean) * factor);
-    }
-    true
-}
-
 /// Normalises the rows of one group; `row(k)` is the k-th row of the group and `out[k]` its
 /// advantage.
 fn normalize_group<T: Output>(
@@ -502,12 +215,7 @@ fn normalize_group<T: Output>(
     batch_std: (f64, f32),
 ) {
     if small_path(spec) && out.len() <= SMALL_ROWS {
-        let small = &mut scratch.small;
-        let direct = !matches!(labels, Labels::None)
-            && normalize_small_direct(rows, labels, &row, out, &mut small.direct, spec, batch_std.0);
-        if !direct {
-            normalize_small_group(rows, labels, &row, out, small, spec, batch_std.0);
-        }
+        normalize_small_group(rows.values, labels, &row, out, &mut scratch.small, spec, batch_std.0);
         return;
     }
     let length = |i: usize| rows.lengths.map_or(1.0, |l| l[i]);
@@ -542,6 +250,76 @@ fn normalize_group<T: Output>(
     }
 }
 
+fn infinite_values() -> MasreplayError {
+    invalid("values must be finite (NaN marks a missing reward)".to_owned())
+}
+
+/// One thread's walk over consecutive groups whose advantages are consecutive in `out`, which
+/// starts at row `base` of the whole output: small stratified groups wait in the thread's
+/// [`Block`] and are written several at a time, every other group at once.
+struct Walk<'a, T> {
+    rows: &'a Rows<'a>,
+    labels: Labels<'a>,
+    /// Whether `row(k)` is `lo + k` (the rows of each group are a slice of `rows.values`).
+    contiguous: bool,
+    spec: &'a Spec,
+    batch_std: (f64, f32),
+    out: &'a mut [T],
+    base: usize,
+    /// The output row the block's first held row goes to.
+    held: usize,
+    scratch: &'a mut Scratch,
+}
+
+impl<T: Output> Walk<'_, T> {
+    /// The group written to output rows `lo..hi`, its k-th row being `row(k)`; an error for
+    /// an infinite value (found only by the small paths: the others run after a check).
+    fn group(&mut self, lo: usize, hi: usize, row: impl Fn(usize) -> usize) -> Result<()> {
+        let (len, spec) = (hi - lo, self.spec);
+        if small_path(spec) && len <= SMALL_ROWS && !matches!(self.labels, Labels::None) {
+            if !self.scratch.block.fits(len) {
+                self.flush();
+            }
+            // A contiguous group as slices of its own: no bounds check per row.
+            let taken = if self.contiguous {
+                self.scratch.block.add(&self.rows.values[lo..hi], self.labels.range(lo..hi), &|k| k, len)
+            } else {
+                self.scratch.block.add(self.rows.values, self.labels, &row, len)
+            };
+            match taken {
+                Ok(()) => return Ok(()),
+                Err(Declined::Infinite) => return Err(infinite_values()),
+                Err(Declined::Scan) => {}
+            }
+        }
+        self.flush();
+        debug_assert_eq!(self.held, lo);
+        let out = &mut self.out[lo - self.base..hi - self.base];
+        let plain = self.contiguous && matches!(self.labels, Labels::None) && small_path(spec);
+        let done = plain
+            && match plain_run(&self.rows.values[lo..hi], out, spec, self.batch_std.0) {
+                Ok(()) => true,
+                Err(Declined::Infinite) => return Err(infinite_values()),
+                Err(Declined::Scan) => false,
+            };
+        if !done {
+            normalize_group(self.rows, self.labels, row, out, self.scratch, spec, self.batch_std);
+        }
+        self.held = hi;
+        Ok(())
+    }
+
+    /// Writes the rows the block holds.
+    fn flush(&mut self) {
+        let held = self.scratch.block.rows();
+        if held > 0 {
+            let start = self.held - self.base;
+            self.scratch.block.flush(&mut self.out[start..start + held], self.spec, self.batch_std.0);
+            self.held += held;
+        }
+    }
+}
+
 /// Consecutive groups in blocks of about `target` rows: (first group, end group).
 fn blocks(bounds: &[usize], target: usize) -> Vec<(usize, usize)> {
     let mut out = Vec::new();
@@ -558,7 +336,12 @@ fn blocks(bounds: &[usize], target: usize) -> Vec<(usize, usize)> {
     out
 }
 
-/// Runs `normalize_group` over every group in parallel; `out` is in the order of `bounds`.
+/// Rows per parallel piece of `n`: a few pieces per thread, for balance.
+fn piece_rows(n: usize) -> usize {
+    (n / (rayon::current_num_threads() * 8)).max(4096)
+}
+
+/// Walks every group in parallel; `out` is in the order of `bounds`.
 #[allow(clippy::too_many_arguments)]
 fn run_groups<T: Output>(
     rows: &Rows,
@@ -569,57 +352,60 @@ fn run_groups<T: Output>(
     out: &mut [T],
     spec: &Spec,
     batch_std: (f64, f32),
-) {
-    let target = (out.len() / (rayon::current_num_threads() * 8)).max(4096);
+) -> Result<()> {
     let mut pieces = Vec::new();
     let mut rest = out;
-    for (first, end) in blocks(bounds, target) {
+    for (first, end) in blocks(bounds, piece_rows(rest.len())) {
         let (piece, tail) = rest.split_at_mut(bounds[end] - bounds[first]);
         pieces.push((first, end, piece));
         rest = tail;
     }
     let n_strata = rows.strata.map_or(1, |(_, n)| n.max(1));
-    pieces.into_par_iter().for_each_init(
+    pieces.into_par_iter().try_for_each_init(
         || Scratch::new(n_strata),
         |scratch, (first, end, piece)| {
             let base = bounds[first];
+            let mut walk = Walk { rows, labels, contiguous, spec, batch_std, out: piece, base, held: base, scratch };
             for g in first..end {
-                let (lo, hi) = (bounds[g], bounds[g + 1]);
-                let out = &mut piece[lo - base..hi - base];
-                let plain = contiguous && matches!(labels, Labels::None) && small_path(spec);
-                if !(plain && plain_run(&rows.values[lo..hi], out, spec, batch_std.0)) {
-                    normalize_group(rows, labels, |k| row_at(lo + k), out, scratch, spec, batch_std);
-                }
+                let lo = bounds[g];
+                walk.group(lo, bounds[g + 1], |k| row_at(lo + k))?;
             }
+            walk.flush();
+            Ok(())
         },
-    );
+    )
 }
 
-fn check_values(values: &[f64], lengths: Option<&[f64]>) -> Result<()> {
+fn check_lengths(n: usize, lengths: Option<&[f64]>) -> Result<()> {
     if let Some(lengths) = lengths {
-        if lengths.len() != values.len() {
-            return Err(invalid(format!("lengths has {} entries for {} values", lengths.len(), values.len())));
+        if lengths.len() != n {
+            return Err(invalid(format!("lengths has {} entries for {n} values", lengths.len())));
         }
         if lengths.iter().any(|l| !(l.is_finite() && *l >= 0.0)) {
             return Err(invalid("lengths must be finite and >= 0".to_owned()));
         }
     }
+    Ok(())
+}
+
+fn check_values(values: &[f64], lengths: Option<&[f64]>) -> Result<()> {
+    check_lengths(values.len(), lengths)?;
     if values.par_iter().any(|x| x.is_infinite()) {
-        return Err(invalid("values must be finite (NaN marks a missing reward)".to_owned()));
+        return Err(infinite_values());
     }
     Ok(())
 }
 
 /// Normalises every group given its layout; REINFORCE++'s batch whitening last.
-fn normalize_layout<T: Output>(rows: &Rows, labels: Labels, layout: Layout, spec: &Spec) -> Vec<T> {
+fn normalize_layout<T: Output>(rows: &Rows, labels: Labels, layout: Layout, spec: &Spec) -> Result<Vec<T>> {
     let n = rows.values.len();
     let batch_std = if spec.scale == Scale::Batch { batch_std(rows.values, spec.compat) } else { (0.0, 0.0) };
     let mut out = vec![T::default(); n];
     match layout {
-        Layout::Runs(bounds) => run_groups(rows, labels, true, &bounds, |i| i, &mut out, spec, batch_std),
+        Layout::Runs(bounds) => run_groups(rows, labels, true, &bounds, |i| i, &mut out, spec, batch_std)?,
         Layout::Gathered { bounds, order } => {
             let mut gathered = vec![T::default(); n];
-            run_groups(rows, labels, false, &bounds, |k| order[k] as usize, &mut gathered, spec, batch_std);
+            run_groups(rows, labels, false, &bounds, |k| order[k] as usize, &mut gathered, spec, batch_std)?;
             for (k, &row) in order.iter().enumerate() {
                 out[row as usize] = gathered[k];
             }
@@ -628,7 +414,7 @@ fn normalize_layout<T: Output>(rows: &Rows, labels: Labels, layout: Layout, spec
     if spec.estimator == Estimator::ReinforcePpBaseline && spec.compat != Compat::OpenRlhf {
         whiten(&mut out, rows.values, rows.lengths);
     }
-    out
+    Ok(out)
 }
 
 /// Advantages of `rows` under `spec`, one per row, in row order.
@@ -650,32 +436,88 @@ pub fn normalize<T: Output>(rows: &Rows, spec: &Spec) -> Result<Vec<T>> {
     }
     check_values(rows.values, rows.lengths)?;
     let labels = rows.strata.map_or(Labels::None, |(codes, _)| Labels::Dense(codes));
-    Ok(normalize_layout(rows, labels, layout(rows.groups, rows.n_groups), spec))
+    normalize_layout(rows, labels, layout(rows.groups, rows.n_groups), spec)
 }
 
-/// Run boundaries of labels sorted ascending (each group one contiguous run, in order: the
-/// layout of GRPO rollouts), or None when the labels are not sorted.
-fn sorted_runs(labels: &[i64]) -> Option<Vec<usize>> {
+/// Where each piece of rows labelled in sorted runs starts: about [`piece_rows`] apart, each
+/// moved forward to the start of a group. None when a run there is longer than [`SMALL_ROWS`].
+fn sorted_piece_starts(labels: &[i64]) -> Option<Vec<usize>> {
     let n = labels.len();
-    let chunk = (n / (rayon::current_num_threads() * 4)).max(1 << 14);
-    let parts: Vec<Option<Vec<usize>>> = (0..n.div_ceil(chunk))
-        .into_par_iter()
-        .map(|c| {
-            let mut starts = Vec::new();
-            for i in c * chunk..((c + 1) * chunk).min(n) {
-                if i == 0 || labels[i] != labels[i - 1] {
-                    if i > 0 && labels[i] < labels[i - 1] {
-                        return None;
-                    }
-                    starts.push(i);
-                }
+    let target = piece_rows(n);
+    let mut starts = vec![0];
+    for nominal in (target..n).step_by(target) {
+        let mut start = nominal;
+        while start < n && labels[start] == labels[start - 1] {
+            start += 1;
+            if start - nominal > SMALL_ROWS {
+                return None;
             }
-            Some(starts)
-        })
-        .collect();
-    let mut bounds: Vec<usize> = parts.into_iter().collect::<Option<Vec<_>>>()?.concat();
-    bounds.push(n);
-    Some(bounds)
+        }
+        if start < n {
+            starts.push(start);
+        }
+    }
+    starts.push(n);
+    Some(starts)
+}
+
+/// Why a walk over sorted runs stopped.
+enum Stop {
+    /// The labels are not sorted runs of small groups.
+    Layout,
+    Failed(MasreplayError),
+}
+
+/// Rows whose group labels are sorted ascending in runs of at most [`SMALL_ROWS`] (the layout
+/// of GRPO rollouts), for a spec of the small paths: one pass over the rows, finding each
+/// group where it ends, checking the values and normalising it. None, as soon as a piece
+/// finds otherwise, when the labels are not laid out so: the caller takes the general path.
+fn normalize_sorted_runs<T: Output>(
+    values: &[f64],
+    groups: &[i64],
+    labels: Labels,
+    spec: &Spec,
+) -> Option<Result<Vec<T>>> {
+    let n = values.len();
+    let starts = sorted_piece_starts(groups)?;
+    let batch_std = if spec.scale == Scale::Batch { batch_std(values, spec.compat) } else { (0.0, 0.0) };
+    let rows = Rows { values, groups: &[], n_groups: 0, strata: None, lengths: None };
+    let mut out = vec![T::default(); n];
+    let mut pieces = Vec::new();
+    let mut rest = out.as_mut_slice();
+    for range in starts.windows(2) {
+        let (piece, tail) = rest.split_at_mut(range[1] - range[0]);
+        pieces.push((range[0], range[1], piece));
+        rest = tail;
+    }
+    let walked = pieces.into_par_iter().try_for_each_init(
+        || Scratch::new(1),
+        |scratch, (start, end, piece)| {
+            let rows = &rows;
+            let mut walk =
+                Walk { rows, labels, contiguous: true, spec, batch_std, out: piece, base: start, held: start, scratch };
+            let mut lo = start;
+            while lo < end {
+                let label = groups[lo];
+                let mut hi = lo + 1;
+                while hi < end && groups[hi] == label {
+                    hi += 1;
+                }
+                if hi - lo > SMALL_ROWS || (hi < n && groups[hi] < label) {
+                    return Err(Stop::Layout);
+                }
+                walk.group(lo, hi, |k| lo + k).map_err(Stop::Failed)?;
+                lo = hi;
+            }
+            walk.flush();
+            Ok(())
+        },
+    );
+    match walked {
+        Ok(()) => Some(Ok(out)),
+        Err(Stop::Layout) => None,
+        Err(Stop::Failed(error)) => Some(Err(error)),
+    }
 }
 
 /// Advantages of rows labelled by the caller: any int64 group labels (grouping by value)
@@ -695,14 +537,13 @@ pub fn normalize_labels<T: Output>(
     if strata.is_some_and(|s| s.len() != n) {
         return Err(invalid(format!("strata has {} entries for {n} values", strata.map_or(0, <[i64]>::len))));
     }
-    check_values(values, lengths)?;
-    let sorted = sorted_runs(groups);
-    let longest = sorted.as_ref().map_or(usize::MAX, |b| b.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0));
-    if let (Some(bounds), true) = (sorted, small_path(spec) && longest <= SMALL_ROWS) {
-        // Every group takes the small path, which reads the labels as they are.
-        let rows = Rows { values, groups: &[], n_groups: 0, strata: None, lengths };
+    check_lengths(n, lengths)?;
+    if small_path(spec) {
+        // The small paths read the stratum labels as they are.
         let labels = strata.map_or(Labels::None, Labels::Raw);
-        return Ok(normalize_layout(&rows, labels, Layout::Runs(bounds), spec));
+        if let Some(done) = normalize_sorted_runs(values, groups, labels, spec) {
+            return done;
+        }
     }
     let (group_codes, n_groups) = dense_codes(groups);
     let strata_codes = strata.map(dense_codes);

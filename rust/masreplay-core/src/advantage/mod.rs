@@ -7,14 +7,15 @@
 //! Layers, one idea each: [`spec`] says what to compute, [`cell`] holds the statistics of one
 //! normalisation cell and applies an estimator's formula (native f64, or a trainer's fp32
 //! arithmetic), [`kernel`] partitions rows into groups and strata and runs the cells in
-//! parallel, [`strata`] derives per-event stratum codes from a batch, [`batch`] turns a
-//! [`crate::TraceBatch`] into rows and back, [`weights`] computes loss weights, and
-//! [`returns`] walks the event graph.
+//! parallel, `small` takes the small groups (GRPO rollouts) on its fast paths, [`strata`]
+//! derives per-event stratum codes from a batch, [`batch`] turns a [`crate::TraceBatch`] into
+//! rows and back, [`weights`] computes loss weights, and [`returns`] walks the event graph.
 
 pub mod batch;
 mod cell;
 pub mod kernel;
 pub mod returns;
+mod small;
 pub mod spec;
 pub mod strata;
 mod torch_sum;
