@@ -26,9 +26,10 @@ pub(crate) struct Zeros {
 /// Rows up to which batches share the process-wide zero buffer (8 MB at its largest).
 pub(crate) const SHARED_ROWS: usize = 1 << 20;
 
-/// The process-wide zero buffer, grown to the next power of two when a longer one is asked
-/// for (batches holding an older, shorter one keep it alive as long as they need it).
-static SHARED: Mutex<Option<Buffer>> = Mutex::new(None);
+/// The process-wide zero buffers, newest last: a longer one is made (the next power of two)
+/// when asked for. Older ones are kept, never freed, so their addresses stay theirs and
+/// [`is_shared_zeros`] stays true; together they are at most twice the newest.
+static SHARED: Mutex<Vec<Buffer>> = Mutex::new(Vec::new());
 
 /// Bytes of zeros for `max_len` rows: the widest buffer is 8 bytes a row (int64, float64),
 /// and offsets need one row more.
@@ -39,14 +40,21 @@ fn zero_bytes(max_len: usize) -> usize {
 fn shared_zeros(max_len: usize) -> Buffer {
     let needed = zero_bytes(max_len);
     let mut shared = SHARED.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    match shared.as_ref() {
+    match shared.last() {
         Some(buffer) if buffer.len() >= needed => buffer.clone(),
         _ => {
             let buffer: Buffer = MutableBuffer::from_len_zeroed(needed.next_power_of_two()).into();
-            *shared = Some(buffer.clone());
+            shared.push(buffer.clone());
             buffer
         }
     }
+}
+
+/// Whether `address` starts one of the process-wide zero buffers (which no batch owns: memory
+/// accounting charges a batch only the part it views).
+pub(crate) fn is_shared_zeros(address: usize) -> bool {
+    let shared = SHARED.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    shared.iter().any(|buffer| buffer.as_ptr() as usize == address)
 }
 
 impl Zeros {
@@ -60,7 +68,12 @@ impl Zeros {
     }
 
     fn nulls(&self, len: usize) -> Option<NullBuffer> {
-        Some(NullBuffer::new(BooleanBuffer::new(self.buffer.clone(), 0, len)))
+        Some(NullBuffer::new(self.bits(len)))
+    }
+
+    /// `len` zero bits, viewing only the bytes they need (memory accounting reads the view).
+    fn bits(&self, len: usize) -> BooleanBuffer {
+        BooleanBuffer::new(self.buffer.slice_with_length(0, len.div_ceil(8)), 0, len)
     }
 
     fn scalars<T: ArrowPrimitiveType>(&self, len: usize) -> ScalarBuffer<T::Native> {
@@ -89,9 +102,7 @@ impl Zeros {
             DataType::Int32 => self.primitive::<Int32Type>(len),
             DataType::Int64 => self.primitive::<Int64Type>(len),
             DataType::Float64 => self.primitive::<Float64Type>(len),
-            DataType::Boolean => {
-                Arc::new(BooleanArray::new(BooleanBuffer::new(self.buffer.clone(), 0, len), self.nulls(len)))
-            }
+            DataType::Boolean => Arc::new(BooleanArray::new(self.bits(len), self.nulls(len))),
             DataType::Utf8 => {
                 Arc::new(StringArray::new(self.offsets(len), Buffer::from(Vec::<u8>::new()), self.nulls(len)))
             }
