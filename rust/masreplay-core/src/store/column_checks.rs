@@ -25,6 +25,8 @@ pub(crate) struct CleanColumns {
     pub events_present: bool,
     pub ids: bool,
     pub t: bool,
+    /// Every type is in the vocabulary (set by the ingest, which holds the vocabularies).
+    pub types: bool,
     pub agents: bool,
     pub reward: bool,
     pub tokens: bool,
@@ -39,6 +41,7 @@ impl CleanColumns {
             events_present: events.null_count() == 0,
             ids: columns.id.null_count() == 0 && no_empty_text(columns.id),
             t: columns.t.null_count() == 0 && every_value(columns.t, finite_non_negative),
+            types: false,
             agents: columns.agent.null_count() == 0 && every_key_names_text(columns.agent),
             reward: numbers_all_finite(columns.reward),
             tokens: every_value(columns.tokens, |v| v >= 0),
@@ -46,6 +49,22 @@ impl CleanColumns {
             logprob: every_value(columns.logprob, |v| v <= 0.0 && v > f64::NEG_INFINITY),
             attributes: columns.attributes.null_count() == columns.attributes.len(),
         }
+    }
+}
+
+impl CleanColumns {
+    /// Whether every per-event rule holds batch-wide.
+    pub fn everywhere(&self) -> bool {
+        self.events_present
+            && self.ids
+            && self.t
+            && self.types
+            && self.agents
+            && self.reward
+            && self.tokens
+            && self.duration_s
+            && self.logprob
+            && self.attributes
     }
 }
 

@@ -232,7 +232,6 @@ struct BatchCheck<'a> {
     edges: EdgeColumns<'a>,
     vocabularies: Vocabularies<'a>,
     clean: CleanColumns,
-    event_types_known: bool,
     edges_clean: bool,
     agents: AgentIndex,
 }
@@ -246,8 +245,10 @@ impl<'a> BatchCheck<'a> {
             && edges.dst.null_count() == 0
             && vocabularies.edge_type.all_known();
         BatchCheck {
-            clean: CleanColumns::of(columns.events.values().as_ref(), &events),
-            event_types_known: vocabularies.event_type.all_known(),
+            clean: CleanColumns {
+                types: vocabularies.event_type.all_known(),
+                ..CleanColumns::of(columns.events.values().as_ref(), &events)
+            },
             agents: AgentIndex::new(events.agent),
             edges_clean,
             events,
@@ -267,7 +268,6 @@ struct Scratch {
 struct RowCheck<'a, 'b> {
     batch: &'b BatchCheck<'a>,
     columns: &'a TraceColumns<'a>,
-    vocabularies: &'b Vocabularies<'a>,
     trace_id: Option<&'a str>,
 }
 
@@ -335,7 +335,7 @@ impl<'a> RowCheck<'a, '_> {
         if c.group_id.is_valid(row) {
             self.rule(|| "/group_id".into(), check_non_empty(c.group_id.value(row)))?;
         }
-        self.rule(|| "/topology".into(), self.vocabularies.topology.code(row))?;
+        self.rule(|| "/topology".into(), self.batch.vocabularies.topology.code(row))?;
         if c.policy_version.is_valid(row) {
             self.rule(|| "/policy_version".into(), check_non_negative(c.policy_version.value(row) as f64))?;
         }
@@ -344,7 +344,7 @@ impl<'a> RowCheck<'a, '_> {
                 let path = || format!("/counterfactual_of/{name}");
                 self.required_text(c.counterfactual_of.column(k).as_string(), row, path)?;
             }
-            let code = self.rule(|| "/counterfactual_of/kind".into(), self.vocabularies.kind.code(row))?;
+            let code = self.rule(|| "/counterfactual_of/kind".into(), self.batch.vocabularies.kind.code(row))?;
             if code.is_none() {
                 return self.fail("/counterfactual_of/kind", "missing required field (null)");
             }
@@ -390,7 +390,7 @@ impl<'a> RowCheck<'a, '_> {
         let pairs = self.edge_pairs(row)?;
         let n = end - start;
         let shape = check_graph(self.trace_id, &|i| ev.id.value(start + i).to_owned(), n, &pairs)?;
-        let types = &self.vocabularies.event_type;
+        let types = &self.batch.vocabularies.event_type;
         let acting = (start..end).filter(|&j| types.known_code(j) != EventType::ToolResult as i8);
         let agent_keys = ev.agent.keys().values();
         // Stamps only need to differ between the traces one thread checks.
@@ -403,18 +403,7 @@ impl<'a> RowCheck<'a, '_> {
     fn event_fields(&self, events: std::ops::Range<usize>) -> Checked<()> {
         let (clean, start) = (&self.batch.clean, events.start);
         let ev = &self.batch.events;
-        let types_known = self.batch.event_types_known;
-        let all_clean = clean.events_present
-            && clean.ids
-            && clean.t
-            && types_known
-            && clean.agents
-            && clean.reward
-            && clean.tokens
-            && clean.duration_s
-            && clean.logprob
-            && clean.attributes;
-        if all_clean {
+        if clean.everywhere() {
             return Ok(());
         }
         let event_structs = self.columns.events.values();
@@ -431,7 +420,7 @@ impl<'a> RowCheck<'a, '_> {
                 self.required(ev.t, j, || at("t"))?;
                 self.rule(|| at("t"), check_non_negative(ev.t.value(j)))?;
             }
-            if !types_known && self.rule(|| at("type"), self.vocabularies.event_type.code(j))?.is_none() {
+            if !clean.types && self.rule(|| at("type"), self.batch.vocabularies.event_type.code(j))?.is_none() {
                 return self.fail(at("type"), "missing required field (null)");
             }
             if !clean.agents {
@@ -471,7 +460,7 @@ impl<'a> RowCheck<'a, '_> {
                 self.required(edges.values().as_ref(), k, || format!("/edges/{local}"))?;
                 self.required(ed.src, k, || at("src"))?;
                 self.required(ed.dst, k, || at("dst"))?;
-                if self.rule(|| at("type"), self.vocabularies.edge_type.code(k))?.is_none() {
+                if self.rule(|| at("type"), self.batch.vocabularies.edge_type.code(k))?.is_none() {
                     return self.fail(at("type"), "missing required field (null)");
                 }
             }
@@ -537,8 +526,7 @@ pub fn ingest_batches(batches: &[RecordBatch]) -> Result<Ingested, MasreplayErro
         .map_init(Scratch::default, |scratch, row| {
             let trace_id =
                 columns.trace_id.is_valid(row).then(|| columns.trace_id.value(row)).filter(|s| !s.is_empty());
-            RowCheck { batch: &check, columns: &columns, vocabularies: &check.vocabularies, trace_id }
-                .trace(row, scratch)
+            RowCheck { batch: &check, columns: &columns, trace_id }.trace(row, scratch)
         })
         .collect();
 
