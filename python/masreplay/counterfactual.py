@@ -45,9 +45,9 @@ def _batch_of(data: TraceBatch | GraphBuffer) -> TraceBatch:
 
 def _credit_table(batch: TraceBatch, arrays: tuple[np.ndarray, ...], aligned: bool) -> pa.Table:
     """The credit table: every event of the batch (``aligned``), or only the credited ones."""
-    events, credit, stderr, n_branches = arrays
-    offsets = batch.event_offsets
+    events, traces, credit, stderr, n_branches = arrays
     if aligned:
+        offsets = batch.event_offsets
         n_events = int(offsets[-1])
         rows = None
         full = np.full(n_events, np.nan), np.full(n_events, np.nan), np.zeros(n_events, dtype=np.uint32)
@@ -57,15 +57,14 @@ def _credit_table(batch: TraceBatch, arrays: tuple[np.ndarray, ...], aligned: bo
         trace_index = np.repeat(np.arange(len(batch), dtype=np.int32), np.diff(offsets))
     else:
         rows = pa.array(events)
-        trace_index = (np.searchsorted(offsets, events.astype(np.int64), side="right") - 1).astype(np.int32)
+        trace_index = traces.view(np.int32)  # trace rows are below 2**31
 
     def field(name: str) -> pa.Array:
         values = batch._event_array(name)
         return values if rows is None else values.take(rows)
 
     # trace_id as a dictionary over the batch's ids: no string is copied per event.
-    ids = batch.to_arrow().column("trace_id").combine_chunks()
-    trace_id = pa.DictionaryArray.from_arrays(pa.array(trace_index), ids)
+    trace_id = pa.DictionaryArray.from_arrays(pa.array(trace_index), pa.array(batch._core.trace_field("trace_id")))
     return pa.table(
         {
             "trace_id": trace_id,
@@ -93,7 +92,8 @@ def counterfactual_credit(
     every alternative at the event is credited against the mean of the others, so a branch's
     own version of the event is credited too (an ablated event has none). Branches whose
     factual trace is not in the batch are left out; a branch naming an event its factual
-    trace lacks is an error.
+    trace lacks is an error. Only the traces credit is measured from (factual traces with
+    branches, and their branches) need a reward on ``channel``.
     """
     batch = _batch_of(batch_or_buffer)
     arrays = _core.counterfactual_credit(batch._core, channel=channel, baseline=baseline)

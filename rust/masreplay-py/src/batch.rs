@@ -78,6 +78,12 @@ impl PyTraceBatch {
         table(self.inner.events().or_raise(py)?)
     }
 
+    /// One per-trace column as an Arrow array (zero-copy).
+    fn trace_field(&self, py: Python<'_>, name: &str) -> PyResult<PyArray> {
+        let array = self.inner.trace_field(name).or_raise(py)?;
+        Ok(PyArray::from_array_ref(array))
+    }
+
     /// One per-event field as an Arrow array (zero-copy), aligned with `events()`.
     fn event_field(&self, py: Python<'_>, name: &str) -> PyResult<PyArray> {
         let array = self.inner.event_field(name).or_raise(py)?;

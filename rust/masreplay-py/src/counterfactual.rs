@@ -1,5 +1,6 @@
-//! Counterfactual credit and the simulator's ground-truth branches. Credit leaves as four
-//! numpy arrays over the credited events only: (event position, credit, stderr, n_branches).
+//! Counterfactual credit and the simulator's ground-truth branches. Credit leaves as five
+//! numpy arrays over the credited events only: (event position, trace row, credit, stderr,
+//! n_branches).
 
 use masreplay_core::counterfactual::{Baseline, Credit, Signature, branch_credit, same_prefix_credit};
 use masreplay_core::sim::SimConfig;
@@ -11,12 +12,18 @@ use pyo3::prelude::*;
 use crate::batch::PyTraceBatch;
 use crate::errors::OrRaise;
 
-type CreditArrays<'py> =
-    (Bound<'py, PyArray1<u64>>, Bound<'py, PyArray1<f64>>, Bound<'py, PyArray1<f64>>, Bound<'py, PyArray1<u32>>);
+type CreditArrays<'py> = (
+    Bound<'py, PyArray1<u64>>,
+    Bound<'py, PyArray1<u32>>,
+    Bound<'py, PyArray1<f64>>,
+    Bound<'py, PyArray1<f64>>,
+    Bound<'py, PyArray1<u32>>,
+);
 
 fn to_numpy(py: Python<'_>, credit: Credit) -> CreditArrays<'_> {
-    let Credit { event, credit, stderr, n_branches } = credit;
-    (event.into_pyarray(py), credit.into_pyarray(py), stderr.into_pyarray(py), n_branches.into_pyarray(py))
+    let Credit { event, trace, credit, stderr, n_branches } = credit;
+    let (event, trace) = (event.into_pyarray(py), trace.into_pyarray(py));
+    (event, trace, credit.into_pyarray(py), stderr.into_pyarray(py), n_branches.into_pyarray(py))
 }
 
 #[pyfunction]

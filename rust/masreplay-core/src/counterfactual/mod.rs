@@ -12,7 +12,7 @@ pub mod prefix;
 
 use rayon::prelude::*;
 
-use crate::error::{Result, ValidationError};
+use crate::error::{MasreplayError, Result, ValidationError};
 use crate::store::schema::TraceColumns;
 use crate::store::{TraceBatch, trace_channel};
 
@@ -27,14 +27,16 @@ mod tests;
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Credit {
     pub event: Vec<u64>,
+    /// Row of the trace that holds each event.
+    pub trace: Vec<u32>,
     pub credit: Vec<f64>,
     pub stderr: Vec<f64>,
     /// How many alternatives the credit was measured against.
     pub n_branches: Vec<u32>,
 }
 
-/// One credited event: (position, credit, stderr, n_branches).
-pub(crate) type Entry = (u64, f64, f64, u32);
+/// One credited event: (position, trace row, credit, stderr, n_branches).
+pub(crate) type Entry = (u64, u32, f64, f64, u32);
 
 impl Credit {
     fn from_entries(mut entries: Vec<Entry>) -> Self {
@@ -43,9 +45,10 @@ impl Credit {
         }
         Credit {
             event: entries.iter().map(|e| e.0).collect(),
-            credit: entries.iter().map(|e| e.1).collect(),
-            stderr: entries.iter().map(|e| e.2).collect(),
-            n_branches: entries.iter().map(|e| e.3).collect(),
+            trace: entries.iter().map(|e| e.1).collect(),
+            credit: entries.iter().map(|e| e.2).collect(),
+            stderr: entries.iter().map(|e| e.3).collect(),
+            n_branches: entries.iter().map(|e| e.4).collect(),
         }
     }
 }
@@ -55,13 +58,14 @@ pub(crate) fn trace_rewards(batch: &TraceBatch, channel: &str) -> Result<Vec<f64
     let rewards = trace_channel(batch, channel);
     match rewards.iter().position(|r| r.is_nan()) {
         None => Ok(rewards),
-        Some(row) => {
-            let trace_id = TraceColumns::new(batch.record_batch()).trace_id.value(row);
-            let error =
-                ValidationError::new(Some(trace_id), format!("/rewards/{channel}"), "no reward on this channel");
-            Err(error.into())
-        }
+        Some(row) => Err(missing_reward(batch, row, channel)),
     }
+}
+
+/// The error of trace `row` having no reward on `channel`.
+pub(crate) fn missing_reward(batch: &TraceBatch, row: usize, channel: &str) -> MasreplayError {
+    let trace_id = TraceColumns::new(batch.record_batch()).trace_id.value(row);
+    ValidationError::new(Some(trace_id), format!("/rewards/{channel}"), "no reward on this channel").into()
 }
 
 /// Sample mean and unbiased variance (NaN variance below two values) of `values`.

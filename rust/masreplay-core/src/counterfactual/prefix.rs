@@ -164,7 +164,7 @@ pub fn same_prefix_credit(
                 let stderr = (variance * (1.0 / n_child as f64 - 1.0 / n as f64)).sqrt();
                 for &row in members {
                     let event = event_of(row).expect("a child with a key has an event here");
-                    entries.push((event as u64, mean - baseline, stderr, (n - 1) as u32));
+                    entries.push((event as u64, row as u32, mean - baseline, stderr, (n - 1) as u32));
                 }
             }
         }

@@ -72,7 +72,7 @@ fn a_branch_naming_a_missing_event_is_an_error_naming_the_branch() {
         error.contains("\"b\"") && error.contains("/counterfactual_of/event_id") && error.contains("e9"),
         "{error}"
     );
-    let traces = [trace("f", 1.0, &["e0"], None)];
+    let traces = [trace("f", 1.0, &["e0"], None), trace("b", 0.0, &["e0"], Some(("f", "e0", "ablate")))];
     let error = branch_credit(&batch(&traces), "tool", Baseline::Mean).unwrap_err().to_string();
     assert!(error.contains("/rewards/tool"), "{error}");
 }
@@ -129,4 +129,66 @@ fn same_prefix_credits_where_siblings_diverge() {
     // s^2 = var(1, 3, 0, 0) = 2; stderr = sqrt(2 * (1/2 - 1/4)).
     assert!((credit.stderr[1] - (2.0f64 * 0.25).sqrt()).abs() < 1e-12);
     assert!(Signature::new(vec!["colour".into()]).is_err());
+}
+
+/// Credit keyed by (trace id, event id), so batches holding the same traces in another
+/// order can be compared.
+fn keyed(credit: &Credit, batch: &TraceBatch) -> std::collections::BTreeMap<(String, String), (f64, f64, u32)> {
+    let columns = TraceColumns::new(batch.record_batch());
+    let ids = columns.event_columns().id;
+    (0..credit.event.len())
+        .map(|k| {
+            let trace_id = columns.trace_id.value(credit.trace[k] as usize).to_owned();
+            let event_id = ids.value(credit.event[k] as usize).to_owned();
+            ((trace_id, event_id), (credit.credit[k], credit.stderr[k], credit.n_branches[k]))
+        })
+        .collect()
+}
+
+#[test]
+fn branch_credit_does_not_depend_on_where_branches_are_stored() {
+    // Big enough that families straddle the parallel tasks' nominal boundaries.
+    let config = BranchConfig {
+        base: SimConfig { n_traces: 3000, seed: 4, ..SimConfig::default() },
+        branches: 5,
+        branch_points: 3,
+        noise: 0.2,
+    };
+    let truth = generate_with_branches(&config).unwrap();
+    let stored = batch(&truth.traces);
+    let n = stored.len();
+    let reversed = stored.take(&(0..n).rev().collect::<Vec<_>>()).unwrap();
+    let rotated = stored.take(&(0..n).map(|row| (row + n / 2 + 3) % n).collect::<Vec<_>>()).unwrap();
+    for baseline in [Baseline::Mean, Baseline::LeaveOneOut] {
+        let expected = keyed(&branch_credit(&stored, "team", baseline).unwrap(), &stored);
+        assert!(expected.len() > 8000, "about 3 branched events per factual trace");
+        for other in [&reversed, &rotated] {
+            let found = keyed(&branch_credit(other, "team", baseline).unwrap(), other);
+            assert!(found.keys().eq(expected.keys()), "the same events are credited");
+            // Reordered branches are summed in another order: equal up to rounding.
+            let close = |a: f64, b: f64| (a - b).abs() <= 1e-12 || (a.is_nan() && b.is_nan());
+            let differing = expected
+                .iter()
+                .filter(|&(key, &(c, s, n))| !(close(c, found[key].0) && close(s, found[key].1) && n == found[key].2))
+                .count();
+            assert_eq!(differing, 0, "{differing} of {} credited events differ", expected.len());
+        }
+    }
+}
+
+#[test]
+fn only_traces_that_take_part_need_the_reward() {
+    let mut lone = trace("lone", 0.0, &["e0"], None);
+    lone.rewards.clear();
+    let traces = [
+        trace("f", 1.0, &["e0"], None),
+        trace("b", 0.0, &["e0"], Some(("f", "e0", "substitute"))),
+        lone,
+        trace("orphan", 0.5, &["e0"], Some(("missing", "e0", "ablate"))),
+    ];
+    let credit = branch_credit(&batch(&traces), "team", Baseline::Mean).unwrap();
+    assert_eq!(
+        (credit.event.as_slice(), credit.trace.as_slice(), credit.credit.as_slice()),
+        (&[0u64][..], &[0u32][..], &[1.0][..])
+    );
 }

@@ -22,6 +22,7 @@ pub(crate) use ingest::{trim_lists, with_canonical_codes};
 pub use memory::allocated_bytes;
 pub(crate) use nulls::share_null_columns;
 pub use parquet_io::{read_parquet, write_parquet};
+pub(crate) use read::ChannelReader;
 pub(crate) use read::same_text;
 pub use read::{trace_at, trace_channel};
 
@@ -130,6 +131,14 @@ impl TraceBatch {
         let mut columns: Vec<ArrayRef> = vec![Arc::new(trace_index), trace_id];
         columns.extend(items.columns().iter().cloned());
         Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?)
+    }
+
+    /// One per-trace column of the canonical layout (zero-copy).
+    pub fn trace_field(&self, name: &str) -> Result<ArrayRef> {
+        self.record_batch()
+            .column_by_name(name)
+            .cloned()
+            .ok_or_else(|| MasreplayError::InvalidArgument(format!("traces have no field {name:?}")))
     }
 
     /// One field of every event (as in [`Self::events`]), without building the others.
