@@ -3,9 +3,13 @@
 //! slice per run of consecutive rows, no generic take kernel) and deferred, so a trainer that
 //! reads one per-event field pays for that field only.
 
+use std::sync::Arc;
+
 use arrow_array::cast::AsArray;
-use arrow_array::types::Int32Type;
-use arrow_array::{Array, ArrayRef, RecordBatch};
+use arrow_array::types::{ArrowPrimitiveType, Float64Type, Int64Type};
+use arrow_array::{Array, ArrayRef, PrimitiveArray, RecordBatch};
+use arrow_schema::DataType;
+use rayon::prelude::*;
 
 use crate::error::{MasreplayError, Result};
 use crate::store::{TraceBatch, schema};
@@ -49,28 +53,35 @@ impl Gather {
         self.len == 0
     }
 
-    fn column(&self, run: &Run, name: &str) -> &ArrayRef {
-        self.chunks[run.chunk].column_by_name(name).expect("canonical column")
+    /// One canonical column of each run's chunk, by run. Every chunk has the canonical
+    /// schema, so the column's position is looked up once rather than by name per run.
+    fn column_by_run<'a>(&'a self, name: &str) -> impl Fn(&Run) -> &'a ArrayRef + 'a {
+        let index = self.chunks.first().map_or(0, |chunk| chunk.schema_ref().index_of(name).expect("canonical column"));
+        move |run: &Run| self.chunks[run.chunk].column(index)
     }
 
     pub fn trace_ids(&self) -> Vec<&str> {
         let mut ids = Vec::with_capacity(self.len);
+        let trace_id = self.column_by_run("trace_id");
         for run in &self.runs {
-            let column = self.column(run, "trace_id").as_string::<i32>();
+            let column = trace_id(run).as_string::<i32>();
             ids.extend((run.start..run.start + run.len).map(|row| column.value(row)));
         }
         ids
     }
 
     /// Start of each picked trace's events in the gathered event columns, plus the total.
+    /// Read from the events' list offsets, which [`Self::event_field`] reads too: a trainer
+    /// asking for both finds them in cache.
     pub fn event_offsets(&self) -> Vec<i64> {
         let mut offsets = Vec::with_capacity(self.len + 1);
         let mut total = 0i64;
         offsets.push(0);
+        let events = self.column_by_run("events");
         for run in &self.runs {
-            let n_events = self.column(run, "n_events").as_primitive::<Int32Type>();
-            for &n in &n_events.values()[run.start..run.start + run.len] {
-                total += n as i64;
+            let starts = &events(run).as_list::<i32>().value_offsets()[run.start..=run.start + run.len];
+            for pair in starts.windows(2) {
+                total += (pair[1] - pair[0]) as i64;
                 offsets.push(total);
             }
         }
@@ -87,17 +98,23 @@ impl Gather {
         if schema::event_fields().find(name).is_none() {
             return Err(MasreplayError::InvalidArgument(format!("events have no field {name:?}")));
         }
-        let slices: Vec<ArrayRef> = self
+        let events = self.column_by_run("events");
+        let index = schema::event_fields().find(name).expect("checked above").0;
+        // (the field's column in the run's chunk, first event, number of events) per run
+        let ranges: Vec<(&ArrayRef, usize, usize)> = self
             .runs
             .iter()
             .map(|run| {
-                let events = self.column(run, "events").as_list::<i32>();
+                let events = events(run).as_list::<i32>();
                 let offsets = events.value_offsets();
                 let (start, end) = (offsets[run.start] as usize, offsets[run.start + run.len] as usize);
-                let field = events.values().as_struct().column_by_name(name).expect("canonical event field");
-                field.slice(start, end - start)
+                (events.values().as_struct().column(index), start, end - start)
             })
             .collect();
+        if let Some(numbers) = gather_numbers(&ranges) {
+            return Ok(numbers);
+        }
+        let slices: Vec<ArrayRef> = ranges.iter().map(|&(field, start, len)| field.slice(start, len)).collect();
         concat_or_empty(&slices, || self.empty_event_field(name))
     }
 
@@ -129,4 +146,65 @@ fn concat_or_empty(slices: &[ArrayRef], empty: impl FnOnce() -> ArrayRef) -> Res
             Ok(arrow_select::concat::concat(&refs)?)
         }
     }
+}
+
+/// Below this many bytes a gathered column is copied by one thread. A sampled batch of long
+/// traces is megabytes (256 traces of 1,000 tokens: 2 MB of int64), and then one core's copy
+/// bandwidth is the limit.
+pub(super) const PARALLEL_COPY_BYTES: usize = 1 << 19;
+
+/// The ranges (column, first, length) of a 64-bit number column without nulls, copied
+/// straight from the chunks' value buffers (no array per range); None for other columns,
+/// which go through arrow's concat.
+fn gather_numbers(ranges: &[(&ArrayRef, usize, usize)]) -> Option<ArrayRef> {
+    let (first, _, _) = ranges.first()?;
+    if ranges.iter().any(|(column, _, _)| column.null_count() > 0) {
+        return None;
+    }
+    match first.data_type() {
+        DataType::Int64 => Some(Arc::new(gather_values::<Int64Type>(ranges))),
+        DataType::Float64 => Some(Arc::new(gather_values::<Float64Type>(ranges))),
+        _ => None,
+    }
+}
+
+fn gather_values<T: ArrowPrimitiveType>(ranges: &[(&ArrayRef, usize, usize)]) -> PrimitiveArray<T> {
+    let sources: Vec<&[T::Native]> =
+        ranges.iter().map(|&(column, start, len)| &column.as_primitive::<T>().values()[start..start + len]).collect();
+    let total: usize = sources.iter().map(|source| source.len()).sum();
+    let threads = if total * size_of::<T::Native>() < PARALLEL_COPY_BYTES { 1 } else { rayon::current_num_threads() };
+    let mut out: Vec<T::Native> = Vec::with_capacity(total);
+    // One job per thread: consecutive sources of about equal length, and the part of the
+    // output they fill.
+    let share = total.div_ceil(threads);
+    let mut jobs = Vec::with_capacity(threads);
+    let mut rest = &mut out.spare_capacity_mut()[..total];
+    let mut first = 0;
+    while first < sources.len() {
+        let (mut last, mut len) = (first, 0);
+        while last < sources.len() && (len < share || last == first) {
+            len += sources[last].len();
+            last += 1;
+        }
+        let (part, tail) = rest.split_at_mut(len);
+        jobs.push((part, &sources[first..last]));
+        rest = tail;
+        first = last;
+    }
+    let copy = |(part, sources): (&mut [std::mem::MaybeUninit<T::Native>], &[&[T::Native]])| {
+        let mut at = 0;
+        for source in sources {
+            part[at..at + source.len()].write_copy_of_slice(source);
+            at += source.len();
+        }
+    };
+    if jobs.len() > 1 {
+        jobs.into_par_iter().for_each(copy)
+    } else {
+        jobs.into_iter().for_each(copy)
+    }
+    // SAFETY: the jobs' parts split the first `total` slots between them, and each job wrote
+    // every slot of its part (its sources' lengths sum to the part's length).
+    unsafe { out.set_len(total) };
+    PrimitiveArray::new(out.into(), None)
 }

@@ -538,17 +538,25 @@ impl GraphBuffer {
         let Some(front) = self.chunks.front().map(|c| c.id) else {
             return Gather::default();
         };
-        let mut position_of_chunk: HashMap<u64, usize> = HashMap::new();
-        let mut chunks: Vec<RecordBatch> = Vec::new();
-        let picks: Vec<(usize, usize)> = seqs
+        // Entries first, in a loop of independent loads: in a large buffer each is a cache
+        // miss, and these overlap.
+        let found: Vec<(u64, u32)> = seqs
             .iter()
             .map(|&seq| {
                 let entry = self.entry(seq);
-                let position = *position_of_chunk.entry(entry.chunk_id).or_insert_with(|| {
-                    chunks.push(self.chunks[(entry.chunk_id - front) as usize].batch.clone());
+                (entry.chunk_id, entry.row)
+            })
+            .collect();
+        let mut position_of_chunk: HashMap<u64, usize, foldhash::fast::RandomState> = HashMap::default();
+        let mut chunks: Vec<RecordBatch> = Vec::new();
+        let picks: Vec<(usize, usize)> = found
+            .into_iter()
+            .map(|(chunk_id, row)| {
+                let position = *position_of_chunk.entry(chunk_id).or_insert_with(|| {
+                    chunks.push(self.chunks[(chunk_id - front) as usize].batch.clone());
                     chunks.len() - 1
                 });
-                (position, entry.row as usize)
+                (position, row as usize)
             })
             .collect();
         Gather::new(chunks, picks)
@@ -892,6 +900,27 @@ mod tests {
                 pick.traces.collect().unwrap().record_batch().clone()
             };
             assert_eq!(sampled(&mut small_adds), sampled(&mut one_add));
+        }
+    }
+
+    #[test]
+    fn sampled_event_fields_equal_the_collected_batch_for_any_size() {
+        let mut buffer = GraphBuffer::new(3000, Unit::Traces, 5).unwrap();
+        for seed in 0..3 {
+            buffer.add(&traces(1000, 20 + seed)).unwrap(); // three chunks
+        }
+        // A few picks (copied by one thread) and thousands (copied by every thread).
+        for (count, seed) in [(7, 1), (6000, 2)] {
+            let pick = buffer.sample(count, Sampler::Uniform, ShapeFilter::default(), Some(seed), false).unwrap();
+            let whole = pick.traces.collect().unwrap();
+            let n_events = whole.event_field("t").unwrap().len();
+            assert_eq!(count > 1000, n_events * 8 >= gather::PARALLEL_COPY_BYTES, "{n_events} events");
+            for name in ["t", "tokens", "duration_s", "logprob", "id", "agent"] {
+                assert_eq!(pick.traces.event_field(name).unwrap().as_ref(), whole.event_field(name).unwrap().as_ref());
+            }
+            let offsets = whole.record_batch().column_by_name("events").unwrap().as_list::<i32>().value_offsets();
+            let expected: Vec<i64> = offsets.iter().map(|&o| (o - offsets[0]) as i64).collect();
+            assert_eq!(pick.traces.event_offsets(), expected);
         }
     }
 
