@@ -168,6 +168,9 @@ fn gather_numbers(ranges: &[(&ArrayRef, usize, usize)]) -> Option<ArrayRef> {
     }
 }
 
+/// Part of an output buffer and the sources that fill it, in order.
+type CopyJob<'a, N> = (&'a mut [std::mem::MaybeUninit<N>], &'a [&'a [N]]);
+
 fn gather_values<T: ArrowPrimitiveType>(ranges: &[(&ArrayRef, usize, usize)]) -> PrimitiveArray<T> {
     let sources: Vec<&[T::Native]> =
         ranges.iter().map(|&(column, start, len)| &column.as_primitive::<T>().values()[start..start + len]).collect();
@@ -191,7 +194,7 @@ fn gather_values<T: ArrowPrimitiveType>(ranges: &[(&ArrayRef, usize, usize)]) ->
         rest = tail;
         first = last;
     }
-    let copy = |(part, sources): (&mut [std::mem::MaybeUninit<T::Native>], &[&[T::Native]])| {
+    let copy = |(part, sources): CopyJob<'_, T::Native>| {
         let mut at = 0;
         for source in sources {
             part[at..at + source.len()].write_copy_of_slice(source);
