@@ -89,11 +89,10 @@ pub struct Sample {
     pub probabilities: Vec<f64>,
 }
 
-/// Where a stored trace lives.
+/// What the buffer keeps of a stored trace besides its data (which [`GraphBuffer::locate`]
+/// finds from the sequence number).
 #[derive(Clone, Copy, Debug)]
 struct Entry {
-    chunk_id: u64,
-    row: u32,
     n_events: u32,
     group: u32,
     /// For a branch rollout, the sequence number of its factual trace.
@@ -129,7 +128,9 @@ fn chunk_events(batch: &RecordBatch) -> usize {
 
 /// One added batch (or several small ones merged); dropped once every trace in it is evicted.
 struct Chunk {
-    id: u64,
+    /// Sequence number of the trace in row 0: a chunk holds consecutive sequence numbers
+    /// (rows are appended in insertion order, merged onto the end, never removed).
+    first_seq: u64,
     batch: RecordBatch,
     live: usize,
 }
@@ -196,7 +197,6 @@ pub struct GraphBuffer {
     /// which makes a saved and reloaded buffer continue with the same samples.
     calls: u64,
     chunks: VecDeque<Chunk>,
-    next_chunk: u64,
     /// Stored traces in insertion order; `entries[k]` has sequence number `first_seq + k`.
     /// Entries marked `removed` are gone already and only hold their place.
     entries: VecDeque<Entry>,
@@ -235,7 +235,6 @@ impl GraphBuffer {
             seed,
             calls: 0,
             chunks: VecDeque::new(),
-            next_chunk: 0,
             entries: VecDeque::new(),
             first_seq: 0,
             live: 0,
@@ -305,9 +304,12 @@ impl GraphBuffer {
         &self.entries[(seq - self.first_seq) as usize]
     }
 
-    fn chunk(&self, chunk_id: u64) -> &Chunk {
-        let front = self.chunks.front().expect("a stored trace has its chunk").id;
-        &self.chunks[(chunk_id - front) as usize]
+    /// (index in `chunks`, row) of the trace with sequence number `seq`: a binary search over
+    /// the chunks' first sequence numbers (few, and in cache), where reading the trace's entry
+    /// would be a cache miss in a large buffer.
+    fn locate(&self, seq: u64) -> (usize, usize) {
+        let k = self.chunks.partition_point(|chunk| chunk.first_seq <= seq) - 1;
+        (k, (seq - self.chunks[k].first_seq) as usize)
     }
 
     /// Which traces of `batch` cannot be added: ids already stored or repeated in the batch,
@@ -374,6 +376,7 @@ impl GraphBuffer {
         let factual_ids = columns.counterfactual_of.column_by_name("trace_id").expect("canonical field");
         let factual_ids = factual_ids.as_string::<i32>();
         self.reserve_slots(self.entries.len() + batch.len());
+        let batch_first_seq = self.first_seq + self.entries.len() as u64;
         let pieces = pieces_by_events(n_events.values(), MAX_MERGED_CHUNK_EVENTS);
         // A piece of a large batch keeps only its own rows' data, and absent fields share the
         // process-wide zero buffer rather than the whole batch's (built before anything changes).
@@ -381,8 +384,7 @@ impl GraphBuffer {
             .iter()
             .map(|rows| Ok(share_null_columns(&trim_lists(&record.slice(rows.start, rows.len()))?)))
             .collect::<Result<Vec<RecordBatch>>>()?;
-        for (offset, rows) in pieces.iter().enumerate() {
-            let chunk_id = self.next_chunk + offset as u64;
+        for rows in &pieces {
             for row in rows.clone() {
                 let seq = self.first_seq + self.entries.len() as u64;
                 let group = self.groups.intern(columns.group_id.value(row));
@@ -397,14 +399,7 @@ impl GraphBuffer {
                 if let Some(factual) = factual {
                     self.branches.entry(factual).or_default().push(seq);
                 }
-                self.entries.push_back(Entry {
-                    chunk_id,
-                    row: (row - rows.start) as u32,
-                    n_events: events,
-                    group,
-                    factual,
-                    removed: false,
-                });
+                self.entries.push_back(Entry { n_events: events, group, factual, removed: false });
                 self.live += 1;
                 self.num_events += events as usize;
                 let priority = priorities.map_or(self.max_priority, |p| p[row]);
@@ -412,10 +407,9 @@ impl GraphBuffer {
                 self.priorities.set(slot, priority);
             }
         }
-        for batch in piece_batches {
-            let id = self.next_chunk;
-            self.next_chunk += 1;
-            self.chunks.push_back(Chunk { id, live: batch.num_rows(), batch });
+        for (batch, rows) in piece_batches.into_iter().zip(&pieces) {
+            let first_seq = batch_first_seq + rows.start as u64;
+            self.chunks.push_back(Chunk { first_seq, live: batch.num_rows(), batch });
         }
         while self.used() > self.capacity {
             self.evict_oldest();
@@ -454,19 +448,12 @@ impl GraphBuffer {
             else {
                 break;
             };
-            let (older_rows, newer_rows) = (older.batch.num_rows(), newer.batch.num_rows());
-            let older_id = older.id;
-            // The newer chunk's traces are the last stored ones: they now live after the older's.
-            let stored = self.entries.len();
-            for entry in self.entries.range_mut(stored - newer_rows..) {
-                entry.chunk_id = older_id;
-                entry.row += older_rows as u32;
-            }
+            // The newer chunk's traces follow the older's in sequence and now in rows too.
+            let rows = older.batch.num_rows() + newer.batch.num_rows();
             self.chunks.pop_back();
             let older = self.chunks.back_mut().expect("two chunks were there");
             older.batch = merged;
-            older.live = older_rows + newer_rows;
-            self.next_chunk -= 1;
+            older.live = rows;
         }
     }
 
@@ -504,9 +491,9 @@ impl GraphBuffer {
             self.priorities.set(slot, 0.0);
             self.num_events -= entry.n_events as usize;
             self.groups.remove(entry.group, seq);
-            let front = self.chunks.front().expect("a stored trace has its chunk").id;
-            let chunk = &mut self.chunks[(entry.chunk_id - front) as usize];
-            let trace_id = chunk.batch.column(0).as_string::<i32>().value(entry.row as usize).to_owned();
+            let (k, row) = self.locate(seq);
+            let chunk = &mut self.chunks[k];
+            let trace_id = chunk.batch.column(0).as_string::<i32>().value(row).to_owned();
             chunk.live -= 1;
             self.by_id.remove(&trace_id);
             if let Some(siblings) = entry.factual.and_then(|factual| self.branches.get_mut(&factual)) {
@@ -523,7 +510,9 @@ impl GraphBuffer {
             self.first_seq += 1;
         }
         while let Some(chunk) = self.chunks.front() {
-            let referenced = self.entries.front().is_some_and(|e| e.chunk_id == chunk.id);
+            // The front entry's trace (seq first_seq) may still be in this chunk.
+            let referenced =
+                !self.entries.is_empty() && self.first_seq < chunk.first_seq + chunk.batch.num_rows() as u64;
             if chunk.live > 0 || referenced {
                 break;
             }
@@ -535,28 +524,17 @@ impl GraphBuffer {
     /// hold them take part (so the cost follows the sample, not the number of chunks stored),
     /// and the pick owns them: copying can run after a lock on the buffer is let go.
     fn gather(&self, seqs: &[u64]) -> Gather {
-        let Some(front) = self.chunks.front().map(|c| c.id) else {
-            return Gather::default();
-        };
-        // Entries first, in a loop of independent loads: in a large buffer each is a cache
-        // miss, and these overlap.
-        let found: Vec<(u64, u32)> = seqs
+        let mut position_of_chunk: HashMap<usize, usize, foldhash::fast::RandomState> = HashMap::default();
+        let mut chunks: Vec<RecordBatch> = Vec::new();
+        let picks: Vec<(usize, usize)> = seqs
             .iter()
             .map(|&seq| {
-                let entry = self.entry(seq);
-                (entry.chunk_id, entry.row)
-            })
-            .collect();
-        let mut position_of_chunk: HashMap<u64, usize, foldhash::fast::RandomState> = HashMap::default();
-        let mut chunks: Vec<RecordBatch> = Vec::new();
-        let picks: Vec<(usize, usize)> = found
-            .into_iter()
-            .map(|(chunk_id, row)| {
-                let position = *position_of_chunk.entry(chunk_id).or_insert_with(|| {
-                    chunks.push(self.chunks[(chunk_id - front) as usize].batch.clone());
+                let (k, row) = self.locate(seq);
+                let position = *position_of_chunk.entry(k).or_insert_with(|| {
+                    chunks.push(self.chunks[k].batch.clone());
                     chunks.len() - 1
                 });
-                (position, row as usize)
+                (position, row)
             })
             .collect();
         Gather::new(chunks, picks)
@@ -577,8 +555,8 @@ impl GraphBuffer {
     }
 
     fn trace(&self, trace_id: &str) -> Result<Trace> {
-        let entry = self.entry(self.seq_of(trace_id)?);
-        Ok(trace_at(&self.chunk(entry.chunk_id).batch, entry.row as usize))
+        let (k, row) = self.locate(self.seq_of(trace_id)?);
+        Ok(trace_at(&self.chunks[k].batch, row))
     }
 
     fn priority_of_seq(&self, seq: u64) -> f64 {
@@ -669,10 +647,10 @@ impl GraphBuffer {
             .copied()
             .filter(|&seq| {
                 event_id.is_none_or(|wanted| {
-                    let entry = self.entry(seq);
-                    let of = self.chunk(entry.chunk_id).batch.column_by_name("counterfactual_of").expect("canonical");
+                    let (k, row) = self.locate(seq);
+                    let of = self.chunks[k].batch.column_by_name("counterfactual_of").expect("canonical");
                     let ids = of.as_struct().column_by_name("event_id").expect("canonical field").as_string::<i32>();
-                    ids.value(entry.row as usize) == wanted
+                    ids.value(row) == wanted
                 })
             })
             .collect();
