@@ -91,6 +91,28 @@ pub(crate) fn torch_sum(values: &[f32], skip_nan: bool) -> f32 {
     total
 }
 
+/// ATen's `internal::GRAIN_SIZE`: a whole-tensor sum this long or longer is split between
+/// threads.
+const GRAIN: usize = 32768;
+
+/// `torch.sum` of a whole tensor (`values`, contiguous) on `threads` intra-op threads: from
+/// [`GRAIN`] values up, ATen's two-pass reduction gives each of `min(threads, n / GRAIN
+/// rounded up)` tasks an equal contiguous chunk (the last shorter), sums each as above into
+/// a buffer of `threads` slots (unused ones 0), then sums the buffer.
+pub(crate) fn torch_sum_threads(values: &[f32], skip_nan: bool, threads: usize) -> f32 {
+    let n = values.len();
+    if threads <= 1 || n < GRAIN {
+        return torch_sum(values, skip_nan);
+    }
+    let tasks = threads.min(n.div_ceil(GRAIN));
+    let chunk = n.div_ceil(tasks);
+    let mut partials = vec![0f32; threads];
+    for (slot, piece) in partials.iter_mut().zip(values.chunks(chunk)) {
+        *slot = torch_sum(piece, skip_nan);
+    }
+    torch_sum(&partials, false)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
