@@ -7,6 +7,7 @@ import importlib
 import types
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 import masreplay
@@ -305,6 +306,105 @@ def test_trl_trainer_subclass():
 
     assert issubclass(MasreplayGRPOTrainer, trl.GRPOTrainer)
     assert "_generate_and_score_completions" in MasreplayGRPOTrainer.__dict__
+
+
+def test_trl_trainer_trains_on_masreplay_advantages(tmp_path):
+    """TRL's real GRPOTrainer, one step on the CPU: a 1-layer Llama and a word-level
+    tokenizer built here (no hub), two prompts x two generations; each row is a trace of a
+    simulated batch, and the advantages the loss receives are masreplay's per-agent ones."""
+    torch = _need("torch", "torch")
+    trl = _need("trl", "trl")
+    datasets = _need("datasets", "datasets")
+    transformers = _need("transformers", "transformers")
+    tokenizers = _need("tokenizers", "tokenizers")
+    from masreplay.integrations.trl import MasreplayGRPOTrainer
+
+    words = ["<pad>", "<eos>", "<unk>"] + [f"w{i}" for i in range(29)]
+    word_level = tokenizers.Tokenizer(tokenizers.models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    word_level.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
+    tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=word_level, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>"
+    )
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=len(words),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=1,
+    )
+    model = transformers.LlamaForCausalLM(config)
+
+    traces = masreplay.sim.generate(4, agents=(2, 4), group_size=2, seed=3)
+    group_of = pa.table(traces)["group_id"].to_pylist()
+    members: dict[str, list[str]] = {}
+    for trace_id, group in zip(traces.trace_ids, group_of, strict=True):
+        members.setdefault(group, []).append(trace_id)
+    prompts = datasets.Dataset.from_dict({"prompt": ["w3 w4 w5", "w6 w7"], "group_id": list(members)})
+    options = {"normalize_by": "agent"}
+    seen: list[list[str]] = []
+    generated: list = []
+    trained: list = []
+
+    def traces_of(inputs, _output):
+        taken: dict[str, int] = {}
+        ids = []
+        for row in inputs:  # each prompt's generations take that group's traces in turn
+            group = row["group_id"]
+            ids.append(members[group][taken.setdefault(group, 0)])
+            taken[group] += 1
+        seen.append(ids)
+        return traces, ids, None
+
+    class Recording(MasreplayGRPOTrainer):
+        def _generate_and_score_completions(self, inputs):
+            output = super()._generate_and_score_completions(inputs)
+            generated.append(output["advantages"].clone())
+            return output
+
+        def compute_loss(self, model, inputs, *args, **kwargs):
+            trained.append(inputs["advantages"].clone())
+            return super().compute_loss(model, inputs, *args, **kwargs)
+
+    args = trl.GRPOConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=4,
+        num_generations=2,
+        max_completion_length=4,
+        max_steps=1,
+        learning_rate=1e-2,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+        seed=0,
+    )
+    before = [p.detach().clone() for p in model.parameters()]
+    trainer = Recording(
+        model=model,
+        reward_funcs=lambda completions, **_: [float(len(c)) for c in completions],
+        args=args,
+        train_dataset=prompts,
+        processing_class=tokenizer,
+        traces_of=traces_of,
+        advantage_options=options,
+    )
+    trainer.train()
+
+    result = masreplay.advantages(traces, **options)
+    position = {trace_id: i for i, trace_id in enumerate(traces.trace_ids)}
+    expected = torch.tensor([result.per_trace[position[t]] for t in seen[0]], dtype=torch.float32)
+    assert len(seen) == 1 and sorted(seen[0]) == sorted(traces.trace_ids)
+    assert torch.equal(generated[0], expected)
+    assert torch.equal(torch.sort(torch.cat(trained)).values, torch.sort(expected).values)
+    assert torch.count_nonzero(expected) > 0
+    assert any(not torch.equal(a, b.detach()) for a, b in zip(before, model.parameters(), strict=True))
 
 
 # ---- OpenRLHF (its formulas, computed with torch as OpenRLHF does) --------------------------------
