@@ -326,19 +326,10 @@ def test_trl_trainer_trains_on_masreplay_advantages(tmp_path):
         tokenizer_object=word_level, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>"
     )
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=len(words),
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=1,
-    )
-    model = transformers.LlamaForCausalLM(config)
+    sizes = {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "max_position_embeddings": 64}
+    heads = {"num_attention_heads": 2, "num_key_value_heads": 2}
+    special = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 1}
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(vocab_size=len(words), **sizes, **heads, **special))
 
     traces = masreplay.sim.generate(4, agents=(2, 4), group_size=2, seed=3)
     group_of = pa.table(traces)["group_id"].to_pylist()
