@@ -13,7 +13,7 @@ use rayon::prelude::*;
 use super::cell::{Cell, batch_std};
 use super::small::{Block, Declined, Labels, SMALL_ROWS, Small, normalize_small_group, plain_run, small_path};
 use super::spec::{Compat, Estimator, Scale, Spec, invalid};
-use super::torch_sum::torch_sum_threads;
+use super::torch_sum::torch_sum_threads_of;
 use crate::error::{MasreplayError, Result};
 
 /// The rows to normalise: a value, a dense group code and optionally a dense stratum code
@@ -598,31 +598,29 @@ fn whiten<T: Output>(out: &mut [T], values: &[f64], lengths: Option<&[f64]>) {
 /// rounded). A row with a NaN reward contributes no tokens and stays 0.
 fn whiten_verl<T: Output>(out: &mut [T], rows: &Rows, threads: usize) -> Result<()> {
     let n = out.len();
-    let prefix: Vec<f32>;
+    let length = |i: usize| rows.lengths.map_or(1, |l| l[i] as usize);
+    // The mask, or each row's `lengths` tokens first in a width of the longest row; read
+    // entry by entry, never built (rows x width can be large).
     let (mask, width) = match rows.tokens {
-        Some((mask, width)) => {
-            if mask.len() != n * width {
-                return Err(invalid(format!("the response mask has {} entries for {n} rows x {width}", mask.len())));
-            }
-            (mask, width)
+        Some((mask, width)) if mask.len() != n * width => {
+            return Err(invalid(format!("the response mask has {} entries for {n} rows x {width}", mask.len())));
         }
-        None => {
-            let length = |i: usize| rows.lengths.map_or(1, |l| l[i] as usize);
-            let width = (0..n).map(length).max().unwrap_or(0);
-            prefix = (0..n * width).map(|k| (k % width < length(k / width)) as u8 as f32).collect();
-            (prefix.as_slice(), width)
-        }
+        Some((mask, width)) => (Some(mask), width),
+        None => (None, (0..n).map(length).max().unwrap_or(0)),
     };
-    let valid = |k: usize| mask[k] != 0.0 && !rows.values[k / width].is_nan();
-    let tiled: Vec<f32> = (0..n * width).map(|k| if valid(k) { out[k / width].to_f64() as f32 } else { 0.0 }).collect();
-    let count = torch_sum_threads(&(0..n * width).map(|k| valid(k) as u8 as f32).collect::<Vec<_>>(), false, threads);
+    let valid = |k: usize| {
+        let (row, column) = (k / width, k % width);
+        mask.map_or(column < length(row), |m| m[k] != 0.0) && !rows.values[row].is_nan()
+    };
+    let tiled = |k: usize| if valid(k) { out[k / width].to_f64() as f32 } else { 0.0 };
+    let entries = n * width;
+    let count = torch_sum_threads_of(entries, threads, |k| valid(k) as u8 as f32);
     if count < 2.0 {
         return Err(invalid(format!("verl's masked_whiten needs at least 2 response tokens, the batch has {count}")));
     }
-    let mean = torch_sum_threads(&tiled, false, threads) / (count + 1e-8);
-    let squares: Vec<f32> =
-        (0..n * width).map(|k| if valid(k) { (tiled[k] - mean) * (tiled[k] - mean) } else { 0.0 }).collect();
-    let variance = torch_sum_threads(&squares, false, threads) / (count + 1e-8) * (count / (count - 1.0));
+    let mean = torch_sum_threads_of(entries, threads, tiled) / (count + 1e-8);
+    let squares = |k: usize| if valid(k) { (tiled(k) - mean) * (tiled(k) - mean) } else { 0.0 };
+    let variance = torch_sum_threads_of(entries, threads, squares) / (count + 1e-8) * (count / (count - 1.0));
     let scale = 1.0 / (variance + 1e-8).sqrt();
     for (i, slot) in out.iter_mut().enumerate() {
         if !rows.values[i].is_nan() {
