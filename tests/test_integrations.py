@@ -394,6 +394,7 @@ def test_trl_trainer_trains_on_masreplay_advantages(tmp_path):
     assert len(seen) == 1 and sorted(seen[0]) == sorted(traces.trace_ids)
     assert torch.equal(generated[0], expected)
     assert torch.equal(torch.sort(torch.cat(trained)).values, torch.sort(expected).values)
+    assert list(trainer._logs["advantages"]) == expected.tolist()  # the completions table's
     assert torch.count_nonzero(expected) > 0
     assert any(not torch.equal(a, b.detach()) for a, b in zip(before, model.parameters(), strict=True))
 
