@@ -212,6 +212,12 @@ def test_verl_rloo_and_opo_edge_cases():
     np.testing.assert_array_equal(opo, _f32([0.25, -0.75, 2.0]))
 
 
+def _torch_sqrt(x):
+    """TRL's fp32 torch.sqrt as compat="trl" rounds it on this CPU (MKL's kernel; held
+    against torch.sqrt in test_integrations.py)."""
+    return masreplay._core.torch_sqrt(np.atleast_1d(np.float32(x)))[0][0]
+
+
 def test_trl_edge_cases():
     values = [0.3, 0.7, 0.1, 2.0, 1.0, 1.0, np.nan, 0.5]
     groups = [0, 0, 0, 1, 2, 2, 3, 3]
@@ -220,7 +226,7 @@ def test_trl_edge_cases():
     mean = r.sum(dtype=F32) / F32(3)
     var = ((r - mean) ** 2).sum(dtype=F32) / F32(3)
     var *= F32(3) / F32(2)
-    np.testing.assert_array_equal(out[:3], (r - mean) / (np.sqrt(var) + F32(1e-4)))
+    np.testing.assert_array_equal(out[:3], (r - mean) / (_torch_sqrt(var) + F32(1e-4)))
     # A group of one has std 0 and advantage 0; an all-equal group 0; an unscorable row 0
     # and left out of its group (whose one scorable row then gets 0).
     np.testing.assert_array_equal(out[3:], [0.0, 0.0, 0.0, 0.0, 0.0])
@@ -234,7 +240,7 @@ def test_trl_batch_scale():
     mean = values.sum(dtype=F32) / F32(4)
     var = ((values - mean) ** 2).sum(dtype=F32) / F32(4) * (F32(4) / F32(3))
     group_means = np.repeat([values[:2].sum(dtype=F32) / F32(2), values[2:].sum(dtype=F32) / F32(2)], 2)
-    np.testing.assert_array_equal(out, (values - group_means) / (np.sqrt(var) + F32(1e-4)))
+    np.testing.assert_array_equal(out, (values - group_means) / (_torch_sqrt(var) + F32(1e-4)))
 
 
 def test_openrlhf_edge_cases():
@@ -429,7 +435,7 @@ def test_trl_normalize_then_sum_whitens_the_sum_in_fp32():
     total = a + F32(0.5) * b
     mean = total.sum(dtype=F32) / F32(4)
     var = ((total - mean) ** 2).sum(dtype=F32) / F32(4) * (F32(4) / F32(3))
-    np.testing.assert_array_equal(adv.per_trace, (total - mean) / (np.sqrt(var) + F32(1e-4)))
+    np.testing.assert_array_equal(adv.per_trace, (total - mean) / (_torch_sqrt(var) + F32(1e-4)))
 
 
 def test_bad_batch_arguments():

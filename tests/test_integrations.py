@@ -7,6 +7,7 @@ import importlib
 import types
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 import masreplay
@@ -114,23 +115,40 @@ def test_verl_grpo_bit_for_bit(seed, norm_by_std):
     assert torch.equal(via_registry, theirs) and "masreplay_rloo" in names
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_verl_rloo_opo_and_reinforce_pp_baseline(seed):
+@pytest.mark.parametrize(("seed", "n_groups", "length", "holes"), [(0, 40, 6, False), (1, 40, 6, True), (2, 900, 48, True)])
+def test_verl_rloo_opo_and_reinforce_pp_baseline(seed, n_groups, length, holes):
+    """Bit for bit, REINFORCE++'s token-level whitening included: the largest case whitens
+    over more than 32768 mask entries, which ATen sums on torch's threads."""
     torch = _need("torch", "torch")
     core_algos = _need("verl.trainer.ppo.core_algos", "verl")
-    scores, uids = _random_rows(seed)
-    rewards, mask = _verl_inputs(torch, scores, uids, seed=seed)
+    scores, uids = _random_rows(seed, n_groups)
+    rewards, mask = _verl_inputs(torch, scores, uids, length=length, seed=seed)
+    if holes:  # an agent loop's mask: tool output inside the response is not generated
+        rng = np.random.default_rng(seed)
+        mask = mask * torch.from_numpy((rng.random(mask.shape) > 0.2).astype(np.float32))
+        mask[torch.arange(len(scores)), rewards.ne(0).float().argmax(-1)] = 1.0
+        mask[:, 0] = 1.0
     lengths = mask.sum(-1).double().numpy()
+    threads = torch.get_num_threads()
+
+    def ours(estimator):
+        per_row = masreplay.group_normalize(
+            scores, uids, lengths=lengths, mask=mask.numpy(), estimator=estimator, compat="verl", torch_threads=threads
+        )
+        return torch.from_numpy(per_row).unsqueeze(-1) * mask
+
     theirs, _ = core_algos.compute_rloo_outcome_advantage(rewards, mask, uids)
-    ours = masreplay.group_normalize(scores, uids, estimator="rloo", compat="verl")
-    assert torch.equal(theirs, torch.from_numpy(ours).unsqueeze(-1) * mask)
+    assert torch.equal(theirs, ours("rloo"))
     theirs, _ = core_algos.compute_opo_outcome_advantage(rewards, mask, uids)
-    ours = masreplay.group_normalize(scores, uids, lengths=lengths, estimator="opo", compat="verl")
-    torch.testing.assert_close(theirs, torch.from_numpy(ours).unsqueeze(-1) * mask, rtol=2e-7, atol=2e-7)
+    assert torch.equal(theirs, ours("opo"))
     theirs, _ = core_algos.compute_reinforce_plus_plus_baseline_outcome_advantage(rewards, mask, uids)
-    ours = masreplay.group_normalize(scores, uids, lengths=lengths, estimator="reinforce_pp_baseline", compat="verl")
-    # verl whitens token by token in fp32 sums; the same statistics, summed in another order.
-    torch.testing.assert_close(theirs, torch.from_numpy(ours).unsqueeze(-1) * mask, rtol=1e-5, atol=1e-5)
+    assert torch.equal(theirs, ours("reinforce_pp_baseline"))
+    from masreplay.integrations import verl as verl_integration
+
+    verl_integration.register()
+    plugged = core_algos.get_adv_estimator_fn("masreplay_reinforce_pp_baseline")
+    via_registry, _ = plugged(token_level_rewards=rewards, response_mask=mask.bool(), index=uids, config=None)
+    assert torch.equal(via_registry, theirs)
 
 
 def test_verl_compute_advantage_over_traces():
@@ -153,19 +171,99 @@ def test_verl_compute_advantage_over_traces():
     mixin = verl_integration.trace_advantage_mixin(lambda _: batch, normalize_by="agent", unit="events")
     mixin()._compute_advantage(data, metrics)
     assert "masreplay/advantages_mean" in metrics
+    with pytest.raises(InvalidArgumentError, match="KVBatchMeta"):
+        mixin()._compute_advantage(types.new_class("KVBatchMeta")(), metrics)
+
+
+def test_verl_dataproto_compute_advantage_and_registry():
+    """verl's own DataProto through compute_advantage (full traces: ids in non_tensor_batch as
+    object arrays), and a registered estimator called as verl's trainer calls one (the
+    trainer module itself needs ray and torchdata)."""
+    torch = _need("torch", "torch")
+    protocol = _need("verl.protocol", "verl")
+    core_algos = _need("verl.trainer.ppo.core_algos", "verl")
+    from masreplay.integrations import verl as verl_integration
+
+    batch = masreplay.sim.generate(16, agents=(2, 4), group_size=4, seed=5)
+    events = batch.events()
+    picks = [int(batch.event_offsets[i]) + 1 for i in range(16)]
+    mask = torch.ones(16, 5, dtype=torch.int64)
+    mask[::2, 3:] = 0
+    data = protocol.DataProto.from_single_dict(
+        {
+            "response_mask": mask,
+            "token_level_rewards": torch.zeros(16, 5),
+            "trace_id": np.array([events["trace_id"][k].as_py() for k in picks], dtype=object),
+            "event_id": np.array([events["id"][k].as_py() for k in picks], dtype=object),
+        }
+    )
+    out = verl_integration.compute_advantage(data, batch, normalize_by="agent", unit="events")
+    assert out is data and isinstance(out, protocol.DataProto)
+    expected = torch.from_numpy(masreplay.advantages(batch, normalize_by="agent", unit="events").per_event[picks])
+    assert torch.equal(data.batch["advantages"], expected.unsqueeze(-1) * mask)
+    assert torch.equal(data.batch["returns"], data.batch["advantages"])
+    # A slice of the DataProto (a mini-batch) keeps ids and advantages row for row.
+    assert torch.equal(data[4:8].batch["advantages"][:, 0], expected[4:8])
+
+    verl_integration.register()
+    scores, uids = _random_rows(3)
+    rewards, grpo_mask = _verl_inputs(torch, scores, uids, seed=3)
+    step = protocol.DataProto.from_dict(
+        tensors={"token_level_rewards": rewards, "response_mask": grpo_mask}, non_tensors={"uid": uids.astype(object)}
+    )
+    for estimator in verl_integration.ESTIMATORS:
+        # ray_trainer.compute_advantage's arguments for a registered estimator:
+        kwargs = {
+            "token_level_rewards": step.batch["token_level_rewards"],
+            "response_mask": step.batch["response_mask"],
+            "config": {"norm_adv_by_std_in_grpo": True},
+            "index": step.non_tensor_batch["uid"],
+        }
+        ours, _ = core_algos.get_adv_estimator_fn(f"masreplay_{estimator}")(**kwargs)
+        verl_name = {"reinforce_pp_baseline": "reinforce_plus_plus_baseline"}.get(estimator, estimator)
+        theirs, _ = core_algos.get_adv_estimator_fn(verl_name)(**kwargs)
+        assert torch.equal(ours, theirs), estimator
+
+
+def test_verl_loads_the_entry_point(tmp_path):
+    """pyproject's "verl.plugins" entry point, as an installed masreplay declares it, makes a
+    bare `import verl` register the estimators (in a fresh interpreter)."""
+    _need("verl", "verl")
+    import subprocess
+    import sys
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    plugins = tomllib.loads((root / "pyproject.toml").read_text())["project"]["entry-points"]["verl.plugins"]
+    info = tmp_path / "masreplay_entry-0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: masreplay-entry\nVersion: 0\n")
+    lines = "".join(f"{name} = {target}\n" for name, target in plugins.items())
+    (info / "entry_points.txt").write_text("[verl.plugins]\n" + lines)
+    code = (
+        "import verl\nfrom verl.trainer.ppo import core_algos\n"
+        "print(sorted(k for k in core_algos.ADV_ESTIMATOR_REGISTRY if k.startswith('masreplay')))"
+    )
+    path = [str(tmp_path), str(Path(masreplay.__file__).parents[1])]
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(path), "VERL_USE_EXTERNAL_PLUGINS": "auto"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "'masreplay_grpo', 'masreplay_opo', 'masreplay_reinforce_pp_baseline', 'masreplay_rloo'" in out.stdout
 
 
 # ---- TRL -----------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("scale", ["group", "batch", "none"])
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_trl_group_normalisation_bit_for_bit(scale, seed):
+@pytest.mark.parametrize(("seed", "n_groups"), [(0, 16), (1, 16), (2, 5000)])
+def test_trl_group_normalisation_bit_for_bit(scale, seed, n_groups):
+    """5000 groups: TRL's batch std sums 40000 rewards, which ATen splits between threads."""
     torch = _need("torch", "torch")
     utils = _need("trl.trainer.utils", "trl")
     num_generations = 8
     rng = np.random.default_rng(seed)
-    rewards = torch.from_numpy(rng.normal(size=16 * num_generations).astype(np.float32))
+    rewards = torch.from_numpy(rng.normal(size=n_groups * num_generations).astype(np.float32))
     rewards[::13] = torch.nan  # unscorable rows
     rewards[:num_generations] = 0.5  # an all-equal group
     # TRL's GRPOTrainer lines (sum_then_normalize), with TRL's own nanstd:
@@ -178,16 +276,28 @@ def test_trl_group_normalisation_bit_for_bit(scale, seed):
     if scale != "none":
         theirs = theirs / (std + 1e-4)
     theirs = torch.nan_to_num(theirs, nan=0.0)
-    groups = np.repeat(np.arange(16), num_generations)
-    ours = masreplay.group_normalize(rewards.numpy(), groups, compat="trl", std=scale)
-    if scale == "none":
-        assert torch.equal(torch.from_numpy(ours), theirs)
-    else:
-        # Everything up to TRL's torch.sqrt is bit for bit; torch's fp32 sqrt on the CPU (MKL's
-        # vsSqrt in the pip builds) is not correctly rounded (1 ulp off for ~20% of inputs on
-        # the test machine), masreplay's is: allow that last ulp, and nothing more.
-        ulp = np.spacing(np.abs(theirs.numpy())).astype(np.float32)
-        assert np.all(np.abs(ours - theirs.numpy()) <= 2 * ulp)
+    groups = np.repeat(np.arange(n_groups), num_generations)
+    threads = torch.get_num_threads()
+    ours = masreplay.group_normalize(rewards.numpy(), groups, compat="trl", std=scale, torch_threads=threads)
+    assert torch.equal(torch.from_numpy(ours), theirs)
+
+
+def test_torch_sqrt_emulation_matches_torch():
+    """TRL's nanstd ends in torch.sqrt, which torch's MKL computes with a kernel chosen by CPU,
+    not always correctly rounded; compat="trl" rounds as the kernel this CPU runs. Every value
+    of [1, 4) covers every mantissa of both exponent parities; then the edges."""
+    torch = _need("torch", "torch")
+    from masreplay import _core
+
+    bits = np.arange(0x3F800000, 0x40800000, dtype=np.uint32)
+    edges = np.array([0, 1, 0x7FFFFF, 0x800000, 0x0D000000, 0x7F7FF000, 0x7F7FF001, 0x7F7FFFFF, 0x7F800000], np.uint32)
+    for x in (bits.view(np.float32), edges.view(np.float32), np.linspace(1e-30, 1e30, 100_000, dtype=np.float32)):
+        ours, kernel = _core.torch_sqrt(x)
+        theirs = torch.sqrt(torch.from_numpy(x))
+        differ = np.flatnonzero(ours != theirs.numpy())
+        assert differ.size == 0, f"{kernel} emulation differs from torch.sqrt at {x[differ[:5]]} ({differ.size} values)"
+    with pytest.raises(InvalidArgumentError, match="kernel"):
+        _core.torch_sqrt(np.ones(1, np.float32), "sleef")
 
 
 def test_trl_trainer_subclass():
@@ -196,6 +306,97 @@ def test_trl_trainer_subclass():
 
     assert issubclass(MasreplayGRPOTrainer, trl.GRPOTrainer)
     assert "_generate_and_score_completions" in MasreplayGRPOTrainer.__dict__
+
+
+def test_trl_trainer_trains_on_masreplay_advantages(tmp_path):
+    """TRL's real GRPOTrainer, one step on the CPU: a 1-layer Llama and a word-level
+    tokenizer built here (no hub), two prompts x two generations; each row is a trace of a
+    simulated batch, and the advantages the loss receives are masreplay's per-agent ones."""
+    torch = _need("torch", "torch")
+    trl = _need("trl", "trl")
+    datasets = _need("datasets", "datasets")
+    transformers = _need("transformers", "transformers")
+    tokenizers = _need("tokenizers", "tokenizers")
+    from masreplay.integrations.trl import MasreplayGRPOTrainer
+
+    words = ["<pad>", "<eos>", "<unk>"] + [f"w{i}" for i in range(29)]
+    word_level = tokenizers.Tokenizer(tokenizers.models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    word_level.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
+    tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=word_level, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>"
+    )
+    torch.manual_seed(0)
+    sizes = {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "max_position_embeddings": 64}
+    heads = {"num_attention_heads": 2, "num_key_value_heads": 2}
+    special = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 1}
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(vocab_size=len(words), **sizes, **heads, **special))
+
+    traces = masreplay.sim.generate(4, agents=(2, 4), group_size=2, seed=3)
+    group_of = pa.table(traces)["group_id"].to_pylist()
+    members: dict[str, list[str]] = {}
+    for trace_id, group in zip(traces.trace_ids, group_of, strict=True):
+        members.setdefault(group, []).append(trace_id)
+    prompts = datasets.Dataset.from_dict({"prompt": ["w3 w4 w5", "w6 w7"], "group_id": list(members)})
+    options = {"normalize_by": "agent"}
+    seen: list[list[str]] = []
+    generated: list = []
+    trained: list = []
+
+    def traces_of(inputs, _output):
+        taken: dict[str, int] = {}
+        ids = []
+        for row in inputs:  # each prompt's generations take that group's traces in turn
+            group = row["group_id"]
+            ids.append(members[group][taken.setdefault(group, 0)])
+            taken[group] += 1
+        seen.append(ids)
+        return traces, ids, None
+
+    class Recording(MasreplayGRPOTrainer):
+        def _generate_and_score_completions(self, inputs):
+            output = super()._generate_and_score_completions(inputs)
+            generated.append(output["advantages"].clone())
+            return output
+
+        def compute_loss(self, model, inputs, *args, **kwargs):
+            trained.append(inputs["advantages"].clone())
+            return super().compute_loss(model, inputs, *args, **kwargs)
+
+    args = trl.GRPOConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=4,
+        num_generations=2,
+        max_completion_length=4,
+        max_steps=1,
+        learning_rate=1e-2,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+        seed=0,
+    )
+    before = [p.detach().clone() for p in model.parameters()]
+    trainer = Recording(
+        model=model,
+        reward_funcs=lambda completions, **_: [float(len(c)) for c in completions],
+        args=args,
+        train_dataset=prompts,
+        processing_class=tokenizer,
+        traces_of=traces_of,
+        advantage_options=options,
+    )
+    trainer.train()
+
+    result = masreplay.advantages(traces, **options)
+    position = {trace_id: i for i, trace_id in enumerate(traces.trace_ids)}
+    expected = torch.tensor([result.per_trace[position[t]] for t in seen[0]], dtype=torch.float32)
+    assert len(seen) == 1 and sorted(seen[0]) == sorted(traces.trace_ids)
+    assert torch.equal(generated[0], expected)
+    assert torch.equal(torch.sort(torch.cat(trained)).values, torch.sort(expected).values)
+    assert list(trainer._logs["advantages"]) == expected.tolist()  # the completions table's
+    assert torch.count_nonzero(expected) > 0
+    assert any(not torch.equal(a, b.detach()) for a, b in zip(before, model.parameters(), strict=True))
 
 
 # ---- OpenRLHF (its formulas, computed with torch as OpenRLHF does) --------------------------------

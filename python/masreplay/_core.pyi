@@ -135,11 +135,13 @@ def group_normalize(
     *,
     strata: np.ndarray | None = None,
     lengths: np.ndarray | None = None,
+    mask: np.ndarray | None = None,
     estimator: str = "grpo",
     std: str = "group",
     eps: float | None = None,
     compat: str | None = None,
     float32: bool = True,
+    torch_threads: int = 1,
 ) -> np.ndarray: ...
 def batch_advantages(
     batch: TraceBatch,
@@ -160,6 +162,7 @@ def graph_returns(batch: TraceBatch, rewards: np.ndarray, *, gamma: float, kind:
 def graph_gae(
     batch: TraceBatch, rewards: np.ndarray, values: np.ndarray, *, gamma: float, lam: float
 ) -> tuple[np.ndarray, np.ndarray]: ...
+def torch_sqrt(values: np.ndarray, kernel: str | None = None) -> tuple[np.ndarray, str]: ...
 # ---- Shapley credit ----------------------------------------------------------------------
 
 class Game:

@@ -247,23 +247,39 @@ def advantages(
     )
 
 
+def _mask(mask: Any, n: int) -> np.ndarray:
+    array = np.ascontiguousarray(mask, dtype=np.float32)
+    if array.ndim != 2 or array.shape[0] != n:
+        raise InvalidArgumentError(f"mask must have shape (rows={n}, tokens), got {array.shape}")
+    return array
+
+
 def group_normalize(
     values: Any,
     groups: Any,
     *,
     strata: Any = None,
     lengths: Any = None,
+    mask: Any = None,
     estimator: Estimator = "grpo",
     std: bool | Literal["group", "batch", "none"] = True,
     eps: float | None = None,
     compat: Compat | None = None,
     dtype: Any = "float32",
+    torch_threads: int = 1,
 ) -> np.ndarray:
     """Advantages of plain rows: ``values[i]`` belongs to group ``groups[i]`` (and, for
     stratified normalisation, to stratum ``strata[i]``, e.g. its agent: Dr. MAS's (uid,
     agent) cells). Labels may be any values; rows are grouped by value. ``lengths`` are OPO's
     and REINFORCE++'s per-row token counts. Same estimators and ``compat`` modes as
     :func:`advantages`; NaN values are left out and get 0.
+
+    Two inputs only the trainer modes read, where torch's rounding depends on them:
+    ``mask`` is verl's (rows, L) response mask, over whose tokens ``compat="verl"`` whitens
+    REINFORCE++ (default: each row's ``lengths`` tokens first, L the longest);
+    ``torch_threads`` is the trainer's ``torch.get_num_threads()``, between which ATen splits
+    a sum over a whole tensor of 32768 values or more (verl's whitening, TRL's
+    ``std="batch"``).
     """
     out_dtype = _dtype(dtype)
     array = np.ascontiguousarray(values, dtype=np.float64)
@@ -275,11 +291,13 @@ def group_normalize(
         _keys("groups", groups, n),
         strata=None if strata is None else _keys("strata", strata, n),
         lengths=None if lengths is None else np.ascontiguousarray(lengths, dtype=np.float64),
+        mask=None if mask is None else _mask(mask, n),
         estimator=estimator,
         std=_scale(std),
         eps=eps,
         compat=compat,
         float32=out_dtype == np.float32,
+        torch_threads=int(torch_threads),
     )
     return result
 

@@ -4,8 +4,9 @@
 ``_generate_and_score_completions`` and replaces ``output["advantages"]`` (one per local row)
 with masreplay's: ``fn(inputs, output)`` returns ``(traces, trace_ids, event_ids)`` for the
 local rows (``event_ids`` None when a row is a whole trace), and ``advantage_options`` are
-the arguments of :func:`masreplay.advantages`. Without ``traces_of`` it is TRL's trainer
-unchanged.
+the arguments of :func:`masreplay.advantages`; the completions log shows them too. Without
+``traces_of`` it is TRL's trainer unchanged. Tested end to end with TRL 1.16 (one GRPO step of
+a tiny model on the CPU).
 
 TRL is optional: ``MasreplayGRPOTrainer`` is built on first access and a missing TRL is
 reported by name.
@@ -53,7 +54,15 @@ def _build() -> type:
             result = trace_advantages(traces, **self.advantage_options)
             per_row = align_rows(result, trace_ids, event_ids, batch=traces)
             previous = output["advantages"]
-            output["advantages"] = torch.as_tensor(np.ascontiguousarray(per_row), dtype=previous.dtype, device=previous.device)
+            ours = torch.as_tensor(np.ascontiguousarray(per_row), dtype=previous.dtype, device=previous.device)
+            output["advantages"] = ours
+            # TRL has logged its own advantages of every process's rows (the completions
+            # table): log the ones trained on instead.
+            logged = self._logs["advantages"]
+            every = self.accelerator.gather(ours).tolist()
+            for _ in range(min(len(every), len(logged))):
+                logged.pop()
+            logged.extend(every)
             return output
 
     return MasreplayGRPOTrainer

@@ -6,14 +6,19 @@ Two ways in, as verl offers them:
    ``masreplay_opo``, ``masreplay_reinforce_pp_baseline``. They see what every verl
    estimator sees (token rewards, response mask, uid) and compute with verl's own fp32
    arithmetic, so ``algorithm.adv_estimator=masreplay_grpo`` reproduces ``grpo`` exactly, in
-   Rust. Load them with ``VERL_USE_EXTERNAL_MODULES=masreplay.integrations.verl`` (importing
-   this module registers them) or by calling :func:`register`.
+   Rust. verl (0.9 on) loads them by itself: ``import verl`` loads every ``verl.plugins``
+   entry point, and masreplay declares this module as one (pyproject.toml; turned off by
+   ``VERL_USE_EXTERNAL_PLUGINS=none``). ``VERL_USE_EXTERNAL_MODULES=masreplay.integrations.verl``
+   or :func:`register` do the same by hand.
 2. **full traces**: :func:`compute_advantage` replaces the trainer's compute-advantage step.
    The agent loop carries ``trace_id`` (and, for rows that are one agent step, ``event_id``)
    in its extra fields, which verl puts in ``non_tensor_batch``; the step computes
    :func:`masreplay.advantages` over the traces (stratified by agent, role, depth, ...) and
    writes each row's advantage on its generated tokens. :func:`trace_advantage_mixin` makes
-   the override for a trainer class (the v1 trainer's ``_compute_advantage(batch, metrics)``).
+   a ``_compute_advantage(batch, metrics)`` override over a ``DataProto``. verl 0.9.1's v1
+   trainer calls its ``_compute_advantage`` with a ``KVBatchMeta`` whose tensors live in
+   TransferQueue, not a DataProto: the mixin refuses one by name; there, call
+   :func:`compute_advantage` on the DataProto the trainer builds.
 
 verl is optional: it is imported when this module is, and a missing verl is reported by name
 when a function needs it.
@@ -28,6 +33,7 @@ import numpy as np
 
 from masreplay.advantages import advantages as trace_advantages
 from masreplay.advantages import group_normalize
+from masreplay.errors import InvalidArgumentError
 from masreplay.integrations import align_rows
 from masreplay.integrations.torch import expand_to_tokens
 
@@ -48,8 +54,18 @@ def _estimator(name: str) -> Callable[..., tuple[Any, Any]]:
         scores = token_level_rewards.sum(dim=-1).detach().to(torch.float32).cpu().numpy().astype(np.float64)
         groups = np.zeros(len(scores), dtype=np.int64) if index is None else np.asarray(index)
         std = bool(_config_flag(config, "norm_adv_by_std_in_grpo", True)) if name == "grpo" else True
-        lengths = response_mask.sum(dim=-1).detach().to(torch.float64).cpu().numpy()
-        per_row = group_normalize(scores, groups, lengths=lengths, estimator=name, std=std, eps=epsilon, compat="verl")
+        mask = response_mask.detach().to(torch.float32).cpu().numpy()
+        per_row = group_normalize(
+            scores,
+            groups,
+            lengths=mask.sum(axis=-1, dtype=np.float64),
+            mask=mask,
+            estimator=name,
+            std=std,
+            eps=epsilon,
+            compat="verl",
+            torch_threads=torch.get_num_threads(),  # ATen splits whole-tensor sums between them
+        )
         token = expand_to_tokens(torch.from_numpy(per_row).to(response_mask.device), response_mask)
         return token, token
 
@@ -105,6 +121,11 @@ def trace_advantage_mixin(traces_of: Callable[[Any], Any], **options: Any) -> ty
 
     class TraceAdvantages:
         def _compute_advantage(self, batch: Any, metrics: dict | None = None) -> Any:
+            if not hasattr(batch, "non_tensor_batch"):
+                raise InvalidArgumentError(
+                    f"trace_advantage_mixin reads a DataProto, got {type(batch).__name__} (verl's v1 trainer "
+                    "keeps its tensors in TransferQueue: call compute_advantage on a DataProto there)"
+                )
             batch = compute_advantage(batch, traces_of(batch), **options)
             if metrics is not None:
                 advantages = batch.batch["advantages"]

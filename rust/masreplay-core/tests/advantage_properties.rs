@@ -28,6 +28,7 @@ fn rows<'a>(values: &'a [f64], groups: &'a [u32], strata: Option<&'a [u32]>) -> 
         n_groups: groups.iter().max().map_or(0, |&g| g as usize + 1),
         strata: strata.map(|s| (s, s.iter().max().map_or(0, |&m| m as usize + 1))),
         lengths: None,
+        tokens: None,
     }
 }
 
@@ -108,13 +109,13 @@ proptest! {
         for estimator in [Estimator::Grpo, Estimator::Rloo] {
             let spec = native(estimator, Scale::Group, 1e-6);
             for strata in [None, Some(strata.as_slice())] {
-                let sorted: Vec<f64> = normalize_labels(&values, &groups, strata, None, &spec).unwrap();
-                let any: Vec<f64> = normalize_labels(&shuffled, &pick(&groups), strata.map(pick).as_deref(), None, &spec).unwrap();
+                let sorted: Vec<f64> = normalize_labels(&values, &groups, strata, None, None, &spec).unwrap();
+                let any: Vec<f64> = normalize_labels(&shuffled, &pick(&groups), strata.map(pick).as_deref(), None, None, &spec).unwrap();
                 let expected: Vec<f64> = order.iter().map(|&i| sorted[i]).collect();
                 prop_assert!(close(&any, &expected, 1e-9), "{estimator:?} {:?}", strata.is_some());
                 let mut infinite = values.clone();
                 infinite[n - 1 - n / 3] = if holes[1] { f64::INFINITY } else { f64::NEG_INFINITY };
-                prop_assert!(normalize_labels::<f32>(&infinite, &groups, strata, None, &spec).is_err());
+                prop_assert!(normalize_labels::<f32>(&infinite, &groups, strata, None, None, &spec).is_err());
             }
         }
     }

@@ -3,9 +3,9 @@
 
 use masreplay_core::MasreplayError;
 use masreplay_core::advantage::{
-    self, BatchOptions, Compat, Estimator, Output, ReturnKind, Scale, Spec, Stratum, Unit, dense_codes,
+    self, BatchOptions, Compat, Estimator, Output, ReturnKind, Scale, Spec, SqrtKernel, Stratum, Unit, dense_codes,
 };
-use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1};
+use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 
 use crate::batch::PyTraceBatch;
@@ -31,7 +31,7 @@ fn to_numpy<'py, T: Output + numpy::Element>(py: Python<'py>, values: Vec<T>) ->
 
 /// Advantages of rows: `groups` and `strata` are any int64 keys (grouping by value).
 #[pyfunction]
-#[pyo3(signature = (values, groups, *, strata=None, lengths=None, estimator="grpo", std="group", eps=None, compat=None, float32=true))]
+#[pyo3(signature = (values, groups, *, strata=None, lengths=None, mask=None, estimator="grpo", std="group", eps=None, compat=None, float32=true, torch_threads=1))]
 #[allow(clippy::too_many_arguments)]
 pub fn group_normalize<'py>(
     py: Python<'py>,
@@ -39,13 +39,20 @@ pub fn group_normalize<'py>(
     groups: PyReadonlyArray1<'py, i64>,
     strata: Option<PyReadonlyArray1<'py, i64>>,
     lengths: Option<PyReadonlyArray1<'py, f64>>,
+    mask: Option<PyReadonlyArray2<'py, f32>>,
     estimator: &str,
     std: &str,
     eps: Option<f64>,
     compat: Option<&str>,
     float32: bool,
+    torch_threads: usize,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let spec = spec(estimator, std, eps, compat).or_raise(py)?;
+    let spec = spec(estimator, std, eps, compat).or_raise(py)?.with_torch_threads(torch_threads);
+    let width = mask.as_ref().map_or(0, |m| m.shape()[1]);
+    let mask = mask.as_ref().map(|m| m.as_slice()).transpose().map_err(|_| {
+        crate::errors::to_py(py, MasreplayError::InvalidArgument("mask must be a C-contiguous 2-D array".to_owned()))
+    })?;
+    let tokens = mask.map(|m| (m, width));
     let values = slice(py, "values", &values)?;
     let groups = slice(py, "groups", &groups)?;
     let strata = strata.as_ref().map(|s| slice(py, "strata", s)).transpose()?;
@@ -56,9 +63,9 @@ pub fn group_normalize<'py>(
     }
     let run = || -> Result<Result<Vec<f32>, Vec<f64>>, MasreplayError> {
         Ok(if float32 {
-            Ok(advantage::normalize_labels::<f32>(values, groups, strata, lengths, &spec)?)
+            Ok(advantage::normalize_labels::<f32>(values, groups, strata, lengths, tokens, &spec)?)
         } else {
-            Err(advantage::normalize_labels::<f64>(values, groups, strata, lengths, &spec)?)
+            Err(advantage::normalize_labels::<f64>(values, groups, strata, lengths, tokens, &spec)?)
         })
     };
     Ok(match py.detach(run).or_raise(py)? {
@@ -160,11 +167,34 @@ pub fn graph_gae<'py>(
     Ok((advantages.into_pyarray(py), returns.into_pyarray(py)))
 }
 
+/// torch's fp32 `sqrt` as `kernel` (one of `SqrtKernel::NAMES`, default: the one torch's MKL
+/// runs on this CPU) rounds it: what compat="trl" divides by, exposed so a test can hold
+/// the emulation against `torch.sqrt` on every input.
+#[pyfunction]
+#[pyo3(signature = (values, kernel=None))]
+pub fn torch_sqrt<'py>(
+    py: Python<'py>,
+    values: PyReadonlyArray1<'py, f32>,
+    kernel: Option<&str>,
+) -> PyResult<(Bound<'py, PyArray1<f32>>, &'static str)> {
+    let kernel = match kernel {
+        None => SqrtKernel::detect(),
+        Some(name) => SqrtKernel::parse(name).filter(|k| k.available()).ok_or_else(|| {
+            let message = format!("kernel must be one of {:?} that this CPU can run, got {name:?}", SqrtKernel::NAMES);
+            crate::errors::to_py(py, MasreplayError::InvalidArgument(message))
+        })?,
+    };
+    let values = slice(py, "values", &values)?;
+    let roots: Vec<f32> = py.detach(|| values.iter().map(|&x| advantage::torch_sqrt(x, kernel)).collect());
+    Ok((roots.into_pyarray(py), kernel.name()))
+}
+
 pub fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(group_normalize, module)?)?;
     module.add_function(wrap_pyfunction!(batch_advantages, module)?)?;
     module.add_function(wrap_pyfunction!(trace_channel, module)?)?;
     module.add_function(wrap_pyfunction!(graph_returns, module)?)?;
     module.add_function(wrap_pyfunction!(graph_gae, module)?)?;
+    module.add_function(wrap_pyfunction!(torch_sqrt, module)?)?;
     Ok(())
 }

@@ -105,6 +105,7 @@ pub fn batch_advantages(batch: &TraceBatch, options: &BatchOptions) -> Result<Ba
             n_groups: options.n_groups,
             strata: None,
             lengths: Some(&lengths),
+            tokens: None,
         };
         let per_trace: Vec<f64> = normalize(&rows, &options.spec)?;
         let per_event = trace_of_event.iter().map(|&t| per_trace[t as usize]).collect();
@@ -118,6 +119,7 @@ pub fn batch_advantages(batch: &TraceBatch, options: &BatchOptions) -> Result<Ba
             n_groups: options.n_groups,
             strata: strata.as_ref().map(|(codes, n)| (codes.as_slice(), *n)),
             lengths: Some(&event_tokens),
+            tokens: None,
         };
         let per_event: Vec<f64> = normalize(&rows, &options.spec)?;
         let per_trace = means(&per_event, |t| view.events_of(t), n_traces);
@@ -161,6 +163,7 @@ pub fn batch_advantages(batch: &TraceBatch, options: &BatchOptions) -> Result<Ba
             n_groups: options.n_groups,
             strata: strata.as_ref().map(|_| (row_stratum.as_slice(), n_codes)),
             lengths: Some(&row_length),
+            tokens: None,
         };
         let per_row: Vec<f64> = normalize(&rows, &options.spec)?;
         let per_event = row_of_event.iter().map(|&r| per_row[r as usize]).collect();

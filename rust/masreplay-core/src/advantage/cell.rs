@@ -6,9 +6,9 @@
 //!   squared deviations from the fp32 mean in f64 and rounds the root to fp32); a group of
 //!   one has mean 0 and std 1, so GRPO gives `r / (1 + eps)` and RLOO gives `r`.
 //! - TRL: `nanmean` and TRL's `nanstd` (fp32 mean of squared deviations times n/(n-1)); a
-//!   group of one has std 0, so its advantage is 0; NaN rewards are left out and get 0. The
-//!   one step not reproduced is torch's fp32 `sqrt`, which in MKL builds is not correctly
-//!   rounded (1 ulp off for some inputs); masreplay's is.
+//!   group of one has std 0, so its advantage is 0; NaN rewards are left out and get 0.
+//!   torch's fp32 `sqrt` is MKL's, not correctly rounded on every CPU: `torch_sqrt` rounds
+//!   as the kernel MKL runs on this CPU does.
 //! - OpenRLHF: mean over the group's dim in fp32, `torch.std` unbiased (f64 Welford, fp32
 //!   result); a group of one divides by zero and gives NaN, as OpenRLHF does.
 //!
@@ -17,7 +17,8 @@
 //! left out of the statistics and get 0 (TRL's "unscorable").
 
 use super::spec::{Compat, Estimator, Scale, Spec};
-use super::torch_sum::torch_sum;
+use super::torch_sqrt::{SqrtKernel, torch_sqrt};
+use super::torch_sum::{torch_sum, torch_sum_threads};
 
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Cell {
@@ -78,9 +79,17 @@ impl Cell {
     /// The trainer modes' statistics from the cell's values in row order (NaN included, as
     /// the trainer's tensor holds them) and their lengths; `scratch` is a reusable buffer.
     /// Call after the two native passes.
-    pub fn close_trainer(&mut self, values: &[f32], lengths: &[f32], compat: Compat, scratch: &mut Vec<f32>) {
+    /// `threads`: torch's intra-op threads, which split a whole-tensor sum (the batch's).
+    pub fn close_trainer(
+        &mut self,
+        values: &[f32],
+        lengths: &[f32],
+        compat: Compat,
+        threads: usize,
+        scratch: &mut Vec<f32>,
+    ) {
         let n = self.n;
-        self.sum32 = torch_sum(values, true);
+        self.sum32 = torch_sum_threads(values, true, threads);
         self.mean32 = self.sum32 / n.max(1) as f32;
         scratch.clear();
         scratch.extend(values.iter().zip(lengths).map(|(x, l)| l * x));
@@ -103,9 +112,9 @@ impl Cell {
             Compat::Trl => {
                 scratch.clear();
                 scratch.extend(values.iter().map(|&x| (x - self.mean32) * (x - self.mean32)));
-                let mut variance = torch_sum(scratch, true) / n as f32;
+                let mut variance = torch_sum_threads(scratch, true, threads) / n as f32;
                 variance *= n as f32 / (n - 1) as f32;
-                variance.sqrt()
+                torch_sqrt(variance, SqrtKernel::detect())
             }
             Compat::OpenRlhf => self.std as f32,
         };
@@ -192,7 +201,7 @@ impl Cell {
 
 /// The standard deviation of every non-NaN value of the batch: TRL's `nanstd(rewards)` in
 /// fp32 for `Compat::Trl`, unbiased f64 otherwise; 0 for fewer than two values.
-pub(crate) fn batch_std(values: &[f64], compat: Compat) -> (f64, f32) {
+pub(crate) fn batch_std(values: &[f64], spec: &Spec) -> (f64, f32) {
     let mut cell = Cell::default();
     for &x in values.iter().filter(|x| !x.is_nan()) {
         cell.add(x, 1.0);
@@ -202,10 +211,10 @@ pub(crate) fn batch_std(values: &[f64], compat: Compat) -> (f64, f32) {
         cell.add_deviation(x);
     }
     cell.close_std();
-    if compat == Compat::Trl {
+    if spec.compat == Compat::Trl {
         let values32: Vec<f32> = values.iter().map(|&x| x as f32).collect();
         let ones = vec![1f32; values32.len()];
-        cell.close_trainer(&values32, &ones, Compat::Trl, &mut Vec::new());
+        cell.close_trainer(&values32, &ones, Compat::Trl, spec.torch_threads, &mut Vec::new());
     }
     (cell.std, cell.std32)
 }

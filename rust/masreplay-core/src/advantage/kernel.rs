@@ -13,6 +13,7 @@ use rayon::prelude::*;
 use super::cell::{Cell, batch_std};
 use super::small::{Block, Declined, Labels, SMALL_ROWS, Small, normalize_small_group, plain_run, small_path};
 use super::spec::{Compat, Estimator, Scale, Spec, invalid};
+use super::torch_sum::torch_sum_threads_of;
 use crate::error::{MasreplayError, Result};
 
 /// The rows to normalise: a value, a dense group code and optionally a dense stratum code
@@ -24,6 +25,10 @@ pub struct Rows<'a> {
     pub n_groups: usize,
     pub strata: Option<(&'a [u32], usize)>,
     pub lengths: Option<&'a [f64]>,
+    /// verl's response mask (rows x width, row-major, 0 or 1) and its width, for REINFORCE++'s
+    /// token-level whitening under `Compat::Verl`; without it each row's `lengths` tokens
+    /// come first in a width of the longest row.
+    pub tokens: Option<(&'a [f32], usize)>,
 }
 
 /// The element type of the advantages handed to a trainer.
@@ -198,7 +203,9 @@ impl Scratch {
         for c in 0..n_cells {
             let range = self.cell_bounds[c]..self.cell_bounds[c + 1];
             let (values, lengths) = (&self.values32[range.clone()], &self.lengths32[range]);
-            self.cells[c].close_trainer(values, lengths, compat, &mut self.buffer);
+            // A group's sums: a dimension of TRL's (groups, G) view or verl's per-group tensor,
+            // which ATen splits between threads only past 32768 rows.
+            self.cells[c].close_trainer(values, lengths, compat, 1, &mut self.buffer);
         }
     }
 }
@@ -399,7 +406,7 @@ fn check_values(values: &[f64], lengths: Option<&[f64]>) -> Result<()> {
 /// Normalises every group given its layout; REINFORCE++'s batch whitening last.
 fn normalize_layout<T: Output>(rows: &Rows, labels: Labels, layout: Layout, spec: &Spec) -> Result<Vec<T>> {
     let n = rows.values.len();
-    let batch_std = if spec.scale == Scale::Batch { batch_std(rows.values, spec.compat) } else { (0.0, 0.0) };
+    let batch_std = if spec.scale == Scale::Batch { batch_std(rows.values, spec) } else { (0.0, 0.0) };
     let mut out = vec![T::default(); n];
     match layout {
         Layout::Runs(bounds) => run_groups(rows, labels, true, &bounds, |i| i, &mut out, spec, batch_std)?,
@@ -411,8 +418,12 @@ fn normalize_layout<T: Output>(rows: &Rows, labels: Labels, layout: Layout, spec
             }
         }
     }
-    if spec.estimator == Estimator::ReinforcePpBaseline && spec.compat != Compat::OpenRlhf {
-        whiten(&mut out, rows.values, rows.lengths);
+    if spec.estimator == Estimator::ReinforcePpBaseline {
+        match spec.compat {
+            Compat::Native | Compat::Trl => whiten(&mut out, rows.values, rows.lengths),
+            Compat::Verl => whiten_verl(&mut out, rows, spec.torch_threads)?,
+            Compat::OpenRlhf => {}
+        }
     }
     Ok(out)
 }
@@ -480,8 +491,8 @@ fn normalize_sorted_runs<T: Output>(
 ) -> Option<Result<Vec<T>>> {
     let n = values.len();
     let starts = sorted_piece_starts(groups)?;
-    let batch_std = if spec.scale == Scale::Batch { batch_std(values, spec.compat) } else { (0.0, 0.0) };
-    let rows = Rows { values, groups: &[], n_groups: 0, strata: None, lengths: None };
+    let batch_std = if spec.scale == Scale::Batch { batch_std(values, spec) } else { (0.0, 0.0) };
+    let rows = Rows { values, groups: &[], n_groups: 0, strata: None, lengths: None, tokens: None };
     let mut out = vec![T::default(); n];
     let mut pieces = Vec::new();
     let mut rest = out.as_mut_slice();
@@ -528,6 +539,7 @@ pub fn normalize_labels<T: Output>(
     groups: &[i64],
     strata: Option<&[i64]>,
     lengths: Option<&[f64]>,
+    tokens: Option<(&[f32], usize)>,
     spec: &Spec,
 ) -> Result<Vec<T>> {
     let n = values.len();
@@ -553,6 +565,7 @@ pub fn normalize_labels<T: Output>(
         n_groups,
         strata: strata_codes.as_ref().map(|(codes, count)| (codes.as_slice(), *count)),
         lengths,
+        tokens,
     };
     normalize(&rows, spec)
 }
@@ -576,4 +589,43 @@ fn whiten<T: Output>(out: &mut [T], values: &[f64], lengths: Option<&[f64]>) {
             *slot = T::from_f64((slot.to_f64() - mean) * scale);
         }
     }
+}
+
+/// verl's `masked_whiten` of REINFORCE++'s `r - mean` over the response tokens, in its fp32
+/// operations: every row's value tiled over its row of the mask, the mean and the unbiased
+/// variance as sums over the whole (rows x width) tensor in torch's order, then
+/// `(a - mean) * rsqrt(var + 1e-8)` (torch's fp32 `rsqrt` is `1 / sqrt`, both correctly
+/// rounded). A row with a NaN reward contributes no tokens and stays 0.
+fn whiten_verl<T: Output>(out: &mut [T], rows: &Rows, threads: usize) -> Result<()> {
+    let n = out.len();
+    let length = |i: usize| rows.lengths.map_or(1, |l| l[i] as usize);
+    // The mask, or each row's `lengths` tokens first in a width of the longest row; read
+    // entry by entry, never built (rows x width can be large).
+    let (mask, width) = match rows.tokens {
+        Some((mask, width)) if mask.len() != n * width => {
+            return Err(invalid(format!("the response mask has {} entries for {n} rows x {width}", mask.len())));
+        }
+        Some((mask, width)) => (Some(mask), width),
+        None => (None, (0..n).map(length).max().unwrap_or(0)),
+    };
+    let valid = |k: usize| {
+        let (row, column) = (k / width, k % width);
+        mask.map_or(column < length(row), |m| m[k] != 0.0) && !rows.values[row].is_nan()
+    };
+    let tiled = |k: usize| if valid(k) { out[k / width].to_f64() as f32 } else { 0.0 };
+    let entries = n * width;
+    let count = torch_sum_threads_of(entries, threads, |k| valid(k) as u8 as f32);
+    if count < 2.0 {
+        return Err(invalid(format!("verl's masked_whiten needs at least 2 response tokens, the batch has {count}")));
+    }
+    let mean = torch_sum_threads_of(entries, threads, tiled) / (count + 1e-8);
+    let squares = |k: usize| if valid(k) { (tiled(k) - mean) * (tiled(k) - mean) } else { 0.0 };
+    let variance = torch_sum_threads_of(entries, threads, squares) / (count + 1e-8) * (count / (count - 1.0));
+    let scale = 1.0 / (variance + 1e-8).sqrt();
+    for (i, slot) in out.iter_mut().enumerate() {
+        if !rows.values[i].is_nan() {
+            *slot = T::from_f64(((slot.to_f64() as f32 - mean) * scale) as f64);
+        }
+    }
+    Ok(())
 }

@@ -91,6 +91,10 @@ pub struct Spec {
     pub scale: Scale,
     pub eps: f64,
     pub compat: Compat,
+    /// torch's intra-op threads in the trainer (`torch.get_num_threads()`): ATen splits a sum
+    /// of a whole tensor of at least 32768 values between them, which changes its rounding.
+    /// Read by the trainer modes' whole-batch sums (TRL's `std="batch"`, verl's whitening).
+    pub torch_threads: usize,
 }
 
 impl Spec {
@@ -114,7 +118,14 @@ impl Spec {
         if scale == Scale::Batch && estimator != Estimator::Grpo {
             return Err(invalid("std='batch' applies to estimator='grpo' only".to_owned()));
         }
-        Ok(Spec { estimator, scale, eps, compat })
+        Ok(Spec { estimator, scale, eps, compat, torch_threads: 1 })
+    }
+}
+
+impl Spec {
+    /// The same spec for a trainer whose torch runs `threads` intra-op threads.
+    pub fn with_torch_threads(self, threads: usize) -> Self {
+        Spec { torch_threads: threads.max(1), ..self }
     }
 }
 

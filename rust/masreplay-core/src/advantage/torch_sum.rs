@@ -72,11 +72,14 @@ fn row_sum(size: usize, value: impl Fn(usize) -> f32) -> f32 {
 /// `torch.sum` of `values` (fp32, contiguous, one thread), NaN read as 0 when `skip_nan`
 /// (`torch.nansum`).
 pub(crate) fn torch_sum(values: &[f32], skip_nan: bool) -> f32 {
-    let load = |i: usize| {
+    torch_sum_of(values.len(), |i| {
         let x = values[i];
         if skip_nan && x.is_nan() { 0.0 } else { x }
-    };
-    let n = values.len();
+    })
+}
+
+/// [`torch_sum`] of the `n` values `load(0..n)`, for tensors never built.
+fn torch_sum_of(n: usize, load: impl Fn(usize) -> f32) -> f32 {
     if n < LANES {
         return row_sum(n, load);
     }
@@ -89,6 +92,36 @@ pub(crate) fn torch_sum(values: &[f32], skip_nan: bool) -> f32 {
         total += row_sum(vectors, |i| load(i * LANES + lane));
     }
     total
+}
+
+/// ATen's `internal::GRAIN_SIZE`: a whole-tensor sum this long or longer is split between
+/// threads.
+const GRAIN: usize = 32768;
+
+/// `torch.sum` of a whole tensor (`values`, contiguous) on `threads` intra-op threads: from
+/// [`GRAIN`] values up, ATen's two-pass reduction gives each of `min(threads, n / GRAIN
+/// rounded up)` tasks an equal contiguous chunk (the last shorter), sums each as above into
+/// a buffer of `threads` slots (unused ones 0), then sums the buffer.
+pub(crate) fn torch_sum_threads(values: &[f32], skip_nan: bool, threads: usize) -> f32 {
+    torch_sum_threads_of(values.len(), threads, |i| {
+        let x = values[i];
+        if skip_nan && x.is_nan() { 0.0 } else { x }
+    })
+}
+
+/// [`torch_sum_threads`] of the `n` values `load(0..n)`.
+pub(crate) fn torch_sum_threads_of(n: usize, threads: usize, load: impl Fn(usize) -> f32) -> f32 {
+    if threads <= 1 || n < GRAIN {
+        return torch_sum_of(n, load);
+    }
+    let tasks = threads.min(n.div_ceil(GRAIN));
+    let chunk = n.div_ceil(tasks);
+    let mut partials = vec![0f32; threads];
+    for (task, slot) in partials.iter_mut().enumerate().take(tasks) {
+        let start = task * chunk;
+        *slot = torch_sum_of(chunk.min(n.saturating_sub(start)), |i| load(start + i));
+    }
+    torch_sum(&partials, false)
 }
 
 #[cfg(test)]
