@@ -120,22 +120,15 @@ fn mkl_generic(x: f32) -> f32 {
     (x - s * s) * h + s
 }
 
-/// Needs AVX-512F (`vrsqrt14ss`, as inline assembly: its intrinsic is newer than the MSRV).
+/// Needs AVX-512F (`vrsqrt14ss`).
 #[cfg(target_arch = "x86_64")]
-unsafe fn mkl_avx512(x: f32) -> f32 {
+#[target_feature(enable = "avx512f")]
+fn mkl_avx512(x: f32) -> f32 {
+    use std::arch::x86_64::{_mm_cvtss_f32, _mm_rsqrt14_ss, _mm_set_ss};
     if x <= 0.0 || x.is_infinite() || x.is_nan() {
         return x.sqrt();
     }
-    let y: f32;
-    // SAFETY: the caller checked AVX-512F; the instruction touches only these registers.
-    unsafe {
-        std::arch::asm!(
-            "vrsqrt14ss {y}, {x}, {x}",
-            x = in(xmm_reg) x,
-            y = lateout(xmm_reg) y,
-            options(pure, nomem, nostack),
-        );
-    }
+    let y = _mm_cvtss_f32(_mm_rsqrt14_ss(_mm_set_ss(x), _mm_set_ss(x)));
     let (s, h) = (y * x, y * 0.5);
     if y > 2f32.powi(39) {
         // Tiny x: the step runs on x * 2^78 so that the residual keeps its bits.
