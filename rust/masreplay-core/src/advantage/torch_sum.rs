@@ -132,7 +132,7 @@ mod tests {
     fn small_sums_follow_the_accumulator_order() {
         // Fewer than 8 values: accumulators (x0 + x4), x1, x2, x3 folded in order.
         let x = [1e8f32, 1.0, -1e8, 1.0, 1.0];
-        let expected = ((((1e8f32 + 1.0) + 1.0) + -1e8) + 1.0) as f32;
+        let expected: f32 = (((1e8f32 + 1.0) + 1.0) + -1e8) + 1.0;
         assert_eq!(torch_sum(&x, false), expected);
         assert_eq!(torch_sum(&[f32::NAN, 2.0], true), 2.0);
         assert_eq!(torch_sum(&[], false), 0.0);
