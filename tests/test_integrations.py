@@ -225,6 +225,51 @@ def test_verl_dataproto_compute_advantage_and_registry():
         assert torch.equal(ours, theirs), estimator
 
 
+def test_verl_ppo_trainer_steps_over_traces():
+    """RayPPOTrainer.fit calls its module's compute_advantage: use_trace_advantages swaps it
+    for the trace-level step and puts verl's back; a registered estimator also runs through
+    verl's own step."""
+    torch = _need("torch", "torch")
+    protocol = _need("verl.protocol", "verl")
+    ray_trainer = _need("verl.trainer.ppo.ray_trainer", "verl (its trainer also needs torchdata, peft, cachetools, fastapi, uvicorn)")
+    from masreplay.integrations import verl as verl_integration
+
+    assert "compute_advantage" in ray_trainer.RayPPOTrainer.fit.__code__.co_names, "fit looks the step up by name"
+    batch = masreplay.sim.generate(8, agents=(2, 3), group_size=4, seed=7)
+    events = batch.events()
+    picks = [int(batch.event_offsets[i]) for i in range(8)]
+    mask = torch.ones(8, 4, dtype=torch.int64)
+    data = protocol.DataProto.from_single_dict(
+        {
+            "response_mask": mask,
+            "token_level_rewards": torch.zeros(8, 4),
+            "trace_id": np.array([events["trace_id"][k].as_py() for k in picks], dtype=object),
+            "event_id": np.array([events["id"][k].as_py() for k in picks], dtype=object),
+        }
+    )
+    verl_step = ray_trainer.compute_advantage
+    restore = verl_integration.use_trace_advantages(lambda _: batch, normalize_by="agent", unit="events")
+    try:
+        out = ray_trainer.compute_advantage(data, adv_estimator="grpo", gamma=1.0, lam=1.0, num_repeat=1)
+    finally:
+        restore()
+    assert ray_trainer.compute_advantage is verl_step
+    expected = torch.from_numpy(masreplay.advantages(batch, normalize_by="agent", unit="events").per_event[picks])
+    assert torch.equal(out.batch["advantages"], expected.unsqueeze(-1) * mask)
+
+    verl_integration.register()
+    scores, uids = _random_rows(5)
+    rewards, grpo_mask = _verl_inputs(torch, scores, uids, seed=5)
+
+    def step(estimator):
+        data = protocol.DataProto.from_dict(
+            tensors={"token_level_rewards": rewards, "response_mask": grpo_mask}, non_tensors={"uid": uids.astype(object)}
+        )
+        return ray_trainer.compute_advantage(data, adv_estimator=estimator).batch["advantages"]
+
+    assert torch.equal(step("masreplay_grpo"), step("grpo"))
+
+
 def test_verl_loads_the_entry_point(tmp_path):
     """pyproject's "verl.plugins" entry point, as an installed masreplay declares it, makes a
     bare `import verl` register the estimators (in a fresh interpreter)."""

@@ -10,7 +10,8 @@ Two ways in, as verl offers them:
    entry point, and masreplay declares this module as one (pyproject.toml; turned off by
    ``VERL_USE_EXTERNAL_PLUGINS=none``). ``VERL_USE_EXTERNAL_MODULES=masreplay.integrations.verl``
    or :func:`register` do the same by hand.
-2. **full traces**: :func:`compute_advantage` replaces the trainer's compute-advantage step.
+2. **full traces**: :func:`compute_advantage` replaces the trainer's compute-advantage step
+   (:func:`use_trace_advantages` installs it in ``RayPPOTrainer``).
    The agent loop carries ``trace_id`` (and, for rows that are one agent step, ``event_id``)
    in its extra fields, which verl puts in ``non_tensor_batch``; the step computes
    :func:`masreplay.advantages` over the traces (stratified by agent, role, depth, ...) and
@@ -111,6 +112,28 @@ def compute_advantage(data: Any, traces: Any, *, trace_key: str = "trace_id", ev
     data.batch["advantages"] = token
     data.batch["returns"] = token
     return data
+
+
+def use_trace_advantages(traces_of: Callable[[Any], Any], **options: Any) -> Callable[[], None]:
+    """Makes verl's PPO trainer (``verl.trainer.ppo.ray_trainer.RayPPOTrainer``, whose ``fit``
+    calls that module's ``compute_advantage``) compute advantages over whole traces: each
+    step's DataProto goes through :func:`compute_advantage` with the traces
+    ``traces_of(data)`` returns (e.g. looked up in a GraphBuffer by the batch's trace ids)
+    and ``options``. Returns a function that puts verl's step back."""
+    from verl.trainer.ppo import ray_trainer
+
+    verl_step = ray_trainer.compute_advantage
+
+    def trace_step(data: Any, adv_estimator: Any = None, *_: Any, **__: Any) -> Any:
+        # verl's estimator arguments (gamma, lam, num_repeat, ...) are replaced by `options`.
+        return compute_advantage(data, traces_of(data), **options)
+
+    ray_trainer.compute_advantage = trace_step
+
+    def restore() -> None:
+        ray_trainer.compute_advantage = verl_step
+
+    return restore
 
 
 def trace_advantage_mixin(traces_of: Callable[[Any], Any], **options: Any) -> type:
