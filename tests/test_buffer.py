@@ -204,6 +204,26 @@ def test_flat_gives_values_and_offsets():
         batch.flat("id")
 
 
+def test_flat_of_a_sample_equals_flat_of_the_collected_batch():
+    """A sample answers flat() in one call (64-bit numbers without nulls come as a numpy
+    array owning the copy; other columns through Arrow); the collected batch must agree."""
+    buffer = GraphBuffer(400, seed=2)
+    for part in range(3):
+        buffer.add(traces(120, seed=60 + part))
+    for column in ("t", "logprob", "duration_s", "agent", "type"):
+        batch = buffer.sample(50, seed=8)
+        values, offsets = batch.flat(column)
+        batch.events()  # collects the sample
+        expected_values, expected_offsets = batch.flat(column)
+        assert np.array_equal(offsets, expected_offsets)
+        assert values.dtype == expected_values.dtype, column
+        assert np.array_equal(values, expected_values, equal_nan=values.dtype.kind == "f"), column
+    values, _ = buffer.sample(50, seed=9).flat("t")
+    assert values.flags.writeable  # the gathered copy is the caller's
+    values[0] = -1.0  # and the stored traces are untouched
+    assert (buffer.to_arrow().column("events").combine_chunks().values.field("t").to_numpy() >= 0).all()
+
+
 def test_prioritized_frequencies_follow_priorities():
     buffer = GraphBuffer(10, seed=1)
     batch = traces(4, seed=1)

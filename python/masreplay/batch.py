@@ -169,15 +169,22 @@ class TraceBatch:
         column: use ``padded`` with a ``pad_value`` otherwise); dictionary columns give their
         int codes. Zero-copy where the column has no nulls.
         """
-        array = _numeric(self._event_array(column), column)
+        _check_event_field(column)
+        if self._collected is None:  # a sample: values and offsets gathered in one call
+            gathered, offsets = self._source.flat(column)
+            if isinstance(gathered, np.ndarray):
+                return gathered, offsets
+            array = pa.array(gathered)
+        else:
+            array, offsets = self._event_array(column), self.event_offsets
+        array = _numeric(array, column)
         if array.null_count and not pa.types.is_floating(array.type):
             raise ValueError(f"column {column!r} has nulls and is not a float column; use padded(column, pad_value)")
         values = array.fill_null(float("nan")) if array.null_count else array
-        return values.to_numpy(zero_copy_only=False), self.event_offsets
+        return values.to_numpy(zero_copy_only=False), offsets
 
     def _event_array(self, column: str) -> pa.Array:
-        if column not in EVENT_FIELDS:
-            raise KeyError(f"no per-event column {column!r}; events have {list(EVENT_FIELDS)}")
+        _check_event_field(column)
         return pa.array(self._source.event_field(column))
 
     @staticmethod
@@ -194,6 +201,11 @@ class TraceBatch:
 
 #: The per-event fields of the canonical layout, in order.
 EVENT_FIELDS: tuple[str, ...] = tuple(f.name for f in pa.table(_core.empty_batch()).schema.field("events").type.value_type)
+
+
+def _check_event_field(column: str) -> None:
+    if column not in EVENT_FIELDS:
+        raise KeyError(f"no per-event column {column!r}; events have {list(EVENT_FIELDS)}")
 
 
 def _numeric(array: pa.Array, column: str) -> pa.Array:

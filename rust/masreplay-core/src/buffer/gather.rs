@@ -92,16 +92,13 @@ impl Gather {
         *self.event_offsets().last().expect("offsets start with 0") as usize
     }
 
-    /// One per-event field of every picked trace, in pick order (as `TraceBatch::event_field`
-    /// of the collected batch would give it).
-    pub fn event_field(&self, name: &str) -> Result<ArrayRef> {
-        if schema::event_fields().find(name).is_none() {
+    /// (the field's column in the run's chunk, first event, number of events) per run.
+    fn ranges(&self, name: &str) -> Result<Vec<(&ArrayRef, usize, usize)>> {
+        let Some((index, _)) = schema::event_fields().find(name) else {
             return Err(MasreplayError::InvalidArgument(format!("events have no field {name:?}")));
-        }
+        };
         let events = self.column_by_run("events");
-        let index = schema::event_fields().find(name).expect("checked above").0;
-        // (the field's column in the run's chunk, first event, number of events) per run
-        let ranges: Vec<(&ArrayRef, usize, usize)> = self
+        Ok(self
             .runs
             .iter()
             .map(|run| {
@@ -110,9 +107,21 @@ impl Gather {
                 let (start, end) = (offsets[run.start] as usize, offsets[run.start + run.len] as usize);
                 (events.values().as_struct().column(index), start, end - start)
             })
-            .collect();
+            .collect())
+    }
+
+    /// A 64-bit number field without nulls as owned values, in pick order; None for other
+    /// fields (see [`Self::event_field`]).
+    pub fn event_numbers(&self, name: &str) -> Result<Option<Numbers>> {
+        Ok(gather_numbers(&self.ranges(name)?))
+    }
+
+    /// One per-event field of every picked trace, in pick order (as `TraceBatch::event_field`
+    /// of the collected batch would give it).
+    pub fn event_field(&self, name: &str) -> Result<ArrayRef> {
+        let ranges = self.ranges(name)?;
         if let Some(numbers) = gather_numbers(&ranges) {
-            return Ok(numbers);
+            return Ok(numbers.into_array());
         }
         let slices: Vec<ArrayRef> = ranges.iter().map(|&(field, start, len)| field.slice(start, len)).collect();
         concat_or_empty(&slices, || self.empty_event_field(name))
@@ -148,22 +157,38 @@ fn concat_or_empty(slices: &[ArrayRef], empty: impl FnOnce() -> ArrayRef) -> Res
     }
 }
 
-/// Below this many bytes a gathered column is copied by one thread. A sampled batch of long
-/// traces is megabytes (256 traces of 1,000 tokens: 2 MB of int64), and then one core's copy
-/// bandwidth is the limit.
-pub(super) const PARALLEL_COPY_BYTES: usize = 1 << 19;
+/// Below this many bytes a gathered column is copied by the calling thread alone. Handing a
+/// copy to the rayon threads costs their wake-up (tens of microseconds when a training loop
+/// samples between steps): measured on 256 traces of 1,000 tokens (2 MB of int64), one thread
+/// was faster; from several megabytes on, two threads' memory bandwidth wins.
+pub(super) const PARALLEL_COPY_BYTES: usize = 1 << 23;
+
+/// A gathered 64-bit number column.
+pub enum Numbers {
+    Int64(Vec<i64>),
+    Float64(Vec<f64>),
+}
+
+impl Numbers {
+    fn into_array(self) -> ArrayRef {
+        match self {
+            Numbers::Int64(values) => Arc::new(PrimitiveArray::<Int64Type>::new(values.into(), None)),
+            Numbers::Float64(values) => Arc::new(PrimitiveArray::<Float64Type>::new(values.into(), None)),
+        }
+    }
+}
 
 /// The ranges (column, first, length) of a 64-bit number column without nulls, copied
 /// straight from the chunks' value buffers (no array per range); None for other columns,
 /// which go through arrow's concat.
-fn gather_numbers(ranges: &[(&ArrayRef, usize, usize)]) -> Option<ArrayRef> {
+fn gather_numbers(ranges: &[(&ArrayRef, usize, usize)]) -> Option<Numbers> {
     let (first, _, _) = ranges.first()?;
     if ranges.iter().any(|(column, _, _)| column.null_count() > 0) {
         return None;
     }
     match first.data_type() {
-        DataType::Int64 => Some(Arc::new(gather_values::<Int64Type>(ranges))),
-        DataType::Float64 => Some(Arc::new(gather_values::<Float64Type>(ranges))),
+        DataType::Int64 => Some(Numbers::Int64(gather_values::<Int64Type>(ranges))),
+        DataType::Float64 => Some(Numbers::Float64(gather_values::<Float64Type>(ranges))),
         _ => None,
     }
 }
@@ -171,7 +196,7 @@ fn gather_numbers(ranges: &[(&ArrayRef, usize, usize)]) -> Option<ArrayRef> {
 /// Part of an output buffer and the sources that fill it, in order.
 type CopyJob<'a, N> = (&'a mut [std::mem::MaybeUninit<N>], &'a [&'a [N]]);
 
-fn gather_values<T: ArrowPrimitiveType>(ranges: &[(&ArrayRef, usize, usize)]) -> PrimitiveArray<T> {
+fn gather_values<T: ArrowPrimitiveType>(ranges: &[(&ArrayRef, usize, usize)]) -> Vec<T::Native> {
     let sources: Vec<&[T::Native]> =
         ranges.iter().map(|&(column, start, len)| &column.as_primitive::<T>().values()[start..start + len]).collect();
     let total: usize = sources.iter().map(|source| source.len()).sum();
@@ -209,5 +234,5 @@ fn gather_values<T: ArrowPrimitiveType>(ranges: &[(&ArrayRef, usize, usize)]) ->
     // SAFETY: the jobs' parts split the first `total` slots between them, and each job wrote
     // every slot of its part (its sources' lengths sum to the part's length).
     unsafe { out.set_len(total) };
-    PrimitiveArray::new(out.into(), None)
+    out
 }

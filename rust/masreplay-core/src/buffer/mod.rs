@@ -14,7 +14,7 @@ use arrow_select::concat::concat_batches;
 use rand::{RngExt, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
-pub use gather::Gather;
+pub use gather::{Gather, Numbers};
 pub use persist::{load, save};
 use sum_tree::SumTree;
 
@@ -887,8 +887,8 @@ mod tests {
         for seed in 0..3 {
             buffer.add(&traces(1000, 20 + seed)).unwrap(); // three chunks
         }
-        // A few picks (copied by one thread) and thousands (copied by every thread).
-        for (count, seed) in [(7, 1), (6000, 2)] {
+        // A few picks (copied by one thread) and tens of thousands (copied by every thread).
+        for (count, seed) in [(7, 1), (60_000, 2)] {
             let pick = buffer.sample(count, Sampler::Uniform, ShapeFilter::default(), Some(seed), false).unwrap();
             let whole = pick.traces.collect().unwrap();
             let n_events = whole.event_field("t").unwrap().len();
