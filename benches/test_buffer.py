@@ -31,6 +31,7 @@ from types import SimpleNamespace
 import buffer_anchors as ba
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from anchors import arrow_anchor
@@ -186,12 +187,27 @@ ADD_SIDES = [
     "masreplay",
     "masreplay add(TraceBatch), already validated",
     "masreplay add(minimal table: optional columns absent)",
+    "masreplay add(random event ids: the hashing path)",
     "pyarrow.compute + NumPy checks only (ingest anchor)",
     "numpy values+offsets (concatenate + cumsum)",
     "torchrl ListStorage.extend",
     "torchrl LazyStackStorage.extend",
     "torchrl LazyTensorStorage.extend (padded to 2000)",
 ]
+
+
+def _with_random_event_ids(table: pa.Table) -> pa.Table:
+    """The same traces with random decimal event ids: the workload's ids are counters
+    ("e0", "e1", ...), which ingest proves distinct without hashing (they increase); these
+    are not in order, so every trace's ids are hashed."""
+    events = table.column("events").combine_chunks()
+    values = events.values
+    rng = np.random.default_rng(3)
+    ids = pc.cast(pa.array(rng.integers(0, 2**63, len(values), dtype=np.uint64)), pa.string())
+    fields = [ids if field.name == "id" else values.field(i) for i, field in enumerate(values.type)]
+    structs = pa.StructArray.from_arrays(fields, fields=list(values.type))
+    index = table.schema.get_field_index("events")
+    return table.set_column(index, table.schema.field(index), pa.ListArray.from_arrays(events.offsets, structs, type=events.type))
 
 
 @pytest.mark.parametrize("side", ADD_SIDES)
@@ -205,6 +221,9 @@ def test_add(side, tokens, measure, request):
         measure(lambda b: b.add(tokens.batch), data=data, side=side, rounds=10, unit="traces/s", setup=fresh)
     elif side.startswith("masreplay add(minimal"):
         measure(lambda b: b.add(tokens.minimal), data=data, side=side, rounds=2, unit="traces/s", setup=fresh)
+    elif side.startswith("masreplay add(random"):
+        table = _with_random_event_ids(tokens.table)
+        measure(lambda b: b.add(table), data=data, side=side, rounds=3, unit="traces/s", setup=fresh)
     elif side.startswith("pyarrow"):
         measure(lambda: arrow_anchor(tokens.table), data=data, side=side, rounds=3, unit="traces/s")
     elif side.startswith("numpy"):
