@@ -181,10 +181,14 @@ fn in_shortlex_order(ids: &StringArray, events: std::ops::Range<usize>) -> bool 
     })
 }
 
-/// The first repeated event id of a trace. The table holds event indices (4 bytes a slot) and
-/// compares texts only when hashes collide, which keeps it in cache for long traces.
+/// The first repeated event id of a trace. Distinct ids (the common case) are proven so by
+/// their order ([`in_shortlex_order`]) or by their 64-bit hashes all differing, with an
+/// open-addressing table of hashes inlined in one loop; only when two hashes are equal (a
+/// repeat, or rarely a collision) does a table of event indices compare texts to name the
+/// first repeat.
 #[derive(Default)]
 pub(crate) struct DistinctIds {
+    hashes: Vec<u64>,
     table: HashTable<u32>,
     hasher: foldhash::fast::RandomState,
 }
@@ -192,7 +196,7 @@ pub(crate) struct DistinctIds {
 impl DistinctIds {
     /// `(index, index of its first use)` of the first event whose id repeats an earlier one.
     pub fn first_repeat(&mut self, ids: &StringArray, events: std::ops::Range<usize>) -> Option<(usize, usize)> {
-        if in_shortlex_order(ids, events.clone()) {
+        if in_shortlex_order(ids, events.clone()) || self.hashes_differ(ids, events.clone()) {
             return None;
         }
         let start = events.start;
@@ -210,6 +214,29 @@ impl DistinctIds {
             }
         }
         None
+    }
+
+    /// Whether the ids' 64-bit hashes all differ (then so do the ids).
+    fn hashes_differ(&mut self, ids: &StringArray, events: std::ops::Range<usize>) -> bool {
+        let size = (2 * events.len()).next_power_of_two().max(16);
+        let mask = size - 1;
+        self.hashes.clear();
+        self.hashes.resize(size, 0); // 0: an empty slot (stored hashes have their low bit set)
+        for j in events {
+            let hash = self.hasher.hash_one(ids.value(j)) | 1;
+            let mut slot = (hash >> 32) as usize & mask;
+            loop {
+                match self.hashes[slot] {
+                    0 => {
+                        self.hashes[slot] = hash;
+                        break;
+                    }
+                    seen if seen == hash => return false,
+                    _ => slot = (slot + 1) & mask,
+                }
+            }
+        }
+        true
     }
 }
 
