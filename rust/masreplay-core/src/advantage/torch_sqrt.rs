@@ -66,7 +66,7 @@ impl SqrtKernel {
 
 #[cfg(target_arch = "x86_64")]
 fn detect() -> SqrtKernel {
-    // SAFETY: leaf 0 exists on every x86_64 CPU (newer Rust calls cpuid safe, the MSRV not).
+    // SAFETY: leaf 0 exists on every x86_64 CPU (Rust versions differ on whether cpuid is an unsafe call).
     #[allow(unused_unsafe)]
     let leaf = unsafe { std::arch::x86_64::__cpuid(0) };
     let intel = (leaf.ebx, leaf.edx, leaf.ecx) == (0x756e_6547, 0x4965_6e69, 0x6c65_746e); // "GenuineIntel"
