@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 
-use masreplay_core::buffer::{self, Gather, GraphBuffer, Numbers, Sampler, ShapeFilter, Unit};
+use masreplay_core::buffer::{self, Gather, Gathered, GraphBuffer, Sampler, ShapeFilter, Unit};
 use masreplay_core::{MasreplayError, TraceBatch};
 use numpy::{IntoPyArray, PyArray1};
 use pyo3::prelude::*;
@@ -79,11 +79,10 @@ impl PyTraceSelection {
     /// 64-bit number field without nulls comes as a numpy array that owns the gathered copy
     /// (no Arrow export), any other field as an Arrow array.
     fn flat<'py>(&self, py: Python<'py>, name: &str) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyArray1<i64>>)> {
-        let numbers = py.detach(|| self.inner.event_numbers(name)).or_raise(py)?;
-        let values = match numbers {
-            Some(Numbers::Int64(values)) => values.into_pyarray(py).into_any(),
-            Some(Numbers::Float64(values)) => values.into_pyarray(py).into_any(),
-            None => self.event_field(py, name)?.into_pyobject(py)?.into_any(),
+        let values = match py.detach(|| self.inner.gather_event_field(name)).or_raise(py)? {
+            Gathered::Int64(values) => values.into_pyarray(py).into_any(),
+            Gathered::Float64(values) => values.into_pyarray(py).into_any(),
+            Gathered::Array(array) => PyArray::from_array_ref(array).into_pyobject(py)?.into_any(),
         };
         Ok((values, self.event_offsets(py)))
     }

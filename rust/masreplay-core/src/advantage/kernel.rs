@@ -612,14 +612,14 @@ fn whiten_verl<T: Output>(out: &mut [T], rows: &Rows, threads: usize) -> Result<
         let (row, column) = (k / width, k % width);
         mask.map_or(column < length(row), |m| m[k] != 0.0) && !rows.values[row].is_nan()
     };
-    let tiled = |k: usize| if valid(k) { out[k / width].to_f64() as f32 } else { 0.0 };
+    let row_value = |k: usize| out[k / width].to_f64() as f32;
     let entries = n * width;
     let count = torch_sum_threads_of(entries, threads, |k| valid(k) as u8 as f32);
     if count < 2.0 {
         return Err(invalid(format!("verl's masked_whiten needs at least 2 response tokens, the batch has {count}")));
     }
-    let mean = torch_sum_threads_of(entries, threads, tiled) / (count + 1e-8);
-    let squares = |k: usize| if valid(k) { (tiled(k) - mean) * (tiled(k) - mean) } else { 0.0 };
+    let mean = torch_sum_threads_of(entries, threads, |k| if valid(k) { row_value(k) } else { 0.0 }) / (count + 1e-8);
+    let squares = |k: usize| if valid(k) { (row_value(k) - mean) * (row_value(k) - mean) } else { 0.0 };
     let variance = torch_sum_threads_of(entries, threads, squares) / (count + 1e-8) * (count / (count - 1.0));
     let scale = 1.0 / (variance + 1e-8).sqrt();
     for (i, slot) in out.iter_mut().enumerate() {

@@ -120,9 +120,7 @@ impl Spec {
         }
         Ok(Spec { estimator, scale, eps, compat, torch_threads: 1 })
     }
-}
 
-impl Spec {
     /// The same spec for a trainer whose torch runs `threads` intra-op threads.
     pub fn with_torch_threads(self, threads: usize) -> Self {
         Spec { torch_threads: threads.max(1), ..self }

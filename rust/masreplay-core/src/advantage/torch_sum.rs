@@ -72,10 +72,7 @@ fn row_sum(size: usize, value: impl Fn(usize) -> f32) -> f32 {
 /// `torch.sum` of `values` (fp32, contiguous, one thread), NaN read as 0 when `skip_nan`
 /// (`torch.nansum`).
 pub(crate) fn torch_sum(values: &[f32], skip_nan: bool) -> f32 {
-    torch_sum_of(values.len(), |i| {
-        let x = values[i];
-        if skip_nan && x.is_nan() { 0.0 } else { x }
-    })
+    torch_sum_threads(values, skip_nan, 1)
 }
 
 /// [`torch_sum`] of the `n` values `load(0..n)`, for tensors never built.

@@ -110,21 +110,21 @@ impl Gather {
             .collect())
     }
 
-    /// A 64-bit number field without nulls as owned values, in pick order; None for other
-    /// fields (see [`Self::event_field`]).
-    pub fn event_numbers(&self, name: &str) -> Result<Option<Numbers>> {
-        Ok(gather_numbers(&self.ranges(name)?))
+    /// One per-event field of every picked trace, in pick order: a 64-bit number field
+    /// without nulls as owned values (a caller may take the buffer), any other as an array.
+    pub fn gather_event_field(&self, name: &str) -> Result<Gathered> {
+        let ranges = self.ranges(name)?;
+        if let Some(numbers) = gather_numbers(&ranges) {
+            return Ok(numbers);
+        }
+        let slices: Vec<ArrayRef> = ranges.iter().map(|&(field, start, len)| field.slice(start, len)).collect();
+        Ok(Gathered::Array(concat_or_empty(&slices, || self.empty_event_field(name))?))
     }
 
     /// One per-event field of every picked trace, in pick order (as `TraceBatch::event_field`
     /// of the collected batch would give it).
     pub fn event_field(&self, name: &str) -> Result<ArrayRef> {
-        let ranges = self.ranges(name)?;
-        if let Some(numbers) = gather_numbers(&ranges) {
-            return Ok(numbers.into_array());
-        }
-        let slices: Vec<ArrayRef> = ranges.iter().map(|&(field, start, len)| field.slice(start, len)).collect();
-        concat_or_empty(&slices, || self.empty_event_field(name))
+        Ok(self.gather_event_field(name)?.into_array())
     }
 
     fn empty_event_field(&self, name: &str) -> ArrayRef {
@@ -163,17 +163,22 @@ fn concat_or_empty(slices: &[ArrayRef], empty: impl FnOnce() -> ArrayRef) -> Res
 /// was faster; from several megabytes on, two threads' memory bandwidth wins.
 pub(super) const PARALLEL_COPY_BYTES: usize = 1 << 23;
 
-/// A gathered 64-bit number column.
-pub enum Numbers {
+/// A gathered per-event field.
+pub enum Gathered {
+    /// 64-bit integers without nulls, copied out of the chunks.
     Int64(Vec<i64>),
+    /// 64-bit floats without nulls, copied out of the chunks.
     Float64(Vec<f64>),
+    /// Any other field.
+    Array(ArrayRef),
 }
 
-impl Numbers {
-    fn into_array(self) -> ArrayRef {
+impl Gathered {
+    pub fn into_array(self) -> ArrayRef {
         match self {
-            Numbers::Int64(values) => Arc::new(PrimitiveArray::<Int64Type>::new(values.into(), None)),
-            Numbers::Float64(values) => Arc::new(PrimitiveArray::<Float64Type>::new(values.into(), None)),
+            Gathered::Int64(values) => Arc::new(PrimitiveArray::<Int64Type>::new(values.into(), None)),
+            Gathered::Float64(values) => Arc::new(PrimitiveArray::<Float64Type>::new(values.into(), None)),
+            Gathered::Array(array) => array,
         }
     }
 }
@@ -181,14 +186,14 @@ impl Numbers {
 /// The ranges (column, first, length) of a 64-bit number column without nulls, copied
 /// straight from the chunks' value buffers (no array per range); None for other columns,
 /// which go through arrow's concat.
-fn gather_numbers(ranges: &[(&ArrayRef, usize, usize)]) -> Option<Numbers> {
+fn gather_numbers(ranges: &[(&ArrayRef, usize, usize)]) -> Option<Gathered> {
     let (first, _, _) = ranges.first()?;
     if ranges.iter().any(|(column, _, _)| column.null_count() > 0) {
         return None;
     }
     match first.data_type() {
-        DataType::Int64 => Some(Numbers::Int64(gather_values::<Int64Type>(ranges))),
-        DataType::Float64 => Some(Numbers::Float64(gather_values::<Float64Type>(ranges))),
+        DataType::Int64 => Some(Gathered::Int64(gather_values::<Int64Type>(ranges))),
+        DataType::Float64 => Some(Gathered::Float64(gather_values::<Float64Type>(ranges))),
         _ => None,
     }
 }

@@ -14,7 +14,7 @@ use arrow_select::concat::concat_batches;
 use rand::{RngExt, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
-pub use gather::{Gather, Numbers};
+pub use gather::{Gather, Gathered};
 pub use persist::{load, save};
 use sum_tree::SumTree;
 
