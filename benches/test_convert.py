@@ -3,7 +3,7 @@
 ``masreplay.convert.claude_code`` (read every file of the session, build the trace, validate
 it in Rust) against the floor any converter pays: ``json.loads`` on every line of the same
 files. The ratio (json time / converter time) says how much of a json-only pass the whole
-conversion costs; below 1 means slower than the bare parse. Needs ../shared/traces.
+conversion costs; below 1 means slower than the bare parse. Reads the real session in tests/data.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 
 from masreplay import convert
 
-SESSION = Path(__file__).resolve().parents[2] / "shared" / "traces" / "claude_code" / "fa812bfe-b295-4cca-9c2f-fdf01028cb46.jsonl"
+SESSION = Path(__file__).resolve().parents[1] / "tests" / "data" / "claude_code" / "fa812bfe-b295-4cca-9c2f-fdf01028cb46.jsonl"
 
 
 def _session_files() -> list[Path]:

@@ -18,7 +18,8 @@ settings.register_profile("dev", deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SEED_SCHEMA_PATH = Path(__file__).resolve().parents[2] / "shared" / "seed-trace-schema" / "trace_schema.json"
+DATA = REPO_ROOT / "tests" / "data"
+SEED_SCHEMA_PATH = DATA / "seed_schema" / "trace_schema.json"
 
 
 @pytest.fixture(scope="session")
@@ -37,7 +38,7 @@ def seed_schema() -> dict:
     if not SEED_SCHEMA_PATH.is_file():
         pytest.fail(
             f"the seed trace JSON Schema is missing: expected it at {SEED_SCHEMA_PATH} "
-            "(../shared/seed-trace-schema/trace_schema.json relative to the repository root)",
+            "(tests/data/seed_schema/trace_schema.json in the repository; see tests/data/README.md)",
             pytrace=False,
         )
     return json.loads(SEED_SCHEMA_PATH.read_text(encoding="utf-8"))

@@ -1,4 +1,4 @@
-"""Converters on the real samples in ../shared/traces, checked against counts derived here
+"""Converters on the real samples in tests/data, checked against counts derived here
 from the raw files with plain json (not the converters' helpers), plus malformed input,
 the seed round trip and the ``masreplay convert`` command."""
 
@@ -16,7 +16,7 @@ import masreplay
 from masreplay import ConversionError, convert
 from masreplay.cli import main
 
-SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "traces"
+SAMPLES = Path(__file__).resolve().parent / "data"
 SESSION = "fa812bfe-b295-4cca-9c2f-fdf01028cb46"
 MARBLE_FILES = ["tree_research_Llama3.1_70B.jsonl", "coding_development_output_0208.jsonl"]
 
@@ -24,7 +24,7 @@ MARBLE_FILES = ["tree_research_Llama3.1_70B.jsonl", "coding_development_output_0
 def sample(*parts: str) -> Path:
     path = SAMPLES.joinpath(*parts)
     if not path.exists():
-        pytest.fail(f"real trace sample missing: expected {path} (../shared/traces relative to the repository root)", pytrace=False)
+        pytest.fail(f"real trace sample missing: expected {path} (tests/data in the repository; see tests/data/README.md)", pytrace=False)
     return path
 
 
