@@ -147,6 +147,45 @@ def test_report_plot_writes_a_png(tmp_path, capsys):
     assert f"figure written to {out}" in capsys.readouterr().out
 
 
+def test_report_plot_writes_exactly_the_named_file(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "figure"  # no suffix: still this name, drawn as PNG
+    assert main(["report", str(bundled(SEED_EXAMPLE)), "--plot", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (tmp_path / "figure.png").exists()
+    assert f"figure written to {out}" in capsys.readouterr().out
+
+
+def test_report_plot_titles_and_empty_panels(tmp_path):
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from masreplay.report import plot
+
+    table = masreplay.metrics(bundled(SEED_EXAMPLE))
+    figures = []
+    monkey = pytest.MonkeyPatch()
+    monkey.setattr(plt, "close", figures.append)  # keep the figure to look at it
+    try:
+        plot(table, tmp_path / "one.png", title="seed.json: 1 traces")
+    finally:
+        monkey.undo()
+    (figure,) = figures
+    assert figure._suptitle.get_text() == "seed.json: 1 traces"
+    texts = [text.get_text() for ax in figure.axes for text in ax.texts]
+    # One trace without sub-agent returns: message_redundancy-like empty columns say so.
+    empty = [column for column in ("parallelism_efficiency", "critical_steps", "finish_rate", "protocol_overhead", "utilization")
+             if table[column].null_count == len(table)]
+    assert texts.count("no data") == len(empty)
+    plt.close(figure)
+
+
+def test_report_errors_name_the_command_once(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert main(["report", str(bundled(SEED_EXAMPLE)), "--plot", str(tmp_path / "out.png")]) == 1
+    assert capsys.readouterr().err.count("masreplay report") == 1
+
+
 def test_metrics_table_is_arrow():
     table = masreplay.metrics(masreplay.sim.generate(3, seed=0))
     assert isinstance(table, pa.Table)
