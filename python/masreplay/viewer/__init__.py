@@ -25,7 +25,7 @@ from masreplay.advantages import advantages
 from masreplay.batch import TraceBatch
 from masreplay.errors import InvalidArgumentError
 from masreplay.orchestration import metrics
-from masreplay.viewer._credit import Colouring, resolve
+from masreplay.event_credit import EventCredit, resolve
 from masreplay.viewer._model import attach_branches, colour_scale, trace_data
 
 ASSETS = ("viewer.css", "viewer.js")
@@ -129,11 +129,9 @@ def view(batch: TraceBatch, trace: int | str, *, color: str | None = None, credi
     position = _position(batch, trace)
     family, siblings = _family(batch, position, bool(group))
     shown = batch[family]
-    colouring: Colouring | None
+    colouring: EventCredit | None
     if credit is not None:
-        full = resolve(batch, color, credit)
-        rows = _rows(batch, family)
-        colouring = Colouring(full.name, full.values[rows], full.stderr[rows], full.estimator, full.budget)
+        colouring = resolve(batch, color, credit).take(_rows(batch, family))
     else:
         colouring = resolve(shown, color, None)
     local = {batch_index: k for k, batch_index in enumerate(family)}

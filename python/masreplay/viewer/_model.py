@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from masreplay.viewer._credit import Colouring
+from masreplay.event_credit import EventCredit
 
 #: Event types whose author is not an agent: a tool_result's ``agent`` names the tool.
 TOOL_EVENT = "tool_result"
@@ -94,7 +94,7 @@ def _number(value: Any) -> float | None:
 
 def trace_data(
     trace: dict[str, Any],
-    colouring: Colouring | None,
+    colouring: EventCredit | None,
     rows: slice,
     metrics: dict[str, Any],
     advantage: float | None,
@@ -154,7 +154,7 @@ def attach_branches(traces: list[dict[str, Any]]) -> None:
             )
 
 
-def colour_scale(colouring: Colouring | None, rows: np.ndarray) -> dict[str, Any] | None:
+def colour_scale(colouring: EventCredit | None, rows: np.ndarray) -> dict[str, Any] | None:
     """The legend: the symmetric range (the largest |value| of the embedded traces), the
     estimator, budget and typical standard error."""
     if colouring is None:

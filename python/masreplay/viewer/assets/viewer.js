@@ -6,7 +6,6 @@
   const DATA = JSON.parse(document.getElementById("masreplay-data").textContent);
   const TRACES = new Map(DATA.traces.map((trace) => [trace.id, trace]));
   const SCALE = DATA.scale;
-  const SVG = "http://www.w3.org/2000/svg";
   const LABEL_W = 180, ROW_H = 16, MIN_W = 3, TEMPORAL_EDGES_SHOWN_UP_TO = 300;
   // Two-sided scale: blue below 0, red above, a light neutral at 0; grey when uncredited.
   const NEUTRAL = [240, 240, 240], POSITIVE = [178, 24, 43], NEGATIVE = [33, 102, 172];

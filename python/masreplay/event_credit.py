@@ -1,9 +1,11 @@
-"""What the viewer colours events by: per-event values aligned with ``batch.events()``, with
-their standard errors where the estimator gives them and a line saying where they came from."""
+"""Per-event credit from whatever the caller holds (an estimator's result, a credit table, an
+aligned array, or the name of an estimator to run), aligned with ``batch.events()``, with
+standard errors where the estimator gives them and a line saying where it came from. The
+viewer colours by it; ``convert.to_otel`` writes it as span attributes."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -23,7 +25,7 @@ NUMERIC_EVENT_COLUMNS = ("t", "tokens", "duration_s", "logprob")
 
 
 @dataclass(frozen=True)
-class Colouring:
+class EventCredit:
     """Per-event ``values`` (NaN: uncredited) and ``stderr`` (NaN: unknown), aligned with the
     batch's events; ``name`` is what the legend calls them, ``estimator`` and ``budget`` say
     how they were computed."""
@@ -34,9 +36,15 @@ class Colouring:
     estimator: str
     budget: str = ""
 
+    def take(self, rows: np.ndarray) -> EventCredit:
+        """The values of the events at ``rows`` (say, the traces a view embeds)."""
+        return replace(self, values=self.values[rows], stderr=self.stderr[rows])
 
-def resolve(batch: TraceBatch, color: str | None, credit: Any) -> Colouring | None:
-    """The colouring ``view(color=, credit=)`` asks for; None when events are coloured by type."""
+
+def resolve(batch: TraceBatch, color: str | None, credit: Any) -> EventCredit | None:
+    """The credit ``view(color=, credit=)`` asks for: ``credit`` as given (``color`` then
+    names it, or picks a column of a credit table), else what ``color`` names; None when
+    neither is given."""
     if color is not None and not isinstance(color, str):
         raise InvalidArgumentError(f"color must be None, one of {list(NAMED)} or a column name, got {type(color).__name__}")
     if credit is not None:
@@ -66,7 +74,7 @@ def _aligned(batch: TraceBatch, values: Any, what: str) -> np.ndarray:
     return array
 
 
-def _given(batch: TraceBatch, color: str | None, credit: Any) -> Colouring:
+def _given(batch: TraceBatch, color: str | None, credit: Any) -> EventCredit:
     """Credit the caller computed: an estimator's result, a credit table or an aligned array."""
     name = color or "credit"
     if isinstance(credit, Advantages):
@@ -76,16 +84,16 @@ def _given(batch: TraceBatch, color: str | None, credit: Any) -> Colouring:
     if hasattr(credit, "__arrow_c_stream__") or hasattr(credit, "to_arrow"):
         return _table(batch, color, credit)
     values = _aligned(batch, credit, "credit")
-    return Colouring(name, values, _nan(batch.num_events), "given per event")
+    return EventCredit(name, values, _nan(batch.num_events), "given per event")
 
 
-def _advantage(batch: TraceBatch, result: Advantages, name: str) -> Colouring:
+def _advantage(batch: TraceBatch, result: Advantages, name: str) -> EventCredit:
     values = _aligned(batch, result.per_event, "Advantages.per_event")
     by = f", normalised by {', '.join(result.normalize_by)}" if result.normalize_by else ""
-    return Colouring(name, values, _nan(batch.num_events), f"{result.estimator}{by}")
+    return EventCredit(name, values, _nan(batch.num_events), f"{result.estimator}{by}")
 
 
-def _shapley(batch: TraceBatch, result: TraceCredit, name: str, game: str) -> Colouring:
+def _shapley(batch: TraceBatch, result: TraceCredit, name: str, game: str) -> EventCredit:
     """An event's credit is its player's value over the player's events, so its stderr is
     the player's over the same count."""
     values = _aligned(batch, result.credit, "TraceCredit.credit")
@@ -99,13 +107,13 @@ def _shapley(batch: TraceBatch, result: TraceCredit, name: str, game: str) -> Co
     per_event = np.where(player >= 0, stderr[row] if len(stderr) else np.nan, np.nan)
     values = np.where(player >= 0, values, np.nan)
     methods = sorted({m for m in result.methods if m})
-    return Colouring(
+    return EventCredit(
         name, values, per_event, f"{game}, {'/'.join(methods) or 'no players'}",
         f"{result.total_evaluations:,} coalition evaluations",
     )
 
 
-def _table(batch: TraceBatch, color: str | None, credit: Any) -> Colouring:
+def _table(batch: TraceBatch, color: str | None, credit: Any) -> EventCredit:
     """A table with trace_id, event_id and credit (and optionally stderr) columns, joined to
     the batch's events by (trace_id, event_id); ``color`` may name another of its columns."""
     table = credit.to_arrow() if hasattr(credit, "to_arrow") and not isinstance(credit, pa.Table) else pa.table(credit)
@@ -127,10 +135,10 @@ def _table(batch: TraceBatch, color: str | None, credit: Any) -> Colouring:
     values[rows[found]] = pc.cast(table[column], pa.float64()).to_numpy(zero_copy_only=False)[found]
     if "stderr" in table.column_names:
         stderr[rows[found]] = pc.cast(table["stderr"], pa.float64()).to_numpy(zero_copy_only=False)[found]
-    return Colouring(color or column, values, stderr, f"table column {column!r}")
+    return EventCredit(color or column, values, stderr, f"table column {column!r}")
 
 
-def _group_shapley(batch: TraceBatch) -> Colouring:
+def _group_shapley(batch: TraceBatch) -> EventCredit:
     """Shapley credit with no value function given: each trace's agents are valued by the
     empirical game of its GRPO group (a coalition is worth the mean team reward of the
     sibling rollouts it ran as, ridge-predicted when never observed), spawn tree respected."""
@@ -167,29 +175,29 @@ def trace_shapley_players(batch: TraceBatch) -> list[list[str]]:
     return labels
 
 
-def _counterfactual(batch: TraceBatch) -> Colouring:
+def _counterfactual(batch: TraceBatch) -> EventCredit:
     """Branch-rollout credit where the batch holds branches; for traces without, the credit
     of the decisions where a GRPO group's traces diverge after a shared prefix."""
     has_branches = pc.any(pc.is_valid(batch.to_arrow()["counterfactual_of"])).as_py()
     table = counterfactual_credit(batch) if has_branches else same_prefix_credit(batch)
     estimator = "branch rollouts, R(factual) - mean R(branches)" if has_branches else "same-prefix divergence, Q(branch) - V"
-    colouring = _table(batch, None, table)
-    return Colouring("counterfactual", colouring.values, colouring.stderr, estimator)
+    found = _table(batch, None, table)
+    return EventCredit("counterfactual", found.values, found.stderr, estimator)
 
 
-def _column(batch: TraceBatch, column: str) -> Colouring:
+def _column(batch: TraceBatch, column: str) -> EventCredit:
     """A numeric event column, or a per-event reward channel by its name."""
     n = batch.num_events
     events = batch.events()
     if column in NUMERIC_EVENT_COLUMNS:
         values = pc.cast(events[column], pa.float64()).to_numpy(zero_copy_only=False)
-        return Colouring(column, values, _nan(n), f"event column {column!r}")
+        return EventCredit(column, values, _nan(n), f"event column {column!r}")
     rewards = events["reward"].combine_chunks()
     channels = sorted(set(rewards.keys.unique().to_pylist())) if n else []
     if column in channels:
-        return Colouring(column, event_rewards(batch, column, fill=np.nan), _nan(n), f"event reward channel {column!r}")
+        return EventCredit(column, event_rewards(batch, column, fill=np.nan), _nan(n), f"event reward channel {column!r}")
     known = list(NUMERIC_EVENT_COLUMNS) + channels
     raise InvalidArgumentError(f"color {column!r} is none of {list(NAMED)}, nor a numeric event column or reward channel: {known}")
 
 
-__all__ = ["NAMED", "Colouring", "resolve"]
+__all__ = ["NAMED", "EventCredit", "resolve"]
