@@ -57,17 +57,36 @@ def test_critical_path_of_edges_out_of_stored_order():
 
 def test_lanes_follow_the_spawn_tree():
     batch = sim.generate(1, agents=8, depth=3, fan_out=(1, 3), seed=7)
-    events = batch[0]["events"]
-    order, lane_of = lanes(events)
-    assert set(lane_of) == {e["agent"] for e in events} | {e["to"] for e in events if e["type"] == "spawn"}
+    trace = batch[0]
+    events = trace["events"]
+    found = lanes(trace)
+    order = found.order
+    index = {e["id"]: i for i, e in enumerate(events)}
+    answered = {index[e["dst"]]: index[e["src"]] for e in trace["edges"] if events[index[e["src"]]]["type"] == "tool_call" and events[index[e["dst"]]]["type"] == "tool_result"}
+    assert answered and set(found.answers.values()) == set(answered)
+    for i, event in enumerate(events):
+        # A tool result sits in the lane of the agent whose call it answers.
+        expected = events[answered[i]]["agent"] if i in answered else event["agent"]
+        assert order[found.of_event[i]]["agent"] == expected
     assert order[0]["agent"] == events[0]["agent"] and order[0]["parent"] == -1
+    # Every result is answered here, so the lanes are the agents and no tool.
+    assert len(answered) == sum(e["type"] == "tool_result" for e in events)
+    assert {lane["agent"] for lane in order} == {e["agent"] for e in events if e["type"] != "tool_result"} | {e["to"] for e in events if e["type"] == "spawn"}
     for i, lane in enumerate(order):
         if lane["parent"] >= 0:
             assert lane["parent"] < i, "a parent's lane comes before its sub-agents'"
             spawns = [e for e in events if e["type"] == "spawn" and e.get("to") == lane["agent"]]
             assert order[lane["parent"]]["agent"] == min(spawns, key=lambda e: e["t"])["agent"]
+
+
+def test_unanswered_tool_results_get_tool_lanes_last():
+    trace = sim.generate(1, seed=2)[0]
+    trace["edges"] = [e for e in trace["edges"] if e["type"] != "tool_dependency"]
+    trace = masreplay.load_traces([trace])[0]
+    order = lanes(trace).order
     tools = [lane for lane in order if lane["tool"]]
-    assert tools and order[-len(tools):] == tools, "tools come last"
+    assert {lane["agent"] for lane in tools} == {e["agent"] for e in trace["events"] if e["type"] == "tool_result"}
+    assert order[-len(tools):] == tools
 
 
 def test_page_is_self_contained_and_embeds_the_group(groups):
@@ -302,10 +321,17 @@ def test_browser_filters_search_fold_and_agent_summary(browser, groups, tmp_path
     labels = page.locator(".lane-label").count()
     page.locator(".fold").first.dispatch_event("click")
     assert page.locator(".lane-label").count() < labels and opened.marks().count() == len(events)
-    page.locator('.lane-label[data-lane="0"]').dispatch_event("click")
-    own = [e for e in events if e["agent"] == events[0]["agent"]]
-    assert opened.field("events") == str(len(own))
-    assert opened.field("tokens") == str(sum(e.get("tokens") or 0 for e in own))
+    page.locator(".fold").first.dispatch_event("click")
+    data = masreplay.view(groups, 0).data["traces"][0]
+    shown_results = 0
+    for lane, agent in enumerate(lane["agent"] for lane in data["lanes"]):
+        page.locator(f'.lane-label[data-lane="{lane}"]').dispatch_event("click")
+        own = [e for e in events if e["agent"] == agent]
+        results = sum(1 for i, e in enumerate(events) if data["events"]["lane"][i] == lane and e["agent"] != agent)
+        assert (opened.field("agent"), opened.field("events"), opened.field("tool results")) == (agent, str(len(own)), str(results))
+        assert opened.field("tokens") == str(sum(e.get("tokens") or 0 for e in own))
+        shown_results += results
+    assert shown_results == sum(e["type"] == "tool_result" for e in events) > 0
     assert page.locator("#metrics [data-metric=critical_path_steps]").inner_text() == str(masreplay.metrics(groups)["critical_path_steps"][0].as_py())
     assert opened.errors == []
 

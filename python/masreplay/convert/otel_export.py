@@ -21,6 +21,7 @@ import hashlib
 import json
 import math
 import os
+from collections import defaultdict
 from typing import Any
 
 import numpy as np
@@ -33,9 +34,7 @@ from masreplay.event_credit import resolve
 from masreplay.viewer._model import lanes
 
 SCOPE = {"name": "masreplay", "version": "1"}
-#: Event types an ``execute_tool`` span stands for together.
-TOOL_CALL, TOOL_RESULT = "tool_call", "tool_result"
-OPERATIONS = {"spawn": "create_agent", TOOL_CALL: "execute_tool", "safety_event": "apply_guardrail"}
+OPERATIONS = {"spawn": "create_agent", "tool_call": "execute_tool", "tool_result": "execute_tool", "safety_event": "apply_guardrail"}
 REWARD_SPAN = "agentlightning.reward"
 
 
@@ -105,24 +104,17 @@ class _TraceSpans:
     def build(self) -> list[dict[str, Any]]:
         trace, events = self.trace, self.trace["events"]
         end_of = [event["t"] + (event.get("duration_s") or 0.0) for event in events]
-        order, lane_of = lanes(events)
-        index = {event["id"]: i for i, event in enumerate(events)}
-        # A tool call stands for the result an edge leads it to (the first, when several).
-        result_of: dict[int, int] = {}
-        for edge in trace["edges"]:
-            source, target = index[edge["src"]], index[edge["dst"]]
-            if events[source]["type"] == TOOL_CALL and events[target]["type"] == TOOL_RESULT and target not in result_of.values():
-                result_of.setdefault(source, target)
+        tree = lanes(trace)
+        order, owner, result_of = tree.order, tree.of_event, tree.answers
         answered = set(result_of.values())
-        # Tools are not agents: a result's span lives in the caller's.
-        owner = [lane_of[event["agent"]] for event in events]
-        for call, result in result_of.items():
-            owner[result] = owner[call]
+        of_lane: dict[int, list[int]] = defaultdict(list)
+        for i, lane_index in enumerate(owner):
+            of_lane[lane_index].append(i)
         agent_span: dict[int, str] = {}
         for lane_index, lane in enumerate(order):
-            mine = [i for i, o in enumerate(owner) if o == lane_index]
-            if lane["tool"] and not mine:
+            if lane["tool"]:  # a tool is no agent: its unanswered results sit in the root agent's span
                 continue
+            mine = of_lane[lane_index]
             start = min((events[i]["t"] for i in mine), default=0.0)
             end = max((end_of[i] for i in mine), default=start)
             parent = agent_span.get(lane["parent"])
@@ -133,7 +125,7 @@ class _TraceSpans:
         for i, event in enumerate(events):
             if i in answered:
                 continue
-            operation = OPERATIONS.get(event["type"], "execute_tool" if event["type"] == TOOL_RESULT else "chat")
+            operation = OPERATIONS.get(event["type"], "chat")
             attributes: dict[str, Any] = {"gen_ai.operation.name": operation, "masreplay.trace_id": trace["trace_id"]}
             end = end_of[i]
             if operation == "create_agent":
@@ -149,7 +141,7 @@ class _TraceSpans:
                 attributes.update(self.figures(result, "masreplay.tool_result"))
                 attributes["masreplay.tool_result.tokens"] = events[result].get("tokens")
             name = f"{operation} {attributes.get('gen_ai.tool.name') or attributes.get('gen_ai.agent.name') or event['agent']}"
-            self.span(f"event:{event['id']}", name, agent_span.get(owner[i]), event["t"], end, attributes)
+            self.span(f"event:{event['id']}", name, agent_span.get(owner[i], agent_span.get(0)), event["t"], end, attributes)
         rewards = {key: value for key, value in (trace.get("rewards") or {}).items() if isinstance(value, (int, float))}
         if rewards:
             last = max(end_of, default=0.0)

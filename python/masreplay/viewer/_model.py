@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -45,10 +46,30 @@ def critical_path(n_events: int, edges: list[tuple[int, int]]) -> list[int]:
     return path[::-1]
 
 
-def lanes(events: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, int]]:
+@dataclass(frozen=True)
+class Lanes:
+    """A trace's agent lanes: ``order`` (agent, parent lane, depth, whether it is a tool),
+    each event's lane, and ``answers``: tool_call -> the tool_result an edge leads it to."""
+
+    order: list[dict[str, Any]]
+    of_event: list[int]
+    answers: dict[int, int]
+
+
+def lanes(trace: dict[str, Any]) -> Lanes:
     """One lane per agent: the spawn tree depth-first from the orchestrator (children in the
-    order they were spawned), then other agents nobody spawned, then the tools (authors of
-    tool results only). A sub-agent's parent is the author of its earliest spawn."""
+    order they were spawned), then other agents nobody spawned. A sub-agent's parent is the
+    author of its earliest spawn. A tool result sits in the lane of the agent whose call it
+    answers (as Shapley's players count it); tools get lanes of their own, last, only for
+    results no call leads to."""
+    events = trace["events"]
+    index = {event["id"]: i for i, event in enumerate(events)}
+    answers: dict[int, int] = {}
+    for edge in trace["edges"]:
+        call, result = index[edge["src"]], index[edge["dst"]]
+        if events[call]["type"] == "tool_call" and events[result]["type"] == TOOL_EVENT and result not in answers.values():
+            answers.setdefault(call, result)
+    answered = {result: call for call, result in answers.items()}
     in_time = sorted(range(len(events)), key=lambda i: events[i]["t"])
     parent: dict[str, str] = {}
     children: dict[str, list[str]] = defaultdict(list)
@@ -56,6 +77,8 @@ def lanes(events: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str,
     acts = set()
     for i in in_time:
         event = events[i]
+        if i in answered:
+            continue
         agent = event["agent"]
         first_seen.setdefault(agent, i)
         if event["type"] != TOOL_EVENT:
@@ -68,8 +91,8 @@ def lanes(events: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str,
     order: list[dict[str, Any]] = []
     placed: dict[str, int] = {}
 
-    def place(agent: str, up: int, depth: int) -> None:
-        stack = [(agent, up, depth)]
+    def place(agent: str) -> None:
+        stack = [(agent, -1, 0)]
         while stack:
             name, above, level = stack.pop()
             if name in placed:
@@ -78,13 +101,11 @@ def lanes(events: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str,
             order.append({"agent": name, "parent": above, "depth": level, "tool": name not in acts and name not in parent})
             stack.extend((child, placed[name], level + 1) for child in reversed(children[name]))
 
-    roots = [a for a in sorted(first_seen, key=first_seen.__getitem__) if a not in parent]
-    for agent in roots:
-        if agent in acts:
-            place(agent, -1, 0)
-    for agent in roots:
-        place(agent, -1, 0)
-    return order, placed
+    roots = [agent for agent in sorted(first_seen, key=first_seen.__getitem__) if agent not in parent]
+    for agent in sorted(roots, key=lambda agent: agent not in acts):  # agents first, then tools
+        place(agent)
+    of_event = [placed[events[answered[i]]["agent"] if i in answered else event["agent"]] for i, event in enumerate(events)]
+    return Lanes(order, of_event, answers)
 
 
 def _number(value: Any) -> float | None:
@@ -101,7 +122,7 @@ def trace_data(
 ) -> dict[str, Any]:
     """One trace as the page reads it. ``rows`` are the trace's rows of the colouring."""
     events = trace["events"]
-    order, lane_of = lanes(events)
+    lanes_of_trace = lanes(trace)
     index = {event["id"]: i for i, event in enumerate(events)}
     types = sorted({event["type"] for event in events})
     roles = sorted({event.get("role") for event in events if event.get("role")})
@@ -114,7 +135,7 @@ def trace_data(
         "advantage": _number(advantage),
         "counterfactual_of": trace.get("counterfactual_of"),
         "metrics": {key: (_number(value) if isinstance(value, float) else value) for key, value in metrics.items()},
-        "lanes": order,
+        "lanes": lanes_of_trace.order,
         "types": types,
         "roles": roles,
         "edge_types": edge_types,
@@ -122,7 +143,7 @@ def trace_data(
             "id": [event["id"] for event in events],
             "t": [event["t"] for event in events],
             "d": [event.get("duration_s") or 0 for event in events],
-            "lane": [lane_of[event["agent"]] for event in events],
+            "lane": lanes_of_trace.of_event,
             "type": [types.index(event["type"]) for event in events],
             "role": [roles.index(event["role"]) if event.get("role") else -1 for event in events],
             "tokens": [event.get("tokens") for event in events],

@@ -6,7 +6,7 @@
   const DATA = JSON.parse(document.getElementById("masreplay-data").textContent);
   const TRACES = new Map(DATA.traces.map((trace) => [trace.id, trace]));
   const SCALE = DATA.scale;
-  const LABEL_W = 180, ROW_H = 16, MIN_W = 3, TEMPORAL_EDGES_SHOWN_UP_TO = 300;
+  const LABEL_W = 180, ROW_H = 16, MIN_W = 3, LARGE = 300, CRITICAL = "critical path";
   // Two-sided scale: blue below 0, red above, a light neutral at 0; grey when uncredited.
   const NEUTRAL = [240, 240, 240], POSITIVE = [178, 24, 43], NEGATIVE = [33, 102, 172];
   const UNCREDITED = "rgb(168, 168, 168)";
@@ -100,7 +100,7 @@
       const [colour, dash] = EDGE_STYLES[kind] || ["#888888", "2 2"];
       parts.push(`<path data-edge-type="${esc(kind)}" stroke="${colour}" stroke-dasharray="${dash}"${state.hiddenEdges.has(kind) ? ' display="none"' : ""}></path>`);
     }
-    parts.push('<path class="critical-path"></path></g><g class="marks">');
+    parts.push(`<path class="critical-path"${state.hiddenEdges.has(CRITICAL) ? ' display="none"' : ""}></path></g><g class="marks">`);
     const critical = new Set(trace.critical);
     const ev = trace.events;
     for (let i = 0; i < ev.id.length; i++) {
@@ -224,12 +224,12 @@
 
   function showAgent(laneIndex) {
     const trace = state.trace, lane = trace.lanes[laneIndex], ev = trace.events;
-    let n = 0, tokens = 0, credit = 0, credited = 0, first = Infinity, last = -Infinity;
+    // Its own events, and the tool results that answer its calls (which sit in its lane).
+    let n = 0, results = 0, tokens = 0, credit = 0, credited = 0, first = Infinity, last = -Infinity;
     const roles = new Set();
     for (let i = 0; i < ev.id.length; i++) {
       if (ev.lane[i] !== laneIndex) continue;
-      n++;
-      tokens += ev.tokens[i] || 0;
+      if (trace.details[i].agent === lane.agent) { n++; tokens += ev.tokens[i] || 0; } else results++;
       if (ev.role[i] >= 0) roles.add(trace.roles[ev.role[i]]);
       if (trace.credit && trace.credit[i] !== null) { credit += trace.credit[i]; credited++; }
       first = Math.min(first, ev.t[i]);
@@ -239,9 +239,9 @@
     const field = (name, value) => `<dt>${name}</dt><dd data-field="${name}">${value}</dd>`;
     $("details").innerHTML = "<h2>Agent</h2><dl>" + field("agent", esc(lane.agent)) +
       field("spawned by", lane.parent >= 0 ? esc(trace.lanes[lane.parent].agent) : "—") +
-      field("sub-agents", children) + field("roles", esc([...roles].join(", ") || "—")) + field("events", n) +
+      field("sub-agents", children) + field("roles", esc([...roles].join(", ") || "—")) + field("events", n) + field("tool results", results) +
       field("tokens", tokens) + field("credit sum", trace.credit ? `${fmt(credit, 6)} over ${credited} credited events` : "—") +
-      field("active", n ? `${fmt(first, 6)} – ${fmt(last, 6)} s` : "never") + "</dl>";
+      field("active", n + results ? `${fmt(first, 6)} – ${fmt(last, 6)} s` : "never") + "</dl>";
   }
 
   function showMetrics() {
@@ -326,7 +326,8 @@
       const [colour, dash] = EDGE_STYLES[kind] || ["#888888", "2 2"];
       return `<label><input type="checkbox" data-edge-toggle="${esc(kind)}"${state.hiddenEdges.has(kind) ? "" : " checked"}>` +
         `<svg width="22" height="8"><line x1="0" y1="4" x2="22" y2="4" stroke="${colour}" stroke-width="2" stroke-dasharray="${dash}"></line></svg>${esc(kind)}</label>`;
-    }).join("") + '<label><svg width="22" height="8"><line x1="0" y1="4" x2="22" y2="4" stroke="#e6a100" stroke-width="3"></line></svg>critical path</label>';
+    }).join("") + `<label><input type="checkbox" data-edge-toggle="${CRITICAL}"${state.hiddenEdges.has(CRITICAL) ? "" : " checked"}>` +
+      '<svg width="22" height="8"><line x1="0" y1="4" x2="22" y2="4" stroke="#e6a100" stroke-width="3"></line></svg>critical path (marks outlined)</label>';
   }
 
   function fillFilters() {
@@ -361,7 +362,10 @@
     while (state.hidden[lane]) lane = trace.lanes[lane].parent;
     chart.scrollTop = Math.max(0, state.rowOf[lane] * ROW_H - chart.clientHeight / 2);
     const x = xOf(trace.events.t[i]);
-    if (x < LABEL_W || x > chart.clientWidth - 10) state.t0 = trace.events.t[i] - (chart.clientWidth - LABEL_W) / (2 * state.k);
+    if (x < LABEL_W || x > chart.clientWidth - 10) {
+      const centred = trace.events.t[i] - (chart.clientWidth - LABEL_W) / (2 * state.k);
+      state.t0 = Math.max(timeRange(trace)[0] - 10 / state.k, centred);  // never past the trace's start
+    }
     layoutX();
     state.marks[i].classList.add("found");
     showEvent(i);
@@ -372,8 +376,10 @@
     if (!trace) return;
     state.trace = trace;
     state.folded = new Set();
-    // Temporal edges only say "next in time"; in a large trace they hide the others.
-    if (trace.edges[0].length > TEMPORAL_EDGES_SHOWN_UP_TO && !state.hiddenEdges.has("temporal")) state.hiddenEdges.add("temporal");
+    // In a large trace, temporal edges (they only say "next in time") and the critical path's
+    // line (its marks stay outlined) would hide everything else: off until asked for.
+    if (trace.edges[0].length > LARGE) for (const kind of ["temporal", CRITICAL]) state.hiddenEdges.add(kind);
+    plot.classList.toggle("large", trace.edges[0].length > LARGE);
     state.selected = -1;
     $("trace-title").textContent = id;
     $("trace-title").dataset.traceId = id;
@@ -406,8 +412,8 @@
   $("edge-legend").addEventListener("change", (event) => {
     const kind = event.target.dataset.edgeToggle;
     if (event.target.checked) state.hiddenEdges.delete(kind); else state.hiddenEdges.add(kind);
-    plot.querySelectorAll(".edges path[data-edge-type]").forEach((path) => {
-      if (path.dataset.edgeType === kind) path.setAttribute("display", event.target.checked ? "inline" : "none");
+    plot.querySelectorAll(".edges path").forEach((path) => {
+      if ((path.dataset.edgeType || CRITICAL) === kind) path.setAttribute("display", event.target.checked ? "inline" : "none");
     });
   });
   for (const id of ["filter-agent", "filter-role", "filter-type"]) $(id).addEventListener("change", applyFilters);
