@@ -11,10 +11,13 @@
   const NEUTRAL = [240, 240, 240], POSITIVE = [178, 24, 43], NEGATIVE = [33, 102, 172];
   const UNCREDITED = "rgb(168, 168, 168)";
   const TYPE_PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#e15759", "#9c755f", "#bab0ac", "#ff9da7"];
-  const EDGE_STYLES = {
-    spawn: ["#2e7d32", ""], message: ["#1565c0", "5 2"], return: ["#6a1b9a", ""], aggregate: ["#ef6c00", ""],
-    tool_dependency: ["#555555", "1 2"], safety_flow: ["#c62828", "4 2"], causal: ["#9e9e9e", ""], temporal: ["#d0d0d0", "2 3"],
+  // Edge types by colour alone: a dashed stroke over thousands of segments costs Chromium
+  // seconds per frame, a plain one milliseconds.
+  const EDGE_COLOURS = {
+    spawn: "#2e7d32", message: "#1e88e5", return: "#8e24aa", aggregate: "#ef6c00",
+    tool_dependency: "#6d4c41", safety_flow: "#e53935", causal: "#9e9e9e", temporal: "#d6d6d6",
   };
+  const edgeColour = (kind) => EDGE_COLOURS[kind] || "#888888";
 
   const $ = (id) => document.getElementById(id);
   const plot = $("plot"), chart = $("chart"), axis = $("axis");
@@ -97,20 +100,20 @@
     });
     parts.push('</g><g class="edges">');
     for (const kind of trace.edge_types) {
-      const [colour, dash] = EDGE_STYLES[kind] || ["#888888", "2 2"];
-      parts.push(`<path data-edge-type="${esc(kind)}" stroke="${colour}" stroke-dasharray="${dash}"${state.hiddenEdges.has(kind) ? ' display="none"' : ""}></path>`);
+      parts.push(`<path data-edge-type="${esc(kind)}" stroke="${edgeColour(kind)}"${state.hiddenEdges.has(kind) ? ' display="none"' : ""}></path>`);
     }
     parts.push(`<path class="critical-path"${state.hiddenEdges.has(CRITICAL) ? ' display="none"' : ""}></path></g><g class="marks">`);
     const critical = new Set(trace.critical);
     const ev = trace.events;
     for (let i = 0; i < ev.id.length; i++) {
       const lane = ev.lane[i];
-      const y = rowOf[lane] * ROW_H + 3;
+      // A low-confidence mark is a thinner bar: as visible as a pattern, and cheap to draw.
+      const low = lowConfidence(trace, i), inset = low ? 6 : 3;
       let attributes = `data-event-id="${esc(ev.id[i])}" data-i="${i}"`;
       if (critical.has(i)) attributes += ' data-critical="true"';
       if (trace.credit && trace.credit[i] !== null) attributes += ` data-credit="${trace.credit[i]}"`;
-      if (lowConfidence(trace, i)) attributes += ' data-low-confidence="true"';
-      parts.push(`<rect class="mark${hidden[lane] ? " folded" : ""}" ${attributes} y="${y}" height="${ROW_H - 6}" fill="${eventColour(trace, i)}"></rect>`);
+      if (low) attributes += ' data-low-confidence="true"';
+      parts.push(`<rect class="mark${hidden[lane] ? " folded" : ""}" ${attributes} y="${rowOf[lane] * ROW_H + inset}" height="${ROW_H - 2 * inset}" fill="${eventColour(trace, i)}"></rect>`);
     }
     parts.push('</g><g class="branch-dots">');
     for (const index of new Set(trace.branches.map((branch) => branch.event))) {
@@ -317,15 +320,14 @@
       `<text class="axis-text" x="165" y="24" text-anchor="end">+${fmt(SCALE.max, 3)}</text></svg>` +
       `<span class="scale-text"><b>${esc(SCALE.name)}</b>: ${esc(SCALE.estimator)}${SCALE.budget ? " · " + esc(SCALE.budget) : ""}${stderr} · ${SCALE.credited} credited</span>` +
       `<span><span class="swatch" style="background:${UNCREDITED}"></span>uncredited</span>` +
-      `<span><span class="swatch" style="border-style:dashed;background:#f7d5d9"></span>|credit| &lt; 2 stderr</span>`;
+      `<span><span class="swatch low-swatch"></span>thin: |credit| &lt; 2 stderr</span>`;
   }
 
   function showEdgeLegend() {
     const kinds = [...new Set(DATA.traces.flatMap((trace) => trace.edge_types))];
     $("edge-legend").innerHTML = "edges: " + kinds.map((kind) => {
-      const [colour, dash] = EDGE_STYLES[kind] || ["#888888", "2 2"];
       return `<label><input type="checkbox" data-edge-toggle="${esc(kind)}"${state.hiddenEdges.has(kind) ? "" : " checked"}>` +
-        `<svg width="22" height="8"><line x1="0" y1="4" x2="22" y2="4" stroke="${colour}" stroke-width="2" stroke-dasharray="${dash}"></line></svg>${esc(kind)}</label>`;
+        `<svg width="22" height="8"><line x1="0" y1="4" x2="22" y2="4" stroke="${edgeColour(kind)}" stroke-width="2"></line></svg>${esc(kind)}</label>`;
     }).join("") + `<label><input type="checkbox" data-edge-toggle="${CRITICAL}"${state.hiddenEdges.has(CRITICAL) ? "" : " checked"}>` +
       '<svg width="22" height="8"><line x1="0" y1="4" x2="22" y2="4" stroke="#e6a100" stroke-width="3"></line></svg>critical path (marks outlined)</label>';
   }
@@ -451,4 +453,7 @@
   switchTo(DATA.current);
   showEdgeLegend();
   document.body.dataset.ready = "true";
+  // For benchmarks: scripts done, and the first frame after them (the page answers input).
+  performance.mark("masreplay-ready");
+  requestAnimationFrame(() => setTimeout(() => performance.mark("masreplay-interactive")));
 })();

@@ -1,0 +1,92 @@
+"""The trace viewer in headless Chromium (issue 19): render time of 40, 400 and 4,000-event
+traces and the page's bytes per event.
+
+Per size, over ``ROUNDS`` fresh loads of the saved page: first contentful paint, the viewer's
+scripts done (``masreplay-ready``) and interactive (``masreplay-interactive``: the first frame
+after them), read from the page's own Performance API, and one zoom step (click to the next
+frame, every mark and edge moved). Python's side (``view(...).to_html()``) is timed with
+pytest-benchmark. The issue's budget (a 4,000-event trace in under 1 s) is printed beside the
+figures as the line they are compared to; nothing is asserted on times.
+
+Needs Debian's Chromium (``apt-get install -y chromium``) and playwright's Python client
+(``pip install playwright``).
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+
+import pytest
+
+import masreplay
+
+#: Sub-agents per trace for about 40, 400 and 4,000 events (12 events each, on average).
+SIZES = {"40": 3, "400": 30, "4,000": 300}
+ROUNDS = 5
+BUDGET_S = 1.0
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+ZOOM_STEP = """async () => {
+  const started = performance.now();
+  document.getElementById("zoom-in").click();
+  await new Promise((done) => requestAnimationFrame(() => setTimeout(done)));
+  return performance.now() - started;
+}"""
+
+PAGE_TIMES = """() => [
+  performance.getEntriesByName("first-contentful-paint")[0].startTime,
+  performance.getEntriesByName("masreplay-ready")[0].startTime,
+  performance.getEntriesByName("masreplay-interactive")[0].startTime,
+]"""
+
+
+@pytest.fixture(scope="module")
+def browser():
+    sync_api = pytest.importorskip("playwright.sync_api", reason="the viewer benchmark needs playwright: pip install playwright")
+    if CHROMIUM is None:
+        pytest.skip("the viewer benchmark needs Debian's Chromium: apt-get install -y chromium")
+    with sync_api.sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield launched
+        launched.close()
+
+
+def load_times(browser, path, n: int) -> tuple[float, float, float, float]:
+    """One fresh load: (first contentful paint, scripts done, interactive, zoom step) in seconds."""
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.goto(path.as_uri())
+    page.wait_for_function(
+        "['first-contentful-paint', 'masreplay-interactive'].every((name) => performance.getEntriesByName(name).length)"
+    )
+    assert page.locator("[data-event-id]").count() == n
+    paint, ready, interactive = page.evaluate(PAGE_TIMES)
+    zoom = page.evaluate(ZOOM_STEP)
+    page.close()
+    return paint / 1e3, ready / 1e3, interactive / 1e3, zoom / 1e3
+
+
+@pytest.mark.parametrize("size", list(SIZES))
+def test_render(size, browser, measure, record, dataset_type, tmp_path):
+    batch = masreplay.sim.generate(1, agents=SIZES[size], events_per_agent=(10, 14), seed=19)
+    n = batch.num_events
+
+    def group(what: str, goal: str = ""):
+        return dataset_type(f"viewer, {size}-event trace ({n:,} events): {what}", None, 1, n, 0, goal, suite="view")
+
+    html = measure(
+        lambda: masreplay.view(batch, 0, color="advantage").to_html(),
+        data=group("the page made in Python"), side="masreplay.view(batch, 0, color='advantage').to_html()", rounds=ROUNDS, unit="ms",
+    )
+    record(len(html.encode()), data=group("the page made in Python"), side="page size", unit="bytes", ours=False)
+    path = tmp_path / "view.html"
+    path.write_text(html, encoding="utf-8")
+    rounds = [load_times(browser, path, n) for _ in range(ROUNDS)]
+    paint, ready, interactive, zoom = (statistics.median(column) for column in zip(*rounds, strict=True))
+    milestones = group("page load in Chromium, medians of fresh loads")
+    record(paint, data=milestones, side="first contentful paint", unit="ms", ours=False)
+    record(ready, data=milestones, side="viewer scripts done", unit="ms", ours=False)
+    against = group("interactive vs the issue's budget", f"< {BUDGET_S:.0f} s at 4,000 events")
+    record(interactive, data=against, side="masreplay page interactive (first frame after its scripts)", unit="ms", ours=True)
+    record(BUDGET_S, data=against, side="issue 19 budget", unit="ms", ours=False)
+    record(zoom, data=group("one zoom step, click to next frame (every mark and edge moved)"), side="zoom step", unit="ms", ours=False)
