@@ -14,18 +14,22 @@ Needs Debian's Chromium (``apt-get install -y chromium``) and playwright's Pytho
 
 from __future__ import annotations
 
-import shutil
 import statistics
+import sys
+from pathlib import Path
 
 import pytest
 
 import masreplay
 
+# The browser launcher the viewer's tests use (tests/browser.py).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from browser import chromium  # noqa: E402
+
 #: Sub-agents per trace for about 40, 400 and 4,000 events (12 events each, on average).
 SIZES = {"40": 3, "400": 30, "4,000": 300}
 ROUNDS = 5
 BUDGET_S = 1.0
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 ZOOM_STEP = """async () => {
   const started = performance.now();
@@ -43,13 +47,8 @@ PAGE_TIMES = """() => [
 
 @pytest.fixture(scope="module")
 def browser():
-    sync_api = pytest.importorskip("playwright.sync_api", reason="the viewer benchmark needs playwright: pip install playwright")
-    if CHROMIUM is None:
-        pytest.skip("the viewer benchmark needs Debian's Chromium: apt-get install -y chromium")
-    with sync_api.sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+    with chromium() as launched:
         yield launched
-        launched.close()
 
 
 def load_times(browser, path, n: int) -> tuple[float, float, float, float]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 
 import numpy as np
 import pyarrow as pa
@@ -16,7 +15,7 @@ from masreplay import sim
 from masreplay.cli import main
 from masreplay.viewer._model import critical_path, lanes
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+from browser import chromium
 
 
 def page_data(html: str) -> dict:
@@ -200,14 +199,8 @@ def test_cli_view(groups, tmp_path, capsys):
 # ---- the page in a browser --------------------------------------------------------------
 @pytest.fixture(scope="module")
 def browser():
-    sync_api = pytest.importorskip("playwright.sync_api", reason="browser tests need playwright's Python client: pip install playwright")
-    if CHROMIUM is None:
-        pytest.skip("browser tests need Debian's Chromium: apt-get install -y chromium")
-    with sync_api.sync_playwright() as playwright:
-        # --no-sandbox: CI runs as root, where Chromium's sandbox cannot start.
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+    with chromium() as launched:
         yield launched
-        launched.close()
 
 
 class Opened:
