@@ -57,11 +57,15 @@
     return lo === Infinity ? [0, 1] : [lo, hi > lo ? hi : lo + 1];
   }
 
-  function fit() {
+  // The whole trace across the chart's width.
+  function fitScale() {
     const [lo, hi] = timeRange(state.trace);
-    const width = Math.max(200, chart.clientWidth - LABEL_W - 24);
-    state.k = width / (hi - lo);
+    state.k = Math.max(200, chart.clientWidth - LABEL_W - 24) / (hi - lo);
     state.t0 = lo;
+  }
+
+  function fit() {
+    fitScale();
     schedule();
   }
 
@@ -388,9 +392,8 @@
     document.title = `masreplay · ${id}`;
     $("details").innerHTML = '<h2>Details</h2><p class="hint">Click an event for its fields and credit, an agent\'s name for its summary.</p>';
     fillFilters();
+    fitScale();
     render();
-    fit();
-    layoutX();
     showMetrics();
     showSiblings();
     showBranches();
