@@ -329,6 +329,27 @@ def test_browser_filters_search_fold_and_agent_summary(browser, groups, tmp_path
     assert opened.errors == []
 
 
+def test_browser_zoom_and_pan_move_marks_and_keep_them(browser, groups, tmp_path):
+    opened = Opened(browser, masreplay.view(groups, 0), tmp_path / "zoom.html")
+    page, events = opened.page, groups[0]["events"]
+    longest = max(range(len(events)), key=lambda i: events[i].get("duration_s") or 0)
+    mark = page.locator(f'[data-event-id="{events[longest]["id"]}"]')
+    width = float(mark.get_attribute("width"))
+    page.click("#zoom-in")
+    page.wait_for_timeout(50)
+    assert float(mark.get_attribute("width")) == pytest.approx(1.5 * width, abs=0.2)
+    x = float(mark.get_attribute("x"))
+    box = page.locator("#chart").bounding_box()
+    start = (box["x"] + box["width"] - 40, box["y"] + box["height"] - 20)  # below the lanes: no mark there
+    page.mouse.move(*start)
+    page.mouse.down()
+    page.mouse.move(start[0] - 120, start[1], steps=4)
+    page.mouse.up()
+    assert float(mark.get_attribute("x")) == pytest.approx(x - 120, abs=0.5)
+    assert page.locator(".moving").get_attribute("transform") is None
+    assert opened.marks().count() == len(events) and opened.errors == []
+
+
 def test_browser_kimi_scale_trace(browser, tmp_path):
     batch = sim.generate(1, agents=300, events_per_agent=(10, 14))
     opened = Opened(browser, masreplay.view(batch, 0, color="shapley"), tmp_path / "kimi.html")

@@ -91,18 +91,23 @@
     const height = count * ROW_H + 8;
     plot.setAttribute("height", height);
     const hasChildren = new Set(trace.lanes.map((lane) => lane.parent).filter((p) => p >= 0));
-    const parts = ['<g class="lanes">'];
+    // Stripes under everything; the label column over everything, so that marks panned
+    // left of the time axis slide under the agents' names.
+    const stripes = [], labels = [`<rect class="label-column" x="0" y="0" width="${LABEL_W}" height="${height}"></rect>`];
     trace.lanes.forEach((lane, i) => {
       if (hidden[i]) return;
       const y = rowOf[i] * ROW_H;
-      if (rowOf[i] % 2 === 0) parts.push(`<rect class="lane-bg" x="0" y="${y}" width="100%" height="${ROW_H}"></rect>`);
+      if (rowOf[i] % 2 === 0) {
+        stripes.push(`<rect class="lane-bg" x="0" y="${y}" width="100%" height="${ROW_H}"></rect>`);
+        labels.push(`<rect class="lane-bg" x="0" y="${y}" width="${LABEL_W}" height="${ROW_H}"></rect>`);
+      }
       const indent = 4 + Math.min(lane.depth, 6) * 10;
       if (hasChildren.has(i)) {
-        parts.push(`<text class="fold" data-fold="${i}" x="${indent}" y="${y + 12}">${state.folded.has(i) ? "▸" : "▾"}</text>`);
+        labels.push(`<text class="fold" data-fold="${i}" x="${indent}" y="${y + 12}">${state.folded.has(i) ? "▸" : "▾"}</text>`);
       }
-      parts.push(`<text class="lane-label${lane.tool ? " tool" : ""}" data-lane="${i}" x="${indent + 10}" y="${y + 12}">${esc(lane.agent.length > 24 ? lane.agent.slice(0, 23) + "…" : lane.agent)}</text>`);
+      labels.push(`<text class="lane-label${lane.tool ? " tool" : ""}" data-lane="${i}" x="${indent + 10}" y="${y + 12}">${esc(lane.agent.length > 24 ? lane.agent.slice(0, 23) + "…" : lane.agent)}</text>`);
     });
-    parts.push('</g><g class="edges">');
+    const parts = ['<g class="stripes">', ...stripes, '</g><g class="moving"><g class="edges">'];
     for (const kind of trace.edge_types) {
       parts.push(`<path data-edge-type="${esc(kind)}" stroke="${edgeColour(kind)}"${state.hiddenEdges.has(kind) ? ' display="none"' : ""}></path>`);
     }
@@ -123,9 +128,10 @@
     for (const index of new Set(trace.branches.map((branch) => branch.event))) {
       parts.push(`<circle class="branch-dot" data-branch-at="${index}" r="3"></circle>`);
     }
-    parts.push("</g>");
+    parts.push('</g></g><g class="labels">', ...labels, "</g>");
     plot.innerHTML = parts.join("");
     state.marks = Array.from(plot.querySelectorAll(".marks > rect"));
+    state.moving = plot.querySelector(".moving");
     state.dots = Array.from(plot.querySelectorAll(".branch-dot"));
     applyFilters();
     if (state.selected >= 0) state.marks[state.selected].classList.add("selected");
@@ -135,6 +141,8 @@
   // Horizontal positions only: what zoom and pan change, redone at most once a frame.
   function layoutX() {
     state.frame = 0;
+    state.laidT0 = state.t0;
+    state.moving.removeAttribute("transform");
     const trace = state.trace, ev = trace.events, rowOf = state.rowOf;
     const ends = new Float64Array(ev.t.length);
     state.marks.forEach((mark, i) => {
@@ -444,12 +452,20 @@
     drag = { x: event.clientX, t0: state.t0 };
     chart.classList.add("dragging");
   });
+  // While dragging, what was laid out slides as one (cheap for the compositor); the exact
+  // layout follows when the button is released.
   window.addEventListener("pointermove", (event) => {
     if (!drag) return;
     state.t0 = drag.t0 - (event.clientX - drag.x) / state.k;
-    schedule();
+    state.moving.setAttribute("transform", `translate(${((state.laidT0 - state.t0) * state.k).toFixed(1)} 0)`);
+    drawAxis();
   });
-  window.addEventListener("pointerup", () => { drag = null; chart.classList.remove("dragging"); });
+  window.addEventListener("pointerup", () => {
+    if (!drag) return;
+    drag = null;
+    chart.classList.remove("dragging");
+    layoutX();
+  });
   window.addEventListener("resize", schedule);
 
   showLegend();
