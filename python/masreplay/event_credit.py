@@ -17,7 +17,7 @@ from masreplay.batch import TraceBatch
 from masreplay.counterfactual import counterfactual_credit, same_prefix_credit
 from masreplay.errors import InvalidArgumentError
 from masreplay.games import empirical_from_traces
-from masreplay.shapley import TraceCredit, trace_shapley
+from masreplay.shapley import TraceCredit, trace_players, trace_shapley
 
 NAMED = ("advantage", "shapley", "counterfactual")
 #: Event columns that can be coloured by directly (numbers, not labels).
@@ -135,7 +135,7 @@ def _table(batch: TraceBatch, color: str | None, credit: Any) -> EventCredit:
     values[rows[found]] = pc.cast(table[column], pa.float64()).to_numpy(zero_copy_only=False)[found]
     if "stderr" in table.column_names:
         stderr[rows[found]] = pc.cast(table["stderr"], pa.float64()).to_numpy(zero_copy_only=False)[found]
-    return EventCredit(color or column, values, stderr, f"table column {column!r}")
+    return EventCredit(color or column, values, stderr, f"credit table, column {column!r}")
 
 
 def _group_shapley(batch: TraceBatch) -> EventCredit:
@@ -147,7 +147,7 @@ def _group_shapley(batch: TraceBatch) -> EventCredit:
     for group in dict.fromkeys(group_ids):
         members = [i for i, g in enumerate(group_ids) if g == group]
         games[group] = empirical_from_traces(batch[members])
-    players = trace_shapley_players(batch)
+    players = _player_labels(batch)
 
     def value(trace_index: np.ndarray, masks: np.ndarray) -> np.ndarray:
         out = np.empty(len(masks))
@@ -164,10 +164,8 @@ def _group_shapley(batch: TraceBatch) -> EventCredit:
     return _shapley(batch, trace_shapley(batch, value), "shapley", "group's empirical game")
 
 
-def trace_shapley_players(batch: TraceBatch) -> list[list[str]]:
+def _player_labels(batch: TraceBatch) -> list[list[str]]:
     """Each trace's player labels (agents), in the order trace_shapley's masks use."""
-    from masreplay.shapley import trace_players
-
     table = trace_players(batch)
     labels: list[list[str]] = [[] for _ in range(len(batch))]
     for t, label in zip(table["trace_index"].to_pylist(), table["label"].to_pylist(), strict=True):
@@ -176,8 +174,8 @@ def trace_shapley_players(batch: TraceBatch) -> list[list[str]]:
 
 
 def _counterfactual(batch: TraceBatch) -> EventCredit:
-    """Branch-rollout credit where the batch holds branches; for traces without, the credit
-    of the decisions where a GRPO group's traces diverge after a shared prefix."""
+    """Branch-rollout credit when the batch holds branch rollouts; otherwise the credit of
+    the decisions where a GRPO group's traces diverge after a shared prefix."""
     has_branches = pc.any(pc.is_valid(batch.to_arrow()["counterfactual_of"])).as_py()
     table = counterfactual_credit(batch) if has_branches else same_prefix_credit(batch)
     estimator = "branch rollouts, R(factual) - mean R(branches)" if has_branches else "same-prefix divergence, Q(branch) - V"

@@ -134,7 +134,6 @@ def view(batch: TraceBatch, trace: int | str, *, color: str | None = None, credi
         colouring = resolve(batch, color, credit).take(_rows(batch, family))
     else:
         colouring = resolve(shown, color, None)
-    local = {batch_index: k for k, batch_index in enumerate(family)}
     sibling_batch = batch[siblings]
     has_team = pc.any(pc.is_valid(pc.map_lookup(sibling_batch.to_arrow()["rewards"], "team", "first"))).as_py()
     sibling_advantage = advantages(sibling_batch, missing="skip", dtype="float64").per_trace if has_team else None
@@ -142,7 +141,7 @@ def view(batch: TraceBatch, trace: int | str, *, color: str | None = None, credi
     metric_rows = metrics(shown).to_pylist()
     offsets = shown.event_offsets
     traces = []
-    for batch_index, k in local.items():
+    for k, batch_index in enumerate(family):
         rows = slice(int(offsets[k]), int(offsets[k + 1]))
         traces.append(trace_data(shown[k], colouring, rows, metric_rows[k], advantage_of.get(batch_index)))
     attach_branches(traces)
@@ -151,7 +150,7 @@ def view(batch: TraceBatch, trace: int | str, *, color: str | None = None, credi
             "version": 1,
             "current": batch.trace_ids[position],
             "siblings": [batch.trace_ids[i] for i in siblings],
-            "scale": colour_scale(colouring, np.arange(shown.num_events)),
+            "scale": colour_scale(colouring),
             "traces": traces,
         }
     )

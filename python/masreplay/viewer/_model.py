@@ -175,12 +175,12 @@ def attach_branches(traces: list[dict[str, Any]]) -> None:
             )
 
 
-def colour_scale(colouring: EventCredit | None, rows: np.ndarray) -> dict[str, Any] | None:
+def colour_scale(colouring: EventCredit | None) -> dict[str, Any] | None:
     """The legend: the symmetric range (the largest |value| of the embedded traces), the
     estimator, budget and typical standard error."""
     if colouring is None:
         return None
-    values, stderr = colouring.values[rows], colouring.stderr[rows]
+    values, stderr = colouring.values, colouring.stderr
     finite = values[np.isfinite(values)]
     errors = stderr[np.isfinite(stderr)]
     return {
