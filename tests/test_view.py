@@ -78,6 +78,18 @@ def test_lanes_follow_the_spawn_tree():
             assert order[lane["parent"]]["agent"] == min(spawns, key=lambda e: e["t"])["agent"]
 
 
+def test_orchestrator_lane_comes_before_the_human_who_opened_the_trace():
+    trace = sim.generate(1, seed=2)[0]
+    first = trace["events"][0]
+    for event in trace["events"]:
+        event["t"] += 1
+    trace["events"].insert(0, {"id": "h0", "t": 0, "type": "human_intervention", "agent": "user"})
+    trace["edges"].insert(0, {"src": "h0", "dst": first["id"], "type": "causal"})
+    trace = masreplay.load_traces([trace])[0]
+    assert [lane["agent"] for lane in lanes(trace).order][:1] == [first["agent"]]
+    assert lanes(trace).order[-1]["agent"] == "user"
+
+
 def test_unanswered_tool_results_get_tool_lanes_last():
     trace = sim.generate(1, seed=2)[0]
     trace["edges"] = [e for e in trace["edges"] if e["type"] != "tool_dependency"]

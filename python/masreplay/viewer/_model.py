@@ -58,7 +58,8 @@ class Lanes:
 
 def lanes(trace: dict[str, Any]) -> Lanes:
     """One lane per agent: the spawn tree depth-first from the orchestrator (children in the
-    order they were spawned), then other agents nobody spawned. A sub-agent's parent is the
+    order they were spawned), then other agents nobody spawned (a human, a harness). A
+    sub-agent's parent is the
     author of its earliest spawn. A tool result sits in the lane of the agent whose call it
     answers (as Shapley's players count it); tools get lanes of their own, last, only for
     results no call leads to."""
@@ -101,8 +102,11 @@ def lanes(trace: dict[str, Any]) -> Lanes:
             order.append({"agent": name, "parent": above, "depth": level, "tool": name not in acts and name not in parent})
             stack.extend((child, placed[name], level + 1) for child in reversed(children[name]))
 
+    # The orchestrator's tree first (a root that spawns or decides: never the human or the
+    # harness that merely opened the trace), then other agents, then tools.
+    leads = set(children) | {event["agent"] for event in events if event["type"] == "orchestrator_decision"}
     roots = [agent for agent in sorted(first_seen, key=first_seen.__getitem__) if agent not in parent]
-    for agent in sorted(roots, key=lambda agent: agent not in acts):  # agents first, then tools
+    for agent in sorted(roots, key=lambda agent: (agent not in acts, agent not in leads)):
         place(agent)
     of_event = [placed[events[answered[i]]["agent"] if i in answered else event["agent"]] for i, event in enumerate(events)]
     return Lanes(order, of_event, answers)
