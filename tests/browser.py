@@ -16,7 +16,9 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 @contextmanager
 def chromium() -> Iterator[object]:
     """A headless Chromium browser (playwright's Browser), closed on exit."""
-    sync_api = pytest.importorskip("playwright.sync_api", reason="the viewer's browser tests need playwright's Python client: pip install playwright")
+    sync_api = pytest.importorskip(
+        "playwright.sync_api", reason="the viewer's browser tests need playwright's Python client: pip install playwright"
+    )
     if CHROMIUM is None:
         pytest.skip("the viewer's browser tests need Debian's Chromium: apt-get install -y chromium")
     with sync_api.sync_playwright() as playwright:

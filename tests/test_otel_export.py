@@ -15,6 +15,10 @@ import masreplay
 from masreplay import convert, sim
 
 
+#: The GenAI operation of each event type's span (any other type: chat).
+EXPECTED_OPERATION = {"spawn": "create_agent", "tool_call": "execute_tool", "tool_result": "execute_tool", "safety_event": "apply_guardrail"}
+
+
 def spans_of(path) -> list[dict]:
     document = json.loads(path.read_text(encoding="utf-8"))
     return [span for rs in document["resourceSpans"] for ss in rs["scopeSpans"] for span in ss["spans"]]
@@ -39,7 +43,7 @@ def test_round_trip_keeps_credit_agents_and_rewards(batch, tmp_path):
     advantage = masreplay.advantages(batch, dtype="float64").per_event
     offsets = batch.event_offsets
     for k, trace in enumerate(batch):
-        back_trace = next(t for t in back if any((e.get("span_attributes") or {}).get("masreplay.trace_id") == trace["trace_id"] for e in t["events"]))
+        back_trace = next(t for t in back if trace["trace_id"] in {(e.get("span_attributes") or {}).get("masreplay.trace_id") for e in t["events"]})
         assert back_trace["rewards"] == trace["rewards"]
         read: dict[str, tuple[float, float, str]] = {}
         for event in back_trace["events"]:
@@ -68,8 +72,7 @@ def test_semantic_conventions_and_stderr(batch, tmp_path):
         if "masreplay.event.id" in found:
             by_event[(found["masreplay.trace_id"], found["masreplay.event.id"])] = found
             kind = found["masreplay.event.type"]
-            expected = {"spawn": "create_agent", "tool_call": "execute_tool", "tool_result": "execute_tool", "safety_event": "apply_guardrail"}
-            assert operation == expected.get(kind, "chat")
+            assert operation == EXPECTED_OPERATION.get(kind, "chat")
             if operation == "execute_tool":
                 assert found[GenAI.GEN_AI_TOOL_NAME]
             if operation == "create_agent":
@@ -90,7 +93,8 @@ def test_sub_agents_nest_under_their_spawner(batch, tmp_path):
     path = tmp_path / "spans.json"
     convert.to_otel(batch[[0]], path)
     spans = spans_of(path)
-    agent_span = {attributes(s)[GenAI.GEN_AI_AGENT_NAME]: s for s in spans if attributes(s).get(GenAI.GEN_AI_OPERATION_NAME) == "invoke_agent"}
+    invoked = [s for s in spans if attributes(s).get(GenAI.GEN_AI_OPERATION_NAME) == "invoke_agent"]
+    agent_span = {attributes(s)[GenAI.GEN_AI_AGENT_NAME]: s for s in invoked}
     events = batch[0]["events"]
     for event in events:
         if event["type"] == "spawn" and event["to"] in agent_span:

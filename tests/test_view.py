@@ -61,7 +61,8 @@ def test_lanes_follow_the_spawn_tree():
     found = lanes(trace)
     order = found.order
     index = {e["id"]: i for i, e in enumerate(events)}
-    answered = {index[e["dst"]]: index[e["src"]] for e in trace["edges"] if events[index[e["src"]]]["type"] == "tool_call" and events[index[e["dst"]]]["type"] == "tool_result"}
+    pairs = [(index[e["src"]], index[e["dst"]]) for e in trace["edges"]]
+    answered = {dst: src for src, dst in pairs if (events[src]["type"], events[dst]["type"]) == ("tool_call", "tool_result")}
     assert answered and set(found.answers.values()) == set(answered)
     for i, event in enumerate(events):
         # A tool result sits in the lane of the agent whose call it answers.
@@ -70,7 +71,8 @@ def test_lanes_follow_the_spawn_tree():
     assert order[0]["agent"] == events[0]["agent"] and order[0]["parent"] == -1
     # Every result is answered here, so the lanes are the agents and no tool.
     assert len(answered) == sum(e["type"] == "tool_result" for e in events)
-    assert {lane["agent"] for lane in order} == {e["agent"] for e in events if e["type"] != "tool_result"} | {e["to"] for e in events if e["type"] == "spawn"}
+    agents = {e["agent"] for e in events if e["type"] != "tool_result"} | {e["to"] for e in events if e["type"] == "spawn"}
+    assert {lane["agent"] for lane in order} == agents
     for i, lane in enumerate(order):
         if lane["parent"] >= 0:
             assert lane["parent"] < i, "a parent's lane comes before its sub-agents'"
@@ -169,7 +171,10 @@ def test_named_colourings(groups):
 
 def test_trace_credit_stderr_is_the_players_over_its_events(groups):
     sample = groups[[0, 1]]
-    credit = masreplay.trace_shapley(sample, lambda t, masks: masks.sum(axis=1) ** 1.5, method="permutation", budget=200, respect_spawn_tree=False)
+    def value(trace_index, masks):
+        return masks.sum(axis=1) ** 1.5
+
+    credit = masreplay.trace_shapley(sample, value, method="permutation", budget=200, respect_spawn_tree=False)
     data = masreplay.view(sample, 0, credit=credit, group=False).data
     players = credit.players.filter(pa.compute.equal(credit.players["trace_index"], 0)).to_pylist()
     trace = data["traces"][0]
@@ -337,7 +342,8 @@ def test_browser_filters_search_fold_and_agent_summary(browser, groups, tmp_path
         assert opened.field("tokens") == str(sum(e.get("tokens") or 0 for e in own))
         shown_results += results
     assert shown_results == sum(e["type"] == "tool_result" for e in events) > 0
-    assert page.locator("#metrics [data-metric=critical_path_steps]").inner_text() == str(masreplay.metrics(groups)["critical_path_steps"][0].as_py())
+    steps = masreplay.metrics(groups)["critical_path_steps"][0].as_py()
+    assert page.locator("#metrics [data-metric=critical_path_steps]").inner_text() == str(steps)
     assert opened.errors == []
 
 

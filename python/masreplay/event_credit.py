@@ -125,7 +125,9 @@ def _table(batch: TraceBatch, color: str | None, credit: Any) -> EventCredit:
 
     def key(trace_ids: pa.ChunkedArray, event_ids: pa.ChunkedArray) -> list[str]:
         # \x1f cannot occur in an id that matters: it only separates the two halves.
-        trace_ids = pc.cast(trace_ids.combine_chunks().dictionary_decode() if pa.types.is_dictionary(trace_ids.type) else trace_ids, pa.string())
+        if pa.types.is_dictionary(trace_ids.type):
+            trace_ids = trace_ids.combine_chunks().dictionary_decode()
+        trace_ids = pc.cast(trace_ids, pa.string())
         return pc.binary_join_element_wise(trace_ids, pc.cast(event_ids, pa.string()), "\x1f").to_pylist()
 
     row_of = {k: i for i, k in enumerate(key(events["trace_id"], events["id"]))}
