@@ -365,6 +365,13 @@ def test_browser_zoom_and_pan_move_marks_and_keep_them(browser, groups, tmp_path
     page.mouse.up()
     assert float(mark.get_attribute("x")) == pytest.approx(x - 120, abs=0.5)
     assert page.locator(".moving").get_attribute("transform") is None
+    # Ctrl + wheel previews the zoom as one transform, then lays out exactly.
+    page.mouse.move(box["x"] + 400, box["y"] + 10)
+    page.keyboard.down("Control")
+    page.mouse.wheel(0, -200)
+    page.keyboard.up("Control")
+    page.wait_for_function("!document.querySelector('.moving').hasAttribute('transform')")
+    assert float(mark.get_attribute("width")) > 1.5 * width * 1.2
     assert opened.marks().count() == len(events) and opened.errors == []
 
 

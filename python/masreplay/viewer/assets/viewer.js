@@ -6,7 +6,7 @@
   const DATA = JSON.parse(document.getElementById("masreplay-data").textContent);
   const TRACES = new Map(DATA.traces.map((trace) => [trace.id, trace]));
   const SCALE = DATA.scale;
-  const LABEL_W = 180, ROW_H = 16, MIN_W = 3, LARGE = 300, CRITICAL = "critical path";
+  const LABEL_W = 180, ROW_H = 16, MIN_W = 3, LARGE = 300, CRITICAL = "critical path", SETTLE_MS = 150;
   // Two-sided scale: blue below 0, red above, a light neutral at 0; grey when uncredited.
   const NEUTRAL = [240, 240, 240], POSITIVE = [178, 24, 43], NEGATIVE = [33, 102, 172];
   const UNCREDITED = "rgb(168, 168, 168)";
@@ -141,7 +141,9 @@
   // Horizontal positions only: what zoom and pan change, redone at most once a frame.
   function layoutX() {
     state.frame = 0;
+    clearTimeout(state.settle);
     state.laidT0 = state.t0;
+    state.laidK = state.k;
     state.moving.removeAttribute("transform");
     const trace = state.trace, ev = trace.events, rowOf = state.rowOf;
     const ends = new Float64Array(ev.t.length);
@@ -195,7 +197,21 @@
     const t = state.t0 + (anchor - LABEL_W) / state.k;
     state.k *= factor;
     state.t0 = t - (anchor - LABEL_W) / state.k;
-    schedule();
+  }
+
+  // During a gesture (drag, wheel) what was laid out moves as one transform, which costs the
+  // compositor next to nothing at any size; the exact layout follows when the gesture stops.
+  function preview() {
+    const scale = state.k / state.laidK;
+    const shift = LABEL_W * (1 - scale) + (state.laidT0 - state.t0) * state.k;
+    state.moving.setAttribute("transform", `matrix(${scale} 0 0 1 ${shift.toFixed(1)} 0)`);
+    drawAxis();
+  }
+
+  function settleSoon() {
+    preview();
+    clearTimeout(state.settle);
+    state.settle = setTimeout(layoutX, SETTLE_MS);
   }
 
   // ---- panels ---------------------------------------------------------------------------
@@ -431,8 +447,8 @@
   });
   for (const id of ["filter-agent", "filter-role", "filter-type"]) $(id).addEventListener("change", applyFilters);
   $("search").addEventListener("keydown", (event) => { if (event.key === "Enter") find(event.target.value.trim()); });
-  $("zoom-in").addEventListener("click", () => zoom(1.5));
-  $("zoom-out").addEventListener("click", () => zoom(1 / 1.5));
+  $("zoom-in").addEventListener("click", () => { zoom(1.5); schedule(); });
+  $("zoom-out").addEventListener("click", () => { zoom(1 / 1.5); schedule(); });
   $("zoom-fit").addEventListener("click", fit);
   // Ctrl (or ⌘) + wheel zooms time around the pointer; shift + wheel pans it; a plain wheel scrolls the lanes.
   chart.addEventListener("wheel", (event) => {
@@ -440,10 +456,11 @@
     if (event.ctrlKey || event.metaKey) {
       event.preventDefault();
       zoom(Math.exp(-event.deltaY * 0.002), event.clientX - box.left);
+      settleSoon();
     } else if (event.shiftKey || Math.abs(event.deltaX) > Math.abs(event.deltaY)) {
       event.preventDefault();
       state.t0 += (event.deltaX || event.deltaY) / state.k;
-      schedule();
+      settleSoon();
     }
   }, { passive: false });
   let drag = null;
@@ -452,13 +469,10 @@
     drag = { x: event.clientX, t0: state.t0 };
     chart.classList.add("dragging");
   });
-  // While dragging, what was laid out slides as one (cheap for the compositor); the exact
-  // layout follows when the button is released.
   window.addEventListener("pointermove", (event) => {
     if (!drag) return;
     state.t0 = drag.t0 - (event.clientX - drag.x) / state.k;
-    state.moving.setAttribute("transform", `translate(${((state.laidT0 - state.t0) * state.k).toFixed(1)} 0)`);
-    drawAxis();
+    preview();
   });
   window.addEventListener("pointerup", () => {
     if (!drag) return;
