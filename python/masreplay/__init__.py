@@ -21,6 +21,7 @@ from masreplay.errors import (
 from masreplay.io import load_traces, validate
 from masreplay.orchestration import metrics
 from masreplay.shapley import ShapleyResult, TraceCredit, shapley, trace_players, trace_shapley
+from masreplay.viewer import TraceView, view
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -36,6 +37,7 @@ __all__ = [
     "TraceBatch",
     "TraceCredit",
     "TraceValidationError",
+    "TraceView",
     "advantages",
     "coma_credit",
     "convert",
@@ -55,5 +57,6 @@ __all__ = [
     "trace_players",
     "trace_shapley",
     "validate",
+    "view",
 ]
 

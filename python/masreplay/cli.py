@@ -1,5 +1,5 @@
 """The masreplay command: validate trace files, print their shape statistics, convert foreign
-traces, report orchestration metrics, run the demo."""
+traces, report orchestration metrics, view a trace, run the demo."""
 
 from __future__ import annotations
 
@@ -100,6 +100,24 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+def _view(source: str, trace: str | None, color: str | None, out: str | None) -> int:
+    from masreplay.viewer import view
+
+    try:
+        batch = load_traces(source)
+        if len(batch) == 0:
+            print(f"masreplay view: {source} holds no trace", file=sys.stderr)
+            return 1
+        page = view(batch, trace if trace is not None else 0, color=color)
+        target = out or f"{page.trace_id.replace('/', '_')}.html"
+        page.save(target)
+    except (MasreplayError, OSError) as error:
+        print(f"masreplay view: {error}", file=sys.stderr)
+        return 1
+    print(f"{target}: trace {page.trace_id!r}, {len(page.data['traces'])} traces embedded (open it in a browser)")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="masreplay", description=__doc__)
     parser.add_argument("--version", action="version", version=f"masreplay {_version()}")
@@ -137,6 +155,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     report.add_argument(
         "--plot", metavar="OUT.png", help="also draw the distributions to this image file (needs matplotlib)"
     )
+    viewer = commands.add_parser(
+        "view",
+        help="write one trace as a self-contained interactive HTML page",
+        description="Writes one trace as a self-contained HTML page (no network needed to open it): agent lanes "
+        "over time, the critical path, events coloured by credit, the trace's GRPO siblings and branch rollouts.",
+    )
+    viewer.add_argument("source", metavar="IN", help="a trace file (.json, .jsonl, .parquet) or a directory of Parquet files")
+    viewer.add_argument("--trace", metavar="ID", help="the trace id to show (default: the first trace)")
+    viewer.add_argument(
+        "--color",
+        metavar="advantage|shapley|counterfactual|COLUMN",
+        help="colour events by GRPO advantage, Shapley credit, counterfactual credit, or a numeric event column or "
+        "per-event reward channel (default: by event type)",
+    )
+    viewer.add_argument("-o", "--output", metavar="OUT.html", help="where to write the page (default: TRACE_ID.html)")
     commands.add_parser(
         "demo",
         help="run the main job on the bundled data, narrated",
@@ -153,6 +186,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _convert(args.source_format, args.source, args.target)
     if args.command == "report":
         return _report(args.files, args.plot)
+    if args.command == "view":
+        return _view(args.source, args.trace, args.color, args.output)
     from masreplay.demo import run
 
     return run()
