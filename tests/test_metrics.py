@@ -13,6 +13,7 @@ import pytest
 import masreplay
 from masreplay.cli import main
 from masreplay.demo import SEED_EXAMPLE, bundled
+from strategies import derived_columns
 
 
 def _trace(events: list[dict], edges: list[tuple[int, int]], trace_id: str = "t") -> dict:
@@ -92,7 +93,10 @@ def test_one_row_per_trace_in_order():
     table = masreplay.metrics(batch)
     assert table["trace_id"].to_pylist() == batch.trace_ids
     assert table["n_events"].to_pylist() == [int(n) for n in batch.to_arrow()["n_events"].to_pylist()]
-    assert table["depth"].equals(batch.to_arrow()["depth"])
+    # Depth and branching from the independent derivation, not from masreplay's own column.
+    expected = [derived_columns(batch[i]) for i in range(len(batch))]
+    assert table["depth"].to_pylist() == [row["depth"] for row in expected]
+    assert table["max_branching"].to_pylist() == [row["max_branching"] for row in expected]
 
 
 def _permuted(trace: dict, rng: random.Random) -> dict:

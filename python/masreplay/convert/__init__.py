@@ -11,9 +11,20 @@ from masreplay.convert.claude_code import claude_code
 from masreplay.convert.marble import marble
 from masreplay.convert.otel import otel
 from masreplay.convert.otel_export import to_otel
-from masreplay.convert.seed import seed, to_seed, write
+from masreplay.convert.seed import masreplay_traces, seed, to_seed, write
 
 #: The converters by the name ``masreplay convert --from`` takes.
-FORMATS = {"claude_code": claude_code, "otel": otel, "marble": marble, "seed": seed}
+FORMATS = {"claude_code": claude_code, "otel": otel, "marble": marble, "seed": seed, "masreplay": masreplay_traces}
 
-__all__ = ["FORMATS", "ConversionReport", "claude_code", "marble", "otel", "seed", "to_otel", "to_seed", "write"]
+__all__ = [
+    "FORMATS",
+    "ConversionReport",
+    "claude_code",
+    "marble",
+    "masreplay_traces",
+    "otel",
+    "seed",
+    "to_otel",
+    "to_seed",
+    "write",
+]
