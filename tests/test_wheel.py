@@ -44,9 +44,14 @@ def test_the_wheel_is_abi3_and_manylinux(wheel):
 
 def test_the_wheel_runs_without_rust(wheel, tmp_path):
     environment = tmp_path / "venv"
-    # The system's numpy and pyarrow are visible (no download); masreplay itself comes from the wheel.
-    venv.EnvBuilder(system_site_packages=True, with_pip=True).create(environment)
+    venv.EnvBuilder(with_pip=True).create(environment)
     python = environment / "bin" / "python"
+    # numpy and pyarrow come from this interpreter's site-packages (no download), after the
+    # venv's own: masreplay itself must come from the wheel.
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    outer = [path for path in sys.path if path.endswith("site-packages")]
+    Path(purelib, "_outer_site_packages.pth").write_text("\n".join(outer) + "\n")
     install = subprocess.run(
         [str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--force-reinstall", str(wheel)],
         capture_output=True,
