@@ -59,7 +59,11 @@ class Events:
     @cached_property
     def time_order(self) -> np.ndarray:
         """Event positions sorted by (trace, t), ties in stored order."""
-        return np.lexsort((np.arange(self.n_events), self.batch.flat("t")[0], self.trace))
+        t = self.batch.flat("t")[0]
+        later = np.diff(t) >= 0
+        if np.all(later | (np.diff(self.trace) != 0)):  # stored in time order already
+            return np.arange(self.n_events)
+        return np.lexsort((np.arange(self.n_events), t, self.trace))
 
     # ---- who ---------------------------------------------------------------------------------
     @cached_property
@@ -173,11 +177,38 @@ class Events:
 
 
 def dense(*keys: np.ndarray) -> np.ndarray:
-    """One dense code per distinct tuple of the integer key arrays."""
-    if len(keys) == 1:
-        return np.unique(keys[0], return_inverse=True)[1].astype(np.int64)
-    stacked = np.stack([np.asarray(k, dtype=np.int64) for k in keys], axis=1)
-    return np.unique(stacked, axis=0, return_inverse=True)[1].ravel().astype(np.int64)
+    """One dense code per distinct tuple of the non-negative integer key arrays (codes in
+    the tuples' sorted order)."""
+    combined = np.zeros(len(keys[0]), dtype=np.int64)
+    span = 1
+    for key in keys:
+        key = np.asarray(key, dtype=np.int64)
+        if len(key) and key.min() < 0:
+            key = key - key.min()
+        width = int(key.max(initial=0)) + 1
+        if span * width >= 2**62:  # compress first so the product cannot overflow
+            combined, span = _compress(combined, span)
+        combined = combined * width + key
+        span *= width
+    return _compress(combined, span)[0]
+
+
+def _compress(codes: np.ndarray, span: int) -> tuple[np.ndarray, int]:
+    """Codes renumbered 0..k-1 in order: a table lookup when the range is small, else a sort."""
+    if span <= max(4 * len(codes), 1 << 16):
+        present = np.zeros(span, dtype=np.int64)
+        present[codes] = 1
+        remap = np.cumsum(present) - 1
+        return remap[codes], int(remap[-1]) + 1 if span else 0
+    unique, inverse = np.unique(codes, return_inverse=True)
+    return inverse.ravel().astype(np.int64), len(unique)
+
+
+def first_rows(codes: np.ndarray) -> np.ndarray:
+    """The first row of each dense code (0..k-1)."""
+    first = np.empty(int(codes.max(initial=-1)) + 1, dtype=np.int64)
+    first[codes[::-1]] = np.arange(len(codes) - 1, -1, -1)  # the earliest write lands last
+    return first
 
 
 def cell_stats(values: np.ndarray, cells: np.ndarray, ddof: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -259,8 +290,8 @@ def nested_weights(events: Events, mask: np.ndarray, levels: Sequence[np.ndarray
     share = events.tokens[rows] if by_tokens else np.ones(len(rows))
     w = share / np.bincount(codes[-1], weights=share)[codes[-1]]
     for parent, child in zip(codes[:-1], codes[1:], strict=True):
-        pairs = np.unique(np.stack([parent, child], axis=1), axis=0)
-        w /= np.bincount(pairs[:, 0], minlength=parent.max() + 1)[parent]
+        # child codes refine parent codes: the first row of each child names its parent
+        w /= np.bincount(parent[first_rows(child)], minlength=parent.max() + 1)[parent]
     weights[rows] = w
     return weights
 

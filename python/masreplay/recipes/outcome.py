@@ -10,7 +10,7 @@ import numpy as np
 
 from masreplay.advantages import Advantages
 from masreplay.errors import InvalidArgumentError
-from masreplay.recipes._events import Events, cell_stats, dense, grpo, nested_weights, result
+from masreplay.recipes._events import Events, cell_stats, dense, first_rows, grpo, nested_weights, result
 from masreplay.rewards import parl
 
 EPS = 1e-6  # verl's GRPO epsilon, the trainer these methods' code builds on
@@ -43,8 +43,9 @@ def matpo(
         sequence = dense(events.trace, events.owner)
         weights = nested_weights(events, events.acting, [events.trace, sequence])
         rows = np.flatnonzero(events.acting)
-        pairs = np.unique(np.stack([events.trace[rows], sequence[rows]], axis=1), axis=0)
-        weights *= np.bincount(pairs[:, 0], minlength=events.n_traces)[events.trace]
+        acting_sequence = dense(sequence[rows])
+        sequences = np.bincount(events.trace[rows][first_rows(acting_sequence)], minlength=events.n_traces)
+        weights *= sequences[events.trace]
     else:
         raise InvalidArgumentError(f"loss_agg must be 'token-mean' or 'seq-mean', got {loss_agg!r}")
     per_event = np.where(events.acting, advantage[events.trace], 0.0)

@@ -84,14 +84,14 @@ def build_tree(events: Events, node: Any) -> Tree:
     trace_of_row = events.trace[rows]
     first = np.r_[True, (trace_of_row[1:] != trace_of_row[:-1]) | (codes[1:] != codes[:-1])]
     pair_trace, pair_node = trace_of_row[first], codes[first]
-    if len(np.unique(np.stack([pair_trace, pair_node], 1), axis=0)) != len(pair_node):
+    if dense(pair_trace, pair_node).max(initial=-1) + 1 != len(pair_node):
         raise InvalidArgumentError("a trace returns to a tree node after leaving it: node labels must follow the path")
     new_trace = np.r_[True, pair_trace[1:] != pair_trace[:-1]]
     pair_parent = np.where(new_trace, -1, np.r_[-1, pair_node[:-1]])
-    links = np.unique(np.stack([pair_node, pair_parent], 1), axis=0)
-    if len(links) != n_nodes:
+    if dense(pair_node, pair_parent).max(initial=-1) + 1 != n_nodes:
         raise InvalidArgumentError("a tree node has different parents on different traces: node labels do not form a tree")
-    parent = links[:, 1]
+    parent = np.empty(n_nodes, np.int64)
+    parent[pair_node] = pair_parent
     depth = np.zeros(n_nodes, np.int64)
     position = np.arange(len(pair_node)) - np.maximum.accumulate(np.where(new_trace, np.arange(len(pair_node)), 0))
     depth[pair_node] = position
