@@ -104,14 +104,15 @@ class Events:
         found = pc.index_in(pa.array(names, pa.string()), value_set=self.agent_names.cast(pa.string()))
         return found.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
 
-    @cached_property
-    def type(self) -> pa.Array:
-        return self.batch._event_array("type").cast(pa.string())
+    def of_type(self, *types: str) -> np.ndarray:
+        """True at events of any of ``types`` (read on the dictionary codes, no strings)."""
+        column = self.batch._event_array("type")
+        wanted = pc.is_in(column.dictionary, value_set=pa.array(types)).to_numpy(zero_copy_only=False)
+        return wanted[column.indices.to_numpy(zero_copy_only=False)]
 
     @cached_property
     def acting(self) -> np.ndarray:
-        observed = pc.is_in(self.type, value_set=pa.array(OBSERVATIONS))
-        return ~observed.to_numpy(zero_copy_only=False)
+        return ~self.of_type(*OBSERVATIONS)
 
     @cached_property
     def turn(self) -> np.ndarray:

@@ -186,7 +186,7 @@ def puppeteer(
     """
     events = Events(batch)
     if steps is None:
-        marked = (pc.equal(events.type, "spawn").to_numpy(zero_copy_only=False)) & events.root
+        marked = events.of_type("spawn") & events.root
     else:
         marked = np.nan_to_num(events.column("steps", steps), nan=0.0) != 0
     rows = events.time_order[marked[events.time_order]]
@@ -264,18 +264,21 @@ def agent_qmix(
     column = column - first_column[trace]
     n_agents = int(column.max(initial=-1)) + 1
     rounds = int(turn.max(initial=-1)) + 1
-    shape = (events.n_traces * rounds, n_agents)
-    slot = trace * rounds + turn
-    matrix, target, mask = np.zeros(shape), np.zeros(shape), np.zeros(shape, bool)
+    # One row per (trace, round) that has an action: (rounds, agents) matrices for the mixer.
+    slot_of_row = trace * rounds + turn
+    slot = dense(slot_of_row)
+    n_slots = int(slot.max(initial=-1)) + 1
+    matrix, target, mask = np.zeros((n_slots, n_agents)), np.zeros((n_slots, n_agents)), np.zeros((n_slots, n_agents), bool)
     matrix[slot, column], target[slot, column], mask[slot, column] = q[rows], tq[rows], True
-    present = mask.any(axis=1)
-    q_tot = np.where(present, _mix(mixer, matrix, mask), 0.0).reshape(events.n_traces, rounds)
-    q_next = np.where(present, _mix(target_mixer, target, mask), 0.0).reshape(events.n_traces, rounds)
-    q_next = np.c_[q_next[:, 1:], np.zeros(events.n_traces)]  # done after the last round: its next slot is empty
-    reward = events.trace_reward(channel)
-    delta = (reward[:, None] + gamma * q_next - q_tot).ravel()
-    gradient = _gradient(mixer, matrix, mask, step)
-    credit = delta[slot] * gradient[slot, column]
+    q_tot = _mix(mixer, matrix, mask)
+    # Q_tot^target of the next round of the same trace; 0 after the last (done).
+    slot_key = np.zeros(n_slots, np.int64)
+    slot_key[slot] = slot_of_row
+    q_next = np.r_[_mix(target_mixer, target, mask)[1:], 0.0]
+    q_next[np.r_[slot_key[1:] // rounds != slot_key[:-1] // rounds, True]] = 0.0
+    reward = events.trace_reward(channel)[slot_key // rounds]
+    delta = reward + gamma * q_next - q_tot
+    credit = delta[slot] * _gradient(mixer, matrix, mask, step)[slot, column]
     per_event = np.zeros(events.n_events)
     per_event[rows] = credit
     weights = nested_weights(events, events.acting, [np.arange(events.n_events)], by_tokens=False)
@@ -290,11 +293,12 @@ def _mix(mixer: Callable, matrix: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 
 def _gradient(mixer: Callable, matrix: np.ndarray, mask: np.ndarray, step: float) -> np.ndarray:
-    """dQ_tot/dQ_i per round and agent, by central differences in one call of the mixer."""
-    n, k = matrix.shape
-    shifts = np.eye(k) * step
-    up = (matrix[:, None, :] + shifts[None]).reshape(n * k, k)
-    down = (matrix[:, None, :] - shifts[None]).reshape(n * k, k)
-    masks = np.repeat(mask, k, axis=0)
-    values = _mix(mixer, np.r_[up, down], np.r_[masks, masks])
-    return ((values[: n * k] - values[n * k :]) / (2 * step)).reshape(n, k)
+    """dQ_tot/dQ_i per round and agent, by central differences (two mixer calls per agent)."""
+    gradient = np.zeros(matrix.shape)
+    for agent in range(matrix.shape[1]):
+        shifted = matrix.copy()
+        shifted[:, agent] += step
+        up = _mix(mixer, shifted, mask)
+        shifted[:, agent] -= 2 * step
+        gradient[:, agent] = (up - _mix(mixer, shifted, mask)) / (2 * step)
+    return gradient
