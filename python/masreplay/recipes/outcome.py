@@ -138,7 +138,10 @@ def kimi_parl(
     of that anneal; pass :class:`masreplay.rewards.Schedule` values evaluated at your step.
     """
     events = Events(batch)
-    reward = parl(events.batch, lambda_parallel, lambda_finish, perf=perf)
+    if lambda_parallel == 0 and lambda_finish == 0:  # the anneal's end: no graph metrics needed
+        reward = events.trace_reward(perf, fill=0.0)
+    else:
+        reward = parl(events.batch, lambda_parallel, lambda_finish, perf=perf)
     advantage = grpo(reward, events.trace_group, scale=False)
     trained = events.acting & events.root
     weights = nested_weights(events, trained, [])

@@ -153,10 +153,9 @@ def marshal(
     rows, player = rows[by_player], player[by_player]
     reward = _with_outcome(events, rows, channel, _last_of(player))
     cells = dense(events.group[rows], events.owner[rows])
-    reward = grpo(reward, cells, scale=reward_norm == "mean_std", singleton="verl")
-    reward = whiten(reward)
+    reward = whiten(grpo(reward, cells, scale=reward_norm == "mean_std"))
     returns = reverse_discounted(reward, player, gamma)
-    advantage = whiten(grpo(returns, cells, scale=False, singleton="verl"))
+    advantage = whiten(grpo(returns, cells, scale=False))
     per_event = np.zeros(events.n_events)
     per_event[rows] = advantage
     weights = nested_weights(events, events.acting, [np.arange(events.n_events)], by_tokens=False)
