@@ -17,6 +17,15 @@ from masreplay.errors import InvalidArgumentError
 from masreplay.recipes._events import Events, cell_stats, dense, grpo, nested_weights, result, reverse_discounted, whiten
 
 
+def _per_action(events: Events, name: str, rows: np.ndarray, values: np.ndarray, unit: tuple[str, ...], trained: np.ndarray) -> Advantages:
+    """The result of per-action credit ``values`` at ``rows``: each ``trained`` event of a
+    group weighs the same (a sample mean over actions)."""
+    per_event = np.zeros(events.n_events)
+    per_event[rows] = values
+    weights = nested_weights(events, trained, [np.arange(events.n_events)], by_tokens=False)
+    return result(events, name, per_event, weights, unit)
+
+
 def _acting_in_time(events: Events) -> np.ndarray:
     """Acting events of every trace in time order (traces contiguous)."""
     return events.time_order[events.acting[events.time_order]]
@@ -69,10 +78,7 @@ def marft(
         counted = advantage[advantage != 0]
         if len(counted):
             advantage = (advantage - counted.mean()) / (counted.std() + 1e-5)
-    per_event = np.zeros(events.n_events)
-    per_event[rows] = advantage
-    weights = nested_weights(events, events.acting, [np.arange(events.n_events)], by_tokens=False)
-    return result(events, "marft", per_event, weights, ("agent", "step"))
+    return _per_action(events, "marft", rows, advantage, ("agent", "step"), events.acting)
 
 
 def maporl(
@@ -117,10 +123,7 @@ def maporl(
         score = score - events.column("values", values)[rows]
     n, mean_cell, std_cell = cell_stats(score, dense(turn, events.owner[rows]))
     advantage = np.where(n > 1, (score - mean_cell) / np.sqrt(np.nan_to_num(std_cell) ** 2 + 1e-8), 0.0)
-    per_event = np.zeros(events.n_events)
-    per_event[rows] = advantage
-    weights = nested_weights(events, events.acting, [np.arange(events.n_events)], by_tokens=False)
-    return result(events, "maporl", per_event, weights, ("agent", "turn"))
+    return _per_action(events, "maporl", rows, advantage, ("agent", "turn"), events.acting)
 
 
 def marshal(
@@ -156,10 +159,7 @@ def marshal(
     reward = whiten(grpo(reward, cells, scale=reward_norm == "mean_std"))
     returns = reverse_discounted(reward, player, gamma)
     advantage = whiten(grpo(returns, cells, scale=False))
-    per_event = np.zeros(events.n_events)
-    per_event[rows] = advantage
-    weights = nested_weights(events, events.acting, [np.arange(events.n_events)], by_tokens=False)
-    return result(events, "marshal", per_event, weights, ("agent", "turn"))
+    return _per_action(events, "marshal", rows, advantage, ("agent", "turn"), events.acting)
 
 
 def puppeteer(
@@ -210,12 +210,7 @@ def puppeteer(
     outcome = events.trace_reward(channel)[traces]
     reward = reward + np.where(last, outcome + np.where(outcome > 0, 0.5, -0.5) * cost, 0.0)
     returns = reverse_discounted(reward, traces, gamma)
-    per_event = np.zeros(events.n_events)
-    per_event[rows] = returns
-    mask = np.zeros(events.n_events, bool)
-    mask[rows] = True
-    weights = nested_weights(events, mask, [np.arange(events.n_events)], by_tokens=False)
-    return result(events, "puppeteer", per_event, weights, ("orchestrator_step",))
+    return _per_action(events, "puppeteer", rows, returns, ("orchestrator_step",), marked)
 
 
 def _selected_agent(events: Events, rows: np.ndarray) -> np.ndarray:
@@ -278,10 +273,7 @@ def agent_qmix(
     reward = events.trace_reward(channel)[slot_key // rounds]
     delta = reward + gamma * q_next - q_tot
     credit = delta[slot] * _gradient(mixer, matrix, mask, step)[slot, column]
-    per_event = np.zeros(events.n_events)
-    per_event[rows] = credit
-    weights = nested_weights(events, events.acting, [np.arange(events.n_events)], by_tokens=False)
-    return result(events, "agent_qmix", per_event, weights, ("agent", "round"))
+    return _per_action(events, "agent_qmix", rows, credit, ("agent", "round"), events.acting)
 
 
 def _mix(mixer: Callable, matrix: np.ndarray, mask: np.ndarray) -> np.ndarray:
