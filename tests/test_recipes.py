@@ -189,6 +189,25 @@ def test_mgrpo_paper_normalises_main_and_sub_levels_separately():
     _same(adv.weights, _grid([[1 / 12, 1 / 12, 1 / 12, 1 / 12, 1 / 12, 0, 1 / 6, 1 / 12]] * 3))
 
 
+def test_mgrpo_format_gates_and_alpha_weights():
+    formats = ({"e0": {"reward": {"format": 1.0}}, "e6": {"reward": {"format": 0.0}}}, {}, {})
+    adv = recipes.mgrpo(_standard(formats), sub_calls=2)
+    main = [0.1 * 1 + 0.9 * r for r in REWARDS]  # a1 format + a2 correct (format 1 where unrecorded)
+    main_mean = sum(main) / 3
+    main_std = math.sqrt(sum((m - main_mean) ** 2 for m in main) / 3)
+    w1 = [0.1 + 0.4 * r for r in REWARDS]
+    w2 = [0.0, 0.1 + 0.4 * 0.0, 0.1 + 0.4 * 0.5]  # trace a's w2 broke the format: R_S = 0
+    calls = w1 + w2
+    sub_mean = sum(calls) / 6
+    sub_std = math.sqrt(sum((c - sub_mean) ** 2 for c in calls) / 6)
+    expected = []
+    for k in range(3):
+        m = (main[k] - main_mean) / (main_std + EPS)
+        a, b = (w1[k] - sub_mean) / (sub_std + EPS), (w2[k] - sub_mean) / (sub_std + EPS)
+        expected.append([m, m, m, a, a, 0.0, b, m])
+    _same(adv.per_event, _grid(expected))
+
+
 def test_mgrpo_code_variant_uses_the_released_reward():
     adv = recipes.mgrpo(_standard(), variant="code", sub_calls=2)
     sub = [1.0, 0.1 * 1, 1.0]  # M's reward 0 -> 0.1 * format, else 1
@@ -255,6 +274,17 @@ def test_magrpo_tree_returns_and_sibling_baselines():
     rloo = recipes.magrpo(_tree_batch(), node="node", advantage_mode="rloo")
     big_r_x, big_r_y = 0.9 * 0.5, 0.9 * 1.0
     _same(rloo.per_event[0], (2 * big_r_x - (big_r_x + big_r_y)) / 1)
+
+
+def test_tree_nodes_may_come_from_an_event_column():
+    traces = []
+    for name, (first, second, reward) in PATHS.items():
+        events = [{"type": "message", "agent": agent, "content_ref": label} for label in (first, second) for agent in ("A", "B")]
+        traces.append(_trace(name, events, reward))
+    by_column = recipes.c3(masreplay.load_traces(traces), node="content_ref", alpha=0.0)
+    _same(by_column.per_event, recipes.c3(_tree_batch(), node="node", alpha=0.0).per_event)
+    labels = np.array([label for first, second, _ in PATHS.values() for label in (first, first, second, second)])
+    _same(recipes.c3(_tree_batch(), node=labels, alpha=0.0).per_event, by_column.per_event)
 
 
 def test_magrpo_without_nodes_is_the_flat_one_turn_group():

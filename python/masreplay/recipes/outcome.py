@@ -217,14 +217,15 @@ def mgrpo(
     if alignment not in ("resample", "none"):
         raise InvalidArgumentError(f"alignment must be 'resample' or 'none', got {alignment!r}")
     events = Events(batch)
-    main_reward = events.trace_reward(channel)
+    correct_main = events.trace_reward(channel)
+    main_reward = correct_main
     fmt = events.event_reward(format_channel, fill=np.nan)
     has_format = ~np.isnan(fmt)
     if has_format.any():
         trace_format = np.ones(events.n_traces)
-        main_rows = np.flatnonzero(events.root & has_format)
-        np.minimum.at(trace_format, events.trace[main_rows], fmt[main_rows])
-        main_reward = np.where(trace_format > 0, alpha[0] * trace_format + alpha[1] * main_reward, 0.0)
+        formatted_main = np.flatnonzero(events.root & has_format)
+        np.minimum.at(trace_format, events.trace[formatted_main], fmt[formatted_main])
+        main_reward = np.where(trace_format > 0, alpha[0] * trace_format + alpha[1] * correct_main, 0.0)
     main_adv = grpo(main_reward, events.trace_group, ddof=0, eps=eps)
 
     sub_rows = np.flatnonzero(events.acting & ~events.root)
@@ -236,11 +237,10 @@ def mgrpo(
     formatted = has_format[sub_rows]
     np.minimum.at(call_format, call[formatted], fmt[sub_rows][formatted])
     call_expert = np.minimum(np.bincount(call, weights=events.event_reward(expert_channel)[sub_rows], minlength=n_calls), 1.0)
-    correct = main_reward[call_trace]
     if variant == "paper":
-        call_reward = beta[0] * call_format + beta[1] * correct + beta[2] * call_expert
+        call_reward = beta[0] * call_format + beta[1] * correct_main[call_trace] + beta[2] * call_expert
     else:
-        call_reward = np.where(correct == 0, 0.1 * call_format, 1.0)
+        call_reward = np.where(main_reward[call_trace] == 0, 0.1 * call_format, 1.0)
     call_reward = np.where(call_format > 0, call_reward, 0.0)
 
     multiplicity = _align(call_trace, events.n_traces, sub_calls, alignment, seed)
