@@ -801,3 +801,11 @@ def test_bad_inputs_raise_masreplay_errors():
         recipes.magrpo(batch, advantage_mode="median")
     with pytest.raises(InvalidArgumentError):
         recipes.matpo(batch, loss_agg="sum")
+    with pytest.raises(InvalidArgumentError, match="callables"):
+        recipes.agent_qmix(batch, np.zeros(batch.num_events), "vdn")
+    with pytest.raises(InvalidArgumentError, match="sub_calls"):
+        recipes.mgrpo(batch, sub_calls=0)
+    with pytest.raises(InvalidArgumentError, match="no reward channel"):
+        recipes.magrpo(batch, channel="absent")
+    with pytest.raises(InvalidArgumentError, match="one value per event"):
+        recipes.sharp(batch, [0.0])

@@ -10,7 +10,8 @@ scores, tree node labels) and the choices made where the paper leaves one open.
 Shared conventions (see ``_events``): tool results, human interventions and safety events
 are observations (advantage 0, weight 0); a tool result belongs to the agent that made the
 call; a turn is an agent's k-th acting event in time order; groups are ``group_id``;
-``weights`` are the method's loss weights, each group summing to 1 (per level for M-GRPO).
+``weights`` are the method's loss weights, each group summing to 1 (per level for M-GRPO);
+arrays are float64 (``astype(np.float32)`` for a trainer).
 """
 
 from __future__ import annotations

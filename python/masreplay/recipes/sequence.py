@@ -33,7 +33,8 @@ def _acting_in_time(events: Events) -> np.ndarray:
 
 def _with_outcome(events: Events, rows: np.ndarray, channel: str, at: np.ndarray) -> np.ndarray:
     """Per-event ``channel`` rewards of ``rows`` plus the trace's ``channel`` reward on the rows
-    where ``at`` is True (the step the outcome is paid at)."""
+    where ``at`` is True (the step the outcome is paid at); a trace without one adds 0, its
+    rewards being all on its events."""
     reward = events.event_reward(channel)[rows]
     outcome = events.trace_reward(channel, fill=0.0)[events.trace[rows]]
     return reward + np.where(at, outcome, 0.0)
@@ -246,6 +247,8 @@ def agent_qmix(
     (central differences of ``mixer`` with ``step``). Agents are ordered within a trace by
     their agent code. Weights: each (round, agent) of a group equally.
     """
+    if not callable(mixer) or not (target_mixer is None or callable(target_mixer)):
+        raise InvalidArgumentError("mixer (and target_mixer) must be callables (q, mask) -> Q_tot per round")
     events = Events(batch)
     q = events.column("q_values", q_values)
     tq = q if target_q is None else events.column("target_q", target_q)

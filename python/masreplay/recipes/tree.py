@@ -113,7 +113,7 @@ def _node_rewards(events: Events, tree: Tree, channel: str) -> np.ndarray:
     ``channel`` reward, averaged over the traces through it."""
     on = tree.node >= 0
     event_part = np.bincount(tree.node[on], weights=events.event_reward(channel)[on], minlength=tree.n_nodes)
-    outcome = events.trace_reward(channel, fill=0.0)
+    outcome = events.trace_reward(channel)
     nodes, traces = tree.traces[:, 0], tree.traces[:, 1]
     ends = np.bincount(nodes, weights=np.where(tree.last, outcome[traces], 0.0), minlength=tree.n_nodes)
     return (event_part + ends) / np.bincount(nodes, minlength=tree.n_nodes)
