@@ -775,6 +775,26 @@ def test_puppeteer_matches_a_transcription_of_its_returns():
         _same(adv.per_event[[offset + k for _, k, _ in steps]], returns, tol=1e-9)
 
 
+def test_magrpo_matches_a_transcription_of_its_advantage_modes():
+    """CoMLRL comlrl/trainers/reinforce/magrpo.py ``_compute_advantages`` @1665784: over the
+    returns of one node's G joint actions, ``mean``: R - mean R; ``max``: R - max R; ``rloo``:
+    (G R - sum R) / (G - 1); ``raw``: R."""
+    batch = masreplay.sim.generate(40, seed=13, group_size=4)
+    rewards = np.array([trace["rewards"]["team"] for trace in batch])
+    groups = [list(range(k, k + 4)) for k in range(0, 40, 4)]
+    modes = {"mean": [], "max": [], "rloo": [], "raw": []}
+    for members in groups:
+        returns = [float(rewards[i]) for i in members]
+        total, top, size = sum(returns), max(returns), len(returns)
+        for r in returns:
+            modes["mean"].append(r - total / size)
+            modes["max"].append(r - top)
+            modes["rloo"].append((size * r - total) / (size - 1))
+            modes["raw"].append(r)
+    for mode, expected in modes.items():
+        _same(recipes.magrpo(batch, advantage_mode=mode).per_trace, expected, tol=1e-9)
+
+
 # ---- the table ---------------------------------------------------------------------------------------
 
 
