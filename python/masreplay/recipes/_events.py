@@ -49,8 +49,7 @@ class Events:
     @cached_property
     def trace_group(self) -> np.ndarray:
         """Each trace's group (dense codes of ``group_id``)."""
-        keys = _group_keys(self.batch, "group_id")
-        return np.unique(keys, return_inverse=True)[1].astype(np.int64) if len(keys) else keys
+        return dense(_group_keys(self.batch, "group_id"))
 
     @cached_property
     def group(self) -> np.ndarray:
