@@ -5,14 +5,17 @@ Workload: ``TRACES`` (100,000) traces of the simulator's default shape (``sim.ge
 sub-agents, 2-6 events each, groups of 4; about 2 million events), plus per-event critic
 values, Q-values and marginals drawn from a seeded generator. Every side starts from the
 batch: the hand-assemblies read ``batch.events()`` / ``batch.edges()`` / the rewards map
-inside the timed call, as the recipes read the batch inside theirs. The anchors attribute a
-tool result to its caller through the ``tool_dependency`` edge and take as orchestrator the
-agents nobody spawned, the conventions of the recipes.
+inside the timed call, as the recipes read the batch inside theirs, on integer codes (the
+Arrow dictionaries' indices, no strings). The anchors attribute a tool result to its caller
+through the ``tool_dependency`` edge and take as orchestrator the agents nobody spawned, the
+conventions of the recipes.
 
 Before timing, each anchor must agree with its recipe on every event to 1e-9 (advantages
 and, where the method defines them, loss weights). Tree recipes run without ``node`` (one
 node per rollout), M-GRPO with ``alignment="none"`` (the paper's random resampling has no
-deterministic hand version to compare). Nothing is asserted on times. Set
+deterministic hand version to compare). MarsRL reads a ``correct`` channel the simulator does
+not write (zeros at full size): both sides are also checked on a small batch that has it.
+Nothing is asserted on times. Set
 MASREPLAY_BENCH_RECIPE_TRACES to change the size.
 """
 
@@ -39,9 +42,25 @@ def batch():
 
 
 @pytest.fixture(scope="module")
-def inputs(batch):
+def scored():
+    """A small batch whose acting events carry a random ``correct`` channel (the simulator
+    writes per-event rewards on tool results only): the agreement check of MarsRL."""
+    rng = np.random.default_rng(23)
+    traces = list(masreplay.sim.generate(400, seed=24))
+    for trace in traces:
+        for event in trace["events"]:
+            event["reward"] = {**(event.get("reward") or {}), "correct": float(rng.integers(0, 2))}
+    return masreplay.load_traces(traces)
+
+
+def _inputs(batch):
     rng = np.random.default_rng(22)
     return {name: rng.normal(size=batch.num_events) for name in ("values", "q", "marginal")}
+
+
+@pytest.fixture(scope="module")
+def inputs(batch):
+    return _inputs(batch)
 
 
 @pytest.fixture(scope="module")
@@ -67,40 +86,47 @@ OBSERVATIONS = ["tool_result", "human_intervention", "safety_event"]
 
 
 def event_frame(pl, batch):
-    """Events as a Polars frame: trace, group, t, type, owner (tool results: their caller),
-    acting, root (owner spawned by nobody), tokens, the team reward, and per-event channels."""
+    """Events as a Polars frame of integer codes: trace, group, spawn, owner (agent code; tool
+    results: their caller's), to (agent code of a spawn's target, -1 for none), acting, root
+    (owner spawned by nobody in the trace), tokens, the team reward, and the tool channel."""
     events = batch.events()
     table = batch.to_arrow()
     team = pc.map_lookup(table["rewards"], "team", "first").to_numpy(zero_copy_only=False)
     group = pc.dictionary_encode(table["group_id"]).combine_chunks().indices.to_numpy(zero_copy_only=False)
-    trace = events["trace_index"].to_numpy()
-    agent = events["agent"].cast(pa.string())
-    frame = pl.DataFrame(
+    trace = events["trace_index"].to_numpy().astype(np.int64)
+    kind = events["type"].combine_chunks()
+    kind_codes = kind.indices.to_numpy(zero_copy_only=False)
+    observed = pc.is_in(kind.dictionary, value_set=pa.array(OBSERVATIONS)).to_numpy(zero_copy_only=False)[kind_codes]
+    spawn = pc.equal(kind.dictionary, "spawn").to_numpy(zero_copy_only=False)[kind_codes]
+    agent = events["agent"].combine_chunks()
+    owner = agent.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    to = events["to"].combine_chunks()
+    to_agent = pc.index_in(to.dictionary, value_set=agent.dictionary).fill_null(-1).to_numpy(zero_copy_only=False)
+    to_codes = to.indices.fill_null(-1).to_numpy(zero_copy_only=False)
+    target = np.where(to_codes >= 0, to_agent[np.maximum(to_codes, 0)], -1)
+    edges = batch.edges()
+    offsets = batch.event_offsets
+    tool = pc.equal(edges["type"].combine_chunks().dictionary, "tool_dependency").to_numpy(zero_copy_only=False)
+    tool = tool[edges["type"].combine_chunks().indices.to_numpy(zero_copy_only=False)]
+    edge_trace = edges["trace_index"].to_numpy()[tool]
+    owner[offsets[edge_trace] + edges["dst"].to_numpy()[tool]] = owner[offsets[edge_trace] + edges["src"].to_numpy()[tool]]
+    width = int(max(owner.max(initial=0), target.max(initial=0))) + 1
+    spawned = np.unique((trace * width + target)[spawn & (target >= 0)])
+    return pl.DataFrame(
         {
             "trace": trace,
             "group": group[trace],
-            "type": events["type"].cast(pa.string()),
-            "agent": agent,
+            "spawn": spawn,
+            "owner": owner,
+            "to": target,
+            "acting": ~observed,
+            "root": ~np.isin(trace * width + owner, spawned),
             "tokens": events["tokens"].fill_null(1).cast(pa.float64()),
             "team": team[trace],
             "tool": pc.map_lookup(events["reward"], "tool", "first").fill_null(0.0),
-            "to": events["to"].cast(pa.string()),
+            "correct": pc.map_lookup(events["reward"], "correct", "first").fill_null(0.0),
         }
     ).with_row_index("row")
-    edges = batch.edges()
-    offsets = batch.event_offsets
-    tool = pc.equal(edges["type"].cast(pa.string()), "tool_dependency").to_numpy(zero_copy_only=False)
-    edge_trace = edges["trace_index"].to_numpy()[tool]
-    caller = offsets[edge_trace] + edges["src"].to_numpy()[tool]
-    answer = offsets[edge_trace] + edges["dst"].to_numpy()[tool]
-    owner = agent.to_numpy(zero_copy_only=False).copy()
-    owner[answer] = owner[caller]
-    spawned = frame.filter(pl.col("type") == "spawn").select("trace", pl.col("to").alias("owner")).unique()
-    frame = frame.with_columns(
-        pl.Series("owner", owner), (~pl.col("type").is_in(OBSERVATIONS)).alias("acting")
-    )
-    root = frame.join(spawned.with_columns(pl.lit(False).alias("spawned_flag")), on=["trace", "owner"], how="left", maintain_order="left")
-    return frame.with_columns(root["spawned_flag"].is_null().alias("root"))
 
 
 def _grpo_expr(pl, value, over, *, eps=EPS, ddof=1):
@@ -224,7 +250,7 @@ def marsrl_anchor(pl, batch):
     units = (
         frame.filter(pl.col("acting"))
         .group_by(["trace", "owner"], maintain_order=True)
-        .agg(pl.col("tool").sum().alias("r"), pl.col("group").first())
+        .agg(pl.col("correct").sum().alias("r"), pl.col("group").first())
         .with_columns(_grpo_expr(pl, "r", ["group", "owner"]).alias("a"))
     )
     out = frame.join(units.select("trace", "owner", "a"), on=["trace", "owner"], how="left", maintain_order="left")
@@ -289,7 +315,7 @@ def puppeteer_anchor(pl, batch, gamma=0.99):
     frame = event_frame(pl, batch)
     tokens = frame.group_by(["trace", "owner"]).agg(pl.col("tokens").sum().alias("selected_tokens"))
     steps = (
-        frame.filter((pl.col("type") == "spawn") & pl.col("root"))
+        frame.filter(pl.col("spawn") & pl.col("root"))
         .join(tokens.rename({"owner": "to"}), on=["trace", "to"], how="left", maintain_order="left")
         .with_columns(pl.int_range(pl.len()).over("trace").alias("s"), (pl.int_range(pl.len()).over("trace") == pl.len().over("trace") - 1).alias("last"))
         .with_columns((0.1 * (1 + (pl.col("s") + 1) / 7).log() / np.log(2)).alias("c"))
@@ -358,7 +384,7 @@ CASES = {
     "magrpo": (lambda b, x: recipes.magrpo(b), lambda pl, b, x: flat_tree_anchor(pl, b, "magrpo")),
     "c3": (lambda b, x: recipes.c3(b, values=x["values"]), lambda pl, b, x: flat_tree_anchor(pl, b, "c3", x["values"])),
     "malt": (lambda b, x: recipes.malt(b), lambda pl, b, x: flat_tree_anchor(pl, b, "malt")),
-    "marsrl": (lambda b, x: recipes.marsrl(b, channel="tool"), lambda pl, b, x: marsrl_anchor(pl, b)),
+    "marsrl": (lambda b, x: recipes.marsrl(b, channel="correct"), lambda pl, b, x: marsrl_anchor(pl, b)),
     "marft": (lambda b, x: recipes.marft(b, x["values"]), lambda pl, b, x: marft_anchor(pl, b, x["values"])),
     "marshal": (lambda b, x: recipes.marshal(b), lambda pl, b, x: marshal_anchor(pl, b)),
     "puppeteer": (lambda b, x: recipes.puppeteer(b), lambda pl, b, x: puppeteer_anchor(pl, b)),
@@ -370,9 +396,10 @@ CASES = {
 
 
 @pytest.mark.parametrize("recipe", list(CASES))
-def test_recipe(recipe, batch, inputs, pl, dataset_type, measure):
+def test_recipe(recipe, batch, inputs, scored, pl, dataset_type, measure):
     ours, theirs = CASES[recipe]
     _agree(recipe, ours(batch, inputs), *_pair(theirs(pl, batch, inputs)))
+    _agree(recipe, ours(scored, _inputs(scored)), *_pair(theirs(pl, scored, _inputs(scored))))
     measure(lambda: ours(batch, inputs), data=_data(dataset_type, batch, recipe), side="masreplay", rounds=3, unit="ms")
 
 
