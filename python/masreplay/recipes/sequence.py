@@ -10,7 +10,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from masreplay.advantages import Advantages
 from masreplay.errors import InvalidArgumentError
