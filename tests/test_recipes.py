@@ -829,3 +829,8 @@ def test_bad_inputs_raise_masreplay_errors():
         recipes.magrpo(batch, channel="absent")
     with pytest.raises(InvalidArgumentError, match="one value per event"):
         recipes.sharp(batch, [0.0])
+    with pytest.raises(InvalidArgumentError, match="numeric"):
+        recipes.sharp(batch, np.array(["high"] * batch.num_events))
+    mixed = np.array([1, "a"] * (batch.num_events // 2), dtype=object)
+    with pytest.raises(InvalidArgumentError, match="one type"):
+        recipes.magrpo(batch, node=mixed)

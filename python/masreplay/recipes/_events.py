@@ -146,31 +146,45 @@ class Events:
     def event_reward(self, channel: str, fill: float = 0.0) -> np.ndarray:
         return event_rewards(self.batch, channel, fill=fill)
 
-    def column(self, name: str, values: Any, *, numeric: bool = True) -> np.ndarray:
-        """A per-event input: an array aligned with ``batch.events()``, the name of an event
-        column (e.g. ``"content_ref"``), or the name of a key of the events' attributes."""
+    def column(self, name: str, values: Any) -> np.ndarray:
+        """A numeric per-event input as float64 (nulls NaN): an array aligned with
+        ``batch.events()``, the name of an event column, or a key of the events' attributes."""
+        array = self._input(name, values)
+        if not (pa.types.is_floating(array.type) or pa.types.is_integer(array.type) or pa.types.is_boolean(array.type)):
+            raise InvalidArgumentError(f"{name} must be numeric, got {array.type}")
+        return array.cast(pa.float64()).fill_null(np.nan).to_numpy(zero_copy_only=False)
+
+    def labels(self, name: str, values: Any) -> np.ndarray:
+        """A per-event label input (any values; same sources as :meth:`column`) as int codes,
+        equal labels equal codes, -1 where an event has none (None or NaN)."""
+        array = self._input(name, values)
+        encoded = array if pa.types.is_dictionary(array.type) else pc.dictionary_encode(array)
+        return encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+
+    def _input(self, name: str, values: Any) -> pa.Array:
         if isinstance(values, str):
             if values in EVENT_FIELDS:
-                array = pa.array(self.batch._source.event_field(values))
-                if pa.types.is_dictionary(array.type):
-                    array = array.cast(array.type.value_type)
-                out = array.to_numpy(zero_copy_only=False)
-            else:
-                out = self._attribute(values)
-        else:
-            out = np.asarray(values)
-        if out.shape != (self.n_events,):
-            raise InvalidArgumentError(f"{name} must have one value per event ({self.n_events}), got shape {out.shape}")
-        if numeric:
-            try:
-                return out.astype(np.float64)
-            except (TypeError, ValueError) as error:
-                raise InvalidArgumentError(f"{name} must be numeric: {error}") from None
-        return out
+                return pa.array(self.batch._source.event_field(values))
+            return self._attribute(values)
+        array = np.asarray(values)
+        if array.shape != (self.n_events,):
+            raise InvalidArgumentError(f"{name} must have one value per event ({self.n_events}), got shape {array.shape}")
+        try:
+            return pa.array(array, from_pandas=True)  # NaN counts as missing
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
+            raise InvalidArgumentError(f"{name}: the values must share one type: {error}") from None
 
-    def _attribute(self, key: str) -> np.ndarray:
-        raw = self.batch._event_array("attributes").to_pylist()
-        return np.array([None if text is None else json.loads(text).get(key) for text in raw], dtype=object)
+    def _attribute(self, key: str) -> pa.Array:
+        """The events' attribute ``key``: only the events whose attributes name it are parsed."""
+        attributes = self.batch._event_array("attributes")
+        named = pc.fill_null(pc.match_substring(attributes, json.dumps(key)), False).to_numpy(zero_copy_only=False)
+        values: list[Any] = [None] * self.n_events
+        for row in np.flatnonzero(named):
+            values[row] = json.loads(attributes[int(row)].as_py()).get(key)
+        try:
+            return pa.array(values, from_pandas=True)
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
+            raise InvalidArgumentError(f"attribute {key!r}: the values must share one type: {error}") from None
 
 
 # ---- grouped statistics ------------------------------------------------------------------------

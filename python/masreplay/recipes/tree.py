@@ -68,11 +68,8 @@ def build_tree(events: Events, node: Any) -> Tree:
         labels = events.trace.copy()
         on_tree = events.acting
     else:
-        raw = events.column("node", node, numeric=False)
-        on_tree = events.acting & np.array([value is not None and value == value for value in raw], dtype=bool)
-        labels = np.full(events.n_events, -1, np.int64)
-        if on_tree.any():
-            labels[on_tree] = np.unique(raw[on_tree].astype(str), return_inverse=True)[1]
+        labels = events.labels("node", node)
+        on_tree = events.acting & (labels >= 0)
     node_of_event = np.full(events.n_events, -1, np.int64)
     rows = events.time_order[on_tree[events.time_order]]
     if len(rows) == 0:
