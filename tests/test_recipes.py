@@ -588,6 +588,53 @@ def test_flat_tree_recipes_centre_their_groups(batch):
     _same(_cells_mean(marsrl.per_event[rows][first], cells), 0.0, tol=1e-9)
 
 
+@st.composite
+def rollout_trees(draw):
+    """A group's full rollout tree (branching b, depth d) as one trace per root-to-leaf path,
+    two agents per node, with random leaf rewards: (batch, paths, rewards)."""
+    branching, depth = draw(st.integers(2, 3)), draw(st.integers(1, 3))
+    rewards = draw(st.lists(st.floats(-1, 1), min_size=branching**depth, max_size=branching**depth))
+    paths = [tuple(f"{k // branching ** (depth - 1 - level)}" for level in range(depth)) for k in range(branching**depth)]
+    traces = []
+    for k, (path, reward) in enumerate(zip(paths, rewards, strict=True)):
+        labels = ["/".join(path[: level + 1]) for level in range(depth)]
+        events = [{"type": "message", "agent": agent, "node": label} for label in labels for agent in ("A", "B")]
+        traces.append(_trace(f"t{k}", events, reward))
+    return masreplay.load_traces(traces), paths, rewards
+
+
+@FEW
+@given(rollout_trees(), st.floats(0.0, 1.0))
+def test_tree_recipes_on_random_rollout_trees(tree, gamma):
+    batch, paths, rewards = tree
+    depth = len(paths[0])
+    magrpo = recipes.magrpo(batch, node="node", gamma=gamma)
+    malt = recipes.malt(batch, node="node")
+    c3 = recipes.c3(batch, node="node", alpha=0.0)
+    per_node_magrpo, per_node_malt, per_node_c3 = {}, {}, {}
+    for k, path in enumerate(paths):
+        for level in range(depth):
+            label = "/".join(path[: level + 1])
+            per_node_magrpo[label] = magrpo.per_event[k * 2 * depth + 2 * level]
+            per_node_malt[label] = malt.per_event[k * 2 * depth + 2 * level]
+            per_node_c3[label] = c3.per_event[k * 2 * depth + 2 * level]
+    siblings: dict[str, list[str]] = {}
+    for label in per_node_magrpo:
+        siblings.setdefault(label.rpartition("/")[0], []).append(label)
+    for members in siblings.values():
+        # MAGRPO's sibling baseline centres each sibling set
+        _same(sum(per_node_magrpo[m] for m in members) / len(members), 0.0, tol=1e-9)
+    for label, value in per_node_malt.items():
+        # a full tree: V(n) is the mean of the leaves below n, as is C3's r(n)
+        below = [r for path, r in zip(paths, rewards, strict=True) if "/".join(path).startswith(label + "/") or "/".join(path) == label]
+        _same(value, sum(below) / len(below), tol=1e-9)
+    for members in siblings.values():
+        values = [per_node_malt[m] for m in members]
+        for m in members:
+            loo = (sum(values) - per_node_malt[m]) / (len(values) - 1)
+            _same(per_node_c3[m], per_node_malt[m] - loo, tol=1e-9)
+
+
 @FEW
 @given(SHAPES, st.floats(0.5, 1.0))
 def test_marft_with_lambda_one_is_reward_to_go_minus_value(batch, gamma):
