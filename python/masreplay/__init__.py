@@ -4,7 +4,7 @@ Traces are temporal event graphs kept whole in Arrow (one row per trace). Start 
 :func:`load_traces`, :func:`validate` and :mod:`masreplay.sim`.
 """
 
-from masreplay import convert, games, rewards, sim
+from masreplay import convert, games, recipes, rewards, sim
 from masreplay.advantages import Advantages, advantages, event_rewards, graph_gae, graph_returns, group_normalize
 from masreplay._core import SCHEMA_VERSION
 from masreplay.batch import TraceBatch
@@ -50,6 +50,7 @@ __all__ = [
     "group_normalize",
     "load_traces",
     "metrics",
+    "recipes",
     "rewards",
     "same_prefix_credit",
     "shapley",
