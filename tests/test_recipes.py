@@ -881,3 +881,40 @@ def test_bad_inputs_raise_masreplay_errors():
     mixed = np.array([1, "a"] * (batch.num_events // 2), dtype=object)
     with pytest.raises(InvalidArgumentError, match="one type"):
         recipes.magrpo(batch, node=mixed)
+
+
+def test_maporl_incentive_bonus_by_hand():
+    """Two agents, three turns; correctness A: wrong, right, right; B: right, right, wrong.
+    alpha = (1, 10, 100, 1000) so each rule's share is visible in the digits:
+    A t1 became right while B stood opposite at t0 (+a0); B turns wrong at t2 while A is
+    right at t1 (-a2); B t0 sees A become right while B is right (+a2); B t2 turns wrong
+    while A stood with it at t1 (-a1)."""
+    from masreplay.recipes.sequence import _maporl_bonus
+
+    right = np.array([0, 1, 1, 1, 1, 0], bool)  # rows: (t0 A, t0 B, t1 A, t1 B, t2 A, t2 B)
+    trace = np.zeros(6, np.int64)
+    turn = np.array([0, 0, 1, 1, 2, 2])
+    owner = np.array([0, 1, 0, 1, 0, 1])
+    bonus = _maporl_bonus(right, trace, turn, owner, 3, (1.0, 10.0, 100.0, 1000.0))
+    np.testing.assert_array_equal(bonus, [0.0, 100.0, 1.0 - 100.0, 0.0, 0.0, -10.0])
+    # A wrong throughout, B right then wrong: A pays a3 for B turning wrong; B was persuaded
+    # wrongly by A, who stood opposite at t0 (-a0)
+    bonus = _maporl_bonus(np.array([0, 1, 0, 0], bool), np.zeros(4, np.int64), np.array([0, 0, 1, 1]),
+                          np.array([0, 1, 0, 1]), 2, (1.0, 10.0, 100.0, 1000.0))
+    np.testing.assert_array_equal(bonus, [-1000.0, 0.0, 0.0, -1.0])
+    with pytest.raises(masreplay.InvalidArgumentError, match="four numbers"):
+        _maporl_bonus(right, trace, turn, owner, 3, (1.0, 2.0))
+
+
+def test_maporl_bonus_off_by_default_and_moves_the_advantages():
+    def trace(name, labels):
+        events = [{"type": "message", "agent": agent, "reward": {"verifier": 0.5, "correct": labels[agent][t]}}
+                  for t in range(3) for agent in ("A", "B")]
+        return _trace(name, events, 0.0)
+
+    batch = masreplay.load_traces([trace("t0", {"A": (0, 1, 1), "B": (1, 1, 0)}), trace("t1", {"A": (1, 1, 1), "B": (1, 1, 1)})])
+    plain = recipes.maporl(batch)
+    np.testing.assert_array_equal(recipes.maporl(batch, alpha=(0, 0, 0, 0)).per_event, plain.per_event)
+    moved = recipes.maporl(batch, alpha=(1.0, 1.0, 1.0, 1.0), rho=0.0)
+    # t0's A at turn 1 gains (+1 - 1 = 0), t0's B at turn 0 gains +1, at turn 2 loses 1
+    assert moved.per_event[1] > 0 > moved.per_event[5]

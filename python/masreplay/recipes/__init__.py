@@ -28,7 +28,7 @@ _ROWS: tuple[tuple[str, str | None, str, str, str, str], ...] = (
      "team reward per trace; optional per-event team rewards per turn"),
     ("MARFT", "marft", "2504.16129", "agent action", "critic values per event",
      "acting events in (step, agent) order; team reward"),
-    ("MAPoRL", "maporl", "2502.18439", "agent x turn", "verifier scores (verifier channel); optional values",
+    ("MAPoRL", "maporl", "2502.18439", "agent x turn", "verifier scores (verifier channel); optional values; correctness labels (correct channel) for the incentive bonus",
      "per-event verifier channel on responses"),
     ("M-GRPO", "mgrpo", "2511.13288", "role: main agent; each sub-agent call", "optional format / expert channels",
      "spawn tree (main = root); team reward"),

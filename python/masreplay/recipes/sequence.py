@@ -5,7 +5,7 @@ monotone mixer)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -87,6 +87,8 @@ def maporl(
     channel: str = "verifier",
     rho: float = 0.3,
     values: Any = None,
+    alpha: Sequence[float] = (0.0, 0.0, 0.0, 0.0),
+    correct: str = "correct",
 ) -> Advantages:
     """MAPoRL (arXiv 2502.18439), default rule (``discounted_sum``, ``all`` agents):
 
@@ -96,9 +98,21 @@ def maporl(
     ``channel`` (a learned verifier's output, recorded on the events; 0 where absent), a turn
     being an agent's k-th acting event and T the trace's last turn. The PPO step uses a value
     head: ``A = score - V`` with ``values`` per event (an input; default 0), whitened per
-    (turn, agent) over the batch (TRL's whitening, unbiased var + 1e-8). The incentive bonus
-    (``alpha`` on the CLI, no published default) is not applied: its correctness flips are
-    yours to add to ``channel``. Weights: each response of a group equally.
+    (turn, agent) over the batch (TRL's whitening, unbiased var + 1e-8). Weights: each
+    response of a group equally.
+
+    The incentive bonus (``bonus_rule``; ``alpha = (a0, a1, a2, a3)`` is given on the
+    authors' command line and has no published default, so the default here is off) reads a
+    per-event ``correct`` channel (a correctness label; >= 0.5 is correct, the code's
+    threshold). "The others" of agent i at a turn are correct when the mean of their labels
+    is >= 0.5 (with two agents: the other agent). Added to ``score_{i,t}`` before the critic:
+    - the agent's own label flips from turn t-1 to t: +a when it becomes correct, -a when it
+      becomes wrong, with a = a0 when the others stood opposite to the agent at t-1 (it was
+      corrected, or persuaded wrongly) and a1 when they stood with it;
+    - the others' label flips from t to t+1: +a when they become correct, -a when they become
+      wrong, with a = a2 when the agent is correct at t and a3 when it is wrong.
+    The signs and the "mean of the others" rule for more than two agents are choices made
+    here; the paper's notes leave them open.
     """
     events = Events(batch)
     rows = np.flatnonzero(events.acting)
@@ -119,11 +133,60 @@ def maporl(
     remaining = last_turn[trace] - turn + 1  # T - t + 1 turns from t to T
     norm = remaining.astype(np.float64) if rho == 1.0 else (1.0 - rho**remaining) / (1.0 - rho)
     score = (score + rho * suffix[trace, turn + 1]) / norm
+    if any(alpha):
+        score = score + _maporl_bonus(events.event_reward(correct)[rows] >= 0.5, trace, turn, events.owner[rows], turns, alpha)
     if values is not None:
         score = score - events.column("values", values)[rows]
     n, mean_cell, std_cell = cell_stats(score, dense(turn, events.owner[rows]))
     advantage = np.where(n > 1, (score - mean_cell) / np.sqrt(np.nan_to_num(std_cell) ** 2 + 1e-8), 0.0)
     return _per_action(events, "maporl", rows, advantage, ("agent", "turn"), events.acting)
+
+
+def _maporl_bonus(
+    right: np.ndarray, trace: np.ndarray, turn: np.ndarray, owner: np.ndarray, turns: int, alpha: Sequence[float]
+) -> np.ndarray:
+    """MAPoRL's incentive bonus per response (see :func:`maporl`)."""
+    if len(alpha) != 4:
+        raise InvalidArgumentError(f"alpha must be four numbers (a0, a1, a2, a3), got {alpha!r}")
+    a0, a1, a2, a3 = (float(a) for a in alpha)
+    slot = trace * turns + turn
+    size = int(trace.max(initial=-1) + 1) * turns + 1  # one spare slot past the last turn
+    right_sum = np.bincount(slot, weights=right, minlength=size)
+    count = np.bincount(slot, minlength=size)
+    # The same agent's response one turn earlier and later (turns are consecutive per agent).
+    order = np.lexsort((turn, owner, trace))
+    same_before = np.zeros(len(order), bool)
+    same_before[1:] = (trace[order][1:] == trace[order][:-1]) & (owner[order][1:] == owner[order][:-1])
+    previous = np.full(len(right), -1)
+    previous[order[1:][same_before[1:]]] = order[:-1][same_before[1:]]
+    following = np.full(len(right), -1)
+    following[order[:-1][same_before[1:]]] = order[1:][same_before[1:]]
+
+    def others_right(at_slot: np.ndarray, own: np.ndarray, own_present: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Whether the other agents of a slot are correct (mean label >= 0.5), and whether there are any."""
+        total = right_sum[at_slot] - np.where(own_present, own, 0.0)
+        n = count[at_slot] - own_present
+        return np.divide(total, n, out=np.zeros(len(n)), where=n > 0) >= 0.5, n > 0
+
+    bonus = np.zeros(len(right))
+    has_previous = previous >= 0
+    before = previous[has_previous]
+    rows = np.flatnonzero(has_previous)
+    was_right = right[before]
+    others_then, any_then = others_right(slot[before], was_right, np.ones(len(before), bool))
+    flipped = (right[rows] != was_right) & any_then
+    size_of = np.where(others_then != was_right, a0, a1)
+    bonus[rows] += np.where(flipped, np.where(right[rows], size_of, -size_of), 0.0)
+
+    later = turn < turns - 1
+    rows = np.flatnonzero(later)
+    own_next = following[rows]
+    others_now, any_now = others_right(slot[rows], right[rows], np.ones(len(rows), bool))
+    others_next, any_next = others_right(slot[rows] + 1, right[np.maximum(own_next, 0)], own_next >= 0)
+    flipped = (others_now != others_next) & any_now & any_next
+    size_of = np.where(right[rows], a2, a3)
+    bonus[rows] += np.where(flipped, np.where(others_next, size_of, -size_of), 0.0)
+    return bonus
 
 
 def marshal(
