@@ -15,6 +15,7 @@ from typing import Any
 from masreplay.batch import TraceBatch
 from masreplay.convert._lines import IN_MEMORY, local_path
 from masreplay.convert._report import ConversionReport
+from masreplay.errors import ConversionError, InvalidArgumentError, MasreplayError, TraceValidationError
 from masreplay.io import load_traces
 
 OUTPUT_SUFFIXES = (".json", ".jsonl", ".parquet")
@@ -29,9 +30,15 @@ def _source_name(source: Any) -> str:
 
 def seed(source: Any) -> TraceBatch:
     """Reads seed-schema traces (a path, JSON text, a dict or a list of dicts), rejecting
-    anything the seed schema does not allow (TraceValidationError)."""
+    anything the seed schema does not allow: a ConversionError naming the source, with the
+    trace id and JSON pointer in its reason and the TraceValidationError as its cause."""
     name = _source_name(source)
-    batch = load_traces(name if name != IN_MEMORY else source, strict_seed=True)
+    try:
+        batch = load_traces(name if name != IN_MEMORY else source, strict_seed=True)
+    except TraceValidationError as error:
+        raise ConversionError(name, None, f"trace {error.trace_id!r} at {error.path or '/'}: {error.reason}") from error
+    except MasreplayError as error:
+        raise ConversionError(name, None, str(error)) from error
     report = ConversionReport("seed", sources=[name], records=len(batch), traces=len(batch), events=batch.num_events)
     batch.conversion_report = report
     return batch
@@ -46,7 +53,7 @@ def write(batch: TraceBatch, path: str | os.PathLike[str]) -> None:
     """Writes ``batch`` in the format ``path``'s suffix names (see the module docstring)."""
     target = pathlib.Path(local_path(path))
     if target.suffix not in OUTPUT_SUFFIXES:
-        raise ValueError(f"cannot tell the output format from {os.fspath(path)!r}: use one of {', '.join(OUTPUT_SUFFIXES)}")
+        raise InvalidArgumentError(f"cannot tell the output format from {os.fspath(path)!r}: use one of {', '.join(OUTPUT_SUFFIXES)}")
     if target.suffix == ".parquet":
         batch.write_parquet(target)
         return
