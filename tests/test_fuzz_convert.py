@@ -112,8 +112,11 @@ json_values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | 
 
 
 def _containers(value: Any, path: tuple = ()) -> list[tuple]:
-    """The paths of every list and dict inside ``value``."""
+    """The paths of every list and dict inside ``value``, down to the depth of the valid
+    inputs (a value nested deep by a mutation is not walked again)."""
     found = [path] if isinstance(value, (list, dict)) else []
+    if len(path) >= 12:
+        return found
     items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
     for key, item in items:
         found += _containers(item, (*path, key))
@@ -153,7 +156,7 @@ def mutated(draw, valid: Any) -> Any:
             container[key] = [container[key]]
         else:
             deep: Any = container[key]
-            for _ in range(draw(st.sampled_from([50, 150, 2000]))):
+            for _ in range(draw(st.sampled_from([50, 150, 400]))):
                 deep = [deep]
             container[key] = deep
     return value
@@ -188,7 +191,7 @@ def fuzz(name: str, seconds: float) -> int:
     folder = Path(tempfile.mkdtemp(prefix="masreplay-fuzz-"))
     path = folder / ("input.jsonl" if name in ("claude_code", "marble") else "input.json")
 
-    @settings(max_examples=40, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @settings(max_examples=20, deadline=None, database=None, suppress_health_check=list(HealthCheck))
     @given(st.data())
     def once(data: st.DataObject) -> None:
         value = data.draw(mutated(data.draw(st.sampled_from(valid))))
