@@ -403,6 +403,16 @@ def _write(tmp_path: Path, lines: list) -> Path:
     return path
 
 
+def test_claude_code_repeated_lines():
+    """A line written twice is read once and counted; a different line reusing a uuid is an error."""
+    lines = _session_lines()
+    batch = convert.claude_code([*lines, lines[1]])
+    assert len(batch[0]["events"]) == 3 and batch.conversion_report.ignored == Counter({"line repeating an earlier line (same uuid and content)": 1})
+    assert batch.conversion_report.records == 4
+    with pytest.raises(ConversionError, match=r"<object>:4: uuid 'a1' is already the uuid of <object>:2, a different line"):
+        convert.claude_code([*lines, {**lines[1], "timestamp": "2026-01-01T00:00:02.000Z"}])
+
+
 def test_claude_code_small_session_shape():
     trace = convert.claude_code(_session_lines())[0]
     assert [(e["id"], e["type"], e["t"]) for e in trace["events"]] == [("u1", "human_intervention", 0), ("a1", "tool_call", 1), ("r1", "tool_result", 3)]

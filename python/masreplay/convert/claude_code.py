@@ -72,6 +72,8 @@ IGNORED_PROGRESS = frozenset({"agent_progress", "hook_progress", "bash_progress"
 IGNORED_SYSTEM = frozenset({"turn_duration"})
 # agent_progress lines of a sub-agent whose own transcript is missing: the only copy of its events.
 MISSING_SUBAGENT_PROGRESS = "progress agent_progress (not repeated: sub-agent transcript missing)"
+# A line written twice (same uuid, same content): one copy is read.
+REPEATED_LINE = "line repeating an earlier line (same uuid and content)"
 # Fields of a line that are looked up as ids or compared as names, and those read into.
 TEXT_FIELDS = ("uuid", "parentUuid", "logicalParentUuid", "parentToolUseID", "subtype")
 OBJECT_FIELDS = ("compactMetadata",)
@@ -168,14 +170,19 @@ class _Session:
 
     def __init__(self, files: Files, folder: pathlib.Path | None, report: ConversionReport) -> None:
         self.report = report
-        self.lines = [_Line(name, number, record) for name, numbered in files for number, record in numbered]
+        self.lines: list[_Line] = []
         self.by_uuid: dict[str, _Line] = {}
-        for line in self.lines:
-            line.check()
-            if line.uuid:
-                first = self.by_uuid.setdefault(line.uuid, line)
-                if first is not line:
-                    raise line.fail(f"uuid {line.uuid!r} is already the uuid of {first.source}:{first.number}")
+        for name, numbered in files:
+            for number, record in numbered:
+                line = _Line(name, number, record)
+                line.check()
+                first = self.by_uuid.setdefault(line.uuid, line) if line.uuid else line
+                if first is line:
+                    self.lines.append(line)
+                elif first.record == record:
+                    report.ignored[REPEATED_LINE] += 1
+                else:
+                    raise line.fail(f"uuid {line.uuid!r} is already the uuid of {first.source}:{first.number}, a different line")
         stamps = [_seconds(line) for line in self.lines if "timestamp" in line.record]
         self.start, self.end = (min(stamps), max(stamps)) if stamps else (0.0, 0.0)
         self._assign_agents()
@@ -547,7 +554,7 @@ def claude_code(source: Any, *, trace_id: str | None = None, task_id: str | None
     files, folder = _transcript(source)
     report = ConversionReport("claude_code", sources=[name for name, _ in files])
     session = _Session(files, folder, report)
-    report.records = len(session.lines)
+    report.records = sum(len(numbered) for _, numbered in files)
     session_id = next((line.record["sessionId"] for line in session.lines if isinstance(line.record.get("sessionId"), str)), None)
     trace_id = trace_id or session_id
     if not trace_id:
