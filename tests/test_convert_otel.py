@@ -233,3 +233,24 @@ def test_unknown_operations_are_counted():
                                "attributes": {"gen_ai.operation.name": "retrieval", "gen_ai.data_source.id": "wiki"}}])
     assert [(e["type"], e.get("tool")) for e in retrieval[0]["events"]] == [("tool_call", "wiki"), ("tool_result", "wiki")]
     assert isinstance(batch, masreplay.TraceBatch)
+
+
+def test_roles_and_metrics(exported):
+    """The agent the user invokes orchestrates; the agents it runs are its sub-agents; the
+    user only asks. Usage of an agent run sits on its return, so no token is protocol here."""
+    otlp, _ = exported
+    batch = convert.otel(otlp)
+    lead = next(index for index, trace in enumerate(batch) if len(trace["events"]) > 1)
+    events = batch[lead]["events"]
+    roles = {(event["agent"], event.get("role")) for event in events if event["type"] != "tool_result"}
+    assert roles == {("user", "user"), ("lead", "orchestrator"), ("researcher", "sub-agent"), ("coder", "sub-agent")}
+    assert {event["role"] for event in events if event["type"] == "tool_result"} == {"tool"}
+    coder_run = next(event for event in events if event["type"] == "return" and event["agent"] == "coder")
+    assert coder_run["tokens"] == 11 + 4
+    rows = masreplay.metrics(batch).to_pylist()
+    # lead: its chat, 2 spawns, 2 invoking messages, its return; researcher: chat, tool call,
+    # return; coder: tool call, its failure flag, the guardrail, return.
+    assert (rows[lead]["critical_steps"], rows[lead]["spawn_depth"]) == (6 + 4, 1)
+    assert rows[lead]["protocol_overhead"] == 0.0
+    # The lone chat has no agent run around it: the application's own step, unnamed.
+    assert rows[1 - lead]["critical_steps"] == 1

@@ -7,7 +7,7 @@ by hypothesis at any place in their structure (a value replaced by another JSON 
 dropped, a value nested deep), given in memory or written to a file; files also get broken
 bytes (cut short, not UTF-8, nested past the parser's depth). Each converter is fuzzed in a
 subprocess, so a crash fails its test instead of killing the runner. The budget is about
-six seconds per converter; ``MASREPLAY_FUZZ_SECONDS`` sets the total for all four.
+five seconds of fuzzing per converter; ``MASREPLAY_FUZZ_SECONDS`` sets the total for all four.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import masreplay
 from masreplay import ConversionError, convert
 
 CONVERTERS = ("claude_code", "marble", "otel", "seed")
-SECONDS = float(os.environ.get("MASREPLAY_FUZZ_SECONDS", "24")) / len(CONVERTERS)
+SECONDS = float(os.environ.get("MASREPLAY_FUZZ_SECONDS", "20")) / len(CONVERTERS)
 
 # ---- valid inputs ------------------------------------------------------------------------
 _BASE = {"sessionId": "s1", "version": "2.1.0", "isSidechain": False}
