@@ -213,3 +213,58 @@ def test_agent_wise_trl_style_torch(rows, agent_data, measure, missing_anchor):
 
     _agree("torch scatter", masreplay.group_normalize(values, groups, strata=agents), torch_scatter().numpy())
     measure(torch_scatter, data=agent_data, side="torch index_add over (group, agent) (1 thread)", rounds=10, unit="ms")
+
+
+# ---- the layouts users have: interleaved groups, string uids ----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def shuffled_rows():
+    """Groups of 1-64 rows in random order (after a shuffle or a buffer sample), as int64 ids
+    and as the string uids verl carries in ``non_tensor_batch["uid"]`` (an object array)."""
+    rng = np.random.default_rng(5)
+    sizes = rng.integers(1, 65, size=ROWS // 32 + 1)
+    groups = np.repeat(np.arange(len(sizes), dtype=np.int64), sizes)[:ROWS]
+    rng.shuffle(groups)
+    values = rng.normal(size=len(groups)).astype(np.float32).astype(np.float64)
+    uids = np.array([f"{g:08x}-uid" for g in groups], dtype=object)
+    return values, groups, uids
+
+
+@pytest.fixture(scope="module")
+def shuffled_data(dataset_type):
+    name = f"GRPO, {ROWS:,} rows, groups of 1-64 interleaved (realistic layout)"
+    return dataset_type(name, None, ROWS, ROWS, 0, "goal: >= 3x numpy bincount", {}, suite="advantages")
+
+
+@pytest.fixture(scope="module")
+def uid_data(dataset_type):
+    name = f"GRPO, {ROWS:,} rows, string uids interleaved (verl's object array)"
+    return dataset_type(name, None, ROWS, ROWS, 0, "goal: >= 3x numpy factorise + bincount", {}, suite="advantages")
+
+
+def test_shuffled_masreplay(shuffled_rows, shuffled_data, measure):
+    values, groups, _ = shuffled_rows
+    _agree("numpy bincount", masreplay.group_normalize(values, groups), numpy_bincount(values, groups))
+    measure(lambda: masreplay.group_normalize(values, groups), data=shuffled_data, side="masreplay", rounds=10, unit="ms")
+
+
+def test_shuffled_numpy_bincount(shuffled_rows, shuffled_data, measure):
+    values, groups, _ = shuffled_rows
+    measure(lambda: numpy_bincount(values, groups), data=shuffled_data, side="numpy bincount", rounds=10, unit="ms")
+
+
+def test_uids_masreplay(shuffled_rows, uid_data, measure):
+    values, _, uids = shuffled_rows
+    measure(lambda: masreplay.group_normalize(values, uids), data=uid_data, side="masreplay (uids as given)", rounds=3, unit="ms")
+
+
+def test_uids_numpy_factorise_bincount(shuffled_rows, uid_data, measure):
+    values, groups, uids = shuffled_rows
+
+    def numpy_side():
+        keys = np.unique(uids, return_inverse=True)[1]
+        return numpy_bincount(values, keys)
+
+    _agree("numpy factorise + bincount", masreplay.group_normalize(values, uids), numpy_side())
+    measure(numpy_side, data=uid_data, side="numpy unique(return_inverse) + bincount", rounds=3, unit="ms")

@@ -138,8 +138,8 @@ def traces(
     masreplay_fields: bool = True,
     extra_top_level: bool = False,
 ) -> dict[str, Any]:
-    """A valid trace dict: 1..40 events with unique Unicode ids, edges only from a lower to a
-    higher event index (a DAG without self-loops), every event and edge type, optional fields,
+    """A valid trace dict: 1..40 events with unique Unicode ids, edges in any stored order that
+    form a DAG without self-loops, every event and edge type, optional fields,
     per-event rewards and attributes, and the top-level maps. ``masreplay_fields`` adds
     masreplay's optional top-level keys; ``extra_top_level`` adds unknown top-level keys."""
     n = draw(st.integers(min_value=min_events, max_value=max_events))
@@ -149,10 +149,13 @@ def traces(
 
     edges = []
     if n >= 2:
+        # Edges go forward in a random order of the events, so they point backward in stored
+        # order as often as forward: the graph is a DAG, but not sorted.
+        order = draw(st.permutations(range(n)))
         for _ in range(draw(st.integers(min_value=0, max_value=min(2 * n, 60)))):
             src = draw(st.integers(min_value=0, max_value=n - 2))
             dst = draw(st.integers(min_value=src + 1, max_value=n - 1))
-            edges.append({"src": ids[src], "dst": ids[dst], "type": draw(st.sampled_from(EDGE_TYPES))})
+            edges.append({"src": ids[order[src]], "dst": ids[order[dst]], "type": draw(st.sampled_from(EDGE_TYPES))})
 
     costs = {"tokens": draw(non_negative_numbers), "wall_clock_s": draw(non_negative_numbers)}
     for key in ("tool_calls", "messages"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -259,7 +260,10 @@ def test_openrlhf_edge_cases():
 def test_native_group_of_one_is_zero_for_every_estimator():
     for estimator in ("grpo", "rloo", "reinforce_pp_baseline", "opo"):
         out = masreplay.group_normalize([3.0, 1.0, 2.0], [0, 1, 1], estimator=estimator, dtype="float64")
-        assert out[0] == 0.0 or estimator == "reinforce_pp_baseline", estimator
+        # REINFORCE++ whitens the centred rows [0, -0.5, 0.5] over the batch: their mean is 0,
+        # so the group of one stays exactly 0 there too.
+        assert out[0] == 0.0, estimator
+        assert out[1] == -out[2] and out[2] > 0, estimator
 
 
 # ---- batches: channels, groups, strata ---------------------------------------------------------
@@ -591,3 +595,25 @@ def test_single_agent_linear_traces_equal_plain_grpo_under_every_stratum(rewards
     if length == 1:  # one event per trace: counting events is counting traces
         events = masreplay.advantages(batch, normalize_by="agent", unit="events", dtype="float64")
         np.testing.assert_allclose(events.per_event, plain.per_event, rtol=1e-12, atol=1e-12)
+
+
+def test_labels_of_any_form_group_alike():
+    """Strings (lists, object and unicode arrays, Arrow with nulls and several chunks), tuples
+    and mixed objects group rows exactly as the integer labels they stand for."""
+    rng = np.random.default_rng(3)
+    groups = rng.integers(0, 40, 600)
+    values = rng.normal(size=600)
+    expected = masreplay.group_normalize(values, groups, dtype="float64")
+    names = [f"uid-{g}" for g in groups]
+    forms = [
+        names,
+        np.array(names, dtype=object),
+        np.array(names),
+        pa.chunked_array([pa.array(names[:100]), pa.array(names[100:])]),
+        pa.array([None if g == 0 else name for g, name in zip(groups, names)]),
+        [("uid", int(g)) if g % 2 else int(g) for g in groups],
+    ]
+    for labels in forms:
+        np.testing.assert_array_equal(masreplay.group_normalize(values, labels, dtype="float64"), expected)
+    with pytest.raises(InvalidArgumentError, match="600 entries"):
+        masreplay.group_normalize(values, pa.array(names[:10]))

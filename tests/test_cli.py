@@ -175,3 +175,24 @@ def test_usage_errors_exit_2(script):
     assert run(script).returncode == 2
     assert run(script, "validate").returncode == 2
     assert run(script, "frobnicate").returncode == 2
+
+
+def test_version(script):
+    done = run(script, "--version")
+    assert done.returncode == 0
+    assert re.fullmatch(r"masreplay \d+\.\d+\.\d+\S*\n", done.stdout)
+
+
+def test_every_command_explains_itself(script):
+    top = run(script, "--help").stdout
+    assert "``" not in top
+    for command in ("validate", "stats", "convert", "report", "demo"):
+        assert command in top
+        text = run(script, command, "--help").stdout
+        usage, _, rest = text.partition("\n\n")
+        assert rest.strip(), f"{command} --help has no description"
+        assert "``" not in text
+        positional = rest.split("positional arguments:")[-1].split("options:")[0] if "positional arguments:" in rest else ""
+        for line in positional.splitlines()[1:]:
+            if line.strip() and not line.startswith("      "):
+                assert len(line.split()) > 1, f"{command}: argument without help: {line!r}"

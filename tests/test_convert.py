@@ -644,3 +644,29 @@ def test_the_conversion_report_travels_with_the_traces(claude_batch):
     assert twice.conversion_report.ignored == report.ignored + report.ignored
     assert twice.conversion_report.sources == report.sources * 2
     assert twice.conversion_report.format == report.format
+
+
+def test_seed_is_strict_in_every_input_form(tmp_path, seed_example):
+    own = masreplay.sim.generate(2, seed=0)
+    (tmp_path / "own.json").write_text(json.dumps(own[0]))
+    own.write_parquet(tmp_path / "own.parquet")
+    for source in (tmp_path / "own.json", tmp_path / "own.parquet", own.to_arrow()):
+        with pytest.raises(ConversionError, match="--from masreplay") as caught:
+            convert.seed(source)
+        assert caught.value.__cause__.trace_id == own.trace_ids[0]
+    # the same traces as seed JSON pass, in Parquet too (group_id only as task_id's default)
+    convert.write(convert.seed(seed_example), tmp_path / "seed.parquet")
+    assert convert.seed(tmp_path / "seed.parquet").trace_ids == [seed_example["trace_id"]]
+
+
+def test_masreplay_format_reads_its_own_files(tmp_path):
+    own = masreplay.sim.generate(3, seed=0)
+    (tmp_path / "own.jsonl").write_text("".join(json.dumps(own[i]) + "\n" for i in range(3)))
+    assert main(["convert", "--from", "masreplay", str(tmp_path / "own.jsonl"), str(tmp_path / "out.parquet")]) == 0
+    assert masreplay.load_traces(tmp_path / "out.parquet").to_arrow().equals(own.to_arrow())
+
+
+@pytest.mark.parametrize("name", sorted(convert.FORMATS))
+def test_a_missing_file_is_a_conversion_error_in_every_converter(name, tmp_path):
+    with pytest.raises(ConversionError, match="missing.json"):
+        convert.FORMATS[name](str(tmp_path / "missing.json"))

@@ -13,6 +13,7 @@ import pytest
 import masreplay
 from masreplay.cli import main
 from masreplay.demo import SEED_EXAMPLE, bundled
+from strategies import derived_columns
 
 
 def _trace(events: list[dict], edges: list[tuple[int, int]], trace_id: str = "t") -> dict:
@@ -92,7 +93,10 @@ def test_one_row_per_trace_in_order():
     table = masreplay.metrics(batch)
     assert table["trace_id"].to_pylist() == batch.trace_ids
     assert table["n_events"].to_pylist() == [int(n) for n in batch.to_arrow()["n_events"].to_pylist()]
-    assert table["depth"].equals(batch.to_arrow()["depth"])
+    # Depth and branching from the independent derivation, not from masreplay's own column.
+    expected = [derived_columns(batch[i]) for i in range(len(batch))]
+    assert table["depth"].to_pylist() == [row["depth"] for row in expected]
+    assert table["max_branching"].to_pylist() == [row["max_branching"] for row in expected]
 
 
 def _permuted(trace: dict, rng: random.Random) -> dict:
@@ -145,6 +149,45 @@ def test_report_plot_writes_a_png(tmp_path, capsys):
     assert main(["report", str(path), "--plot", str(out)]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert f"figure written to {out}" in capsys.readouterr().out
+
+
+def test_report_plot_writes_exactly_the_named_file(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "figure"  # no suffix: still this name, drawn as PNG
+    assert main(["report", str(bundled(SEED_EXAMPLE)), "--plot", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (tmp_path / "figure.png").exists()
+    assert f"figure written to {out}" in capsys.readouterr().out
+
+
+def test_report_plot_titles_and_empty_panels(tmp_path):
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from masreplay.report import plot
+
+    table = masreplay.metrics(bundled(SEED_EXAMPLE))
+    figures = []
+    monkey = pytest.MonkeyPatch()
+    monkey.setattr(plt, "close", figures.append)  # keep the figure to look at it
+    try:
+        plot(table, tmp_path / "one.png", title="seed.json: 1 traces")
+    finally:
+        monkey.undo()
+    (figure,) = figures
+    assert figure._suptitle.get_text() == "seed.json: 1 traces"
+    texts = [text.get_text() for ax in figure.axes for text in ax.texts]
+    # One trace without sub-agent returns: message_redundancy-like empty columns say so.
+    empty = [column for column in ("parallelism_efficiency", "critical_steps", "finish_rate", "protocol_overhead", "utilization")
+             if table[column].null_count == len(table)]
+    assert texts.count("no data") == len(empty)
+    plt.close(figure)
+
+
+def test_report_errors_name_the_command_once(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert main(["report", str(bundled(SEED_EXAMPLE)), "--plot", str(tmp_path / "out.png")]) == 1
+    assert capsys.readouterr().err.count("masreplay report") == 1
 
 
 def test_metrics_table_is_arrow():

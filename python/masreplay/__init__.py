@@ -4,7 +4,7 @@ Traces are temporal event graphs kept whole in Arrow (one row per trace). Start 
 :func:`load_traces`, :func:`validate` and :mod:`masreplay.sim`.
 """
 
-from masreplay import convert, games, rewards, sim
+from masreplay import convert, games, recipes, rewards, sim
 from masreplay.advantages import Advantages, advantages, event_rewards, graph_gae, graph_returns, group_normalize
 from masreplay._core import SCHEMA_VERSION
 from masreplay.batch import TraceBatch
@@ -21,6 +21,7 @@ from masreplay.errors import (
 from masreplay.io import load_traces, validate
 from masreplay.orchestration import metrics
 from masreplay.shapley import ShapleyResult, TraceCredit, shapley, trace_players, trace_shapley
+from masreplay.viewer import TraceView, view
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -36,6 +37,7 @@ __all__ = [
     "TraceBatch",
     "TraceCredit",
     "TraceValidationError",
+    "TraceView",
     "advantages",
     "coma_credit",
     "convert",
@@ -48,6 +50,7 @@ __all__ = [
     "group_normalize",
     "load_traces",
     "metrics",
+    "recipes",
     "rewards",
     "same_prefix_credit",
     "shapley",
@@ -55,5 +58,6 @@ __all__ = [
     "trace_players",
     "trace_shapley",
     "validate",
+    "view",
 ]
 

@@ -1,11 +1,12 @@
-"""The ``masreplay`` command: validate files, print shape statistics, convert foreign traces, report
-orchestration metrics, run the demo."""
+"""The masreplay command: validate trace files, print their shape statistics, convert foreign
+traces, report orchestration metrics, view a trace, run the demo."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -92,22 +93,88 @@ def _report(paths: Sequence[str], plot_path: str | None) -> int:
         return 1
 
 
+def _version() -> str:
+    try:
+        return version("masreplay")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
+def _view(source: str, trace: str | None, color: str | None, out: str | None) -> int:
+    from masreplay.viewer import view
+
+    try:
+        batch = load_traces(source)
+        if len(batch) == 0:
+            print(f"masreplay view: {source} holds no trace", file=sys.stderr)
+            return 1
+        page = view(batch, trace if trace is not None else 0, color=color)
+        target = out or f"{page.trace_id.replace('/', '_')}.html"
+        page.save(target)
+    except (MasreplayError, OSError) as error:
+        print(f"masreplay view: {error}", file=sys.stderr)
+        return 1
+    print(f"{target}: trace {page.trace_id!r}, {len(page.data['traces'])} traces embedded (open it in a browser)")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="masreplay", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
-    validate = commands.add_parser("validate", help="check trace files; exit 1 if any trace is invalid")
-    validate.add_argument("files", nargs="+")
-    validate.add_argument("--strict-seed", action="store_true", help="accept only the seed schema")
-    stats = commands.add_parser("stats", help="shape statistics of a trace file")
-    stats.add_argument("file")
-    convert = commands.add_parser("convert", help="convert Claude Code, OpenTelemetry, MARBLE or seed traces")
-    convert.add_argument("--from", dest="source_format", required=True, choices=sorted(FORMATS))
+    parser.add_argument("--version", action="version", version=f"masreplay {_version()}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    validate = commands.add_parser(
+        "validate",
+        help="check trace files; exit 1 if any trace is invalid",
+        description="Check trace files (JSON, JSON Lines, Parquet): one line per trace, exit 0 when all are "
+        "valid and 1 otherwise.",
+    )
+    validate.add_argument("files", nargs="+", metavar="FILE", help="trace files to check")
+    validate.add_argument("--strict-seed", action="store_true", help="accept only the seed schema (no masreplay additions)")
+    stats = commands.add_parser(
+        "stats",
+        help="shape statistics of a trace file",
+        description="Traces, events, agents, depth, branching and event-type counts of one trace file.",
+    )
+    stats.add_argument("file", metavar="FILE", help="a trace file (JSON, JSON Lines, Parquet)")
+    convert = commands.add_parser(
+        "convert",
+        help="convert Claude Code, OpenTelemetry, MARBLE or seed traces",
+        description="Convert traces written by another system into masreplay's layout, then write them "
+        "as seed JSON, seed JSON Lines or Parquet.",
+    )
+    convert.add_argument("--from", dest="source_format", required=True, choices=sorted(FORMATS), help="the input's format")
     convert.add_argument("source", help="the input file (a Claude Code session .jsonl reads its subagents/ folder too)")
     convert.add_argument("target", help="output: .json (seed JSON), .jsonl (seed JSON Lines) or .parquet")
-    report = commands.add_parser("report", help="orchestration metrics per trace-length band")
-    report.add_argument("files", nargs="+")
-    report.add_argument("--plot", metavar="OUT.png", help="also draw the distributions (needs matplotlib)")
-    commands.add_parser("demo", help="run the main job on the bundled data")
+    report = commands.add_parser(
+        "report",
+        help="orchestration metrics per trace-length band",
+        description="Orchestration metrics of every trace (critical path, parallelism, finish rate, "
+        "overheads), averaged per trace-length band.",
+    )
+    report.add_argument("files", nargs="+", metavar="FILE", help="trace files (JSON, JSON Lines, Parquet)")
+    report.add_argument(
+        "--plot", metavar="OUT.png", help="also draw the distributions to this image file (needs matplotlib)"
+    )
+    viewer = commands.add_parser(
+        "view",
+        help="write one trace as a self-contained interactive HTML page",
+        description="Writes one trace as a self-contained HTML page (no network needed to open it): agent lanes "
+        "over time, the critical path, events coloured by credit, the trace's GRPO siblings and branch rollouts.",
+    )
+    viewer.add_argument("source", metavar="IN", help="a trace file (.json, .jsonl, .parquet) or a directory of Parquet files")
+    viewer.add_argument("--trace", metavar="ID", help="the trace id to show (default: the first trace)")
+    viewer.add_argument(
+        "--color",
+        metavar="advantage|shapley|counterfactual|COLUMN",
+        help="colour events by GRPO advantage, Shapley credit, counterfactual credit, or a numeric event column or "
+        "per-event reward channel (default: by event type)",
+    )
+    viewer.add_argument("-o", "--output", metavar="OUT.html", help="where to write the page (default: TRACE_ID.html)")
+    commands.add_parser(
+        "demo",
+        help="run the main job on the bundled data, narrated",
+        description="Ingest, store, sample and credit the bundled traces, explaining each step.",
+    )
     args = parser.parse_args(argv)
 
     if args.command == "validate":
@@ -119,6 +186,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _convert(args.source_format, args.source, args.target)
     if args.command == "report":
         return _report(args.files, args.plot)
+    if args.command == "view":
+        return _view(args.source, args.trace, args.color, args.output)
     from masreplay.demo import run
 
     return run()

@@ -45,6 +45,7 @@ def run() -> int:
           f"{len(trace['edges'])} edges, rewards {trace['rewards']}")
 
     _step("2. ingest the bundled synthetic GRPO groups (JSON Lines)")
+    print("  (a GRPO group: several rollouts of the same task; each is scored against the group's mean reward)")
     started = time.perf_counter()
     batch = load_traces(bundled(SIM_GROUPS))
     print(f"  loaded {batch!r} in {1e3 * (time.perf_counter() - started):.1f} ms")
@@ -106,7 +107,11 @@ def run() -> int:
         print(f"  saved and loaded {resumed!r}; the next samples agree: {same}")
 
     _step("8. orchestration metrics per trace-length band (critical steps, finish rate, overheads)")
+    print("  (critical steps, Kimi PARL's latency measure: per stage, the orchestrator's own steps plus only the")
+    print("   slowest of the sub-agents it spawned; finish rate: the share of spawned sub-agents that returned)")
     wider = TraceBatch.concat([batch, generate(8, agents=(20, 80), seed=8)])
+    print(f"  the {len(batch)} bundled traces plus 8 larger ones simulated here (masreplay.sim.generate, 20-80 agents)")
+    print("  so that more than one trace-length band shows")
     table = metrics(wider)
     print(f"  metrics(): {table.num_rows} rows, columns {', '.join(table.column_names[:8])}, ...")
     print_table(band_summary(table))
@@ -114,6 +119,8 @@ def run() -> int:
     print(f"  PARL reward r_perf + 0.3 r_parallel + 0.2 r_finish, first traces: {reward[:4].round(3).tolist()}")
 
     _step("9. advantages for a sampled GRPO group: plain GRPO vs agent-wise (Dr. MAS) normalisation")
+    print("  (agent-wise: each agent's rewards are normalised against the same agent in the other rollouts")
+    print("   of the group, not against the whole team, so a busy agent does not drown a quiet one)")
     group = buffer.sample_groups(1, group_size=4, seed=4)
     plain = advantages(group)
     agent_wise = advantages(group, normalize_by="agent", unit="events")
@@ -150,6 +157,8 @@ def run() -> int:
     print(f"  {within:.0%} of the estimates lie within 3 standard errors of the true effects")
 
     _step("11. Shapley credit per agent on a sampled trace (spawn-tree aware)")
+    print("  (Shapley value: an agent's average marginal contribution over orders of joining the team;")
+    print("   precedence Shapley only counts orders where a sub-agent joins after the agent that spawned it)")
     _shapley_demo(buffer.sample(1, seed=5))
     return 0
 

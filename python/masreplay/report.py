@@ -4,6 +4,7 @@ band in the terminal and, optionally, drawn to a figure (needs matplotlib: the `
 from __future__ import annotations
 
 import os
+import pathlib
 import sys
 from collections.abc import Sequence
 
@@ -85,37 +86,65 @@ def collect(paths: Sequence[str]) -> pa.Table:
     return pa.concat_tables(tables) if tables else metrics([])
 
 
-def plot(table: pa.Table, path: str | os.PathLike[str]) -> None:
-    """Distributions of the main metrics per band, and critical path against total work."""
+def plot(table: pa.Table, path: str | os.PathLike[str], title: str = "") -> pathlib.Path:
+    """Distributions of the main metrics per band, and critical path against total work.
+    Writes exactly ``path`` (PNG unless its suffix names another format) and returns it."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import LogLocator, ScalarFormatter
     except ImportError as error:
-        raise ImportError(
-            "masreplay report --plot needs matplotlib: pip install 'masreplay[plot]' (or pip install matplotlib)"
-        ) from error
+        raise ImportError("--plot needs matplotlib: pip install 'masreplay[plot]' (or pip install matplotlib)") from error
+    target = pathlib.Path(path)
     shown = ("parallelism_efficiency", "critical_steps", "finish_rate", "protocol_overhead", "utilization")
     masks = _band_masks(table)
+    names = [_band_name(b) for b in masks]
     figure, axes = plt.subplots(2, 3, figsize=(15, 8))
+    figure.suptitle(title or f"{len(table):,} traces")
     for ax, column in zip(axes.flat, shown, strict=False):
-        data = [table[column].filter(mask).drop_null().to_numpy() for mask in masks.values()]
-        ax.boxplot(data, tick_labels=[_band_name(b) for b in masks], showfliers=False)
         ax.set_title(column)
-        ax.set_xlabel("events per trace")
+        data = [table[column].filter(mask).drop_null().to_numpy() for mask in masks.values()]
+        _no_data_if_empty(ax, data, names)
     scatter = axes.flat[-1]
     for band, mask in masks.items():
         rows = table.filter(mask)
         scatter.scatter(rows["total_work_steps"], rows["critical_path_steps"], s=4, alpha=0.5, label=_band_name(band))
-    scatter.set_xscale("log")
-    scatter.set_yscale("log")
+    if len(table):
+        scatter.set_xscale("log")
+        scatter.set_yscale("log")
+        for axis in (scatter.xaxis, scatter.yaxis):
+            # Plain numbers at 1-2-5 steps: the default labels every minor tick with a power of ten,
+            # which overlaps when the data spans less than a decade.
+            axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+            axis.set_major_formatter(ScalarFormatter())
+            axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        scatter.legend(title="events per trace")
+    else:
+        scatter.text(0.5, 0.5, "no data", ha="center", va="center", transform=scatter.transAxes, color="grey")
     scatter.set_xlabel("total work (events)")
     scatter.set_ylabel("critical path (events)")
-    scatter.legend(title="events per trace")
     figure.tight_layout()
-    figure.savefig(path, dpi=100)
+    figure.savefig(target, dpi=100, format=target.suffix[1:].lower() or "png")
     plt.close(figure)
+    return target
+
+
+def _no_data_if_empty(ax, data: list, names: list[str]) -> None:
+    """A box per band; a band (or the whole panel) without values says "no data" instead of
+    staying silently empty. Band names are turned when there are many, so they never overlap."""
+    if not any(len(values) for values in data):
+        ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes, color="grey")
+        ax.set_xticks([])
+        return
+    ax.boxplot([values if len(values) else [float("nan")] for values in data], showfliers=False)
+    ax.set_xticks(range(1, len(names) + 1), names, rotation=30 if len(names) > 3 else 0, ha="right" if len(names) > 3 else "center")
+    low, _ = ax.get_ylim()
+    for position, values in enumerate(data, 1):
+        if not len(values):
+            ax.text(position, low, "no data", ha="center", va="bottom", color="grey", fontsize=8)
+    ax.set_xlabel("events per trace")
 
 
 def run(paths: Sequence[str], plot_path: str | None = None) -> int:
@@ -123,6 +152,7 @@ def run(paths: Sequence[str], plot_path: str | None = None) -> int:
     print(f"{len(table):,} traces from {len(paths)} file(s); mean per trace-length band:")
     print_table(band_summary(table))
     if plot_path is not None:
-        plot(table, plot_path)
-        print(f"figure written to {plot_path}")
+        inputs = ", ".join(pathlib.Path(path).name for path in paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+        written = plot(table, plot_path, title=f"{inputs}: {len(table):,} traces")
+        print(f"figure written to {written}")
     return 0
