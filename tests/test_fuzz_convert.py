@@ -2,12 +2,13 @@
 ConversionError, never a builtin exception and never a crash.
 
 Inputs are small valid records of each format (a Claude Code session with a sub-agent, a
-MARBLE episode with both task_results forms, OTLP and span JSON, the seed example), mutated
+MARBLE episode with both task_results forms, OTLP and span JSON, the seed example and a
+simulated masreplay trace), mutated
 by hypothesis at any place in their structure (a value replaced by another JSON type, a key
 dropped, a value nested deep), given in memory or written to a file; files also get broken
 bytes (cut short, not UTF-8, nested past the parser's depth). Each converter is fuzzed in a
 subprocess, so a crash fails its test instead of killing the runner. The budget is about
-five seconds of fuzzing per converter; ``MASREPLAY_FUZZ_SECONDS`` sets the total for all four.
+four seconds of fuzzing per converter; ``MASREPLAY_FUZZ_SECONDS`` sets the total for all five.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from hypothesis import strategies as st
 import masreplay
 from masreplay import ConversionError, convert
 
-CONVERTERS = ("claude_code", "marble", "otel", "seed")
+CONVERTERS = ("claude_code", "marble", "otel", "seed", "masreplay")
 SECONDS = float(os.environ.get("MASREPLAY_FUZZ_SECONDS", "20")) / len(CONVERTERS)
 
 # ---- valid inputs ------------------------------------------------------------------------
@@ -103,7 +104,9 @@ def _valid(name: str) -> list[Any]:
         return [OTLP, SPANS]
     from masreplay.demo import SEED_EXAMPLE, bundled
 
-    return [json.loads(bundled(SEED_EXAMPLE).read_text(encoding="utf-8"))]
+    example = json.loads(bundled(SEED_EXAMPLE).read_text(encoding="utf-8"))
+    # masreplay's own traces add top-level keys and per-event fields to the seed example's.
+    return [example] if name == "seed" else [example, masreplay.sim.generate(1, seed=0, agents=2)[0]]
 
 
 # ---- mutations ---------------------------------------------------------------------------
