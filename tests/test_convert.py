@@ -173,7 +173,10 @@ def test_claude_code_session_metrics(claude_batch, claude_files):
         usage[message_id] = sum(fields.values())
     spawning = sum(tokens for message_id, tokens in usage.items() if first_block[message_id]["type"] == "tool_use" and first_block[message_id]["name"] in ("Task", "Agent"))
     assert row["protocol_overhead"] == pytest.approx(spawning / sum(usage.values()), rel=1e-12)
-    assert row["protocol_overhead"] < 0.1
+    # Most tokens come with the agents' own text (0.96-0.99 of them were protocol when every
+    # message and tool call counted): content, as are the tool calls.
+    text = sum(tokens for message_id, tokens in usage.items() if first_block[message_id]["type"] == "text")
+    assert text / sum(usage.values()) > 0.5 and row["protocol_overhead"] < 0.1
 
 
 def _usage_per_message(files: dict[str, list[dict]]) -> dict[str, dict[str, int]]:
