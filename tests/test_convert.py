@@ -112,18 +112,83 @@ def test_claude_code_tool_calls_pair_with_results(claude_batch, claude_files):
 
 
 def test_claude_code_tokens_count_each_message_once(claude_batch, claude_files):
-    usage: dict[str, dict[str, int]] = defaultdict(dict)
+    usage = _usage_per_message(claude_files)
+    expected = sum(sum(fields.values()) for fields in usage.values())
+    trace = claude_batch[0]
+    assert trace["costs"]["tokens"] == expected
+    assert sum(1 for event in trace["events"] if "tokens" in event) == len(usage)
+
+
+AGENT_BLOCKS = ("thinking", "redacted_thinking", "text", "tool_use")
+
+
+def _own_steps(lines: list[dict]) -> int:
+    """Events an agent authors from its own file: one per assistant block, plus a safety
+    event per failed tool result (flagged by the caller)."""
+    return sum(
+        1 for line in lines if line["type"] in ("user", "assistant") for block in blocks(line)
+        if (line["type"] == "assistant" and block["type"] in AGENT_BLOCKS) or (block["type"] == "tool_result" and block.get("is_error"))
+    )
+
+
+def test_claude_code_roles(claude_batch, claude_files):
+    """Every event says what its author is to the session; no human or harness orchestrates."""
+    trace = claude_batch[0]
+    roles = {(event["agent"], event["role"]) for event in trace["events"] if event["type"] != "tool_result"}
+    subagents = {agent for agent in claude_files if agent != "main" and not agent.startswith("acompact")}
+    compaction = {agent for agent in claude_files if agent.startswith("acompact")}
+    assert roles == {("main", "orchestrator"), ("human", "human"), ("harness", "harness")} | {(agent, "sub-agent") for agent in subagents} | {(agent, "compaction") for agent in compaction}
+    assert {event["role"] for event in trace["events"] if event["type"] == "tool_result"} == {"tool"}
+    spawns = [event for event in trace["events"] if event["type"] == "spawn"]
+    calls = {block["id"]: block for line in claude_files["main"] if line["type"] == "assistant" for block in blocks(line) if block["type"] == "tool_use"}
+    assert [event["subagent_type"] for event in spawns] == [calls[event["tool_use_id"]]["input"]["subagent_type"] for event in spawns]
+
+
+def test_claude_code_session_metrics(claude_batch, claude_files):
+    """The main agent orchestrates the real session (the person typed the first line): its
+    steps plus the longer sub-agent run, with counts taken from the raw files."""
+    row = masreplay.metrics(claude_batch).to_pylist()[0]
+    subagents = [agent for agent in claude_files if agent != "main" and not agent.startswith("acompact")]
+    earliest = min(claude_batch[0]["events"], key=lambda event: (event["t"], event["id"]))
+    assert earliest["role"] in ("human", "harness")  # the session opens with text the agent did not write
+    # main: its own blocks and flagged failures, plus the prompt it sends each sub-agent.
+    main_steps = _own_steps(claude_files["main"]) + len(subagents)
+    # A sub-agent: its own blocks and failures, plus its return (written in main's file);
+    # its first user line is main's prompt. None spawns further, and main never aggregates.
+    sub_steps = [_own_steps(claude_files[agent]) + 1 for agent in subagents]
+    assert main_steps > 300 and len(subagents) == 2
+    assert row["critical_steps"] == main_steps + max(sub_steps)
+    assert (row["spawn_depth"], row["spawn_branching"], row["spawn_count"]) == (1, 2, 2)
+    assert row["finish_rate"] == 1.0
+    # Protocol: tokens of the API messages whose first block is a Task call (a spawn), of all
+    # tokens (usage counted once per message id); the agents' text is content.
+    usage: dict[str, int] = defaultdict(int)
+    first_block: dict[str, dict] = {}
     for lines in claude_files.values():
+        for line in lines:
+            if line["type"] == "assistant":
+                message = line["message"]
+                first_block.setdefault(message["id"], blocks(line)[0])
+    for message_id, fields in _usage_per_message(claude_files).items():
+        usage[message_id] = sum(fields.values())
+    spawning = sum(tokens for message_id, tokens in usage.items() if first_block[message_id]["type"] == "tool_use" and first_block[message_id]["name"] in ("Task", "Agent"))
+    assert row["protocol_overhead"] == pytest.approx(spawning / sum(usage.values()), rel=1e-12)
+    # Most tokens come with the agents' own text (0.96-0.99 of them were protocol when every
+    # message and tool call counted): content, as are the tool calls.
+    text = sum(tokens for message_id, tokens in usage.items() if first_block[message_id]["type"] == "text")
+    assert text / sum(usage.values()) > 0.5 and row["protocol_overhead"] < 0.1
+
+
+def _usage_per_message(files: dict[str, list[dict]]) -> dict[str, dict[str, int]]:
+    usage: dict[str, dict[str, int]] = defaultdict(dict)
+    for lines in files.values():
         for line in lines:
             if line["type"] == "assistant":
                 seen = usage[line["message"]["id"]]
                 for name, value in line["message"]["usage"].items():
                     if name.endswith("_tokens"):
                         seen[name] = max(seen.get(name, 0), value)
-    expected = sum(sum(fields.values()) for fields in usage.values())
-    trace = claude_batch[0]
-    assert trace["costs"]["tokens"] == expected
-    assert sum(1 for event in trace["events"] if "tokens" in event) == len(usage)
+    return usage
 
 
 def test_claude_code_progress_repeats_are_not_ingested(claude_batch, claude_files):
@@ -155,7 +220,7 @@ def test_claude_code_time_safety_human_and_compaction(claude_batch, claude_files
     blocking = sum(1 for line in stop_hooks if line["preventedContinuation"] or line["hookErrors"])
     safety = [event for event in trace["events"] if event["type"] == "safety_event"]
     assert sum(event.get("reason") == "tool_error" for event in safety) == errors > 0
-    assert sum(event.get("role") == "stop_hook" for event in safety) == blocking
+    assert sum(event.get("kind") == "stop_hook" for event in safety) == blocking
     ignored = claude_batch.conversion_report.ignored["system subtype stop_hook_summary (hooks passed)"]
     assert ignored == len(stop_hooks) - blocking > 0
     # A person's turns: plain text in the main file that the harness did not write (its
@@ -244,7 +309,7 @@ def test_claude_code_each_compaction_is_by_its_own_side_agent(claude_files, tmp_
     events = {event["id"]: event for event in trace["events"]}
     aggregates = [event for event in trace["events"] if event["type"] == "aggregate"]
     assert [event["agent"] for event in aggregates] == [first, "acompact-second"]
-    summaries = [event for event in trace["events"] if event.get("role") == "compaction_summary"]
+    summaries = [event for event in trace["events"] if event.get("kind") == "compaction_summary"]
     assert [(event["id"], event["agent"]) for event in summaries] == [(summary["uuid"], first), ("summary-2", "acompact-second")]
     # Each aggregate edge comes from the last line of its own side agent's file.
     sources = {edge["dst"]: events[edge["src"]]["content_ref"] for edge in trace["edges"] if edge["type"] == "aggregate"}
@@ -285,7 +350,7 @@ def test_claude_code_hook_blocks_match_the_raw_files(claude_batch, claude_files)
     }
     assert expected and {agent for agent, _ in expected.values()} == {"main"}
     trace = claude_batch[0]
-    hooks = {event["id"]: event for event in trace["events"] if event.get("role") == "hook_block"}
+    hooks = {event["id"]: event for event in trace["events"] if event.get("kind") == "hook_block"}
     assert {id: event["to"] for id, event in hooks.items()} == {id: agent for id, (agent, _) in expected.items()}
     assert all(event["type"] == "safety_event" and event["agent"] == "harness" for event in hooks.values())
     edges = {(edge["src"], edge["dst"]) for edge in trace["edges"]}
@@ -298,7 +363,7 @@ def test_claude_code_stop_hooks_are_safety_events_only_when_they_block():
     prevented = {**base, "uuid": "h2", "preventedContinuation": True, "hookErrors": []}
     failed = {**base, "uuid": "h3", "preventedContinuation": False, "hookErrors": ["exit 2"]}
     batch = convert.claude_code([*_session_lines(), passed, prevented, failed])
-    stops = [event["id"] for event in batch[0]["events"] if event.get("role") == "stop_hook"]
+    stops = [event["id"] for event in batch[0]["events"] if event.get("kind") == "stop_hook"]
     assert stops == ["h2", "h3"]
     assert batch.conversion_report.ignored == Counter({"system subtype stop_hook_summary (hooks passed)": 1})
 
@@ -339,6 +404,16 @@ def _write(tmp_path: Path, lines: list) -> Path:
     path = tmp_path / "session.jsonl"
     path.write_text("".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines))
     return path
+
+
+def test_claude_code_repeated_lines():
+    """A line written twice is read once and counted; a different line reusing a uuid is an error."""
+    lines = _session_lines()
+    batch = convert.claude_code([*lines, lines[1]])
+    assert len(batch[0]["events"]) == 3 and batch.conversion_report.ignored == Counter({"line repeating an earlier line (same uuid and content)": 1})
+    assert batch.conversion_report.records == 4
+    with pytest.raises(ConversionError, match=r"<object>:4: uuid 'a1' is already the uuid of <object>:2, a different line"):
+        convert.claude_code([*lines, {**lines[1], "timestamp": "2026-01-01T00:00:02.000Z"}])
 
 
 def test_claude_code_small_session_shape():
@@ -437,6 +512,30 @@ def test_marble_episodes_convert_with_their_agents_returns_and_scores(name, seed
     assert scored_channels == {"task_evaluation" if name.startswith("tree") else "code_quality"} and files_missing > 0
 
 
+def test_marble_task_results_in_both_forms():
+    """MARBLE writes a result as {"agent_id": ..., "result": ...} or, in its minecraft and
+    discussion runs, as {"<agent>": "<result>"}: both are returns by that agent."""
+    episode = {"task": "t", "iterations": [{"task_assignments": {"agent1": "a", "agent2": "b"}, "task_results": [{"agent1": "built it"}, {"agent_id": "agent2", "result": "tested"}]}]}
+    trace = convert.marble(episode)[0]
+    returns = [(event["agent"], event["to"], event["content_ref"]) for event in trace["events"] if event["type"] == "return"]
+    assert returns == [("agent1", "planner", "<object>:1#/iterations/0/task_results/0"), ("agent2", "planner", "<object>:1#/iterations/0/task_results/1")]
+    assert {event["agent"]: event["role"] for event in trace["events"]} == {"planner": "orchestrator", "agent1": "sub-agent", "agent2": "sub-agent"}
+    for broken, reason in (([{}], "task_results/0 is empty: it names no agent"), ([{"agent_id": 3}], "task_results/0/agent_id is a number")):
+        with pytest.raises(ConversionError, match=reason):
+            convert.marble({**episode, "iterations": [{"task_results": broken}]})
+
+
+@pytest.mark.parametrize("name", MARBLE_FILES)
+def test_marble_planner_orchestrates(name):
+    """No spawns: the critical steps are the planner's own, one decision and a message per
+    assignment and a summary per iteration, counted from the raw file."""
+    episodes = read_lines(sample("marble", name))
+    table = masreplay.metrics(convert.marble(sample("marble", name)))
+    expected = [sum(1 + len(it.get("task_assignments") or {}) + ("summary" in it) for it in episode["iterations"]) for episode in episodes]
+    assert table["critical_steps"].to_pylist() == expected
+    assert set(table["spawn_depth"].to_pylist()) == {0}
+
+
 MALFORMED = {
     "marble episode without events": ("marble", '{"task": "t", "iterations": []}\n', r":1: an episode without iterations"),
     "marble episode without iterations": ("marble", '{"task": "t", "iterations": [{"task_assignments": {"a": "x"}}]}\n{"task": "t"}\n', r":2: .*'iterations'"),
@@ -447,6 +546,20 @@ MALFORMED = {
         "otel", '{"name": "chat", "context": {"trace_id": "0x1", "span_id": "0x2"}, "start_time": 1, "end_time": 2}\n\n{"name": "chat", "context": {"trace_id": "0x1", "span_id": "0x3"}, "start_time": 1}\n',
         r":3: missing or unreadable span time$",
     ),
+    "uuid that cannot be an id": ("claude_code", '{"type": "user", "uuid": ["u"], "timestamp": "2026-01-01T00:00:00Z"}\n', r":1: uuid is a list, expected text$"),
+    "tool name that is not text": (
+        "claude_code", '{"type": "assistant", "uuid": "a", "timestamp": "2026-01-01T00:00:00Z", "message": {"content": [{"type": "tool_use", "id": "t", "name": {}}]}}\n',
+        r":1: message.content/0/name is an object, expected text$",
+    ),
+    "JSON nested past the parser": ("claude_code", '{"a":' * 100_000 + "1" + "}" * 100_000 + "\n", r":1: JSON nested too deeply to read$"),
+    "resourceSpans of text": ("otel", '{"resourceSpans": ["x"]}', r": /resourceSpans/0 is text, expected an object$"),
+    "OTLP attribute without a key": (
+        "otel", '{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "01", "spanId": "02", "startTimeUnixNano": 1, "endTimeUnixNano": 2, "attributes": [{"value": {"intValue": "1"}}]}]}]}]}',
+        r": /resourceSpans/0/scopeSpans/0/spans/0/attributes/0/key is null, expected text$",
+    ),
+    "OTel file that is not UTF-8": ("otel", b'{"name": "chat"}\n{"name": "\xff"}\n', r":2: not UTF-8 text"),
+    "marble tokens the contract refuses": ("marble", '{"task": "t", "token_usage": -5, "iterations": [{"task_assignments": {"a": "x"}}]}\n', r":1: converted trace 'input:1' is invalid at /costs/tokens"),
+    "marble mode that is not text": ("marble", '{"task": "t", "coordination_mode": [], "iterations": []}\n', r":1: /coordination_mode is a list, expected text$"),
     "otlp line with a span without ids": ("otel", '{"resourceSpans": [{"scopeSpans": [{"spans": [{"name": "x"}]}]}]}\n{"resourceSpans": []}\n', r":1: /resourceSpans/0/scopeSpans/0/spans/0: span without traceId"),
 }
 
@@ -455,7 +568,7 @@ MALFORMED = {
 def test_malformed_input_names_file_and_line(case, tmp_path):
     converter, text, message = MALFORMED[case]
     path = tmp_path / "input.jsonl"
-    path.write_text(text)
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
     with pytest.raises(ConversionError, match=f"^{path}{message}" if message.startswith(":") else message):
         convert.FORMATS[converter](path)
 
@@ -465,8 +578,9 @@ def test_seed_round_trip_is_strict_both_ways(seed_example, seed_validator, tmp_p
     batch = convert.seed(seed_example)
     assert convert.to_seed(batch) == [batch.to_seed_json(0)]
     seed_validator.validate(convert.to_seed(batch)[0])
-    with pytest.raises(masreplay.TraceValidationError):
+    with pytest.raises(ConversionError, match="at /group_id") as raised:
         convert.seed({**seed_example, "group_id": "g"})
+    assert isinstance(raised.value.__cause__, masreplay.TraceValidationError)
     for suffix in (".json", ".jsonl", ".parquet"):
         convert.write(batch, tmp_path / f"out{suffix}")
         again = convert.seed(tmp_path / f"out{suffix}") if suffix != ".parquet" else masreplay.load_traces(tmp_path / f"out{suffix}")
@@ -540,9 +654,9 @@ def test_seed_is_strict_in_every_input_form(tmp_path, seed_example):
     (tmp_path / "own.json").write_text(json.dumps(own[0]))
     own.write_parquet(tmp_path / "own.parquet")
     for source in (tmp_path / "own.json", tmp_path / "own.parquet", own.to_arrow()):
-        with pytest.raises(masreplay.TraceValidationError, match="--from masreplay") as caught:
+        with pytest.raises(ConversionError, match="--from masreplay") as caught:
             convert.seed(source)
-        assert caught.value.trace_id == own.trace_ids[0]
+        assert caught.value.__cause__.trace_id == own.trace_ids[0]
     # the same traces as seed JSON pass, in Parquet too (group_id only as task_id's default)
     convert.write(convert.seed(seed_example), tmp_path / "seed.parquet")
     assert convert.seed(tmp_path / "seed.parquet").trace_ids == [seed_example["trace_id"]]

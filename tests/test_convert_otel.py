@@ -140,8 +140,9 @@ def test_usage_counts_on_every_span_that_reports_it(exported):
     assert {span["attrs"]["gen_ai.operation.name"] for span in reporting} == {"chat", "invoke_agent"}
     events = {event["id"]: event for trace in convert.otel(otlp) for event in trace["events"]}
     for span in reporting:
-        first = next(event for id, event in events.items() if id.split(":")[0] == span_hex(span["spanId"]))
-        assert first["tokens"] == int(span["attrs"]["gen_ai.usage.input_tokens"]) + int(span["attrs"]["gen_ai.usage.output_tokens"])
+        # An agent run's usage is on its return (the run's work), any other span's on its first event.
+        carrier = next(event for id, event in events.items() if id.split(":")[0] == span_hex(span["spanId"]) and not id.endswith(":start"))
+        assert carrier["tokens"] == int(span["attrs"]["gen_ai.usage.input_tokens"]) + int(span["attrs"]["gen_ai.usage.output_tokens"])
 
 
 def test_span_events_and_links_are_kept_or_counted(exported):
@@ -225,9 +226,31 @@ def test_unknown_operations_are_counted():
     assert batch.conversion_report.unknown == Counter({"gen_ai.operation.name embeddings": 1})
     looped = [{"name": n, "trace_id": "t", "span_id": n, "parent_id": p, "start_time": 1.0, "end_time": 2.0,
                "attributes": {"gen_ai.operation.name": "chat"}} for n, p in (("a", "b"), ("b", "a"))]
-    with pytest.raises(masreplay.TraceValidationError, match="cycle"):  # a broken export ends, it does not hang
+    with pytest.raises(masreplay.ConversionError, match="cycle") as raised:  # a broken export ends, it does not hang
         convert.otel(looped)
+    assert isinstance(raised.value.__cause__, masreplay.TraceValidationError)
     retrieval = convert.otel([{"name": "search docs", "trace_id": "t", "span_id": "r", "start_time": 1.0, "end_time": 1.5,
                                "attributes": {"gen_ai.operation.name": "retrieval", "gen_ai.data_source.id": "wiki"}}])
     assert [(e["type"], e.get("tool")) for e in retrieval[0]["events"]] == [("tool_call", "wiki"), ("tool_result", "wiki")]
     assert isinstance(batch, masreplay.TraceBatch)
+
+
+def test_roles_and_metrics(exported):
+    """The agent the user invokes orchestrates; the agents it runs are its sub-agents; the
+    user only asks. Usage of an agent run sits on its return, so no token is protocol here."""
+    otlp, _ = exported
+    batch = convert.otel(otlp)
+    lead = next(index for index, trace in enumerate(batch) if len(trace["events"]) > 1)
+    events = batch[lead]["events"]
+    roles = {(event["agent"], event.get("role")) for event in events if event["type"] != "tool_result"}
+    assert roles == {("user", "user"), ("lead", "orchestrator"), ("researcher", "sub-agent"), ("coder", "sub-agent")}
+    assert {event["role"] for event in events if event["type"] == "tool_result"} == {"tool"}
+    coder_run = next(event for event in events if event["type"] == "return" and event["agent"] == "coder")
+    assert coder_run["tokens"] == 11 + 4
+    rows = masreplay.metrics(batch).to_pylist()
+    # lead: its chat, 2 spawns, 2 invoking messages, its return; researcher: chat, tool call,
+    # return; coder: tool call, its failure flag, the guardrail, return.
+    assert (rows[lead]["critical_steps"], rows[lead]["spawn_depth"]) == (6 + 4, 1)
+    assert rows[lead]["protocol_overhead"] == 0.0
+    # The lone chat has no agent run around it: the application's own step, unnamed.
+    assert rows[1 - lead]["critical_steps"] == 1

@@ -3,7 +3,8 @@
 ``to_otel`` writes traces back out as OpenTelemetry GenAI spans with credit attached. Each
 converter returns a validated :class:`~masreplay.TraceBatch` whose ``conversion_report`` (a
 :class:`ConversionReport`) counts what was read, set aside and not understood. A record that
-cannot be read raises :class:`~masreplay.ConversionError` naming file and line.
+cannot be read raises :class:`~masreplay.ConversionError` naming file and line;
+no other exception leaves a converter.
 """
 
 from masreplay.convert._report import ConversionReport

@@ -1,8 +1,16 @@
-"""TraceBuilder: assembles one trace dict (seed schema + masreplay additions) event by event."""
+"""TraceBuilder: assembles one trace dict (seed schema + masreplay additions) event by event;
+``load`` turns the converted dicts into a batch."""
 
 from __future__ import annotations
 
 from typing import Any
+
+from masreplay.batch import TraceBatch
+from masreplay.errors import ConversionError, MasreplayError, TraceValidationError
+from masreplay.io import load_traces
+
+#: Where a converted trace came from: its source and, when one record made it, that record's line.
+Origin = tuple[str, int | None]
 
 
 class TraceBuilder:
@@ -70,3 +78,18 @@ class TraceBuilder:
             trace["metrics"] = metrics
         trace.update({key: value for key, value in extra.items() if value is not None})
         return trace
+
+
+def load(traces: list[dict[str, Any]], origins: list[Origin], source: str) -> TraceBatch:
+    """The converted traces as a batch. A trace the data contract rejects carries a value of
+    the input it cannot hold (a negative token count, a number beyond 64 bits, an attribute
+    nested too deep): a ConversionError naming the record it came from (``origins[i]`` is
+    trace i's), with the validation error as its cause."""
+    try:
+        return load_traces(traces)
+    except TraceValidationError as error:
+        where = {trace["trace_id"]: origin for trace, origin in zip(traces, origins)}
+        at, line = where.get(error.trace_id, (source, None))
+        raise ConversionError(at, line, f"converted trace {error.trace_id!r} is invalid at {error.path or '/'}: {error.reason}") from error
+    except MasreplayError as error:
+        raise ConversionError(source, None, f"converted traces rejected: {error}") from error

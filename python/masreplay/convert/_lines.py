@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import pathlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,29 +18,44 @@ def local_path(path: str | os.PathLike[str]) -> str:
     return os.path.expanduser(os.fspath(path))
 
 
+def _read(source: str) -> bytes:
+    try:
+        with open(source, "rb") as handle:
+            return handle.read()
+    except OSError as error:
+        raise ConversionError(source, None, f"cannot read: {error.strerror or error}") from error
+    except ValueError as error:  # a path with a NUL byte in it
+        raise ConversionError(source, None, f"cannot read: {error}") from None
+
+
+def _parse(text: str | bytes, source: str, line: int | None) -> Any:
+    """One JSON value; syntax errors, undecodable bytes and nesting deeper than Python's
+    parser can follow are ConversionErrors."""
+    try:
+        return json.loads(text)
+    except UnicodeDecodeError as error:
+        raise ConversionError(source, line, f"not UTF-8 text (byte {error.start}: {error.reason})") from None
+    except ValueError as error:
+        raise ConversionError(source, line, f"not valid JSON ({error})") from None
+    except RecursionError:
+        raise ConversionError(source, line, "JSON nested too deeply to read") from None
+
+
 def json_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yields (line number, object) for each non-blank line; a line that is not a JSON
     object raises ConversionError naming the file and the line."""
     source = local_path(path)
-    try:
-        handle = open(source, "rb")
-    except OSError as error:
-        raise ConversionError(source, None, f"cannot read: {error.strerror}") from error
-    with handle:
-        for number, raw in enumerate(handle, start=1):
-            if not raw.strip():
-                continue
-            try:
-                record = json.loads(raw)
-            except ValueError as error:
-                raise ConversionError(source, number, f"not valid JSON ({error})") from None
-            if not isinstance(record, dict):
-                raise ConversionError(source, number, f"expected a JSON object, got {type(record).__name__}")
-            yield number, record
+    for number, raw in enumerate(_read(source).split(b"\n"), start=1):
+        if not raw.strip():
+            continue
+        record = _parse(raw, source, number)
+        if not isinstance(record, dict):
+            raise ConversionError(source, number, f"expected a JSON object, got {type(record).__name__}")
+        yield number, record
 
 
 def records(source: Any) -> tuple[str, list[tuple[int, dict[str, Any]]]]:
-    """A path to a JSON Lines file, or a list of dicts, as (source name, numbered records).
+    """A path to a JSON Lines file, or a dict or list of dicts, as (source name, numbered records).
 
     In-memory records are numbered from 1 like lines, so errors read the same either way.
     """
@@ -49,6 +63,8 @@ def records(source: Any) -> tuple[str, list[tuple[int, dict[str, Any]]]]:
         return local_path(source), list(json_lines(source))
     if isinstance(source, dict):
         source = [source]
+    if not isinstance(source, (list, tuple)):
+        raise ConversionError(IN_MEMORY, None, f"expected a path, a dict or a list of dicts, got {type(source).__name__}")
     numbered = []
     for number, record in enumerate(source, start=1):
         if not isinstance(record, dict):
@@ -63,13 +79,17 @@ def json_document(source: Any) -> tuple[str, Any, list[int] | None]:
     if not isinstance(source, (str, os.PathLike)):
         return IN_MEMORY, source, None
     name = local_path(source)
+    raw = _read(name)
     try:
-        text = pathlib.Path(name).read_text(encoding="utf-8")
-    except OSError as error:
-        raise ConversionError(name, None, f"cannot read: {error.strerror}") from error
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = raw.count(b"\n", 0, error.start) + 1
+        raise ConversionError(name, line, f"not UTF-8 text (byte {error.start}: {error.reason})") from None
     try:
-        return name, json.loads(text), None
-    except ValueError:
+        return name, _parse(text, name, None), None
+    except ConversionError as error:
+        if "\n" not in text.strip():
+            raise error from None
         # Not one document: JSON Lines (one span or one export per line).
         numbered = list(json_lines(name))
         return name, [record for _, record in numbered], [number for number, _ in numbered]

@@ -18,6 +18,11 @@ Every transcript line with a ``uuid`` becomes zero or more events whose id is th
   ``stop_hook_summary`` -> safety_event by ``harness`` when the hooks prevented continuation
   or failed, else counted in ``ignored`` (the hooks passed).
 
+Each event's ``role`` says what its author is to the session: ``orchestrator`` (the session's
+own agent), ``sub-agent``, ``compaction`` (a compaction side agent), ``human``, ``harness`` or
+``tool`` (a tool result); ``kind`` tells the messages, safety events and aggregates of the
+harness apart (``prompt``, ``compaction_summary``, ``hook_block``, ``stop_hook``,
+``compaction``), and a spawn carries the call's ``subagent_type``.
 Each event's ``content_ref`` is ``file:line`` (``#k`` for block k), a pointer to the text it
 came from. Edges come from ``parentUuid`` (causal, through lines that made no event), plus spawn,
 return, aggregate and safety_flow edges. Token usage is counted once per message id (the
@@ -35,6 +40,7 @@ and its lines carry ``agentId``; and 2.0.x, where sub-agent lines sit in the mai
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import pathlib
@@ -44,11 +50,11 @@ from datetime import datetime
 from typing import Any
 
 from masreplay.batch import TraceBatch
-from masreplay.convert._builder import TraceBuilder
+from masreplay.convert._builder import TraceBuilder, load
 from masreplay.convert._lines import IN_MEMORY, local_path, records
 from masreplay.convert._report import ConversionReport
+from masreplay.convert._shape import describe
 from masreplay.errors import ConversionError
-from masreplay.io import load_traces
 
 MAIN_AGENT = "main"
 HUMAN = "human"
@@ -66,6 +72,16 @@ IGNORED_PROGRESS = frozenset({"agent_progress", "hook_progress", "bash_progress"
 IGNORED_SYSTEM = frozenset({"turn_duration"})
 # agent_progress lines of a sub-agent whose own transcript is missing: the only copy of its events.
 MISSING_SUBAGENT_PROGRESS = "progress agent_progress (not repeated: sub-agent transcript missing)"
+# A line written twice (same uuid, same content): one copy is read.
+REPEATED_LINE = "line repeating an earlier line (same uuid and content)"
+# Fields of a line that are looked up as ids or compared as names, and those read into.
+TEXT_FIELDS = ("uuid", "parentUuid", "logicalParentUuid", "parentToolUseID", "subtype")
+OBJECT_FIELDS = ("compactMetadata",)
+BLOCK_FIELDS = (("type", str, "text"), ("id", str, "text"), ("tool_use_id", str, "text"), ("name", str, "text"), ("text", str, "text"), ("input", dict, "an object"))
+
+# Roles (the events' `role`): what the author is to the session. The metrics never take a
+# human, the harness or a tool for the orchestrator.
+ORCHESTRATOR, SUB_AGENT, COMPACTION, TOOL = "orchestrator", "sub-agent", "compaction", "tool"
 
 
 @dataclass
@@ -89,8 +105,27 @@ class _Line:
     def uuid(self) -> str | None:
         return self.record.get("uuid")
 
-    @property
+    def check(self) -> None:
+        """The fields the converter hashes or reads into are of the types it needs."""
+        record = self.record
+        if not isinstance(record.get("type"), str):
+            raise self.fail("line without a string 'type'")
+        for key in TEXT_FIELDS:
+            if record.get(key) is not None and not isinstance(record[key], str):
+                raise self.fail(f"{key} is {describe(record[key])}, expected text")
+        for key in OBJECT_FIELDS:
+            if record.get(key) is not None and not isinstance(record[key], dict):
+                raise self.fail(f"{key} is {describe(record[key])}, expected an object")
+        message = record.get("message")
+        if isinstance(message, dict):
+            if message.get("id") is not None and not isinstance(message["id"], str):
+                raise self.fail(f"message.id is {describe(message['id'])}, expected text")
+            if message.get("usage") is not None and not isinstance(message["usage"], dict):
+                raise self.fail(f"message.usage is {describe(message['usage'])}, expected an object")
+
+    @functools.cached_property
     def content(self) -> list[dict[str, Any]]:
+        """The message's blocks (text as one text block), each checked for the types read from it."""
         message = self.record.get("message")
         if not isinstance(message, dict):
             raise self.fail(f"{self.record['type']} line without a message object")
@@ -99,6 +134,10 @@ class _Line:
             return [{"type": "text", "text": content}]
         if not isinstance(content, list) or not all(isinstance(block, dict) for block in content):
             raise self.fail("message.content is neither text nor a list of blocks")
+        for index, block in enumerate(content):
+            for key, kind, name in BLOCK_FIELDS:
+                if block.get(key) is not None and not isinstance(block[key], kind):
+                    raise self.fail(f"message.content/{index}/{key} is {describe(block[key])}, expected {name}")
         return content
 
 
@@ -111,8 +150,9 @@ def _transcript(source: Any) -> tuple[Files, pathlib.Path | None]:
     if not isinstance(source, (str, os.PathLike)):
         return [records(source)], None
     main = pathlib.Path(local_path(source))
+    transcript = records(main)  # first: a path that names no file fails here
     folder = main.with_suffix("") / "subagents"
-    return [records(main), *(records(path) for path in sorted(folder.glob("*.jsonl")))], folder
+    return [transcript, *(records(path) for path in sorted(folder.glob("*.jsonl")))], folder
 
 
 def _seconds(line: _Line) -> float:
@@ -121,8 +161,8 @@ def _seconds(line: _Line) -> float:
         raise line.fail("line without a timestamp")
     try:
         return datetime.fromisoformat(stamp).timestamp()
-    except ValueError:
-        raise line.fail(f"timestamp {stamp!r} is not ISO-8601") from None
+    except (ValueError, OverflowError):
+        raise line.fail(f"timestamp {stamp!r} is not an ISO-8601 time") from None
 
 
 class _Session:
@@ -130,11 +170,19 @@ class _Session:
 
     def __init__(self, files: Files, folder: pathlib.Path | None, report: ConversionReport) -> None:
         self.report = report
-        self.lines = [_Line(name, number, record) for name, numbered in files for number, record in numbered]
-        for line in self.lines:
-            if not isinstance(line.record.get("type"), str):
-                raise line.fail("line without a string 'type'")
-        self.by_uuid = {line.uuid: line for line in self.lines if line.uuid}
+        self.lines: list[_Line] = []
+        self.by_uuid: dict[str, _Line] = {}
+        for name, numbered in files:
+            for number, record in numbered:
+                line = _Line(name, number, record)
+                line.check()
+                first = self.by_uuid.setdefault(line.uuid, line) if line.uuid else line
+                if first is line:
+                    self.lines.append(line)
+                elif first.record == record:
+                    report.ignored[REPEATED_LINE] += 1
+                else:
+                    raise line.fail(f"uuid {line.uuid!r} is already the uuid of {first.source}:{first.number}, a different line")
         stamps = [_seconds(line) for line in self.lines if "timestamp" in line.record]
         self.start, self.end = (min(stamps), max(stamps)) if stamps else (0.0, 0.0)
         self._assign_agents()
@@ -197,7 +245,7 @@ class _Session:
         for call in spawn_calls:
             if call in spawned:
                 continue
-            prompt = self.calls[call][1].get("input", {}).get("prompt")
+            prompt = (self.calls[call][1].get("input") or {}).get("prompt")
             for agent, root in roots.items():
                 if root.record.get("type") == "user" and _text(root.content) == prompt:
                     spawned[call] = agent
@@ -268,8 +316,11 @@ class _Session:
             counts = message.get("usage") or {}
             merged = usage[message.get("id") or line.uuid]
             for name in USAGE_FIELDS:
-                if isinstance(counts.get(name), int):
-                    merged[name] = max(merged.get(name, 0), counts[name])
+                count = counts.get(name)
+                if isinstance(count, int) and not isinstance(count, bool):
+                    if count < 0:
+                        raise line.fail(f"message.usage.{name} is negative ({count})")
+                    merged[name] = max(merged.get(name, 0), count)
         return usage
 
     def t(self, line: _Line) -> float:
@@ -278,11 +329,22 @@ class _Session:
 
 def _progress_kind(line: _Line) -> str | None:
     data = line.record.get("data")
-    return data.get("type") if line.record["type"] == "progress" and isinstance(data, dict) else None
+    kind = data.get("type") if line.record["type"] == "progress" and isinstance(data, dict) else None
+    return kind if isinstance(kind, str) else None
+
+
+def _role(agent: str) -> str:
+    """The role of an author: the session's own agent orchestrates; the person, the harness
+    and the compaction side agents are named as such; every other agent is a sub-agent."""
+    if agent == MAIN_AGENT:
+        return ORCHESTRATOR
+    if agent in (HUMAN, HARNESS):
+        return agent
+    return COMPACTION if agent.startswith(("acompact", "compaction")) else SUB_AGENT
 
 
 def _text(content: list[dict[str, Any]]) -> str:
-    return "".join(block.get("text", "") for block in content if block.get("type") == "text")
+    return "".join(block.get("text") or "" for block in content if block.get("type") == "text")
 
 
 class _Converter:
@@ -308,11 +370,12 @@ class _Converter:
         self._edges()
 
     def _new(self, line: _Line, block_index: int, blocks: int, type: str, agent: str, suffix: str = "", **fields: Any) -> str:
-        if line.uuid is None:
+        if not line.uuid:
             raise line.fail(f"{line.record['type']} line without a uuid")
         event_id = (line.uuid if blocks == 1 else f"{line.uuid}#{block_index}") + suffix
         content_ref = f"{line.file}:{line.number}" if blocks == 1 else f"{line.file}:{line.number}#{block_index}"
-        line.events.append(self.builder.event(event_id, self.session.t(line), type, agent, content_ref=content_ref, **fields))
+        role = TOOL if type == "tool_result" else _role(agent)
+        line.events.append(self.builder.event(event_id, self.session.t(line), type, agent, role=role, content_ref=content_ref, **fields))
         return event_id
 
     # ---- line types ------------------------------------------------------------------
@@ -330,8 +393,8 @@ class _Converter:
                 name = block.get("name")
                 if block.get("id") in self.session.spawned:
                     sub = self.session.spawned[block["id"]]
-                    role = (block.get("input") or {}).get("subagent_type")
-                    event = self._new(line, index, len(content), "spawn", line.agent, to=sub, role=role, tool=name, tool_use_id=block["id"], **fields)
+                    subagent_type = (block.get("input") or {}).get("subagent_type")
+                    event = self._new(line, index, len(content), "spawn", line.agent, to=sub, subagent_type=subagent_type, tool=name, tool_use_id=block["id"], **fields)
                     self.spawn_events[sub] = event
                 else:
                     event = self._new(line, index, len(content), "tool_call", line.agent, tool=name, tool_use_id=block.get("id"), **fields)
@@ -390,19 +453,19 @@ class _Converter:
 
     def _user_text(self, line: _Line, index: int, blocks: int, block: dict[str, Any]) -> None:
         record = line.record
-        text = block.get("text", "")
+        text = block.get("text") or ""
         parent = self.session.parent_agent.get(line.agent)
         if record.get("isCompactSummary"):
             agent = self.session.compaction_of_summary(line)
-            self._new(line, index, blocks, "message", agent, from_=agent, to=line.agent, role="compaction_summary")
+            self._new(line, index, blocks, "message", agent, from_=agent, to=line.agent, kind="compaction_summary")
         elif parent is not None and self.roots.get(line.agent) is None:
             self.roots[line.agent] = line
-            self._new(line, index, blocks, "message", parent, from_=parent, to=line.agent, role="prompt")
+            self._new(line, index, blocks, "message", parent, from_=parent, to=line.agent, kind="prompt")
         elif HOOK_BLOCK in text:
             # Addressed to the agent whose tool call was blocked: the note may be written into
             # another agent's file (a compaction agent's, in the sample).
             blocked = self.session.by_uuid.get(record.get("parentUuid"))
-            self._new(line, index, blocks, "safety_event", HARNESS, to=blocked.agent if blocked else line.agent, role="hook_block")
+            self._new(line, index, blocks, "safety_event", HARNESS, to=blocked.agent if blocked else line.agent, kind="hook_block")
         elif record.get("isMeta") or text.startswith(HARNESS_PREFIXES) or line.agent != MAIN_AGENT:
             # Only the session's own conversation has a person in it; a sub-agent's other
             # user text (the compaction request, reminders) comes from the harness.
@@ -416,13 +479,13 @@ class _Converter:
         if subtype == "compact_boundary":
             metadata = record.get("compactMetadata") or {}
             agent = self.session.compaction_agents[line.uuid]
-            self._new(line, 0, 1, "aggregate", agent, role="compaction", trigger=metadata.get("trigger"), pre_tokens=metadata.get("preTokens"))
+            self._new(line, 0, 1, "aggregate", agent, kind="compaction", trigger=metadata.get("trigger"), pre_tokens=metadata.get("preTokens"))
         elif subtype == "stop_hook_summary" and not (record.get("preventedContinuation") or record.get("hookErrors")):
             # The stop hooks ran and let the turn end as it would have: nothing was blocked.
             self.report.ignored["system subtype stop_hook_summary (hooks passed)"] += 1
         elif subtype == "stop_hook_summary":
             self._new(
-                line, 0, 1, "safety_event", HARNESS, role="stop_hook", prevented_continuation=record.get("preventedContinuation"),
+                line, 0, 1, "safety_event", HARNESS, kind="stop_hook", prevented_continuation=record.get("preventedContinuation"),
                 hook_errors=record.get("hookErrors"), hook_count=record.get("hookCount"),
             )
         else:
@@ -491,7 +554,7 @@ def claude_code(source: Any, *, trace_id: str | None = None, task_id: str | None
     files, folder = _transcript(source)
     report = ConversionReport("claude_code", sources=[name for name, _ in files])
     session = _Session(files, folder, report)
-    report.records = len(session.lines)
+    report.records = sum(len(numbered) for _, numbered in files)
     session_id = next((line.record["sessionId"] for line in session.lines if isinstance(line.record.get("sessionId"), str)), None)
     trace_id = trace_id or session_id
     if not trace_id:
@@ -500,7 +563,7 @@ def claude_code(source: Any, *, trace_id: str | None = None, task_id: str | None
     builder = TraceBuilder(trace_id, task_id or trace_id, system=f"claude-code {version}" if version else "claude-code", topology="centralized")
     _Converter(session, builder).run()
     trace = builder.build(wall_clock_s=session.end - session.start)
-    batch = load_traces([trace])
+    batch = load([trace], [(report.sources[0], None)], report.sources[0])
     report.traces, report.events = 1, len(builder.events)
     batch.conversion_report = report
     return batch

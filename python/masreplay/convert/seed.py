@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 from masreplay.batch import TraceBatch
 from masreplay.convert._lines import IN_MEMORY, local_path
 from masreplay.convert._report import ConversionReport
-from masreplay.errors import ConversionError, StorageError, TraceValidationError
+from masreplay.errors import ConversionError, InvalidArgumentError, MasreplayError, StorageError, TraceValidationError
 from masreplay.io import load_traces
 
 OUTPUT_SUFFIXES = (".json", ".jsonl", ".parquet")
@@ -36,11 +36,15 @@ MASREPLAY_ADDITIONS = ("schema_version", "group_id", "policy_version", "counterf
 
 def seed(source: Any) -> TraceBatch:
     """Reads seed-schema traces (a path, JSON text, a dict or a list of dicts), rejecting
-    anything the seed schema does not allow (TraceValidationError), in every input form:
-    masreplay's own files carry additions and read with :func:`masreplay_traces`."""
+    anything the seed schema does not allow, in every input form: a ConversionError naming
+    the source, with trace id and JSON pointer in its reason and the TraceValidationError as
+    its cause. masreplay's own files carry additions and read with :func:`masreplay_traces`."""
     name = _source_name(source)
     batch = _read(name, name if name != IN_MEMORY else source, strict_seed=True)
-    _refuse_additions(batch)
+    try:
+        _refuse_additions(batch)
+    except TraceValidationError as error:
+        raise _conversion_error(name, error) from error
     batch.conversion_report = ConversionReport("seed", sources=[name], records=len(batch), traces=len(batch), events=batch.num_events)
     return batch
 
@@ -56,18 +60,25 @@ def masreplay_traces(source: Any) -> TraceBatch:
 
 
 def _read(name: str, source: Any, *, strict_seed: bool) -> TraceBatch:
-    """load_traces, with a missing file a ConversionError as in every other converter and the
-    way to masreplay's own layout named when the seed schema refuses one of its additions."""
+    """load_traces, every failure a ConversionError as in every other converter (a refused
+    trace's TraceValidationError its cause), with the way to masreplay's own layout named
+    when the seed schema refuses one of its additions."""
     if name != IN_MEMORY and not os.path.exists(name):
         raise ConversionError(name, None, "cannot read: No such file or directory")
     try:
         return load_traces(source, strict_seed=strict_seed)
     except TraceValidationError as error:
         if strict_seed and error.path.lstrip("/") in MASREPLAY_ADDITIONS:
-            raise TraceValidationError(error.trace_id, error.path, f"{error.reason} ({_OWN_FILES})") from None
-        raise
+            error = TraceValidationError(error.trace_id, error.path, f"{error.reason} ({_OWN_FILES})")
+        raise _conversion_error(name, error) from error
     except StorageError as error:
         raise ConversionError(name, None, f"cannot read: {error}") from error
+    except MasreplayError as error:
+        raise ConversionError(name, None, str(error)) from error
+
+
+def _conversion_error(name: str, error: TraceValidationError) -> ConversionError:
+    return ConversionError(name, None, f"trace {error.trace_id!r} at {error.path or '/'}: {error.reason}")
 
 
 _OWN_FILES = "masreplay's own files read with convert.masreplay_traces, or masreplay convert --from masreplay"
@@ -95,7 +106,7 @@ def write(batch: TraceBatch, path: str | os.PathLike[str]) -> None:
     """Writes ``batch`` in the format ``path``'s suffix names (see the module docstring)."""
     target = pathlib.Path(local_path(path))
     if target.suffix not in OUTPUT_SUFFIXES:
-        raise ValueError(f"cannot tell the output format from {os.fspath(path)!r}: use one of {', '.join(OUTPUT_SUFFIXES)}")
+        raise InvalidArgumentError(f"cannot tell the output format from {os.fspath(path)!r}: use one of {', '.join(OUTPUT_SUFFIXES)}")
     if target.suffix == ".parquet":
         batch.write_parquet(target)
         return

@@ -8,7 +8,7 @@ use std::hash::BuildHasher;
 use arrow_array::Array;
 use foldhash::fast::FixedState;
 
-use super::{Columns, TraceMetrics};
+use super::{Columns, Role, TraceMetrics};
 use crate::trace::EventType;
 
 mod edges;
@@ -24,8 +24,11 @@ struct Agent {
     first_t: f64,
     /// End of its last event (`t + duration_s`).
     end_t: f64,
-    /// Time-order position of its first own event, or NONE.
-    first_event: u32,
+    /// Time-order position of its first event whose role is orchestrator, or NONE.
+    orchestrator_event: u32,
+    /// Time-order position of its first event that makes it a candidate orchestrator in a
+    /// trace without that role (see [`super::TraceMetrics`]), or NONE.
+    candidate_event: u32,
     /// Its current stage while the events are walked in time order: the aggregates it
     /// authored so far. After the walk, its number of stages minus one.
     stage: u32,
@@ -50,7 +53,8 @@ impl Agent {
             own_steps: 0,
             first_t: f64::INFINITY,
             end_t: f64::NEG_INFINITY,
-            first_event: NONE,
+            orchestrator_event: NONE,
+            candidate_event: NONE,
             stage: 0,
             parent: NONE,
             spawn_t: f64::INFINITY,
@@ -264,7 +268,12 @@ impl Scratch {
             }
             let tokens = columns.tokens(row);
             all_tokens += tokens;
-            if matches!(event_type, EventType::Spawn | EventType::Despawn | EventType::Message | EventType::ToolCall) {
+            let inter_agent = match event_type {
+                EventType::Spawn | EventType::Despawn => true,
+                EventType::Message => columns.to(row).is_some_and(|to| to != columns.agent(row)),
+                _ => false,
+            };
+            if inter_agent {
                 protocol_tokens += tokens;
             }
             let author = if event_type == EventType::ToolResult {
@@ -275,8 +284,14 @@ impl Scratch {
                 agent.own_steps += 1;
                 agent.first_t = agent.first_t.min(t);
                 agent.end_t = agent.end_t.max(t + duration.unwrap_or(0.0));
-                if agent.first_event == NONE {
-                    agent.first_event = position as u32;
+                let role = columns.role(row);
+                if role == Role::Orchestrator && event_type != EventType::Spawn && agent.orchestrator_event == NONE {
+                    agent.orchestrator_event = position as u32;
+                }
+                let candidate = role != Role::NotAnAgent
+                    && !matches!(event_type, EventType::HumanIntervention | EventType::SafetyEvent);
+                if candidate && agent.candidate_event == NONE {
+                    agent.candidate_event = position as u32;
                 }
                 local
             };

@@ -24,12 +24,17 @@ use crate::trace::EventType;
 
 /// The orchestration figures of one trace.
 ///
-/// Conventions: each event is one *step* of its author. The *orchestrator* is the author of
-/// the earliest event (by `t`, then `id`) among agents nobody spawned. A *sub-agent* is an
-/// agent named by the `to` of a spawn event; its *parent* is the author of its earliest
-/// spawn. A tool_result's `agent` names the tool, so tool results are nobody's steps. Ratios
-/// whose denominator is empty are `None` (null in Arrow), so means over a batch skip them
-/// instead of averaging in a made-up value.
+/// Conventions: each event is one *step* of its author. A *sub-agent* is an agent named by
+/// the `to` of a spawn event; its *parent* is the author of its earliest spawn. A
+/// tool_result's `agent` names the tool, so tool results are nobody's steps. The
+/// *orchestrator* is read from the events' `role` (see [`Role`]): the author of the earliest
+/// event whose role is `orchestrator` or `lead`; in a trace without such a role, the author of
+/// the earliest event that an agent could have decided (not a human_intervention or
+/// safety_event, not by a `human`, `user`, `harness`, `monitor` or `tool` role) among agents
+/// nobody spawned (among every such author when all were spawned, as in a spawn cycle). A
+/// spawn's `role` is not read: the seed schema's example gives it the spawned agent's role.
+/// Ratios whose denominator is empty are `None` (null in Arrow), so means over a batch skip
+/// them instead of averaging in a made-up value.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TraceMetrics {
     pub n_events: u32,
@@ -58,9 +63,11 @@ pub struct TraceMetrics {
     /// Share of sub-agent steps taken by sub-agents that returned: the work that could reach
     /// the answer. `None` when sub-agents took no steps.
     pub utilization: Option<f64>,
-    /// Tokens of protocol events (spawn, despawn, message, tool_call) over all tokens; the
-    /// content (decisions, tool results, returns, aggregates, human and safety events) is
-    /// the rest. `None` when the trace records no tokens.
+    /// Tokens of inter-agent protocol over all tokens: spawn and despawn events, and
+    /// messages addressed (`to`) to an agent other than their author. Everything else is
+    /// content: decisions, an agent's own text (a message without another addressee), tool
+    /// calls and results (work on the task), returns, aggregates, human and safety events.
+    /// `None` when the trace records no tokens.
     pub protocol_overhead: Option<f64>,
     /// Among message events with a content_ref, the share that repeat a content_ref already
     /// sent: `1 - distinct / messages`. `None` without such messages.
@@ -100,6 +107,30 @@ struct Columns<'a> {
     /// `to` dictionary key -> agent number.
     agent_of_to: Vec<u32>,
     n_agent_names: usize,
+    role_keys: &'a [i32],
+    /// `role` dictionary key -> what the role says about its event's author.
+    role_of_key: Vec<Role>,
+}
+
+/// What an event's `role` says about its author, for finding the orchestrator.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Role {
+    /// `orchestrator`, or `lead` (the seed schema example's name for it).
+    Orchestrator,
+    /// `human`, `user`, `harness`, `monitor`, `tool`: acts on the trace, never orchestrates it.
+    NotAnAgent,
+    /// Any other role, or none.
+    Other,
+}
+
+impl Role {
+    pub(crate) fn of(name: &str) -> Role {
+        match name {
+            "orchestrator" | "lead" => Role::Orchestrator,
+            "human" | "user" | "harness" | "monitor" | "tool" => Role::NotAnAgent,
+            _ => Role::Other,
+        }
+    }
 }
 
 impl<'a> Columns<'a> {
@@ -113,7 +144,10 @@ impl<'a> Columns<'a> {
         };
         let agent_of_key = events.agent.values().as_string::<i32>().iter().map(|n| number(n.unwrap_or(""))).collect();
         let agent_of_to = events.to.values().as_string::<i32>().iter().map(|n| number(n.unwrap_or(""))).collect();
+        let role_of_key = events.role.values().as_string::<i32>().iter().map(|n| Role::of(n.unwrap_or(""))).collect();
         Columns {
+            role_keys: events.role.keys().values(),
+            role_of_key,
             t: events.t.values(),
             type_codes: events.event_type.keys().values(),
             agent_keys: events.agent.keys().values(),
@@ -140,6 +174,10 @@ impl<'a> Columns<'a> {
     /// The agent a spawn, despawn, message or return addresses.
     fn to(&self, row: usize) -> Option<u32> {
         self.events.to.is_valid(row).then(|| self.agent_of_to[self.to_keys[row].as_usize()])
+    }
+
+    fn role(&self, row: usize) -> Role {
+        if self.events.role.is_valid(row) { self.role_of_key[self.role_keys[row].as_usize()] } else { Role::Other }
     }
 
     fn tokens(&self, row: usize) -> i64 {

@@ -219,12 +219,98 @@ fn safety_event_and_untrusted_result_amplify_downstream() {
     let metrics = measure(trace.clone());
     // From the result: next, flag, last; from the flag: last. Three events over two sources.
     assert_eq!(metrics.error_amplification, Some(1.5));
-    // The tool call's 10 tokens of 120.
-    assert_eq!(metrics.protocol_overhead, Some(10.0 / 120.0));
+    // A tool call is work on the task, not inter-agent protocol.
+    assert_eq!(metrics.protocol_overhead, Some(0.0));
     // A trusted result is no source.
     let mut trusted = trace;
     trusted.events[result as usize].trusted = Some(true);
     assert_eq!(measure(trusted).error_amplification, Some(1.0));
+}
+
+#[test]
+fn protocol_is_spawns_and_messages_to_another_agent() {
+    let mut build = Build::default();
+    build.event(0.0, EventType::OrchestratorDecision, "orch");
+    // The agent's own text (no addressee, or itself) is content, as a tool call is.
+    build.event(1.0, EventType::Message, "orch");
+    build.to(2.0, EventType::Message, "orch", "orch");
+    build.event(3.0, EventType::ToolCall, "orch");
+    build.to(4.0, EventType::Spawn, "orch", "w");
+    build.to(5.0, EventType::Message, "orch", "w");
+    build.to(6.0, EventType::Despawn, "orch", "w");
+    assert_eq!(measure(build.trace()).protocol_overhead, Some(3.0 / 7.0));
+}
+
+/// A session as converters write it: the person's prompt, the harness's note and a monitor's
+/// flag come first, then the main agent decides, spawns a worker and answers; `roles` marks
+/// the agents' events too.
+fn session(roles: bool) -> Build {
+    let mut build = Build::default();
+    let role = |build: &mut Build, event: u32, role: &str| {
+        if roles {
+            build.events[event as usize].role = Some(role.into());
+        }
+    };
+    let prompt = build.to(0.0, EventType::HumanIntervention, "human", "main");
+    role(&mut build, prompt, "human");
+    // The harness is marked whether or not the agents are: nothing else tells it apart.
+    let note = build.to(0.5, EventType::Message, "harness", "main");
+    build.events[note as usize].role = Some("harness".into());
+    let blocked = build.event(0.7, EventType::SafetyEvent, "monitor");
+    role(&mut build, blocked, "monitor");
+    for t in [1.0, 2.0] {
+        let own = build.event(t, EventType::OrchestratorDecision, "main");
+        role(&mut build, own, "orchestrator");
+    }
+    let spawn = build.to(3.0, EventType::Spawn, "main", "w");
+    role(&mut build, spawn, "orchestrator");
+    for t in [4.0, 5.0] {
+        let work = build.event(t, EventType::ToolCall, "w");
+        role(&mut build, work, "sub-agent");
+    }
+    let returned = build.to(6.0, EventType::Return, "w", "main");
+    role(&mut build, returned, "sub-agent");
+    let answer = build.event(7.0, EventType::Message, "main");
+    role(&mut build, answer, "orchestrator");
+    build
+}
+
+#[test]
+fn humans_harness_and_monitors_never_orchestrate() {
+    for roles in [true, false] {
+        let metrics = measure(session(roles).trace());
+        // main: 2 decisions, the spawn, the answer + w's 3 steps.
+        assert_eq!((metrics.critical_steps, metrics.spawn_depth), (4 + 3, 1), "roles: {roles}");
+    }
+    // Unmarked, the harness's message is an agent's step like any other: it orchestrates.
+    let mut unmarked = session(false);
+    unmarked.events[1].role = None;
+    assert_eq!(measure(unmarked.trace()).critical_steps, 1);
+}
+
+#[test]
+fn a_role_names_the_orchestrator_over_the_earliest_author() {
+    let mut build = session(true);
+    // An unspawned agent that acts first without a role does not outrank the named one.
+    let early = build.event(0.1, EventType::OrchestratorDecision, "side");
+    build.events[early as usize].role = Some("compaction".into());
+    assert_eq!(measure(build.trace()).critical_steps, 7);
+    // A spawn's role names the spawned agent (the seed example), so it is not read.
+    let mut spawned_lead = Build::default();
+    spawned_lead.event(0.0, EventType::OrchestratorDecision, "orch");
+    let spawn = spawned_lead.to(1.0, EventType::Spawn, "w", "orch2");
+    spawned_lead.events[spawn as usize].role = Some("lead".into());
+    spawned_lead.event(2.0, EventType::OrchestratorDecision, "orch");
+    assert_eq!(measure(spawned_lead.trace()).critical_steps, 2);
+}
+
+#[test]
+fn a_trace_without_agents_has_no_orchestrator() {
+    let mut build = Build::default();
+    build.event(0.0, EventType::HumanIntervention, "human");
+    build.event(1.0, EventType::SafetyEvent, "monitor");
+    let metrics = measure(build.trace());
+    assert_eq!((metrics.critical_steps, metrics.spawn_depth), (0, 0));
 }
 
 /// `trace` with its events stored in reverse and its edges in an order that is not

@@ -63,14 +63,20 @@ impl Scratch {
         metrics.critical_steps = self.agents[root as usize].critical_steps;
     }
 
-    /// The author of the earliest event among agents nobody spawned (among all authors when
-    /// every author was spawned, as in a spawn cycle).
+    /// The author of the earliest event whose role says orchestrator; without one, the
+    /// author of the earliest candidate event among agents nobody spawned (among every
+    /// candidate when all were spawned, as in a spawn cycle). None when no agent qualifies
+    /// (a trace of human and safety events only): a human is never the orchestrator.
     pub(super) fn orchestrator(&self) -> Option<u32> {
-        (0..self.agents.len() as u32).filter(|&agent| self.agents[agent as usize].first_event != NONE).min_by_key(
-            |&agent| {
-                let agent = &self.agents[agent as usize];
-                (agent.parent != NONE, agent.first_event)
-            },
-        )
+        let agents = || (0..self.agents.len() as u32).map(|local| (local, &self.agents[local as usize]));
+        agents()
+            .filter(|(_, agent)| agent.orchestrator_event != NONE)
+            .min_by_key(|(_, agent)| agent.orchestrator_event)
+            .or_else(|| {
+                agents()
+                    .filter(|(_, agent)| agent.candidate_event != NONE)
+                    .min_by_key(|(_, agent)| (agent.parent != NONE, agent.candidate_event))
+            })
+            .map(|(local, _)| local)
     }
 }
