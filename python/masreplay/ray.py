@@ -4,7 +4,8 @@ or machines and a trainer that samples (``pip install masreplay[ray]``).
 Each shard is a Ray actor holding a :class:`~masreplay.GraphBuffer`. A trace goes to the shard
 given by a stable hash of its group_id (a GRPO group lands whole in one shard) and a branch
 rollout goes wherever its factual trace went (a branch family is never split). Traces cross
-to the shards as Arrow tables through Ray's object store. Sampling follows the rule of one
+to and from the shards as Arrow IPC streams through Ray's object store (one buffer each:
+Ray would otherwise serialize a table array by array). Sampling follows the rule of one
 GraphBuffer over the union of the shards: per-shard counts are drawn multinomially from the
 shards' eligible counts (uniform) or priority totals (prioritized), then each shard draws
 its count from its own seeded stream.
@@ -28,7 +29,7 @@ import pyarrow.compute as pc
 import ray  # the Ray package: imports are absolute, so this is never masreplay.ray itself
 
 from masreplay import _core
-from masreplay.batch import TraceBatch
+from masreplay.batch import TraceBatch, _from_ipc_table, _to_ipc
 from masreplay.buffer import AddReport, GraphBuffer, Sampler, _count, _version, band_limits
 from masreplay.errors import InvalidArgumentError, StorageError
 from masreplay.io import OnError, _load
@@ -122,8 +123,9 @@ class _Shard:
             },
         )
 
-    def add(self, table: pa.Table) -> tuple[int, list[tuple[int, str | None, Exception]]]:
-        # The table comes from a writer that validated it (see RayGraphBuffer.add).
+    def add(self, data: bytes) -> tuple[int, list[tuple[int, str | None, Exception]]]:
+        # An Arrow IPC stream from a writer that validated the traces (RayGraphBuffer.add).
+        table = _from_ipc_table(data)
         batch = _core.TraceBatch.from_own_arrow(table)
         if batch is None:
             batch, _ = _core.ingest_arrow(table)
@@ -145,19 +147,19 @@ class _Shard:
 
     def sample(
         self, count: int, sampler: str, filters: dict[str, Any], seed: int | None, with_branches: bool
-    ) -> tuple[pa.Table, np.ndarray]:
+    ) -> tuple[bytes, np.ndarray]:
         selection, probabilities = self.buffer._core.sample(
             count, sampler=sampler, seed=seed, with_branches=with_branches, **filters
         )
-        return pa.table(selection.collect()), probabilities
+        return _to_ipc(pa.table(selection.collect())), probabilities
 
     def sample_groups(
         self, count: int, group_size: int | None, seed: int | None, max_staleness: int | None
-    ) -> pa.Table:
+    ) -> bytes:
         selection = self.buffer._core.sample_groups(
             count, group_size=group_size, seed=seed, max_staleness=max_staleness
         )
-        return pa.table(selection.collect())
+        return _to_ipc(pa.table(selection.collect()))
 
     def contains_many(self, trace_ids: list[str]) -> np.ndarray:
         return self.buffer._core.contains_many(trace_ids)
@@ -349,13 +351,13 @@ class RayGraphBuffer:
         for shard in np.unique(routes):
             rows = np.flatnonzero(routes == shard)
             part = batch if len(rows) == len(batch) else batch.take(rows.tolist())
-            refs.append(self._shards[shard].add.remote(pa.table(part)))
+            refs.append(self._shards[shard].add.remote(_to_ipc(pa.table(part))))
             positions.append(rows)
         return refs, positions, load_rejected
 
     def add(self, traces: Any, *, on_error: OnError = "raise") -> int | AddReport:
         """Validates ``traces`` here (anything ``masreplay.load_traces`` accepts) and sends
-        each shard its part as one Arrow table. ``on_error="raise"``: an invalid trace raises
+        each shard its part as one Arrow IPC stream. ``on_error="raise"``: an invalid trace raises
         before anything is sent; a trace a shard refuses (an id it already stores, a branch
         whose factual trace is gone) raises after the other shards took their parts.
         ``on_error="skip"``: returns an AddReport as GraphBuffer.add does."""
@@ -575,10 +577,11 @@ def _read_manifest(directory: pathlib.Path) -> dict[str, Any]:
     return manifest
 
 
-def _gathered(tables: list[pa.Table], order: np.ndarray | None, probabilities: np.ndarray | None) -> TraceBatch:
-    """The shards' answers as one batch (rows in ``order`` when given)."""
+def _gathered(answers: list[bytes], order: np.ndarray | None, probabilities: np.ndarray | None) -> TraceBatch:
+    """The shards' answers (Arrow IPC streams: one buffer each for Ray to move, where a table
+    is serialized column by column) as one batch, rows in ``order`` when given."""
     cores = []
-    for table in tables:
+    for table in map(_from_ipc_table, answers):
         core = _core.TraceBatch.from_own_arrow(table)
         cores.append(core if core is not None else _core.ingest_arrow(table)[0])
     whole = _core.TraceBatch.concat(cores) if cores else _core.empty_batch()
