@@ -62,3 +62,40 @@ pub fn route_to_shards(batch: &TraceBatch, shards: u32, known: &HashMap<&str, u3
     }
     Ok(shard.into_iter().map(|s| s.unwrap_or(UNRESOLVED)).collect())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::{SimConfig, generate};
+    use crate::trace::{CounterfactualKind, CounterfactualOf};
+
+    #[test]
+    fn groups_stay_whole_and_branches_follow_their_factual_trace() {
+        let mut traces = generate(&SimConfig { n_traces: 40, seed: 3, group_size: 4, ..SimConfig::default() })
+            .expect("valid config");
+        // A branch (in another group) of trace 0, and a branch of that branch.
+        for (k, of) in [(1, 0), (2, 40)] {
+            let mut branch = traces[k].clone();
+            branch.trace_id = format!("branch-{k}");
+            branch.group_id = Some("elsewhere".into());
+            branch.counterfactual_of = Some(CounterfactualOf {
+                trace_id: traces[of].trace_id.clone(),
+                event_id: branch.events[0].id.clone(),
+                kind: CounterfactualKind::Ablate,
+            });
+            traces.push(branch);
+        }
+        let batch = TraceBatch::from_traces(&traces).expect("valid traces");
+        let routes = route_to_shards(&batch, 3, &HashMap::new()).expect("shards > 0");
+        for (row, trace) in traces.iter().enumerate().take(40) {
+            assert_eq!(routes[row], shard_of_group(trace.group_id(), 3));
+        }
+        assert_eq!((routes[40], routes[41]), (routes[0], routes[0]));
+        // A branch whose factual trace was added before: its shard comes from `known`.
+        let alone = TraceBatch::from_traces(&traces[41..]).expect("valid trace");
+        assert_eq!(route_to_shards(&alone, 3, &HashMap::new()).unwrap(), vec![UNRESOLVED]);
+        let known = HashMap::from([("branch-1", 2)]);
+        assert_eq!(route_to_shards(&alone, 3, &known).unwrap(), vec![2]);
+        assert!(route_to_shards(&batch, 0, &known).is_err());
+    }
+}
