@@ -579,12 +579,17 @@ def _read_manifest(directory: pathlib.Path) -> dict[str, Any]:
 
 def _gathered(answers: list[bytes], order: np.ndarray | None, probabilities: np.ndarray | None) -> TraceBatch:
     """The shards' answers (Arrow IPC streams: one buffer each for Ray to move, where a table
-    is serialized column by column) as one batch, rows in ``order`` when given."""
+    is serialized column by column) as one selection, rows in ``order`` when given: like a
+    GraphBuffer sample, only the columns read (``flat``, ``padded``, ...) are copied out."""
     cores = []
     for table in map(_from_ipc_table, answers):
         core = _core.TraceBatch.from_own_arrow(table)
         cores.append(core if core is not None else _core.ingest_arrow(table)[0])
-    whole = _core.TraceBatch.concat(cores) if cores else _core.empty_batch()
+    if not cores:
+        return TraceBatch(_core.empty_batch(), probabilities=probabilities)
+    sources = np.repeat(np.arange(len(cores)), [len(core) for core in cores])
+    rows = np.concatenate([np.arange(len(core)) for core in cores])
     if order is not None:
-        whole = whole.take(order.tolist())
-    return TraceBatch(whole, probabilities=probabilities)
+        sources, rows = sources[order], rows[order]
+    selection = _core.TraceSelection.of_batches(cores, sources.tolist(), rows.tolist())
+    return TraceBatch(selection, probabilities=probabilities)

@@ -90,6 +90,24 @@ impl PyTraceSelection {
     fn collect(&self, py: Python<'_>) -> PyResult<PyTraceBatch> {
         PyGraphBuffer::batch(py, py.detach(|| self.inner.collect()))
     }
+
+    /// Traces of several batches, nothing copied until read: trace i is row `rows[i]` of
+    /// `batches[sources[i]]`.
+    #[staticmethod]
+    fn of_batches(
+        py: Python<'_>,
+        batches: Vec<PyRef<'_, PyTraceBatch>>,
+        sources: Vec<usize>,
+        rows: Vec<usize>,
+    ) -> PyResult<Self> {
+        if sources.len() != rows.len() {
+            let message = format!("{} sources but {} rows", sources.len(), rows.len());
+            return Err(invalid(message)).or_raise(py);
+        }
+        let batches: Vec<TraceBatch> = batches.iter().map(|b| b.inner.clone()).collect();
+        let picks: Vec<(usize, usize)> = sources.into_iter().zip(rows).collect();
+        Ok(PyTraceSelection { inner: Gather::of_batches(&batches, &picks).or_raise(py)? })
+    }
 }
 
 #[pymethods]
