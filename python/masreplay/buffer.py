@@ -11,6 +11,7 @@ import pyarrow as pa
 
 from masreplay import _core
 from masreplay.batch import Rejected, TraceBatch, _from_ipc_table, _to_ipc
+from masreplay.errors import InvalidArgumentError
 from masreplay.io import OnError, _load
 
 Sampler = Literal["uniform", "prioritized"]
@@ -41,12 +42,28 @@ class GraphBuffer:
     ``capacity`` counts traces (``unit="traces"``) or events (``unit="events"``); when full,
     the oldest whole traces are evicted (never part of one). Safe to share between threads:
     rollout workers may ``add`` while the trainer samples.
+
+    Staleness: a trace's ``policy_version`` says which policy produced it, ``policy_version``
+    of the buffer is the trainer's current one (``advance`` moves it on), and a sample with
+    ``max_staleness=k`` draws only traces with version >= current - k. ``max_staleness`` here
+    is the default bound of every sample; a buffer given one refuses traces without a
+    policy_version. In a buffer without one, a trace without policy_version is never stale.
+    Uniform bounded sampling costs O(batch_size) while versions arrive in order (each add
+    no older than the last), prioritized O(batch_size log n); otherwise, or with a shape filter,
+    it scans the stored traces once per call.
     """
 
     __slots__ = ("_core",)
 
-    def __init__(self, capacity: int, *, unit: Literal["traces", "events"] = "traces", seed: int = 0) -> None:
-        self._core = _core.GraphBuffer(capacity, unit=unit, seed=seed)
+    def __init__(
+        self,
+        capacity: int,
+        *,
+        unit: Literal["traces", "events"] = "traces",
+        seed: int = 0,
+        max_staleness: int | None = None,
+    ) -> None:
+        self._core = _core.GraphBuffer(capacity, unit=unit, seed=seed, max_staleness=_count(max_staleness))
 
     @classmethod
     def _wrap(cls, core: _core.GraphBuffer) -> GraphBuffer:
@@ -87,6 +104,32 @@ class GraphBuffer:
     @property
     def unit(self) -> str:
         return self._core.unit
+
+    # ---- staleness ---------------------------------------------------------------------
+    @property
+    def policy_version(self) -> int:
+        """The trainer's current policy version (0 until set); staleness counts back from it.
+        Setting it accepts any version >= 0 (a resumed trainer); ``advance`` only moves on."""
+        return self._core.policy_version
+
+    @policy_version.setter
+    def policy_version(self, version: int) -> None:
+        self._core.policy_version = _version(version)
+
+    def advance(self, version: int) -> None:
+        """Moves the current policy version forward to ``version`` (never back)."""
+        self._core.advance(_version(version))
+
+    @property
+    def max_staleness(self) -> int | None:
+        """The staleness bound samples use when their call gives none."""
+        return self._core.max_staleness
+
+    def evict_stale(self, max_staleness: int | None = None) -> int:
+        """Removes every trace with policy_version < current - ``max_staleness`` (the buffer's
+        own bound when None), each with its branch rollouts; returns how many traces left.
+        Traces without policy_version are never stale."""
+        return self._core.evict_stale(_count(max_staleness))
 
     def _require(self, trace_id: str) -> None:
         if trace_id not in self._core:
@@ -140,13 +183,16 @@ class GraphBuffer:
         max_events: int | None = None,
         band: int | None = None,
         with_branches: bool = False,
+        max_staleness: int | None = None,
     ) -> TraceBatch:
         """Draws ``batch_size`` traces with replacement, uniformly or in proportion to their
         priorities; ``batch.probabilities`` holds each draw's probability (for importance
         weights). ``min_events``/``max_events`` or a length ``band`` (10, 100, 1000, 10000)
         restrict the draw by shape. ``seed=None`` continues the buffer's own seeded stream.
         ``with_branches`` appends the stored branch rollouts of every drawn trace (their
-        probability is NaN: they come with a draw, they are not drawn)."""
+        probability is NaN: they come with a draw, they are not drawn). ``max_staleness``
+        (else the buffer's own) draws only among traces with policy_version >= current -
+        max_staleness, with the same rule (uniform or by priority) among them."""
         if band is not None:
             min_events, max_events = band_limits(band)
         core, probabilities = self._core.sample(
@@ -156,13 +202,25 @@ class GraphBuffer:
             max_events=max_events,
             seed=seed,
             with_branches=with_branches,
+            max_staleness=_count(max_staleness),
         )
         return TraceBatch(core, probabilities=probabilities)
 
-    def sample_groups(self, num_groups: int, *, group_size: int | None = None, seed: int | None = None) -> TraceBatch:
+    def sample_groups(
+        self,
+        num_groups: int,
+        *,
+        group_size: int | None = None,
+        seed: int | None = None,
+        max_staleness: int | None = None,
+    ) -> TraceBatch:
         """Draws ``num_groups`` distinct GRPO groups uniformly: each whole (every stored trace
-        with that group_id) or, with ``group_size``, exactly that many of its traces."""
-        return TraceBatch(self._core.sample_groups(num_groups, group_size=group_size, seed=seed))
+        with that group_id) or, with ``group_size``, exactly that many of its traces. With a
+        staleness bound a group is eligible only when every one of its traces is fresh enough."""
+        selection = self._core.sample_groups(
+            num_groups, group_size=group_size, seed=seed, max_staleness=_count(max_staleness)
+        )
+        return TraceBatch(selection)
 
     def update_priorities(self, trace_ids: Any, priorities: Any) -> None:
         """Sets priorities (finite, >= 0) of stored traces; all or nothing. New traces get the
@@ -211,6 +269,22 @@ class GraphBuffer:
 
     def __reduce__(self) -> tuple[Any, tuple[bytes]]:
         return (_buffer_from_ipc, (_to_ipc(pa.table(self._core.persisted())),))
+
+
+def _count(value: int | None, name: str = "max_staleness") -> int | None:
+    """A staleness bound as the core takes it: None or an integer >= 0."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise InvalidArgumentError(f"{name} must be None or an integer >= 0, not {value!r}")
+    return int(value)
+
+
+def _version(value: int) -> int:
+    count = _count(value, "policy_version")
+    if count is None:
+        raise InvalidArgumentError("policy_version must be an integer >= 0, not None")
+    return count
 
 
 def _buffer_from_ipc(data: bytes) -> GraphBuffer:

@@ -90,17 +90,85 @@ impl PyTraceSelection {
     fn collect(&self, py: Python<'_>) -> PyResult<PyTraceBatch> {
         PyGraphBuffer::batch(py, py.detach(|| self.inner.collect()))
     }
+
+    /// Traces of several batches, nothing copied until read: trace i is row `rows[i]` of
+    /// `batches[sources[i]]`.
+    #[staticmethod]
+    fn of_batches(
+        py: Python<'_>,
+        batches: Vec<PyRef<'_, PyTraceBatch>>,
+        sources: Vec<usize>,
+        rows: Vec<usize>,
+    ) -> PyResult<Self> {
+        if sources.len() != rows.len() {
+            let message = format!("{} sources but {} rows", sources.len(), rows.len());
+            return Err(invalid(message)).or_raise(py);
+        }
+        let batches: Vec<TraceBatch> = batches.iter().map(|b| b.inner.clone()).collect();
+        let picks: Vec<(usize, usize)> = sources.into_iter().zip(rows).collect();
+        Ok(PyTraceSelection { inner: Gather::of_batches(&batches, &picks).or_raise(py)? })
+    }
 }
 
 #[pymethods]
 impl PyGraphBuffer {
     #[new]
-    #[pyo3(signature = (capacity, *, unit="traces", seed=0))]
-    fn new(py: Python<'_>, capacity: usize, unit: &str, seed: u64) -> PyResult<Self> {
+    #[pyo3(signature = (capacity, *, unit="traces", seed=0, max_staleness=None))]
+    fn new(py: Python<'_>, capacity: usize, unit: &str, seed: u64, max_staleness: Option<u64>) -> PyResult<Self> {
         let unit = Unit::parse(unit)
             .ok_or_else(|| invalid(format!("unit must be 'traces' or 'events', not {unit:?}")))
             .or_raise(py)?;
-        Ok(PyGraphBuffer { inner: Mutex::new(GraphBuffer::new(capacity, unit, seed).or_raise(py)?) })
+        let mut buffer = GraphBuffer::new(capacity, unit, seed).or_raise(py)?;
+        buffer.set_max_staleness(max_staleness);
+        Ok(PyGraphBuffer { inner: Mutex::new(buffer) })
+    }
+
+    #[getter]
+    fn policy_version(&self) -> i64 {
+        self.lock().policy_version()
+    }
+
+    #[setter]
+    fn set_policy_version(&self, py: Python<'_>, version: i64) -> PyResult<()> {
+        self.lock().set_policy_version(version).or_raise(py)
+    }
+
+    fn advance(&self, py: Python<'_>, version: i64) -> PyResult<()> {
+        self.lock().advance(version).or_raise(py)
+    }
+
+    #[getter]
+    fn max_staleness(&self) -> Option<u64> {
+        self.lock().max_staleness()
+    }
+
+    #[pyo3(signature = (max_staleness=None))]
+    fn evict_stale(&self, py: Python<'_>, max_staleness: Option<u64>) -> PyResult<usize> {
+        self.with(py, move |buffer| buffer.evict_stale(max_staleness))
+    }
+
+    /// (count, total priority) of the traces a sample may draw.
+    #[pyo3(signature = (*, min_events=None, max_events=None, max_staleness=None))]
+    fn eligible(
+        &self,
+        py: Python<'_>,
+        min_events: Option<usize>,
+        max_events: Option<usize>,
+        max_staleness: Option<u64>,
+    ) -> (usize, f64) {
+        let filter = ShapeFilter { min_events, max_events };
+        py.detach(|| self.lock().eligible(&filter, max_staleness))
+    }
+
+    #[pyo3(signature = (*, group_size=None, max_staleness=None))]
+    fn eligible_group_count(&self, py: Python<'_>, group_size: Option<usize>, max_staleness: Option<u64>) -> usize {
+        py.detach(|| self.lock().eligible_group_count(group_size, max_staleness))
+    }
+
+    /// Which of `trace_ids` are stored, as a numpy bool array.
+    fn contains_many<'py>(&self, py: Python<'py>, trace_ids: Vec<String>) -> Bound<'py, PyArray1<bool>> {
+        let buffer = self.lock();
+        trace_ids.iter().map(|id| buffer.contains(id)).collect::<Vec<bool>>().into_pyarray(py)
     }
 
     fn __len__(&self) -> usize {
@@ -169,7 +237,7 @@ impl PyGraphBuffer {
         Ok((added, rejected))
     }
 
-    #[pyo3(signature = (batch_size, *, sampler="uniform", min_events=None, max_events=None, seed=None, with_branches=false))]
+    #[pyo3(signature = (batch_size, *, sampler="uniform", min_events=None, max_events=None, seed=None, with_branches=false, max_staleness=None))]
     #[allow(clippy::too_many_arguments)]
     fn sample<'py>(
         &self,
@@ -180,24 +248,27 @@ impl PyGraphBuffer {
         max_events: Option<usize>,
         seed: Option<u64>,
         with_branches: bool,
+        max_staleness: Option<u64>,
     ) -> PyResult<(PyTraceSelection, Bound<'py, PyArray1<f64>>)> {
         let sampler = Sampler::parse(sampler)
             .ok_or_else(|| invalid(format!("sampler must be 'uniform' or 'prioritized', not {sampler:?}")))
             .or_raise(py)?;
         let filter = ShapeFilter { min_events, max_events };
-        let sample = self.with(py, move |buffer| buffer.sample(batch_size, sampler, filter, seed, with_branches))?;
+        let sample = self
+            .with(py, move |buffer| buffer.sample(batch_size, sampler, filter, seed, with_branches, max_staleness))?;
         Ok((PyTraceSelection { inner: sample.traces }, sample.probabilities.into_pyarray(py)))
     }
 
-    #[pyo3(signature = (num_groups, *, group_size=None, seed=None))]
+    #[pyo3(signature = (num_groups, *, group_size=None, seed=None, max_staleness=None))]
     fn sample_groups(
         &self,
         py: Python<'_>,
         num_groups: usize,
         group_size: Option<usize>,
         seed: Option<u64>,
+        max_staleness: Option<u64>,
     ) -> PyResult<PyTraceSelection> {
-        let traces = self.with(py, move |buffer| buffer.sample_groups(num_groups, group_size, seed))?;
+        let traces = self.with(py, move |buffer| buffer.sample_groups(num_groups, group_size, seed, max_staleness))?;
         Ok(PyTraceSelection { inner: traces })
     }
 
@@ -267,4 +338,20 @@ impl PyGraphBuffer {
         let buffer = py.detach(|| GraphBuffer::restore(&batches, trusted)).or_raise(py)?;
         Ok(PyGraphBuffer { inner: Mutex::new(buffer) })
     }
+}
+
+/// The shard of every trace of `batch` in a buffer of `shards` shards (see
+/// `masreplay_core::buffer::route_to_shards`); `known_ids[i]` is stored in `known_shards[i]`.
+/// A branch whose factual trace is neither in the batch nor known gets 2**32 - 1.
+#[pyfunction]
+pub fn route_to_shards<'py>(
+    py: Python<'py>,
+    batch: PyRef<'_, PyTraceBatch>,
+    shards: u32,
+    known_ids: Vec<String>,
+    known_shards: Vec<u32>,
+) -> PyResult<Bound<'py, PyArray1<u32>>> {
+    let known = known_ids.iter().map(String::as_str).zip(known_shards).collect();
+    let routes = buffer::route_to_shards(&batch.inner, shards, &known).or_raise(py)?;
+    Ok(routes.into_pyarray(py))
 }

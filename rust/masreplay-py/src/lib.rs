@@ -159,6 +159,7 @@ fn _core(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<PyTraceBatch>()?;
     module.add_class::<buffer::PyGraphBuffer>()?;
     module.add_class::<buffer::PyTraceSelection>()?;
+    module.add_function(wrap_pyfunction!(buffer::route_to_shards, module)?)?;
     module.add_function(wrap_pyfunction!(parse_json, module)?)?;
     module.add_function(wrap_pyfunction!(parse_objects, module)?)?;
     module.add_function(wrap_pyfunction!(ingest_arrow, module)?)?;

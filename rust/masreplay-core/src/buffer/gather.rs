@@ -31,6 +31,21 @@ pub struct Gather {
 }
 
 impl Gather {
+    /// Traces of several batches: `picks` are (position in `batches`, row) per trace, in
+    /// output order (how a sharded buffer joins its shards' answers without copying them).
+    pub fn of_batches(batches: &[TraceBatch], picks: &[(usize, usize)]) -> Result<Self> {
+        if let Some(&(batch, row)) =
+            picks.iter().find(|&&(batch, row)| batches.get(batch).is_none_or(|b| row >= b.len()))
+        {
+            return Err(MasreplayError::InvalidArgument(format!(
+                "pick (batch {batch}, row {row}) is outside the {} given batch(es)",
+                batches.len()
+            )));
+        }
+        let chunks = batches.iter().map(|b| b.record_batch().clone()).collect();
+        Ok(Gather::new(chunks, picks.iter().copied()))
+    }
+
     /// `picks` are (position in `chunks`, row) per trace, in output order.
     pub(super) fn new(chunks: Vec<RecordBatch>, picks: impl IntoIterator<Item = (usize, usize)>) -> Self {
         let mut runs: Vec<Run> = Vec::new();

@@ -4,6 +4,8 @@
 
 mod gather;
 mod persist;
+mod route;
+mod staleness;
 mod sum_tree;
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -16,6 +18,9 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 
 pub use gather::{Gather, Gathered};
 pub use persist::{load, save};
+pub use route::{UNRESOLVED, route_to_shards, shard_of_group};
+pub use staleness::UNVERSIONED;
+use staleness::fresh;
 use sum_tree::SumTree;
 
 use crate::error::{MasreplayError, Result, ValidationError};
@@ -97,8 +102,22 @@ struct Entry {
     group: u32,
     /// For a branch rollout, the sequence number of its factual trace.
     factual: Option<u64>,
+    /// The trace's policy_version, or [`UNVERSIONED`].
+    version: i64,
     /// Evicted out of FIFO order (with its factual trace); dropped when it reaches the front.
     removed: bool,
+}
+
+/// Consecutive sequence numbers seen in the priority ring: `len` slots from `start` (going
+/// on from slot 0 past the last), the tree's mass before `start`, the mass up to the ring's
+/// end (`first_mass`) and in all.
+struct Span {
+    first_seq: u64,
+    start: usize,
+    len: usize,
+    before: f64,
+    first_mass: f64,
+    mass: f64,
 }
 
 /// Chunks are not merged past this many events (about 30 MB of typical event data).
@@ -210,6 +229,14 @@ pub struct GraphBuffer {
     priorities: SumTree,
     max_priority: f64,
     num_events: usize,
+    /// The trainer's current policy version; staleness is counted back from it.
+    policy_version: i64,
+    /// The staleness bound a sample uses when its call gives none.
+    max_staleness: Option<u64>,
+    /// The newest sequence number whose version is older than its predecessor's: while it
+    /// has left the buffer, versions rise along insertion order and the traces fresh enough
+    /// for a sample are a suffix of it.
+    newest_inversion: Option<u64>,
 }
 
 /// One random stream per (seed, call): the same at any thread count and after a reload.
@@ -244,6 +271,9 @@ impl GraphBuffer {
             priorities: SumTree::new(16),
             max_priority: 1.0,
             num_events: 0,
+            policy_version: 0,
+            max_staleness: None,
+            newest_inversion: None,
         })
     }
 
@@ -336,6 +366,10 @@ impl GraphBuffer {
             {
                 let reason = "a branch rollout is kept with its factual trace, which is neither stored nor added earlier in this batch";
                 Some(("/counterfactual_of/trace_id", reason.to_owned()))
+            } else if self.max_staleness.is_some() && columns.policy_version.is_null(position) {
+                let reason =
+                    "the buffer bounds staleness (max_staleness is set), so every trace must carry a policy_version";
+                Some(("/policy_version", reason.to_owned()))
             } else if self.unit == Unit::Events && n_events.value(position) as usize > self.capacity {
                 let reason = format!(
                     "the trace has {} events, more than the buffer's whole capacity of {} events",
@@ -399,7 +433,12 @@ impl GraphBuffer {
                 if let Some(factual) = factual {
                     self.branches.entry(factual).or_default().push(seq);
                 }
-                self.entries.push_back(Entry { n_events: events, group, factual, removed: false });
+                let version =
+                    if columns.policy_version.is_valid(row) { columns.policy_version.value(row) } else { UNVERSIONED };
+                if self.entries.back().is_some_and(|previous| previous.version > version) {
+                    self.newest_inversion = Some(seq);
+                }
+                self.entries.push_back(Entry { n_events: events, group, factual, version, removed: false });
                 self.live += 1;
                 self.num_events += events as usize;
                 let priority = priorities.map_or(self.max_priority, |p| p[row]);
@@ -603,12 +642,21 @@ impl GraphBuffer {
         }
     }
 
-    fn candidates(&self, filter: &ShapeFilter) -> Vec<u64> {
-        self.stored_seqs().filter(|&seq| filter.accepts(self.entry(seq).n_events)).collect()
+    /// The stored traces a draw may pick: those the shape filter accepts, no older than `bound`.
+    /// O(traces scanned): the fresh suffix when versions arrive in order, else every trace.
+    fn candidates(&self, filter: &ShapeFilter, bound: Option<i64>) -> Vec<u64> {
+        self.search_range(bound)
+            .filter(|&seq| {
+                let entry = self.entry(seq);
+                !entry.removed && filter.accepts(entry.n_events) && fresh(entry.version, bound)
+            })
+            .collect()
     }
 
-    /// Draws `batch_size` traces with replacement. With `with_branches`, the stored branch
-    /// rollouts of each drawn trace follow the draws (probability NaN: they were not drawn).
+    /// Draws `batch_size` traces with replacement among those no more than `max_staleness`
+    /// policy versions old (the buffer's own bound when None). With `with_branches`, the
+    /// stored branch rollouts of each drawn trace that are fresh enough follow the draws
+    /// (probability NaN: they were not drawn).
     pub fn sample(
         &mut self,
         batch_size: usize,
@@ -616,22 +664,49 @@ impl GraphBuffer {
         filter: ShapeFilter,
         seed: Option<u64>,
         with_branches: bool,
+        max_staleness: Option<u64>,
     ) -> Result<Sample> {
         if self.is_empty() {
             return Err(invalid("cannot sample from an empty buffer"));
         }
+        let bound = self.version_bound(max_staleness);
         let mut rng = self.next_stream(seed);
         let (seqs, probabilities) = match sampler {
-            Sampler::Uniform => self.draw_uniform(&mut rng, batch_size, &filter)?,
-            Sampler::Prioritized => self.draw_prioritized(&mut rng, batch_size, &filter)?,
+            Sampler::Uniform => self.draw_uniform(&mut rng, batch_size, &filter, bound)?,
+            Sampler::Prioritized => self.draw_prioritized(&mut rng, batch_size, &filter, bound)?,
         };
         let (mut seqs, mut probabilities) = (seqs, probabilities);
         if with_branches {
-            let branches: Vec<u64> = seqs.iter().flat_map(|seq| self.branch_seqs(*seq)).copied().collect();
+            let branches: Vec<u64> = seqs
+                .iter()
+                .flat_map(|seq| self.branch_seqs(*seq))
+                .copied()
+                .filter(|&branch| fresh(self.entry(branch).version, bound))
+                .collect();
             probabilities.extend(std::iter::repeat_n(f64::NAN, branches.len()));
             seqs.extend(branches);
         }
         Ok(Sample { traces: self.gather(&seqs), probabilities })
+    }
+
+    /// How many stored traces a sample with this filter and staleness bound may draw, and
+    /// their total priority: O(log n) when versions arrive in order and nothing was removed
+    /// out of order, else one scan.
+    pub fn eligible(&self, filter: &ShapeFilter, max_staleness: Option<u64>) -> (usize, f64) {
+        let bound = self.version_bound(max_staleness);
+        if filter.is_open()
+            && let Some(range) = self.fresh_range(bound)
+        {
+            let count = if self.live == self.entries.len() {
+                (range.end - range.start) as usize
+            } else {
+                range.clone().filter(|&seq| !self.entry(seq).removed).count()
+            };
+            return (count, self.span(range).mass);
+        }
+        let pool = self.candidates(filter, bound);
+        let mass = pool.iter().map(|&seq| self.priority_of_seq(seq)).sum();
+        (pool.len(), mass)
     }
 
     fn branch_seqs(&self, seq: u64) -> &[u64] {
@@ -657,9 +732,10 @@ impl GraphBuffer {
         self.gather(&seqs).collect()
     }
 
-    fn no_match(&self, filter: &ShapeFilter) -> MasreplayError {
+    fn no_match(&self, filter: &ShapeFilter, bound: Option<i64>) -> MasreplayError {
+        let staleness = bound.map_or(String::new(), |bound| format!(" and a policy_version of at least {bound}"));
         invalid(format!(
-            "no stored trace has between {} and {} events",
+            "no stored trace has between {} and {} events{staleness}",
             filter.min_events.unwrap_or(0),
             filter.max_events.map_or("any number of".to_owned(), |m| m.to_string())
         ))
@@ -670,26 +746,25 @@ impl GraphBuffer {
         rng: &mut Xoshiro256PlusPlus,
         count: usize,
         filter: &ShapeFilter,
+        bound: Option<i64>,
     ) -> Result<(Vec<u64>, Vec<f64>)> {
-        // Without removed placeholders, the k-th stored trace is simply first_seq + k.
-        let direct = filter.is_open() && self.live == self.entries.len();
-        let pool: Vec<u64> = if direct {
-            Vec::new()
-        } else {
-            let pool = self.candidates(filter);
-            if pool.is_empty() {
-                return Err(self.no_match(filter));
+        // Without removed placeholders, the k-th trace of a range is simply its start + k: the
+        // draw costs O(count) whatever the buffer holds.
+        let direct = (filter.is_open() && self.live == self.entries.len()).then(|| self.fresh_range(bound)).flatten();
+        if let Some(range) = direct {
+            let n = (range.end - range.start) as usize;
+            if n == 0 {
+                return Err(self.no_match(filter, bound));
             }
-            pool
-        };
-        let n = if direct { self.entries.len() } else { pool.len() };
-        let seqs: Vec<u64> = (0..count)
-            .map(|_| {
-                let k = rng.random_range(0..n);
-                if direct { self.first_seq + k as u64 } else { pool[k] }
-            })
-            .collect();
-        Ok((seqs, vec![1.0 / n as f64; count]))
+            let seqs = (0..count).map(|_| range.start + rng.random_range(0..n) as u64).collect();
+            return Ok((seqs, vec![1.0 / n as f64; count]));
+        }
+        let pool = self.candidates(filter, bound);
+        if pool.is_empty() {
+            return Err(self.no_match(filter, bound));
+        }
+        let seqs = (0..count).map(|_| pool[rng.random_range(0..pool.len())]).collect();
+        Ok((seqs, vec![1.0 / pool.len() as f64; count]))
     }
 
     fn draw_prioritized(
@@ -697,23 +772,80 @@ impl GraphBuffer {
         rng: &mut Xoshiro256PlusPlus,
         count: usize,
         filter: &ShapeFilter,
+        bound: Option<i64>,
     ) -> Result<(Vec<u64>, Vec<f64>)> {
-        if !filter.is_open() {
-            let pool = self.candidates(filter);
-            if pool.is_empty() {
-                return Err(self.no_match(filter));
+        if filter.is_open() {
+            if bound.is_none() {
+                let first_seq = self.first_seq;
+                let mask = self.priorities.slots() - 1;
+                let base = (first_seq as usize) & mask;
+                let seq_of_slot = |slot| first_seq + ((slot + mask + 1 - base) & mask) as u64;
+                return self.draw_from_tree(rng, count, &self.priorities, seq_of_slot);
             }
-            let weights: Vec<f64> = pool.iter().map(|&seq| self.priority_of_seq(seq)).collect();
-            let mut subtree = SumTree::new(pool.len());
-            for (i, &w) in weights.iter().enumerate() {
-                subtree.set(i, w);
+            if let Some(range) = self.fresh_range(bound)
+                && let Some(draws) = self.draw_prioritized_in(rng, count, range)
+            {
+                return Ok(draws);
             }
-            return self.draw_from_tree(rng, count, &subtree, |i| pool[i]);
         }
-        let first_seq = self.first_seq;
-        let mask = self.priorities.slots() - 1;
-        let base = (first_seq as usize) & mask;
-        self.draw_from_tree(rng, count, &self.priorities, |slot| first_seq + ((slot + mask + 1 - base) & mask) as u64)
+        let pool = self.candidates(filter, bound);
+        if pool.is_empty() {
+            return Err(self.no_match(filter, bound));
+        }
+        let mut subtree = SumTree::new(pool.len());
+        for (i, &seq) in pool.iter().enumerate() {
+            subtree.set(i, self.priority_of_seq(seq));
+        }
+        self.draw_from_tree(rng, count, &subtree, |i| pool[i])
+    }
+
+    /// Where the consecutive sequence numbers `range` lie in the priority ring, and their mass.
+    fn span(&self, range: std::ops::Range<u64>) -> Span {
+        let tree = &self.priorities;
+        let (start, len) = (self.slot(range.start), (range.end - range.start) as usize);
+        let before = tree.prefix(start);
+        // A range that runs past the ring's last slot goes on from slot 0.
+        let (first_mass, mass) = if start + len <= tree.slots() {
+            let mass = tree.prefix(start + len) - before;
+            (mass, mass)
+        } else {
+            let first_mass = tree.total() - before;
+            (first_mass, first_mass + tree.prefix(start + len - tree.slots()))
+        };
+        Span { first_seq: range.start, start, len, before, first_mass, mass }
+    }
+
+    /// Draws by priority among the consecutive sequence numbers `range`, through the whole
+    /// priority tree: O(log n) a draw. None when the range has no mass or float rounding at
+    /// its edges keeps landing outside it (a range holding a vanishing part of the total
+    /// priority); the caller then draws from a tree of the range alone.
+    fn draw_prioritized_in(
+        &self,
+        rng: &mut Xoshiro256PlusPlus,
+        count: usize,
+        range: std::ops::Range<u64>,
+    ) -> Option<(Vec<u64>, Vec<f64>)> {
+        let span = self.span(range);
+        if span.mass <= 0.0 {
+            return None;
+        }
+        let tree = &self.priorities;
+        let mask = tree.slots() - 1;
+        let mut seqs = Vec::with_capacity(count);
+        let mut probabilities = Vec::with_capacity(count);
+        for _ in 0..count {
+            let (seq, weight) = (0..8).find_map(|_| {
+                let u = rng.random::<f64>() * span.mass;
+                let mass = if u < span.first_mass { span.before + u } else { u - span.first_mass };
+                let slot = tree.find(mass);
+                let offset = (slot + mask + 1 - span.start) & mask;
+                let weight = tree.get(slot);
+                (offset < span.len && weight > 0.0).then_some((span.first_seq + offset as u64, weight))
+            })?;
+            seqs.push(seq);
+            probabilities.push(weight / span.mass);
+        }
+        Some((seqs, probabilities))
     }
 
     fn draw_from_tree(
@@ -737,26 +869,51 @@ impl GraphBuffer {
         Ok((seqs, probabilities))
     }
 
+    /// The groups a group sample may draw: at least `group_size` traces (when given), and
+    /// every trace no older than `bound`. O(groups) when versions arrive in order (a group's
+    /// first trace is then its oldest), else O(stored traces).
+    fn eligible_groups(&self, group_size: Option<usize>, bound: Option<i64>) -> Vec<u32> {
+        let in_order = self.versions_in_order();
+        let is_fresh = |seq: &u64| fresh(self.entry(*seq).version, bound);
+        self.groups
+            .nonempty
+            .iter()
+            .copied()
+            .filter(|&g| {
+                let members = &self.groups.members[g as usize];
+                group_size.is_none_or(|size| members.len() >= size)
+                    && (bound.is_none()
+                        || if in_order { members.front().is_some_and(is_fresh) } else { members.iter().all(is_fresh) })
+            })
+            .collect()
+    }
+
+    /// How many groups [`Self::sample_groups`] may draw from.
+    pub fn eligible_group_count(&self, group_size: Option<usize>, max_staleness: Option<u64>) -> usize {
+        self.eligible_groups(group_size, self.version_bound(max_staleness)).len()
+    }
+
     /// Draws `num_groups` distinct groups uniformly; each comes whole, or as `group_size`
     /// of its members drawn without replacement (then only groups that large are eligible).
-    /// Traces keep insertion order within their group.
-    pub fn sample_groups(&mut self, num_groups: usize, group_size: Option<usize>, seed: Option<u64>) -> Result<Gather> {
+    /// With a staleness bound (`max_staleness`, else the buffer's own), a group is eligible
+    /// only when every one of its traces is fresh enough. Traces keep insertion order within
+    /// their group.
+    pub fn sample_groups(
+        &mut self,
+        num_groups: usize,
+        group_size: Option<usize>,
+        seed: Option<u64>,
+        max_staleness: Option<u64>,
+    ) -> Result<Gather> {
+        let bound = self.version_bound(max_staleness);
         let mut rng = self.next_stream(seed);
-        let eligible: Vec<u32> = match group_size {
-            None => self.groups.nonempty.clone(),
-            Some(size) => self
-                .groups
-                .nonempty
-                .iter()
-                .copied()
-                .filter(|&g| self.groups.members[g as usize].len() >= size)
-                .collect(),
-        };
+        let eligible = self.eligible_groups(group_size, bound);
         if eligible.len() < num_groups {
             return Err(invalid(format!(
-                "asked for {num_groups} groups but the buffer holds {} group(s){}",
+                "asked for {num_groups} groups but the buffer holds {} group(s){}{}",
                 eligible.len(),
-                group_size.map_or(String::new(), |s| format!(" with at least {s} traces"))
+                group_size.map_or(String::new(), |s| format!(" with at least {s} traces")),
+                bound.map_or(String::new(), |b| format!(" whose traces all have a policy_version of at least {b}"))
             )));
         }
         let chosen = rand::seq::index::sample(&mut rng, eligible.len(), num_groups);
@@ -874,7 +1031,7 @@ mod tests {
             assert!(most.unwrap() <= capacity / 8, "a merged chunk of {most:?} traces");
             assert_eq!(small_adds.to_batch().unwrap().record_batch(), one_add.to_batch().unwrap().record_batch());
             let sampled = |b: &mut GraphBuffer| {
-                let pick = b.sample(64, Sampler::Uniform, ShapeFilter::default(), Some(3), false).unwrap();
+                let pick = b.sample(64, Sampler::Uniform, ShapeFilter::default(), Some(3), false, None).unwrap();
                 pick.traces.collect().unwrap().record_batch().clone()
             };
             assert_eq!(sampled(&mut small_adds), sampled(&mut one_add));
@@ -889,7 +1046,7 @@ mod tests {
         }
         // A few picks (copied by one thread) and tens of thousands (copied by every thread).
         for (count, seed) in [(7, 1), (60_000, 2)] {
-            let pick = buffer.sample(count, Sampler::Uniform, ShapeFilter::default(), Some(seed), false).unwrap();
+            let pick = buffer.sample(count, Sampler::Uniform, ShapeFilter::default(), Some(seed), false, None).unwrap();
             let whole = pick.traces.collect().unwrap();
             let n_events = whole.event_field("t").unwrap().len();
             assert_eq!(count > 1000, n_events * 8 >= gather::PARALLEL_COPY_BYTES, "{n_events} events");

@@ -37,6 +37,8 @@ impl GraphBuffer {
             "seed": self.seed,
             "calls": self.calls,
             "max_priority": self.max_priority,
+            "policy_version": self.policy_version,
+            "max_staleness": self.max_staleness,
         });
         let mut metadata: HashMap<String, String> = record.schema().metadata().clone();
         metadata.insert(STATE_KEY.to_owned(), state.to_string());
@@ -66,6 +68,12 @@ impl GraphBuffer {
         let mut buffer = GraphBuffer::new(number("capacity")? as usize, unit, number("seed")?)?;
         buffer.calls = number("calls")?;
         buffer.max_priority = state.get("max_priority").and_then(Value::as_f64).unwrap_or(1.0);
+        // Files saved before staleness control have neither key: version 0, no bound.
+        buffer.set_policy_version(state.get("policy_version").and_then(Value::as_i64).unwrap_or(0))?;
+        let max_staleness = match state.get("max_staleness") {
+            None | Some(Value::Null) => None,
+            Some(value) => Some(value.as_u64().ok_or_else(|| corrupt("max_staleness is not a count"))?),
+        };
 
         let mut priorities = Vec::new();
         for batch in batches {
@@ -94,6 +102,7 @@ impl GraphBuffer {
             return Err(corrupt("a stored priority is negative or not finite"));
         }
         buffer.add_with_priorities(&traces, Some(&priorities))?;
+        buffer.set_max_staleness(max_staleness);
         Ok(buffer)
     }
 }

@@ -35,6 +35,21 @@ impl SumTree {
         }
     }
 
+    /// The total weight of the slots before `slot` (all of them when `slot` is past the end).
+    pub fn prefix(&self, slot: usize) -> f64 {
+        if slot >= self.leaves {
+            return self.total();
+        }
+        let (mut node, mut sum) = (self.leaves + slot, 0.0);
+        while node > 1 {
+            if node % 2 == 1 {
+                sum += self.nodes[node - 1];
+            }
+            node /= 2;
+        }
+        sum
+    }
+
     /// The slot whose cumulative weight range holds `mass` (0 <= mass < total). Rounding at
     /// the edges never lands on a zero-weight slot: the walk prefers the side with weight.
     pub fn find(&self, mut mass: f64) -> usize {
@@ -69,6 +84,7 @@ mod tests {
         assert_eq!(tree.find(2.99), 2);
         assert_eq!(tree.find(3.0), 4);
         assert_eq!(tree.find(5.999), 4);
+        assert_eq!([0, 1, 2, 3, 4, 5, 8].map(|slot| tree.prefix(slot)), [0.0, 1.0, 1.0, 3.0, 3.0, 6.0, 6.0]);
         tree.set(2, 0.0);
         assert_eq!(tree.total(), 4.0);
         assert_eq!(tree.find(1.0), 4);

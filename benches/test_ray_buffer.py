@@ -1,0 +1,255 @@
+"""masreplay.ray against TorchRL's RayReplayBuffer, and staleness-bounded sampling.
+
+* **Adds/s**: 4 writer Ray tasks each add 8 parts of 64 trajectories (lengths uniform 10-200
+  tokens, the token workload of replay.md) into a buffer; masreplay: a RayGraphBuffer of 2
+  shards fed Arrow tables of traces (one event per token); anchor: TorchRL's RayReplayBuffer
+  (one actor; a LazyTensorStorage of tokens padded to 200 plus the lengths, the TorchRL
+  storage that takes a batch of trajectories in one write) fed TensorDicts of the same
+  trajectories. One round: launch the 4 writers, wait for all. The parts sit in Ray's object
+  store before the clock starts; each round starts from a fresh buffer (built untimed).
+* **Trainer-side sample(256)**: the same buffers, filled; masreplay returns flat tokens and
+  offsets (``batch.flat("tokens")``), TorchRL its padded TensorDict.
+* **Staleness**: GraphBuffer of 10^6 traces (5-10 events), policy versions in order (1,000
+  traces per version); sample(256) + flat tokens with ``max_staleness`` (the newest 10%
+  eligible) against without. Goal: within 1.2x.
+
+Needs ray (``masreplay[ray]``); the TorchRL side needs torch, torchrl and tensordict
+(benches/requirements-anchors.txt) and is skipped without them, the summary naming the
+package. Nothing is asserted on times.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from functools import partial
+from types import SimpleNamespace
+
+import buffer_anchors as ba
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import masreplay
+
+ray = pytest.importorskip("ray", reason="the Ray buffer benchmarks need ray (pip install masreplay[ray])")
+
+WRITERS, PARTS, PART = 4, 8, 64
+LENGTHS = (10, 200)
+BATCH = 256
+STALE_TRACES = 10**6
+PER_VERSION = 1000
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def work(dataset_type):
+    n = WRITERS * PARTS * PART
+    workload = ba.token_workload(n, LENGTHS, seed=21, group_size=8)
+    data = dataset_type(
+        f"ray: {WRITERS} writer tasks add {n:,} trajectories ({LENGTHS[0]}-{LENGTHS[1]} tokens) in parts of {PART}",
+        None,
+        n,
+        int(workload.offsets[-1]),
+        0,
+        "goal: >= 2x the anchor",
+        suite="ray buffer",
+    )
+    sample = dataset_type(
+        f"ray: trainer-side sample({BATCH}) from {n:,} trajectories",
+        None,
+        BATCH,
+        int(BATCH * sum(LENGTHS) / 2),
+        0,
+        "goal: <= the anchor",
+        suite="ray buffer",
+    )
+    return workload, data, sample
+
+
+def _writer_parts(make) -> list[list]:
+    """Each writer's parts, already in Ray's object store."""
+    per_writer = PARTS * PART
+    return [
+        [ray.put(make(first)) for first in range(w * per_writer, (w + 1) * per_writer, PART)] for w in range(WRITERS)
+    ]
+
+
+@ray.remote(num_cpus=0.5)
+def _masreplay_writer(buffer, parts: list) -> int:
+    return sum(buffer.add(ray.get(part)) for part in parts)
+
+
+@ray.remote(num_cpus=0.5)
+def _torchrl_writer(buffer, parts: list) -> int:
+    for part in parts:
+        buffer.extend(ray.get(part))
+    return len(parts)
+
+
+@pytest.fixture(scope="module")
+def sides(work, missing_anchor):
+    """Per side: how to build an empty buffer, its writer task, the writers' parts, and how
+    the trainer draws a batch from it."""
+    from masreplay.ray import RayGraphBuffer
+
+    workload = work[0]
+    table = ba.minimal_table(workload)
+    built = {
+        "masreplay": SimpleNamespace(
+            label="masreplay (RayGraphBuffer, 2 shards, Arrow parts)",
+            build=lambda: RayGraphBuffer(workload.n, shards=2, seed=1),
+            writer=_masreplay_writer,
+            handle=lambda buffer: buffer,
+            parts=_writer_parts(lambda first: table.take(pa.array(np.arange(first, first + PART)))),
+            draw=lambda buffer: buffer.sample(BATCH).flat("tokens"),
+        )
+    }
+    missing = [p for p in ("torch", "torchrl", "tensordict") if importlib.util.find_spec(p) is None]
+    for package in missing:
+        missing_anchor(package, "TorchRL RayReplayBuffer anchor of benches/test_ray_buffer.py")
+    if not missing:
+        built["torchrl"] = _torchrl_side(workload)
+    return built
+
+
+def _torchrl_side(workload) -> SimpleNamespace:
+    torch = ba.torch_setup()
+    from tensordict import TensorDict
+    from torchrl.data import LazyTensorStorage, RayReplayBuffer
+
+    padded = np.zeros((workload.n, LENGTHS[1]), dtype=np.int32)
+    rows = np.repeat(np.arange(workload.n), workload.lengths)
+    positions = np.arange(int(workload.offsets[-1])) - np.repeat(workload.offsets[:-1], workload.lengths)
+    padded[rows, positions] = workload.values
+    items = TensorDict(
+        {
+            "tokens": torch.from_numpy(padded),
+            "length": torch.from_numpy(workload.lengths),
+            "reward": torch.from_numpy(workload.rewards),
+        },
+        batch_size=[workload.n],
+    )
+    return SimpleNamespace(
+        label=f"TorchRL RayReplayBuffer (1 actor, LazyTensorStorage padded to {LENGTHS[1]})",
+        build=lambda: RayReplayBuffer(
+            storage=partial(LazyTensorStorage, workload.n), batch_size=BATCH, remote_config={"num_cpus": 0}
+        ),
+        writer=_torchrl_writer,
+        # The buffer object itself does not pickle; TorchRL hands writers a client.
+        handle=lambda buffer: buffer.client(),
+        parts=_writer_parts(lambda first: items[first : first + PART].clone()),
+        draw=lambda buffer: buffer.sample(),
+    )
+
+
+def _side(sides, name: str) -> SimpleNamespace:
+    if name not in sides:
+        pytest.skip("torch, torchrl or tensordict is not installed (benches/requirements-anchors.txt)")
+    return sides[name]
+
+
+def _fill(side, buffer) -> None:
+    handle = side.handle(buffer)
+    ray.get([side.writer.remote(handle, writer_parts) for writer_parts in side.parts])
+
+
+@pytest.mark.parametrize("name", ["masreplay", "torchrl"])
+def test_ray_adds(name, sides, work, measure):
+    """Launch the 4 writers until all are done, on a fresh buffer each round."""
+    side = _side(sides, name)
+    state = {}
+
+    def setup():
+        if "buffer" in state:
+            state.pop("buffer").shutdown()
+        state["buffer"] = side.build()
+        return (), {}
+
+    measure(
+        lambda: _fill(side, state["buffer"]),
+        data=work[1],
+        side=side.label,
+        rounds=5,
+        unit="traces/s",
+        setup=setup,
+        ours=name == "masreplay",
+    )
+    assert len(state["buffer"]) == work[0].n
+    state.pop("buffer").shutdown()
+
+
+@pytest.mark.parametrize("name", ["masreplay", "torchrl"])
+def test_ray_sample(name, sides, work, measure):
+    workload = work[0]
+    side = _side(sides, name)
+    buffer = side.build()
+    _fill(side, buffer)
+    if name == "masreplay":
+        drawn = buffer.sample(BATCH, seed=3)
+        tokens, offsets = drawn.flat("tokens")
+        index = ba.trace_indices(drawn.trace_ids)
+        assert np.array_equal(np.diff(offsets), workload.lengths[index])
+        assert np.array_equal(tokens[: offsets[1]], workload.trajectory(int(index[0])))
+    else:
+        drawn = side.draw(buffer)
+        assert drawn["tokens"].shape == (BATCH, LENGTHS[1]) and int(drawn["length"].min()) >= LENGTHS[0]
+    label = "masreplay" if name == "masreplay" else "TorchRL RayReplayBuffer.sample (padded TensorDict)"
+    measure(lambda: side.draw(buffer), data=work[2], side=label, rounds=100, unit="ms")
+    buffer.shutdown()
+
+
+# ---- staleness-bounded sampling on 10^6 traces ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def versioned(dataset_type):
+    workload = ba.token_workload(STALE_TRACES, (5, 10), seed=31, group_size=8)
+    table = ba.minimal_table(workload)
+    versions = pa.array(np.arange(STALE_TRACES, dtype=np.int64) // PER_VERSION)
+    table = table.append_column("policy_version", versions)
+    buffer = masreplay.GraphBuffer(STALE_TRACES, seed=32)
+    buffer.add(table)
+    newest = STALE_TRACES // PER_VERSION - 1
+    buffer.advance(newest)
+    staleness = newest // 10
+    # One summary group per sampler: each bounded line is compared with its unbounded one.
+    data = {
+        sampler: dataset_type(
+            f"staleness: sample({BATCH}, {sampler}) + flat tokens from 10^6 traces, newest 10% eligible",
+            None,
+            BATCH,
+            int(BATCH * 7.5),
+            0,
+            "goal: bounded within 1.2x of unbounded",
+            suite="ray buffer",
+        )
+        for sampler in ("uniform", "prioritized")
+    }
+    return buffer, staleness, data
+
+
+@pytest.mark.parametrize("sampler", ["uniform", "prioritized"])
+@pytest.mark.parametrize("bounded", [False, True], ids=["unbounded", "bounded"])
+def test_staleness_bounded_sampling(versioned, sampler, bounded, measure):
+    buffer, staleness, data = versioned
+    limit = staleness if bounded else None
+    drawn = buffer.sample(BATCH, sampler=sampler, max_staleness=limit, seed=1)
+    if bounded:
+        oldest = buffer.policy_version - staleness
+        assert min(drawn.to_arrow()["policy_version"].to_pylist()) >= oldest
+    side = "masreplay" if not bounded else f"masreplay, max_staleness={staleness}"
+    measure(
+        lambda: buffer.sample(BATCH, sampler=sampler, max_staleness=limit).flat("tokens"),
+        data=data[sampler],
+        side=side,
+        rounds=200,
+        unit="ms",
+        ours=not bounded,
+    )
+

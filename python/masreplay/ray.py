@@ -1,0 +1,595 @@
+"""masreplay.ray: a GraphBuffer sharded over Ray actors, for rollout workers on many processes
+or machines and a trainer that samples (``pip install masreplay[ray]``).
+
+Each shard is a Ray actor holding a :class:`~masreplay.GraphBuffer`. A trace goes to the shard
+given by a stable hash of its group_id (a GRPO group lands whole in one shard) and a branch
+rollout goes wherever its factual trace went (a branch family is never split). Traces cross
+to and from the shards as Arrow IPC streams through Ray's object store (one buffer each:
+Ray would otherwise serialize a table array by array). Sampling follows the rule of one
+GraphBuffer over the union of the shards: per-shard counts are drawn multinomially from the
+shards' eligible counts (uniform) or priority totals (prioritized), then each shard draws
+its count from its own seeded stream.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pathlib
+import tempfile
+import uuid
+import warnings
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import ray  # the Ray package: imports are absolute, so this is never masreplay.ray itself
+
+from masreplay import _core
+from masreplay.batch import TraceBatch, _from_ipc_table, _to_ipc
+from masreplay.buffer import AddReport, GraphBuffer, Sampler, _count, _version, band_limits
+from masreplay.errors import InvalidArgumentError, StorageError
+from masreplay.io import OnError, _load
+
+__all__ = ["RayGraphBuffer", "ShardLoss", "ShardLossWarning"]
+
+_UNRESOLVED = 2**32 - 1
+_MANIFEST = "ray_buffer.json"
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ShardLoss:
+    """What a shard lost when its actor died and Ray restarted it from its last save.
+
+    ``lost_traces`` traces were added to the shard after that save and are gone;
+    ``restored_traces`` came back from the save (None saved: 0); ``held_traces`` is what the
+    shard held after its last add before it died."""
+
+    shard: int
+    restarts: int
+    restored_traces: int
+    lost_traces: int
+    held_traces: int
+
+
+class ShardLossWarning(UserWarning):
+    """A shard was restarted and lost traces (see :meth:`RayGraphBuffer.losses`)."""
+
+
+def _shard_seed(seed: int, shard: int) -> int:
+    """Each shard's own stream: the same for the same (seed, shard) in every process."""
+    return int(np.random.SeedSequence([seed, shard]).generate_state(1, np.uint64)[0])
+
+
+def _write_json(path: pathlib.Path, value: dict[str, Any]) -> None:
+    """Replaces ``path`` atomically (a crash leaves the previous content)."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(value))
+    os.replace(partial, path)
+
+
+class _Shard:
+    """One shard: a GraphBuffer and a ledger (its last save, what it took since) that lets a
+    restarted actor resume from the save and say what it lost."""
+
+    def __init__(
+        self,
+        shard: int,
+        capacity: int,
+        unit: str,
+        seed: int,
+        max_staleness: int | None,
+        state_directory: str,
+        restore_from: str | None,
+    ) -> None:
+        self.shard = shard
+        self.ledger_path = pathlib.Path(state_directory) / f"shard-{shard:05d}.json"
+        self.ledger_path.parent.mkdir(parents=True, exist_ok=True)
+        ledger = json.loads(self.ledger_path.read_text()) if self.ledger_path.exists() else None
+        self.loss: ShardLoss | None = None
+        if ledger is None:
+            # First start: a fresh buffer, or a shard of a saved RayGraphBuffer.
+            self.save_path = restore_from
+            self.buffer = GraphBuffer.load(restore_from) if restore_from else None
+            self.restarts = 0
+        else:
+            # The actor died and Ray runs __init__ again with the same arguments.
+            self.save_path = ledger["save"]
+            self.buffer = GraphBuffer.load(self.save_path) if self.save_path else None
+            self.restarts = ledger["restarts"] + 1
+            restored = 0 if self.buffer is None else len(self.buffer)
+            self.loss = ShardLoss(shard, self.restarts, restored, ledger["added_since_save"], ledger["held"])
+            _log.warning("masreplay.ray shard %d restarted: %s", shard, self.loss)
+        if self.buffer is None:
+            self.buffer = GraphBuffer(capacity, unit=unit, seed=seed, max_staleness=max_staleness)
+        if ledger is not None:
+            self.buffer.policy_version = max(self.buffer.policy_version, ledger["policy_version"])
+        self.added_since_save = 0
+        self._write_ledger()
+
+    def _write_ledger(self) -> None:
+        _write_json(
+            self.ledger_path,
+            {
+                "save": self.save_path,
+                "added_since_save": self.added_since_save,
+                "held": len(self.buffer),
+                "restarts": self.restarts,
+                "policy_version": self.buffer.policy_version,
+            },
+        )
+
+    def add(self, data: bytes) -> tuple[int, list[tuple[int, str | None, Exception]]]:
+        # An Arrow IPC stream from a writer that validated the traces (RayGraphBuffer.add).
+        table = _from_ipc_table(data)
+        batch = _core.TraceBatch.from_own_arrow(table)
+        if batch is None:
+            batch, _ = _core.ingest_arrow(table)
+        added, rejected = self.buffer._core.add(batch, skip_invalid=True)
+        self.added_since_save += added
+        self._write_ledger()
+        return added, rejected
+
+    def stats(self) -> tuple[int, int, int]:
+        return len(self.buffer), self.buffer.num_events, self.restarts
+
+    def eligible(self, filters: dict[str, Any]) -> tuple[int, float, int]:
+        count, mass = self.buffer._core.eligible(**filters)
+        return count, mass, self.restarts
+
+    def eligible_groups(self, group_size: int | None, max_staleness: int | None) -> tuple[int, int]:
+        count = self.buffer._core.eligible_group_count(group_size=group_size, max_staleness=max_staleness)
+        return count, self.restarts
+
+    def sample(
+        self, count: int, sampler: str, filters: dict[str, Any], seed: int | None, with_branches: bool
+    ) -> tuple[bytes, np.ndarray]:
+        selection, probabilities = self.buffer._core.sample(
+            count, sampler=sampler, seed=seed, with_branches=with_branches, **filters
+        )
+        return _to_ipc(pa.table(selection.collect())), probabilities
+
+    def sample_groups(
+        self, count: int, group_size: int | None, seed: int | None, max_staleness: int | None
+    ) -> bytes:
+        selection = self.buffer._core.sample_groups(
+            count, group_size=group_size, seed=seed, max_staleness=max_staleness
+        )
+        return _to_ipc(pa.table(selection.collect()))
+
+    def contains_many(self, trace_ids: list[str]) -> np.ndarray:
+        return self.buffer._core.contains_many(trace_ids)
+
+    def update_priorities(self, trace_ids: list[str], priorities: list[float]) -> None:
+        self.buffer._core.update_priorities(trace_ids, priorities)
+
+    def set_policy_version(self, version: int, advance: bool) -> None:
+        if advance:
+            self.buffer.advance(version)
+        else:
+            self.buffer.policy_version = version
+        self._write_ledger()
+
+    def policy_version(self) -> int:
+        return self.buffer.policy_version
+
+    def evict_stale(self, max_staleness: int | None) -> int:
+        removed = self.buffer.evict_stale(max_staleness)
+        self._write_ledger()
+        return removed
+
+    def save(self, path: str) -> None:
+        self.buffer.save(path)
+        self.save_path = path
+        self.added_since_save = 0
+        self._write_ledger()
+
+    def to_arrow(self) -> pa.Table:
+        return self.buffer.to_arrow()
+
+    def report(self) -> ShardLoss | None:
+        return self.loss
+
+
+_ShardActor = ray.remote(_Shard)
+
+
+@ray.remote(num_cpus=0)
+def _total_added(*counts: tuple[int, list]) -> int:
+    """The traces one ``add_async`` landed, once every shard has answered."""
+    rejected = [problem for _, problems in counts for problem in problems]
+    if rejected:
+        raise rejected[0][2]
+    return sum(added for added, _ in counts)
+
+
+class RayGraphBuffer:
+    """A GraphBuffer split over ``shards`` Ray actors; this object is a handle (it pickles as
+    one), usable from any Ray task or actor.
+
+    ``capacity`` is split across the shards (each evicts its own oldest traces). Ray restarts
+    a shard actor that dies (``max_restarts`` and ``max_task_retries``, 3 each unless
+    ``actor_options`` say otherwise) from
+    the shard's last :meth:`save`; what it took since is lost, and reported: by
+    :meth:`losses` and a :class:`ShardLossWarning` on the next call that reads the shard's
+    counts. ``state_directory`` holds each shard's small ledger (the path of its last save,
+    what it took since); in a cluster of several machines it, like the save directory, must
+    be storage every node reaches. ``actor_options`` go to each shard's ``.options(...)``.
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        unit: Literal["traces", "events"] = "traces",
+        shards: int = 1,
+        seed: int = 0,
+        max_staleness: int | None = None,
+        *,
+        state_directory: str | os.PathLike[str] | None = None,
+        **actor_options: Any,
+    ) -> None:
+        shards = _count(shards, "shards")
+        if not shards:
+            raise InvalidArgumentError("shards must be at least 1")
+        if not isinstance(capacity, int) or capacity < shards:
+            raise InvalidArgumentError(f"capacity must be an integer of at least one per shard, not {capacity!r}")
+        if unit not in ("traces", "events"):
+            raise InvalidArgumentError(f"unit must be 'traces' or 'events', not {unit!r}")
+        _count(seed, "seed")
+        self._start(
+            {"capacity": capacity, "unit": unit, "shards": shards, "seed": seed, "max_staleness": _count(max_staleness)},
+            state_directory,
+            actor_options,
+            [None] * shards,
+        )
+
+    def _start(
+        self,
+        settings: dict[str, Any],
+        state_directory: str | os.PathLike[str] | None,
+        actor_options: dict[str, Any],
+        restore_from: list[str | None],
+    ) -> None:
+        self._settings = settings
+        directory = state_directory or os.path.join(tempfile.gettempdir(), "masreplay-ray", uuid.uuid4().hex)
+        self._state_directory = os.fspath(directory)
+        # A call that reaches a restarting shard waits for it (a retried add lands in the
+        # restored buffer: the first attempt's effect died with the actor).
+        options = {"max_restarts": 3, "max_task_retries": 3, **actor_options}
+        capacity, shards = settings["capacity"], settings["shards"]
+        self._shards = [
+            _ShardActor.options(**options).remote(
+                shard,
+                capacity // shards + (shard < capacity % shards),
+                settings["unit"],
+                _shard_seed(settings["seed"], shard),
+                settings["max_staleness"],
+                self._state_directory,
+                restore_from[shard],
+            )
+            for shard in range(shards)
+        ]
+        self._calls = 0
+        self._restarts_seen = [0] * shards
+
+    # ---- what the handle knows ---------------------------------------------------------
+    @property
+    def shards(self) -> int:
+        return self._settings["shards"]
+
+    @property
+    def capacity(self) -> int:
+        return self._settings["capacity"]
+
+    @property
+    def unit(self) -> str:
+        return self._settings["unit"]
+
+    @property
+    def max_staleness(self) -> int | None:
+        return self._settings["max_staleness"]
+
+    def __repr__(self) -> str:
+        return f"RayGraphBuffer({self.shards} shards, capacity {self.capacity} {self.unit})"
+
+    def _note_restarts(self, restarts: list[int]) -> None:
+        """Warns once per restart a call notices (a restart is never silent)."""
+        if any(now > seen for now, seen in zip(restarts, self._restarts_seen, strict=True)):
+            for loss in self.losses():
+                if loss.restarts > self._restarts_seen[loss.shard]:
+                    warnings.warn(ShardLossWarning(f"masreplay.ray shard restarted: {loss}"), stacklevel=3)
+            self._restarts_seen = [max(a, b) for a, b in zip(restarts, self._restarts_seen, strict=True)]
+
+    def losses(self) -> list[ShardLoss]:
+        """What each restarted shard lost at its latest restart."""
+        reports = ray.get([shard.report.remote() for shard in self._shards])
+        return [report for report in reports if report is not None]
+
+    def _stats(self) -> list[tuple[int, int, int]]:
+        stats = ray.get([shard.stats.remote() for shard in self._shards])
+        self._note_restarts([restarts for _, _, restarts in stats])
+        return stats
+
+    def __len__(self) -> int:
+        return sum(length for length, _, _ in self._stats())
+
+    @property
+    def num_events(self) -> int:
+        return sum(events for _, events, _ in self._stats())
+
+    # ---- adding ------------------------------------------------------------------------
+    def _route(self, batch: Any) -> np.ndarray:
+        """Each trace's shard; a branch whose factual trace was added earlier is sent where
+        the shards say that trace is."""
+        routes = _core.route_to_shards(batch, self.shards, [], [])
+        unresolved = np.flatnonzero(routes == _UNRESOLVED)
+        if len(unresolved) == 0:
+            return routes
+        of = pa.table(batch).column("counterfactual_of").take(pa.array(unresolved))
+        factual_ids = pc.unique(pc.struct_field(of, "trace_id")).to_pylist()
+        held = ray.get([shard.contains_many.remote(factual_ids) for shard in self._shards])
+        owner = np.argmax(np.stack(held), axis=0)
+        found = np.stack(held).any(axis=0)
+        known_ids = [t for t, ok in zip(factual_ids, found, strict=True) if ok]
+        routes = _core.route_to_shards(batch, self.shards, known_ids, owner[found].tolist())
+        # A branch of a trace no shard holds: shard 0 refuses it with the buffer's own error.
+        routes[routes == _UNRESOLVED] = 0
+        return routes
+
+    def _send(self, traces: Any, on_error: OnError) -> tuple[list[Any], list[np.ndarray], list]:
+        if on_error not in ("raise", "skip"):
+            raise InvalidArgumentError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
+        batch, load_rejected = _load(traces, strict_seed=False)
+        if load_rejected and on_error == "raise":
+            raise load_rejected[0][2]
+        routes = self._route(batch)
+        refs, positions = [], []
+        for shard in np.unique(routes):
+            rows = np.flatnonzero(routes == shard)
+            part = batch if len(rows) == len(batch) else batch.take(rows.tolist())
+            refs.append(self._shards[shard].add.remote(_to_ipc(pa.table(part))))
+            positions.append(rows)
+        return refs, positions, load_rejected
+
+    def add(self, traces: Any, *, on_error: OnError = "raise") -> int | AddReport:
+        """Validates ``traces`` here (anything ``masreplay.load_traces`` accepts) and sends
+        each shard its part as one Arrow IPC stream. ``on_error="raise"``: an invalid trace raises
+        before anything is sent; a trace a shard refuses (an id it already stores, a branch
+        whose factual trace is gone) raises after the other shards took their parts.
+        ``on_error="skip"``: returns an AddReport as GraphBuffer.add does."""
+        refs, positions, load_rejected = self._send(traces, on_error)
+        answers = ray.get(refs)
+        shard_rejected = [problem for _, problems in answers for problem in problems]
+        if on_error == "raise":
+            if shard_rejected:
+                raise shard_rejected[0][2]
+            return sum(added for added, _ in answers)
+        # Positions in the validated batch, then in the input (past the load's rejections).
+        load_positions = {position for position, _, _ in load_rejected}
+        accepted = [p for p in range(sum(map(len, positions)) + len(load_rejected)) if p not in load_positions]
+        rejected = list(load_rejected)
+        for rows, (_, problems) in zip(positions, answers, strict=True):
+            rejected += [(accepted[rows[k]], trace_id, error) for k, trace_id, error in problems]
+        return AddReport(sum(added for added, _ in answers), sorted(rejected, key=lambda r: r[0]))
+
+    def add_async(self, traces: Any) -> ray.ObjectRef:
+        """As ``add`` (validated here, raising before anything is sent), without waiting for
+        the shards: returns an ObjectRef of the number of traces added (``ray.get`` raises if
+        a shard refused one)."""
+        refs, _, _ = self._send(traces, "raise")
+        return _total_added.remote(*refs)
+
+    # ---- sampling ----------------------------------------------------------------------
+    def _rng(self, seed: int | None) -> tuple[np.random.Generator, list[int | None]]:
+        """The handle's stream for this call, and the seed each shard draws with (None: the
+        shard's own stream)."""
+        if seed is None:
+            self._calls += 1
+            return np.random.default_rng([self._settings["seed"], self._calls]), [None] * self.shards
+        _count(seed, "seed")
+        return np.random.default_rng([seed, 2**32]), [_shard_seed(seed, s) for s in range(self.shards)]
+
+    def sample(
+        self,
+        batch_size: int,
+        *,
+        sampler: Sampler = "uniform",
+        seed: int | None = None,
+        min_events: int | None = None,
+        max_events: int | None = None,
+        band: int | None = None,
+        with_branches: bool = False,
+        max_staleness: int | None = None,
+    ) -> TraceBatch:
+        """Draws ``batch_size`` traces with replacement from all shards, with the probability
+        rule of :meth:`GraphBuffer.sample` over the union (uniform over every eligible trace,
+        or in proportion to priority over every shard). The draws come in random order, then
+        the branch rollouts of ``with_branches``; ``probabilities`` are global. Exact while no
+        add lands between the two rounds of the call (eligible totals, then draws)."""
+        if sampler not in ("uniform", "prioritized"):
+            raise InvalidArgumentError(f"sampler must be 'uniform' or 'prioritized', not {sampler!r}")
+        batch_size = _count(batch_size, "batch_size")
+        if band is not None:
+            min_events, max_events = band_limits(band)
+        filters = {"min_events": min_events, "max_events": max_events, "max_staleness": _count(max_staleness)}
+        eligible = ray.get([shard.eligible.remote(filters) for shard in self._shards])
+        self._note_restarts([restarts for _, _, restarts in eligible])
+        weights = np.array([count if sampler == "uniform" else mass for count, mass, _ in eligible], dtype=float)
+        if weights.sum() <= 0:
+            what = "trace" if sampler == "uniform" or not any(c for c, _, _ in eligible) else "trace of priority > 0"
+            raise InvalidArgumentError(f"no stored {what} is eligible for this sample (filters {filters})")
+        rng, seeds = self._rng(seed)
+        counts = rng.multinomial(batch_size, weights / weights.sum())
+        drawing = [s for s in range(self.shards) if counts[s] > 0]
+        answers = ray.get(
+            [
+                self._shards[s].sample.remote(int(counts[s]), sampler, filters, seeds[s], with_branches)
+                for s in drawing
+            ]
+        )
+        tables, draws, branches, probabilities = [], [], [], []
+        start = 0
+        for s, (table, local) in zip(drawing, answers, strict=True):
+            tables.append(table)
+            draws.append(np.arange(start, start + counts[s]))
+            branches.append(np.arange(start + counts[s], start + len(local)))
+            # Local probability times the shard's share of the whole gives the global one.
+            probabilities.append(local * (weights[s] / weights.sum()))
+            start += len(local)
+        order = np.concatenate([rng.permutation(np.concatenate(draws)), *branches]).astype(np.int64)
+        return _gathered(tables, order, np.concatenate(probabilities)[order])
+
+    def sample_groups(
+        self,
+        num_groups: int,
+        *,
+        group_size: int | None = None,
+        seed: int | None = None,
+        max_staleness: int | None = None,
+    ) -> TraceBatch:
+        """Draws ``num_groups`` distinct groups uniformly over all shards (a group lives whole
+        in one shard), as :meth:`GraphBuffer.sample_groups`; groups come shard by shard."""
+        num_groups = _count(num_groups, "num_groups")
+        max_staleness = _count(max_staleness)
+        answers = ray.get([shard.eligible_groups.remote(group_size, max_staleness) for shard in self._shards])
+        self._note_restarts([restarts for _, restarts in answers])
+        available = np.array([count for count, _ in answers], dtype=np.int64)
+        if available.sum() < num_groups:
+            raise InvalidArgumentError(
+                f"asked for {num_groups} groups but the shards hold {available.sum()} eligible group(s)"
+            )
+        rng, seeds = self._rng(seed)
+        counts = rng.multivariate_hypergeometric(available, num_groups) if num_groups else available * 0
+        drawing = [s for s in range(self.shards) if counts[s] > 0]
+        tables = ray.get(
+            [
+                self._shards[s].sample_groups.remote(int(counts[s]), group_size, seeds[s], max_staleness)
+                for s in drawing
+            ]
+        )
+        return _gathered(tables, None, None)
+
+    def update_priorities(self, trace_ids: Any, priorities: Any) -> None:
+        """Sets priorities of stored traces on whichever shards hold them; all or nothing (an
+        id no shard holds raises before any priority changes)."""
+        ids = [str(t) for t in trace_ids]
+        values = np.asarray(priorities, dtype=np.float64).ravel()
+        if len(values) != len(ids):
+            raise InvalidArgumentError(f"{len(ids)} trace ids but {len(values)} priorities: give one per trace")
+        if not np.all(np.isfinite(values) & (values >= 0)):
+            raise InvalidArgumentError("priorities must be finite and >= 0")
+        held = np.stack(ray.get([shard.contains_many.remote(ids) for shard in self._shards]))
+        missing = np.flatnonzero(~held.any(axis=0))
+        if len(missing):
+            raise InvalidArgumentError(f"no trace {ids[missing[0]]!r} in the buffer")
+        owner = np.argmax(held, axis=0)
+        ray.get(
+            [
+                self._shards[s].update_priorities.remote([ids[i] for i in rows], values[rows].tolist())
+                for s in np.unique(owner)
+                for rows in [np.flatnonzero(owner == s)]
+            ]
+        )
+
+    # ---- staleness ---------------------------------------------------------------------
+    @property
+    def policy_version(self) -> int:
+        return max(ray.get([shard.policy_version.remote() for shard in self._shards]))
+
+    @policy_version.setter
+    def policy_version(self, version: int) -> None:
+        version = _version(version)
+        ray.get([shard.set_policy_version.remote(version, False) for shard in self._shards])
+
+    def advance(self, version: int) -> None:
+        """Moves every shard's policy version forward to ``version``."""
+        version = _version(version)
+        ray.get([shard.set_policy_version.remote(version, True) for shard in self._shards])
+
+    def evict_stale(self, max_staleness: int | None = None) -> int:
+        """As :meth:`GraphBuffer.evict_stale`, on every shard; returns how many traces left."""
+        max_staleness = _count(max_staleness)
+        return sum(ray.get([shard.evict_stale.remote(max_staleness) for shard in self._shards]))
+
+    def to_arrow(self) -> pa.Table:
+        """Every stored trace as the canonical table, shard by shard, each in insertion order."""
+        return pa.concat_tables(ray.get([shard.to_arrow.remote() for shard in self._shards]))
+
+    # ---- persistence -------------------------------------------------------------------
+    def save(self, directory: str | os.PathLike[str]) -> None:
+        """Saves every shard to its own Parquet file in a new snapshot folder of
+        ``directory``, then points ``ray_buffer.json`` at it (replaced atomically) and removes
+        the previous snapshot: a save killed at any moment leaves the previous one loadable."""
+        directory = pathlib.Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        previous = _read_manifest(directory) if (directory / _MANIFEST).exists() else None
+        snapshot = f"snapshot-{uuid.uuid4().hex}"
+        (directory / snapshot).mkdir()
+        files = [f"shard-{s:05d}-of-{self.shards:05d}.parquet" for s in range(self.shards)]
+        ray.get(
+            [
+                shard.save.remote(os.fspath((directory / snapshot / name).resolve()))
+                for shard, name in zip(self._shards, files, strict=True)
+            ]
+        )
+        _write_json(directory / _MANIFEST, {**self._settings, "snapshot": snapshot, "files": files})
+        if previous is not None:
+            for name in previous["files"]:
+                (directory / previous["snapshot"] / name).unlink(missing_ok=True)
+            (directory / previous["snapshot"]).rmdir()
+
+    @classmethod
+    def load(
+        cls,
+        directory: str | os.PathLike[str],
+        *,
+        state_directory: str | os.PathLike[str] | None = None,
+        **actor_options: Any,
+    ) -> RayGraphBuffer:
+        """Starts shard actors from a directory written by :meth:`save`."""
+        directory = pathlib.Path(directory)
+        manifest = _read_manifest(directory)
+        paths = [os.fspath((directory / manifest["snapshot"] / name).resolve()) for name in manifest["files"]]
+        buffer = cls.__new__(cls)
+        settings = {key: manifest[key] for key in ("capacity", "unit", "shards", "seed", "max_staleness")}
+        buffer._start(settings, state_directory, actor_options, paths)
+        return buffer
+
+    def shutdown(self) -> None:
+        """Ends the shard actors (the handle is unusable afterwards)."""
+        for shard in self._shards:
+            ray.kill(shard, no_restart=True)
+
+
+def _read_manifest(directory: pathlib.Path) -> dict[str, Any]:
+    try:
+        manifest = json.loads((directory / _MANIFEST).read_text())
+    except OSError as error:
+        raise StorageError(error.errno, f"not a saved RayGraphBuffer: {error.strerror}", os.fspath(directory)) from error
+    except ValueError as error:
+        raise StorageError(f"not a saved RayGraphBuffer ({directory / _MANIFEST}): {error}") from error
+    if not isinstance(manifest, dict) or len(manifest.get("files", ())) != manifest.get("shards"):
+        raise StorageError(f"not a saved RayGraphBuffer: {directory / _MANIFEST} lists no shard files")
+    return manifest
+
+
+def _gathered(answers: list[bytes], order: np.ndarray | None, probabilities: np.ndarray | None) -> TraceBatch:
+    """The shards' answers (Arrow IPC streams: one buffer each for Ray to move, where a table
+    is serialized column by column) as one selection, rows in ``order`` when given: like a
+    GraphBuffer sample, only the columns read (``flat``, ``padded``, ...) are copied out."""
+    cores = []
+    for table in map(_from_ipc_table, answers):
+        core = _core.TraceBatch.from_own_arrow(table)
+        cores.append(core if core is not None else _core.ingest_arrow(table)[0])
+    if not cores:
+        return TraceBatch(_core.empty_batch(), probabilities=probabilities)
+    sources = np.repeat(np.arange(len(cores)), [len(core) for core in cores])
+    rows = np.concatenate([np.arange(len(core)) for core in cores])
+    if order is not None:
+        sources, rows = sources[order], rows[order]
+    selection = _core.TraceSelection.of_batches(cores, sources.tolist(), rows.tolist())
+    return TraceBatch(selection, probabilities=probabilities)

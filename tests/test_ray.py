@@ -1,0 +1,197 @@
+"""masreplay.ray: RayGraphBuffer on a local 2-CPU Ray (one Ray session for the module)."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections import Counter
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import masreplay
+from masreplay.errors import InvalidArgumentError, StorageError
+
+ray = pytest.importorskip("ray", reason="masreplay.ray needs the ray package (pip install masreplay[ray])")
+masreplay_ray = pytest.importorskip("masreplay.ray")
+RayGraphBuffer = masreplay_ray.RayGraphBuffer
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def shard_tables(buffer) -> list[pa.Table]:
+    return ray.get([shard.to_arrow.remote() for shard in buffer._shards])
+
+
+def chi_square_p(observed: np.ndarray, expected: np.ndarray) -> float:
+    """Upper tail of the chi-square statistic (Wilson-Hilferty normal approximation)."""
+    statistic = float(((observed - expected) ** 2 / expected).sum())
+    k = len(observed) - 1
+    z = ((statistic / k) ** (1 / 3) - (1 - 2 / (9 * k))) / math.sqrt(2 / (9 * k))
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+def test_the_module_imports_the_real_ray_package():
+    assert masreplay_ray.ray is ray and hasattr(masreplay_ray.ray, "remote")
+
+
+def test_groups_and_branch_families_never_split():
+    buffer = RayGraphBuffer(10_000, shards=3, seed=2)
+    buffer.add(masreplay.sim.generate(90, seed=1, group_size=3))
+    families = pa.table(masreplay.sim.branches(12, branches=3, branch_points=1, seed=5).batch)
+    factual = np.array([of is None for of in families["counterfactual_of"].to_pylist()])
+    # Factual traces first, their branches in a later add: routed to where the factual went.
+    buffer.add(families.filter(factual))
+    buffer.add(families.filter(np.logical_not(factual)))
+    tables = shard_tables(buffer)
+    assert sum(t.num_rows for t in tables) == len(buffer) == 90 + families.num_rows
+    shard_of_group, shard_of_trace = {}, {}
+    for shard, table in enumerate(tables):
+        for trace_id, group in zip(table["trace_id"].to_pylist(), table["group_id"].to_pylist(), strict=True):
+            assert shard_of_group.setdefault(group, shard) == shard, f"group {group} split"
+            shard_of_trace[trace_id] = shard
+    for row in families.filter(np.logical_not(factual)).to_pylist():
+        assert shard_of_trace[row["trace_id"]] == shard_of_trace[row["counterfactual_of"]["trace_id"]]
+    assert set(shard_of_group.values()) == {0, 1, 2}
+    buffer.shutdown()
+
+
+@pytest.mark.parametrize("sampler", ["uniform", "prioritized"])
+def test_cross_shard_draws_follow_the_global_rule(sampler):
+    buffer = RayGraphBuffer(10_000, shards=3, seed=7)
+    batch = masreplay.sim.generate(40, seed=3, group_size=1)
+    buffer.add(batch)
+    ids = batch.trace_ids
+    weights = np.ones(len(ids)) if sampler == "uniform" else np.arange(1.0, len(ids) + 1)
+    buffer.update_priorities(ids, weights)
+    counts: Counter[str] = Counter()
+    expected_probability = dict(zip(ids, weights / weights.sum(), strict=True))
+    for _ in range(10):
+        drawn = buffer.sample(800, sampler=sampler)
+        counts.update(drawn.trace_ids)
+        np.testing.assert_allclose(drawn.probabilities, [expected_probability[t] for t in drawn.trace_ids])
+    observed = np.array([counts[t] for t in ids], dtype=float)
+    assert chi_square_p(observed, 8000 * weights / weights.sum()) > 1e-4
+    # Shards hold unequal numbers of traces, so "n/k from each shard" would fail the test.
+    assert len({t.num_rows for t in shard_tables(buffer)}) > 1
+    buffer.shutdown()
+
+
+def test_seeded_samples_repeat_and_groups_come_whole():
+    buffer = RayGraphBuffer(10_000, shards=2, seed=1)
+    buffer.add(masreplay.sim.generate(60, seed=2, group_size=4))
+    first, again = buffer.sample(50, seed=9), buffer.sample(50, seed=9)
+    assert first.trace_ids == again.trace_ids
+    groups = buffer.sample_groups(15, seed=3)
+    assert Counter(groups.to_arrow()["group_id"].to_pylist()) == Counter({g: 4 for g in set(groups.to_arrow()["group_id"].to_pylist())})
+    assert len(groups) == 60
+    with pytest.raises(InvalidArgumentError, match="16 groups"):
+        buffer.sample_groups(16)
+    buffer.shutdown()
+
+
+def test_staleness_spans_the_shards():
+    buffer = RayGraphBuffer(10_000, shards=2, max_staleness=1)
+    for version in range(4):
+        table = pa.table(masreplay.sim.generate(20, seed=10 + version))
+        table = table.set_column(table.schema.get_field_index("policy_version"), "policy_version", pa.array([version] * 20, pa.int64()))
+        buffer.add(table)
+    buffer.advance(3)
+    assert buffer.policy_version == 3
+    versions = set(buffer.sample(200).to_arrow()["policy_version"].to_pylist())
+    assert versions == {2, 3}
+    assert buffer.evict_stale() == 40 and len(buffer) == 40
+    with pytest.raises(InvalidArgumentError):
+        buffer.advance(2)
+    buffer.shutdown()
+
+
+@ray.remote
+def _writer(handle, writer: int) -> int:
+    return sum(handle.add(masreplay.sim.generate(25, seed=100 * writer + k)) for k in range(4))
+
+
+def test_concurrent_adds_from_four_tasks_lose_nothing():
+    buffer = RayGraphBuffer(10_000, shards=2)
+    assert ray.get([_writer.remote(buffer, w) for w in range(4)]) == [100] * 4
+    stored = pa.concat_tables(shard_tables(buffer))["trace_id"].to_pylist()
+    assert len(buffer) == len(set(stored)) == 400
+    assert ray.get(buffer.add_async(masreplay.sim.generate(5, seed=999))) == 5
+    with pytest.raises(masreplay.TraceValidationError):
+        buffer.add(masreplay.sim.generate(5, seed=999))  # ids already stored
+    buffer.shutdown()
+
+
+def test_save_and_load_a_sharded_buffer(tmp_path):
+    buffer = RayGraphBuffer(10_000, shards=3, seed=4, max_staleness=5)
+    batch = pa.table(masreplay.sim.generate(50, seed=6))
+    buffer.add(batch)
+    buffer.advance(2)
+    buffer.save(tmp_path)
+    buffer.add(masreplay.sim.generate(10, seed=7))
+    buffer.save(tmp_path)  # the second save replaces the first snapshot
+    manifest = json.loads((tmp_path / "ray_buffer.json").read_text())
+    assert [p.name for p in tmp_path.iterdir() if p.is_dir()] == [manifest["snapshot"]]
+    restored = RayGraphBuffer.load(tmp_path)
+    assert (restored.shards, restored.max_staleness, restored.policy_version, len(restored)) == (3, 5, 2, 60)
+    # Logically equal (a reloaded dictionary column may be encoded with other codes).
+    for ours, theirs in zip(shard_tables(restored), shard_tables(buffer), strict=True):
+        assert ours.to_pylist() == theirs.to_pylist()
+    assert restored.sample(20, seed=3).trace_ids == buffer.sample(20, seed=3).trace_ids
+    (tmp_path / "ray_buffer.json").write_text("{not json")
+    with pytest.raises(StorageError):
+        RayGraphBuffer.load(tmp_path)
+    for handle in (buffer, restored):
+        handle.shutdown()
+
+
+def test_a_killed_shard_restarts_from_its_last_save_and_reports_the_loss(tmp_path):
+    buffer = RayGraphBuffer(10_000, shards=2, seed=5)
+    buffer.add(masreplay.sim.generate(40, seed=1))
+    buffer.save(tmp_path)
+    later = masreplay.sim.generate(30, seed=2)
+    buffer.add(later)
+    before = [t.num_rows for t in shard_tables(buffer)]
+    saved = [pq_rows(tmp_path, s) for s in range(2)]
+    ray.kill(buffer._shards[0], no_restart=False)
+    # ray.kill returns at once: wait until the restarted actor answers (calls meanwhile are
+    # retried by Ray, or reach the old actor before it dies).
+    deadline = time.monotonic() + 60
+    while ray.get(buffer._shards[0].report.remote()) is None:
+        assert time.monotonic() < deadline, "the shard was not restarted"
+        time.sleep(0.2)
+    with pytest.warns(masreplay_ray.ShardLossWarning, match="shard=0"):
+        assert len(buffer) == saved[0] + before[1]
+    (loss,) = buffer.losses()
+    assert (loss.shard, loss.restarts, loss.restored_traces) == (0, 1, saved[0])
+    assert loss.lost_traces == before[0] - saved[0] > 0 and loss.held_traces == before[0]
+    buffer.shutdown()
+
+
+def pq_rows(directory, shard: int) -> int:
+    manifest = json.loads((directory / "ray_buffer.json").read_text())
+    return pq.read_metadata(directory / manifest["snapshot"] / manifest["files"][shard]).num_rows
+
+
+def test_bad_arguments_raise_masreplay_errors():
+    with pytest.raises(InvalidArgumentError):
+        RayGraphBuffer(10, shards=0)
+    with pytest.raises(InvalidArgumentError):
+        RayGraphBuffer(10, unit="bytes")
+    buffer = RayGraphBuffer(100, shards=2)
+    with pytest.raises(InvalidArgumentError, match="no stored trace"):
+        buffer.sample(4)
+    buffer.add(masreplay.sim.generate(4, seed=1))
+    with pytest.raises(InvalidArgumentError, match="nope"):
+        buffer.update_priorities(["nope"], [1.0])
+    with pytest.raises(InvalidArgumentError, match="sampler"):
+        buffer.sample(4, sampler="greedy")
+    buffer.shutdown()
