@@ -10,11 +10,15 @@ old, "trains", advances the version and evicts what became too stale. Run:
 
 from __future__ import annotations
 
+import os
 import tempfile
+
+# One machine: Ray's single-machine mode keeps it on the loopback address (set before import).
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 import numpy as np
 import pyarrow as pa
-import ray
+import ray  # noqa: E402
 
 import masreplay
 from masreplay.ray import RayGraphBuffer

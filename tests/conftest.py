@@ -13,6 +13,10 @@ from hypothesis import settings
 # tests/ is not a package; make `import strategies` work from every test module.
 sys.path.insert(0, str(Path(__file__).parent))
 
+# The tests start a local Ray: keep it on the loopback address (Ray's single-machine mode;
+# read when ray is first imported) instead of the machine's network interface.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
 settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
 settings.register_profile("dev", deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
