@@ -626,6 +626,7 @@ def _stream_local(files: Sequence[str], plan: Plan, manifest: Manifest, options:
     done = manifest.done
     seen = np.zeros(plan.n_buckets, dtype=np.int64)
     rejected: dict[int, list[dict]] = {}
+    shutil.rmtree(destination / SCRATCH, ignore_errors=True)  # a stopped run's spills
     buffers = _Buffers(destination / SCRATCH, limit // 3)
     position = 0
     for table in read_batches(files, None):
