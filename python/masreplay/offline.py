@@ -238,8 +238,9 @@ def _key_columns(schema: pa.Schema) -> list[str]:
 
 
 def trace_keys(table: pa.Table) -> pa.Table:
-    """The plan's inputs of each row: trace_id, group (group_id, else task_id), factual
-    (counterfactual_of.trace_id) and events (the trace's event count)."""
+    """The plan's inputs of each row: trace_id, group_id (else task_id, as the loader
+    fills it), task_id, factual (counterfactual_of.trace_id) and events (the trace's event
+    count)."""
     n = table.num_rows
 
     def text(name: str) -> pa.Array:
@@ -251,7 +252,7 @@ def trace_keys(table: pa.Table) -> pa.Table:
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             raise DataFormatError(f"column {name!r} of type {column.type} is not text") from None
 
-    group = pc.coalesce(text("group_id"), text("task_id"))
+    task = text("task_id")
     factual = pa.nulls(n, pa.large_string())
     if "counterfactual_of" in table.column_names and pa.types.is_struct(table["counterfactual_of"].type):
         of = table["counterfactual_of"].combine_chunks()
@@ -261,7 +262,15 @@ def trace_keys(table: pa.Table) -> pa.Table:
         events = pc.fill_null(pc.cast(table["n_events"], pa.int64()), 0)
     else:
         events = pc.fill_null(pc.cast(pc.list_value_length(table["events"]), pa.int64()), 0)
-    return pa.table({"trace_id": text("trace_id"), "group": group, "factual": factual, "events": events})
+    return pa.table(
+        {
+            "trace_id": text("trace_id"),
+            "group_id": pc.coalesce(text("group_id"), task),
+            "task_id": task,
+            "factual": factual,
+            "events": events,
+        }
+    )
 
 
 @dataclass
@@ -301,7 +310,7 @@ def make_plan(keys: pa.Table, options: Mapping[str, Any], bucket_events: int) ->
     component = np.arange(n, dtype=np.int64)
     if options["advantages"] is not None:
         # Rows without a group are their own component.
-        group = keys["group"].combine_chunks()
+        group = keys[options["group_by"]].combine_chunks()
         codes = pc.dictionary_encode(group).indices.to_numpy(zero_copy_only=False)
         grouped = ~group.is_null().to_numpy(zero_copy_only=False)
         component = np.where(grouped, codes, len(group) + np.arange(n)).astype(np.int64)
