@@ -504,6 +504,8 @@ def _open(destination: pathlib.Path, inputs: list[dict], options: dict, bucket_e
                 f"{existing.path} was written with other options ({state['options']}, now {options}); "
                 "pass resume=False (CLI: --no-resume) to start over"
             )
+        for leftover in [*destination.glob(".*.tmp"), *destination.glob("*/.*.tmp")]:
+            leftover.unlink()  # written by a run stopped before its rename
         return existing
     if existing is None and destination.exists() and any(destination.iterdir()):
         raise StorageError(17, "destination is not empty and holds no credit_dump manifest", os.fspath(destination))
