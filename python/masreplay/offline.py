@@ -362,7 +362,7 @@ def read_batches(files: Sequence[str], columns: list[str] | None) -> Iterator[pa
             reader = pq.ParquetFile(path)
             wanted = _key_columns(reader.schema_arrow) if columns == ["keys"] else columns
             for index in range(reader.metadata.num_row_groups):
-                yield reader.read_row_group(index, columns=wanted, use_threads=False)
+                yield reader.read_row_group(index, columns=wanted)
         except (OSError, pa.ArrowException) as error:
             raise StorageError(5, f"not a readable Parquet file ({error})", path) from error
 
@@ -623,7 +623,13 @@ class _Silent:
         pass
 
 
-def _peak_memory() -> int:
+def peak_memory() -> int:
+    """This process's peak resident memory in bytes: VmHWM where /proc has it (ru_maxrss
+    would count the memory of the parent this process was forked from), else ru_maxrss."""
+    with contextlib.suppress(OSError):
+        for line in pathlib.Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
     # ru_maxrss is in KiB on Linux, in bytes on macOS.
     scale = 1 if sys.platform == "darwin" else 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
@@ -767,7 +773,7 @@ def _summary(manifest: Manifest, destination: pathlib.Path, resumed: int, second
         parts=len(state["parts"]),
         resumed_parts=resumed,
         seconds=seconds,
-        peak_memory=_peak_memory(),
+        peak_memory=peak_memory(),
         engine=engine,
         rejected=[{k: r[k] for k in ("trace_id", "pointer", "reason")} for r in state["rejected"]],
     )
