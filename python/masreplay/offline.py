@@ -314,17 +314,18 @@ def make_plan(keys: pa.Table, options: Mapping[str, Any], bucket_events: int) ->
         codes = pc.dictionary_encode(group).indices.to_numpy(zero_copy_only=False)
         grouped = ~group.is_null().to_numpy(zero_copy_only=False)
         component = np.where(grouped, codes, len(group) + np.arange(n)).astype(np.int64)
-    parent = np.arange(component.max(initial=-1) + 1, dtype=np.int64)
     if options["counterfactual"] is not None:
+        parent = np.arange(component.max(initial=-1) + 1, dtype=np.int64)
         position = {trace_id: i for i, trace_id in enumerate(ids.to_pylist()) if trace_id is not None}
         for branch, factual in enumerate(keys["factual"].to_pylist()):
             target = position.get(factual) if factual is not None else None
             if target is not None:
                 a, b = _find(parent, int(component[branch])), _find(parent, int(component[target]))
                 parent[max(a, b)] = min(a, b)
-    roots = np.array([_find(parent, i) for i in range(len(parent))], dtype=np.int64)
-    component = roots[component] if n else component
-    # Components in order of first appearance, packed greedily into buckets.
+        roots = np.array([_find(parent, i) for i in range(len(parent))], dtype=np.int64)
+        component = roots[component] if n else component
+    # Components in order of first appearance; a component goes to the bucket where its
+    # first event falls (buckets of bucket_events events, one component at most over).
     _, first, inverse = np.unique(component, return_index=True, return_inverse=True)
     order = np.argsort(first, kind="stable")
     rank = np.empty_like(order)
@@ -333,14 +334,9 @@ def make_plan(keys: pa.Table, options: Mapping[str, Any], bucket_events: int) ->
     valid = np.ones(n, dtype=bool)
     valid[null_ids] = False
     events = keys["events"].to_numpy(zero_copy_only=False)
-    component_events = np.bincount(row_rank[valid], weights=events[valid], minlength=len(order))
-    component_bucket = np.empty(len(order), dtype=np.int64)
-    bucket, filled = 0, 0.0
-    for c, size in enumerate(component_events):
-        if filled and filled + size > bucket_events:
-            bucket, filled = bucket + 1, 0.0
-        component_bucket[c] = bucket
-        filled += size
+    component_events = np.bincount(row_rank[valid], weights=events[valid], minlength=len(order)).astype(np.int64)
+    starts = np.cumsum(component_events) - component_events
+    component_bucket = np.unique(starts // max(bucket_events, 1), return_inverse=True)[1]
     row_bucket = component_bucket[row_rank] if n else row_rank
     row_bucket[~valid] = -1
     n_buckets = int(row_bucket.max(initial=-1)) + 1
@@ -506,6 +502,7 @@ def _open(destination: pathlib.Path, inputs: list[dict], options: dict, bucket_e
             )
         for leftover in [*destination.glob(".*.tmp"), *destination.glob("*/.*.tmp")]:
             leftover.unlink()  # written by a run stopped before its rename
+        _make_folders(destination)
         return existing
     if existing is None and destination.exists() and any(destination.iterdir()):
         raise StorageError(17, "destination is not empty and holds no credit_dump manifest", os.fspath(destination))
@@ -515,8 +512,6 @@ def _open(destination: pathlib.Path, inputs: list[dict], options: dict, bucket_e
             shutil.rmtree(path)
         elif path.exists():
             path.unlink()
-    for name in ("traces", "events"):
-        (destination / name).mkdir(parents=True, exist_ok=True)
     manifest = Manifest(
         destination,
         {
@@ -530,8 +525,14 @@ def _open(destination: pathlib.Path, inputs: list[dict], options: dict, bucket_e
             "parts": [],
         },
     )
-    manifest.save()
+    manifest.save()  # first, so that nothing of ours is ever in a destination without one
+    _make_folders(destination)
     return manifest
+
+
+def _make_folders(destination: pathlib.Path) -> None:
+    for name in ("traces", "events"):
+        (destination / name).mkdir(exist_ok=True)
 
 
 # ---- spill buffers (local engine) -------------------------------------------------------------
