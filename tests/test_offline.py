@@ -418,3 +418,22 @@ def test_cli_end_to_end(tmp_path):
     again = subprocess.run(command + ["--no-resume", "--quiet", "--on-error", "skip"], capture_output=True, text=True, env=env, check=False)
     assert again.returncode == 0, again.stderr
     assert_matches_in_memory(tmp_path / "out", dump, {}, False, False)
+
+
+def test_progress_bar_on_a_terminal_only(tmp_path, monkeypatch):
+    import io
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    dump = write_dump(CANONICAL, tmp_path / "dump", seed=14, files=2, row_group=40)
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    summary = masreplay.credit_dump(dump, tmp_path / "bar", metrics=True, memory_limit=SMALL_MEMORY)
+    assert f"{CANONICAL.num_rows}/{CANONICAL.num_rows}" in terminal.getvalue()
+    assert f"{summary.parts}/{summary.parts} parts" in terminal.getvalue() and "events/s" in terminal.getvalue()
+    quiet = Terminal()
+    monkeypatch.setattr(sys, "stderr", quiet)
+    masreplay.credit_dump(dump, tmp_path / "quiet", metrics=True, memory_limit=SMALL_MEMORY, progress=False)
+    assert quiet.getvalue() == ""
