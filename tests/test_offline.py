@@ -437,3 +437,16 @@ def test_progress_bar_on_a_terminal_only(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "stderr", quiet)
     masreplay.credit_dump(dump, tmp_path / "quiet", metrics=True, memory_limit=SMALL_MEMORY, progress=False)
     assert quiet.getvalue() == ""
+
+
+def test_duckdb_reads_the_output(tmp_path):
+    duckdb = pytest.importorskip("duckdb")
+    dump = write_dump(CANONICAL, tmp_path / "dump", seed=15, files=2, row_group=40)
+    summary = masreplay.credit_dump(dump, tmp_path / "out", advantages={}, counterfactual=True, memory_limit=SMALL_MEMORY, progress=False)
+    events = str(tmp_path / "out" / "events" / "*.parquet")
+    query = f"SELECT count(*), count(*) FILTER (WHERE n_branches > 0), sum(credit) FILTER (WHERE n_branches > 0) FROM read_parquet('{events}')"
+    ((count, credited, total),) = duckdb.sql(query).fetchall()
+    want = masreplay.counterfactual_credit(masreplay.load_traces(dump))
+    mask = want["n_branches"].to_numpy() > 0
+    assert count == summary.events and credited == mask.sum() > 0
+    assert total == pytest.approx(want["credit"].to_numpy()[mask].sum(), rel=1e-9)
