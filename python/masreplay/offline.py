@@ -10,8 +10,8 @@ factual trace). So the job never needs the dump in memory, only whole components
 
 1. **Plan** (pass 1, key columns only: ``trace_id``, ``group_id``/``task_id``,
    ``counterfactual_of``, ``n_events``): components by union-find over groups and families,
-   packed in order of first appearance into *buckets* of at most ``memory_limit / 2 KB``
-   events. Memory: a few dozen bytes per trace, never per event.
+   cut in order of first appearance into *buckets* of ``memory_limit / 2 KB`` events (plus
+   at most one component). Memory: a few dozen bytes per trace, never per event.
 2. **Stream** (pass 2): the dump is read batch by batch (Parquet row groups cut to the
    memory limit), validated by masreplay's loader, and each trace goes to its bucket's
    buffer; buffers past a third of ``memory_limit`` are spilled to Arrow IPC files under
