@@ -64,7 +64,7 @@ def assert_columns_equal(got: pa.Table, want: pa.Table, columns: list[str], exac
             np.testing.assert_array_equal(a, b, err_msg=name)
 
 
-def assert_matches_in_memory(destination: Path, dump: Path, advantages: dict | None, counterfactual: bool,
+def assert_matches_in_memory(destination: Path, dump: Path, advantages: dict | None, counterfactual: bool | dict,
                              metrics: bool, exact: bool = False) -> None:  # fmt: skip
     """The output equals the in-memory functions on the whole dump (valid traces)."""
     traces, events = masreplay.read_credit(destination)
@@ -85,7 +85,7 @@ def assert_matches_in_memory(destination: Path, dump: Path, advantages: dict | N
         want_traces["advantage"] = result.per_trace
         want_events["advantage"], want_events["weight"] = result.per_event, result.weights
     if counterfactual:
-        credit = masreplay.counterfactual_credit(batch)
+        credit = masreplay.counterfactual_credit(batch, **({} if counterfactual is True else counterfactual))
         for name in ("credit", "stderr", "n_branches"):
             want_events[name] = credit[name]
     want = pa.table(want_traces)
@@ -109,6 +109,7 @@ OPTION_SETS = [
     ({"compat": "trl"}, False, True, True),
     ({"compat": "openrlhf", "dtype": "float32"}, True, False, True),
     (None, True, True, False),
+    ({"estimator": "rloo"}, {"baseline": "loo"}, False, False),
 ]
 
 
@@ -132,7 +133,7 @@ def test_equals_the_in_memory_functions_whatever_the_layout(tmp_path_factory, se
     assert_matches_in_memory(root / "out", dump, advantages, counterfactual, metrics, exact)
 
 
-def test_groups_and_families_straddle_files_and_spill(tmp_path):
+def test_groups_and_families_straddle_files_and_spill(tmp_path, monkeypatch):
     """Fine row groups of a shuffled dump: every bucket is spread over the whole dump, so
     buffers spill to disk; the numbers do not change."""
     dump = write_dump(CANONICAL, tmp_path / "dump", seed=1, files=5, row_group=4)
@@ -144,7 +145,11 @@ def test_groups_and_families_straddle_files_and_spill(tmp_path):
             files_of_group.setdefault(group, set()).add(name)
     assert max(len(f) for f in files_of_group.values()) > 1
     assert plan.n_buckets > 3
+    spills = []
+    write = offline._ipc_write
+    monkeypatch.setattr(offline, "_ipc_write", lambda path, table: (spills.append(path), write(path, table)))
     masreplay.credit_dump(dump, tmp_path / "out", advantages={}, counterfactual=True, memory_limit="1MiB", progress=False)
+    assert len(spills) > 3  # buffers went past a third of the limit and were spilled
     assert_matches_in_memory(tmp_path / "out", dump, {}, True, False)
 
 

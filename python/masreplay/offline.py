@@ -72,7 +72,7 @@ OUTPUT_VERSION = 1
 #: Bytes of working memory one event of a bucket in flight takes (canonical batch, results,
 #: output tables, with headroom); sets the events per bucket from ``memory_limit``.
 BYTES_PER_EVENT = 2048
-#: Rows the CLI and the progress bar call a part.
+#: File name of part k under traces/ and events/.
 PART_NAME = "part-{:05d}.parquet"
 
 Engine = Literal["local", "ray"]
@@ -195,10 +195,11 @@ def _options(advantages: Mapping[str, Any] | None, counterfactual: bool | Mappin
                 "TRL's normalize_then_sum), which a bounded-memory job does not hold; use masreplay.advantages on a batch"
             )
     cf = None
+    named = set(counterfactual) if isinstance(counterfactual, Mapping) else set()
+    if not isinstance(counterfactual, (bool, Mapping)) or named - _COUNTERFACTUAL_OPTIONS:
+        raise InvalidArgumentError(f"counterfactual must be True, False or a dict of {sorted(_COUNTERFACTUAL_OPTIONS)}, got {counterfactual!r}")
     if counterfactual:
-        cf = {} if counterfactual is True else dict(counterfactual)
-        if not isinstance(counterfactual, (bool, Mapping)) or set(cf) - _COUNTERFACTUAL_OPTIONS:
-            raise InvalidArgumentError(f"counterfactual must be True, False or a dict of {sorted(_COUNTERFACTUAL_OPTIONS)}")
+        cf = {} if counterfactual is True else _jsonable(counterfactual)
     if adv is None and cf is None and not metrics:
         raise InvalidArgumentError("nothing to compute: ask for advantages, counterfactual=True or metrics=True")
     return {"advantages": adv, "counterfactual": cf, "metrics": bool(metrics), "group_by": group_by, "on_error": on_error}
