@@ -309,21 +309,29 @@ JOB = textwrap.dedent(
 )
 
 
-def _run_job(dump: Path, out: Path, kill_after: float | None) -> tuple[bool, float]:
-    """Runs the job in a subprocess, SIGKILLed ``kill_after`` seconds after it starts
-    working: whether it finished on its own, and the seconds it worked."""
+def _committed(out: Path) -> int:
+    """Parts the manifest of ``out`` has committed so far (-1: no manifest yet)."""
+    try:
+        return len(offline.Manifest.read(out).state["parts"])
+    except (AttributeError, DataFormatError, OSError):
+        return -1
+
+
+def _run_job(dump: Path, out: Path, kill_at: int | None = None) -> bool:
+    """Runs the job in a subprocess, SIGKILLed as soon as its manifest has committed
+    ``kill_at`` parts (-2: as soon as it starts; -1: once the manifest exists); whether it
+    finished on its own."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PYTHON_DIR), os.environ.get("PYTHONPATH", "")])}
     child = subprocess.Popen([sys.executable, "-c", JOB, str(dump), str(out)], stdout=subprocess.PIPE, env=env, text=True)
     assert child.stdout.readline().strip() == "ready"
-    started = time.perf_counter()
-    try:
-        child.wait(timeout=kill_after)
-    except subprocess.TimeoutExpired:
-        child.send_signal(signal.SIGKILL)
+    while kill_at is not None and child.poll() is None:
+        if kill_at == -2 or _committed(out) >= kill_at:
+            child.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.001)
     child.wait()
-    elapsed = time.perf_counter() - started
     assert child.returncode in (0, -signal.SIGKILL), child.returncode
-    return child.returncode == 0, elapsed
+    return child.returncode == 0
 
 
 def _outputs(out: Path) -> dict[str, bytes]:
@@ -334,20 +342,23 @@ def _outputs(out: Path) -> dict[str, bytes]:
 def test_sigkill_at_any_moment_then_resume_gives_the_uninterrupted_output(tmp_path):
     dump = write_dump(pa.concat_tables([BAD, _renamed(CANONICAL, "copy-")]), tmp_path / "dump", seed=10, files=3, row_group=20)
     reference = tmp_path / "reference"
-    finished, duration = _run_job(dump, reference, None)
-    assert finished
+    assert _run_job(dump, reference)
     want = _outputs(reference)
     want_manifest = offline.Manifest.read(reference).state
+    parts = len(want_manifest["parts"])
+    assert parts >= 10
+    # Kill points: at the start, once the manifest exists, then after 0 .. parts - 1 commits.
+    kill_points = [-2, -1, *np.linspace(0, parts - 1, 8).astype(int).tolist()]
     killed_unfinished = 0
-    for k in range(10):
+    for k, kill_at in enumerate(kill_points):
         out = tmp_path / f"killed-{k}"
-        finished, _ = _run_job(dump, out, kill_after=duration * (k + 0.5) / 10)
-        if not finished and (out / offline.MANIFEST).exists() and not offline.Manifest.read(out).state["complete"]:
+        finished = _run_job(dump, out, kill_at)
+        if not finished and _committed(out) >= 0:
             killed_unfinished += 1
             with pytest.raises(DataFormatError, match="unfinished"):
                 masreplay.read_credit(out)
-            if k % 4 == 0:  # killed a second time, while resuming
-                _run_job(dump, out, kill_after=duration * 0.4)
+            if k % 3 == 0:  # killed a second time, while resuming
+                _run_job(dump, out, kill_at=_committed(out) + 2)
         summary = masreplay.credit_dump(dump, out, **JOB_OPTIONS)
         assert _outputs(out) == want
         state = offline.Manifest.read(out).state
@@ -355,7 +366,7 @@ def test_sigkill_at_any_moment_then_resume_gives_the_uninterrupted_output(tmp_pa
         assert summary.rejected == [{k: r[k] for k in ("trace_id", "pointer", "reason")} for r in state["rejected"]]
         assert not (out / offline.SCRATCH).exists()
         assert not [p for folder in ("traces", "events") for p in (out / folder).iterdir() if p.name.startswith(".")]
-    assert killed_unfinished >= 7
+    assert killed_unfinished >= 8
 
 
 def _renamed(table: pa.Table, prefix: str) -> pa.Table:
