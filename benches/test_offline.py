@@ -15,7 +15,8 @@ written once and kept under ``benches/data/offline/`` (ignored by git).
 * Memory: the whole job (advantages + metrics, ``memory_limit="1GB"``) in a fresh
   subprocess, whose peak RSS (``ru_maxrss`` from ``wait4``) is recorded; Polars' likewise.
 * Ray: ``engine="ray"`` with 2 actors on a local 2-CPU Ray, sizes up to
-  ``MASREPLAY_BENCH_OFFLINE_RAY_MAX`` events (default 1e7).
+  ``MASREPLAY_BENCH_OFFLINE_RAY_MAX`` events (default 1e7). Polars runs up to
+  ``MASREPLAY_BENCH_OFFLINE_POLARS_MAX`` events (default 1e7): its memory grows with the dump.
 
 Nothing is asserted on times or memory.
 """
@@ -40,6 +41,8 @@ import masreplay
 
 SIZES = [int(float(s)) for s in os.environ.get("MASREPLAY_BENCH_OFFLINE_EVENTS", "1e6,1e7").split(",")]
 RAY_MAX = int(float(os.environ.get("MASREPLAY_BENCH_OFFLINE_RAY_MAX", "1e7")))
+#: Polars' job holds about 175 bytes per event (1.75 GB at 1e7): above this size it is skipped.
+POLARS_MAX = int(float(os.environ.get("MASREPLAY_BENCH_OFFLINE_POLARS_MAX", "1e7")))
 DISTINCT = 20_000
 ROW_GROUP = 4096
 FILE_EVENTS = 1_000_000
@@ -196,6 +199,8 @@ def test_masreplay_advantages_and_metrics(measure, dump):
 
 
 def test_polars_lazy(measure, dump, missing_anchor):
+    if dump.notes["size"] > POLARS_MAX:
+        pytest.skip(f"Polars runs up to MASREPLAY_BENCH_OFFLINE_POLARS_MAX={POLARS_MAX:.0e} events")
     try:
         import polars as pl
     except ImportError:
@@ -250,6 +255,8 @@ def test_peak_memory(record, dump):
     try:
         import polars  # noqa: F401
     except ImportError:
+        return
+    if dump.notes["size"] > POLARS_MAX:
         return
     polars_value = _peak_rss("polars", dump.source, _out("peak-polars"))
     record(polars_value, data=dump, side="peak RSS, Polars lazy job (advantages only)", unit="bytes", ours=False)
