@@ -262,23 +262,20 @@ def test_peak_memory(record, dump):
     record(polars_value, data=dump, side="peak RSS, Polars lazy job (advantages only)", unit="bytes", ours=False)
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    ray = pytest.importorskip("ray", reason="the Ray engine needs ray (pip install 'masreplay[ray]')")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
-
-
-def test_ray_two_workers(measure, dump, local_ray):
+def test_ray_two_workers(measure, dump):
     if dump.notes["size"] > RAY_MAX:
         pytest.skip(f"Ray runs up to MASREPLAY_BENCH_OFFLINE_RAY_MAX={RAY_MAX:.0e} events")
+    ray = pytest.importorskip("ray", reason="the Ray engine needs ray (pip install 'masreplay[ray]')")
 
     def job() -> masreplay.DumpSummary:
         return masreplay.credit_dump(dump.source, _out("ray"), advantages=ADVANTAGES, engine="ray", workers=2,
                                      resume=False, progress=False, memory_limit="1GB")  # fmt: skip
 
-    measure(job, data=dump, side="masreplay engine='ray', 2 actors, local 2-CPU Ray", rounds=1, warmup_rounds=0, ours=False)
-    local, ray_out = _out("masreplay"), _out("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)  # a local 2-CPU cluster, started untimed
+    try:
+        measure(job, data=dump, side="masreplay engine='ray', 2 actors, local 2-CPU Ray", rounds=1, warmup_rounds=0, ours=False)
+    finally:
+        ray.shutdown()
+    local = _out("masreplay")
     if (local / "_manifest.json").exists():
-        assert masreplay.read_credit(ray_out)[0].equals(masreplay.read_credit(local)[0])
+        assert masreplay.read_credit(_out("ray"))[0].equals(masreplay.read_credit(local)[0])
