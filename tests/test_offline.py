@@ -466,3 +466,18 @@ def test_duckdb_reads_the_output(tmp_path):
     mask = want["n_branches"].to_numpy() > 0
     assert count == summary.events and credited == mask.sum() > 0
     assert total == pytest.approx(want["credit"].to_numpy()[mask].sum(), rel=1e-9)
+
+
+def test_a_trace_without_an_id_is_rejected_before_the_stream(tmp_path):
+    schema = CANONICAL.schema.set(0, pa.field("trace_id", pa.string(), nullable=True))
+    table = CANONICAL.slice(0, 30).cast(schema)
+    table = table.set_column(0, schema.field(0), pa.array([None, *table["trace_id"].to_pylist()[1:]], pa.string()))
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    pq.write_table(table, dump / "a.parquet")
+    with pytest.raises(TraceValidationError) as caught:
+        masreplay.credit_dump(dump, tmp_path / "raised", metrics=True, progress=False)
+    assert caught.value.trace_id is None and caught.value.path == "/trace_id"
+    summary = masreplay.credit_dump(dump, tmp_path / "skipped", metrics=True, on_error="skip", progress=False)
+    assert summary.rejected == [{"trace_id": None, "pointer": "/trace_id", "reason": "the trace has no trace_id"}]
+    assert summary.traces == 29

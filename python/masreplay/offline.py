@@ -281,7 +281,6 @@ class Plan:
     trace_ids: pa.Array
     bucket: np.ndarray
     expected: np.ndarray  # traces per bucket
-    events: np.ndarray  # events per bucket
     null_ids: np.ndarray  # positions of rows without a trace id
 
     @property
@@ -345,7 +344,6 @@ def make_plan(keys: pa.Table, options: Mapping[str, Any], bucket_events: int) ->
         trace_ids=ids,
         bucket=row_bucket,
         expected=np.bincount(row_bucket[valid], minlength=n_buckets),
-        events=np.bincount(row_bucket[valid], weights=events[valid], minlength=n_buckets).astype(np.int64),
         null_ids=null_ids,
     )
 
