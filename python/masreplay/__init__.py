@@ -19,6 +19,7 @@ from masreplay.errors import (
     TraceValidationError,
 )
 from masreplay.io import load_traces, validate
+from masreplay.offline import DumpSummary, credit_dump, read_credit
 from masreplay.orchestration import metrics
 from masreplay.shapley import ShapleyResult, TraceCredit, shapley, trace_players, trace_shapley
 from masreplay.viewer import TraceView, view
@@ -28,6 +29,7 @@ __all__ = [
     "AddReport",
     "Advantages",
     "ConversionError",
+    "DumpSummary",
     "DataFormatError",
     "GraphBuffer",
     "InvalidArgumentError",
@@ -42,6 +44,7 @@ __all__ = [
     "coma_credit",
     "convert",
     "counterfactual_credit",
+    "credit_dump",
     "difference_rewards",
     "event_rewards",
     "games",
@@ -50,6 +53,7 @@ __all__ = [
     "group_normalize",
     "load_traces",
     "metrics",
+    "read_credit",
     "recipes",
     "rewards",
     "same_prefix_credit",

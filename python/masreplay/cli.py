@@ -1,5 +1,6 @@
 """The masreplay command: validate trace files, print their shape statistics, convert foreign
-traces, report orchestration metrics, view a trace, run the demo."""
+traces, report orchestration metrics, view a trace, compute offline credit over Parquet dumps,
+run the demo."""
 
 from __future__ import annotations
 
@@ -118,6 +119,36 @@ def _view(source: str, trace: str | None, color: str | None, out: str | None) ->
     return 0
 
 
+def _credit(args: argparse.Namespace) -> int:
+    from masreplay.offline import credit_dump
+
+    wanted = args.estimator is not None or args.normalize_by or not (args.counterfactual or args.metrics)
+    options = {"estimator": args.estimator or "grpo"}
+    if args.normalize_by:
+        options["normalize_by"] = args.normalize_by
+    try:
+        summary = credit_dump(
+            args.source,
+            args.destination,
+            advantages=options if wanted else None,
+            counterfactual=args.counterfactual,
+            metrics=args.metrics,
+            engine=args.engine,
+            memory_limit=args.memory_limit,
+            resume=args.resume,
+            on_error=args.on_error,
+            progress=not args.quiet,
+        )
+    except (MasreplayError, OSError, ImportError) as error:
+        print(f"masreplay credit: {error}", file=sys.stderr)
+        return 1
+    print(f"{args.destination}:")
+    print_rows(summary.rows())
+    for entry in summary.rejected:
+        print(f"  rejected trace {entry['trace_id']!r} at {entry['pointer'] or '/'}: {entry['reason']}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="masreplay", description=__doc__)
     parser.add_argument("--version", action="version", version=f"masreplay {_version()}")
@@ -170,6 +201,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         "per-event reward channel (default: by event type)",
     )
     viewer.add_argument("-o", "--output", metavar="OUT.html", help="where to write the page (default: TRACE_ID.html)")
+    credit = commands.add_parser(
+        "credit",
+        help="advantages, branch credit and metrics of a Parquet dump, in bounded memory",
+        description="Advantages, counterfactual branch credit and orchestration metrics of every trace of a Parquet "
+        "dump, equal to the in-memory functions, in bounded memory; a stopped run continues where it stopped.",
+    )
+    credit.add_argument("source", metavar="IN", help="a Parquet file, a directory of them, or a glob")
+    credit.add_argument("destination", metavar="OUT", help="output directory (traces/, events/, _manifest.json)")
+    credit.add_argument("--estimator", choices=["grpo", "rloo", "opo"], help="advantage estimator (default: grpo)")
+    credit.add_argument(
+        "--normalize-by", nargs="+", choices=["agent", "role", "depth", "turn", "event_type"], help="strata of the statistics"
+    )
+    credit.add_argument("--counterfactual", action="store_true", help="add branch credit (credit, stderr, n_branches)")
+    credit.add_argument("--metrics", action="store_true", help="add the orchestration metrics per trace")
+    credit.add_argument("--engine", choices=["local", "ray"], default="local", help="one machine, or Ray Data (default: local)")
+    credit.add_argument("--memory-limit", default="1GB", help="working memory bound, e.g. 1GB, 512MiB (default: 1GB)")
+    credit.add_argument(
+        "--on-error", choices=["raise", "skip"], default="raise", help="skip (and list) invalid traces instead of stopping"
+    )
+    credit.add_argument("--no-resume", dest="resume", action="store_false", help="start over instead of continuing a stopped run")
+    credit.add_argument("--quiet", action="store_true", help="no progress bar")
     commands.add_parser(
         "demo",
         help="run the main job on the bundled data, narrated",
@@ -188,6 +240,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _report(args.files, args.plot)
     if args.command == "view":
         return _view(args.source, args.trace, args.color, args.output)
+    if args.command == "credit":
+        return _credit(args)
     from masreplay.demo import run
 
     return run()

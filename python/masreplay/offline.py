@@ -1,0 +1,801 @@
+"""Offline credit over Parquet trace dumps of any size, in bounded memory.
+
+:func:`credit_dump` computes, for every trace of a dump, what :func:`masreplay.advantages`,
+:func:`masreplay.counterfactual_credit` and :func:`masreplay.metrics` give on the whole dump
+loaded in memory, and writes it as Parquet parts; :func:`read_credit` reads the result back.
+
+The design: the numbers of a trace depend only on its *component*, the traces joined by a
+shared GRPO group (advantages) or a branch family (counterfactual credit: a branch and its
+factual trace). So the job never needs the dump in memory, only whole components:
+
+1. **Plan** (pass 1, key columns only: ``trace_id``, ``group_id``/``task_id``,
+   ``counterfactual_of``, ``n_events``): components by union-find over groups and families,
+   cut in order of first appearance into *buckets* of ``memory_limit / 2 KB`` events (plus
+   at most one component). Memory: a few dozen bytes per trace, never per event.
+2. **Stream** (pass 2): the dump is read batch by batch (Parquet row groups cut to the
+   memory limit), validated by masreplay's loader, and each trace goes to its bucket's
+   buffer; buffers past a third of ``memory_limit`` are spilled to Arrow IPC files under
+   ``DEST/_scratch``. A bucket whose traces have all been seen is loaded whole (its traces in
+   dump order), handed to the in-memory functions, and written as one part. On a dump written
+   group by group nothing is spilled; a shuffled dump costs one extra write and read.
+
+Because the in-memory functions run on whole components in dump order, the numbers are the
+in-memory numbers (bit for bit, compat modes included). Options whose statistics span the
+whole dump (``std="batch"``, ``estimator="reinforce_pp_baseline"``, TRL's
+``normalize_then_sum``, ``group_by=None``) are refused: they cannot be bounded.
+
+Working memory is about ``memory_limit``: the read batch, the buffers (a third), and one
+bucket in flight with its results; a single component (one GRPO group with its branches)
+larger than a bucket is processed alone and may exceed it.
+
+Crash safety: parts are written under temporary names and renamed; ``_manifest.json``
+(rewritten atomically after each part) is the commit point, so a killed run started again
+with ``resume=True`` redoes only the uncommitted buckets and gives the same output. The
+manifest records the inputs (sizes and modification times) and the options: a resume
+against other inputs or options is refused. ``engine="ray"`` runs the same plan on Ray Data
+(:mod:`masreplay._offline_ray`): it gives the same parts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import json
+import os
+import pathlib
+import re
+import resource
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from masreplay import _core
+from masreplay.advantages import advantages as compute_advantages
+from masreplay.batch import TraceBatch
+from masreplay.counterfactual import counterfactual_credit
+from masreplay.errors import DataFormatError, InvalidArgumentError, StorageError, TraceValidationError
+from masreplay.orchestration import metrics as compute_metrics
+
+MANIFEST = "_manifest.json"
+SCRATCH = "_scratch"
+FORMAT = "masreplay.credit_dump"
+#: Version of the output layout (parts, manifest); bumped when either changes.
+OUTPUT_VERSION = 1
+#: Bytes of working memory one event of a bucket in flight takes (canonical batch, results,
+#: output tables, with headroom); sets the events per bucket from ``memory_limit``.
+BYTES_PER_EVENT = 2048
+#: File name of part k under traces/ and events/.
+PART_NAME = "part-{:05d}.parquet"
+
+Engine = Literal["local", "ray"]
+
+_ADVANTAGE_OPTIONS = {
+    "estimator", "channel", "normalize_by", "std", "eps", "dtype", "compat", "channels",
+    "channel_mode", "unit", "weight_by", "missing",
+}  # fmt: skip
+_COUNTERFACTUAL_OPTIONS = {"channel", "baseline"}
+
+
+# ---- summary ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DumpSummary:
+    """What :func:`credit_dump` did. ``rejected`` lists the traces validation refused (with
+    ``on_error="skip"``) as dicts ``trace_id``, ``pointer`` (JSON pointer), ``reason``;
+    ``peak_memory`` is the process's peak resident memory in bytes."""
+
+    destination: str
+    traces: int
+    events: int
+    parts: int
+    resumed_parts: int
+    seconds: float
+    peak_memory: int
+    engine: str
+    rejected: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def events_per_s(self) -> float:
+        return self.events / self.seconds if self.seconds > 0 else float("nan")
+
+    def rows(self) -> list[tuple[str, str]]:
+        return [
+            ("traces", str(self.traces)),
+            ("events", str(self.events)),
+            ("rejected", str(len(self.rejected))),
+            ("parts", f"{self.parts} ({self.resumed_parts} from an earlier run)"),
+            ("seconds", f"{self.seconds:.2f}"),
+            ("events/s", f"{self.events_per_s:,.0f}"),
+            ("peak memory", f"{self.peak_memory / 2**20:,.0f} MiB"),
+        ]
+
+    def __str__(self) -> str:
+        return "\n".join(f"{name}: {value}" for name, value in self.rows())
+
+
+# ---- arguments ---------------------------------------------------------------------------
+
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
+
+
+def parse_memory(limit: int | str) -> int:
+    """``"1GB"``, ``"512MiB"``, ``"2e9"`` or a number of bytes, as bytes."""
+    if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
+        return limit
+    match = re.fullmatch(r"\s*([0-9.eE+]+)\s*([A-Za-z]*)\s*", str(limit))
+    unit = match and match.group(2).upper()
+    if not match or unit not in _UNITS:
+        raise InvalidArgumentError(f"memory_limit must be bytes or a size like '1GB' or '512MiB', got {limit!r}")
+    try:
+        value = float(match.group(1)) * _UNITS[unit]
+    except ValueError:
+        raise InvalidArgumentError(f"memory_limit must be bytes or a size like '1GB', got {limit!r}") from None
+    if not value >= 2**20:
+        raise InvalidArgumentError(f"memory_limit must be at least 1 MiB, got {limit!r}")
+    return int(value)
+
+
+def source_files(source: str | os.PathLike | Sequence[str | os.PathLike]) -> list[str]:
+    """The Parquet files of ``source`` (a file, a directory searched recursively, a glob or a
+    list of those), in the order load_traces reads them."""
+    if isinstance(source, (list, tuple)):
+        return [f for entry in source for f in source_files(entry)]
+    if not isinstance(source, (str, os.PathLike)):
+        raise InvalidArgumentError(f"source must be a Parquet file, a directory or a glob, got {type(source).__name__}")
+    path = pathlib.Path(source)
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.suffix in (".parquet", ".pq") and p.is_file())
+    elif path.is_file():
+        files = [path]
+    else:
+        files = sorted(pathlib.Path(p) for p in glob.glob(os.fspath(source), recursive=True) if os.path.isfile(p))
+    if not files:
+        raise StorageError(2, "no Parquet files found", os.fspath(source))
+    return [os.fspath(p.resolve()) for p in files]
+
+
+def _options(advantages: Mapping[str, Any] | None, counterfactual: bool | Mapping[str, Any], metrics: bool,
+             group_by: str | None, on_error: str) -> dict[str, Any]:  # fmt: skip
+    """The options as JSON values (what the manifest records and a resume must match)."""
+    if on_error not in ("raise", "skip"):
+        raise InvalidArgumentError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    if group_by not in ("group_id", "task_id"):
+        raise InvalidArgumentError(
+            f"group_by must be 'group_id' or 'task_id' (a dump-wide group cannot be bounded in memory), got {group_by!r}"
+        )
+    adv = None
+    if advantages is not None:
+        if not isinstance(advantages, Mapping):
+            raise InvalidArgumentError(f"advantages must be a dict of masreplay.advantages arguments or None, got {advantages!r}")
+        unknown = set(advantages) - _ADVANTAGE_OPTIONS
+        if unknown:
+            raise InvalidArgumentError(
+                f"advantages takes {sorted(_ADVANTAGE_OPTIONS)}, not {sorted(unknown)} (group_by is credit_dump's own argument)"
+            )
+        adv = {"dtype": "float64", **{k: _jsonable(v) for k, v in advantages.items()}}
+        channels = adv.get("channels") or adv.get("channel", "team")
+        several = isinstance(channels, Mapping) and len(channels) > 1
+        dump_wide = (
+            adv.get("std") == "batch"
+            or adv.get("estimator") == "reinforce_pp_baseline"
+            or (adv.get("compat") == "trl" and several and adv.get("channel_mode") == "normalize_then_sum")
+        )
+        if dump_wide:
+            raise InvalidArgumentError(
+                "these advantage options take statistics over the whole dump (std='batch', reinforce_pp_baseline, "
+                "TRL's normalize_then_sum), which a bounded-memory job does not hold; use masreplay.advantages on a batch"
+            )
+    cf = None
+    named = set(counterfactual) if isinstance(counterfactual, Mapping) else set()
+    if not isinstance(counterfactual, (bool, Mapping)) or named - _COUNTERFACTUAL_OPTIONS:
+        raise InvalidArgumentError(f"counterfactual must be True, False or a dict of {sorted(_COUNTERFACTUAL_OPTIONS)}, got {counterfactual!r}")
+    if counterfactual:
+        cf = {} if counterfactual is True else _jsonable(counterfactual)
+    if adv is None and cf is None and not metrics:
+        raise InvalidArgumentError("nothing to compute: ask for advantages, counterfactual=True or metrics=True")
+    return {"advantages": adv, "counterfactual": cf, "metrics": bool(metrics), "group_by": group_by, "on_error": on_error}
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    if isinstance(value, np.dtype) or isinstance(value, type):
+        return np.dtype(value).name
+    raise InvalidArgumentError(f"an option value must be a string, number, list or dict, got {value!r}")
+
+
+def _inputs(files: Sequence[str]) -> list[dict[str, Any]]:
+    described = []
+    for path in files:
+        stat = os.stat(path)
+        described.append({"path": path, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns})
+    return described
+
+
+# ---- pass 1: the plan ----------------------------------------------------------------------
+
+
+def _key_columns(schema: pa.Schema) -> list[str]:
+    names = set(schema.names)
+    if "trace_id" not in names:
+        raise DataFormatError("the dump has no trace_id column")
+    wanted = ["trace_id", "group_id", "task_id", "counterfactual_of"]
+    return [c for c in wanted if c in names] + (["n_events"] if "n_events" in names else ["events"])
+
+
+def trace_keys(table: pa.Table) -> pa.Table:
+    """The plan's inputs of each row: trace_id, group_id (else task_id, as the loader
+    fills it), task_id, factual (counterfactual_of.trace_id) and events (the trace's event
+    count)."""
+    n = table.num_rows
+
+    def text(name: str) -> pa.Array:
+        if name not in table.column_names:
+            return pa.nulls(n, pa.large_string())
+        column = table[name]
+        try:
+            return pc.cast(column, pa.large_string()).combine_chunks()
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            raise DataFormatError(f"column {name!r} of type {column.type} is not text") from None
+
+    task = text("task_id")
+    factual = pa.nulls(n, pa.large_string())
+    if "counterfactual_of" in table.column_names and pa.types.is_struct(table["counterfactual_of"].type):
+        of = table["counterfactual_of"].combine_chunks()
+        if of.type.get_field_index("trace_id") >= 0:
+            factual = pc.cast(pc.struct_field(of, "trace_id"), pa.large_string())
+    if "n_events" in table.column_names:
+        events = pc.fill_null(pc.cast(table["n_events"], pa.int64()), 0)
+    else:
+        events = pc.fill_null(pc.cast(pc.list_value_length(table["events"]), pa.int64()), 0)
+    return pa.table(
+        {
+            "trace_id": text("trace_id"),
+            "group_id": pc.coalesce(text("group_id"), task),
+            "task_id": task,
+            "factual": factual,
+            "events": events,
+        }
+    )
+
+
+@dataclass
+class Plan:
+    """Every trace's bucket (``-1``: no trace id, rejected before the stream), in dump order."""
+
+    trace_ids: pa.Array
+    bucket: np.ndarray
+    expected: np.ndarray  # traces per bucket
+    null_ids: np.ndarray  # positions of rows without a trace id
+
+    @property
+    def n_buckets(self) -> int:
+        return len(self.expected)
+
+
+def _find(parent: np.ndarray, i: int) -> int:
+    root = i
+    while parent[root] != root:
+        root = parent[root]
+    while parent[i] != root:
+        parent[i], i = root, parent[i]
+    return root
+
+
+def make_plan(keys: pa.Table, options: Mapping[str, Any], bucket_events: int) -> Plan:
+    """Components (groups when advantages are asked for, branch families when
+    counterfactual credit is) packed into buckets of about ``bucket_events`` events."""
+    n = keys.num_rows
+    ids = keys["trace_id"].combine_chunks()
+    null_ids = np.flatnonzero(ids.is_null().to_numpy(zero_copy_only=False))
+    if n and pc.count_distinct(ids).as_py() != n - len(null_ids):
+        counts = pc.value_counts(ids.drop_null())
+        repeated = counts.filter(pc.greater(counts.field("counts"), 1))[0]["values"].as_py()
+        raise DataFormatError(f"trace id {repeated!r} appears more than once in the dump; an offline job needs unique ids")
+    component = np.arange(n, dtype=np.int64)
+    if options["advantages"] is not None:
+        # Rows without a group are their own component.
+        group = keys[options["group_by"]].combine_chunks()
+        codes = pc.dictionary_encode(group).indices.to_numpy(zero_copy_only=False)
+        grouped = ~group.is_null().to_numpy(zero_copy_only=False)
+        component = np.where(grouped, codes, len(group) + np.arange(n)).astype(np.int64)
+    if options["counterfactual"] is not None:
+        parent = np.arange(component.max(initial=-1) + 1, dtype=np.int64)
+        position = {trace_id: i for i, trace_id in enumerate(ids.to_pylist()) if trace_id is not None}
+        for branch, factual in enumerate(keys["factual"].to_pylist()):
+            target = position.get(factual) if factual is not None else None
+            if target is not None:
+                a, b = _find(parent, int(component[branch])), _find(parent, int(component[target]))
+                parent[max(a, b)] = min(a, b)
+        roots = np.array([_find(parent, i) for i in range(len(parent))], dtype=np.int64)
+        component = roots[component] if n else component
+    # Components in order of first appearance; a component goes to the bucket where its
+    # first event falls (buckets of bucket_events events, one component at most over).
+    _, first, inverse = np.unique(component, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    row_rank = rank[inverse] if n else inverse
+    valid = np.ones(n, dtype=bool)
+    valid[null_ids] = False
+    events = keys["events"].to_numpy(zero_copy_only=False)
+    component_events = np.bincount(row_rank[valid], weights=events[valid], minlength=len(order)).astype(np.int64)
+    starts = np.cumsum(component_events) - component_events
+    component_bucket = np.unique(starts // max(bucket_events, 1), return_inverse=True)[1]
+    row_bucket = component_bucket[row_rank] if n else row_rank
+    row_bucket[~valid] = -1
+    n_buckets = int(row_bucket.max(initial=-1)) + 1
+    return Plan(
+        trace_ids=ids,
+        bucket=row_bucket,
+        expected=np.bincount(row_bucket[valid], minlength=n_buckets),
+        null_ids=null_ids,
+    )
+
+
+def read_batches(files: Sequence[str], columns: list[str] | None) -> Iterator[pa.Table]:
+    """The dump in order, one Parquet row group at a time (``columns=["keys"]``: the plan's
+    key columns only). A row group is the unit of reading: pyarrow cannot cut the canonical
+    layout's nested dictionary columns into smaller batches."""
+    for path in files:
+        try:
+            reader = pq.ParquetFile(path)
+            wanted = _key_columns(reader.schema_arrow) if columns == ["keys"] else columns
+            for index in range(reader.metadata.num_row_groups):
+                yield reader.read_row_group(index, columns=wanted)
+        except (OSError, pa.ArrowException) as error:
+            raise StorageError(5, f"not a readable Parquet file ({error})", path) from error
+
+
+def plan_keys(files: Sequence[str]) -> pa.Table:
+    """Pass 1 on one machine: the key table of the whole dump."""
+    parts = [trace_keys(batch) for batch in read_batches(files, ["keys"])]
+    return pa.concat_tables(parts) if parts else trace_keys(pa.table({"trace_id": pa.array([], pa.string())}))
+
+
+# ---- validation of a streamed batch --------------------------------------------------------
+
+
+def _rejection(position: int, error: TraceValidationError) -> dict[str, Any]:
+    return {"position": position, "trace_id": error.trace_id, "pointer": error.path, "reason": error.reason}
+
+
+def ingest(table: pa.Table, positions: np.ndarray, on_error: str) -> tuple[_core.TraceBatch, np.ndarray, list[dict]]:
+    """Validates a streamed table with masreplay's loader: the valid traces, their dump
+    positions, and the rejected ones (raised at once with ``on_error="raise"``)."""
+    core, rejected = _core.ingest_arrow(table)
+    if rejected and on_error == "raise":
+        raise rejected[0][2]
+    keep = np.ones(len(positions), dtype=bool)
+    keep[[r[0] for r in rejected]] = False
+    return core, positions[keep], [_rejection(int(positions[r[0]]), r[2]) for r in rejected]
+
+
+def split_by_bucket(core: _core.TraceBatch, positions: np.ndarray, buckets: np.ndarray) -> Iterator[tuple[int, pa.Table]]:
+    """The valid traces of a streamed table as (bucket, canonical table with ``_position``)."""
+    table = pa.table(core).append_column("_position", pa.array(positions, pa.int64()))
+    if len(buckets) and (buckets == buckets[0]).all():
+        yield int(buckets[0]), table
+        return
+    order = np.argsort(buckets, kind="stable")
+    table, ordered = table.take(pa.array(order)), buckets[order]
+    bounds = np.flatnonzero(np.diff(ordered)) + 1
+    for start, stop in zip(np.r_[0, bounds], np.r_[bounds, len(ordered)], strict=True):
+        if stop > start:
+            yield int(ordered[start]), table.slice(start, stop - start)
+
+
+# ---- one bucket -------------------------------------------------------------------------------
+
+
+def compute_bucket(core: _core.TraceBatch, options: Mapping[str, Any]) -> tuple[pa.Table, pa.Table]:
+    """The traces and events tables of one whole bucket, by the in-memory functions."""
+    batch = TraceBatch(core)
+    ids = pa.array(batch._core.trace_field("trace_id"), pa.string())
+    offsets = batch.event_offsets
+    trace_index = np.repeat(np.arange(len(batch), dtype=np.int64), np.diff(offsets))
+    traces: dict[str, Any] = {"trace_id": ids, "group_id": pa.array(batch._core.trace_field("group_id"), pa.string())}
+    events: dict[str, Any] = {
+        "trace_id": ids.take(pa.array(trace_index)),
+        "event_id": pa.array(batch._event_array("id"), pa.string()),
+        "agent": pc.cast(batch._event_array("agent"), pa.string()),
+    }
+    if options["advantages"] is not None:
+        result = compute_advantages(batch, group_by=options["group_by"], **options["advantages"])
+        traces["advantage"] = result.per_trace
+        events["advantage"] = result.per_event
+        events["weight"] = result.weights
+    if options["counterfactual"] is not None:
+        credit = counterfactual_credit(batch, **options["counterfactual"])
+        for name in ("credit", "stderr", "n_branches"):
+            events[name] = credit[name]
+    traces_table = pa.table(traces)
+    if options["metrics"]:
+        table = compute_metrics(batch)
+        for name in table.column_names[1:]:
+            traces_table = traces_table.append_column(name, table[name])
+    return traces_table, pa.table(events)
+
+
+def _atomic_write(path: pathlib.Path, write: Callable[[str], None]) -> None:
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    write(os.fspath(temporary))
+    os.replace(temporary, path)
+
+
+def write_part(destination: pathlib.Path, part: int, traces: pa.Table, events: pa.Table) -> None:
+    """One part of each table, under temporary names then renamed (not yet committed)."""
+    for folder, table in (("traces", traces), ("events", events)):
+        target = destination / folder / PART_NAME.format(part)
+        _atomic_write(target, lambda tmp, table=table: pq.write_table(table, tmp, compression="zstd"))
+
+
+# ---- the manifest ----------------------------------------------------------------------------
+
+
+class Manifest:
+    """``_manifest.json``: inputs, options, plan, committed parts; rewritten atomically."""
+
+    def __init__(self, destination: pathlib.Path, state: dict[str, Any]) -> None:
+        self.path = destination / MANIFEST
+        self.state = state
+
+    @classmethod
+    def read(cls, destination: pathlib.Path) -> Manifest | None:
+        path = destination / MANIFEST
+        if not path.exists():
+            return None
+        try:
+            state = json.loads(path.read_text())
+        except (OSError, ValueError) as error:
+            raise DataFormatError(f"{path}: not a readable credit_dump manifest ({error})") from error
+        if not isinstance(state, dict) or state.get("format") != FORMAT:
+            raise DataFormatError(f"{path}: not a masreplay credit_dump manifest")
+        return cls(destination, state)
+
+    def save(self) -> None:
+        text = json.dumps(self.state, indent=1, sort_keys=True)
+        _atomic_write(self.path, lambda tmp: pathlib.Path(tmp).write_text(text))
+
+    @property
+    def done(self) -> dict[int, dict[str, Any]]:
+        return {entry["part"]: entry for entry in self.state["parts"]}
+
+    def commit(self, part: int, traces: int, events: int, rejected: list[dict]) -> None:
+        self.state["parts"].append({"part": part, "traces": traces, "events": events, "rejected": rejected})
+        self.state["parts"].sort(key=lambda entry: entry["part"])
+        self.save()
+
+
+def _open(destination: pathlib.Path, inputs: list[dict], options: dict, bucket_events: int, resume: bool) -> Manifest:
+    """The manifest to continue from (checked against inputs and options), or a fresh one."""
+    existing = Manifest.read(destination) if destination.exists() else None
+    if existing is not None and resume:
+        state = existing.state
+        if state.get("output_version") != OUTPUT_VERSION:
+            raise DataFormatError(f"{existing.path} was written by another version of masreplay's offline job")
+        if state["inputs"] != inputs:
+            raise InvalidArgumentError(
+                f"the inputs changed since {existing.path} was written (files, sizes or modification times); "
+                "pass resume=False (CLI: --no-resume) to start over"
+            )
+        if state["options"] != options:
+            raise InvalidArgumentError(
+                f"{existing.path} was written with other options ({state['options']}, now {options}); "
+                "pass resume=False (CLI: --no-resume) to start over"
+            )
+        for leftover in [*destination.glob(".*.tmp"), *destination.glob("*/.*.tmp")]:
+            leftover.unlink()  # written by a run stopped before its rename
+        _make_folders(destination)
+        return existing
+    if existing is None and destination.exists() and any(destination.iterdir()):
+        raise StorageError(17, "destination is not empty and holds no credit_dump manifest", os.fspath(destination))
+    for name in ("traces", "events", SCRATCH, MANIFEST):
+        path = destination / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+    manifest = Manifest(
+        destination,
+        {
+            "format": FORMAT,
+            "output_version": OUTPUT_VERSION,
+            "schema_version": _core.SCHEMA_VERSION,
+            "complete": False,
+            "inputs": inputs,
+            "options": options,
+            "bucket_events": bucket_events,
+            "parts": [],
+        },
+    )
+    manifest.save()  # first, so that nothing of ours is ever in a destination without one
+    _make_folders(destination)
+    return manifest
+
+
+def _make_folders(destination: pathlib.Path) -> None:
+    for name in ("traces", "events"):
+        (destination / name).mkdir(exist_ok=True)
+
+
+# ---- spill buffers (local engine) -------------------------------------------------------------
+
+
+def _ipc_write(path: pathlib.Path, table: pa.Table) -> None:
+    with pa.OSFile(os.fspath(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+
+
+def _ipc_read(path: pathlib.Path) -> pa.Table:
+    with pa.memory_map(os.fspath(path)) as source:
+        return pa.ipc.open_file(source).read_all()
+
+
+def _own(table: pa.Table) -> _core.TraceBatch:
+    core = _core.TraceBatch.from_own_arrow(table)
+    if core is None:  # a layout masreplay did not write itself: validated again
+        core, _ = _core.ingest_arrow(table)
+    return core
+
+
+def load_bucket(pieces: Sequence[pa.Table]) -> _core.TraceBatch:
+    """One bucket's pieces (canonical tables with a ``_position`` column, the trace's row in
+    the dump) as one batch in dump order."""
+    if not pieces:
+        return _core.empty_batch()
+    core = _core.TraceBatch.concat([_own(piece.drop_columns(["_position"])) for piece in pieces])
+    positions = np.concatenate([piece["_position"].to_numpy() for piece in pieces])
+    if (np.diff(positions) < 0).any():  # pieces from several workers
+        core = core.take(np.argsort(positions, kind="stable").tolist())
+    return core
+
+
+class _Buffers:
+    """Traces waiting for the rest of their bucket: in memory up to ``limit`` bytes, then
+    spilled to Arrow IPC files in ``scratch``."""
+
+    def __init__(self, scratch: pathlib.Path, limit: int) -> None:
+        self.scratch = scratch
+        self.limit = limit
+        self.memory: dict[int, list[pa.Table]] = {}
+        self.spilled: dict[int, list[pathlib.Path]] = {}
+        self.nbytes = 0
+        self.spills = 0
+
+    def add(self, bucket: int, table: pa.Table) -> None:
+        self.memory.setdefault(bucket, []).append(table)
+        self.nbytes += table.nbytes
+        if self.nbytes > self.limit:
+            self.spill()
+
+    def spill(self) -> None:
+        self.scratch.mkdir(exist_ok=True)
+        for bucket, tables in self.memory.items():
+            path = self.scratch / f"bucket-{bucket:05d}-{self.spills:06d}.arrow"
+            _ipc_write(path, pa.concat_tables(tables, promote_options="permissive"))
+            self.spilled.setdefault(bucket, []).append(path)
+        self.spills += 1
+        self.memory.clear()
+        self.nbytes = 0
+
+    def take(self, bucket: int) -> list[pa.Table]:
+        paths = self.spilled.pop(bucket, [])
+        pieces = [_ipc_read(path) for path in paths] + self.memory.pop(bucket, [])
+        self.nbytes -= sum(t.nbytes for t in pieces[len(paths) :])
+        for path in paths:
+            path.unlink()
+        return pieces
+
+
+# ---- the job ------------------------------------------------------------------------------------
+
+
+def _progress(enabled: bool, total: int) -> Any:
+    """A tqdm bar on stderr when asked and stderr is a terminal, else a silent stand-in."""
+    if enabled and sys.stderr.isatty():
+        from tqdm import tqdm
+
+        return tqdm(total=total, unit=" traces", file=sys.stderr, dynamic_ncols=True)
+    return contextlib.nullcontext(_Silent())
+
+
+class _Silent:
+    def update(self, n: int) -> None:
+        pass
+
+    def set_postfix_str(self, text: str) -> None:
+        pass
+
+
+def peak_memory() -> int:
+    """This process's peak resident memory in bytes: VmHWM where /proc has it (ru_maxrss
+    would count the memory of the parent this process was forked from), else ru_maxrss."""
+    with contextlib.suppress(OSError):
+        for line in pathlib.Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    # ru_maxrss is in KiB on Linux, in bytes on macOS.
+    scale = 1 if sys.platform == "darwin" else 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
+
+
+def _stream_local(files: Sequence[str], plan: Plan, manifest: Manifest, options: Mapping[str, Any],
+                  limit: int, bar: Any, on_part: Callable[[int, int], None]) -> None:  # fmt: skip
+    """Pass 2 on one machine: stream, buffer by bucket, compute and commit each bucket as
+    soon as all its traces have been seen."""
+    destination = manifest.path.parent
+    done = manifest.done
+    seen = np.zeros(plan.n_buckets, dtype=np.int64)
+    rejected: dict[int, list[dict]] = {}
+    shutil.rmtree(destination / SCRATCH, ignore_errors=True)  # a stopped run's spills
+    buffers = _Buffers(destination / SCRATCH, limit // 3)
+    position = 0
+    for table in read_batches(files, None):
+        positions = np.arange(position, position + table.num_rows)
+        position += table.num_rows
+        buckets = plan.bucket[positions]
+        todo = (buckets >= 0) & ~np.isin(buckets, list(done))
+        if todo.any():
+            core, kept, bad = ingest(table.filter(pa.array(todo)), positions[todo], options["on_error"])
+            for entry in bad:
+                rejected.setdefault(int(plan.bucket[entry["position"]]), []).append(entry)
+            for bucket, piece in split_by_bucket(core, kept, plan.bucket[kept]):
+                buffers.add(bucket, piece)
+            np.add.at(seen, buckets[todo], 1)
+        bar.update(table.num_rows)
+        for bucket in np.unique(buckets[todo]) if todo.any() else ():
+            if seen[bucket] == plan.expected[bucket]:
+                traces, events = compute_bucket(load_bucket(buffers.take(int(bucket))), options)
+                write_part(destination, int(bucket), traces, events)
+                manifest.commit(int(bucket), traces.num_rows, events.num_rows, rejected.pop(int(bucket), []))
+                on_part(traces.num_rows, events.num_rows)
+    shutil.rmtree(destination / SCRATCH, ignore_errors=True)
+
+
+def credit_dump(
+    source: str | os.PathLike | Sequence[str | os.PathLike],
+    destination: str | os.PathLike,
+    *,
+    advantages: Mapping[str, Any] | None = None,
+    counterfactual: bool | Mapping[str, Any] = False,
+    metrics: bool = False,
+    group_by: str = "group_id",
+    engine: Engine = "local",
+    memory_limit: int | str = "1GB",
+    resume: bool = True,
+    on_error: Literal["raise", "skip"] = "raise",
+    progress: bool = True,
+    workers: int | None = None,
+) -> DumpSummary:
+    """Credit for every trace of a Parquet dump, written as Parquet under ``destination``.
+
+    - ``source``: a Parquet file, a directory of them (searched recursively), a glob, or a
+      list of those, in the canonical layout or any layout ``load_traces`` accepts. Traces
+      are validated as they stream; ``on_error="skip"`` lists rejected ones in the summary
+      and the manifest (trace id, JSON pointer, reason) instead of stopping. Trace ids must
+      be unique across the dump.
+    - ``advantages``: keyword arguments of :func:`masreplay.advantages` (``estimator``,
+      ``normalize_by``, ``unit``, ``std``, ``eps``, ``compat``, ``channels``, ...; ``dtype``
+      defaults to float64 here), grouped by ``group_by`` (``"group_id"`` or ``"task_id"``).
+      ``counterfactual=True`` (or a dict of ``channel``, ``baseline``) adds
+      :func:`masreplay.counterfactual_credit`; ``metrics=True`` adds :func:`masreplay.metrics`.
+    - Output: ``traces/part-*.parquet`` (``trace_id``, ``group_id``, ``advantage``, the
+      metrics columns), ``events/part-*.parquet`` (``trace_id``, ``event_id``, ``agent``,
+      ``advantage``, ``weight``, ``credit``, ``stderr``, ``n_branches``, as asked) and
+      ``_manifest.json``; read it with :func:`read_credit`, Polars or DuckDB.
+    - ``memory_limit`` (``"1GB"``, ``"512MiB"`` or bytes) bounds the working memory (see the
+      module's docstring for the design and the bound); ``resume`` continues a run that was
+      stopped (else the destination is started over); ``progress`` draws a tqdm bar on
+      stderr when it is a terminal.
+    - ``engine="ray"`` runs the same job on Ray Data (``pip install "masreplay[ray]"``) with
+      ``workers`` actors (default: one per two CPUs of the cluster, at least one); it writes
+      the same parts as ``engine="local"``.
+    """
+    started = time.perf_counter()
+    options = _options(advantages, counterfactual, metrics, group_by, on_error)
+    if engine not in ("local", "ray"):
+        raise InvalidArgumentError(f"engine must be 'local' or 'ray', got {engine!r}")
+    limit = parse_memory(memory_limit)
+    files = source_files(source)
+    destination = pathlib.Path(destination)
+    destination.mkdir(parents=True, exist_ok=True)
+    manifest = _open(destination, _inputs(files), options, max(1, limit // BYTES_PER_EVENT), resume)
+    resumed = len(manifest.state["parts"])
+    if not manifest.state["complete"]:
+        bucket_events = int(manifest.state["bucket_events"])
+        if engine == "ray":
+            from masreplay._offline_ray import run_ray
+
+            run_ray(files, manifest, options, bucket_events, limit, progress, workers)
+        else:
+            plan = make_plan(plan_keys(files), options, bucket_events)
+            _record_null_ids(plan, manifest, options)
+            totals = [0, 0]
+
+            def on_part(traces: int, events: int) -> None:
+                totals[0] += traces
+                totals[1] += events
+                bar.set_postfix_str(f"{len(manifest.state['parts'])}/{plan.n_buckets} parts, {totals[1] / max(time.perf_counter() - started, 1e-9):,.0f} events/s")
+
+            with _progress(progress, len(plan.bucket)) as bar:
+                _stream_local(files, plan, manifest, options, limit, bar, on_part)
+            _finish(manifest, plan.n_buckets)
+    return _summary(manifest, destination, resumed, time.perf_counter() - started, engine)
+
+
+def _record_null_ids(plan: Plan, manifest: Manifest, options: Mapping[str, Any]) -> None:
+    """Rows without a trace id are rejected before the stream (they belong to no bucket)."""
+    rejected = [
+        {"position": int(p), "trace_id": None, "pointer": "/trace_id", "reason": "the trace has no trace_id"}
+        for p in plan.null_ids
+    ]
+    if rejected and options["on_error"] == "raise":
+        raise TraceValidationError(None, "/trace_id", f"the trace at row {int(plan.null_ids[0])} of the dump has no trace_id")
+    manifest.state["unplaced_rejected"] = rejected
+
+
+def _finish(manifest: Manifest, n_buckets: int) -> None:
+    """Marks the output complete once every bucket is committed: the last commit point."""
+    missing = sorted(set(range(n_buckets)) - set(manifest.done))
+    if missing:
+        raise StorageError(5, f"parts {missing[:5]} were never committed", os.fspath(manifest.path))
+    parts = manifest.state["parts"]
+    rejected = manifest.state.pop("unplaced_rejected", []) + [r for entry in parts for r in entry["rejected"]]
+    manifest.state["rejected"] = sorted(rejected, key=lambda r: r["position"])
+    manifest.state["traces"] = sum(entry["traces"] for entry in parts)
+    manifest.state["events"] = sum(entry["events"] for entry in parts)
+    manifest.state["complete"] = True
+    manifest.save()
+
+
+def _summary(manifest: Manifest, destination: pathlib.Path, resumed: int, seconds: float, engine: str) -> DumpSummary:
+    state = manifest.state
+    return DumpSummary(
+        destination=os.fspath(destination),
+        traces=state["traces"],
+        events=state["events"],
+        parts=len(state["parts"]),
+        resumed_parts=resumed,
+        seconds=seconds,
+        peak_memory=peak_memory(),
+        engine=engine,
+        rejected=[{k: r[k] for k in ("trace_id", "pointer", "reason")} for r in state["rejected"]],
+    )
+
+
+def read_credit(destination: str | os.PathLike) -> tuple[pa.Table, pa.Table]:
+    """The ``(traces, events)`` tables of a finished :func:`credit_dump` output, parts in
+    order. An unfinished output (a run stopped before its end) is refused."""
+    destination = pathlib.Path(destination)
+    manifest = Manifest.read(destination)
+    if manifest is None:
+        raise StorageError(2, "no credit_dump output here (no _manifest.json)", os.fspath(destination))
+    if not manifest.state.get("complete"):
+        raise DataFormatError(
+            f"{destination} is an unfinished credit_dump output ({len(manifest.state['parts'])} parts committed); "
+            "run credit_dump again with resume=True to finish it"
+        )
+    tables = []
+    for folder in ("traces", "events"):
+        paths = [destination / folder / PART_NAME.format(entry["part"]) for entry in manifest.state["parts"]]
+        try:
+            tables.append(pa.concat_tables([pq.read_table(p) for p in paths]) if paths else pa.table({}))
+        except (OSError, pa.ArrowException) as error:
+            raise StorageError(5, f"a committed part cannot be read ({error})", os.fspath(destination)) from error
+    return tables[0], tables[1]
