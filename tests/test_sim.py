@@ -201,3 +201,13 @@ def test_bundled_sim_groups_match_the_generator():
     # It is JSON Lines: one trace per line.
     lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     assert len(lines) == 32
+
+
+def test_generate_tags_the_policy_version():
+    plain = masreplay.sim.generate(6, seed=4)
+    tagged = masreplay.sim.generate(6, seed=4, policy_version=7)
+    assert tagged.to_arrow()["policy_version"].to_pylist() == [7] * 6
+    assert plain.to_arrow()["policy_version"].to_pylist() == [0] * 6
+    assert tagged.to_arrow().drop_columns(["policy_version"]).equals(plain.to_arrow().drop_columns(["policy_version"]))
+    with pytest.raises(masreplay.InvalidArgumentError, match="policy_version"):
+        masreplay.sim.generate(2, policy_version=-1)

@@ -10,6 +10,7 @@ import pyarrow as pa
 from masreplay import _core
 from masreplay.batch import TraceBatch
 from masreplay.errors import InvalidArgumentError
+from masreplay.io import load_traces
 
 Range = int | tuple[int, int]
 
@@ -42,6 +43,7 @@ def generate(
     events_per_agent: Range = (2, 6),
     group_size: int = 4,
     seed: int = 0,
+    policy_version: int = 0,
 ) -> TraceBatch:
     """Generates ``n_traces`` valid traces, deterministic for ``seed``.
 
@@ -51,10 +53,17 @@ def generate(
     agent spawns at once; ``events_per_agent`` is each sub-agent's work (messages, tool calls
     and results). Consecutive runs of ``group_size`` traces share task_id and group_id, as
     GRPO rollouts of one prompt do. Kimi scale: ``agents=300, events_per_agent=(10, 14)``
-    gives about 4,000 events in one trace.
+    gives about 4,000 events in one trace. ``policy_version`` tags every trace as made by that
+    policy (for staleness-bounded buffers).
     """
     shape = _shape(agents, depth, fan_out, events_per_agent, group_size, seed)
-    return TraceBatch(_core.simulate(_count("n_traces", n_traces), **shape))
+    version = _count("policy_version", policy_version, 2**63 - 1)
+    batch = TraceBatch(_core.simulate(_count("n_traces", n_traces), **shape))
+    if version == 0:  # the core's own tag
+        return batch
+    table = batch.to_arrow()
+    column = table.schema.get_field_index("policy_version")
+    return load_traces(table.set_column(column, "policy_version", pa.array([version] * len(batch), pa.int64())))
 
 
 def _shape(agents: Range, depth: int, fan_out: Range, events_per_agent: Range, group_size: int, seed: int) -> dict:
