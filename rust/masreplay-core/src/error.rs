@@ -37,6 +37,9 @@ pub enum MasreplayError {
     Arrow(#[from] arrow_schema::ArrowError),
     #[error("Parquet: {0}")]
     Parquet(#[from] parquet::errors::ParquetError),
+    /// A file that is not readable data in the canonical layout (corrupted, truncated, ...).
+    #[error("{path}: {reason}")]
+    DataFormat { path: String, reason: String },
     /// A well-formed call with an argument outside its domain (an index past the end, ...).
     #[error("{0}")]
     InvalidArgument(String),

@@ -20,7 +20,10 @@ use super::nulls::{Zeros, share_null_columns};
 use super::schema::{EdgeColumns, EventColumns, TraceColumns, canonical_schema, vocabulary};
 use crate::error::{MasreplayError, ValidationError};
 use crate::trace::{CounterfactualKind, EdgeType, EventType, Topology};
-use crate::validate::{check_finite, check_graph, check_logprob, check_non_empty, check_non_negative, pointer_segment};
+use crate::validate::{
+    check_finite, check_graph, check_logprob, check_non_empty, check_non_negative, depth_error, pointer_segment,
+    too_deep_attribute,
+};
 
 /// The outcome of ingesting Arrow data: the valid traces, and the rejected ones by position.
 pub struct Ingested {
@@ -143,8 +146,12 @@ impl<'a> Vocabulary<'a> {
             .iter()
             .map(|value| value.and_then(|text| names.iter().position(|n| *n == text)).map(|i| i as i8))
             .collect::<Vec<_>>();
+        // Keys are i8: only 0..=127 can index a dictionary (a longer dictionary is legal Arrow,
+        // its tail unreachable), and a negative key read as a byte stays `None`.
         let mut by_key = [None; 256];
-        by_key[..codes.len()].copy_from_slice(&codes);
+        for (key, code) in codes.iter().take(128).enumerate() {
+            by_key[key] = *code;
+        }
         Vocabulary { source, codes, by_key, names }
     }
 
@@ -309,12 +316,17 @@ impl<'a> RowCheck<'a, '_> {
         Ok(())
     }
 
-    fn json_object(&self, array: &StringArray, i: usize, path: impl Fn() -> String) -> Checked<()> {
+    /// Attributes of the object at `level` (1: the trace, 3: an event), held as JSON text,
+    /// nest within [`crate::validate::MAX_DEPTH`] as they would in the trace's JSON.
+    fn json_object(&self, array: &StringArray, i: usize, level: usize, path: impl Fn() -> String) -> Checked<()> {
         if array.is_null(i) {
             return Ok(());
         }
         match serde_json::from_str::<serde_json::Value>(array.value(i)) {
-            Ok(serde_json::Value::Object(_)) => Ok(()),
+            Ok(serde_json::Value::Object(attributes)) => match too_deep_attribute(&attributes, level) {
+                None => Ok(()),
+                Some(key) => self.fail(format!("{}/{}", path(), pointer_segment(key)), depth_error()),
+            },
             _ => self.fail(path(), "attributes must hold the JSON text of an object"),
         }
     }
@@ -366,7 +378,7 @@ impl<'a> RowCheck<'a, '_> {
         }
         self.numbers(costs.other, row, || "/costs".into(), check_non_negative)?;
         self.numbers(c.metrics, row, || "/metrics".into(), check_finite)?;
-        self.json_object(c.attributes, row, || "/attributes".into())?;
+        self.json_object(c.attributes, row, 1, || "/attributes".into())?;
         self.graph(row, scratch)
     }
 
@@ -441,7 +453,7 @@ impl<'a> RowCheck<'a, '_> {
                 self.rule(|| at("logprob"), check_logprob(ev.logprob.value(j)))?;
             }
             if !clean.attributes {
-                self.json_object(ev.attributes, j, || at("attributes"))?;
+                self.json_object(ev.attributes, j, 3, || at("attributes"))?;
             }
         }
         Ok(())
@@ -505,8 +517,30 @@ fn longest_column(batch: &RecordBatch) -> usize {
     items.fold(batch.num_rows(), usize::max)
 }
 
+/// Proves `batches` are well-formed Arrow (offsets in bounds and monotonic, UTF-8 text,
+/// dictionary keys inside their dictionaries, buffers long enough, ...) before any kernel reads
+/// them: data imported through the C interface or decoded from a file is only as sound as its
+/// producer. Also refuses a schema version this masreplay cannot read.
+pub fn check_structure(batches: &[RecordBatch]) -> Result<(), MasreplayError> {
+    for batch in batches {
+        if let Some(version) = batch.schema().metadata().get(super::schema::SCHEMA_VERSION_KEY) {
+            let version = version.trim().parse::<i64>().map_err(|_| {
+                MasreplayError::Arrow(arrow_schema::ArrowError::InvalidArgumentError(format!(
+                    "schema metadata {:?} is {version:?}, not a version number",
+                    super::schema::SCHEMA_VERSION_KEY
+                )))
+            })?;
+            crate::validate::check_schema_version(version)
+                .map_err(|reason| MasreplayError::Arrow(arrow_schema::ArrowError::InvalidArgumentError(reason)))?;
+        }
+        batch.columns().par_iter().try_for_each(|column| column.to_data().validate_full())?;
+    }
+    Ok(())
+}
+
 /// Conforms, checks and completes Arrow data in the canonical layout (see module docs).
 pub fn ingest_batches(batches: &[RecordBatch]) -> Result<Ingested, MasreplayError> {
+    check_structure(batches)?;
     let schema = canonical_schema();
     let target = DataType::Struct(schema.fields().clone());
     let mut conformed = Vec::with_capacity(batches.len());
