@@ -116,7 +116,7 @@ def fuzz_dicts(edits) -> None:
             value = trace
         elif value == "DEEP":
             value = 1
-            for _ in range(5000):
+            for _ in range(3000):
                 value = {"k": [value]}
         elif value in ("ODD", "ODD_INDEX"):
             value = Odd(trace if value == "ODD" else trace.get("rewards"), 1.0)

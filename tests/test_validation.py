@@ -399,8 +399,9 @@ def test_json_lines_syntax_error_costs_only_its_line(seed_example):
     batch = masreplay.load_traces("\n".join(lines).encode(), on_error="skip")
     assert batch.trace_ids == ["t0", "t2"]
     [(position, trace_id, error)] = batch.rejected
-    assert (position, trace_id) == (1, None)
-    assert "line 2" in error.reason and "NaN" in error.reason
+    # The line is readable but for the literal: the error names its trace and the value.
+    assert (position, trace_id, error.path) == (1, "t1", "/rewards/team")
+    assert "line 2" in error.reason and "NaN is not a JSON number" in error.reason
 
 
 def test_json_lines_with_a_broken_first_line_keeps_the_other_lines(seed_example, tmp_path):

@@ -236,14 +236,15 @@ def _from_ipc_table(data: bytes) -> pa.Table:
 
 
 def _checked_arrow(data: Any) -> Any:
-    """pyarrow tables and record batches fully validated by pyarrow itself before the core sees
-    them: only the producer knows how long its buffers really are, and the C data interface
-    passes pointers, not sizes (an offset past the end would be read as memory)."""
+    """pyarrow tables and record batches have their layout checked by pyarrow before the core
+    sees them: only the producer knows how long its buffers really are, and the C data interface
+    passes pointers, not sizes (an offset past the end would be read as memory). The core then
+    checks every value (offsets, UTF-8, dictionary keys) in full."""
     if isinstance(data, pa.RecordBatchReader):
         data = data.read_all()  # the core reads a stream whole anyway
     if isinstance(data, (pa.Table, pa.RecordBatch)):
         try:
-            data.validate(full=True)
+            data.validate()
         except pa.ArrowException as error:
             raise DataFormatError(f"invalid Arrow data: {error}") from error
     return data

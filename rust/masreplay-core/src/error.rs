@@ -45,4 +45,13 @@ pub enum MasreplayError {
     InvalidArgument(String),
 }
 
+/// The text of a caught panic's payload (for the last-resort catches at the boundaries).
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| payload.downcast_ref::<&str>().copied())
+        .unwrap_or("no message")
+}
+
 pub type Result<T, E = MasreplayError> = std::result::Result<T, E>;

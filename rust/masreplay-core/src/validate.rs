@@ -194,14 +194,14 @@ pub fn parse_documents(bytes: &[u8], options: ValidateOptions) -> Vec<Result<Tra
             .par_iter()
             .map(|&(number, line)| {
                 read_text(line, options).unwrap_or_else(|error| {
-                    if let Some(mut outcomes) = non_finite::read_marked(line, &error, options)
-                        && outcomes.len() == 1
-                    {
-                        return outcomes.remove(0);
-                    }
-                    let mut error = syntax_error(line, &error);
-                    error.reason = format!("line {number}: {}", error.reason);
-                    Err(error)
+                    let outcome = match non_finite::read_marked(line, &error, options) {
+                        Some(mut outcomes) if outcomes.len() == 1 => outcomes.remove(0),
+                        _ => Err(syntax_error(line, &error)),
+                    };
+                    outcome.map_err(|mut error| {
+                        error.reason = format!("line {number}: {}", error.reason);
+                        error
+                    })
                 })
             })
             .collect();
@@ -285,7 +285,9 @@ fn syntax_error(bytes: &[u8], error: &serde_json::Error) -> ValidationError {
     } else if error.classify() == Category::Syntax && std::str::from_utf8(bytes).is_err() {
         format!("the input is not valid UTF-8: {error}")
     } else if error.to_string().starts_with("recursion limit exceeded") {
-        format!("the JSON text nests too deep ({error}); a trace nests at most {MAX_DEPTH} levels of objects and arrays")
+        format!(
+            "the JSON text nests too deep ({error}); a trace nests at most {MAX_DEPTH} levels of objects and arrays"
+        )
     } else if let Some(literal) = non_finite::literal_at(bytes, error) {
         format!("invalid JSON: {literal} is not a JSON number (write null or a finite number; {error})")
     } else {

@@ -19,8 +19,15 @@ fn cases() -> u32 {
 }
 
 fn sample_traces(seed: u64) -> Vec<Trace> {
-    let config =
-        SimConfig { n_traces: 3, agents: (1, 3), depth: 2, fan_out: (1, 2), events_per_agent: (0, 3), group_size: 2, seed };
+    let config = SimConfig {
+        n_traces: 3,
+        agents: (1, 3),
+        depth: 2,
+        fan_out: (1, 2),
+        events_per_agent: (0, 3),
+        group_size: 2,
+        seed,
+    };
     generate(&config).expect("a valid config")
 }
 

@@ -37,11 +37,21 @@ pub fn stream_capsule<'py>(
 /// on data that breaks its own schema (nulls in a non-null column): a DataFormatError. Nothing
 /// is read from the arrays yet; the core checks them in full before use.
 pub fn arrow_input(py: Python<'_>, table: &Bound<'_, PyAny>) -> PyResult<Vec<RecordBatch>> {
-    let table: PyTable = table.extract().map_err(|error: PyErr| {
-        let reason = arrow_schema::ArrowError::InvalidArgumentError(error.to_string());
+    let not_arrow = |reason: String| {
+        let reason = arrow_schema::ArrowError::InvalidArgumentError(reason);
         crate::errors::to_py(py, masreplay_core::MasreplayError::Arrow(reason))
-    })?;
-    Ok(table.into_inner().0)
+    };
+    // The importer panics on some malformed schemas (a field name that is not UTF-8): caught
+    // here as a last resort, and said to be a bug.
+    let imported = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| table.extract::<PyTable>()));
+    match imported {
+        Ok(Ok(table)) => Ok(table.into_inner().0),
+        Ok(Err(error)) => Err(not_arrow(error.to_string())),
+        Err(panic) => Err(not_arrow(format!(
+            "the Arrow importer panicked on this data ({}); a panic caught is a bug, please report it to masreplay",
+            masreplay_core::error::panic_message(panic.as_ref())
+        ))),
+    }
 }
 
 fn table(batch: RecordBatch) -> PyResult<PyTable> {

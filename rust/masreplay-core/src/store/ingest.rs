@@ -5,13 +5,15 @@
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
+use arrow_array::make_array;
 use arrow_array::types::{Float64Type, Int8Type};
 use arrow_array::{
     Array, ArrayRef, BooleanArray, DictionaryArray, Int8Array, LargeListArray, ListArray, MapArray, RecordBatch,
     StringArray, StructArray, new_null_array,
 };
-use arrow_buffer::{OffsetBuffer, ScalarBuffer};
-use arrow_schema::{DataType, Field, FieldRef, Fields};
+use arrow_buffer::{BooleanBufferBuilder, NullBuffer, OffsetBuffer, ScalarBuffer};
+use arrow_data::ArrayData;
+use arrow_schema::{ArrowError, DataType, Field, FieldRef, Fields};
 use rayon::prelude::*;
 
 use super::build::{Derived, derived_columns};
@@ -520,31 +522,85 @@ fn longest_column(batch: &RecordBatch) -> usize {
 /// Proves `batches` are well-formed Arrow (offsets in bounds and monotonic, UTF-8 text,
 /// dictionary keys inside their dictionaries, buffers long enough, ...) before any kernel reads
 /// them: data imported through the C interface or decoded from a file is only as sound as its
-/// producer. Also refuses a schema version this masreplay cannot read.
-pub fn check_structure(batches: &[RecordBatch]) -> Result<(), MasreplayError> {
-    for batch in batches {
-        if let Some(version) = batch.schema().metadata().get(super::schema::SCHEMA_VERSION_KEY) {
-            let version = version.trim().parse::<i64>().map_err(|_| {
-                MasreplayError::Arrow(arrow_schema::ArrowError::InvalidArgumentError(format!(
-                    "schema metadata {:?} is {version:?}, not a version number",
-                    super::schema::SCHEMA_VERSION_KEY
-                )))
-            })?;
-            crate::validate::check_schema_version(version)
-                .map_err(|reason| MasreplayError::Arrow(arrow_schema::ArrowError::InvalidArgumentError(reason)))?;
-        }
-        batch.columns().par_iter().try_for_each(|column| column.to_data().validate_full())?;
+/// producer. Also refuses a schema version this masreplay cannot read. Returns the batches to
+/// read, with the nulls of struct columns pushed down into their fields (see
+/// [`nulls_pushed_down`]).
+pub fn check_structure(batches: &[RecordBatch]) -> Result<Vec<RecordBatch>, MasreplayError> {
+    batches
+        .iter()
+        .map(|batch| {
+            if let Some(version) = batch.schema().metadata().get(super::schema::SCHEMA_VERSION_KEY) {
+                let reason = match version.trim().parse::<i64>() {
+                    Ok(version) => crate::validate::check_schema_version(version).err(),
+                    Err(_) => Some(format!("schema metadata {SCHEMA_VERSION:?} is {version:?}, not a version number")),
+                };
+                if let Some(reason) = reason {
+                    return Err(MasreplayError::Arrow(ArrowError::InvalidArgumentError(reason)));
+                }
+            }
+            let columns = batch
+                .columns()
+                .par_iter()
+                .map(|column| {
+                    let data = nulls_pushed_down(column.to_data())?;
+                    data.validate_full()?;
+                    Ok(make_array(data))
+                })
+                .collect::<Result<Vec<ArrayRef>, ArrowError>>()?;
+            Ok(RecordBatch::try_new(batch.schema(), columns)?)
+        })
+        .collect()
+}
+
+const SCHEMA_VERSION: &str = super::schema::SCHEMA_VERSION_KEY;
+
+/// `data` with each struct's null slots marked null in its fields too. What a field holds
+/// under a null struct slot means nothing, and writers leave anything there (pyarrow leaves
+/// dictionary keys into an empty dictionary): marked null, it is neither checked nor read.
+/// Only the layout is checked first, so that the null bitmaps are the right size.
+fn nulls_pushed_down(data: ArrayData) -> Result<ArrayData, ArrowError> {
+    data.validate()?;
+    let parent_nulls = match data.data_type() {
+        DataType::Struct(_) => data.nulls().filter(|nulls| nulls.null_count() > 0).cloned(),
+        _ => None,
+    };
+    let children = data
+        .child_data()
+        .iter()
+        .map(|child| {
+            let child = match &parent_nulls {
+                None => child.clone(),
+                Some(parent) => {
+                    // Struct slot j is field slot offset + j.
+                    let mut valid = BooleanBufferBuilder::new(child.len());
+                    valid.append_n(data.offset(), true);
+                    valid.append_buffer(parent.inner());
+                    valid.append_n(child.len().saturating_sub(data.offset() + data.len()), true);
+                    let mut combined = NullBuffer::new(valid.finish());
+                    if let Some(own) = child.nulls() {
+                        combined = NullBuffer::new(combined.inner() & own.inner());
+                    }
+                    // SAFETY: only the validity of slots changes; the layout was checked above.
+                    unsafe { child.clone().into_builder().nulls(Some(combined)).build_unchecked() }
+                }
+            };
+            nulls_pushed_down(child)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if parent_nulls.is_none() && children.iter().zip(data.child_data()).all(|(new, old)| new.ptr_eq(old)) {
+        return Ok(data);
     }
-    Ok(())
+    // SAFETY: the same layout with more slots null; validated in full by the caller.
+    Ok(unsafe { data.into_builder().child_data(children).build_unchecked() })
 }
 
 /// Conforms, checks and completes Arrow data in the canonical layout (see module docs).
 pub fn ingest_batches(batches: &[RecordBatch]) -> Result<Ingested, MasreplayError> {
-    check_structure(batches)?;
+    let batches = check_structure(batches)?;
     let schema = canonical_schema();
     let target = DataType::Struct(schema.fields().clone());
     let mut conformed = Vec::with_capacity(batches.len());
-    for batch in batches {
+    for batch in &batches {
         let trimmed = trim_lists(batch)?;
         let zeros = Zeros::new(longest_column(&trimmed));
         let whole: ArrayRef = Arc::new(StructArray::from(trimmed));

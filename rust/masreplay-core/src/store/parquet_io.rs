@@ -112,17 +112,12 @@ pub fn read_parquet(path: &Path) -> Result<Vec<RecordBatch>> {
             .collect::<std::result::Result<Vec<_>, _>>()?;
         // A decoder is only as sound as the file: prove the arrays well-formed here, where the
         // error can name the file.
-        super::ingest::check_structure(&batches).map_err(|e| e.to_string())?;
-        Ok(batches)
+        super::ingest::check_structure(&batches).map_err(|e| e.to_string())
     };
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(read)) {
         Ok(outcome) => outcome.map_err(named),
         Err(panic) => {
-            let message = panic
-                .downcast_ref::<String>()
-                .map(String::as_str)
-                .or_else(|| panic.downcast_ref::<&str>().copied())
-                .unwrap_or("no message");
+            let message = crate::error::panic_message(panic.as_ref());
             Err(named(format!(
                 "the file is corrupted: the Parquet decoder panicked on it ({message}); a panic caught is a bug, \
                  please report it to masreplay"
