@@ -19,7 +19,7 @@ use rayon::prelude::*;
 use super::build::{Derived, derived_columns};
 use super::column_checks::{AgentIndex, CleanColumns, DistinctIds};
 use super::nulls::{Zeros, share_null_columns};
-use super::schema::{EdgeColumns, EventColumns, TraceColumns, canonical_schema, vocabulary};
+use super::schema::{EdgeColumns, EventColumns, SCHEMA_VERSION_KEY, TraceColumns, canonical_schema, vocabulary};
 use crate::error::{MasreplayError, ValidationError};
 use crate::trace::{CounterfactualKind, EdgeType, EventType, Topology};
 use crate::validate::{
@@ -523,16 +523,17 @@ fn longest_column(batch: &RecordBatch) -> usize {
 /// dictionary keys inside their dictionaries, buffers long enough, ...) before any kernel reads
 /// them: data imported through the C interface or decoded from a file is only as sound as its
 /// producer. Also refuses a schema version this masreplay cannot read. Returns the batches to
-/// read, with the nulls of struct columns pushed down into their fields (see
-/// [`nulls_pushed_down`]).
+/// read, with the nulls of struct columns pushed down into their fields (see [`checked`]).
 pub fn check_structure(batches: &[RecordBatch]) -> Result<Vec<RecordBatch>, MasreplayError> {
     batches
         .iter()
         .map(|batch| {
-            if let Some(version) = batch.schema().metadata().get(super::schema::SCHEMA_VERSION_KEY) {
+            if let Some(version) = batch.schema().metadata().get(SCHEMA_VERSION_KEY) {
                 let reason = match version.trim().parse::<i64>() {
                     Ok(version) => crate::validate::check_schema_version(version).err(),
-                    Err(_) => Some(format!("schema metadata {SCHEMA_VERSION:?} is {version:?}, not a version number")),
+                    Err(_) => {
+                        Some(format!("schema metadata {SCHEMA_VERSION_KEY:?} is {version:?}, not a version number"))
+                    }
                 };
                 if let Some(reason) = reason {
                     return Err(MasreplayError::Arrow(ArrowError::InvalidArgumentError(reason)));
@@ -541,24 +542,19 @@ pub fn check_structure(batches: &[RecordBatch]) -> Result<Vec<RecordBatch>, Masr
             let columns = batch
                 .columns()
                 .par_iter()
-                .map(|column| {
-                    let data = nulls_pushed_down(column.to_data())?;
-                    data.validate_full()?;
-                    Ok(make_array(data))
-                })
+                .map(|column| Ok(make_array(checked(column.to_data())?)))
                 .collect::<Result<Vec<ArrayRef>, ArrowError>>()?;
             Ok(RecordBatch::try_new(batch.schema(), columns)?)
         })
         .collect()
 }
 
-const SCHEMA_VERSION: &str = super::schema::SCHEMA_VERSION_KEY;
-
-/// `data` with each struct's null slots marked null in its fields too. What a field holds
-/// under a null struct slot means nothing, and writers leave anything there (pyarrow leaves
-/// dictionary keys into an empty dictionary): marked null, it is neither checked nor read.
-/// Only the layout is checked first, so that the null bitmaps are the right size.
-fn nulls_pushed_down(data: ArrayData) -> Result<ArrayData, ArrowError> {
+/// `data` validated in full (what `ArrayData::validate_full` checks, children in parallel),
+/// with each struct's null slots marked null in its fields too. What a field holds under a null
+/// struct slot means nothing, and writers leave anything there (pyarrow leaves dictionary keys
+/// into an empty dictionary): marked null, it is neither checked nor read. The layout of a node
+/// is checked before its null bitmaps are combined, so that they are the right size.
+fn checked(data: ArrayData) -> Result<ArrayData, ArrowError> {
     data.validate()?;
     let parent_nulls = match data.data_type() {
         DataType::Struct(_) => data.nulls().filter(|nulls| nulls.null_count() > 0).cloned(),
@@ -566,32 +562,33 @@ fn nulls_pushed_down(data: ArrayData) -> Result<ArrayData, ArrowError> {
     };
     let children = data
         .child_data()
-        .iter()
+        .par_iter()
         .map(|child| {
-            let child = match &parent_nulls {
-                None => child.clone(),
-                Some(parent) => {
-                    // Struct slot j is field slot offset + j.
-                    let mut valid = BooleanBufferBuilder::new(child.len());
-                    valid.append_n(data.offset(), true);
-                    valid.append_buffer(parent.inner());
-                    valid.append_n(child.len().saturating_sub(data.offset() + data.len()), true);
-                    let mut combined = NullBuffer::new(valid.finish());
-                    if let Some(own) = child.nulls() {
-                        combined = NullBuffer::new(combined.inner() & own.inner());
-                    }
-                    // SAFETY: only the validity of slots changes; the layout was checked above.
-                    unsafe { child.clone().into_builder().nulls(Some(combined)).build_unchecked() }
-                }
-            };
-            nulls_pushed_down(child)
+            let Some(parent) = &parent_nulls else { return checked(child.clone()) };
+            child.validate()?;
+            // Struct slot j is field slot offset + j.
+            let mut valid = BooleanBufferBuilder::new(child.len());
+            valid.append_n(data.offset(), true);
+            valid.append_buffer(parent.inner());
+            valid.append_n(child.len().saturating_sub(data.offset() + data.len()), true);
+            let mut combined = NullBuffer::new(valid.finish());
+            if let Some(own) = child.nulls() {
+                combined = NullBuffer::new(combined.inner() & own.inner());
+            }
+            // SAFETY: only the validity of slots changes, on a layout just checked; the
+            // result is validated in full before it is returned.
+            checked(unsafe { child.clone().into_builder().nulls(Some(combined)).build_unchecked() })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    if parent_nulls.is_none() && children.iter().zip(data.child_data()).all(|(new, old)| new.ptr_eq(old)) {
-        return Ok(data);
-    }
-    // SAFETY: the same layout with more slots null; validated in full by the caller.
-    Ok(unsafe { data.into_builder().child_data(children).build_unchecked() })
+    let data = if parent_nulls.is_none() && children.iter().zip(data.child_data()).all(|(new, old)| new.ptr_eq(old)) {
+        data
+    } else {
+        // SAFETY: the same layout with more slots null; its own values are checked below.
+        unsafe { data.into_builder().child_data(children).build_unchecked() }
+    };
+    data.validate_nulls()?;
+    data.validate_values()?;
+    Ok(data)
 }
 
 /// Conforms, checks and completes Arrow data in the canonical layout (see module docs).
