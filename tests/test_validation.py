@@ -197,15 +197,15 @@ def test_non_finite_numbers_in_json_text_get_a_clear_message(seed_example, token
     assert token in text
     for source in (text, text.encode()):
         error = raises(source)
-        check_error(error, None, "", "invalid JSON")
-        assert "NaN" in error.reason
+        # The document is readable but for the literal: the error names the trace and the value.
+        check_error(error, SEED_ID, "/rewards/team", f"{token} is not a JSON number")
 
 
 def test_python_json_dumps_of_a_nan_trace_is_rejected(seed_example):
     trace = copy.deepcopy(seed_example)
     trace["metrics"]["task_success"] = NAN
     error = raises(json.dumps(trace))  # json.dumps writes NaN, which is not JSON
-    assert "NaN" in error.reason
+    check_error(error, SEED_ID, "/metrics/task_success", "NaN is not a JSON number")
 
 
 def test_cycle_is_rejected_and_the_reason_names_its_events(seed_example):
@@ -399,8 +399,9 @@ def test_json_lines_syntax_error_costs_only_its_line(seed_example):
     batch = masreplay.load_traces("\n".join(lines).encode(), on_error="skip")
     assert batch.trace_ids == ["t0", "t2"]
     [(position, trace_id, error)] = batch.rejected
-    assert (position, trace_id) == (1, None)
-    assert "line 2" in error.reason and "NaN" in error.reason
+    # The line is readable but for the literal: the error names its trace and the value.
+    assert (position, trace_id, error.path) == (1, "t1", "/rewards/team")
+    assert "line 2" in error.reason and "NaN is not a JSON number" in error.reason
 
 
 def test_json_lines_with_a_broken_first_line_keeps_the_other_lines(seed_example, tmp_path):

@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 
 from masreplay import _core
+from masreplay.errors import DataFormatError
 
 if TYPE_CHECKING:
     import polars as pl
@@ -225,7 +226,28 @@ def _to_ipc(table: pa.Table) -> bytes:
 
 
 def _from_ipc_table(data: bytes) -> pa.Table:
-    return pa.ipc.open_stream(data).read_all()
+    """The table of pickled state; bytes that are not a whole, valid Arrow stream raise
+    DataFormatError (the core checks the traces themselves)."""
+    try:
+        table = pa.ipc.open_stream(data).read_all()
+    except (pa.ArrowException, OSError, ValueError, TypeError) as error:
+        raise DataFormatError(f"pickled state is not a valid Arrow stream: {error}") from error
+    return _checked_arrow(table)
+
+
+def _checked_arrow(data: Any) -> Any:
+    """pyarrow tables and record batches have their layout checked by pyarrow before the core
+    sees them: only the producer knows how long its buffers really are, and the C data interface
+    passes pointers, not sizes (an offset past the end would be read as memory). The core then
+    checks every value (offsets, UTF-8, dictionary keys) in full."""
+    if isinstance(data, pa.RecordBatchReader):
+        data = data.read_all()  # the core reads a stream whole anyway
+    if isinstance(data, (pa.Table, pa.RecordBatch)):
+        try:
+            data.validate()
+        except pa.ArrowException as error:
+            raise DataFormatError(f"invalid Arrow data: {error}") from error
+    return data
 
 
 def _from_ipc(
@@ -234,12 +256,9 @@ def _from_ipc(
     probabilities: np.ndarray | None = None,
     conversion_report: ConversionReport | None = None,
 ) -> TraceBatch:
-    """Unpickles a batch. Like pickle itself this trusts its bytes: a table in masreplay's
-    canonical layout is taken as it is; any other layout is validated on the way in."""
-    table = _from_ipc_table(data)
-    core = _core.TraceBatch.from_own_arrow(table)
-    if core is None:
-        core, _ = _core.ingest_arrow(table)
+    """Unpickles a batch. The bytes are checked like any Arrow input (structure, then every
+    trace): crafted or corrupted state raises a masreplay error, never a crash."""
+    core = _core.TraceBatch.restore(_from_ipc_table(data))
     batch = TraceBatch(core, rejected, probabilities)
     batch.conversion_report = conversion_report
     return batch

@@ -288,5 +288,5 @@ def _version(value: int) -> int:
 
 
 def _buffer_from_ipc(data: bytes) -> GraphBuffer:
-    """Unpickles a buffer; like pickle itself it trusts its bytes (see batch._from_ipc)."""
-    return GraphBuffer._wrap(_core.GraphBuffer.restore(_from_ipc_table(data), trusted=True))
+    """Unpickles a buffer, checked in full (see batch._from_ipc)."""
+    return GraphBuffer._wrap(_core.GraphBuffer.restore(_from_ipc_table(data)))

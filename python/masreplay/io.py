@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from masreplay import _core
-from masreplay.batch import TraceBatch
+from masreplay.batch import TraceBatch, _checked_arrow
 from masreplay.errors import StorageError
 
 OnError = Literal["raise", "skip"]
@@ -58,11 +58,11 @@ def _load(source: Any, strict_seed: bool) -> tuple[Any, list]:
     if isinstance(source, (list, tuple)):
         return _core.parse_objects(list(source), strict_seed=strict_seed)
     if hasattr(source, "__arrow_c_stream__"):
-        return _core.ingest_arrow(source)
+        return _core.ingest_arrow(_checked_arrow(source))
     if hasattr(source, "__arrow_c_array__"):  # a single record batch
         import pyarrow as pa
 
-        return _core.ingest_arrow(pa.Table.from_batches([pa.record_batch(source)]))
+        return _core.ingest_arrow(pa.Table.from_batches([_checked_arrow(pa.record_batch(source))]))
     raise TypeError(
         "load_traces takes a path, JSON text or bytes, a dict or list of dicts, a TraceBatch, "
         f"or Arrow data (an object with __arrow_c_stream__); got {type(source).__name__}"

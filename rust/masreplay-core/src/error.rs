@@ -37,9 +37,21 @@ pub enum MasreplayError {
     Arrow(#[from] arrow_schema::ArrowError),
     #[error("Parquet: {0}")]
     Parquet(#[from] parquet::errors::ParquetError),
+    /// A file that is not readable data in the canonical layout (corrupted, truncated, ...).
+    #[error("{path}: {reason}")]
+    DataFormat { path: String, reason: String },
     /// A well-formed call with an argument outside its domain (an index past the end, ...).
     #[error("{0}")]
     InvalidArgument(String),
+}
+
+/// The text of a caught panic's payload (for the last-resort catches at the boundaries).
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| payload.downcast_ref::<&str>().copied())
+        .unwrap_or("no message")
 }
 
 pub type Result<T, E = MasreplayError> = std::result::Result<T, E>;

@@ -6,6 +6,7 @@
 //! declines goes through the `Reader` over a `serde_json::Value`, which alone words errors.
 
 mod direct;
+mod non_finite;
 mod split;
 #[cfg(test)]
 mod tests;
@@ -56,6 +57,42 @@ pub(crate) fn check_non_empty(text: &str) -> Result<(), String> {
 /// form `1.0` that JSON writers produce for whole floats).
 fn whole_number(number: &Number) -> Option<i64> {
     number.as_i64().or_else(|| number.as_f64().filter(|f| f.fract() == 0.0 && f.abs() < 9.0e15).map(|f| f as i64))
+}
+
+/// How deep a trace may nest: levels of objects and arrays, the trace object being level 1.
+/// One rule for every input form (JSON text, Python objects, the attributes text of Arrow
+/// tables, Parquet files and saved buffers), set below serde_json's recursion limit (128) so
+/// that whatever is accepted in one form is read back in every other.
+pub const MAX_DEPTH: usize = 100;
+
+/// The reason given for a value that nests deeper than [`MAX_DEPTH`].
+pub fn depth_error() -> String {
+    format!(
+        "nests deeper than {MAX_DEPTH} levels of objects and arrays, the limit for a trace \
+         (a dict or list that contains itself never ends)"
+    )
+}
+
+/// Levels of objects and arrays in `value`, 0 for a scalar. Values come from serde_json (at
+/// most 128 levels) or from Python objects cut at [`MAX_DEPTH`]: the recursion is bounded.
+fn nesting(value: &Value) -> usize {
+    match value {
+        Value::Array(items) => 1 + items.iter().map(nesting).max().unwrap_or(0),
+        Value::Object(map) => 1 + map.values().map(nesting).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// The first attribute that nests too deep, for attributes that are keys of an object at
+/// `level` (1: the trace, 3: an event).
+pub(crate) fn too_deep_attribute(attributes: &Map<String, Value>, level: usize) -> Option<&str> {
+    attributes.iter().find(|(_, value)| level + nesting(value) > MAX_DEPTH).map(|(key, _)| key.as_str())
+}
+
+/// Whether the attributes of an object at `level`, stored as the JSON text of one object (the
+/// columnar form), fit in [`MAX_DEPTH`].
+pub(crate) fn attributes_fit(attributes: &Map<String, Value>, level: usize) -> bool {
+    too_deep_attribute(attributes, level).is_none()
 }
 
 pub(crate) fn check_schema_version(version: i64) -> Result<(), String> {
@@ -157,9 +194,14 @@ pub fn parse_documents(bytes: &[u8], options: ValidateOptions) -> Vec<Result<Tra
             .par_iter()
             .map(|&(number, line)| {
                 read_text(line, options).unwrap_or_else(|error| {
-                    let mut error = syntax_error(line, &error);
-                    error.reason = format!("line {number}: {}", error.reason);
-                    Err(error)
+                    let outcome = match non_finite::read_marked(line, &error, options) {
+                        Some(mut outcomes) if outcomes.len() == 1 => outcomes.remove(0),
+                        _ => Err(syntax_error(line, &error)),
+                    };
+                    outcome.map_err(|mut error| {
+                        error.reason = format!("line {number}: {}", error.reason);
+                        error
+                    })
                 })
             })
             .collect();
@@ -199,6 +241,11 @@ fn read_documents(bytes: &[u8], options: ValidateOptions) -> Vec<Result<Trace, V
             }
             Some(Ok(value)) => results.push(trace_from_json(&value, options)),
             Some(Err(error)) => {
+                // Only NaN / Infinity literals in an otherwise readable document: each trace that
+                // holds one is rejected with its id and the pointer of the value.
+                if let Some(marked) = non_finite::read_marked(bytes, &error, options) {
+                    return marked;
+                }
                 results.push(Err(syntax_error(bytes, &error)));
                 break;
             }
@@ -230,13 +277,23 @@ fn json_lines(bytes: &[u8]) -> Option<Vec<(usize, &[u8])>> {
     (lines.len() > 1).then_some(lines)
 }
 
+/// A syntax error in words that say what is wrong.
 fn syntax_error(bytes: &[u8], error: &serde_json::Error) -> ValidationError {
-    let hint = if error.classify() == serde_json::error::Category::Syntax && std::str::from_utf8(bytes).is_err() {
-        "the input is not valid UTF-8"
+    use serde_json::error::Category;
+    let reason = if error.classify() == Category::Eof {
+        format!("invalid JSON: the text ends before its value does ({error})")
+    } else if error.classify() == Category::Syntax && std::str::from_utf8(bytes).is_err() {
+        format!("the input is not valid UTF-8: {error}")
+    } else if error.to_string().starts_with("recursion limit exceeded") {
+        format!(
+            "the JSON text nests too deep ({error}); a trace nests at most {MAX_DEPTH} levels of objects and arrays"
+        )
+    } else if let Some(literal) = non_finite::literal_at(bytes, error) {
+        format!("invalid JSON: {literal} is not a JSON number (write null or a finite number; {error})")
     } else {
-        "invalid JSON (NaN and Infinity are not JSON numbers)"
+        format!("invalid JSON: {error}")
     };
-    ValidationError::new(None, "", format!("{hint}: {error}"))
+    ValidationError::new(None, "", reason)
 }
 
 /// Checks one JSON value against the data contract and builds the trace.
@@ -408,6 +465,9 @@ impl Reader<'_> {
                 attributes.insert(key.clone(), value.clone());
             }
         }
+        if let Some(key) = too_deep_attribute(&attributes, 1) {
+            return self.fail(&root.key(key), depth_error());
+        }
         if let Some(version) = object.get("schema_version") {
             let at = root.key("schema_version");
             let version = self.integer(version, &at)?;
@@ -548,6 +608,9 @@ impl Reader<'_> {
                     extra.insert(key.clone(), value.clone());
                 }
             }
+        }
+        if let Some(key) = too_deep_attribute(&extra, 3) {
+            return self.fail(&at.key(key), depth_error());
         }
         event.attributes = (!extra.is_empty()).then_some(extra);
         Ok(event)

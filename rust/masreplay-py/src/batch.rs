@@ -33,6 +33,27 @@ pub fn stream_capsule<'py>(
     Ok(to_stream_pycapsule(py, reader, requested_schema)?)
 }
 
+/// The record batches of Arrow input (anything with `__arrow_c_stream__`). Importing can fail
+/// on data that breaks its own schema (nulls in a non-null column): a DataFormatError. Nothing
+/// is read from the arrays yet; the core checks them in full before use.
+pub fn arrow_input(py: Python<'_>, table: &Bound<'_, PyAny>) -> PyResult<Vec<RecordBatch>> {
+    let not_arrow = |reason: String| {
+        let reason = arrow_schema::ArrowError::InvalidArgumentError(reason);
+        crate::errors::to_py(py, masreplay_core::MasreplayError::Arrow(reason))
+    };
+    // The importer panics on some malformed schemas (a field name that is not UTF-8): caught
+    // here as a last resort, and said to be a bug.
+    let imported = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| table.extract::<PyTable>()));
+    match imported {
+        Ok(Ok(table)) => Ok(table.into_inner().0),
+        Ok(Err(error)) => Err(not_arrow(error.to_string())),
+        Err(panic) => Err(not_arrow(format!(
+            "the Arrow importer panicked on this data ({}); a panic caught is a bug, please report it to masreplay",
+            masreplay_core::error::panic_message(panic.as_ref())
+        ))),
+    }
+}
+
 fn table(batch: RecordBatch) -> PyResult<PyTable> {
     let schema = batch.schema();
     PyTable::try_new(vec![batch], schema)
@@ -103,13 +124,13 @@ impl PyTraceBatch {
         Ok(PyTraceBatch { inner: self.inner.take(&indices).or_raise(py)? })
     }
 
-    /// A batch from Arrow data already in the canonical layout (masreplay's own output), not
-    /// validated again; `None` when the schema differs.
+    /// A batch from Arrow data that must hold only valid traces (unpickled state): checked in
+    /// full, and the first invalid trace raises.
     #[staticmethod]
-    fn from_own_arrow(py: Python<'_>, table: PyTable) -> PyResult<Option<Self>> {
-        let (batches, _) = table.into_inner();
-        let inner = py.detach(|| TraceBatch::from_own_arrow(&batches)).or_raise(py)?;
-        Ok(inner.map(|inner| PyTraceBatch { inner }))
+    fn restore(py: Python<'_>, table: Bound<'_, PyAny>) -> PyResult<Self> {
+        let batches = arrow_input(py, &table)?;
+        let inner = py.detach(|| TraceBatch::from_arrow_strict(&batches)).or_raise(py)?;
+        Ok(PyTraceBatch { inner })
     }
 
     #[staticmethod]

@@ -331,11 +331,11 @@ impl PyGraphBuffer {
         PyTable::try_new(vec![batch], schema)
     }
 
+    /// A buffer from [`Self::persisted`] output (unpickled state), checked in full.
     #[staticmethod]
-    #[pyo3(signature = (table, *, trusted=false))]
-    fn restore(py: Python<'_>, table: PyTable, trusted: bool) -> PyResult<Self> {
-        let (batches, _) = table.into_inner();
-        let buffer = py.detach(|| GraphBuffer::restore(&batches, trusted)).or_raise(py)?;
+    fn restore(py: Python<'_>, table: Bound<'_, PyAny>) -> PyResult<Self> {
+        let batches = crate::batch::arrow_input(py, &table)?;
+        let buffer = py.detach(|| GraphBuffer::restore(&batches)).or_raise(py)?;
         Ok(PyGraphBuffer { inner: Mutex::new(buffer) })
     }
 }

@@ -25,7 +25,9 @@ pub fn to_py(py: Python<'_>, error: MasreplayError) -> PyErr {
         MasreplayError::Io { path, source } => {
             exception(py, "StorageError", (source.raw_os_error().unwrap_or(0), source.to_string(), path.clone()))
         }
-        MasreplayError::Arrow(_) | MasreplayError::Parquet(_) => exception(py, "DataFormatError", (error.to_string(),)),
+        MasreplayError::Arrow(_) | MasreplayError::Parquet(_) | MasreplayError::DataFormat { .. } => {
+            exception(py, "DataFormatError", (error.to_string(),))
+        }
         MasreplayError::InvalidArgument(message) => exception(py, "InvalidArgumentError", (message.clone(),)),
     }
 }

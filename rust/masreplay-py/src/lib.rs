@@ -17,7 +17,6 @@ use masreplay_core::validate::{ValidateOptions, parse_documents, trace_from_json
 use masreplay_core::{MasreplayError, Trace, TraceBatch, ValidationError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
-use pyo3_arrow::PyTable;
 use rayon::prelude::*;
 use serde_json::Value;
 
@@ -87,8 +86,7 @@ fn parse_objects(
                 .and_then(|dict| dict.get_item("trace_id").ok().flatten())
                 .and_then(|id| id.cast::<PyString>().ok().map(|s| s.to_string()))
                 .filter(|id| !id.is_empty());
-            let mut path = String::new();
-            objects::to_json(object, &mut path)
+            objects::trace_to_json(object)
                 .map_err(|not_json| ValidationError::new(trace_id.as_deref(), not_json.path, not_json.reason))
         })
         .collect();
@@ -101,12 +99,7 @@ fn parse_objects(
 /// Checks Arrow data (anything with `__arrow_c_stream__`) in the canonical layout.
 #[pyfunction]
 fn ingest_arrow(py: Python<'_>, table: Bound<'_, PyAny>) -> PyResult<(PyTraceBatch, Rejected)> {
-    // Importing can fail on data that breaks its own schema (nulls in a non-null column).
-    let table: PyTable = table.extract().map_err(|error: PyErr| {
-        let reason = arrow_schema::ArrowError::InvalidArgumentError(error.to_string());
-        errors::to_py(py, MasreplayError::Arrow(reason))
-    })?;
-    let (batches, _) = table.into_inner();
+    let batches = batch::arrow_input(py, &table)?;
     let (inner, errors) = py.detach(|| TraceBatch::from_arrow(&batches)).or_raise(py)?;
     Ok((PyTraceBatch { inner }, rejected_from(py, errors)))
 }

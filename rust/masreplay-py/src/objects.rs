@@ -1,11 +1,14 @@
 //! Python objects (dicts, lists, numbers, ...) -> JSON values, with the JSON pointer of any
-//! value JSON cannot hold (NaN, infinities, non-string keys, foreign types).
+//! value JSON cannot hold (NaN, infinities, non-string keys, foreign types) or that nests deeper
+//! than a trace may ([`MAX_DEPTH`], which also ends a dict or list that contains itself).
+//! Python code runs while a value is read (`__index__`, `__float__`, `__iter__`), and it may
+//! change the containers: a dict is read from a snapshot of its items, never iterated live.
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use serde_json::{Map, Number, Value};
 
-use masreplay_core::validate::pointer_segment;
+use masreplay_core::validate::{MAX_DEPTH, depth_error, pointer_segment};
 
 /// Where and why a Python object is not JSON.
 pub struct NotJson {
@@ -13,7 +16,13 @@ pub struct NotJson {
     pub reason: String,
 }
 
-pub fn to_json(object: &Bound<'_, PyAny>, path: &mut String) -> Result<Value, NotJson> {
+/// The JSON value of a trace object (level 1 of [`MAX_DEPTH`]).
+pub fn trace_to_json(object: &Bound<'_, PyAny>) -> Result<Value, NotJson> {
+    to_json(object, &mut String::new(), 1)
+}
+
+/// `object` at nesting `level` (the trace object is level 1), its pointer in `path`.
+fn to_json(object: &Bound<'_, PyAny>, path: &mut String, level: usize) -> Result<Value, NotJson> {
     let fail = |path: &str, reason: String| NotJson { path: path.to_owned(), reason };
     if object.is_none() {
         return Ok(Value::Null);
@@ -40,9 +49,17 @@ pub fn to_json(object: &Bound<'_, PyAny>, path: &mut String) -> Result<Value, No
         let wide: f64 = object.extract().map_err(|e: PyErr| fail(path, e.to_string()))?;
         return float_value(wide).ok_or_else(|| fail(path, format!("{wide} is not a finite number")));
     }
+    let container =
+        object.cast::<PyDict>().is_ok() || object.cast::<PyList>().is_ok() || object.cast::<PyTuple>().is_ok();
+    if container && level > MAX_DEPTH {
+        return Err(fail(path, depth_error()));
+    }
     if let Ok(dict) = object.cast::<PyDict>() {
-        let mut map = Map::with_capacity(dict.len());
-        for (key, value) in dict.iter() {
+        let items = dict.items();
+        let mut map = Map::with_capacity(items.len());
+        for item in items.iter() {
+            let (key, value): (Bound<'_, PyAny>, Bound<'_, PyAny>) =
+                item.extract().map_err(|e: PyErr| fail(path, e.to_string()))?;
             let Ok(key) = key.cast::<PyString>() else {
                 return Err(fail(path, format!("object keys must be strings, got {}", type_name(&key))));
             };
@@ -50,7 +67,7 @@ pub fn to_json(object: &Bound<'_, PyAny>, path: &mut String) -> Result<Value, No
             let depth = path.len();
             path.push('/');
             path.push_str(&pointer_segment(&key));
-            let value = to_json(&value, path)?;
+            let value = to_json(&value, path, level + 1)?;
             path.truncate(depth);
             map.insert(key, value);
         }
@@ -63,7 +80,7 @@ pub fn to_json(object: &Bound<'_, PyAny>, path: &mut String) -> Result<Value, No
             let depth = path.len();
             path.push('/');
             path.push_str(&i.to_string());
-            items.push(to_json(&item, path)?);
+            items.push(to_json(&item, path, level + 1)?);
             path.truncate(depth);
         }
         return Ok(Value::Array(items));

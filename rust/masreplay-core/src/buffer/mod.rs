@@ -247,6 +247,19 @@ fn stream(seed: u64, call: u64) -> Xoshiro256PlusPlus {
     Xoshiro256PlusPlus::seed_from_u64(z ^ (z >> 31))
 }
 
+/// The largest priority: the sum of up to 2^32 of them stays finite, so the sum tree never
+/// overflows to infinity (which would make prioritized sampling draw by zero probabilities).
+pub const MAX_PRIORITY: f64 = f64::MAX / 4_294_967_296.0;
+
+/// A priority is a finite number in `0..=MAX_PRIORITY`.
+pub(crate) fn check_priority(priority: f64) -> std::result::Result<(), String> {
+    if priority.is_finite() && (0.0..=MAX_PRIORITY).contains(&priority) {
+        Ok(())
+    } else {
+        Err(format!("{priority} is not a priority; priorities are finite numbers from 0 to {MAX_PRIORITY:e}"))
+    }
+}
+
 fn invalid(message: impl Into<String>) -> MasreplayError {
     MasreplayError::InvalidArgument(message.into())
 }
@@ -617,11 +630,7 @@ impl GraphBuffer {
         }
         let mut seqs = Vec::with_capacity(trace_ids.len());
         for (trace_id, &priority) in trace_ids.iter().zip(priorities) {
-            if !(priority.is_finite() && priority >= 0.0) {
-                return Err(invalid(format!(
-                    "priority of {trace_id:?} is {priority}; priorities must be finite and >= 0"
-                )));
-            }
+            check_priority(priority).map_err(|reason| invalid(format!("priority of {trace_id:?}: {reason}")))?;
             seqs.push(self.seq_of(trace_id)?);
         }
         for (seq, &priority) in seqs.into_iter().zip(priorities) {

@@ -5,22 +5,27 @@
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
+use arrow_array::make_array;
 use arrow_array::types::{Float64Type, Int8Type};
 use arrow_array::{
     Array, ArrayRef, BooleanArray, DictionaryArray, Int8Array, LargeListArray, ListArray, MapArray, RecordBatch,
     StringArray, StructArray, new_null_array,
 };
-use arrow_buffer::{OffsetBuffer, ScalarBuffer};
-use arrow_schema::{DataType, Field, FieldRef, Fields};
+use arrow_buffer::{BooleanBufferBuilder, NullBuffer, OffsetBuffer, ScalarBuffer};
+use arrow_data::ArrayData;
+use arrow_schema::{ArrowError, DataType, Field, FieldRef, Fields};
 use rayon::prelude::*;
 
 use super::build::{Derived, derived_columns};
 use super::column_checks::{AgentIndex, CleanColumns, DistinctIds};
 use super::nulls::{Zeros, share_null_columns};
-use super::schema::{EdgeColumns, EventColumns, TraceColumns, canonical_schema, vocabulary};
+use super::schema::{EdgeColumns, EventColumns, SCHEMA_VERSION_KEY, TraceColumns, canonical_schema, vocabulary};
 use crate::error::{MasreplayError, ValidationError};
 use crate::trace::{CounterfactualKind, EdgeType, EventType, Topology};
-use crate::validate::{check_finite, check_graph, check_logprob, check_non_empty, check_non_negative, pointer_segment};
+use crate::validate::{
+    check_finite, check_graph, check_logprob, check_non_empty, check_non_negative, depth_error, pointer_segment,
+    too_deep_attribute,
+};
 
 /// The outcome of ingesting Arrow data: the valid traces, and the rejected ones by position.
 pub struct Ingested {
@@ -143,8 +148,12 @@ impl<'a> Vocabulary<'a> {
             .iter()
             .map(|value| value.and_then(|text| names.iter().position(|n| *n == text)).map(|i| i as i8))
             .collect::<Vec<_>>();
+        // Keys are i8: only 0..=127 can index a dictionary (a longer dictionary is legal Arrow,
+        // its tail unreachable), and a negative key read as a byte stays `None`.
         let mut by_key = [None; 256];
-        by_key[..codes.len()].copy_from_slice(&codes);
+        for (key, code) in codes.iter().take(128).enumerate() {
+            by_key[key] = *code;
+        }
         Vocabulary { source, codes, by_key, names }
     }
 
@@ -309,12 +318,17 @@ impl<'a> RowCheck<'a, '_> {
         Ok(())
     }
 
-    fn json_object(&self, array: &StringArray, i: usize, path: impl Fn() -> String) -> Checked<()> {
+    /// Attributes of the object at `level` (1: the trace, 3: an event), held as JSON text,
+    /// nest within [`crate::validate::MAX_DEPTH`] as they would in the trace's JSON.
+    fn json_object(&self, array: &StringArray, i: usize, level: usize, path: impl Fn() -> String) -> Checked<()> {
         if array.is_null(i) {
             return Ok(());
         }
         match serde_json::from_str::<serde_json::Value>(array.value(i)) {
-            Ok(serde_json::Value::Object(_)) => Ok(()),
+            Ok(serde_json::Value::Object(attributes)) => match too_deep_attribute(&attributes, level) {
+                None => Ok(()),
+                Some(key) => self.fail(format!("{}/{}", path(), pointer_segment(key)), depth_error()),
+            },
             _ => self.fail(path(), "attributes must hold the JSON text of an object"),
         }
     }
@@ -366,7 +380,7 @@ impl<'a> RowCheck<'a, '_> {
         }
         self.numbers(costs.other, row, || "/costs".into(), check_non_negative)?;
         self.numbers(c.metrics, row, || "/metrics".into(), check_finite)?;
-        self.json_object(c.attributes, row, || "/attributes".into())?;
+        self.json_object(c.attributes, row, 1, || "/attributes".into())?;
         self.graph(row, scratch)
     }
 
@@ -441,7 +455,7 @@ impl<'a> RowCheck<'a, '_> {
                 self.rule(|| at("logprob"), check_logprob(ev.logprob.value(j)))?;
             }
             if !clean.attributes {
-                self.json_object(ev.attributes, j, || at("attributes"))?;
+                self.json_object(ev.attributes, j, 3, || at("attributes"))?;
             }
         }
         Ok(())
@@ -505,12 +519,85 @@ fn longest_column(batch: &RecordBatch) -> usize {
     items.fold(batch.num_rows(), usize::max)
 }
 
+/// Proves `batches` are well-formed Arrow (offsets in bounds and monotonic, UTF-8 text,
+/// dictionary keys inside their dictionaries, buffers long enough, ...) before any kernel reads
+/// them: data imported through the C interface or decoded from a file is only as sound as its
+/// producer. Also refuses a schema version this masreplay cannot read. Returns the batches to
+/// read, with the nulls of struct columns pushed down into their fields (see [`checked`]).
+pub fn check_structure(batches: &[RecordBatch]) -> Result<Vec<RecordBatch>, MasreplayError> {
+    batches
+        .iter()
+        .map(|batch| {
+            if let Some(version) = batch.schema().metadata().get(SCHEMA_VERSION_KEY) {
+                let reason = match version.trim().parse::<i64>() {
+                    Ok(version) => crate::validate::check_schema_version(version).err(),
+                    Err(_) => {
+                        Some(format!("schema metadata {SCHEMA_VERSION_KEY:?} is {version:?}, not a version number"))
+                    }
+                };
+                if let Some(reason) = reason {
+                    return Err(MasreplayError::Arrow(ArrowError::InvalidArgumentError(reason)));
+                }
+            }
+            let columns = batch
+                .columns()
+                .par_iter()
+                .map(|column| Ok(make_array(checked(column.to_data())?)))
+                .collect::<Result<Vec<ArrayRef>, ArrowError>>()?;
+            Ok(RecordBatch::try_new(batch.schema(), columns)?)
+        })
+        .collect()
+}
+
+/// `data` validated in full (what `ArrayData::validate_full` checks, children in parallel),
+/// with each struct's null slots marked null in its fields too. What a field holds under a null
+/// struct slot means nothing, and writers leave anything there (pyarrow leaves dictionary keys
+/// into an empty dictionary): marked null, it is neither checked nor read. The layout of a node
+/// is checked before its null bitmaps are combined, so that they are the right size.
+fn checked(data: ArrayData) -> Result<ArrayData, ArrowError> {
+    data.validate()?;
+    let parent_nulls = match data.data_type() {
+        DataType::Struct(_) => data.nulls().filter(|nulls| nulls.null_count() > 0).cloned(),
+        _ => None,
+    };
+    let children = data
+        .child_data()
+        .par_iter()
+        .map(|child| {
+            let Some(parent) = &parent_nulls else { return checked(child.clone()) };
+            child.validate()?;
+            // Struct slot j is field slot offset + j.
+            let mut valid = BooleanBufferBuilder::new(child.len());
+            valid.append_n(data.offset(), true);
+            valid.append_buffer(parent.inner());
+            valid.append_n(child.len().saturating_sub(data.offset() + data.len()), true);
+            let mut combined = NullBuffer::new(valid.finish());
+            if let Some(own) = child.nulls() {
+                combined = NullBuffer::new(combined.inner() & own.inner());
+            }
+            // SAFETY: only the validity of slots changes, on a layout just checked; the
+            // result is validated in full before it is returned.
+            checked(unsafe { child.clone().into_builder().nulls(Some(combined)).build_unchecked() })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let data = if parent_nulls.is_none() && children.iter().zip(data.child_data()).all(|(new, old)| new.ptr_eq(old)) {
+        data
+    } else {
+        // SAFETY: the same layout with more slots null; its own values are checked below.
+        unsafe { data.into_builder().child_data(children).build_unchecked() }
+    };
+    data.validate_nulls()?;
+    data.validate_values()?;
+    Ok(data)
+}
+
 /// Conforms, checks and completes Arrow data in the canonical layout (see module docs).
 pub fn ingest_batches(batches: &[RecordBatch]) -> Result<Ingested, MasreplayError> {
+    let batches = check_structure(batches)?;
     let schema = canonical_schema();
     let target = DataType::Struct(schema.fields().clone());
     let mut conformed = Vec::with_capacity(batches.len());
-    for batch in batches {
+    for batch in &batches {
         let trimmed = trim_lists(batch)?;
         let zeros = Zeros::new(longest_column(&trimmed));
         let whole: ArrayRef = Arc::new(StructArray::from(trimmed));

@@ -53,16 +53,15 @@ impl TraceBatch {
         Ok((Self::from_canonical(batch), rejected))
     }
 
-    /// Batches that already have the canonical schema, such as masreplay's own output after an
-    /// Arrow IPC round trip (unpickling): trusted as they are, only the closed vocabularies
-    /// re-coded. `None` when the schema differs; such input goes through [`Self::from_arrow`].
-    pub fn from_own_arrow(batches: &[RecordBatch]) -> Result<Option<Self>> {
-        let canonical = schema::canonical_schema();
-        if batches.iter().any(|b| b.schema().fields() != canonical.fields()) {
-            return Ok(None);
+    /// Arrow data that must hold only valid traces (masreplay's own state after an Arrow IPC
+    /// round trip, a saved buffer): checked like any Arrow input, and the first rejected trace
+    /// is the error instead of a report.
+    pub fn from_arrow_strict(batches: &[RecordBatch]) -> Result<Self> {
+        let Ingested { batch, rejected } = ingest_batches(batches)?;
+        match rejected.into_iter().next() {
+            Some((_, error)) => Err(error.into()),
+            None => Ok(Self::from_canonical(batch)),
         }
-        let joined = arrow_select::concat::concat_batches(&canonical, batches)?;
-        Ok(Some(Self::from_canonical(with_canonical_codes(&joined)?)))
     }
 
     pub fn empty() -> Self {

@@ -11,7 +11,7 @@ use serde_core::de::{self, Deserialize, DeserializeSeed, Deserializer, MapAccess
 use serde_json::{Map, Number, Value};
 
 use super::{
-    TOP_LEVEL_SEED_KEYS, ValidateOptions, check_finite, check_graph, check_logprob, check_non_empty,
+    TOP_LEVEL_SEED_KEYS, ValidateOptions, attributes_fit, check_finite, check_graph, check_logprob, check_non_empty,
     check_non_negative, check_schema_version, index_events, split_costs, whole_number,
 };
 use crate::trace::{
@@ -248,6 +248,9 @@ impl<'de> Visitor<'de> for EventVisitor<'_> {
             }
         }
         seen.all(0b1111)?; // id, t, type, agent
+        if !attributes_fit(&extra, 3) {
+            return Err(decline());
+        }
         event.attributes = (!extra.is_empty()).then_some(extra);
         self.events.push(event);
         Ok(())
@@ -355,6 +358,9 @@ struct Parts<'de> {
 impl Parts<'_> {
     fn into_trace(self) -> Option<Trace> {
         let task_id = self.task_id?;
+        if !attributes_fit(&self.attributes, 1) {
+            return None;
+        }
         let group_id = self.group_id.filter(|group| *group != task_id);
         let events = self.events.filter(|events| !events.is_empty())?;
         let edges = {

@@ -3,9 +3,10 @@
 //! whitespace between them); each piece is then parsed in full, and a document whose pieces all
 //! parse is valid JSON whose traces are exactly these pieces.
 
-/// Far enough below serde_json's recursion limit (128) that a trace nests within it the same
-/// way alone as inside its document's array.
-const MAX_DEPTH: usize = 100;
+/// A trace nests at most this deep (the Reader words the error of one that nests deeper);
+/// below serde_json's recursion limit (128), so a trace nests within it the same way alone as
+/// inside its document's array.
+use super::MAX_DEPTH;
 
 /// The trace texts of a document made of objects and arrays of objects (the shapes whose items
 /// the Reader checks one by one), found lazily so that parsing can start before the cutting

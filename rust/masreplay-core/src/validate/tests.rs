@@ -282,17 +282,29 @@ fn repeated_keys_take_the_last_value_in_both_paths() {
 }
 
 #[test]
-fn a_nesting_the_document_cannot_hold_is_found_by_the_reader() {
-    // serde_json nests at most 127 levels: the trace, its events and an event take 3, this 124.
-    let deep = format!("{}{}", "[".repeat(124), "]".repeat(124));
-    let trace = format!(
-        r#"{{"trace_id": "a", "task_id": "t", "events": [{{"id": "e0", "t": 0, "type": "spawn", "agent": "o",
-        "deep": {deep}}}], "edges": [], "rewards": {{}}, "costs": {{"tokens": 1, "wall_clock_s": 2}}}}"#
-    );
-    assert!(parse_documents(trace.as_bytes(), ValidateOptions::default())[0].is_ok());
-    let document = format!("[{trace}]");
-    let outcomes = parse_documents(document.as_bytes(), ValidateOptions::default());
-    assert!(outcomes[0].as_ref().unwrap_err().reason.contains("recursion limit"), "{outcomes:?}");
+fn one_nesting_limit_alone_and_inside_a_document() {
+    // The trace, its events and an event take 3 levels: `deep` may take MAX_DEPTH - 3 more.
+    let trace = |levels: usize| {
+        let deep = format!("{}{}", "[".repeat(levels), "]".repeat(levels));
+        format!(
+            r#"{{"trace_id": "a", "task_id": "t", "events": [{{"id": "e0", "t": 0, "type": "spawn", "agent": "o",
+            "deep": {deep}}}], "edges": [], "rewards": {{}}, "costs": {{"tokens": 1, "wall_clock_s": 2}}}}"#
+        )
+    };
+    let deepest = trace(crate::validate::MAX_DEPTH - 3);
+    let too_deep = trace(crate::validate::MAX_DEPTH - 2);
+    for document in [deepest.clone(), format!("[{deepest}]")] {
+        assert!(parse_documents(document.as_bytes(), ValidateOptions::default())[0].is_ok());
+    }
+    for document in [too_deep.clone(), format!("[{too_deep}]")] {
+        let outcomes = parse_documents(document.as_bytes(), ValidateOptions::default());
+        let error = outcomes[0].as_ref().unwrap_err();
+        assert_eq!((error.trace_id.as_deref(), error.path.as_str()), (Some("a"), "/events/0/deep"));
+        assert!(error.reason.contains("nests deeper than 100"), "{error:?}");
+    }
+    // Past serde_json's own limit the text is not read at all, and the error says why.
+    let outcomes = parse_documents(trace(130).as_bytes(), ValidateOptions::default());
+    assert!(outcomes[0].as_ref().unwrap_err().reason.contains("nests too deep"), "{outcomes:?}");
 }
 
 #[test]
