@@ -69,7 +69,9 @@ def test_a_dict_that_contains_itself_is_an_error_not_a_crash(via):
             read = masreplay.load_traces if {via!r} == "load_traces" else masreplay.convert.seed
             try:
                 read(trace)
-            except masreplay.TraceValidationError as error:
+            except (masreplay.TraceValidationError, masreplay.ConversionError) as error:
+                # a converter's failure is a ConversionError whose cause is the trace's error
+                error = error.__cause__ if isinstance(error, masreplay.ConversionError) else error
                 print(error.trace_id, error.path.split("/")[:4], "nests deeper" in error.reason)
         """)
     )

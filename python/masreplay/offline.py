@@ -548,10 +548,9 @@ def _ipc_read(path: pathlib.Path) -> pa.Table:
 
 
 def _own(table: pa.Table) -> _core.TraceBatch:
-    core = _core.TraceBatch.from_own_arrow(table)
-    if core is None:  # a layout masreplay did not write itself: validated again
-        core, _ = _core.ingest_arrow(table)
-    return core
+    """Traces this job spilled itself, read back: checked in full like any Arrow input
+    (the scratch folder is a file system, not memory masreplay owns)."""
+    return _core.TraceBatch.restore(table)
 
 
 def load_bucket(pieces: Sequence[pa.Table]) -> _core.TraceBatch:

@@ -126,9 +126,7 @@ class _Shard:
     def add(self, data: bytes) -> tuple[int, list[tuple[int, str | None, Exception]]]:
         # An Arrow IPC stream from a writer that validated the traces (RayGraphBuffer.add).
         table = _from_ipc_table(data)
-        batch = _core.TraceBatch.from_own_arrow(table)
-        if batch is None:
-            batch, _ = _core.ingest_arrow(table)
+        batch = _core.TraceBatch.restore(table)  # checked in full: bytes from another process
         added, rejected = self.buffer._core.add(batch, skip_invalid=True)
         self.added_since_save += added
         self._write_ledger()
@@ -583,8 +581,7 @@ def _gathered(answers: list[bytes], order: np.ndarray | None, probabilities: np.
     GraphBuffer sample, only the columns read (``flat``, ``padded``, ...) are copied out."""
     cores = []
     for table in map(_from_ipc_table, answers):
-        core = _core.TraceBatch.from_own_arrow(table)
-        cores.append(core if core is not None else _core.ingest_arrow(table)[0])
+        cores.append(_core.TraceBatch.restore(table))  # checked in full: bytes from another process
     if not cores:
         return TraceBatch(_core.empty_batch(), probabilities=probabilities)
     sources = np.repeat(np.arange(len(cores)), [len(core) for core in cores])
