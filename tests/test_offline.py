@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import masreplay
@@ -120,6 +120,8 @@ OPTION_SETS = [
     row_group=st.integers(3, 120),
     options=st.sampled_from(OPTION_SETS),
 )
+# Spills of row groups whose agent dictionaries differ (the IPC file format refused them).
+@example(seed=127, files=1, row_group=3, options=OPTION_SETS[0])
 def test_equals_the_in_memory_functions_whatever_the_layout(tmp_path_factory, seed, files, row_group, options):
     advantages, counterfactual, metrics, exact = options
     root = tmp_path_factory.mktemp("layout")

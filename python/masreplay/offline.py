@@ -538,13 +538,15 @@ def _make_folders(destination: pathlib.Path) -> None:
 
 
 def _ipc_write(path: pathlib.Path, table: pa.Table) -> None:
-    with pa.OSFile(os.fspath(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+    # The stream format: the spilled pieces keep their own dictionaries (agents differ between
+    # row groups), which the file format refuses ("dictionary replacement").
+    with pa.OSFile(os.fspath(path), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
 
 
 def _ipc_read(path: pathlib.Path) -> pa.Table:
     with pa.memory_map(os.fspath(path)) as source:
-        return pa.ipc.open_file(source).read_all()
+        return pa.ipc.open_stream(source).read_all()
 
 
 def _own(table: pa.Table) -> _core.TraceBatch:
