@@ -124,10 +124,9 @@ def _keys(name: str, values: Any, length: int) -> np.ndarray:
 def _dictionary_keys(name: str, values: pa.Array | pa.ChunkedArray, length: int) -> np.ndarray:
     if len(values) != length:
         raise InvalidArgumentError(f"{name} must have {length} entries, got {len(values)}")
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()  # one dictionary for every row, not one per chunk
     encoded = pc.dictionary_encode(values, null_encoding="encode")
-    if isinstance(encoded, pa.ChunkedArray):
-        # Chunks are encoded against one unified dictionary only after unify_dictionaries.
-        encoded = pc.dictionary_encode(values.combine_chunks(), null_encoding="encode")
     return encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
 
 
