@@ -215,7 +215,8 @@ def test_verl_rloo_and_opo_edge_cases():
 
 def _torch_sqrt(x):
     """TRL's fp32 torch.sqrt as compat="trl" rounds it on this CPU (MKL's kernel; held
-    against torch.sqrt in test_integrations.py)."""
+    against captured MKL outputs in test_torch_sqrt.py and against torch.sqrt in
+    test_integrations.py)."""
     return masreplay._core.torch_sqrt(np.atleast_1d(np.float32(x)))[0][0]
 
 
