@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 
 from masreplay import _core
-from masreplay.errors import DataFormatError
+from masreplay.errors import DataFormatError, InvalidArgumentError
 
 if TYPE_CHECKING:
     import polars as pl
@@ -180,7 +180,7 @@ class TraceBatch:
             array, offsets = self._event_array(column), self.event_offsets
         array = _numeric(array, column)
         if array.null_count and not pa.types.is_floating(array.type):
-            raise ValueError(f"column {column!r} has nulls and is not a float column; use padded(column, pad_value)")
+            raise InvalidArgumentError(f"column {column!r} has nulls and is not a float column; use padded(column, pad_value)")
         values = array.fill_null(float("nan")) if array.null_count else array
         return values.to_numpy(zero_copy_only=False), offsets
 

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from masreplay import _core
 from masreplay.batch import TraceBatch, _checked_arrow
-from masreplay.errors import StorageError
+from masreplay.errors import InvalidArgumentError, StorageError
 
 OnError = Literal["raise", "skip"]
 
@@ -84,7 +84,7 @@ def load_traces(
     seed schema allows (no top-level additions).
     """
     if on_error not in ("raise", "skip"):
-        raise ValueError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
+        raise InvalidArgumentError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
     core, rejected = _load(source, strict_seed)
     if rejected and on_error == "raise":
         raise rejected[0][2]

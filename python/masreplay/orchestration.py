@@ -11,18 +11,8 @@ import pyarrow as pa
 
 from masreplay import _core
 from masreplay.batch import TraceBatch
-from masreplay.buffer import LENGTH_BANDS, band_limits
+from masreplay.bands import length_bands
 from masreplay.io import load_traces
-
-
-def length_bands(n_events: np.ndarray) -> pa.Array:
-    """The band (10, 100, 1000 or 10000) of each event count, as GraphBuffer defines them;
-    null above the largest band."""
-    bands = np.zeros(len(n_events), dtype=np.int32)
-    for band in LENGTH_BANDS:
-        low, high = band_limits(band)
-        bands[(n_events >= low) & (n_events <= high)] = band
-    return pa.array(bands, mask=bands == 0)
 
 
 def metrics(source: Any) -> pa.Table:

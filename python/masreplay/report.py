@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from masreplay.buffer import LENGTH_BANDS
+from masreplay.bands import LENGTH_BANDS
 from masreplay.io import load_traces
 from masreplay.orchestration import metrics
 
