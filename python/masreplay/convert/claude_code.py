@@ -52,7 +52,7 @@ from typing import Any
 from masreplay.batch import TraceBatch
 from masreplay.convert._builder import TraceBuilder, load
 from masreplay.convert._lines import IN_MEMORY, local_path, records
-from masreplay.convert._report import ConversionReport
+from masreplay.conversion_report import ConversionReport
 from masreplay.convert._shape import describe
 from masreplay.errors import ConversionError
 

@@ -24,7 +24,7 @@ from typing import Any
 from masreplay.batch import TraceBatch
 from masreplay.convert._builder import TraceBuilder, load
 from masreplay.convert._lines import records
-from masreplay.convert._report import ConversionReport
+from masreplay.conversion_report import ConversionReport
 from masreplay.convert._shape import NUMBER, Fail, describe, field, is_number
 from masreplay.errors import ConversionError
 

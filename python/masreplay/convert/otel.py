@@ -40,7 +40,7 @@ from typing import Any
 from masreplay.batch import TraceBatch
 from masreplay.convert._builder import TraceBuilder, load
 from masreplay.convert._lines import json_document
-from masreplay.convert._report import ConversionReport
+from masreplay.conversion_report import ConversionReport
 from masreplay.convert._shape import Fail, describe, field as typed, is_number, objects
 from masreplay.errors import ConversionError
 

@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from masreplay.batch import TraceBatch
 from masreplay.convert._lines import IN_MEMORY, local_path
-from masreplay.convert._report import ConversionReport
+from masreplay.conversion_report import ConversionReport
 from masreplay.errors import ConversionError, InvalidArgumentError, MasreplayError, StorageError, TraceValidationError
 from masreplay.io import load_traces
 
