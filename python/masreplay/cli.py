@@ -9,10 +9,7 @@ import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 
-import pyarrow as pa
-import pyarrow.compute as pc
-
-from masreplay.batch import TraceBatch
+from masreplay._text import print_table, stats_table
 from masreplay.convert import FORMATS, write
 from masreplay.errors import MasreplayError, TraceValidationError
 from masreplay.io import load_traces
@@ -36,31 +33,6 @@ def _validate_file(path: str, strict_seed: bool) -> bool:
     return not rejected
 
 
-def stats_table(batch: TraceBatch) -> list[tuple[str, str]]:
-    """Shape statistics of a batch as (name, value) rows."""
-    table = batch.to_arrow()
-    rows: list[tuple[str, str]] = [("traces", str(len(batch))), ("events", str(batch.num_events))]
-    rows.append(("edges", str(int(batch.edge_offsets[-1]))))
-    rows.append(("groups", str(len(pc.unique(table["group_id"])))))
-    for column in ("n_events", "n_agents", "depth", "max_branching"):
-        values = table[column]
-        if len(values) == 0:
-            continue
-        low, high = pc.min(values).as_py(), pc.max(values).as_py()
-        mean = pc.mean(values).as_py()
-        rows.append((f"{column} min/mean/max", f"{low} / {mean:.1f} / {high}"))
-    counts = pc.value_counts(pc.dictionary_decode(batch.events()["type"].combine_chunks())) if batch.num_events else []
-    for entry in sorted(counts.to_pylist() if counts else [], key=lambda e: -e["counts"]):
-        rows.append((f"events of type {entry['values']}", str(entry["counts"])))
-    return rows
-
-
-def print_rows(rows: Sequence[tuple[str, str]]) -> None:
-    width = max(len(name) for name, _ in rows)
-    for name, value in rows:
-        print(f"  {name:<{width}}  {value}")
-
-
 def _stats(path: str) -> int:
     try:
         batch = load_traces(path)
@@ -68,7 +40,7 @@ def _stats(path: str) -> int:
         print(f"{path}: {error}", file=sys.stderr)
         return 1
     print(f"{path}:")
-    print_rows(stats_table(batch))
+    print_table(stats_table(batch), values="left")
     return 0
 
 
@@ -143,7 +115,7 @@ def _credit(args: argparse.Namespace) -> int:
         print(f"masreplay credit: {error}", file=sys.stderr)
         return 1
     print(f"{args.destination}:")
-    print_rows(summary.rows())
+    print_table(summary.rows(), values="left")
     for entry in summary.rejected:
         print(f"  rejected trace {entry['trace_id']!r} at {entry['pointer'] or '/'}: {entry['reason']}")
     return 0

@@ -12,15 +12,15 @@ import numpy as np
 import pyarrow as pa
 
 from masreplay import rewards
+from masreplay._text import print_table, stats_table
 from masreplay.advantages import advantages
 from masreplay.batch import TraceBatch
 from masreplay.buffer import GraphBuffer
-from masreplay.cli import print_rows, stats_table
 from masreplay.counterfactual import counterfactual_credit
 from masreplay.errors import TraceValidationError
 from masreplay.io import load_traces
 from masreplay.orchestration import metrics
-from masreplay.report import band_summary, print_table
+from masreplay.report import band_summary
 from masreplay.shapley import trace_players, trace_shapley
 from masreplay.sim import branches, generate
 
@@ -49,7 +49,7 @@ def run() -> int:
     started = time.perf_counter()
     batch = load_traces(bundled(SIM_GROUPS))
     print(f"  loaded {batch!r} in {1e3 * (time.perf_counter() - started):.1f} ms")
-    print_rows(stats_table(batch))
+    print_table(stats_table(batch), values="left")
 
     _step("3. the canonical Arrow layout, shared with pyarrow and Polars without copying")
     table = pa.table(batch)

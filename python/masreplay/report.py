@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from masreplay._text import print_table
 from masreplay.bands import LENGTH_BANDS
 from masreplay.io import load_traces
 from masreplay.orchestration import metrics
@@ -60,13 +61,6 @@ def _band_masks(table: pa.Table) -> dict[int | None, pa.ChunkedArray]:
     masks = {b: pc.fill_null(pc.equal(bands, b), False) for b in LENGTH_BANDS}
     masks[None] = pc.is_null(bands)
     return {band: mask for band, mask in masks.items() if pc.any(mask).as_py()}
-
-
-def print_table(rows: Sequence[Sequence[str]], indent: str = "  ") -> None:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        cells = [row[0].ljust(widths[0])] + [cell.rjust(width) for cell, width in zip(row[1:], widths[1:], strict=True)]
-        print(indent + "  ".join(cells))
 
 
 def collect(paths: Sequence[str]) -> pa.Table:
