@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 from masreplay import _core
 from masreplay.batch import TraceBatch
 from masreplay.errors import InvalidArgumentError
+from masreplay.io import as_batch
 
 Estimator = Literal["grpo", "rloo", "reinforce_pp_baseline", "opo"]
 Compat = Literal["verl", "trl", "openrlhf"]
@@ -54,14 +55,6 @@ class Advantages:
             f"Advantages({self.estimator}{by}: {len(self.per_trace)} traces, {len(self.per_event)} events, "
             f"{self.per_event.dtype})"
         )
-
-
-def _batch(batch: Any) -> TraceBatch:
-    if isinstance(batch, TraceBatch):
-        return batch
-    from masreplay.io import load_traces
-
-    return load_traces(batch)
 
 
 def _scale(std: bool | str) -> str:
@@ -209,7 +202,7 @@ def advantages(
     - ``missing``: a trace without the channel raises, or with ``"skip"`` is left out of the
       statistics and gets 0 (TRL's unscorable rows).
     """
-    batch = _batch(batch)
+    batch = as_batch(batch)
     out_dtype = _dtype(dtype)
     if channel_mode not in CHANNEL_MODES:
         raise InvalidArgumentError(f"channel_mode must be one of {CHANNEL_MODES}, got {channel_mode!r}")
@@ -332,7 +325,7 @@ def group_normalize(
 def event_rewards(batch: Any, channel: str, *, fill: float = 0.0) -> np.ndarray:
     """The per-event reward channel ``channel`` (e.g. ``"process"``, ``"tool"``) as float64,
     aligned with ``batch.events()``; ``fill`` where an event lacks it."""
-    batch = _batch(batch)
+    batch = as_batch(batch)
     rewards = pa.array(batch._source.event_field("reward"))
     values = pc.map_lookup(rewards, channel, "first")
     return values.fill_null(float(fill)).to_numpy(zero_copy_only=False).astype(np.float64)
@@ -364,7 +357,7 @@ def graph_returns(
     - ``"turns"``: MARSHAL's discounted reverse cumulative sum over each agent's own events
       in time order.
     """
-    batch = _batch(batch)
+    batch = as_batch(batch)
     return _core.graph_returns(batch._core, _per_event(batch, "rewards", rewards), gamma=float(gamma), kind=kind)
 
 
@@ -380,7 +373,7 @@ def graph_gae(
     mean(V_c) - V_e`` and ``A_e = delta_e + gamma * lam * mean(A_c)`` over the children ``c``
     (0 past a leaf). Returns ``(advantages, returns = advantages + values)``; on a chain this
     is verl's GAE before whitening."""
-    batch = _batch(batch)
+    batch = as_batch(batch)
     return _core.graph_gae(
         batch._core,
         _per_event(batch, "rewards", rewards),

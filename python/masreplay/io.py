@@ -95,3 +95,9 @@ def validate(trace: Any, *, strict_seed: bool = False) -> None:
     """Raises TraceValidationError naming the trace, a JSON pointer and the reason if any
     trace in ``trace`` (anything load_traces accepts) breaks the data contract."""
     load_traces(trace, strict_seed=strict_seed, on_error="raise")
+
+
+def as_batch(source: Any) -> TraceBatch:
+    """``source`` as a TraceBatch: a TraceBatch as it is, anything else :func:`load_traces`
+    accepts loaded and validated (the first invalid trace raises TraceValidationError)."""
+    return source if isinstance(source, TraceBatch) else load_traces(source)

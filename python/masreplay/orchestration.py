@@ -6,19 +6,17 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
 from masreplay import _core
-from masreplay.batch import TraceBatch
 from masreplay.bands import length_bands
-from masreplay.io import load_traces
+from masreplay.io import as_batch
 
 
 def metrics(source: Any) -> pa.Table:
     """One row per trace of ``source`` (a TraceBatch or anything ``load_traces`` accepts):
     ``trace_id``, ``n_events``, ``length_band``, then the metrics (see the README)."""
-    batch = source if isinstance(source, TraceBatch) else load_traces(source)
+    batch = as_batch(source)
     table = pa.table(_core.metrics(batch._core))
     bands = length_bands(table["n_events"].to_numpy())
     return table.add_column(2, pa.field("length_band", pa.int32()), bands)

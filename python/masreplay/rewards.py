@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow.compute as pc
 
 from masreplay.errors import InvalidArgumentError
+from masreplay.io import as_batch
 from masreplay.orchestration import metrics
 
 
@@ -36,10 +37,7 @@ def parl(batch: Any, lambda_parallel: float, lambda_finish: float, *, perf: str 
     ``batch`` is a TraceBatch or anything ``load_traces`` accepts. Pass ``Schedule(step)``
     values as the lambdas to anneal them.
     """
-    from masreplay.batch import TraceBatch
-    from masreplay.io import load_traces
-
-    batch = batch if isinstance(batch, TraceBatch) else load_traces(batch)
+    batch = as_batch(batch)
     table = metrics(batch)
     work = table["total_work_steps"].to_numpy().astype(np.float64)
     critical = table["critical_steps"].to_numpy().astype(np.float64)

@@ -24,9 +24,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from masreplay import _core
-from masreplay.advantages import Advantages, _batch, _group_keys, event_rewards
+from masreplay.advantages import Advantages, _group_keys, event_rewards
 from masreplay.batch import EVENT_FIELDS, TraceBatch
 from masreplay.errors import InvalidArgumentError
+from masreplay.io import as_batch
 
 OBSERVATIONS = ("tool_result", "human_intervention", "safety_event")
 
@@ -35,7 +36,7 @@ class Events:
     """Lazily computed per-event and per-trace columns of one batch."""
 
     def __init__(self, batch: Any) -> None:
-        self.batch: TraceBatch = _batch(batch)
+        self.batch: TraceBatch = as_batch(batch)
         self.offsets = np.asarray(self.batch.event_offsets, dtype=np.int64)
         self.n_traces = len(self.batch)
         self.n_events = int(self.offsets[-1])
