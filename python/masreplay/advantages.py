@@ -9,7 +9,7 @@ The arithmetic runs in Rust (``masreplay._core``); the formulas are in the READM
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -212,11 +212,8 @@ def advantages(
     weights_by = _strata("weight_by", weight_by) or by
     groups = _group_keys(batch, group_by)
     weights = _channel_weights(channel, channels)
-    credit_array = None
-    if credit is not None:
-        credit_array = np.ascontiguousarray(credit, dtype=np.float64)
-        if credit_array.shape != (batch.num_events,):
-            raise InvalidArgumentError(f"credit must have one value per event ({batch.num_events}), got shape {credit_array.shape}")
+    credit_array = _credit(batch, credit)
+    if credit_array is not None:
         rewards = {"credit": np.zeros(len(batch))}
     else:
         rewards = {name: _trace_rewards(batch, name, missing) for name in weights}
@@ -240,20 +237,7 @@ def advantages(
         total = sum(weights.get(name, 1.0) * values for name, values in rewards.items())
         per_trace, per_event, loss_weights = run(total)
     else:
-        parts = [(weights[name], run(values)) for name, values in rewards.items()]
-        loss_weights = parts[0][1][2]
-        if compat == "trl":
-            # TRL sums the weighted channel advantages in fp32, then whitens the sum over the
-            # whole batch (its normalize_then_sum).
-            total32 = np.zeros(len(batch), dtype=np.float32)
-            for w, part in parts:
-                total32 += np.float32(w) * part[0].astype(np.float32)
-            zeros = np.zeros(len(batch), np.int64)
-            per_trace = _core.group_normalize(total32.astype(np.float64), zeros, compat="trl").astype(np.float64)
-            per_event = np.repeat(per_trace, np.diff(batch.event_offsets))
-        else:
-            per_trace = sum(w * part[0] for w, part in parts)
-            per_event = sum(w * part[1] for w, part in parts)
+        per_trace, per_event, loss_weights = _normalize_then_sum(batch, weights, rewards, run, compat)
     trace_index = np.repeat(np.arange(len(batch), dtype=np.int64), np.diff(batch.event_offsets))
     group_index = np.unique(groups, return_inverse=True)[1].astype(np.int64) if len(groups) else groups
     return Advantages(
@@ -265,6 +249,42 @@ def advantages(
         estimator=estimator,
         normalize_by=tuple(by),
     )
+
+
+def _credit(batch: TraceBatch, credit: np.ndarray | Sequence[float] | None) -> np.ndarray | None:
+    """Per-event credit as float64, checked to hold one value per event."""
+    if credit is None:
+        return None
+    array = np.ascontiguousarray(credit, dtype=np.float64)
+    if array.shape != (batch.num_events,):
+        raise InvalidArgumentError(f"credit must have one value per event ({batch.num_events}), got shape {array.shape}")
+    return array
+
+
+def _normalize_then_sum(
+    batch: TraceBatch,
+    weights: Mapping[str, float],
+    rewards: Mapping[str, np.ndarray],
+    run: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]],
+    compat: Compat | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each channel normalised on its own (``run``), then the weighted advantages summed;
+    the loss weights do not depend on the rewards, so the first channel's serve."""
+    parts = [(weights[name], run(values)) for name, values in rewards.items()]
+    loss_weights = parts[0][1][2]
+    if compat == "trl":
+        # TRL sums the weighted channel advantages in fp32, then whitens the sum over the
+        # whole batch (its normalize_then_sum).
+        total32 = np.zeros(len(batch), dtype=np.float32)
+        for w, part in parts:
+            total32 += np.float32(w) * part[0].astype(np.float32)
+        zeros = np.zeros(len(batch), np.int64)
+        per_trace = _core.group_normalize(total32.astype(np.float64), zeros, compat="trl").astype(np.float64)
+        per_event = np.repeat(per_trace, np.diff(batch.event_offsets))
+    else:
+        per_trace = sum(w * part[0] for w, part in parts)
+        per_event = sum(w * part[1] for w, part in parts)
+    return per_trace, per_event, loss_weights
 
 
 def _mask(mask: Any, n: int) -> np.ndarray:
