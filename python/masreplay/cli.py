@@ -122,9 +122,43 @@ def _credit(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "validate":
+        results = [_validate_file(path, args.strict_seed) for path in args.files]
+        return 0 if all(results) else 1
+    if args.command == "stats":
+        return _stats(args.file)
+    if args.command == "convert":
+        return _convert(args.source_format, args.source, args.target)
+    if args.command == "report":
+        return _report(args.files, args.plot)
+    if args.command == "view":
+        return _view(args.source, args.trace, args.color, args.output)
+    if args.command == "credit":
+        return _credit(args)
+    from masreplay.demo import run
+
+    return run()
+
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="masreplay", description=__doc__)
     parser.add_argument("--version", action="version", version=f"masreplay {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_trace_file_commands(commands)
+    _add_view_command(commands)
+    _add_credit_command(commands)
+    commands.add_parser(
+        "demo",
+        help="run the main job on the bundled data, narrated",
+        description="Ingest, store, sample and credit the bundled traces, explaining each step.",
+    )
+    return parser
+
+
+def _add_trace_file_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """validate, stats, convert and report: each reads trace files and prints what it found."""
     validate = commands.add_parser(
         "validate",
         help="check trace files; exit 1 if any trace is invalid",
@@ -158,6 +192,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     report.add_argument(
         "--plot", metavar="OUT.png", help="also draw the distributions to this image file (needs matplotlib)"
     )
+
+
+def _add_view_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     viewer = commands.add_parser(
         "view",
         help="write one trace as a self-contained interactive HTML page",
@@ -173,6 +210,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "per-event reward channel (default: by event type)",
     )
     viewer.add_argument("-o", "--output", metavar="OUT.html", help="where to write the page (default: TRACE_ID.html)")
+
+
+def _add_credit_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     credit = commands.add_parser(
         "credit",
         help="advantages, branch credit and metrics of a Parquet dump, in bounded memory",
@@ -194,29 +234,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     credit.add_argument("--no-resume", dest="resume", action="store_false", help="start over instead of continuing a stopped run")
     credit.add_argument("--quiet", action="store_true", help="no progress bar")
-    commands.add_parser(
-        "demo",
-        help="run the main job on the bundled data, narrated",
-        description="Ingest, store, sample and credit the bundled traces, explaining each step.",
-    )
-    args = parser.parse_args(argv)
-
-    if args.command == "validate":
-        results = [_validate_file(path, args.strict_seed) for path in args.files]
-        return 0 if all(results) else 1
-    if args.command == "stats":
-        return _stats(args.file)
-    if args.command == "convert":
-        return _convert(args.source_format, args.source, args.target)
-    if args.command == "report":
-        return _report(args.files, args.plot)
-    if args.command == "view":
-        return _view(args.source, args.trace, args.color, args.output)
-    if args.command == "credit":
-        return _credit(args)
-    from masreplay.demo import run
-
-    return run()
 
 
 if __name__ == "__main__":
