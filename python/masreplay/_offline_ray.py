@@ -31,9 +31,7 @@ import pyarrow.parquet as pq
 from masreplay import _offline_steps as steps
 from masreplay.errors import TraceValidationError
 
-_REJECTED = pa.schema(
-    [("position", pa.int64()), ("trace_id", pa.string()), ("pointer", pa.string()), ("reason", pa.string())]
-)
+_REJECTED = pa.schema([("position", pa.int64()), ("trace_id", pa.string()), ("pointer", pa.string()), ("reason", pa.string())])
 
 
 def _ray() -> Any:

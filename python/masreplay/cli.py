@@ -141,7 +141,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run()
 
 
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="masreplay", description=__doc__)
     parser.add_argument("--version", action="version", version=f"masreplay {_version()}")
@@ -189,9 +188,7 @@ def _add_trace_file_commands(commands: argparse._SubParsersAction[argparse.Argum
         "overheads), averaged per trace-length band.",
     )
     report.add_argument("files", nargs="+", metavar="FILE", help="trace files (JSON, JSON Lines, Parquet)")
-    report.add_argument(
-        "--plot", metavar="OUT.png", help="also draw the distributions to this image file (needs matplotlib)"
-    )
+    report.add_argument("--plot", metavar="OUT.png", help="also draw the distributions to this image file (needs matplotlib)")
 
 
 def _add_view_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -57,8 +57,10 @@ def _seed_example() -> dict:
     _step("1. ingest the seed schema's example trace (JSON parsed and validated in Rust)")
     seed = load_traces(bundled(SEED_EXAMPLE))
     trace = seed[0]
-    print(f"  {seed!r}: trace {trace['trace_id']!r}, {len(trace['events'])} events, "
-          f"{len(trace['edges'])} edges, rewards {trace['rewards']}")
+    print(
+        f"  {seed!r}: trace {trace['trace_id']!r}, {len(trace['events'])} events, "
+        f"{len(trace['edges'])} edges, rewards {trace['rewards']}"
+    )
     return trace
 
 
@@ -120,7 +122,7 @@ def _graph_buffer(batch: TraceBatch) -> GraphBuffer:
     print(f"  added {len(batch)} traces to a buffer of capacity 24: {buffer!r} (the 8 oldest evicted whole)")
     sample = buffer.sample(8, seed=1)
     print(f"  sample(8): {sample!r}, flat events + offsets {sample.event_offsets.tolist()}")
-    values, mask, lengths = sample.padded("tokens")
+    values, mask, _ = sample.padded("tokens")
     print(f"  padded('tokens') for trainers that need it: values {values.shape}, mask {mask.sum()} real events")
     groups = buffer.sample_groups(2, group_size=4, seed=2)
     print(f"  sample_groups(2, group_size=4): group ids {sorted(set(groups.to_arrow()['group_id'].to_pylist()))}")
@@ -171,10 +173,11 @@ def _group_advantages(buffer: GraphBuffer) -> None:
     per_agent: dict[str, float] = {}
     for agent, value in zip(agents, agent_wise.per_event[first], strict=True):
         per_agent.setdefault(agent, float(value))
-    print(f"  first trace, agent-wise advantage of each agent's first step: "
-          f"{ {agent: round(value, 3) for agent, value in per_agent.items()} }")
-    print(f"  loss weights (1/traces x 1/agents x token share) of the first trace sum to "
-          f"{plain.weights[first].sum():.3f}")
+    print(
+        f"  first trace, agent-wise advantage of each agent's first step: "
+        f"{ {agent: round(value, 3) for agent, value in per_agent.items()} }"
+    )
+    print(f"  loss weights (1/traces x 1/agents x token share) of the first trace sum to {plain.weights[first].sum():.3f}")
 
 
 def _branch_credit() -> None:
@@ -218,8 +221,10 @@ def _shapley_demo(picked: TraceBatch) -> None:
         present = masks[:, : len(labels)]
         return present[:, 0] * team * (present @ worth) / worth.sum()
 
-    print(f"  trace {trace['trace_id']!r}: {len(labels)} agents, team reward {team:.3f}; "
-          "v(S) = team * [orchestrator in S] * process share of S")
+    print(
+        f"  trace {trace['trace_id']!r}: {len(labels)} agents, team reward {team:.3f}; "
+        "v(S) = team * [orchestrator in S] * process share of S"
+    )
     started = time.perf_counter()
     kinds = {
         "precedence": trace_shapley(picked, value),
@@ -232,10 +237,14 @@ def _shapley_demo(picked: TraceBatch) -> None:
     print(f"  {'agent':<14} {'spawned by':<14} {'events':>6} {'precedence':>11} {'permission':>11} {'plain':>8}")
     for i, player in enumerate(players):
         parent = labels[player["parent"]] if player["parent"] >= 0 else "-"
-        print(f"  {player['label']:<14} {parent:<14} {player['n_events']:>6} "
-              + " ".join(f"{values[name][i]:>{w}.3f}" for name, w in (("precedence", 11), ("permission", 11), ("plain", 8))))
-    print(f"  each column sums to v(N) - v(empty) = {values['precedence'].sum():.3f}; "
-          f"method {kinds['precedence'].methods[0]!r} (exact: every coalition respecting the spawn tree), "
-          f"3 runs in {1e3 * elapsed:.1f} ms")
+        print(
+            f"  {player['label']:<14} {parent:<14} {player['n_events']:>6} "
+            + " ".join(f"{values[name][i]:>{w}.3f}" for name, w in (("precedence", 11), ("permission", 11), ("plain", 8)))
+        )
+    print(
+        f"  each column sums to v(N) - v(empty) = {values['precedence'].sum():.3f}; "
+        f"method {kinds['precedence'].methods[0]!r} (exact: every coalition respecting the spawn tree), "
+        f"3 runs in {1e3 * elapsed:.1f} ms"
+    )
     credit = kinds["precedence"].credit
     print(f"  per-event credit aligned with batch.events(): {len(credit)} rows, first {(np.round(credit[:5], 3) + 0.0).tolist()}")

@@ -69,9 +69,7 @@ def _load(source: Any, strict_seed: bool) -> tuple[Any, list]:
     )
 
 
-def load_traces(
-    source: Any, *, strict_seed: bool = False, on_error: OnError = "raise"
-) -> TraceBatch:
+def load_traces(source: Any, *, strict_seed: bool = False, on_error: OnError = "raise") -> TraceBatch:
     """Reads and validates traces.
 
     ``source`` may be a path (seed JSON, a JSON array of traces, JSON Lines, a Parquet file,

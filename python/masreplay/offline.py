@@ -203,7 +203,9 @@ def _options(advantages: Mapping[str, Any] | None, counterfactual: bool | Mappin
     cf = None
     named = set(counterfactual) if isinstance(counterfactual, Mapping) else set()
     if not isinstance(counterfactual, (bool, Mapping)) or named - _COUNTERFACTUAL_OPTIONS:
-        raise InvalidArgumentError(f"counterfactual must be True, False or a dict of {sorted(_COUNTERFACTUAL_OPTIONS)}, got {counterfactual!r}")
+        raise InvalidArgumentError(
+            f"counterfactual must be True, False or a dict of {sorted(_COUNTERFACTUAL_OPTIONS)}, got {counterfactual!r}"
+        )
     if counterfactual:
         cf = {} if counterfactual is True else _jsonable(counterfactual)
     if adv is None and cf is None and not metrics:
@@ -220,7 +222,7 @@ def _jsonable(value: Any) -> Any:
         return value.item()
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
-    if isinstance(value, np.dtype) or isinstance(value, type):
+    if isinstance(value, (np.dtype, type)):
         return np.dtype(value).name
     raise InvalidArgumentError(f"an option value must be a string, number, list or dict, got {value!r}")
 
@@ -399,7 +401,8 @@ def credit_dump(
             def on_part(traces: int, events: int) -> None:
                 totals[0] += traces
                 totals[1] += events
-                bar.set_postfix_str(f"{len(manifest.state['parts'])}/{plan.n_buckets} parts, {totals[1] / max(time.perf_counter() - started, 1e-9):,.0f} events/s")
+                rate = totals[1] / max(time.perf_counter() - started, 1e-9)
+                bar.set_postfix_str(f"{len(manifest.state['parts'])}/{plan.n_buckets} parts, {rate:,.0f} events/s")
 
             with _progress(progress, len(plan.bucket)) as bar:
                 _stream_local(files, plan, manifest, options, limit, bar, on_part)

@@ -133,7 +133,9 @@ def _no_data_if_empty(ax, data: list, names: list[str]) -> None:
         ax.set_xticks([])
         return
     ax.boxplot([values if len(values) else [float("nan")] for values in data], showfliers=False)
-    ax.set_xticks(range(1, len(names) + 1), names, rotation=30 if len(names) > 3 else 0, ha="right" if len(names) > 3 else "center")
+    ax.set_xticks(
+        range(1, len(names) + 1), names, rotation=30 if len(names) > 3 else 0, ha="right" if len(names) > 3 else "center"
+    )
     low, _ = ax.get_ylim()
     for position, values in enumerate(data, 1):
         if not len(values):
@@ -146,7 +148,9 @@ def run(paths: Sequence[str], plot_path: str | None = None) -> int:
     print(f"{len(table):,} traces from {len(paths)} file(s); mean per trace-length band:")
     print_table(band_summary(table))
     if plot_path is not None:
-        inputs = ", ".join(pathlib.Path(path).name for path in paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+        inputs = ", ".join(pathlib.Path(path).name for path in paths[:3]) + (
+            f" and {len(paths) - 3} more" if len(paths) > 3 else ""
+        )
         written = plot(table, plot_path, title=f"{inputs}: {len(table):,} traces")
         print(f"figure written to {written}")
     return 0

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from functools import cached_property
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -304,7 +305,7 @@ def nested_weights(events: Events, mask: np.ndarray, levels: Sequence[np.ndarray
     codes = [dense(*chain[: depth + 1]) for depth in range(len(chain))]
     share = events.tokens[rows] if by_tokens else np.ones(len(rows))
     w = share / np.bincount(codes[-1], weights=share)[codes[-1]]
-    for parent, child in zip(codes[:-1], codes[1:], strict=True):
+    for parent, child in pairwise(codes):
         # child codes refine parent codes: the first row of each child names its parent
         w /= np.bincount(parent[first_rows(child)], minlength=parent.max() + 1)[parent]
     weights[rows] = w
