@@ -212,7 +212,7 @@ def advantages(
     weights_by = _strata("weight_by", weight_by) or by
     groups = _group_keys(batch, group_by)
     weights = _channel_weights(channel, channels)
-    credit_array = _credit(batch, credit)
+    credit_array = None if credit is None else _event_values(batch, "credit", credit)
     if credit_array is not None:
         rewards = {"credit": np.zeros(len(batch))}
     else:
@@ -249,16 +249,6 @@ def advantages(
         estimator=estimator,
         normalize_by=tuple(by),
     )
-
-
-def _credit(batch: TraceBatch, credit: np.ndarray | Sequence[float] | None) -> np.ndarray | None:
-    """Per-event credit as float64, checked to hold one value per event."""
-    if credit is None:
-        return None
-    array = np.ascontiguousarray(credit, dtype=np.float64)
-    if array.shape != (batch.num_events,):
-        raise InvalidArgumentError(f"credit must have one value per event ({batch.num_events}), got shape {array.shape}")
-    return array
 
 
 def _normalize_then_sum(
@@ -354,6 +344,11 @@ def event_rewards(batch: Any, channel: str, *, fill: float = 0.0) -> np.ndarray:
 def _per_event(batch: TraceBatch, name: str, values: Any) -> np.ndarray:
     if isinstance(values, str):
         return event_rewards(batch, values)
+    return _event_values(batch, name, values)
+
+
+def _event_values(batch: TraceBatch, name: str, values: Any) -> np.ndarray:
+    """``values`` as float64, checked to hold one value per event of ``batch``."""
     array = np.ascontiguousarray(values, dtype=np.float64)
     if array.shape != (batch.num_events,):
         raise InvalidArgumentError(f"{name} must have one value per event ({batch.num_events}), got shape {array.shape}")

@@ -539,16 +539,8 @@ class _Converter:
         if subtype == "compact_boundary":
             metadata = record.get("compactMetadata") or {}
             agent = self.session.compaction_agents[line.uuid]
-            self._new(
-                line,
-                0,
-                1,
-                "aggregate",
-                agent,
-                kind="compaction",
-                trigger=metadata.get("trigger"),
-                pre_tokens=metadata.get("preTokens"),
-            )
+            trigger, pre_tokens = metadata.get("trigger"), metadata.get("preTokens")
+            self._new(line, 0, 1, "aggregate", agent, kind="compaction", trigger=trigger, pre_tokens=pre_tokens)
         elif subtype == "stop_hook_summary" and not (record.get("preventedContinuation") or record.get("hookErrors")):
             # The stop hooks ran and let the turn end as it would have: nothing was blocked.
             self.report.ignored["system subtype stop_hook_summary (hooks passed)"] += 1
