@@ -6,7 +6,9 @@
   (one actor; a LazyTensorStorage of tokens padded to 200 plus the lengths, the TorchRL
   storage that takes a batch of trajectories in one write) fed TensorDicts of the same
   trajectories. One round: launch the 4 writers, wait for all. The parts sit in Ray's object
-  store before the clock starts; each round starts from a fresh buffer (built untimed).
+  store before the clock starts; each round starts from a fresh buffer, built untimed and
+  answering (``len``) before the clock starts: actors start asynchronously, and the process
+  start and imports of a new actor (torch's, masreplay's) are not adds.
 * **Trainer-side sample(256)**: the same buffers, filled; masreplay returns flat tokens and
   offsets (``batch.flat("tokens")``), TorchRL its padded TensorDict.
 * **Staleness**: GraphBuffer of 10^6 traces (5-10 events), policy versions in order (1,000
@@ -169,6 +171,7 @@ def test_ray_adds(name, sides, work, measure):
         if "buffer" in state:
             state.pop("buffer").shutdown()
         state["buffer"] = side.build()
+        assert len(state["buffer"]) == 0  # every actor is up
         return (), {}
 
     measure(
