@@ -114,6 +114,13 @@ def test_a_sample_reads_only_the_columns_asked_and_in_sample_order():
     padded, mask, lengths = drawn.padded("tokens", pad_value=-1)
     assert padded[mask].tolist() == drawn.flat("tokens")[0].tolist() and (padded[~mask] == -1).all()
     assert drawn._collected is None, "reading columns copied the whole traces out"
+    # Columns asked for with the draw come with it, equal to those fetched later.
+    again = buffer.sample(200, seed=4, columns=["tokens", "logprob"])
+    assert set(again._source._columns) == {"tokens", "logprob"} and again.trace_ids == ids
+    assert again.flat("tokens")[0].tolist() == drawn.flat("tokens")[0].tolist()
+    np.testing.assert_array_equal(again.flat("logprob")[0], want)
+    with pytest.raises(KeyError, match="nope"):
+        buffer.sample(2, columns=["nope"])
     # The whole traces, when asked, come in the same order.
     assert drawn.to_arrow()["trace_id"].to_pylist() == ids
     assert drawn.events()["tokens"].to_pylist() == drawn.flat("tokens")[0].tolist()

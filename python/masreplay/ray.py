@@ -23,6 +23,7 @@ import uuid
 import warnings
 import weakref
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -177,19 +178,29 @@ class _Shard:
 
     # ---- samples kept here until the trainer reads them ------------------------------------
     def draw(
-        self, key: str, count: int, sampler: str, filters: dict[str, Any], seed: int | None, with_branches: bool
-    ) -> tuple[int, float, int, np.ndarray, np.ndarray]:
+        self,
+        key: str,
+        count: int,
+        sampler: str,
+        filters: dict[str, Any],
+        seed: int | None,
+        with_branches: bool,
+        columns: tuple[str, ...],
+    ) -> tuple[int, float, int, np.ndarray, np.ndarray, list[np.ndarray | pa.Buffer]]:
         """The shard's eligible count, priority mass and restarts, and (when anything is
-        eligible) ``count`` draws kept under ``key``: their event counts and local
-        probabilities go back, their traces stay here until read."""
+        eligible) ``count`` draws kept under ``key``: their event counts, local
+        probabilities and the per-event ``columns`` asked for go back, the rest of their
+        traces stays here until read."""
         eligible, mass = self.buffer._core.eligible(**filters)
         weight = eligible if sampler == "uniform" else mass
         if count == 0 or weight <= 0:
-            return eligible, mass, self.restarts, np.zeros(0, np.int64), np.zeros(0)
+            return eligible, mass, self.restarts, np.zeros(0, np.int64), np.zeros(0), []
         selection, probabilities = self.buffer._core.sample(
             count, sampler=sampler, seed=seed, with_branches=with_branches, **filters
         )
-        return eligible, mass, self.restarts, self._keep(key, selection), probabilities
+        lengths = self._keep(key, selection)
+        values = [_column(selection, None, column) for column in columns]
+        return eligible, mass, self.restarts, lengths, probabilities, values
 
     def draw_groups(
         self, key: str, count: int, group_size: int | None, seed: int | None, max_staleness: int | None
@@ -219,13 +230,7 @@ class _Shard:
         return pa.array(self._kept(key).trace_ids[:rows], pa.string())
 
     def flat(self, key: str, rows: int | None, column: str) -> np.ndarray | pa.Buffer:
-        """The first ``rows`` kept traces' values of one per-event field: a numpy array (Ray
-        moves it as one buffer) or, for other types, an Arrow IPC stream of one column."""
-        values, offsets = self._kept(key).flat(column)
-        end = int(offsets[len(offsets) - 1 if rows is None else rows])
-        if isinstance(values, np.ndarray):
-            return _narrowed(values[:end])
-        return _to_wire(pa.table({column: pa.array(values).slice(0, end)}))
+        return _column(self._kept(key), rows, column)
 
     def collect(self, key: str, rows: int | None) -> pa.Buffer:
         return _to_wire(pa.table(self._kept(key).collect()).slice(0, rows))
@@ -265,6 +270,16 @@ class _Shard:
 
     def report(self) -> ShardLoss | None:
         return self.loss
+
+
+def _column(selection: Any, rows: int | None, column: str) -> np.ndarray | pa.Buffer:
+    """The first ``rows`` (None: all) traces' values of one per-event field: a numpy array
+    (Ray moves it as one buffer) or, for other types, an Arrow IPC stream of one column."""
+    values, offsets = selection.flat(column)
+    end = int(offsets[len(offsets) - 1 if rows is None else rows])
+    if isinstance(values, np.ndarray):
+        return _narrowed(values[:end])
+    return _to_wire(pa.table({column: pa.array(values).slice(0, end)}))
 
 
 _ShardActor = ray.remote(_Shard)
@@ -476,6 +491,7 @@ class RayGraphBuffer:
         band: int | None = None,
         with_branches: bool = False,
         max_staleness: int | None = None,
+        columns: Sequence[str] = (),
     ) -> TraceBatch:
         """Draws ``batch_size`` traces with replacement from all shards, with the probability
         rule of :meth:`GraphBuffer.sample` over the union (uniform over every eligible trace,
@@ -490,13 +506,20 @@ class RayGraphBuffer:
         priority total), and the handle takes the first ``counts[s]`` of shard s's draws for
         multinomial counts over those totals, which is the global rule exactly (the first k
         of iid draws are k iid draws). With branches (which follow their draws) the counts
-        are drawn first, in a round trip of their own."""
+        are drawn first, in a round trip of their own.
+
+        ``columns`` names per-event fields the trainer will read (``flat``, ``padded``):
+        the shards send them with the draws, so ``sample(n, columns=["tokens"]).flat("tokens")``
+        is one round trip (without branches); other fields are fetched when read."""
         if sampler not in ("uniform", "prioritized"):
             raise InvalidArgumentError(f"sampler must be 'uniform' or 'prioritized', not {sampler!r}")
         batch_size = _count(batch_size, "batch_size")
         if band is not None:
             min_events, max_events = band_limits(band)
         filters = {"min_events": min_events, "max_events": max_events, "max_staleness": _count(max_staleness)}
+        columns = tuple(columns)
+        for column in columns:
+            _check_event_field(column)
         rng, seeds = self._rng(seed)
         key = uuid.uuid4().hex
         if with_branches:
@@ -508,7 +531,7 @@ class RayGraphBuffer:
             asked = [batch_size] * self.shards
         answers = ray.get(
             [
-                shard.draw.remote(key, int(asked[s]), sampler, filters, seeds[s], with_branches)
+                shard.draw.remote(key, int(asked[s]), sampler, filters, seeds[s], with_branches, columns)
                 for s, shard in enumerate(self._shards)
             ]
         )
@@ -516,8 +539,9 @@ class RayGraphBuffer:
             weights = self._sample_weights([answer[:3] for answer in answers], sampler, filters)
             counts = rng.multinomial(batch_size, weights / weights.sum())
         parts, lengths, draws, branches, probabilities = [], [], [], [], []
+        sent: dict[str, list[np.ndarray | pa.Array]] = {column: [] for column in columns}
         start = 0
-        for s, (_, _, _, local_lengths, local) in enumerate(answers):
+        for s, (_, _, _, local_lengths, local, values) in enumerate(answers):
             if len(local) == 0:
                 continue
             if counts[s] == 0:  # drew, but the multinomial took none of its draws
@@ -530,10 +554,13 @@ class RayGraphBuffer:
             branches.append(np.arange(start + counts[s], start + kept))
             # Local probability times the shard's share of the whole gives the global one.
             probabilities.append(local[:kept] * (weights[s] / weights.sum()))
+            events = int(local_lengths[:kept].sum())
+            for column, part in zip(columns, values, strict=True):
+                sent[column].append(_decoded(part)[:events])
             start += kept
         none = np.zeros(0, np.int64)
         order = np.concatenate([rng.permutation(np.concatenate([none, *draws])), *branches]).astype(np.int64)
-        selection = _ShardSample(key, parts, np.concatenate([none, *lengths]), order)
+        selection = _ShardSample(key, parts, np.concatenate([none, *lengths]), order, sent)
         return TraceBatch(selection, probabilities=np.concatenate([none * 0.0, *probabilities])[order])
 
     def _sample_weights(self, eligible: list[tuple[int, float, int]], sampler: str, filters: dict) -> np.ndarray:
@@ -691,8 +718,17 @@ class _ShardSample:
     ``parts`` are (shard actor, how many leading traces of its kept draws belong to the
     sample, None: all); ``order`` puts the parts' traces, concatenated, in sample order."""
 
-    def __init__(self, key: str, parts: list[tuple[Any, int | None]], lengths: np.ndarray, order: np.ndarray | None):
+    def __init__(
+        self,
+        key: str,
+        parts: list[tuple[Any, int | None]],
+        lengths: np.ndarray,
+        order: np.ndarray | None,
+        sent: dict[str, list[np.ndarray | pa.Array]] | None = None,
+    ):
         self._key, self._parts = key, parts
+        # Per-event fields already here, by part (sent with the draws, or fetched once).
+        self._columns = dict(sent or {})
         self._order = np.arange(len(lengths)) if order is None else order
         self._lengths = lengths.astype(np.int64)
         self._offsets = np.zeros(len(self._order) + 1, np.int64)
@@ -734,20 +770,15 @@ class _ShardSample:
 
     def flat(self, column: str) -> tuple[np.ndarray | pa.Array, np.ndarray]:
         _check_event_field(column)
-        answers = self._fetch("flat", column)
-        if not answers:
+        if column not in self._columns:
+            self._columns[column] = [_decoded(answer) for answer in self._fetch("flat", column)]
+        parts = self._columns[column]
+        if not parts:
             return pa.array(_core.empty_batch().event_field(column)), self.event_offsets
-        if all(isinstance(answer, np.ndarray) for answer in answers):
-            values = np.concatenate(answers)
-            if values.dtype.kind == "i":  # sent narrowed; the field is int64 (see _narrowed)
-                values = values.astype(np.int64)
-        else:
-            values = pa.concat_arrays(
-                [
-                    pa.array(answer) if isinstance(answer, np.ndarray) else _from_ipc_table(answer).column(0).combine_chunks()
-                    for answer in answers
-                ]
-            )
+        if all(isinstance(part, np.ndarray) for part in parts):
+            values = _widened(np.concatenate(parts))
+        else:  # a shard holding nulls sent Arrow
+            values = pa.concat_arrays([pa.array(_widened(p) if isinstance(p, np.ndarray) else p) for p in parts])
         if len(values) != self.num_events:
             raise DataFormatError(f"shards sent {len(values)} values of {column!r} for {self.num_events} events")
         order = self._event_order()
@@ -767,6 +798,18 @@ class _ShardSample:
         sources = np.repeat(np.arange(len(cores)), [len(core) for core in cores])[self._order]
         rows = np.concatenate([np.arange(len(core)) for core in cores])[self._order]
         return _core.TraceSelection.of_batches(cores, sources.tolist(), rows.tolist()).collect()
+
+
+def _widened(values: np.ndarray) -> np.ndarray:
+    """Integers sent narrowed (see _narrowed) as the int64 of the field."""
+    return values.astype(np.int64) if values.dtype.kind == "i" else values
+
+
+def _decoded(answer: np.ndarray | pa.Buffer) -> np.ndarray | pa.Array:
+    """A shard's column as sent (see _column): numpy as is, Arrow IPC as its array."""
+    if isinstance(answer, np.ndarray):
+        return answer
+    return _from_ipc_table(answer).column(0).combine_chunks()
 
 
 def _release(key: str, shards: list[Any]) -> None:
