@@ -275,3 +275,13 @@ def test_bad_arguments_raise_masreplay_errors():
     with pytest.raises(InvalidArgumentError, match="sampler"):
         buffer.sample(4, sampler="greedy")
     buffer.shutdown()
+
+
+def test_the_add_log_counts_what_came_after_the_ledger(tmp_path):
+    log = tmp_path / "shard-00000.adds"
+    ledger = {"added_since_save": 5, "held": 5, "log_bytes": 0}
+    assert masreplay_ray._with_logged_adds(ledger, log) == ledger  # no log yet
+    log.write_bytes(b"3 8\n4 12\n")
+    assert masreplay_ray._with_logged_adds({**ledger, "log_bytes": 4}, log) == {**ledger, "added_since_save": 9, "held": 12, "log_bytes": 4}
+    # A log shorter than the ledger says was emptied after the ledger was written: all of it is new.
+    assert masreplay_ray._with_logged_adds({**ledger, "log_bytes": 100}, log)["added_since_save"] == 12
