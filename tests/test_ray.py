@@ -119,6 +119,11 @@ def test_a_sample_reads_only_the_columns_asked_and_in_sample_order():
     assert set(again._source._columns) == {"tokens", "logprob"} and again.trace_ids == ids
     assert again.flat("tokens")[0].tolist() == drawn.flat("tokens")[0].tolist()
     np.testing.assert_array_equal(again.flat("logprob")[0], want)
+    # With a stale idea of the shards' shares, shards 1 and 2 send too few draws' columns:
+    # the sample then fetches them when read, and reads the same.
+    buffer._shares = np.array([1.0, 0.0, 0.0])
+    stale = buffer.sample(200, seed=4, columns=["tokens"])
+    assert stale._source._columns == {} and stale.flat("tokens")[0].tolist() == drawn.flat("tokens")[0].tolist()
     with pytest.raises(KeyError, match="nope"):
         buffer.sample(2, columns=["nope"])
     # The whole traces, when asked, come in the same order.
@@ -142,7 +147,7 @@ def test_a_sample_stays_as_drawn_while_the_buffer_moves_on_and_is_freed_when_dro
     key, (shard, rows) = source._key, source._parts[0]
     del drawn, source
     gc.collect()
-    time.sleep(0.5)  # the release is sent without waiting for it
+    buffer.sample(1)  # the handle tells the shards what was dropped with its next draw
     with pytest.raises(InvalidArgumentError, match="no longer holds this sample"):
         ray.get(shard.flat.remote(key, rows, "tokens"))
     buffer.shutdown()

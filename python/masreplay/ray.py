@@ -223,11 +223,15 @@ class _Shard:
         seed: int | None,
         with_branches: bool,
         columns: tuple[str, ...],
+        column_rows: int | None,
+        released: list[str],
     ) -> tuple[int, float, int, np.ndarray, np.ndarray, list[np.ndarray | pa.Buffer]]:
         """The shard's eligible count, priority mass and restarts, and (when anything is
         eligible) ``count`` draws kept under ``key``: their event counts, local
-        probabilities and the per-event ``columns`` asked for go back, the rest of their
-        traces stays here until read."""
+        probabilities and the per-event ``columns`` of the first ``column_rows`` draws
+        (None: all) go back, the rest of their traces stays here until read. Samples the
+        trainer dropped (``released``) are let go first."""
+        self._release(released)
         eligible, mass = self.buffer._core.eligible(**filters)
         weight = eligible if sampler == "uniform" else mass
         if count == 0 or weight <= 0:
@@ -236,12 +240,20 @@ class _Shard:
             count, sampler=sampler, seed=seed, with_branches=with_branches, **filters
         )
         lengths = self._keep(key, selection)
-        values = [_column(selection, None, column) for column in columns]
+        rows = None if column_rows is None else min(column_rows, len(lengths))
+        values = [_column(selection, rows, column) for column in columns]
         return eligible, mass, self.restarts, lengths, probabilities, values
 
     def draw_groups(
-        self, key: str, count: int, group_size: int | None, seed: int | None, max_staleness: int | None
+        self,
+        key: str,
+        count: int,
+        group_size: int | None,
+        seed: int | None,
+        max_staleness: int | None,
+        released: list[str],
     ) -> np.ndarray:
+        self._release(released)
         selection = self.buffer._core.sample_groups(
             count, group_size=group_size, seed=seed, max_staleness=max_staleness
         )
@@ -272,8 +284,9 @@ class _Shard:
     def collect(self, key: str, rows: int | None) -> pa.Buffer:
         return _to_wire(pa.table(self._kept(key).collect()).slice(0, rows))
 
-    def release(self, key: str) -> None:
-        self.kept.pop(key, None)
+    def _release(self, keys: list[str]) -> None:
+        for key in keys:
+            self.kept.pop(key, None)
 
     def contains_many(self, trace_ids: list[str]) -> np.ndarray:
         return self.buffer._core.contains_many(trace_ids)
@@ -399,6 +412,10 @@ class RayGraphBuffer:
         ]
         self._calls = 0
         self._restarts_seen = [0] * shards
+        # Each shard's share of the previous sample's weights, and keys of samples the
+        # trainer dropped (their shards let them go on the next draw).
+        self._shares: np.ndarray | None = None
+        self._released: list[str] = []
 
     # ---- what the handle knows ---------------------------------------------------------
     @property
@@ -537,8 +554,8 @@ class RayGraphBuffer:
 
         The traces stay on the shards until read: ``flat``/``padded`` of one column fetch that
         column alone, ``to_arrow``/``events``/``edges`` the whole traces (each shard keeps
-        its latest 1,024 samples' traces, and a sample that is garbage-collected unread is
-        released). Without branches this takes one round trip to the shards: each draws
+        the traces of its latest 1,024 samples; a sample the trainer drops is let go with the
+        next draw). Without branches this takes one round trip to the shards: each draws
         ``batch_size`` traces with its own stream and says how many it holds (or its
         priority total), and the handle takes the first ``counts[s]`` of shard s's draws for
         multinomial counts over those totals, which is the global rule exactly (the first k
@@ -563,18 +580,24 @@ class RayGraphBuffer:
             eligible = ray.get([shard.eligible.remote(filters) for shard in self._shards])
             weights = self._sample_weights(eligible, sampler, filters)
             counts = rng.multinomial(batch_size, weights / weights.sum())
-            asked = counts
+            asked, column_rows = counts, [None] * self.shards
         else:
-            asked = [batch_size] * self.shards
+            asked, column_rows = [batch_size] * self.shards, self._likely_counts(batch_size)
+        released = self._take_released()
         answers = ray.get(
             [
-                shard.draw.remote(key, int(asked[s]), sampler, filters, seeds[s], with_branches, columns)
+                shard.draw.remote(
+                    key, int(asked[s]), sampler, filters, seeds[s], with_branches, columns, column_rows[s], released
+                )
                 for s, shard in enumerate(self._shards)
             ]
         )
         if not with_branches:
             weights = self._sample_weights([answer[:3] for answer in answers], sampler, filters)
             counts = rng.multinomial(batch_size, weights / weights.sum())
+            self._shares = weights / weights.sum()
+            if any(rows is not None and rows < count for rows, count in zip(column_rows, counts, strict=True)):
+                columns = ()  # a shard sent too few draws' columns: they are fetched when read
         parts, lengths, draws, branches, probabilities = [], [], [], [], []
         sent: dict[str, list[np.ndarray | pa.Array]] = {column: [] for column in columns}
         start = 0
@@ -582,7 +605,7 @@ class RayGraphBuffer:
             if len(local) == 0:
                 continue
             if counts[s] == 0:  # drew, but the multinomial took none of its draws
-                _release(key, [self._shards[s]])
+                self._released.append(key)
                 continue
             kept = len(local) if with_branches else int(counts[s])
             parts.append((self._shards[s], None if with_branches else kept))
@@ -597,8 +620,25 @@ class RayGraphBuffer:
             start += kept
         none = np.zeros(0, np.int64)
         order = np.concatenate([rng.permutation(np.concatenate([none, *draws])), *branches]).astype(np.int64)
-        selection = _ShardSample(key, parts, np.concatenate([none, *lengths]), order, sent)
+        selection = _ShardSample(key, parts, np.concatenate([none, *lengths]), order, self._released, sent)
         return TraceBatch(selection, probabilities=np.concatenate([none * 0.0, *probabilities])[order])
+
+    def _likely_counts(self, batch_size: int) -> list[int | None]:
+        """How many draws' columns each shard sends with them: its count in the multinomial
+        exceeds this with probability below 1e-4 at the shares of the previous sample (all
+        on the first). Sending each shard's whole ``batch_size`` would multiply the bytes by
+        the number of shards, and a few more kilobytes take Ray's slow path (see _to_wire)."""
+        if self._shares is None:
+            return [None] * self.shards
+        spread = 4 * np.sqrt(batch_size * self._shares * (1 - self._shares))
+        return [int(rows) for rows in np.minimum(batch_size, np.ceil(batch_size * self._shares + spread) + 8)]
+
+    def _take_released(self) -> list[str]:
+        """Keys of samples garbage-collected since the last call (sent with the next draw)."""
+        taken = []
+        while self._released:
+            taken.append(self._released.pop())
+        return taken
 
     def _sample_weights(self, eligible: list[tuple[int, float, int]], sampler: str, filters: dict) -> np.ndarray:
         """Each shard's weight in the multinomial (eligible count or priority total)."""
@@ -632,16 +672,16 @@ class RayGraphBuffer:
         rng, seeds = self._rng(seed)
         counts = rng.multivariate_hypergeometric(available, num_groups) if num_groups else available * 0
         drawing = [s for s in range(self.shards) if counts[s] > 0]
-        key = uuid.uuid4().hex
+        key, released = uuid.uuid4().hex, self._take_released()
         lengths = ray.get(
             [
-                self._shards[s].draw_groups.remote(key, int(counts[s]), group_size, seeds[s], max_staleness)
+                self._shards[s].draw_groups.remote(key, int(counts[s]), group_size, seeds[s], max_staleness, released)
                 for s in drawing
             ]
         )
         parts = [(self._shards[s], None) for s in drawing]
         lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
-        return TraceBatch(_ShardSample(key, parts, lengths, None))
+        return TraceBatch(_ShardSample(key, parts, lengths, None, self._released))
 
     def update_priorities(self, trace_ids: Any, priorities: Any) -> None:
         """Sets priorities of stored traces on whichever shards hold them; all or nothing (an
@@ -761,6 +801,7 @@ class _ShardSample:
         parts: list[tuple[Any, int | None]],
         lengths: np.ndarray,
         order: np.ndarray | None,
+        released: list[str],
         sent: dict[str, list[np.ndarray | pa.Array]] | None = None,
     ):
         self._key, self._parts = key, parts
@@ -771,8 +812,9 @@ class _ShardSample:
         self._offsets = np.zeros(len(self._order) + 1, np.int64)
         np.cumsum(self._lengths[self._order], out=self._offsets[1:])
         self._ids: list[str] | None = None
-        # A sample nobody can read any more frees its traces on the shards.
-        weakref.finalize(self, _release, key, [shard for shard, _ in parts]).atexit = False
+        # A sample nobody can read any more frees its traces on the shards (on the handle's
+        # next draw: a call of its own per sample would cost the shards as much as the draw).
+        weakref.finalize(self, released.append, key).atexit = False
 
     def _fetch(self, method: str, *args: Any) -> list[Any]:
         return ray.get([getattr(shard, method).remote(self._key, rows, *args) for shard, rows in self._parts])
@@ -847,11 +889,3 @@ def _decoded(answer: np.ndarray | pa.Buffer) -> np.ndarray | pa.Array:
     if isinstance(answer, np.ndarray):
         return answer
     return _from_wire(answer).column(0).combine_chunks()
-
-
-def _release(key: str, shards: list[Any]) -> None:
-    for shard in shards:
-        try:
-            shard.release.options(max_task_retries=0).remote(key)
-        except Exception:  # noqa: BLE001 - Ray shut down or the actor is gone: nothing to free
-            pass
