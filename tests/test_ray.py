@@ -143,8 +143,12 @@ def test_a_sample_stays_as_drawn_while_the_buffer_moves_on_and_is_freed_when_dro
     values, offsets = drawn.flat("tokens")
     for i, trace_id in enumerate(drawn.trace_ids):
         assert values[offsets[i] : offsets[i + 1]].tolist() == tokens[trace_id]
+    # A one-trace sample: the other shard's draws are let go with the next draw, not the sample's.
+    single = buffer.sample(1, seed=5)
+    buffer.sample(1)
+    assert len(single.flat("tokens")[0]) == single.num_events > 0
     source = drawn._source
-    key, (shard, rows) = source._key, source._parts[0]
+    shard, key, rows = source._parts[0]
     del drawn, source
     gc.collect()
     buffer.sample(1)  # the handle tells the shards what was dropped with its next draw

@@ -575,7 +575,7 @@ class RayGraphBuffer:
         for column in columns:
             _check_event_field(column)
         rng, seeds = self._rng(seed)
-        key = uuid.uuid4().hex
+        keys = _keys(self.shards)
         if with_branches:
             eligible = ray.get([shard.eligible.remote(filters) for shard in self._shards])
             weights = self._sample_weights(eligible, sampler, filters)
@@ -587,7 +587,7 @@ class RayGraphBuffer:
         answers = ray.get(
             [
                 shard.draw.remote(
-                    key, int(asked[s]), sampler, filters, seeds[s], with_branches, columns, column_rows[s], released
+                    keys[s], int(asked[s]), sampler, filters, seeds[s], with_branches, columns, column_rows[s], released
                 )
                 for s, shard in enumerate(self._shards)
             ]
@@ -596,31 +596,34 @@ class RayGraphBuffer:
             weights = self._sample_weights([answer[:3] for answer in answers], sampler, filters)
             counts = rng.multinomial(batch_size, weights / weights.sum())
             self._shares = weights / weights.sum()
-            if any(rows is not None and rows < count for rows, count in zip(column_rows, counts, strict=True)):
-                columns = ()  # a shard sent too few draws' columns: they are fetched when read
+            # A shard that sent too few draws' columns: they are all fetched when read.
+            short = any(rows is not None and rows < count for rows, count in zip(column_rows, counts, strict=True))
+        else:
+            short = False
         parts, lengths, draws, branches, probabilities = [], [], [], [], []
-        sent: dict[str, list[np.ndarray | pa.Array]] = {column: [] for column in columns}
+        sent: dict[str, list[np.ndarray | pa.Array]] = {column: [] for column in columns if not short}
         start = 0
         for s, (_, _, _, local_lengths, local, values) in enumerate(answers):
             if len(local) == 0:
                 continue
             if counts[s] == 0:  # drew, but the multinomial took none of its draws
-                self._released.append(key)
+                self._released.append(keys[s])
                 continue
             kept = len(local) if with_branches else int(counts[s])
-            parts.append((self._shards[s], None if with_branches else kept))
+            parts.append((self._shards[s], keys[s], None if with_branches else kept))
             lengths.append(local_lengths[:kept])
             draws.append(np.arange(start, start + counts[s]))
             branches.append(np.arange(start + counts[s], start + kept))
             # Local probability times the shard's share of the whole gives the global one.
             probabilities.append(local[:kept] * (weights[s] / weights.sum()))
             events = int(local_lengths[:kept].sum())
-            for column, part in zip(columns, values, strict=True):
-                sent[column].append(_decoded(part)[:events])
+            if not short:
+                for column, part in zip(columns, values, strict=True):
+                    sent[column].append(_decoded(part)[:events])
             start += kept
         none = np.zeros(0, np.int64)
         order = np.concatenate([rng.permutation(np.concatenate([none, *draws])), *branches]).astype(np.int64)
-        selection = _ShardSample(key, parts, np.concatenate([none, *lengths]), order, self._released, sent)
+        selection = _ShardSample(parts, np.concatenate([none, *lengths]), order, self._released, sent)
         return TraceBatch(selection, probabilities=np.concatenate([none * 0.0, *probabilities])[order])
 
     def _likely_counts(self, batch_size: int) -> list[int | None]:
@@ -672,16 +675,16 @@ class RayGraphBuffer:
         rng, seeds = self._rng(seed)
         counts = rng.multivariate_hypergeometric(available, num_groups) if num_groups else available * 0
         drawing = [s for s in range(self.shards) if counts[s] > 0]
-        key, released = uuid.uuid4().hex, self._take_released()
+        keys, released = _keys(self.shards), self._take_released()
         lengths = ray.get(
             [
-                self._shards[s].draw_groups.remote(key, int(counts[s]), group_size, seeds[s], max_staleness, released)
+                self._shards[s].draw_groups.remote(keys[s], int(counts[s]), group_size, seeds[s], max_staleness, released)
                 for s in drawing
             ]
         )
-        parts = [(self._shards[s], None) for s in drawing]
+        parts = [(self._shards[s], keys[s], None) for s in drawing]
         lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
-        return TraceBatch(_ShardSample(key, parts, lengths, None, self._released))
+        return TraceBatch(_ShardSample(parts, lengths, None, self._released))
 
     def update_priorities(self, trace_ids: Any, priorities: Any) -> None:
         """Sets priorities of stored traces on whichever shards hold them; all or nothing (an
@@ -792,19 +795,19 @@ class _ShardSample:
     answers what TraceBatch asks of a buffer's selection (``flat``, ``event_field``,
     ``collect``, shape), fetching only what is read, one call per shard, all at once.
 
-    ``parts`` are (shard actor, how many leading traces of its kept draws belong to the
-    sample, None: all); ``order`` puts the parts' traces, concatenated, in sample order."""
+    ``parts`` are (shard actor, the key its draws are kept under, how many leading traces
+    of them belong to the sample, None: all); ``order`` puts the parts' traces,
+    concatenated, in sample order."""
 
     def __init__(
         self,
-        key: str,
-        parts: list[tuple[Any, int | None]],
+        parts: list[tuple[Any, str, int | None]],
         lengths: np.ndarray,
         order: np.ndarray | None,
         released: list[str],
         sent: dict[str, list[np.ndarray | pa.Array]] | None = None,
     ):
-        self._key, self._parts = key, parts
+        self._parts = parts
         # Per-event fields already here, by part (sent with the draws, or fetched once).
         self._columns = dict(sent or {})
         self._order = np.arange(len(lengths)) if order is None else order
@@ -814,10 +817,10 @@ class _ShardSample:
         self._ids: list[str] | None = None
         # A sample nobody can read any more frees its traces on the shards (on the handle's
         # next draw: a call of its own per sample would cost the shards as much as the draw).
-        weakref.finalize(self, released.append, key).atexit = False
+        weakref.finalize(self, released.extend, [key for _, key, _ in parts]).atexit = False
 
     def _fetch(self, method: str, *args: Any) -> list[Any]:
-        return ray.get([getattr(shard, method).remote(self._key, rows, *args) for shard, rows in self._parts])
+        return ray.get([getattr(shard, method).remote(key, rows, *args) for shard, key, rows in self._parts])
 
     def __len__(self) -> int:
         return len(self._order)
@@ -877,6 +880,12 @@ class _ShardSample:
         sources = np.repeat(np.arange(len(cores)), [len(core) for core in cores])[self._order]
         rows = np.concatenate([np.arange(len(core)) for core in cores])[self._order]
         return _core.TraceSelection.of_batches(cores, sources.tolist(), rows.tolist()).collect()
+
+
+def _keys(shards: int) -> list[str]:
+    """One key per shard for the draws of one sample (a shard lets go of its own)."""
+    sample = uuid.uuid4().hex
+    return [f"{sample}-{shard}" for shard in range(shards)]
 
 
 def _widened(values: np.ndarray) -> np.ndarray:
