@@ -294,3 +294,23 @@ def test_the_add_log_counts_what_came_after_the_ledger(tmp_path):
     assert masreplay_ray._with_logged_adds({**ledger, "log_bytes": 4}, log) == {**ledger, "added_since_save": 9, "held": 12, "log_bytes": 4}
     # A log shorter than the ledger says was emptied after the ledger was written: all of it is new.
     assert masreplay_ray._with_logged_adds({**ledger, "log_bytes": 100}, log)["added_since_save"] == 12
+
+
+def test_skipped_traces_are_reported_at_their_input_positions_across_shards():
+    buffer = RayGraphBuffer(1_000, shards=2, seed=1)
+    old = pa.table(masreplay.sim.generate(10, seed=1, group_size=1))
+    buffer.add(old)
+    new = old
+    for name in ("trace_id", "group_id"):
+        renamed = pc.binary_join_element_wise("new-", new[name].cast(pa.string()), "")
+        new = new.set_column(new.schema.get_field_index(name), new.schema.field(name), renamed)
+    mixed = pa.concat_tables([new.slice(0, 5), old.slice(2, 1), new.slice(5, 5), old.slice(7, 1)])
+    report = buffer.add(mixed, on_error="skip")
+    assert report.added == 10 and len(buffer) == 20
+    assert [(position, trace_id) for position, trace_id, _ in report.rejected] == [
+        (5, old["trace_id"][2].as_py()),
+        (11, old["trace_id"][7].as_py()),
+    ]
+    held = [set(t["trace_id"].to_pylist()) for t in shard_tables(buffer)]
+    assert all(held), "the traces all went to one shard: the test would not cross shards"
+    buffer.shutdown()

@@ -488,12 +488,14 @@ class RayGraphBuffer:
         if load_rejected and on_error == "raise":
             raise load_rejected[0][2]
         routes = self._route(batch)
+        # One copy puts each shard's traces next to each other; each part is then a slice.
+        order = np.argsort(routes, kind="stable")
+        table = pa.table(batch if np.array_equal(order, np.arange(len(order))) else batch.take(order.tolist()))
+        shards, starts, sizes = np.unique(routes[order], return_index=True, return_counts=True)
         refs, positions = [], []
-        for shard in np.unique(routes):
-            rows = np.flatnonzero(routes == shard)
-            part = batch if len(rows) == len(batch) else batch.take(rows.tolist())
-            refs.append(self._shards[shard].add.remote(_to_wire(pa.table(part))))
-            positions.append(rows)
+        for shard, start, size in zip(shards, starts, sizes, strict=True):
+            refs.append(self._shards[shard].add.remote(_to_wire(table.slice(start, size))))
+            positions.append(order[start : start + size])
         return refs, positions, load_rejected
 
     def add(self, traces: Any, *, on_error: OnError = "raise") -> int | AddReport:
