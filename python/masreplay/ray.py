@@ -33,8 +33,9 @@ import pyarrow.compute as pc
 import ray  # the Ray package: imports are absolute, so this is never masreplay.ray itself
 
 from masreplay import _core
+from masreplay.bands import band_limits
 from masreplay.batch import TraceBatch, _check_event_field, _checked_arrow
-from masreplay.buffer import AddReport, GraphBuffer, Sampler, _count, _version, band_limits
+from masreplay.buffer import AddReport, GraphBuffer, Sampler, _count, _version
 from masreplay.errors import DataFormatError, InvalidArgumentError, StorageError
 from masreplay.io import OnError, _load
 
