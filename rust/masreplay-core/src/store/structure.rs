@@ -160,7 +160,7 @@ fn values_proven(data: &ArrayData) -> bool {
 /// empty node may have no offsets at all).
 fn offsets(data: &ArrayData) -> Option<&[i32]> {
     let buffer = &data.buffers()[0];
-    if data.len() == 0 && buffer.is_empty() {
+    if data.is_empty() && buffer.is_empty() {
         return Some(&[]);
     }
     typed(buffer, data.offset(), data.len().checked_add(1)?)
