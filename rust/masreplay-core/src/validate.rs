@@ -451,23 +451,7 @@ impl Reader<'_> {
 
     fn trace(&self, object: &Map<String, Value>, options: ValidateOptions) -> Checked<Trace> {
         let root = Loc::Root;
-        let mut attributes = Map::new();
-        for (key, value) in object {
-            let known_seed = TOP_LEVEL_SEED_KEYS.contains(&key.as_str());
-            let known_ours = TOP_LEVEL_MASREPLAY_KEYS.contains(&key.as_str());
-            if options.strict_seed && !known_seed {
-                return self.fail(
-                    &root.key(key),
-                    format!("unknown top-level key {key:?}: the seed schema allows no additional properties"),
-                );
-            }
-            if !known_seed && !known_ours {
-                attributes.insert(key.clone(), value.clone());
-            }
-        }
-        if let Some(key) = too_deep_attribute(&attributes, 1) {
-            return self.fail(&root.key(key), depth_error());
-        }
+        let attributes = self.attributes(object, options)?;
         if let Some(version) = object.get("schema_version") {
             let at = root.key("schema_version");
             let version = self.integer(version, &at)?;
@@ -496,31 +480,8 @@ impl Reader<'_> {
             .transpose()?;
         let counterfactual_of = object.get("counterfactual_of").map(|v| self.counterfactual_of(v)).transpose()?;
 
-        let events_at = root.key("events");
-        let event_values = self.array(self.required(object, &events_at)?, &events_at)?;
-        if event_values.is_empty() {
-            return self.fail(&events_at, "a trace needs at least one event");
-        }
-        let mut events = Vec::with_capacity(event_values.len());
-        for (i, value) in event_values.iter().enumerate() {
-            events.push(self.event(value, &events_at.index(i))?);
-        }
-        let index_of = match index_events(&events) {
-            Ok(index_of) => index_of,
-            Err((i, first)) => {
-                return self.fail(
-                    &events_at.index(i).key("id"),
-                    format!("duplicate event id {:?} (first used by /events/{first})", events[i].id),
-                );
-            }
-        };
-
-        let edges_at = root.key("edges");
-        let edge_values = self.array(self.required(object, &edges_at)?, &edges_at)?;
-        let mut edges = Vec::with_capacity(edge_values.len());
-        for (k, value) in edge_values.iter().enumerate() {
-            edges.push(self.edge(value, &edges_at.index(k), &index_of)?);
-        }
+        let events = self.events(object)?;
+        let edges = self.edges(object, &self.distinct_ids(&events)?)?;
         let pairs: Vec<(u32, u32)> = edges.iter().map(|e| (e.src, e.dst)).collect();
         check_graph(self.trace_id, &|i| events[i].id.clone(), events.len(), &pairs)?;
 
@@ -544,6 +505,65 @@ impl Reader<'_> {
             metrics,
             attributes: (!attributes.is_empty()).then_some(attributes),
         })
+    }
+
+    /// The top-level keys outside the schema, which the trace keeps as its attributes (the seed
+    /// schema alone allows none).
+    fn attributes(&self, object: &Map<String, Value>, options: ValidateOptions) -> Checked<Map<String, Value>> {
+        let root = Loc::Root;
+        let mut attributes = Map::new();
+        for (key, value) in object {
+            let known_seed = TOP_LEVEL_SEED_KEYS.contains(&key.as_str());
+            let known_ours = TOP_LEVEL_MASREPLAY_KEYS.contains(&key.as_str());
+            if options.strict_seed && !known_seed {
+                return self.fail(
+                    &root.key(key),
+                    format!("unknown top-level key {key:?}: the seed schema allows no additional properties"),
+                );
+            }
+            if !known_seed && !known_ours {
+                attributes.insert(key.clone(), value.clone());
+            }
+        }
+        if let Some(key) = too_deep_attribute(&attributes, 1) {
+            return self.fail(&root.key(key), depth_error());
+        }
+        Ok(attributes)
+    }
+
+    /// `/events`: at least one, each checked.
+    fn events(&self, object: &Map<String, Value>) -> Checked<Vec<Event>> {
+        let events_at = Loc::Root.key("events");
+        let event_values = self.array(self.required(object, &events_at)?, &events_at)?;
+        if event_values.is_empty() {
+            return self.fail(&events_at, "a trace needs at least one event");
+        }
+        let mut events = Vec::with_capacity(event_values.len());
+        for (i, value) in event_values.iter().enumerate() {
+            events.push(self.event(value, &events_at.index(i))?);
+        }
+        Ok(events)
+    }
+
+    /// The index of each event by id, which edges name their ends by; ids must be distinct.
+    fn distinct_ids<'e>(&self, events: &'e [Event]) -> Checked<EventIndex<'e>> {
+        index_events(events).or_else(|(i, first)| {
+            self.fail(
+                &Loc::Root.key("events").index(i).key("id"),
+                format!("duplicate event id {:?} (first used by /events/{first})", events[i].id),
+            )
+        })
+    }
+
+    /// `/edges`, each between events of `index_of`.
+    fn edges(&self, object: &Map<String, Value>, index_of: &EventIndex) -> Checked<Vec<Edge>> {
+        let edges_at = Loc::Root.key("edges");
+        let edge_values = self.array(self.required(object, &edges_at)?, &edges_at)?;
+        let mut edges = Vec::with_capacity(edge_values.len());
+        for (k, value) in edge_values.iter().enumerate() {
+            edges.push(self.edge(value, &edges_at.index(k), index_of)?);
+        }
+        Ok(edges)
     }
 
     fn counterfactual_of(&self, value: &Value) -> Checked<CounterfactualOf> {

@@ -13,6 +13,7 @@ mod shapley;
 use std::path::PathBuf;
 
 use masreplay_core::sim::{SimConfig, generate};
+use masreplay_core::store::WellFormed;
 use masreplay_core::validate::{ValidateOptions, parse_documents, trace_from_json};
 use masreplay_core::{MasreplayError, Trace, TraceBatch, ValidationError};
 use pyo3::prelude::*;
@@ -108,11 +109,11 @@ fn ingest_arrow(py: Python<'_>, table: Bound<'_, PyAny>) -> PyResult<(PyTraceBat
 #[pyfunction]
 fn read_parquet(py: Python<'_>, paths: Vec<PathBuf>) -> PyResult<(PyTraceBatch, Rejected)> {
     let outcome = py.detach(|| -> Result<_, MasreplayError> {
-        let mut batches = Vec::new();
+        let mut batches = WellFormed::default();
         for path in &paths {
-            batches.extend(masreplay_core::store::read_parquet(path)?);
+            batches.append(masreplay_core::store::read_parquet(path)?);
         }
-        TraceBatch::from_arrow(&batches)
+        TraceBatch::from_well_formed(&batches)
     });
     let (inner, errors) = outcome.or_raise(py)?;
     Ok((PyTraceBatch { inner }, rejected_from(py, errors)))
