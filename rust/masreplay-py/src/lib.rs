@@ -31,7 +31,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// A rejected trace as Python sees it: (position in the input, trace_id, exception).
 pub(crate) type Rejected = Vec<(usize, Option<String>, PyErr)>;
 
-fn rejected_from(py: Python<'_>, errors: Vec<(usize, ValidationError)>) -> Rejected {
+pub(crate) fn rejected_from(py: Python<'_>, errors: Vec<(usize, ValidationError)>) -> Rejected {
     errors
         .into_iter()
         .map(|(position, error)| (position, error.trace_id.clone(), validation_error(py, &error)))
@@ -140,7 +140,7 @@ fn simulate(
     let config = SimConfig { n_traces, agents, depth, fan_out, events_per_agent, group_size, seed };
     let inner = py
         .detach(|| -> Result<TraceBatch, MasreplayError> {
-            let traces = generate(&config).map_err(MasreplayError::InvalidArgument)?;
+            let traces = generate(&config)?;
             TraceBatch::from_traces(&traces)
         })
         .or_raise(py)?;
