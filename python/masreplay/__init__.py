@@ -23,6 +23,7 @@ from masreplay.offline import DumpSummary, credit_dump, read_credit
 from masreplay.orchestration import metrics
 from masreplay.shapley import ShapleyResult, TraceCredit, shapley, trace_players, trace_shapley
 from masreplay.viewer import TraceView, view
+from masreplay.vocabulary import EDGE_TYPES, ESTIMATORS, EVENT_TYPES, STRATA, TOPOLOGIES
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -63,5 +64,10 @@ __all__ = [
     "trace_shapley",
     "validate",
     "view",
+    "EDGE_TYPES",
+    "ESTIMATORS",
+    "EVENT_TYPES",
+    "STRATA",
+    "TOPOLOGIES",
 ]
 

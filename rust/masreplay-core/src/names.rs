@@ -97,3 +97,33 @@ macro_rules! named_enum {
 }
 
 pub(crate) use named_enum;
+
+#[cfg(test)]
+mod tests {
+    use crate::advantage::Estimator;
+    use crate::trace::{EventType, Unit};
+
+    #[test]
+    fn names_round_trip_in_their_canonical_order() {
+        for (code, name) in EventType::NAMES.iter().enumerate() {
+            let value = EventType::from_name(name).expect("a listed name");
+            assert_eq!((value.as_str(), value as usize, EventType::from_code(code)), (*name, code, Some(value)));
+            assert_eq!(EventType::ALL[code], value);
+        }
+        assert_eq!(EventType::from_name("Spawn"), None);
+        assert_eq!(EventType::from_code(EventType::NAMES.len()), None);
+    }
+
+    #[test]
+    fn an_alias_parses_to_its_value_and_prints_as_the_name() {
+        let value = Estimator::parse("reinforce_plus_plus_baseline").expect("an alias");
+        assert_eq!((value, value.as_str()), (Estimator::ReinforcePpBaseline, "reinforce_pp_baseline"));
+        assert!(!Estimator::NAMES.contains(&"reinforce_plus_plus_baseline"));
+    }
+
+    #[test]
+    fn an_unknown_name_says_what_it_is_and_lists_the_names() {
+        let error = Unit::parse("bytes").expect_err("not a unit").to_string();
+        assert_eq!(error, "unknown unit 'bytes': expected one of 'traces', 'events'");
+    }
+}

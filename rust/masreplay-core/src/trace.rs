@@ -13,15 +13,9 @@ pub const SCHEMA_VERSION: i64 = 1;
 named_enum!(
     /// The ten event types of the seed schema.
     EventType as "event type" {
-        OrchestratorDecision = "orchestrator_decision",
-        Spawn = "spawn",
-        Despawn = "despawn",
-        Message = "message",
-        ToolCall = "tool_call",
-        ToolResult = "tool_result",
-        Return = "return",
-        Aggregate = "aggregate",
-        HumanIntervention = "human_intervention",
+        OrchestratorDecision = "orchestrator_decision", Spawn = "spawn", Despawn = "despawn",
+        Message = "message", ToolCall = "tool_call", ToolResult = "tool_result",
+        Return = "return", Aggregate = "aggregate", HumanIntervention = "human_intervention",
         SafetyEvent = "safety_event",
     }
 );
@@ -29,37 +23,23 @@ named_enum!(
 named_enum!(
     /// The eight edge types of the seed schema.
     EdgeType as "edge type" {
-        Temporal = "temporal",
-        Causal = "causal",
-        Spawn = "spawn",
-        Message = "message",
-        ToolDependency = "tool_dependency",
-        Return = "return",
-        Aggregate = "aggregate",
-        SafetyFlow = "safety_flow",
+        Temporal = "temporal", Causal = "causal", Spawn = "spawn", Message = "message",
+        ToolDependency = "tool_dependency", Return = "return", Aggregate = "aggregate", SafetyFlow = "safety_flow",
     }
 );
 
 named_enum!(
     /// The topology enum of the seed schema.
     Topology as "topology" {
-        Centralized = "centralized",
-        PlannerExecutorCritic = "planner_executor_critic",
-        Debate = "debate",
-        Swarm = "swarm",
-        Hierarchical = "hierarchical",
-        Harness = "harness",
-        Mixed = "mixed",
-        Unknown = "unknown",
+        Centralized = "centralized", PlannerExecutorCritic = "planner_executor_critic", Debate = "debate",
+        Swarm = "swarm", Hierarchical = "hierarchical", Harness = "harness", Mixed = "mixed", Unknown = "unknown",
     }
 );
 
 named_enum!(
     /// What a branch rollout changed relative to its factual trace.
     CounterfactualKind as "counterfactual kind" {
-        Substitute = "substitute",
-        Ablate = "ablate",
-        NoSpawn = "no_spawn",
+        Substitute = "substitute", Ablate = "ablate", NoSpawn = "no_spawn",
     }
 );
 
@@ -67,8 +47,7 @@ named_enum!(
     /// What a count counts: whole traces, or their events (a buffer's capacity, the rows of
     /// the advantage statistics).
     Unit as "unit" {
-        Traces = "traces",
-        Events = "events",
+        Traces = "traces", Events = "events",
     }
 );
 

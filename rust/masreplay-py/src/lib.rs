@@ -12,11 +12,16 @@ mod shapley;
 
 use std::path::PathBuf;
 
+use masreplay_core::advantage::{Estimator, ReturnKind, Stratum};
+use masreplay_core::buffer::Sampler;
+use masreplay_core::counterfactual::Baseline;
+use masreplay_core::shapley::Method;
 use masreplay_core::sim::{SimConfig, generate};
+use masreplay_core::trace::{CounterfactualKind, EdgeType, EventType, Topology, Unit};
 use masreplay_core::validate::{ValidateOptions, parse_documents, trace_from_json};
-use masreplay_core::{MasreplayError, Trace, TraceBatch, ValidationError};
+use masreplay_core::{MasreplayError, Named, Trace, TraceBatch, ValidationError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyString};
+use pyo3::types::{PyDict, PyString, PyTuple};
 use rayon::prelude::*;
 use serde_json::Value;
 
@@ -147,6 +152,26 @@ fn simulate(
     Ok(PyTraceBatch { inner })
 }
 
+/// Adds `T`'s names as the tuple `name` (masreplay.vocabulary writes the same lists as
+/// Literal types; tests/test_vocabulary.py holds the two equal).
+fn add_names<T: Named>(module: &Bound<'_, PyModule>, name: &str) -> PyResult<()> {
+    module.add(name, PyTuple::new(module.py(), T::NAMES)?)
+}
+
+fn add_vocabularies(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    add_names::<EventType>(module, "EVENT_TYPES")?;
+    add_names::<EdgeType>(module, "EDGE_TYPES")?;
+    add_names::<Topology>(module, "TOPOLOGIES")?;
+    add_names::<CounterfactualKind>(module, "COUNTERFACTUAL_KINDS")?;
+    add_names::<Estimator>(module, "ESTIMATORS")?;
+    add_names::<Stratum>(module, "STRATA")?;
+    add_names::<Unit>(module, "UNITS")?;
+    add_names::<ReturnKind>(module, "RETURN_KINDS")?;
+    add_names::<Sampler>(module, "SAMPLERS")?;
+    add_names::<Baseline>(module, "BASELINES")?;
+    add_names::<Method>(module, "SHAPLEY_METHODS")
+}
+
 #[pymodule]
 fn _core(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<PyTraceBatch>()?;
@@ -180,5 +205,6 @@ fn _core(module: &Bound<'_, PyModule>) -> PyResult<()> {
         module.add_function(function)?;
     }
     module.add("SCHEMA_VERSION", masreplay_core::trace::SCHEMA_VERSION)?;
+    add_vocabularies(module)?;
     Ok(())
 }

@@ -209,22 +209,6 @@ fn call_python(
     .map_err(from_callback)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn options(
-    method: Method,
-    budget: Option<u64>,
-    target_stderr: Option<f64>,
-    seed: u64,
-    parents: Option<Vec<i64>>,
-    unions: Option<Bound<'_, PyList>>,
-    n_threads: Option<usize>,
-    antithetic: bool,
-) -> PyResult<ShapleyOptions> {
-    let unions =
-        unions.map(|list| list.iter().map(|item| parse_union(&item)).collect::<PyResult<Vec<_>>>()).transpose()?;
-    Ok(ShapleyOptions { method, budget, target_stderr, seed, parents, unions, n_threads, antithetic })
-}
-
 /// Shapley values of a native `Game`, or of a Python callable `f(masks) -> values` over
 /// `n_players` players (valued in chunks of `chunk_size`, each coalition once).
 #[pyfunction]
@@ -244,7 +228,10 @@ pub fn shapley<'py>(
     antithetic: bool,
     chunk_size: usize,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let options = options(method.0, budget, target_stderr, seed, parents, unions, n_threads, antithetic)?;
+    let unions =
+        unions.map(|list| list.iter().map(|item| parse_union(&item)).collect::<PyResult<Vec<_>>>()).transpose()?;
+    let options =
+        ShapleyOptions { method: method.0, budget, target_stderr, seed, parents, unions, n_threads, antithetic };
     if let Ok(native) = game.cast::<PyGame>() {
         let native = native.get();
         let result = py
@@ -306,7 +293,7 @@ pub fn trace_shapley<'py>(
     antithetic: bool,
     chunk_size: usize,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let options = options(method.0, budget, None, seed, None, None, n_threads, antithetic)?;
+    let options = ShapleyOptions { method: method.0, budget, seed, n_threads, antithetic, ..ShapleyOptions::default() };
     let inner = &batch.inner;
     let function: Py<PyAny> = value_fn.unbind();
     let outcome = py.detach(|| -> Result<_, MasreplayError> {

@@ -42,14 +42,8 @@ const EXACT_STRUCTURE_LIMIT: f64 = (1u64 << 22) as f64;
 named_enum!(
     /// The estimator a Shapley run uses (see the Python module's docstring for each).
     Method as "method" {
-        Auto = "auto",
-        Exact = "exact",
-        Permutation = "permutation",
-        Kernel = "kernel",
-        Precedence = "precedence",
-        Permission = "permission",
-        Owen = "owen",
-        Stratified = "stratified",
+        Auto = "auto", Exact = "exact", Permutation = "permutation", Kernel = "kernel",
+        Precedence = "precedence", Permission = "permission", Owen = "owen", Stratified = "stratified",
     }
 );
 
