@@ -10,13 +10,11 @@ use crate::error::{MasreplayError, Result};
 /// What the bindings need to parse any named argument once, at the edge (the core only ever
 /// sees the enum). Implemented by [`named_enum!`].
 pub trait Named: Sized + Copy + 'static {
-    /// What a value is called in messages ("estimator", "unit", ...).
-    const WHAT: &'static str;
     /// The names, in the canonical order.
     const NAMES: &'static [&'static str];
 
+    /// The value named `name`, or an InvalidArgument error that says what was expected.
     fn parse(name: &str) -> Result<Self>;
-    fn as_str(self) -> &'static str;
 }
 
 /// The error for a name outside `names`: "unknown estimator 'ppo': expected one of 'grpo', ...".
@@ -82,15 +80,10 @@ macro_rules! named_enum {
         }
 
         impl $crate::names::Named for $name {
-            const WHAT: &'static str = $what;
             const NAMES: &'static [&'static str] = $name::NAMES;
 
             fn parse(name: &str) -> $crate::error::Result<Self> {
                 $name::parse(name)
-            }
-
-            fn as_str(self) -> &'static str {
-                $name::as_str(self)
             }
         }
     };

@@ -1,9 +1,10 @@
 //! `masreplay._core.GraphBuffer`: the core buffer behind a mutex, so rollout threads may add
-//! while a trainer thread samples; every call releases the GIL while it waits for and holds
-//! the lock (a thread waiting on a long add must not hold up every other Python thread).
+//! while a trainer thread samples. No call holds the GIL while it waits for the lock (a
+//! thread waiting on a long add must not hold up every other Python thread), and every call
+//! that does more than read a counter releases it while it holds the lock.
 
 use std::path::PathBuf;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, TryLockError};
 
 use masreplay_core::buffer::{self, Gather, Gathered, GraphBuffer, Sampler, ShapeFilter, Unit};
 use masreplay_core::{MasreplayError, TraceBatch, ensure};
@@ -29,6 +30,17 @@ impl PyGraphBuffer {
     /// `work` on the locked buffer, with the GIL released.
     fn locked<T: Send>(&self, py: Python<'_>, work: impl FnOnce(&mut GraphBuffer) -> T + Send) -> T {
         py.detach(|| work(&mut self.lock()))
+    }
+
+    /// An O(1) `work` (a counter, a setting, an index lookup): run at once, GIL held, when the
+    /// lock is free, since releasing the GIL costs more than the work; when another thread
+    /// holds the lock, the GIL is released while waiting for it.
+    fn quick<T: Send>(&self, py: Python<'_>, work: impl FnOnce(&mut GraphBuffer) -> T + Send) -> T {
+        match self.inner.try_lock() {
+            Ok(mut buffer) => work(&mut buffer),
+            Err(TryLockError::Poisoned(poisoned)) => work(&mut poisoned.into_inner()),
+            Err(TryLockError::WouldBlock) => self.locked(py, work),
+        }
     }
 
     fn with<T: Send>(
@@ -124,21 +136,21 @@ impl PyGraphBuffer {
 
     #[getter]
     fn policy_version(&self, py: Python<'_>) -> i64 {
-        self.locked(py, |buffer| buffer.policy_version())
+        self.quick(py, |buffer| buffer.policy_version())
     }
 
     #[setter]
     fn set_policy_version(&self, py: Python<'_>, version: i64) -> PyResult<()> {
-        self.with(py, |buffer| buffer.set_policy_version(version))
+        self.quick(py, |buffer| buffer.set_policy_version(version)).or_raise(py)
     }
 
     fn advance(&self, py: Python<'_>, version: i64) -> PyResult<()> {
-        self.with(py, |buffer| buffer.advance(version))
+        self.quick(py, |buffer| buffer.advance(version)).or_raise(py)
     }
 
     #[getter]
     fn max_staleness(&self, py: Python<'_>) -> Option<u64> {
-        self.locked(py, |buffer| buffer.max_staleness())
+        self.quick(py, |buffer| buffer.max_staleness())
     }
 
     #[pyo3(signature = (max_staleness=None))]
@@ -171,16 +183,16 @@ impl PyGraphBuffer {
     }
 
     fn __len__(&self, py: Python<'_>) -> usize {
-        self.locked(py, |buffer| buffer.len())
+        self.quick(py, |buffer| buffer.len())
     }
 
     fn __contains__(&self, py: Python<'_>, trace_id: &str) -> bool {
-        self.locked(py, |buffer| buffer.contains(trace_id))
+        self.quick(py, |buffer| buffer.contains(trace_id))
     }
 
     #[getter]
     fn num_events(&self, py: Python<'_>) -> usize {
-        self.locked(py, |buffer| buffer.num_events())
+        self.quick(py, |buffer| buffer.num_events())
     }
 
     #[getter]
@@ -190,22 +202,22 @@ impl PyGraphBuffer {
 
     #[getter]
     fn num_groups(&self, py: Python<'_>) -> usize {
-        self.locked(py, |buffer| buffer.num_groups())
+        self.quick(py, |buffer| buffer.num_groups())
     }
 
     #[getter]
     fn capacity(&self, py: Python<'_>) -> usize {
-        self.locked(py, |buffer| buffer.capacity())
+        self.quick(py, |buffer| buffer.capacity())
     }
 
     #[getter]
     fn unit(&self, py: Python<'_>) -> &'static str {
-        self.locked(py, |buffer| buffer.unit().as_str())
+        self.quick(py, |buffer| buffer.unit().as_str())
     }
 
     #[getter]
     fn seed(&self, py: Python<'_>) -> u64 {
-        self.locked(py, |buffer| buffer.seed())
+        self.quick(py, |buffer| buffer.seed())
     }
 
     /// Adds a validated batch. With `skip_invalid`, traces that cannot be added (duplicate ids,
