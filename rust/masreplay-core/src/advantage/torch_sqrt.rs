@@ -142,7 +142,7 @@ mod tests {
             assert_eq!(torch_sqrt(0.0, kernel), 0.0);
             assert_eq!(torch_sqrt(f32::INFINITY, kernel), f32::INFINITY);
             assert!(torch_sqrt(f32::NAN, kernel).is_nan() && torch_sqrt(-1.0, kernel).is_nan());
-            assert_eq!(SqrtKernel::parse(kernel.name()), Some(kernel));
+            assert_eq!(SqrtKernel::from_name(kernel.as_str()), Some(kernel));
         }
     }
 
