@@ -24,7 +24,7 @@ PAIRS = [
 ]
 
 
-@pytest.mark.parametrize("name, literal", PAIRS, ids=[name for name, _ in PAIRS])
+@pytest.mark.parametrize(("name", "literal"), PAIRS, ids=[name for name, _ in PAIRS])
 def test_core_names_equal_the_literal(name, literal):
     core = getattr(_core, name)
     assert isinstance(core, tuple) and all(isinstance(entry, str) for entry in core)

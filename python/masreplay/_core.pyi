@@ -113,9 +113,7 @@ def simulate(
 ) -> TraceBatch: ...
 
 class GraphBuffer:
-    def __init__(
-        self, capacity: int, *, unit: Unit = "traces", seed: int = 0, max_staleness: int | None = None
-    ) -> None: ...
+    def __init__(self, capacity: int, *, unit: Unit = "traces", seed: int = 0, max_staleness: int | None = None) -> None: ...
     def __len__(self) -> int: ...
     def __contains__(self, trace_id: str) -> bool: ...
     @property
@@ -183,16 +181,13 @@ class GraphBuffer:
     @staticmethod
     def restore(table: object) -> GraphBuffer: ...
 
-def route_to_shards(
-    batch: TraceBatch, shards: int, known_ids: Sequence[str], known_shards: Sequence[int]
-) -> np.ndarray:
+def route_to_shards(batch: TraceBatch, shards: int, known_ids: Sequence[str], known_shards: Sequence[int]) -> np.ndarray:
     """uint32 shard per trace; 2**32 - 1 for a branch whose factual trace is nowhere known."""
+
 def metrics(batch: TraceBatch) -> object:
     """An Arrow table, one row per trace (see masreplay.orchestration.metrics)."""
 
-def counterfactual_credit(
-    batch: TraceBatch, *, channel: str, baseline: Baseline
-) -> _CreditArrays: ...
+def counterfactual_credit(batch: TraceBatch, *, channel: str, baseline: Baseline) -> _CreditArrays: ...
 def same_prefix_credit_arrays(
     batch: TraceBatch, *, channel: str, signature: list[str] | None, importance_weighting: bool
 ) -> _CreditArrays: ...
@@ -211,6 +206,7 @@ def simulate_branches(
 ) -> tuple[TraceBatch, list[tuple[str, str, str, float]], list[tuple[str, str, float]]]:
     """(factual traces and branches, (trace_id, event_id, kind, true effect) per branch point,
     (trace_id, agent, true value) per agent)."""
+
 # ---- advantages (rust/masreplay-py/src/advantage.rs) ----
 def group_normalize(
     values: np.ndarray,
@@ -227,6 +223,7 @@ def group_normalize(
     torch_threads: int = 1,
 ) -> np.ndarray:
     """One advantage per value, float32 (or float64 with float32=False)."""
+
 def batch_advantages(
     batch: TraceBatch,
     trace_values: np.ndarray,
@@ -242,16 +239,21 @@ def batch_advantages(
     weight_by: Sequence[Stratum] = ...,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(per trace, per event, loss weight per event), float64; events as in batch.events()."""
+
 def trace_channel(batch: TraceBatch, channel: str) -> np.ndarray:
     """float64 per trace; NaN where the trace has no such reward."""
+
 def graph_returns(batch: TraceBatch, rewards: np.ndarray, *, gamma: float, kind: ReturnKind) -> np.ndarray:
     """float64 per event."""
+
 def graph_gae(
     batch: TraceBatch, rewards: np.ndarray, values: np.ndarray, *, gamma: float, lam: float
 ) -> tuple[np.ndarray, np.ndarray]:
     """(advantages, returns), float64 per event."""
+
 def torch_sqrt(values: np.ndarray, kernel: _SqrtKernel | None = None) -> tuple[np.ndarray, _SqrtKernel]:
     """(float32 roots, the kernel that computed them: the given one, or this CPU's)."""
+
 # ---- Shapley credit ----------------------------------------------------------------------
 
 class Game:
@@ -285,6 +287,7 @@ def shapley(
 ) -> _ShapleyDict: ...
 def trace_players(batch: TraceBatch, players: str) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray]:
     """(offsets, labels, parents, event_player), as in trace_shapley's result."""
+
 def trace_shapley(
     batch: TraceBatch,
     value_fn: object,

@@ -9,20 +9,11 @@ import numpy as np
 import pyarrow as pa
 
 from masreplay import _core
+from masreplay.bands import band_limits
 from masreplay.batch import Rejected, TraceBatch, _from_ipc_table, _to_ipc
 from masreplay.errors import InvalidArgumentError
 from masreplay.io import OnError, _load
 from masreplay.vocabulary import Sampler, Unit
-
-#: The trace-length bands of the seed's benchmark recommendations: band b holds traces with
-#: b/10 < n_events <= b (band 10 holds 1..10 events).
-LENGTH_BANDS = (10, 100, 1000, 10000)
-
-
-def band_limits(band: int) -> tuple[int, int]:
-    if band not in LENGTH_BANDS:
-        raise ValueError(f"band must be one of {LENGTH_BANDS}, not {band!r}")
-    return (1 if band == 10 else band // 10 + 1, band)
 
 
 class AddReport(int):
@@ -223,9 +214,7 @@ class GraphBuffer:
         """Draws ``num_groups`` distinct GRPO groups uniformly: each whole (every stored trace
         with that group_id) or, with ``group_size``, exactly that many of its traces. With a
         staleness bound a group is eligible only when every one of its traces is fresh enough."""
-        selection = self._core.sample_groups(
-            num_groups, group_size=group_size, seed=seed, max_staleness=_count(max_staleness)
-        )
+        selection = self._core.sample_groups(num_groups, group_size=group_size, seed=seed, max_staleness=_count(max_staleness))
         return TraceBatch(selection)
 
     def update_priorities(self, trace_ids: Any, priorities: Any) -> None:

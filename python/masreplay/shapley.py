@@ -23,6 +23,7 @@ from masreplay import _core
 from masreplay.batch import TraceBatch
 from masreplay.errors import InvalidArgumentError
 from masreplay.games import FunctionGame
+from masreplay.io import as_batch
 from masreplay.vocabulary import ShapleyMethod
 
 
@@ -113,15 +114,9 @@ def trace_players(batch: Any, players: str = "agent") -> pa.Table:
     """The players of every trace: ``trace_index``, ``player`` (index within the trace, the
     column a value function's masks use), ``label``, ``parent`` (index of the spawning
     player, -1 for a root) and ``n_events``."""
-    batch = _batch(batch)
+    batch = as_batch(batch)
     offsets, labels, parents, event_player = _core.trace_players(batch._core, players)
     return _players_table(batch, offsets, labels, parents, event_player)
-
-
-def _batch(source: Any) -> TraceBatch:
-    from masreplay.io import load_traces
-
-    return source if isinstance(source, TraceBatch) else load_traces(source)
 
 
 def _global_player(offsets: np.ndarray, event_player: np.ndarray, event_offsets: np.ndarray) -> np.ndarray:
@@ -203,7 +198,7 @@ def trace_shapley(
     values. It is called with at most ``chunk_size`` rows, each coalition of a trace once.
     Sampling stops by ``budget`` (per trace, default 10,000 evaluations).
     """
-    batch = _batch(batch)
+    batch = as_batch(batch)
     raw = _core.trace_shapley(
         batch._core,
         value_fn,

@@ -24,9 +24,7 @@ EventType = Literal[
     "safety_event",
 ]
 EdgeType = Literal["temporal", "causal", "spawn", "message", "tool_dependency", "return", "aggregate", "safety_flow"]
-Topology = Literal[
-    "centralized", "planner_executor_critic", "debate", "swarm", "hierarchical", "harness", "mixed", "unknown"
-]
+Topology = Literal["centralized", "planner_executor_critic", "debate", "swarm", "hierarchical", "harness", "mixed", "unknown"]
 #: What a branch rollout changed relative to its factual trace (``counterfactual_of.kind``).
 CounterfactualKind = Literal["substitute", "ablate", "no_spawn"]
 
