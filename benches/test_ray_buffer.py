@@ -35,6 +35,7 @@ import pyarrow as pa
 import pytest
 
 import masreplay
+from masreplay.vocabulary import SAMPLERS
 
 ray = pytest.importorskip("ray", reason="the Ray buffer benchmarks need ray (pip install masreplay[ray])")
 
@@ -245,12 +246,12 @@ def versioned(dataset_type):
             "goal: bounded within 1.2x of unbounded",
             suite="ray buffer",
         )
-        for sampler in ("uniform", "prioritized")
+        for sampler in SAMPLERS
     }
     return buffer, staleness, data
 
 
-@pytest.mark.parametrize("sampler", ["uniform", "prioritized"])
+@pytest.mark.parametrize("sampler", SAMPLERS)
 @pytest.mark.parametrize("bounded", [False, True], ids=["unbounded", "bounded"])
 def test_staleness_bounded_sampling(versioned, sampler, bounded, measure):
     buffer, staleness, data = versioned

@@ -467,7 +467,7 @@ impl Reader<'_> {
         let system = self.optional_string(object, &root.key("system"))?;
         let topology = object
             .get("topology")
-            .map(|v| self.enumerated(v, &root.key("topology"), Topology::parse, Topology::expected))
+            .map(|v| self.enumerated(v, &root.key("topology"), Topology::from_name, Topology::expected))
             .transpose()?;
         let policy_version = object
             .get("policy_version")
@@ -577,7 +577,7 @@ impl Reader<'_> {
             kind: self.enumerated(
                 self.required(object, &kind_at)?,
                 &kind_at,
-                CounterfactualKind::parse,
+                CounterfactualKind::from_name,
                 CounterfactualKind::expected,
             )?,
         })
@@ -591,7 +591,7 @@ impl Reader<'_> {
         self.rule(&t_at, check_non_negative(t))?;
         let type_at = at.key("type");
         let event_type =
-            self.enumerated(self.required(object, &type_at)?, &type_at, EventType::parse, EventType::expected)?;
+            self.enumerated(self.required(object, &type_at)?, &type_at, EventType::from_name, EventType::expected)?;
         let agent = self.required_text(object, &at.key("agent"))?;
         let mut event = Event::new(id, t, event_type, agent);
         let mut extra = Map::new();
@@ -653,7 +653,7 @@ impl Reader<'_> {
         }
         let type_at = at.key("type");
         let edge_type =
-            self.enumerated(self.required(object, &type_at)?, &type_at, EdgeType::parse, EdgeType::expected)?;
+            self.enumerated(self.required(object, &type_at)?, &type_at, EdgeType::from_name, EdgeType::expected)?;
         Ok(Edge { src: endpoints[0], dst: endpoints[1], edge_type })
     }
 

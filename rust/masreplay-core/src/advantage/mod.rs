@@ -26,7 +26,8 @@ mod trace_graph;
 pub mod weights;
 
 pub use crate::store::trace_channel;
-pub use batch::{BatchAdvantages, BatchOptions, Unit, batch_advantages};
+pub use crate::trace::Unit;
+pub use batch::{BatchAdvantages, BatchOptions, batch_advantages};
 pub use kernel::{Output, Rows, dense_codes, normalize, normalize_labels};
 pub use returns::{ReturnKind, graph_gae, graph_returns};
 pub use spec::{Compat, Estimator, Scale, Spec};

@@ -54,7 +54,7 @@ impl Settings {
             .ok()
             .filter(|&c| c >= 1)
             .ok_or_else(|| corrupt(format!("buffer state \"capacity\" is {capacity}; it must be at least 1")))?;
-        let unit = state.get("unit").and_then(Value::as_str).and_then(Unit::parse).ok_or_else(|| {
+        let unit = state.get("unit").and_then(Value::as_str).and_then(Unit::from_name).ok_or_else(|| {
             corrupt(format!("buffer state \"unit\" must be \"traces\" or \"events\", got {}", shown(state.get("unit"))))
         })?;
         let max_priority = match state.get("max_priority") {

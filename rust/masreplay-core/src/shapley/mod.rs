@@ -7,6 +7,7 @@
 //! rounding for every method.
 
 pub mod coalition;
+pub mod columns;
 mod exact;
 pub mod forest;
 pub mod game;
@@ -27,6 +28,7 @@ pub use game::Game;
 pub use owen::{Hierarchy, Union};
 
 use crate::error::{MasreplayError, Result};
+use crate::names::named_enum;
 use games::RestrictedGame;
 
 /// Evaluations spent when neither a budget nor a target standard error is given.
@@ -37,42 +39,13 @@ pub const TARGET_ONLY_BUDGET: u64 = 100_000_000;
 /// needs at most this many evaluations and the budget allows.
 const EXACT_STRUCTURE_LIMIT: f64 = (1u64 << 22) as f64;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Method {
-    Auto,
-    Exact,
-    Permutation,
-    Kernel,
-    Precedence,
-    Permission,
-    Owen,
-    Stratified,
-}
-
-impl Method {
-    pub const NAMES: &'static [&'static str] =
-        &["auto", "exact", "permutation", "kernel", "precedence", "permission", "owen", "stratified"];
-
-    pub fn parse(name: &str) -> Result<Self> {
-        const ALL: [Method; 8] = [
-            Method::Auto,
-            Method::Exact,
-            Method::Permutation,
-            Method::Kernel,
-            Method::Precedence,
-            Method::Permission,
-            Method::Owen,
-            Method::Stratified,
-        ];
-        Method::NAMES.iter().position(|n| *n == name).map(|i| ALL[i]).ok_or_else(|| {
-            MasreplayError::InvalidArgument(format!("method: unknown {name:?}; expected one of {:?}", Method::NAMES))
-        })
+named_enum!(
+    /// The estimator a Shapley run uses (see the Python module's docstring for each).
+    Method as "method" {
+        Auto = "auto", Exact = "exact", Permutation = "permutation", Kernel = "kernel",
+        Precedence = "precedence", Permission = "permission", Owen = "owen", Stratified = "stratified",
     }
-
-    pub fn name(self) -> &'static str {
-        Method::NAMES[self as usize]
-    }
-}
+);
 
 #[derive(Clone, Debug)]
 pub struct ShapleyOptions {
@@ -197,7 +170,7 @@ pub fn shapley(game: &dyn Game, options: &ShapleyOptions) -> Result<ShapleyResul
         Method::Auto => unstructured_choice(n, budget),
         chosen => chosen,
     };
-    let needs = |what: &str| MasreplayError::InvalidArgument(format!("method={:?} needs {what}", method.name()));
+    let needs = |what: &str| MasreplayError::InvalidArgument(format!("method={:?} needs {what}", method.as_str()));
     if method == Method::Exact
         && let Some(cap) = options.budget
         && exact::coalitions_needed(n) > cap as f64
