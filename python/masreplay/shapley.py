@@ -28,7 +28,12 @@ from masreplay.games import FunctionGame
 @dataclass(frozen=True)
 class ShapleyResult:
     """Per-player values and standard errors (0 when computed exactly), the coalitions
-    valued, whether the result is exact or met ``target_stderr``, and the method that ran."""
+    valued, whether the result is exact or met ``target_stderr``, and the method that ran.
+
+    Values are projected onto efficiency (they sum to v(N) - v(empty));
+    ``efficiency_gap`` is what the projection closed, v(N) - v(empty) minus the sum of the
+    estimator's own values: rounding-sized for every method efficient by construction (all
+    but ``stratified``), an estimation error for the others."""
 
     values: np.ndarray
     stderr: np.ndarray
@@ -36,6 +41,7 @@ class ShapleyResult:
     converged: bool
     method: str
     exact: bool
+    efficiency_gap: float
 
     def __repr__(self) -> str:
         return (
