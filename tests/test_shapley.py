@@ -120,9 +120,12 @@ def within_noise(a, b, stderr_a, stderr_b):
 @given(st.integers(10, 13), st.integers(1, 12), st.integers(0, 2**32), st.integers(0, 2**32))
 def test_symmetry_and_null_player_in_the_sampling_regime(n, terms, game_seed, seed):
     # Players 0 and 1 symmetric (each term also with the two swapped), the last one null;
-    # 2^n exceeds the budget, so every estimator samples.
+    # 2^n exceeds the budget, so every estimator samples. Terms of at most three players: a
+    # high-order term makes each nonzero value a rare draw, whose sample variance at this
+    # budget is too unreliable for a four-sigma check (calibration on such games is
+    # tests/test_shapley_calibration.py's business).
     swap = {0: 1, 1: 0}
-    base = games.soum(n, terms, n, game_seed).terms()
+    base = games.soum(n, terms, 3, game_seed).terms()
     game = games.soum(n + 1, [([swap.get(p, p) for p in m], c / 2) for m, c in base] + [(m, c / 2) for m, c in base])
     budget = 1000
     for method in ["kernel", "stratified"]:

@@ -89,6 +89,12 @@ def shapley(
     (-1 for a root); ``unions`` nests lists of player indices. The same ``seed`` gives the
     same values at any ``n_threads``. A callable is called with at most ``chunk_size``
     coalitions, each distinct coalition once; ``evaluations`` counts its calls' rows.
+
+    ``stderr`` is calibrated: value +- 1.96 stderr covers the exact value 93-97% of the time
+    for every sampled method on the benchmark game families at 10,000 evaluations
+    (tests/test_shapley_calibration.py; the permission value of a weighted voting game, with
+    rare large marginals, covers about 92% there). For ``stratified`` it is the error of the
+    projected values.
     """
     if isinstance(game, FunctionGame):
         if n_players is not None and n_players != game.n_players:

@@ -193,11 +193,12 @@ proptest! {
 
     #[test]
     fn symmetry_and_null_player_hold_in_the_sampling_regime(
-        game in (10usize..=13, 1usize..12, any::<u64>()).prop_map(|(n, terms, seed)| SoumGame::random(n, terms, n, seed).unwrap()),
+        game in (10usize..=13, 1usize..12, any::<u64>()).prop_map(|(n, terms, seed)| SoumGame::random(n, terms, 3, seed).unwrap()),
         seed in any::<u64>(),
     ) {
         // Players 0 and 1 are symmetric, the last is null; 2^n exceeds the budget, so every
-        // estimator below samples.
+        // estimator below samples. Terms of at most three players: a high-order term makes
+        // each nonzero value a rare draw, too unreliable in variance for a four-sigma check.
         let game = symmetrised(&game, 1);
         let n = game.n_players();
         let budget = 1000;
