@@ -221,8 +221,8 @@ def cell_table(request):
         return
     lines = [
         "",
-        "Shapley estimators: MAE vs truth before / after projecting onto efficiency (mean of seeds), "
-        "gap before projection (max), interval coverage (masreplay), median time",
+        "Shapley estimators: MAE before / after projection onto efficiency (mean of seeds), gap before"
+        + " projection (max), interval coverage (masreplay), median time",
         f"  {'cell':<22} {'side':<52} {'MAE':>8} {'MAE proj':>8} {'gap':>8} {'cover':>6} {'time':>11} {'evals':>7}",
     ]
     for row in ROWS:
