@@ -30,7 +30,12 @@ from masreplay.vocabulary import ShapleyMethod
 @dataclass(frozen=True)
 class ShapleyResult:
     """Per-player values and standard errors (0 when computed exactly), the coalitions
-    valued, whether the result is exact or met ``target_stderr``, and the method that ran."""
+    valued, whether the result is exact or met ``target_stderr``, and the method that ran.
+
+    Values are projected onto efficiency (they sum to v(N) - v(empty));
+    ``efficiency_gap`` is what the projection closed, v(N) - v(empty) minus the sum of the
+    estimator's own values: rounding-sized for every method efficient by construction (all
+    but ``stratified``), an estimation error for the others."""
 
     values: np.ndarray
     stderr: np.ndarray
@@ -38,6 +43,7 @@ class ShapleyResult:
     converged: bool
     method: str
     exact: bool
+    efficiency_gap: float
 
     def __repr__(self) -> str:
         return (
@@ -85,6 +91,12 @@ def shapley(
     (-1 for a root); ``unions`` nests lists of player indices. The same ``seed`` gives the
     same values at any ``n_threads``. A callable is called with at most ``chunk_size``
     coalitions, each distinct coalition once; ``evaluations`` counts its calls' rows.
+
+    ``stderr`` is calibrated: value +- 1.96 stderr covers the exact value 93-97% of the time
+    for every sampled method on the benchmark game families at 10,000 evaluations
+    (tests/test_shapley_calibration.py; the permission value of a weighted voting game, with
+    rare large marginals, covers about 92% there). For ``stratified`` it is the error of the
+    projected values.
     """
     if isinstance(game, FunctionGame):
         if n_players is not None and n_players != game.n_players:

@@ -190,6 +190,7 @@ fn result_dict<'py>(py: Python<'py>, result: ShapleyResult) -> PyResult<Bound<'p
     out.set_item("converged", result.converged)?;
     out.set_item("method", result.method.as_str())?;
     out.set_item("exact", result.exact)?;
+    out.set_item("efficiency_gap", result.efficiency_gap)?;
     Ok(out)
 }
 

@@ -4,7 +4,9 @@
 //! the restricted game, and Owen values of nested unions. Every sampled estimator stops at a
 //! budget of coalition evaluations or a target standard error, and is deterministic by seed
 //! at any thread count. Results are projected onto v(N) - v(empty), so efficiency holds to
-//! rounding for every method.
+//! rounding for every method; the gap the projection closed is reported
+//! ([`ShapleyResult::efficiency_gap`]): rounding-sized for the estimators efficient by
+//! construction (all but stratified), a measured error for the others.
 
 pub mod coalition;
 pub mod columns;
@@ -89,6 +91,9 @@ pub struct ShapleyResult {
     pub method: Method,
     /// Computed exactly rather than sampled.
     pub exact: bool,
+    /// v(N) - v(empty) minus the sum of the estimator's values before they were projected
+    /// onto efficiency (the projection adds a share of it to every value).
+    pub efficiency_gap: f64,
 }
 
 /// When to stop sampling.
@@ -234,13 +239,16 @@ fn permutation_estimate(game: &dyn Game, stopping: &Stopping, antithetic: bool) 
     sampling::estimate_by_orderings(game, &sampler, stopping)
 }
 
-/// Projects onto sum = v(N) - v(empty) (a shift of rounding size for every estimator here,
-/// each efficient by construction) and fills in what the caller sees.
+/// Projects onto sum = v(N) - v(empty), recording the gap it closed (rounding-sized for the
+/// estimators efficient by construction; stratified's is an estimation error), and fills in
+/// what the caller sees.
 fn finish(estimate: Estimate, total: f64, method: Method, game: &dyn Game) -> ShapleyResult {
     let mut values = estimate.values;
-    let gap = (total - values.iter().sum::<f64>()) / values.len() as f64;
-    values.iter_mut().for_each(|v| *v += gap);
+    let efficiency_gap = total - values.iter().sum::<f64>();
+    let share = efficiency_gap / values.len() as f64;
+    values.iter_mut().for_each(|v| *v += share);
     ShapleyResult {
+        efficiency_gap,
         values,
         stderr: estimate.stderr,
         evaluations: game.evaluations().unwrap_or(estimate.evaluations),
