@@ -3,7 +3,8 @@
 
 use masreplay_core::MasreplayError;
 use masreplay_core::advantage::{
-    self, BatchOptions, Compat, Estimator, Output, ReturnKind, Scale, Spec, SqrtKernel, Stratum, Unit, dense_codes,
+    self, AdvantageFloat, BatchOptions, Compat, Estimator, ReturnKind, Scale, Spec, SqrtKernel, Stratum, Unit,
+    dense_codes,
 };
 use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
 use pyo3::prelude::*;
@@ -25,7 +26,7 @@ fn strata(names: &[String]) -> Result<Vec<Stratum>, MasreplayError> {
     names.iter().map(|name| Stratum::parse(name)).collect()
 }
 
-fn to_numpy<'py, T: Output + numpy::Element>(py: Python<'py>, values: Vec<T>) -> Bound<'py, PyAny> {
+fn to_numpy<'py, T: AdvantageFloat + numpy::Element>(py: Python<'py>, values: Vec<T>) -> Bound<'py, PyAny> {
     values.into_pyarray(py).into_any()
 }
 

@@ -11,6 +11,7 @@
 use rayon::prelude::*;
 
 use super::cell::{Cell, batch_std};
+use super::float::AdvantageFloat;
 use super::small::{Block, Declined, Labels, SMALL_ROWS, Small, normalize_small_group, plain_run, small_path};
 use super::spec::{Compat, Estimator, Scale, Spec, invalid};
 use super::torch_sum::torch_sum_threads_of;
@@ -29,30 +30,6 @@ pub struct Rows<'a> {
     /// token-level whitening under `Compat::Verl`; without it each row's `lengths` tokens
     /// come first in a width of the longest row.
     pub tokens: Option<(&'a [f32], usize)>,
-}
-
-/// The element type of the advantages handed to a trainer.
-pub trait Output: Copy + Default + Send + Sync {
-    fn from_f64(x: f64) -> Self;
-    fn to_f64(self) -> f64;
-}
-
-impl Output for f64 {
-    fn from_f64(x: f64) -> Self {
-        x
-    }
-    fn to_f64(self) -> f64 {
-        self
-    }
-}
-
-impl Output for f32 {
-    fn from_f64(x: f64) -> Self {
-        x as f32
-    }
-    fn to_f64(self) -> f64 {
-        self as f64
-    }
 }
 
 /// Arbitrary integer keys -> dense codes `0..n`. A key range no wider than a few times the
@@ -212,7 +189,7 @@ impl Scratch {
 
 /// Normalises the rows of one group; `row(k)` is the k-th row of the group and `out[k]` its
 /// advantage.
-fn normalize_group<T: Output>(
+fn normalize_group<T: AdvantageFloat>(
     rows: &Rows,
     labels: Labels,
     row: impl Fn(usize) -> usize,
@@ -278,7 +255,7 @@ struct Walk<'a, T> {
     scratch: &'a mut Scratch,
 }
 
-impl<T: Output> Walk<'_, T> {
+impl<T: AdvantageFloat> Walk<'_, T> {
     /// The group written to output rows `lo..hi`, its k-th row being `row(k)`; an error for
     /// an infinite value (found only by the small paths: the others run after a check).
     fn group(&mut self, lo: usize, hi: usize, row: impl Fn(usize) -> usize) -> Result<()> {
@@ -350,7 +327,7 @@ fn piece_rows(n: usize) -> usize {
 
 /// Walks every group in parallel; `out` is in the order of `bounds`.
 #[allow(clippy::too_many_arguments)]
-fn run_groups<T: Output>(
+fn run_groups<T: AdvantageFloat>(
     rows: &Rows,
     labels: Labels,
     contiguous: bool,
@@ -404,7 +381,7 @@ fn check_values(values: &[f64], lengths: Option<&[f64]>) -> Result<()> {
 }
 
 /// Normalises every group given its layout; REINFORCE++'s batch whitening last.
-fn normalize_layout<T: Output>(rows: &Rows, labels: Labels, layout: Layout, spec: &Spec) -> Result<Vec<T>> {
+fn normalize_layout<T: AdvantageFloat>(rows: &Rows, labels: Labels, layout: Layout, spec: &Spec) -> Result<Vec<T>> {
     let n = rows.values.len();
     let batch_std = if spec.scale == Scale::Batch { batch_std(rows.values, spec) } else { (0.0, 0.0) };
     let mut out = vec![T::default(); n];
@@ -429,7 +406,15 @@ fn normalize_layout<T: Output>(rows: &Rows, labels: Labels, layout: Layout, spec
 }
 
 /// Advantages of `rows` under `spec`, one per row, in row order.
-pub fn normalize<T: Output>(rows: &Rows, spec: &Spec) -> Result<Vec<T>> {
+pub fn normalize<T: AdvantageFloat>(rows: &Rows, spec: &Spec) -> Result<Vec<T>> {
+    check_rows(rows)?;
+    let labels = rows.strata.map_or(Labels::None, |(codes, _)| Labels::Dense(codes));
+    normalize_layout(rows, labels, layout(rows.groups, rows.n_groups), spec)
+}
+
+/// Every array of `rows` has a value per row, every code is in range, every value finite
+/// (or NaN) and every length finite and >= 0.
+fn check_rows(rows: &Rows) -> Result<()> {
     let n = rows.values.len();
     if rows.groups.len() != n {
         return Err(invalid(format!("groups has {} entries for {n} values", rows.groups.len())));
@@ -445,9 +430,7 @@ pub fn normalize<T: Output>(rows: &Rows, spec: &Spec) -> Result<Vec<T>> {
             return Err(invalid(format!("stratum code {bad} out of range for {n_strata} strata")));
         }
     }
-    check_values(rows.values, rows.lengths)?;
-    let labels = rows.strata.map_or(Labels::None, |(codes, _)| Labels::Dense(codes));
-    normalize_layout(rows, labels, layout(rows.groups, rows.n_groups), spec)
+    check_values(rows.values, rows.lengths)
 }
 
 /// Where each piece of rows labelled in sorted runs starts: about [`piece_rows`] apart, each
@@ -483,7 +466,7 @@ enum Stop {
 /// of GRPO rollouts), for a spec of the small paths: one pass over the rows, finding each
 /// group where it ends, checking the values and normalising it. None, as soon as a piece
 /// finds otherwise, when the labels are not laid out so: the caller takes the general path.
-fn normalize_sorted_runs<T: Output>(
+fn normalize_sorted_runs<T: AdvantageFloat>(
     values: &[f64],
     groups: &[i64],
     labels: Labels,
@@ -534,7 +517,7 @@ fn normalize_sorted_runs<T: Output>(
 /// Advantages of rows labelled by the caller: any int64 group labels (grouping by value)
 /// and optional int64 stratum labels. Labels sorted ascending, as GRPO rollouts of one prompt
 /// come, are read in place (no renumbering, no gathering); others are renumbered first.
-pub fn normalize_labels<T: Output>(
+pub fn normalize_labels<T: AdvantageFloat>(
     values: &[f64],
     groups: &[i64],
     strata: Option<&[i64]>,
@@ -573,7 +556,7 @@ pub fn normalize_labels<T: Output>(
 /// REINFORCE++'s batch whitening, weighted by length as verl's `masked_whiten` weighs every
 /// valid token: mean and unbiased variance over all tokens, `(a - mean) / sqrt(var + 1e-8)`.
 /// Rows with a NaN reward stay 0 and weigh nothing.
-fn whiten<T: Output>(out: &mut [T], values: &[f64], lengths: Option<&[f64]>) {
+fn whiten<T: AdvantageFloat>(out: &mut [T], values: &[f64], lengths: Option<&[f64]>) {
     let weight = |i: usize| if values[i].is_nan() { 0.0 } else { lengths.map_or(1.0, |l| l[i]) };
     let (total, weighted) =
         (0..out.len()).fold((0.0, 0.0), |(t, s), i| (t + weight(i), s + weight(i) * out[i].to_f64()));
@@ -596,7 +579,7 @@ fn whiten<T: Output>(out: &mut [T], values: &[f64], lengths: Option<&[f64]>) {
 /// variance as sums over the whole (rows x width) tensor in torch's order, then
 /// `(a - mean) * rsqrt(var + 1e-8)` (torch's fp32 `rsqrt` is `1 / sqrt`, both correctly
 /// rounded). A row with a NaN reward contributes no tokens and stays 0.
-fn whiten_verl<T: Output>(out: &mut [T], rows: &Rows, threads: usize) -> Result<()> {
+fn whiten_verl<T: AdvantageFloat>(out: &mut [T], rows: &Rows, threads: usize) -> Result<()> {
     let n = out.len();
     let length = |i: usize| rows.lengths.map_or(1, |l| l[i] as usize);
     // The mask, or each row's `lengths` tokens first in a width of the longest row; read

@@ -7,12 +7,15 @@
 //! Layers, one idea each: [`spec`] says what to compute, [`cell`] holds the statistics of one
 //! normalisation cell and applies an estimator's formula (native f64, or a trainer's fp32
 //! arithmetic), [`kernel`] partitions rows into groups and strata and runs the cells in
-//! parallel, `small` takes the small groups (GRPO rollouts) on its fast paths, [`strata`]
-//! derives per-event stratum codes from a batch, [`batch`] turns a [`crate::TraceBatch`] into
-//! rows and back, [`weights`] computes loss weights, and [`returns`] walks the event graph.
+//! parallel, `small` takes the small groups (GRPO rollouts) on its fast paths, both writing
+//! their results in an [`AdvantageFloat`] ([`float`]), [`strata`] derives per-event stratum
+//! codes from a batch, [`batch`] turns a [`crate::TraceBatch`] into rows and back,
+//! [`weights`] computes loss weights, and [`returns`] walks the event graph. What they read
+//! of a batch comes from [`crate::trace_view`].
 
 pub mod batch;
 mod cell;
+pub mod float;
 pub mod kernel;
 pub mod returns;
 mod small;
@@ -20,12 +23,12 @@ pub mod spec;
 pub mod strata;
 pub mod torch_sqrt;
 mod torch_sum;
-mod trace_graph;
 pub mod weights;
 
 pub use crate::store::trace_channel;
 pub use batch::{BatchAdvantages, BatchOptions, Unit, batch_advantages};
-pub use kernel::{Output, Rows, dense_codes, normalize, normalize_labels};
+pub use float::AdvantageFloat;
+pub use kernel::{Rows, dense_codes, normalize, normalize_labels};
 pub use returns::{ReturnKind, graph_gae, graph_returns};
 pub use spec::{Compat, Estimator, Scale, Spec};
 pub use strata::{Stratum, strata_codes};

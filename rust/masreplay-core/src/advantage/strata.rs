@@ -10,9 +10,9 @@ use arrow_buffer::ArrowNativeType;
 use rayon::prelude::*;
 
 use super::spec::invalid;
-use super::trace_graph::BatchView;
 use crate::error::Result;
 use crate::store::TraceBatch;
+use crate::trace_view::BatchView;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stratum {
@@ -50,7 +50,7 @@ const DIRECT_CODES: u64 = 1 << 20;
 fn codes_of(view: &BatchView, stratum: Stratum) -> Result<(Vec<u32>, usize)> {
     let n = view.n_events();
     Ok(match stratum {
-        Stratum::Agent => ((0..n).map(|e| view.agent(e)).collect(), view.n_agents.max(1)),
+        Stratum::Agent => ((0..n).map(|e| view.agent(e)).collect(), view.n_authors().max(1)),
         Stratum::EventType => {
             let keys = view.events.event_type.keys();
             ((0..n).map(|e| keys.value(view.column_row(e)) as u32).collect(), crate::trace::EventType::NAMES.len())
@@ -78,7 +78,7 @@ fn codes_of(view: &BatchView, stratum: Stratum) -> Result<(Vec<u32>, usize)> {
         Stratum::Depth => per_trace(view, |trace| {
             let graph = view.graph(trace);
             let mut depth = vec![0u32; graph.n_events()];
-            for &event in &view.order(trace, &graph)? {
+            for &event in &view.topological_order(trace, &graph)? {
                 for &next in graph.successors(event) {
                     depth[next as usize] = depth[next as usize].max(depth[event as usize] + 1);
                 }

@@ -1,0 +1,256 @@
+//! The agents of one trace: who authored what, who spawned whom, the spawn tree and the
+//! orchestrator. Conventions, shared by every estimator:
+//! - a tool_result's `agent` names the tool, so tool results have no author here;
+//! - a *sub-agent* is an agent named by the `to` of a spawn event other than its author; its
+//!   *parent* is the author of its earliest spawn in time order ((t, id));
+//! - the *orchestrator* is read from the events' `role` (see [`super::Role`]): the author of
+//!   the earliest event whose role is `orchestrator` or `lead` (a spawn's `role` is not read:
+//!   the seed schema's example gives it the spawned agent's role); in a trace without such a
+//!   role, the author of the earliest event that an agent could have decided (not a
+//!   human_intervention or safety_event, not by a `human`, `user`, `harness`, `monitor` or
+//!   `tool` role) among agents nobody spawned (among every such author when all were spawned,
+//!   as in a spawn cycle). A human is never the orchestrator.
+//!
+//! [`TraceAgents`] is filled by offering it the events in time order ([`TraceAgents::see`]),
+//! so a caller walking the events for its own reasons (the metrics) fills it on the way.
+
+use super::{BatchView, NONE, Role};
+use crate::trace::EventType;
+
+/// What one event says about its author being the orchestrator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Claim {
+    /// Its role says orchestrator (and it is not a spawn).
+    pub orchestrator: bool,
+    /// An agent could have decided it: a candidate in a trace without an orchestrator role.
+    pub candidate: bool,
+}
+
+impl BatchView<'_> {
+    /// What event `e` says about its author being the orchestrator.
+    pub fn claim(&self, e: usize) -> Claim {
+        let (role, event_type) = (self.role(e), self.event_type(e));
+        Claim {
+            orchestrator: role == Role::Orchestrator && event_type != EventType::Spawn,
+            candidate: role != Role::NotAnAgent
+                && !matches!(event_type, EventType::HumanIntervention | EventType::SafetyEvent),
+        }
+    }
+
+    /// The agent number spawn event `e` brings in: its `to`, unless that is its author.
+    pub fn spawned_agent(&self, e: usize) -> Option<u32> {
+        self.to(e).filter(|&child| child != self.agent(e))
+    }
+}
+
+/// What [`TraceAgents::see`] read in one event (agents by local index).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Seen {
+    pub event_type: EventType,
+    /// Its author; [`NONE`] for a tool_result.
+    pub author: u32,
+    /// For a spawn that is its sub-agent's earliest: the sub-agent.
+    pub spawned: Option<u32>,
+    /// For a despawn: the agent it addresses.
+    pub despawned: Option<u32>,
+}
+
+/// The agents of one trace, numbered locally in order of first sight; the tables are kept
+/// from trace to trace (cleared, not freed), so a thread reuses one for all its traces.
+pub struct TraceAgents {
+    /// Agent number -> local index, valid where `stamp` equals `generation`.
+    local_of: Vec<u32>,
+    stamp: Vec<u32>,
+    generation: u32,
+    /// Agent number of each local agent.
+    pub agents: Vec<u32>,
+    /// Local index of each agent's parent, or [`NONE`].
+    pub parent: Vec<u32>,
+    /// Local event index of each agent's earliest spawn, or [`NONE`].
+    pub spawn_event: Vec<u32>,
+    /// Sub-agents whose earliest spawn each agent authored.
+    pub n_children: Vec<u32>,
+    /// Time-order position of each agent's first event claiming orchestrator, or [`NONE`].
+    orchestrator_event: Vec<u32>,
+    /// Time-order position of each agent's first candidate event, or [`NONE`].
+    candidate_event: Vec<u32>,
+    child_offsets: Vec<u32>,
+    children: Vec<u32>,
+    /// The spawn tree in breadth-first order from its root, after [`Self::spawn_tree`].
+    pub tree: Vec<u32>,
+    /// Each agent's level in the spawn tree below its root; [`NONE`] when not reached.
+    pub level: Vec<u32>,
+}
+
+impl TraceAgents {
+    /// Tables for the traces of a view with `n_agent_names` agent numbers.
+    pub fn new(n_agent_names: usize) -> Self {
+        TraceAgents {
+            local_of: vec![0; n_agent_names],
+            stamp: vec![0; n_agent_names],
+            generation: 0,
+            agents: Vec::new(),
+            parent: Vec::new(),
+            spawn_event: Vec::new(),
+            n_children: Vec::new(),
+            orchestrator_event: Vec::new(),
+            candidate_event: Vec::new(),
+            child_offsets: Vec::new(),
+            children: Vec::new(),
+            tree: Vec::new(),
+            level: Vec::new(),
+        }
+    }
+
+    /// Forgets the previous trace.
+    pub fn clear(&mut self) {
+        self.generation = self.generation.wrapping_add(1);
+        if self.generation == 0 {
+            self.stamp.fill(0);
+            self.generation = 1;
+        }
+        for table in [
+            &mut self.agents,
+            &mut self.parent,
+            &mut self.spawn_event,
+            &mut self.n_children,
+            &mut self.orchestrator_event,
+            &mut self.candidate_event,
+            &mut self.tree,
+            &mut self.level,
+        ] {
+            table.clear();
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.agents.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.agents.is_empty()
+    }
+
+    /// The local index of agent number `agent`, if seen.
+    pub fn lookup(&self, agent: u32) -> Option<u32> {
+        (self.stamp[agent as usize] == self.generation).then(|| self.local_of[agent as usize])
+    }
+
+    /// The local index of agent number `agent`, registering it on first sight.
+    pub fn local(&mut self, agent: u32) -> u32 {
+        if let Some(local) = self.lookup(agent) {
+            return local;
+        }
+        let local = self.agents.len() as u32;
+        self.stamp[agent as usize] = self.generation;
+        self.local_of[agent as usize] = local;
+        self.agents.push(agent);
+        self.parent.push(NONE);
+        self.spawn_event.push(NONE);
+        self.n_children.push(0);
+        self.orchestrator_event.push(NONE);
+        self.candidate_event.push(NONE);
+        local
+    }
+
+    /// Reads event `e` (batch position; local index `j` in its trace), the `position`-th of
+    /// its trace in time order. Events must come in time order: the first spawn of an agent
+    /// offered is its earliest.
+    pub fn see(&mut self, view: &BatchView, e: usize, j: u32, position: u32) -> Seen {
+        let event_type = view.event_type(e);
+        let mut seen = Seen { event_type, author: NONE, spawned: None, despawned: None };
+        if event_type == EventType::ToolResult {
+            return seen;
+        }
+        let author = self.local(view.agent(e));
+        seen.author = author;
+        let claim = view.claim(e);
+        let a = author as usize;
+        if claim.orchestrator && self.orchestrator_event[a] == NONE {
+            self.orchestrator_event[a] = position;
+        }
+        if claim.candidate && self.candidate_event[a] == NONE {
+            self.candidate_event[a] = position;
+        }
+        match event_type {
+            EventType::Spawn => {
+                if let Some(child) = view.spawned_agent(e).map(|agent| self.local(agent))
+                    && self.parent[child as usize] == NONE
+                {
+                    self.parent[child as usize] = author;
+                    self.spawn_event[child as usize] = j;
+                    self.n_children[a] += 1;
+                    seen.spawned = Some(child);
+                }
+            }
+            EventType::Despawn => seen.despawned = view.to(e).map(|agent| self.local(agent)),
+            _ => {}
+        }
+        seen
+    }
+
+    /// Clears the tables and reads every event of `trace`; `order` is its time order.
+    pub fn read(&mut self, view: &BatchView, trace: usize, order: &[u32]) {
+        self.clear();
+        let start = view.events_of(trace).start;
+        for (position, &j) in order.iter().enumerate() {
+            self.see(view, start + j as usize, j, position as u32);
+        }
+    }
+
+    /// The orchestrator's local index (see the module's conventions); None when no agent
+    /// qualifies (a trace of human and safety events only).
+    pub fn orchestrator(&self) -> Option<u32> {
+        let agents = 0..self.len() as u32;
+        agents
+            .clone()
+            .filter(|&a| self.orchestrator_event[a as usize] != NONE)
+            .min_by_key(|&a| self.orchestrator_event[a as usize])
+            .or_else(|| {
+                agents
+                    .filter(|&a| self.candidate_event[a as usize] != NONE)
+                    .min_by_key(|&a| (self.parent[a as usize] != NONE, self.candidate_event[a as usize]))
+            })
+    }
+
+    /// The spawn tree below `root`: `tree` lists the agents reached, breadth-first (each
+    /// after its parent), and `level` their levels. A spawn cycle cannot loop (levels mark
+    /// visits).
+    pub fn spawn_tree(&mut self, root: u32) {
+        let n = self.len();
+        self.child_offsets.clear();
+        self.child_offsets.resize(n + 1, 0);
+        for &parent in self.parent.iter().filter(|&&p| p != NONE) {
+            self.child_offsets[parent as usize + 1] += 1;
+        }
+        for i in 1..=n {
+            self.child_offsets[i] += self.child_offsets[i - 1];
+        }
+        self.children.clear();
+        self.children.resize(self.child_offsets[n] as usize, 0);
+        // `level` serves as the fill cursor before it holds the levels.
+        self.level.clear();
+        self.level.extend_from_slice(&self.child_offsets[..n]);
+        for (child, &parent) in self.parent.iter().enumerate().filter(|(_, p)| **p != NONE) {
+            let slot = &mut self.level[parent as usize];
+            self.children[*slot as usize] = child as u32;
+            *slot += 1;
+        }
+        self.level.fill(NONE);
+        self.tree.clear();
+        self.tree.push(root);
+        self.level[root as usize] = 0;
+        let mut head = 0;
+        while head < self.tree.len() {
+            let agent = self.tree[head] as usize;
+            head += 1;
+            for slot in self.child_offsets[agent]..self.child_offsets[agent + 1] {
+                let child = self.children[slot as usize] as usize;
+                if self.level[child] == NONE {
+                    self.level[child] = self.level[agent] + 1;
+                    self.tree.push(child as u32);
+                }
+            }
+        }
+    }
+}
