@@ -9,6 +9,7 @@ pub mod graph;
 pub mod metrics;
 pub mod shapley;
 pub mod sim;
+mod stamped;
 pub mod store;
 pub mod trace;
 pub mod trace_view;

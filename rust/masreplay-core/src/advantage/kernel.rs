@@ -16,6 +16,7 @@ use super::small::{Block, Declined, Labels, SMALL_ROWS, Small, normalize_small_g
 use super::spec::{Compat, Estimator, Scale, Spec, invalid};
 use super::torch_sum::torch_sum_threads_of;
 use crate::error::{MasreplayError, Result};
+use crate::stamped::StampedIndex;
 
 /// The rows to normalise: a value, a dense group code and optionally a dense stratum code
 /// and a length (token count; OPO's and REINFORCE++'s weights) per row.
@@ -99,11 +100,10 @@ fn layout(groups: &[u32], n_groups: usize) -> Layout {
     Layout::Gathered { bounds, order }
 }
 
-/// Per-thread buffers: stratum code -> local cell, valid where `stamp` is `generation`.
+/// Per-thread buffers.
 struct Scratch {
-    stamp: Vec<u32>,
-    local: Vec<u32>,
-    generation: u32,
+    /// Stratum code -> the group's cell of that stratum.
+    cell_of_stratum: StampedIndex,
     cells: Vec<Cell>,
     cell_of_row: Vec<u32>,
     /// The trainer modes: the group's rows by cell (`cell_bounds`), their fp32 values and
@@ -119,9 +119,7 @@ struct Scratch {
 impl Scratch {
     fn new(n_strata: usize) -> Self {
         Scratch {
-            stamp: vec![0; n_strata],
-            local: vec![0; n_strata],
-            generation: 0,
+            cell_of_stratum: StampedIndex::new(n_strata),
             cells: Vec::new(),
             cell_of_row: Vec::new(),
             cell_bounds: Vec::new(),
@@ -134,23 +132,19 @@ impl Scratch {
     }
 
     fn next_group(&mut self) {
-        self.generation = self.generation.wrapping_add(1);
-        if self.generation == 0 {
-            self.stamp.fill(0);
-            self.generation = 1;
-        }
+        self.cell_of_stratum.clear();
         self.cells.clear();
         self.cell_of_row.clear();
     }
 
     fn cell_of(&mut self, stratum: u32) -> u32 {
-        let s = stratum as usize;
-        if self.stamp[s] != self.generation {
-            self.stamp[s] = self.generation;
-            self.local[s] = self.cells.len() as u32;
-            self.cells.push(Cell::default());
+        if let Some(cell) = self.cell_of_stratum.get(stratum) {
+            return cell;
         }
-        self.local[s]
+        let cell = self.cells.len() as u32;
+        self.cell_of_stratum.insert(stratum, cell);
+        self.cells.push(Cell::default());
+        cell
     }
 
     /// The trainer modes' fp32 statistics of every cell, from its rows in row order.

@@ -75,6 +75,7 @@ impl Node {
 }
 
 /// Per-thread buffers; every vector is cleared, not freed, between traces.
+#[derive(Default)]
 pub(super) struct Scratch {
     /// The trace's agents by local index; `agents` holds the metrics' own figures of each.
     table: TraceAgents,
@@ -121,25 +122,7 @@ fn prefix_sums(offsets: &mut [u32]) {
 
 impl Scratch {
     pub(super) fn new(n_agent_names: usize) -> Self {
-        Scratch {
-            table: TraceAgents::new(n_agent_names),
-            agents: Vec::new(),
-            by_time: Vec::new(),
-            author: Vec::new(),
-            nodes: Vec::new(),
-            n_error_sources: 0,
-            returns: Vec::new(),
-            contents: Vec::new(),
-            has_adjacency: false,
-            out_offsets: Vec::new(),
-            out_targets: Vec::new(),
-            in_degree: Vec::new(),
-            order: Vec::new(),
-            stage_base: Vec::new(),
-            stage_best: Vec::new(),
-            births: Vec::new(),
-            deaths: Vec::new(),
-        }
+        Scratch { table: TraceAgents::new(n_agent_names), ..Scratch::default() }
     }
 
     fn start_trace(&mut self) {

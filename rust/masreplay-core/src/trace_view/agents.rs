@@ -15,6 +15,7 @@
 //! so a caller walking the events for its own reasons (the metrics) fills it on the way.
 
 use super::{BatchView, NONE, Role};
+use crate::stamped::StampedIndex;
 use crate::trace::EventType;
 
 /// What one event says about its author being the orchestrator.
@@ -58,10 +59,8 @@ pub struct Seen {
 /// The agents of one trace, numbered locally in order of first sight; the tables are kept
 /// from trace to trace (cleared, not freed), so a thread reuses one for all its traces.
 pub struct TraceAgents {
-    /// Agent number -> local index, valid where `stamp` equals `generation`.
-    local_of: Vec<u32>,
-    stamp: Vec<u32>,
-    generation: u32,
+    /// Agent number -> local index.
+    local_of: StampedIndex,
     /// Agent number of each local agent.
     pub agents: Vec<u32>,
     /// Local index of each agent's parent, or [`NONE`].
@@ -82,13 +81,18 @@ pub struct TraceAgents {
     pub level: Vec<u32>,
 }
 
+/// Tables for a view without agents; [`TraceAgents::new`] makes them for a view.
+impl Default for TraceAgents {
+    fn default() -> Self {
+        TraceAgents::new(0)
+    }
+}
+
 impl TraceAgents {
     /// Tables for the traces of a view with `n_agent_names` agent numbers.
     pub fn new(n_agent_names: usize) -> Self {
         TraceAgents {
-            local_of: vec![0; n_agent_names],
-            stamp: vec![0; n_agent_names],
-            generation: 0,
+            local_of: StampedIndex::new(n_agent_names),
             agents: Vec::new(),
             parent: Vec::new(),
             spawn_event: Vec::new(),
@@ -104,11 +108,7 @@ impl TraceAgents {
 
     /// Forgets the previous trace.
     pub fn clear(&mut self) {
-        self.generation = self.generation.wrapping_add(1);
-        if self.generation == 0 {
-            self.stamp.fill(0);
-            self.generation = 1;
-        }
+        self.local_of.clear();
         for table in [
             &mut self.agents,
             &mut self.parent,
@@ -133,7 +133,7 @@ impl TraceAgents {
 
     /// The local index of agent number `agent`, if seen.
     pub fn lookup(&self, agent: u32) -> Option<u32> {
-        (self.stamp[agent as usize] == self.generation).then(|| self.local_of[agent as usize])
+        self.local_of.get(agent)
     }
 
     /// The local index of agent number `agent`, registering it on first sight.
@@ -142,8 +142,7 @@ impl TraceAgents {
             return local;
         }
         let local = self.agents.len() as u32;
-        self.stamp[agent as usize] = self.generation;
-        self.local_of[agent as usize] = local;
+        self.local_of.insert(agent, local);
         self.agents.push(agent);
         self.parent.push(NONE);
         self.spawn_event.push(NONE);
@@ -241,14 +240,14 @@ impl TraceAgents {
         self.tree.push(root);
         self.level[root as usize] = 0;
         let mut head = 0;
-        while head < self.tree.len() {
-            let agent = self.tree[head] as usize;
+        while let Some(&agent) = self.tree.get(head) {
             head += 1;
-            for slot in self.child_offsets[agent]..self.child_offsets[agent + 1] {
-                let child = self.children[slot as usize] as usize;
-                if self.level[child] == NONE {
-                    self.level[child] = self.level[agent] + 1;
-                    self.tree.push(child as u32);
+            let (agent, below) = (agent as usize, self.level[agent as usize] + 1);
+            let children = self.child_offsets[agent] as usize..self.child_offsets[agent + 1] as usize;
+            for &child in &self.children[children] {
+                if self.level[child as usize] == NONE {
+                    self.level[child as usize] = below;
+                    self.tree.push(child);
                 }
             }
         }

@@ -13,7 +13,7 @@
 
 pub mod agents;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::cmp::Ordering;
 use std::collections::HashMap;

@@ -10,7 +10,8 @@ fn event(id: &str, t: f64, event_type: EventType, agent: &str, to: Option<&str>)
     event
 }
 
-fn trace(trace_id: &str, events: Vec<Event>, edges: &[(u32, u32)]) -> Trace {
+/// A trace of `events` and causal `edges`, with a team reward and no costs.
+pub(crate) fn trace(trace_id: &str, events: Vec<Event>, edges: &[(u32, u32)]) -> Trace {
     Trace {
         trace_id: trace_id.into(),
         task_id: "task".into(),
