@@ -61,10 +61,7 @@ enum Players<'a> {
 
 impl Players<'_> {
     /// The key of every event of `trace` (local index), None where it is null.
-    fn keys<'v>(&self, view: &BatchView<'v>, trace: usize) -> Vec<Option<Cow<'v, str>>>
-    where
-        Self: 'v,
-    {
+    fn keys<'v>(&self, view: &BatchView<'v>, trace: usize) -> Vec<Option<Cow<'v, str>>> {
         let range = view.events_of(trace);
         match self {
             Players::Agent => {
@@ -155,6 +152,7 @@ fn players_of(view: &BatchView, trace: usize, kind: &Players, agents: &TraceAgen
     OneTrace { labels, parents, event_player }
 }
 
+/// `one`, if its players' parents form a forest (the spawn tree `respect_spawn_tree` needs).
 fn check_spawn_tree(view: &BatchView, trace: usize, players: &str, one: OneTrace) -> Result<OneTrace> {
     match super::Forest::new(&one.parents) {
         Ok(_) => Ok(one),

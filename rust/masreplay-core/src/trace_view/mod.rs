@@ -25,8 +25,8 @@ use arrow_buffer::ArrowNativeType;
 
 use crate::error::{MasreplayError, Result};
 use crate::graph::Csr;
-use crate::store::TraceBatch;
 use crate::store::schema::{EdgeColumns, EventColumns, TraceColumns};
+use crate::store::{TraceBatch, same_text};
 use crate::trace::EventType;
 
 pub use agents::{Claim, TraceAgents};
@@ -164,7 +164,7 @@ impl<'a> BatchView<'a> {
 
     /// The local index of the event `event_id` of `trace`.
     pub fn event_index(&self, trace: usize, event_id: &str) -> Option<u32> {
-        self.events_of(trace).position(|e| self.id(e) == event_id).map(|j| j as u32)
+        self.events_of(trace).position(|e| same_text(self.id(e), event_id)).map(|j| j as u32)
     }
 
     pub fn id(&self, e: usize) -> &'a str {
