@@ -215,7 +215,8 @@ def test_verl_rloo_and_opo_edge_cases():
 
 def _torch_sqrt(x):
     """TRL's fp32 torch.sqrt as compat="trl" rounds it on this CPU (MKL's kernel; held
-    against torch.sqrt in test_integrations.py)."""
+    against captured MKL outputs in test_torch_sqrt.py and against torch.sqrt in
+    test_integrations.py)."""
     return masreplay._core.torch_sqrt(np.atleast_1d(np.float32(x)))[0][0]
 
 
@@ -576,6 +577,44 @@ def test_invariant_to_row_order_and_constant_shift(data, random, shift):
         plain = masreplay.group_normalize(values, groups, strata=strata, estimator=estimator, dtype="float64")
         shifted = masreplay.group_normalize(values + shift, groups, strata=strata, estimator=estimator, dtype="float64")
         np.testing.assert_allclose(shifted, plain, rtol=1e-6, atol=1e-6)
+
+
+# Unrounded values far from zero and groups nearly constant: where a one-pass variance
+# (E[x^2] - E[x]^2) loses every digit; masreplay must agree with a two-pass numpy reference.
+offset_rows = st.integers(min_value=2, max_value=40).flatmap(
+    lambda n: st.tuples(
+        st.floats(-1e6, 1e6),
+        st.integers(-4, 3).map(lambda k: 10.0**k),
+        # Differences below 1e-9 of the spread would square to subnormals, where no
+        # implementation keeps the digits the comparison needs.
+        st.lists(st.floats(-1, 1).map(lambda x: x if abs(x) > 1e-9 else 0.0), min_size=n, max_size=n),
+        st.lists(st.integers(0, 3), min_size=n, max_size=n),
+    )
+)
+
+
+def _two_pass_grpo(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    out = np.zeros_like(values)
+    for group in np.unique(groups):
+        cell = groups == group
+        if cell.sum() > 1 and values[cell].std() > 0:
+            out[cell] = (values[cell] - values[cell].mean()) / values[cell].std(ddof=1)
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(offset_rows, st.floats(1e-3, 1e3))
+def test_large_offsets_and_near_constant_groups_match_two_pass_and_are_scale_invariant(data, scale):
+    offset, spread, noise, groups = data
+    values = offset + spread * np.asarray(noise)
+    groups = np.asarray(groups)
+    out = masreplay.group_normalize(values, groups, eps=0.0, dtype="float64")
+    # The inputs carry |offset| * 2^-52 of absolute rounding; relative to the spread that is
+    # the precision any implementation can reach.
+    tolerance = 1e-6 + 64 * np.finfo(float).eps * abs(offset) / spread
+    np.testing.assert_allclose(out, _two_pass_grpo(values, groups), rtol=0, atol=tolerance)
+    scaled = masreplay.group_normalize(values * scale, groups, eps=0.0, dtype="float64")
+    np.testing.assert_allclose(scaled, out, rtol=0, atol=tolerance)
 
 
 @settings(max_examples=40, deadline=None)

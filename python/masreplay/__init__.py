@@ -18,7 +18,7 @@ from masreplay.errors import (
     StorageError,
     TraceValidationError,
 )
-from masreplay.io import load_traces, validate
+from masreplay.io import as_batch, load_traces, validate
 from masreplay.offline import DumpSummary, credit_dump, read_credit
 from masreplay.orchestration import metrics
 from masreplay.shapley import ShapleyResult, TraceCredit, shapley, trace_players, trace_shapley
@@ -41,6 +41,7 @@ __all__ = [
     "TraceValidationError",
     "TraceView",
     "advantages",
+    "as_batch",
     "coma_credit",
     "convert",
     "counterfactual_credit",

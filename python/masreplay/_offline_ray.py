@@ -28,12 +28,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from masreplay import offline
+from masreplay import _offline_steps as steps
 from masreplay.errors import TraceValidationError
 
-_REJECTED = pa.schema(
-    [("position", pa.int64()), ("trace_id", pa.string()), ("pointer", pa.string()), ("reason", pa.string())]
-)
+_REJECTED = pa.schema([("position", pa.int64()), ("trace_id", pa.string()), ("pointer", pa.string()), ("reason", pa.string())])
 
 
 def _ray() -> Any:
@@ -69,11 +67,11 @@ class _Spill:
         if not todo.any():
             return _REJECTED.empty_table()
         # Errors go back to the driver, which raises the first one in dump order.
-        core, kept, bad = offline.ingest(table.filter(pa.array(todo)), positions[todo], "skip")
-        for bucket, piece in offline.split_by_bucket(core, kept, self.bucket[kept]):
+        core, kept, bad = steps.ingest(table.filter(pa.array(todo)), positions[todo], "skip")
+        for bucket, piece in steps.split_by_bucket(core, kept, self.bucket[kept]):
             folder = _bucket_folder(self.scratch, bucket)
             folder.mkdir(parents=True, exist_ok=True)
-            offline._ipc_write(folder / f"{self.name}-{self.count:06d}.arrow", piece)
+            steps._ipc_write(folder / f"{self.name}-{self.count:06d}.arrow", piece)
             self.count += 1
         return pa.Table.from_pylist(bad, schema=_REJECTED)
 
@@ -88,16 +86,16 @@ class _Credit:
     def __call__(self, batch: pa.Table) -> pa.Table:
         sizes = []
         for bucket in batch["bucket"].to_pylist():
-            folder = _bucket_folder(self.destination / offline.SCRATCH, bucket)
+            folder = _bucket_folder(self.destination / steps.SCRATCH, bucket)
             paths = sorted(folder.glob("*.arrow")) if folder.exists() else []
-            core = offline.load_bucket([offline._ipc_read(path) for path in paths])
-            traces, events = offline.compute_bucket(core, self.options)
-            offline.write_part(self.destination, bucket, traces, events)
+            core = steps.load_bucket([steps._ipc_read(path) for path in paths])
+            traces, events = steps.compute_bucket(core, self.options)
+            steps.write_part(self.destination, bucket, traces, events)
             sizes.append({"bucket": bucket, "traces": traces.num_rows, "events": events.num_rows})
         return pa.Table.from_pylist(sizes)
 
 
-def run_ray(files: Sequence[str], manifest: offline.Manifest, options: Mapping[str, Any], bucket_events: int,
+def run_ray(files: Sequence[str], manifest: steps.Manifest, options: Mapping[str, Any], bucket_events: int,
             limit: int, progress: bool, workers: int | None) -> None:  # fmt: skip
     """The job on the Ray cluster this process is connected to (a local one if none)."""
     ray = _ray()
@@ -113,14 +111,14 @@ def run_ray(files: Sequence[str], manifest: offline.Manifest, options: Mapping[s
     size = workers or max(1, cpus // 2)
     pool = {"compute": ray.data.ActorPoolStrategy(size=size), "num_cpus": 0.5, "batch_format": "pyarrow"}
 
-    columns = offline._key_columns(pq.read_schema(files[0]))
-    keys_ds = ray.data.read_parquet(list(files), columns=columns).map_batches(offline.trace_keys, batch_format="pyarrow")
+    columns = steps._key_columns(pq.read_schema(files[0]))
+    keys_ds = ray.data.read_parquet(list(files), columns=columns).map_batches(steps.trace_keys, batch_format="pyarrow")
     keys = pa.concat_tables(keys_ds.iter_batches(batch_format="pyarrow", batch_size=None))
-    plan = offline.make_plan(keys, options, bucket_events)
-    offline._record_null_ids(plan, manifest, options)
+    plan = steps.make_plan(keys, options, bucket_events)
+    steps._record_null_ids(plan, manifest, options)
 
     destination = manifest.path.parent
-    scratch = destination / offline.SCRATCH
+    scratch = destination / steps.SCRATCH
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir()
     done = sorted(manifest.done)
@@ -147,4 +145,4 @@ def run_ray(files: Sequence[str], manifest: offline.Manifest, options: Mapping[s
         for row in parts.iter_rows():
             manifest.commit(int(row["bucket"]), int(row["traces"]), int(row["events"]), by_bucket.get(int(row["bucket"]), []))
     shutil.rmtree(scratch, ignore_errors=True)
-    offline._finish(manifest, plan.n_buckets)
+    steps._finish(manifest, plan.n_buckets)

@@ -9,7 +9,7 @@ The arithmetic runs in Rust (``masreplay._core``); the formulas are in the READM
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 from masreplay import _core
 from masreplay.batch import TraceBatch
 from masreplay.errors import InvalidArgumentError
+from masreplay.io import as_batch
 
 Estimator = Literal["grpo", "rloo", "reinforce_pp_baseline", "opo"]
 Compat = Literal["verl", "trl", "openrlhf"]
@@ -54,14 +55,6 @@ class Advantages:
             f"Advantages({self.estimator}{by}: {len(self.per_trace)} traces, {len(self.per_event)} events, "
             f"{self.per_event.dtype})"
         )
-
-
-def _batch(batch: Any) -> TraceBatch:
-    if isinstance(batch, TraceBatch):
-        return batch
-    from masreplay.io import load_traces
-
-    return load_traces(batch)
 
 
 def _scale(std: bool | str) -> str:
@@ -209,7 +202,7 @@ def advantages(
     - ``missing``: a trace without the channel raises, or with ``"skip"`` is left out of the
       statistics and gets 0 (TRL's unscorable rows).
     """
-    batch = _batch(batch)
+    batch = as_batch(batch)
     out_dtype = _dtype(dtype)
     if channel_mode not in CHANNEL_MODES:
         raise InvalidArgumentError(f"channel_mode must be one of {CHANNEL_MODES}, got {channel_mode!r}")
@@ -219,11 +212,8 @@ def advantages(
     weights_by = _strata("weight_by", weight_by) or by
     groups = _group_keys(batch, group_by)
     weights = _channel_weights(channel, channels)
-    credit_array = None
-    if credit is not None:
-        credit_array = np.ascontiguousarray(credit, dtype=np.float64)
-        if credit_array.shape != (batch.num_events,):
-            raise InvalidArgumentError(f"credit must have one value per event ({batch.num_events}), got shape {credit_array.shape}")
+    credit_array = None if credit is None else _event_values(batch, "credit", credit)
+    if credit_array is not None:
         rewards = {"credit": np.zeros(len(batch))}
     else:
         rewards = {name: _trace_rewards(batch, name, missing) for name in weights}
@@ -247,20 +237,7 @@ def advantages(
         total = sum(weights.get(name, 1.0) * values for name, values in rewards.items())
         per_trace, per_event, loss_weights = run(total)
     else:
-        parts = [(weights[name], run(values)) for name, values in rewards.items()]
-        loss_weights = parts[0][1][2]
-        if compat == "trl":
-            # TRL sums the weighted channel advantages in fp32, then whitens the sum over the
-            # whole batch (its normalize_then_sum).
-            total32 = np.zeros(len(batch), dtype=np.float32)
-            for w, part in parts:
-                total32 += np.float32(w) * part[0].astype(np.float32)
-            zeros = np.zeros(len(batch), np.int64)
-            per_trace = _core.group_normalize(total32.astype(np.float64), zeros, compat="trl").astype(np.float64)
-            per_event = np.repeat(per_trace, np.diff(batch.event_offsets))
-        else:
-            per_trace = sum(w * part[0] for w, part in parts)
-            per_event = sum(w * part[1] for w, part in parts)
+        per_trace, per_event, loss_weights = _normalize_then_sum(batch, weights, rewards, run, compat)
     trace_index = np.repeat(np.arange(len(batch), dtype=np.int64), np.diff(batch.event_offsets))
     group_index = np.unique(groups, return_inverse=True)[1].astype(np.int64) if len(groups) else groups
     return Advantages(
@@ -272,6 +249,32 @@ def advantages(
         estimator=estimator,
         normalize_by=tuple(by),
     )
+
+
+def _normalize_then_sum(
+    batch: TraceBatch,
+    weights: Mapping[str, float],
+    rewards: Mapping[str, np.ndarray],
+    run: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]],
+    compat: Compat | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each channel normalised on its own (``run``), then the weighted advantages summed;
+    the loss weights do not depend on the rewards, so the first channel's serve."""
+    parts = [(weights[name], run(values)) for name, values in rewards.items()]
+    loss_weights = parts[0][1][2]
+    if compat == "trl":
+        # TRL sums the weighted channel advantages in fp32, then whitens the sum over the
+        # whole batch (its normalize_then_sum).
+        total32 = np.zeros(len(batch), dtype=np.float32)
+        for w, part in parts:
+            total32 += np.float32(w) * part[0].astype(np.float32)
+        zeros = np.zeros(len(batch), np.int64)
+        per_trace = _core.group_normalize(total32.astype(np.float64), zeros, compat="trl").astype(np.float64)
+        per_event = np.repeat(per_trace, np.diff(batch.event_offsets))
+    else:
+        per_trace = sum(w * part[0] for w, part in parts)
+        per_event = sum(w * part[1] for w, part in parts)
+    return per_trace, per_event, loss_weights
 
 
 def _mask(mask: Any, n: int) -> np.ndarray:
@@ -332,7 +335,7 @@ def group_normalize(
 def event_rewards(batch: Any, channel: str, *, fill: float = 0.0) -> np.ndarray:
     """The per-event reward channel ``channel`` (e.g. ``"process"``, ``"tool"``) as float64,
     aligned with ``batch.events()``; ``fill`` where an event lacks it."""
-    batch = _batch(batch)
+    batch = as_batch(batch)
     rewards = pa.array(batch._source.event_field("reward"))
     values = pc.map_lookup(rewards, channel, "first")
     return values.fill_null(float(fill)).to_numpy(zero_copy_only=False).astype(np.float64)
@@ -341,6 +344,11 @@ def event_rewards(batch: Any, channel: str, *, fill: float = 0.0) -> np.ndarray:
 def _per_event(batch: TraceBatch, name: str, values: Any) -> np.ndarray:
     if isinstance(values, str):
         return event_rewards(batch, values)
+    return _event_values(batch, name, values)
+
+
+def _event_values(batch: TraceBatch, name: str, values: Any) -> np.ndarray:
+    """``values`` as float64, checked to hold one value per event of ``batch``."""
     array = np.ascontiguousarray(values, dtype=np.float64)
     if array.shape != (batch.num_events,):
         raise InvalidArgumentError(f"{name} must have one value per event ({batch.num_events}), got shape {array.shape}")
@@ -364,7 +372,7 @@ def graph_returns(
     - ``"turns"``: MARSHAL's discounted reverse cumulative sum over each agent's own events
       in time order.
     """
-    batch = _batch(batch)
+    batch = as_batch(batch)
     return _core.graph_returns(batch._core, _per_event(batch, "rewards", rewards), gamma=float(gamma), kind=kind)
 
 
@@ -380,7 +388,7 @@ def graph_gae(
     mean(V_c) - V_e`` and ``A_e = delta_e + gamma * lam * mean(A_c)`` over the children ``c``
     (0 past a leaf). Returns ``(advantages, returns = advantages + values)``; on a chain this
     is verl's GAE before whitening."""
-    batch = _batch(batch)
+    batch = as_batch(batch)
     return _core.graph_gae(
         batch._core,
         _per_event(batch, "rewards", rewards),

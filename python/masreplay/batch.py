@@ -11,12 +11,12 @@ import numpy as np
 import pyarrow as pa
 
 from masreplay import _core
-from masreplay.errors import DataFormatError
+from masreplay.conversion_report import ConversionReport
+from masreplay.errors import DataFormatError, InvalidArgumentError
 
 if TYPE_CHECKING:
     import polars as pl
 
-    from masreplay.convert import ConversionReport
     from masreplay.errors import TraceValidationError
 
 #: A trace the input held but validation rejected: (position in the input, trace_id, error).
@@ -180,7 +180,7 @@ class TraceBatch:
             array, offsets = self._event_array(column), self.event_offsets
         array = _numeric(array, column)
         if array.null_count and not pa.types.is_floating(array.type):
-            raise ValueError(f"column {column!r} has nulls and is not a float column; use padded(column, pad_value)")
+            raise InvalidArgumentError(f"column {column!r} has nulls and is not a float column; use padded(column, pad_value)")
         values = array.fill_null(float("nan")) if array.null_count else array
         return values.to_numpy(zero_copy_only=False), offsets
 
@@ -194,8 +194,6 @@ class TraceBatch:
         joined = TraceBatch(_core.TraceBatch.concat([b._core for b in batches]))
         reports = [b.conversion_report for b in batches if b.conversion_report is not None]
         if reports:
-            from masreplay.convert import ConversionReport
-
             joined.conversion_report = ConversionReport.combine(reports)
         return joined
 

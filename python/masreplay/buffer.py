@@ -10,22 +10,12 @@ import numpy as np
 import pyarrow as pa
 
 from masreplay import _core
+from masreplay.bands import band_limits
 from masreplay.batch import Rejected, TraceBatch, _from_ipc_table, _to_ipc
 from masreplay.errors import InvalidArgumentError
 from masreplay.io import OnError, _load
 
 Sampler = Literal["uniform", "prioritized"]
-
-#: The trace-length bands of the seed's benchmark recommendations: band b holds traces with
-#: b/10 < n_events <= b (band 10 holds 1..10 events).
-LENGTH_BANDS = (10, 100, 1000, 10000)
-
-
-def band_limits(band: int) -> tuple[int, int]:
-    if band not in LENGTH_BANDS:
-        raise ValueError(f"band must be one of {LENGTH_BANDS}, not {band!r}")
-    return (1 if band == 10 else band // 10 + 1, band)
-
 
 @dataclass
 class AddReport:

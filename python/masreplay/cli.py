@@ -9,10 +9,7 @@ import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 
-import pyarrow as pa
-import pyarrow.compute as pc
-
-from masreplay.batch import TraceBatch
+from masreplay._text import print_table, stats_table
 from masreplay.convert import FORMATS, write
 from masreplay.errors import MasreplayError, TraceValidationError
 from masreplay.io import load_traces
@@ -36,31 +33,6 @@ def _validate_file(path: str, strict_seed: bool) -> bool:
     return not rejected
 
 
-def stats_table(batch: TraceBatch) -> list[tuple[str, str]]:
-    """Shape statistics of a batch as (name, value) rows."""
-    table = batch.to_arrow()
-    rows: list[tuple[str, str]] = [("traces", str(len(batch))), ("events", str(batch.num_events))]
-    rows.append(("edges", str(int(batch.edge_offsets[-1]))))
-    rows.append(("groups", str(len(pc.unique(table["group_id"])))))
-    for column in ("n_events", "n_agents", "depth", "max_branching"):
-        values = table[column]
-        if len(values) == 0:
-            continue
-        low, high = pc.min(values).as_py(), pc.max(values).as_py()
-        mean = pc.mean(values).as_py()
-        rows.append((f"{column} min/mean/max", f"{low} / {mean:.1f} / {high}"))
-    counts = pc.value_counts(pc.dictionary_decode(batch.events()["type"].combine_chunks())) if batch.num_events else []
-    for entry in sorted(counts.to_pylist() if counts else [], key=lambda e: -e["counts"]):
-        rows.append((f"events of type {entry['values']}", str(entry["counts"])))
-    return rows
-
-
-def print_rows(rows: Sequence[tuple[str, str]]) -> None:
-    width = max(len(name) for name, _ in rows)
-    for name, value in rows:
-        print(f"  {name:<{width}}  {value}")
-
-
 def _stats(path: str) -> int:
     try:
         batch = load_traces(path)
@@ -68,7 +40,7 @@ def _stats(path: str) -> int:
         print(f"{path}: {error}", file=sys.stderr)
         return 1
     print(f"{path}:")
-    print_rows(stats_table(batch))
+    print_table(stats_table(batch), values="left")
     return 0
 
 
@@ -143,16 +115,49 @@ def _credit(args: argparse.Namespace) -> int:
         print(f"masreplay credit: {error}", file=sys.stderr)
         return 1
     print(f"{args.destination}:")
-    print_rows(summary.rows())
+    print_table(summary.rows(), values="left")
     for entry in summary.rejected:
         print(f"  rejected trace {entry['trace_id']!r} at {entry['pointer'] or '/'}: {entry['reason']}")
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "validate":
+        results = [_validate_file(path, args.strict_seed) for path in args.files]
+        return 0 if all(results) else 1
+    if args.command == "stats":
+        return _stats(args.file)
+    if args.command == "convert":
+        return _convert(args.source_format, args.source, args.target)
+    if args.command == "report":
+        return _report(args.files, args.plot)
+    if args.command == "view":
+        return _view(args.source, args.trace, args.color, args.output)
+    if args.command == "credit":
+        return _credit(args)
+    from masreplay.demo import run
+
+    return run()
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="masreplay", description=__doc__)
     parser.add_argument("--version", action="version", version=f"masreplay {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_trace_file_commands(commands)
+    _add_view_command(commands)
+    _add_credit_command(commands)
+    commands.add_parser(
+        "demo",
+        help="run the main job on the bundled data, narrated",
+        description="Ingest, store, sample and credit the bundled traces, explaining each step.",
+    )
+    return parser
+
+
+def _add_trace_file_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """validate, stats, convert and report: each reads trace files and prints what it found."""
     validate = commands.add_parser(
         "validate",
         help="check trace files; exit 1 if any trace is invalid",
@@ -183,9 +188,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "overheads), averaged per trace-length band.",
     )
     report.add_argument("files", nargs="+", metavar="FILE", help="trace files (JSON, JSON Lines, Parquet)")
-    report.add_argument(
-        "--plot", metavar="OUT.png", help="also draw the distributions to this image file (needs matplotlib)"
-    )
+    report.add_argument("--plot", metavar="OUT.png", help="also draw the distributions to this image file (needs matplotlib)")
+
+
+def _add_view_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     viewer = commands.add_parser(
         "view",
         help="write one trace as a self-contained interactive HTML page",
@@ -201,6 +207,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "per-event reward channel (default: by event type)",
     )
     viewer.add_argument("-o", "--output", metavar="OUT.html", help="where to write the page (default: TRACE_ID.html)")
+
+
+def _add_credit_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     credit = commands.add_parser(
         "credit",
         help="advantages, branch credit and metrics of a Parquet dump, in bounded memory",
@@ -222,29 +231,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     credit.add_argument("--no-resume", dest="resume", action="store_false", help="start over instead of continuing a stopped run")
     credit.add_argument("--quiet", action="store_true", help="no progress bar")
-    commands.add_parser(
-        "demo",
-        help="run the main job on the bundled data, narrated",
-        description="Ingest, store, sample and credit the bundled traces, explaining each step.",
-    )
-    args = parser.parse_args(argv)
-
-    if args.command == "validate":
-        results = [_validate_file(path, args.strict_seed) for path in args.files]
-        return 0 if all(results) else 1
-    if args.command == "stats":
-        return _stats(args.file)
-    if args.command == "convert":
-        return _convert(args.source_format, args.source, args.target)
-    if args.command == "report":
-        return _report(args.files, args.plot)
-    if args.command == "view":
-        return _view(args.source, args.trace, args.color, args.output)
-    if args.command == "credit":
-        return _credit(args)
-    from masreplay.demo import run
-
-    return run()
 
 
 if __name__ == "__main__":

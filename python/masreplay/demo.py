@@ -12,15 +12,15 @@ import numpy as np
 import pyarrow as pa
 
 from masreplay import rewards
+from masreplay._text import print_table, stats_table
 from masreplay.advantages import advantages
 from masreplay.batch import TraceBatch
 from masreplay.buffer import GraphBuffer
-from masreplay.cli import print_rows, stats_table
 from masreplay.counterfactual import counterfactual_credit
 from masreplay.errors import TraceValidationError
 from masreplay.io import load_traces
 from masreplay.orchestration import metrics
-from masreplay.report import band_summary, print_table
+from masreplay.report import band_summary
 from masreplay.shapley import trace_players, trace_shapley
 from masreplay.sim import branches, generate
 
@@ -38,19 +38,43 @@ def _step(title: str) -> None:
 
 
 def run() -> int:
+    """The steps in order; each prints its title, does one thing and says what came out."""
+    trace = _seed_example()
+    batch = _grpo_groups()
+    _arrow_layout(batch)
+    _parquet_round_trip(batch)
+    _seed_export(batch)
+    _precise_errors(trace)
+    buffer = _graph_buffer(batch)
+    _metrics_per_band(batch)
+    _group_advantages(buffer)
+    _branch_credit()
+    _shapley_credit(buffer)
+    return 0
+
+
+def _seed_example() -> dict:
     _step("1. ingest the seed schema's example trace (JSON parsed and validated in Rust)")
     seed = load_traces(bundled(SEED_EXAMPLE))
     trace = seed[0]
-    print(f"  {seed!r}: trace {trace['trace_id']!r}, {len(trace['events'])} events, "
-          f"{len(trace['edges'])} edges, rewards {trace['rewards']}")
+    print(
+        f"  {seed!r}: trace {trace['trace_id']!r}, {len(trace['events'])} events, "
+        f"{len(trace['edges'])} edges, rewards {trace['rewards']}"
+    )
+    return trace
 
+
+def _grpo_groups() -> TraceBatch:
     _step("2. ingest the bundled synthetic GRPO groups (JSON Lines)")
     print("  (a GRPO group: several rollouts of the same task; each is scored against the group's mean reward)")
     started = time.perf_counter()
     batch = load_traces(bundled(SIM_GROUPS))
     print(f"  loaded {batch!r} in {1e3 * (time.perf_counter() - started):.1f} ms")
-    print_rows(stats_table(batch))
+    print_table(stats_table(batch), values="left")
+    return batch
 
+
+def _arrow_layout(batch: TraceBatch) -> None:
     _step("3. the canonical Arrow layout, shared with pyarrow and Polars without copying")
     table = pa.table(batch)
     print(f"  pyarrow: {table.num_rows} rows x {table.num_columns} columns: {', '.join(table.column_names)}")
@@ -63,6 +87,8 @@ def run() -> int:
     except ImportError:
         print("  polars: not installed (pip install polars) - skipped")
 
+
+def _parquet_round_trip(batch: TraceBatch) -> None:
     _step("4. Parquet round trip")
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "traces.parquet"
@@ -71,10 +97,14 @@ def run() -> int:
         same = again.to_arrow().equals(batch.to_arrow())
         print(f"  wrote {path.stat().st_size / 1024:.1f} KiB, read back {again!r}, identical: {same}")
 
+
+def _seed_export(batch: TraceBatch) -> None:
     _step("5. export back to the seed schema (strict: top-level additions dropped)")
     exported = batch.to_seed_json(0)
     print(f"  trace {exported['trace_id']!r}: keys {sorted(exported)}")
 
+
+def _precise_errors(trace: dict) -> None:
     _step("6. bad input gets a precise error, and nothing is half-loaded")
     broken = copy.deepcopy(trace)
     broken["events"][3]["type"] = "telepathy"
@@ -84,13 +114,15 @@ def run() -> int:
         print(f"  TraceValidationError: trace_id={error.trace_id!r} path={error.path!r}")
         print(f"    reason: {error.reason}")
 
+
+def _graph_buffer(batch: TraceBatch) -> GraphBuffer:
     _step("7. a GraphBuffer: fill it, sample traces and whole GRPO groups, save and resume")
     buffer = GraphBuffer(24, seed=0)
     buffer.add(batch)
     print(f"  added {len(batch)} traces to a buffer of capacity 24: {buffer!r} (the 8 oldest evicted whole)")
     sample = buffer.sample(8, seed=1)
     print(f"  sample(8): {sample!r}, flat events + offsets {sample.event_offsets.tolist()}")
-    values, mask, lengths = sample.padded("tokens")
+    values, mask, _ = sample.padded("tokens")
     print(f"  padded('tokens') for trainers that need it: values {values.shape}, mask {mask.sum()} real events")
     groups = buffer.sample_groups(2, group_size=4, seed=2)
     print(f"  sample_groups(2, group_size=4): group ids {sorted(set(groups.to_arrow()['group_id'].to_pylist()))}")
@@ -105,7 +137,10 @@ def run() -> int:
         resumed = GraphBuffer.load(path)
         same = resumed.sample(8).trace_ids == buffer.sample(8).trace_ids
         print(f"  saved and loaded {resumed!r}; the next samples agree: {same}")
+    return buffer
 
+
+def _metrics_per_band(batch: TraceBatch) -> None:
     _step("8. orchestration metrics per trace-length band (critical steps, finish rate, overheads)")
     print("  (critical steps, Kimi PARL's latency measure: per stage, the orchestrator's own steps plus only the")
     print("   slowest of the sub-agents it spawned; finish rate: the share of spawned sub-agents that returned)")
@@ -118,6 +153,8 @@ def run() -> int:
     reward = rewards.parl(batch, lambda_parallel=0.3, lambda_finish=0.2)
     print(f"  PARL reward r_perf + 0.3 r_parallel + 0.2 r_finish, first traces: {reward[:4].round(3).tolist()}")
 
+
+def _group_advantages(buffer: GraphBuffer) -> None:
     _step("9. advantages for a sampled GRPO group: plain GRPO vs agent-wise (Dr. MAS) normalisation")
     print("  (agent-wise: each agent's rewards are normalised against the same agent in the other rollouts")
     print("   of the group, not against the whole team, so a busy agent does not drown a quiet one)")
@@ -136,11 +173,14 @@ def run() -> int:
     per_agent: dict[str, float] = {}
     for agent, value in zip(agents, agent_wise.per_event[first], strict=True):
         per_agent.setdefault(agent, float(value))
-    print(f"  first trace, agent-wise advantage of each agent's first step: "
-          f"{ {agent: round(value, 3) for agent, value in per_agent.items()} }")
-    print(f"  loss weights (1/traces x 1/agents x token share) of the first trace sum to "
-          f"{plain.weights[first].sum():.3f}")
+    print(
+        f"  first trace, agent-wise advantage of each agent's first step: "
+        f"{ {agent: round(value, 3) for agent, value in per_agent.items()} }"
+    )
+    print(f"  loss weights (1/traces x 1/agents x token share) of the first trace sum to {plain.weights[first].sum():.3f}")
 
+
+def _branch_credit() -> None:
     _step("10. counterfactual credit from branch rollouts, checked against the simulator's ground truth")
     truth = branches(50, branches=8, branch_points=3, noise=0.1, seed=9)
     credit = counterfactual_credit(truth.batch, aligned=False)
@@ -156,18 +196,17 @@ def run() -> int:
     within = np.mean(np.abs(errors) <= 3 * credit["stderr"].to_numpy())
     print(f"  {within:.0%} of the estimates lie within 3 standard errors of the true effects")
 
+
+def _shapley_credit(buffer: GraphBuffer) -> None:
     _step("11. Shapley credit per agent on a sampled trace (spawn-tree aware)")
     print("  (Shapley value: an agent's average marginal contribution over orders of joining the team;")
     print("   precedence Shapley only counts orders where a sub-agent joins after the agent that spawned it)")
     _shapley_demo(buffer.sample(1, seed=5))
-    return 0
 
 
 def _shapley_demo(picked: TraceBatch) -> None:
     """Credits the agents of one trace under a value with synergy: the team reward is earned
     only with the orchestrator, in proportion to the process reward of the agents present."""
-    import numpy as np
-
     trace = picked[0]
     players = trace_players(picked).to_pylist()
     labels = [p["label"] for p in players]
@@ -182,8 +221,10 @@ def _shapley_demo(picked: TraceBatch) -> None:
         present = masks[:, : len(labels)]
         return present[:, 0] * team * (present @ worth) / worth.sum()
 
-    print(f"  trace {trace['trace_id']!r}: {len(labels)} agents, team reward {team:.3f}; "
-          "v(S) = team * [orchestrator in S] * process share of S")
+    print(
+        f"  trace {trace['trace_id']!r}: {len(labels)} agents, team reward {team:.3f}; "
+        "v(S) = team * [orchestrator in S] * process share of S"
+    )
     started = time.perf_counter()
     kinds = {
         "precedence": trace_shapley(picked, value),
@@ -196,10 +237,14 @@ def _shapley_demo(picked: TraceBatch) -> None:
     print(f"  {'agent':<14} {'spawned by':<14} {'events':>6} {'precedence':>11} {'permission':>11} {'plain':>8}")
     for i, player in enumerate(players):
         parent = labels[player["parent"]] if player["parent"] >= 0 else "-"
-        print(f"  {player['label']:<14} {parent:<14} {player['n_events']:>6} "
-              + " ".join(f"{values[name][i]:>{w}.3f}" for name, w in (("precedence", 11), ("permission", 11), ("plain", 8))))
-    print(f"  each column sums to v(N) - v(empty) = {values['precedence'].sum():.3f}; "
-          f"method {kinds['precedence'].methods[0]!r} (exact: every coalition respecting the spawn tree), "
-          f"3 runs in {1e3 * elapsed:.1f} ms")
+        print(
+            f"  {player['label']:<14} {parent:<14} {player['n_events']:>6} "
+            + " ".join(f"{values[name][i]:>{w}.3f}" for name, w in (("precedence", 11), ("permission", 11), ("plain", 8)))
+        )
+    print(
+        f"  each column sums to v(N) - v(empty) = {values['precedence'].sum():.3f}; "
+        f"method {kinds['precedence'].methods[0]!r} (exact: every coalition respecting the spawn tree), "
+        f"3 runs in {1e3 * elapsed:.1f} ms"
+    )
     credit = kinds["precedence"].credit
     print(f"  per-event credit aligned with batch.events(): {len(credit)} rows, first {(np.round(credit[:5], 3) + 0.0).tolist()}")

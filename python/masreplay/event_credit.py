@@ -70,7 +70,9 @@ def _aligned(batch: TraceBatch, values: Any, what: str) -> np.ndarray:
     except (TypeError, ValueError):
         raise InvalidArgumentError(f"{what} must be numbers, one per event of the batch") from None
     if array.shape != (batch.num_events,):
-        raise InvalidArgumentError(f"{what} must have one value per event of the batch ({batch.num_events}), got shape {array.shape}")
+        raise InvalidArgumentError(
+            f"{what} must have one value per event of the batch ({batch.num_events}), got shape {array.shape}"
+        )
     return array
 
 
@@ -108,7 +110,10 @@ def _shapley(batch: TraceBatch, result: TraceCredit, name: str, game: str) -> Ev
     values = np.where(player >= 0, values, np.nan)
     methods = sorted({m for m in result.methods if m})
     return EventCredit(
-        name, values, per_event, f"{game}, {'/'.join(methods) or 'no players'}",
+        name,
+        values,
+        per_event,
+        f"{game}, {'/'.join(methods) or 'no players'}",
         f"{result.total_evaluations:,} coalition evaluations",
     )
 
@@ -197,7 +202,9 @@ def _column(batch: TraceBatch, column: str) -> EventCredit:
     if column in channels:
         return EventCredit(column, event_rewards(batch, column, fill=np.nan), _nan(n), f"event reward channel {column!r}")
     known = list(NUMERIC_EVENT_COLUMNS) + channels
-    raise InvalidArgumentError(f"color {column!r} is none of {list(NAMED)}, nor a numeric event column or reward channel: {known}")
+    raise InvalidArgumentError(
+        f"color {column!r} is none of {list(NAMED)}, nor a numeric event column or reward channel: {known}"
+    )
 
 
 __all__ = ["NAMED", "EventCredit", "resolve"]

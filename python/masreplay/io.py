@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from masreplay import _core
 from masreplay.batch import TraceBatch, _checked_arrow
-from masreplay.errors import StorageError
+from masreplay.errors import InvalidArgumentError, StorageError
 
 OnError = Literal["raise", "skip"]
 
@@ -69,9 +69,7 @@ def _load(source: Any, strict_seed: bool) -> tuple[Any, list]:
     )
 
 
-def load_traces(
-    source: Any, *, strict_seed: bool = False, on_error: OnError = "raise"
-) -> TraceBatch:
+def load_traces(source: Any, *, strict_seed: bool = False, on_error: OnError = "raise") -> TraceBatch:
     """Reads and validates traces.
 
     ``source`` may be a path (seed JSON, a JSON array of traces, JSON Lines, a Parquet file,
@@ -84,7 +82,7 @@ def load_traces(
     seed schema allows (no top-level additions).
     """
     if on_error not in ("raise", "skip"):
-        raise ValueError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
+        raise InvalidArgumentError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
     core, rejected = _load(source, strict_seed)
     if rejected and on_error == "raise":
         raise rejected[0][2]
@@ -95,3 +93,9 @@ def validate(trace: Any, *, strict_seed: bool = False) -> None:
     """Raises TraceValidationError naming the trace, a JSON pointer and the reason if any
     trace in ``trace`` (anything load_traces accepts) breaks the data contract."""
     load_traces(trace, strict_seed=strict_seed, on_error="raise")
+
+
+def as_batch(source: Any) -> TraceBatch:
+    """``source`` as a TraceBatch: a TraceBatch as it is, anything else :func:`load_traces`
+    accepts loaded and validated (the first invalid trace raises TraceValidationError)."""
+    return source if isinstance(source, TraceBatch) else load_traces(source)

@@ -6,29 +6,17 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
 from masreplay import _core
-from masreplay.batch import TraceBatch
-from masreplay.buffer import LENGTH_BANDS, band_limits
-from masreplay.io import load_traces
-
-
-def length_bands(n_events: np.ndarray) -> pa.Array:
-    """The band (10, 100, 1000 or 10000) of each event count, as GraphBuffer defines them;
-    null above the largest band."""
-    bands = np.zeros(len(n_events), dtype=np.int32)
-    for band in LENGTH_BANDS:
-        low, high = band_limits(band)
-        bands[(n_events >= low) & (n_events <= high)] = band
-    return pa.array(bands, mask=bands == 0)
+from masreplay.bands import length_bands
+from masreplay.io import as_batch
 
 
 def metrics(source: Any) -> pa.Table:
     """One row per trace of ``source`` (a TraceBatch or anything ``load_traces`` accepts):
     ``trace_id``, ``n_events``, ``length_band``, then the metrics (see the README)."""
-    batch = source if isinstance(source, TraceBatch) else load_traces(source)
+    batch = as_batch(source)
     table = pa.table(_core.metrics(batch._core))
     bands = length_bands(table["n_events"].to_numpy())
     return table.add_column(2, pa.field("length_band", pa.int32()), bands)

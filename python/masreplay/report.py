@@ -11,7 +11,8 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from masreplay.buffer import LENGTH_BANDS
+from masreplay._text import print_table
+from masreplay.bands import LENGTH_BANDS
 from masreplay.io import load_traces
 from masreplay.orchestration import metrics
 
@@ -60,13 +61,6 @@ def _band_masks(table: pa.Table) -> dict[int | None, pa.ChunkedArray]:
     masks = {b: pc.fill_null(pc.equal(bands, b), False) for b in LENGTH_BANDS}
     masks[None] = pc.is_null(bands)
     return {band: mask for band, mask in masks.items() if pc.any(mask).as_py()}
-
-
-def print_table(rows: Sequence[Sequence[str]], indent: str = "  ") -> None:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        cells = [row[0].ljust(widths[0])] + [cell.rjust(width) for cell, width in zip(row[1:], widths[1:], strict=True)]
-        print(indent + "  ".join(cells))
 
 
 def collect(paths: Sequence[str]) -> pa.Table:
@@ -139,7 +133,9 @@ def _no_data_if_empty(ax, data: list, names: list[str]) -> None:
         ax.set_xticks([])
         return
     ax.boxplot([values if len(values) else [float("nan")] for values in data], showfliers=False)
-    ax.set_xticks(range(1, len(names) + 1), names, rotation=30 if len(names) > 3 else 0, ha="right" if len(names) > 3 else "center")
+    ax.set_xticks(
+        range(1, len(names) + 1), names, rotation=30 if len(names) > 3 else 0, ha="right" if len(names) > 3 else "center"
+    )
     low, _ = ax.get_ylim()
     for position, values in enumerate(data, 1):
         if not len(values):
@@ -152,7 +148,9 @@ def run(paths: Sequence[str], plot_path: str | None = None) -> int:
     print(f"{len(table):,} traces from {len(paths)} file(s); mean per trace-length band:")
     print_table(band_summary(table))
     if plot_path is not None:
-        inputs = ", ".join(pathlib.Path(path).name for path in paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+        inputs = ", ".join(pathlib.Path(path).name for path in paths[:3]) + (
+            f" and {len(paths) - 3} more" if len(paths) > 3 else ""
+        )
         written = plot(table, plot_path, title=f"{inputs}: {len(table):,} traces")
         print(f"figure written to {written}")
     return 0

@@ -17,6 +17,8 @@ from typing import Any, Literal
 import numpy as np
 import pyarrow.compute as pc
 
+from masreplay.errors import InvalidArgumentError
+from masreplay.io import as_batch
 from masreplay.orchestration import metrics
 
 
@@ -35,10 +37,7 @@ def parl(batch: Any, lambda_parallel: float, lambda_finish: float, *, perf: str 
     ``batch`` is a TraceBatch or anything ``load_traces`` accepts. Pass ``Schedule(step)``
     values as the lambdas to anneal them.
     """
-    from masreplay.batch import TraceBatch
-    from masreplay.io import load_traces
-
-    batch = batch if isinstance(batch, TraceBatch) else load_traces(batch)
+    batch = as_batch(batch)
     table = metrics(batch)
     work = table["total_work_steps"].to_numpy().astype(np.float64)
     critical = table["critical_steps"].to_numpy().astype(np.float64)
@@ -60,7 +59,7 @@ class Schedule:
 
     def __init__(self, kind: str, params: dict[str, Any], state: dict[str, Any] | None = None) -> None:
         if kind not in _KINDS:
-            raise ValueError(f"unknown schedule kind {kind!r}; expected one of {sorted(_KINDS)}")
+            raise InvalidArgumentError(f"unknown schedule kind {kind!r}; expected one of {sorted(_KINDS)}")
         self.kind = kind
         self.params = params
         self.state = state if state is not None else ({"streak": 0, "since": None} if kind == "on_indicator" else {})
@@ -84,9 +83,9 @@ class Schedule:
         """``values[i]`` from ``boundaries[i-1]`` (inclusive) to ``boundaries[i]``:
         one more value than boundaries, boundaries increasing."""
         if len(values) != len(boundaries) + 1:
-            raise ValueError(f"step needs one more value than boundaries, got {len(values)} and {len(boundaries)}")
+            raise InvalidArgumentError(f"step needs one more value than boundaries, got {len(values)} and {len(boundaries)}")
         if any(b >= a for a, b in zip(boundaries[1:], boundaries, strict=False)):
-            raise ValueError(f"boundaries must increase, got {list(boundaries)}")
+            raise InvalidArgumentError(f"boundaries must increase, got {list(boundaries)}")
         return cls("step", {"values": [float(v) for v in values], "boundaries": [int(b) for b in boundaries]})
 
     @classmethod
@@ -159,7 +158,7 @@ _KINDS = {"constant", "linear", "cosine", "step", "on_indicator"}
 
 def _steps(steps: int) -> int:
     if int(steps) != steps or steps < 0:
-        raise ValueError(f"a step count must be a whole number >= 0, got {steps!r}")
+        raise InvalidArgumentError(f"a step count must be a whole number >= 0, got {steps!r}")
     return int(steps)
 
 
@@ -226,7 +225,7 @@ def compose(
     every call to keep them across calls, and save it with ``state.to_dict()``.
     """
     if balance not in (None, "std"):
-        raise ValueError(f"balance must be None or 'std', not {balance!r}")
+        raise InvalidArgumentError(f"balance must be None or 'std', not {balance!r}")
     if balance is None:
         state = None
     elif state is None:
@@ -239,7 +238,7 @@ def compose(
         values = np.asarray(channels[name], dtype=np.float64)
         if isinstance(weight, Schedule):
             if step is None:
-                raise ValueError(f"the weight of {name!r} is a Schedule: pass step=")
+                raise InvalidArgumentError(f"the weight of {name!r} is a Schedule: pass step=")
             weight = weight(step)
         if state is not None:
             state.update(name, values)
@@ -247,5 +246,5 @@ def compose(
         term = np.nan_to_num(weight * values, nan=0.0)
         total = term if total is None else total + term
     if total is None:
-        raise ValueError("compose needs at least one weighted channel")
+        raise InvalidArgumentError("compose needs at least one weighted channel")
     return total

@@ -7,7 +7,7 @@ cannot be read raises :class:`~masreplay.ConversionError` naming file and line;
 no other exception leaves a converter.
 """
 
-from masreplay.convert._report import ConversionReport
+from masreplay.conversion_report import ConversionReport
 from masreplay.convert.claude_code import claude_code
 from masreplay.convert.marble import marble
 from masreplay.convert.otel import otel

@@ -88,8 +88,10 @@ def load(traces: list[dict[str, Any]], origins: list[Origin], source: str) -> Tr
     try:
         return load_traces(traces)
     except TraceValidationError as error:
-        where = {trace["trace_id"]: origin for trace, origin in zip(traces, origins)}
+        where = {trace["trace_id"]: origin for trace, origin in zip(traces, origins, strict=True)}
         at, line = where.get(error.trace_id, (source, None))
-        raise ConversionError(at, line, f"converted trace {error.trace_id!r} is invalid at {error.path or '/'}: {error.reason}") from error
+        raise ConversionError(
+            at, line, f"converted trace {error.trace_id!r} is invalid at {error.path or '/'}: {error.reason}"
+        ) from error
     except MasreplayError as error:
         raise ConversionError(source, None, f"converted traces rejected: {error}") from error

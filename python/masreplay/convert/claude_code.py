@@ -47,12 +47,13 @@ import pathlib
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import pairwise
 from typing import Any
 
 from masreplay.batch import TraceBatch
+from masreplay.conversion_report import ConversionReport
 from masreplay.convert._builder import TraceBuilder, load
 from masreplay.convert._lines import IN_MEMORY, local_path, records
-from masreplay.convert._report import ConversionReport
 from masreplay.convert._shape import describe
 from masreplay.errors import ConversionError
 
@@ -77,7 +78,14 @@ REPEATED_LINE = "line repeating an earlier line (same uuid and content)"
 # Fields of a line that are looked up as ids or compared as names, and those read into.
 TEXT_FIELDS = ("uuid", "parentUuid", "logicalParentUuid", "parentToolUseID", "subtype")
 OBJECT_FIELDS = ("compactMetadata",)
-BLOCK_FIELDS = (("type", str, "text"), ("id", str, "text"), ("tool_use_id", str, "text"), ("name", str, "text"), ("text", str, "text"), ("input", dict, "an object"))
+BLOCK_FIELDS = (
+    ("type", str, "text"),
+    ("id", str, "text"),
+    ("tool_use_id", str, "text"),
+    ("name", str, "text"),
+    ("text", str, "text"),
+    ("input", dict, "an object"),
+)
 
 # Roles (the events' `role`): what the author is to the session. The metrics never take a
 # human, the harness or a tool for the orchestrator.
@@ -269,14 +277,21 @@ class _Session:
         main = self.lines[0].source if self.lines else IN_MEMORY
         for call, agent in self.spawned.items():
             if agent in missing:
-                where = folder / f"agent-{agent}.jsonl" if folder else f"agent-{agent}.jsonl (pass the session's path so its subagents/ folder is read)"
+                where = (
+                    folder / f"agent-{agent}.jsonl"
+                    if folder
+                    else f"agent-{agent}.jsonl (pass the session's path so its subagents/ folder is read)"
+                )
                 self.report.warnings.append(
                     f"{main}: sub-agent {agent!r} spawned by tool call {call!r} has no transcript ({where} missing); "
                     f"its events were not converted ({progress[agent]} agent_progress lines carry them)"
                 )
         for call, (line, block) in self.calls.items():
             if block.get("name") in SPAWN_TOOLS and call not in self.spawned:
-                self.report.warnings.append(f"{line.source}:{line.number}: no sub-agent transcript found for {block.get('name')} call {call!r}; converted as a plain tool call")
+                self.report.warnings.append(
+                    f"{line.source}:{line.number}: no sub-agent transcript found for {block.get('name')} call {call!r}; "
+                    "converted as a plain tool call"
+                )
         return missing
 
     def _match_compactions(self) -> dict[str, str]:
@@ -284,7 +299,11 @@ class _Session:
         compaction request hangs on the boundary's logical parent, else the earliest side agent
         left over; ``compaction-<k>`` when its transcript is not in the input."""
         requests = {line.record.get("parentUuid"): line.agent for line in self.lines if line.agent.startswith("acompact")}
-        matched = {b.uuid: requests[b.record["logicalParentUuid"]] for b in self.boundaries if b.record.get("logicalParentUuid") in requests}
+        matched = {
+            b.uuid: requests[b.record["logicalParentUuid"]]
+            for b in self.boundaries
+            if b.record.get("logicalParentUuid") in requests
+        }
         started: dict[str, float] = {}
         for line in self.lines:
             if line.agent.startswith("acompact") and line.agent not in matched.values() and "timestamp" in line.record:
@@ -354,7 +373,7 @@ class _Converter:
         self.report = session.report
         self.counted_messages: set[str] = set()
         # Sub-agent -> its first user line (the prompt), filled as lines are read.
-        self.roots: dict[str, _Line | None] = {agent: None for agent in session.parent_agent}
+        self.roots: dict[str, _Line | None] = dict.fromkeys(session.parent_agent)
         self.call_events: dict[str, str] = {}
         self.spawn_events: dict[str, str] = {}
 
@@ -375,7 +394,9 @@ class _Converter:
         event_id = (line.uuid if blocks == 1 else f"{line.uuid}#{block_index}") + suffix
         content_ref = f"{line.file}:{line.number}" if blocks == 1 else f"{line.file}:{line.number}#{block_index}"
         role = TOOL if type == "tool_result" else _role(agent)
-        line.events.append(self.builder.event(event_id, self.session.t(line), type, agent, role=role, content_ref=content_ref, **fields))
+        line.events.append(
+            self.builder.event(event_id, self.session.t(line), type, agent, role=role, content_ref=content_ref, **fields)
+        )
         return event_id
 
     # ---- line types ------------------------------------------------------------------
@@ -394,10 +415,23 @@ class _Converter:
                 if block.get("id") in self.session.spawned:
                     sub = self.session.spawned[block["id"]]
                     subagent_type = (block.get("input") or {}).get("subagent_type")
-                    event = self._new(line, index, len(content), "spawn", line.agent, to=sub, subagent_type=subagent_type, tool=name, tool_use_id=block["id"], **fields)
+                    event = self._new(
+                        line,
+                        index,
+                        len(content),
+                        "spawn",
+                        line.agent,
+                        to=sub,
+                        subagent_type=subagent_type,
+                        tool=name,
+                        tool_use_id=block["id"],
+                        **fields,
+                    )
                     self.spawn_events[sub] = event
                 else:
-                    event = self._new(line, index, len(content), "tool_call", line.agent, tool=name, tool_use_id=block.get("id"), **fields)
+                    event = self._new(
+                        line, index, len(content), "tool_call", line.agent, tool=name, tool_use_id=block.get("id"), **fields
+                    )
                 self.call_events[block.get("id")] = event
             else:
                 self.report.unknown[f"assistant content block {kind}"] += 1
@@ -409,7 +443,12 @@ class _Converter:
             return {}
         self.counted_messages.add(key)
         usage = self.session.usage.get(key, {})
-        return {"tokens": sum(usage.values()), "usage": dict(usage) or None, "model": message.get("model"), "message_id": message.get("id")}
+        return {
+            "tokens": sum(usage.values()),
+            "usage": dict(usage) or None,
+            "model": message.get("model"),
+            "message_id": message.get("id"),
+        }
 
     def _user(self, line: _Line) -> None:
         content = line.content
@@ -433,7 +472,17 @@ class _Converter:
         if call_id in self.session.spawned:
             self._subagent_return(line, index, blocks, block, call[0].agent)
         else:
-            self._new(line, index, blocks, "tool_result", tool, tool=tool, tool_use_id=call_id, is_error=block.get("is_error"), duration_s=duration)
+            self._new(
+                line,
+                index,
+                blocks,
+                "tool_result",
+                tool,
+                tool=tool,
+                tool_use_id=call_id,
+                is_error=block.get("is_error"),
+                duration_s=duration,
+            )
         if block.get("is_error"):
             # A failed or interrupted sub-agent is flagged like any failed tool.
             caller = call[0].agent if call else line.agent
@@ -445,9 +494,18 @@ class _Converter:
         result = line.record.get("toolUseResult") if isinstance(line.record.get("toolUseResult"), dict) else {}
         duration = result.get("totalDurationMs")
         self._new(
-            line, index, blocks, "return", sub, from_=sub, to=caller, tool_use_id=call_id, is_error=block.get("is_error"),
+            line,
+            index,
+            blocks,
+            "return",
+            sub,
+            from_=sub,
+            to=caller,
+            tool_use_id=call_id,
+            is_error=block.get("is_error"),
             duration_s=duration / 1000 if isinstance(duration, (int, float)) else None,
-            status=result.get("status"), reported_total_tokens=result.get("totalTokens"),
+            status=result.get("status"),
+            reported_total_tokens=result.get("totalTokens"),
             reported_tool_uses=result.get("totalToolUseCount"),
         )
 
@@ -465,7 +523,9 @@ class _Converter:
             # Addressed to the agent whose tool call was blocked: the note may be written into
             # another agent's file (a compaction agent's, in the sample).
             blocked = self.session.by_uuid.get(record.get("parentUuid"))
-            self._new(line, index, blocks, "safety_event", HARNESS, to=blocked.agent if blocked else line.agent, kind="hook_block")
+            self._new(
+                line, index, blocks, "safety_event", HARNESS, to=blocked.agent if blocked else line.agent, kind="hook_block"
+            )
         elif record.get("isMeta") or text.startswith(HARNESS_PREFIXES) or line.agent != MAIN_AGENT:
             # Only the session's own conversation has a person in it; a sub-agent's other
             # user text (the compaction request, reminders) comes from the harness.
@@ -479,14 +539,22 @@ class _Converter:
         if subtype == "compact_boundary":
             metadata = record.get("compactMetadata") or {}
             agent = self.session.compaction_agents[line.uuid]
-            self._new(line, 0, 1, "aggregate", agent, kind="compaction", trigger=metadata.get("trigger"), pre_tokens=metadata.get("preTokens"))
+            trigger, pre_tokens = metadata.get("trigger"), metadata.get("preTokens")
+            self._new(line, 0, 1, "aggregate", agent, kind="compaction", trigger=trigger, pre_tokens=pre_tokens)
         elif subtype == "stop_hook_summary" and not (record.get("preventedContinuation") or record.get("hookErrors")):
             # The stop hooks ran and let the turn end as it would have: nothing was blocked.
             self.report.ignored["system subtype stop_hook_summary (hooks passed)"] += 1
         elif subtype == "stop_hook_summary":
             self._new(
-                line, 0, 1, "safety_event", HARNESS, kind="stop_hook", prevented_continuation=record.get("preventedContinuation"),
-                hook_errors=record.get("hookErrors"), hook_count=record.get("hookCount"),
+                line,
+                0,
+                1,
+                "safety_event",
+                HARNESS,
+                kind="stop_hook",
+                prevented_continuation=record.get("preventedContinuation"),
+                hook_errors=record.get("hookErrors"),
+                hook_count=record.get("hookCount"),
             )
         else:
             bucket = self.report.ignored if subtype in IGNORED_SYSTEM else self.report.unknown
@@ -525,7 +593,7 @@ class _Converter:
             if line.events:
                 last_event[line.agent] = line.events[-1]
         for line in session.lines:
-            for before, after in zip(line.events, line.events[1:]):
+            for before, after in pairwise(line.events):
                 builder.edge(before, after, "safety_flow" if after.endswith("!error") else "causal")
             if not line.events:
                 continue
@@ -560,7 +628,9 @@ def claude_code(source: Any, *, trace_id: str | None = None, task_id: str | None
     if not trace_id:
         raise ConversionError(report.sources[0], None, "no sessionId in the transcript; pass trace_id=")
     version = next((line.record["version"] for line in session.lines if isinstance(line.record.get("version"), str)), None)
-    builder = TraceBuilder(trace_id, task_id or trace_id, system=f"claude-code {version}" if version else "claude-code", topology="centralized")
+    builder = TraceBuilder(
+        trace_id, task_id or trace_id, system=f"claude-code {version}" if version else "claude-code", topology="centralized"
+    )
     _Converter(session, builder).run()
     trace = builder.build(wall_clock_s=session.end - session.start)
     batch = load([trace], [(report.sources[0], None)], report.sources[0])

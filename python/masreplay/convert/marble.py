@@ -22,9 +22,9 @@ import re
 from typing import Any
 
 from masreplay.batch import TraceBatch
+from masreplay.conversion_report import ConversionReport
 from masreplay.convert._builder import TraceBuilder, load
 from masreplay.convert._lines import records
-from masreplay.convert._report import ConversionReport
 from masreplay.convert._shape import NUMBER, Fail, describe, field, is_number
 from masreplay.errors import ConversionError
 
@@ -32,10 +32,20 @@ PLANNER = "planner"
 ORCHESTRATOR, SUB_AGENT = "orchestrator", "sub-agent"
 MISSING = -1
 TOPOLOGY = {"star": "centralized", "tree": "hierarchical", "graph": "swarm"}
-EPISODE_KEYS = frozenset({
-    "task", "coordination_mode", "iterations", "planning_scores", "communication_scores",
-    "task_evaluation", "code_quality", "agent_kpis", "total_milestones", "token_usage",
-})
+EPISODE_KEYS = frozenset(
+    {
+        "task",
+        "coordination_mode",
+        "iterations",
+        "planning_scores",
+        "communication_scores",
+        "task_evaluation",
+        "code_quality",
+        "agent_kpis",
+        "total_milestones",
+        "token_usage",
+    }
+)
 ITERATION_KEYS = frozenset({"iteration", "task_assignments", "task_results", "summary", "continue_simulation", "communications"})
 _SPEAKER = re.compile(r"^From (\S+) to (\S+?): ", re.MULTILINE)
 _SESSION_HEADER = re.compile(r"^\s*(In Session \S+\s*)?$")
@@ -94,8 +104,10 @@ class _Episode:
         mode = field(record, "coordination_mode", str, self.fail)
         stem = os.path.splitext(os.path.basename(source))[0]
         self.builder = TraceBuilder(
-            f"{stem}:{number}", "marble-" + hashlib.sha256(task.encode()).hexdigest()[:16],
-            system="marble", topology=TOPOLOGY.get(mode, "unknown"),
+            f"{stem}:{number}",
+            "marble-" + hashlib.sha256(task.encode()).hexdigest()[:16],
+            system="marble",
+            topology=TOPOLOGY.get(mode, "unknown"),
         )
         self.last: dict[str, str] = {}  # agent -> its latest event, for causal edges
 
@@ -105,7 +117,15 @@ class _Episode:
     def add(self, suffix: str, type: str, agent: str, after: list[str | None], edge: str = "causal", **fields: Any) -> str:
         builder = self.builder
         role = ORCHESTRATOR if agent == PLANNER else SUB_AGENT
-        event = builder.event(f"e{len(builder.events)}", len(builder.events), type, agent, role=role, content_ref=f"{self.file}:{self.number}#{suffix}", **fields)
+        event = builder.event(
+            f"e{len(builder.events)}",
+            len(builder.events),
+            type,
+            agent,
+            role=role,
+            content_ref=f"{self.file}:{self.number}#{suffix}",
+            **fields,
+        )
         for src in after:
             builder.edge(src, event, edge)
         for name in {agent, fields.get("to")} - {None}:
@@ -117,11 +137,15 @@ class _Episode:
         for key in iteration.keys() - ITERATION_KEYS:
             self.report.unknown[f"iteration key {key}"] += 1
         assignments = field(iteration, "task_assignments", dict, self.fail, where) or {}
-        decision = self.add(f"{where}/task_assignments", "orchestrator_decision", PLANNER, [previous], iteration=iteration.get("iteration"))
+        decision = self.add(
+            f"{where}/task_assignments", "orchestrator_decision", PLANNER, [previous], iteration=iteration.get("iteration")
+        )
         for agent in assignments:
             if not isinstance(agent, str) or not agent:
                 raise self.fail(f"{where}/task_assignments has a key that is not an agent name: {agent!r}")
-            self.add(f"{where}/task_assignments/{agent}", "message", PLANNER, [decision], from_=PLANNER, to=agent, kind="assignment")
+            self.add(
+                f"{where}/task_assignments/{agent}", "message", PLANNER, [decision], from_=PLANNER, to=agent, kind="assignment"
+            )
         for number, text in enumerate(field(iteration, "communications", list, self.fail, where) or []):
             self.communication(f"{where}/communications/{number}", text)
         returns = []
@@ -133,7 +157,14 @@ class _Episode:
                 returns.append(self.add(suffix, "return", agent, [self.last.get(agent)], from_=agent, to=PLANNER))
         if "summary" not in iteration:
             return returns[-1] if returns else decision
-        return self.add(f"{where}/summary", "aggregate", PLANNER, returns or [decision], "aggregate", continue_simulation=iteration.get("continue_simulation"))
+        return self.add(
+            f"{where}/summary",
+            "aggregate",
+            PLANNER,
+            returns or [decision],
+            "aggregate",
+            continue_simulation=iteration.get("continue_simulation"),
+        )
 
     def communication(self, where: str, text: Any) -> None:
         if not isinstance(text, str):
@@ -141,8 +172,10 @@ class _Episode:
         parts = _SPEAKER.split(text)
         if not _SESSION_HEADER.match(parts[0]):
             self.report.unknown["communication text outside 'From A to B:' lines"] += 1
-        for turn, (sender, receiver) in enumerate(zip(parts[1::3], parts[2::3])):
-            self.add(f"{where}/{turn}", "message", sender, [self.last.get(sender), self.last.get(receiver)], from_=sender, to=receiver)
+        for turn, (sender, receiver) in enumerate(zip(parts[1::3], parts[2::3], strict=True)):
+            self.add(
+                f"{where}/{turn}", "message", sender, [self.last.get(sender), self.last.get(receiver)], from_=sender, to=receiver
+            )
 
     def build(self) -> dict[str, Any]:
         record = self.record
@@ -168,10 +201,12 @@ class _Episode:
         total = field(record, "total_milestones", NUMBER, self.fail)
         tokens = field(record, "token_usage", NUMBER, self.fail)
         return self.builder.build(
-            wall_clock_s=0.0, rewards=rewards,
+            wall_clock_s=0.0,
+            rewards=rewards,
             metrics={"total_milestones": float(total)} if total is not None else None,
             tokens=float(tokens) if tokens is not None else 0.0,
-            coordination_mode=record.get("coordination_mode"), missing_scores=missing or None,
+            coordination_mode=record.get("coordination_mode"),
+            missing_scores=missing or None,
         )
 
 

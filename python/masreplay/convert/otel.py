@@ -35,13 +35,15 @@ from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from itertools import pairwise
 from typing import Any
 
 from masreplay.batch import TraceBatch
+from masreplay.conversion_report import ConversionReport
 from masreplay.convert._builder import TraceBuilder, load
 from masreplay.convert._lines import json_document
-from masreplay.convert._report import ConversionReport
-from masreplay.convert._shape import Fail, describe, field as typed, is_number, objects
+from masreplay.convert._shape import Fail, describe, is_number, objects
+from masreplay.convert._shape import field as typed
 from masreplay.errors import ConversionError
 
 USER = "user"
@@ -53,7 +55,9 @@ MESSAGE_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
 # A retrieval is a call to a data source: a tool call whose result comes back.
 TOOL_OPERATIONS = frozenset({"execute_tool", "retrieval"})
 # Agent Lightning bookkeeping spans: understood, nothing to learn from.
-IGNORED_SPANS = frozenset({"agentlightning.message", "agentlightning.object", "agentlightning.virtual", "agentlightning.operation"})
+IGNORED_SPANS = frozenset(
+    {"agentlightning.message", "agentlightning.object", "agentlightning.virtual", "agentlightning.operation"}
+)
 _ERROR_STATUS = (2, "STATUS_CODE_ERROR", "ERROR")
 USAGE_KEYS = ("gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens")
 EXCEPTION_EVENT = "exception"
@@ -128,7 +132,8 @@ class _Span:
         """The span's recorded exceptions (OpenTelemetry's ``exception`` events), type and message."""
         found = [
             {key: attributes[f"exception.{key}"] for key in ("type", "message") if f"exception.{key}" in attributes}
-            for name, attributes in self.events if name == EXCEPTION_EVENT
+            for name, attributes in self.events
+            if name == EXCEPTION_EVENT
         ]
         return found or None
 
@@ -225,21 +230,34 @@ def _otlp_spans(document: dict[str, Any], where: _Where) -> list[_Span]:
         for s, scope_spans in enumerate(objects(resource_spans.get("scopeSpans"), where.fail, place)):
             for i, span in enumerate(objects(scope_spans.get("spans"), where.fail, f"{place}/{s}/spans")):
                 here = where.at(f"{place}/{s}/spans/{i}")
-                trace, span_id = _hex_id(span.get("traceId"), here.fail, "/traceId"), _hex_id(span.get("spanId"), here.fail, "/spanId")
+                trace, span_id = (
+                    _hex_id(span.get("traceId"), here.fail, "/traceId"),
+                    _hex_id(span.get("spanId"), here.fail, "/spanId"),
+                )
                 if not trace or not span_id:
                     raise here.fail("span without traceId or spanId")
                 events = objects(span.get("events"), here.fail, "/events")
-                spans.append(_Span(
-                    trace, span_id, _hex_id(span.get("parentSpanId"), here.fail, "/parentSpanId"), typed(span, "name", str, here.fail) or "",
-                    _seconds(span.get("startTimeUnixNano"), here), _seconds(span.get("endTimeUnixNano"), here),
-                    _otlp_attributes(span.get("attributes"), here.fail, "/attributes"),
-                    (typed(span, "status", dict, here.fail) or {}).get("code") in _ERROR_STATUS, here,
-                    [
-                        (typed(event, "name", str, here.fail, f"/events/{k}") or "", _otlp_attributes(event.get("attributes"), here.fail, f"/events/{k}/attributes"))
-                        for k, event in enumerate(events)
-                    ],
-                    len(objects(span.get("links"), here.fail, "/links")),
-                ))
+                spans.append(
+                    _Span(
+                        trace,
+                        span_id,
+                        _hex_id(span.get("parentSpanId"), here.fail, "/parentSpanId"),
+                        typed(span, "name", str, here.fail) or "",
+                        _seconds(span.get("startTimeUnixNano"), here),
+                        _seconds(span.get("endTimeUnixNano"), here),
+                        _otlp_attributes(span.get("attributes"), here.fail, "/attributes"),
+                        (typed(span, "status", dict, here.fail) or {}).get("code") in _ERROR_STATUS,
+                        here,
+                        [
+                            (
+                                typed(event, "name", str, here.fail, f"/events/{k}") or "",
+                                _otlp_attributes(event.get("attributes"), here.fail, f"/events/{k}/attributes"),
+                            )
+                            for k, event in enumerate(events)
+                        ],
+                        len(objects(span.get("links"), here.fail, "/links")),
+                    )
+                )
     return spans
 
 
@@ -248,18 +266,29 @@ def _flat_span(record: dict[str, Any], where: _Where) -> _Span:
     fail = where.fail
     context = typed(record, "context", dict, fail) or {}
     parent = record.get("parent_id") or (typed(record, "parent", dict, fail) or {}).get("span_id")
-    trace = typed(record, "rollout_id", str, fail) or _hex_id(record.get("trace_id") or context.get("trace_id"), fail, "/trace_id")
+    trace = typed(record, "rollout_id", str, fail) or _hex_id(
+        record.get("trace_id") or context.get("trace_id"), fail, "/trace_id"
+    )
     span_id = _hex_id(record.get("span_id") or context.get("span_id"), fail, "/span_id")
     if not trace or not span_id:
         raise fail("span without a trace id or span id")
     status = typed(record, "status", dict, fail) or {}
     events = objects(record.get("events"), fail, "/events")
     return _Span(
-        trace, span_id, _hex_id(parent, fail, "/parent_id"), typed(record, "name", str, fail) or "",
-        _seconds(record.get("start_time"), where), _seconds(record.get("end_time"), where),
-        _text_keys(typed(record, "attributes", dict, fail) or {}, fail, "/attributes"), status.get("status_code") in _ERROR_STATUS, where,
+        trace,
+        span_id,
+        _hex_id(parent, fail, "/parent_id"),
+        typed(record, "name", str, fail) or "",
+        _seconds(record.get("start_time"), where),
+        _seconds(record.get("end_time"), where),
+        _text_keys(typed(record, "attributes", dict, fail) or {}, fail, "/attributes"),
+        status.get("status_code") in _ERROR_STATUS,
+        where,
         [
-            (typed(event, "name", str, fail, f"/events/{k}") or "", _text_keys(typed(event, "attributes", dict, fail, f"/events/{k}") or {}, fail, f"/events/{k}/attributes"))
+            (
+                typed(event, "name", str, fail, f"/events/{k}") or "",
+                _text_keys(typed(event, "attributes", dict, fail, f"/events/{k}") or {}, fail, f"/events/{k}/attributes"),
+            )
             for k, event in enumerate(events)
         ],
         len(typed(record, "links", list, fail) or []),
@@ -296,7 +325,7 @@ def _rewards(span: _Span) -> dict[str, float]:
     for key, value in attributes.items():
         if not key.startswith(REWARD_SPAN + ".") or ".metadata" in key:
             continue
-        rest = key[len(REWARD_SPAN) + 1:]
+        rest = key[len(REWARD_SPAN) + 1 :]
         if rest.endswith(".value") and f"{REWARD_SPAN}.{rest[:-6]}.name" in attributes:
             if not is_number(value):
                 raise span.where.fail(f"/attributes/{key} is {value!r}, expected a finite number")
@@ -386,15 +415,23 @@ class _Trace:
             self.event(span, "", span.start, "spawn", caller, to=span.agent_name, duration_s=duration, **asking, **extra)
         elif operation == "invoke_agent":
             agent = span.agent_name or caller
-            self.event(span, ":start", span.start, "message", caller, from_=caller, to=agent, kind="invoke_agent", **asking, **extra)
+            self.event(
+                span, ":start", span.start, "message", caller, from_=caller, to=agent, kind="invoke_agent", **asking, **extra
+            )
             self.event(span, ":end", span.end, "return", agent, from_=agent, to=caller, duration_s=duration)
         elif operation in TOOL_OPERATIONS:
             tool = str(attributes.get("gen_ai.tool.name") or attributes.get("gen_ai.data_source.id") or span.name)
             call = self.event(span, ":call", span.start, "tool_call", caller, tool=tool, **extra)
-            result = self.event(span, ":result", span.end, "tool_result", tool, tool=tool, duration_s=duration, is_error=span.error or None)
+            result = self.event(
+                span, ":result", span.end, "tool_result", tool, tool=tool, duration_s=duration, is_error=span.error or None
+            )
             self.builder.edge(call, result, "return")
             if span.error:
-                self.builder.edge(result, self.event(span, ":error", span.end, "safety_event", caller, tool=tool, reason="tool_error"), "safety_flow")
+                self.builder.edge(
+                    result,
+                    self.event(span, ":error", span.end, "safety_event", caller, tool=tool, reason="tool_error"),
+                    "safety_flow",
+                )
         elif operation in MESSAGE_OPERATIONS:
             model = attributes.get("gen_ai.response.model") or attributes.get("gen_ai.request.model")
             self.event(span, "", span.start, "message", caller, from_=caller, model=model, duration_s=duration, **extra)
@@ -425,7 +462,7 @@ class _Trace:
                 parent = self.mapped_parent(span)
                 children[parent.id if parent else None].append(span)
         for parent_id, kids in children.items():
-            for before, after in zip(kids, kids[1:]):
+            for before, after in pairwise(kids):
                 if before.end <= after.start:
                     builder.edge(self.last[before.id], self.first[after.id], "temporal")
             if parent_id is None:
@@ -441,7 +478,9 @@ class _Trace:
 
     def reward(self) -> dict[str, float]:
         """Rewards each reward span's preceding event; the last reward span is the trace's."""
-        finished = sorted(((span.end, self.last[span.id]) for span in self.spans if span.id in self.last), key=lambda pair: pair[0])
+        finished = sorted(
+            ((span.end, self.last[span.id]) for span in self.spans if span.id in self.last), key=lambda pair: pair[0]
+        )
         events = {event["id"]: event for event in self.builder.events}
         rewards: dict[str, float] = {}
         for span in self.reward_spans:

@@ -34,7 +34,12 @@ from masreplay.event_credit import resolve
 from masreplay.viewer._model import lanes
 
 SCOPE = {"name": "masreplay", "version": "1"}
-OPERATIONS = {"spawn": "create_agent", "tool_call": "execute_tool", "tool_result": "execute_tool", "safety_event": "apply_guardrail"}
+OPERATIONS = {
+    "spawn": "create_agent",
+    "tool_call": "execute_tool",
+    "tool_result": "execute_tool",
+    "safety_event": "apply_guardrail",
+}
 REWARD_SPAN = "agentlightning.reward"
 
 
@@ -44,7 +49,7 @@ def _id(size: int, *parts: str) -> str:
 
 
 def _nanos(seconds: float) -> str:
-    return str(int(round(seconds * 1e9)))
+    return str(round(seconds * 1e9))
 
 
 def _value(value: Any) -> dict[str, Any]:
@@ -119,8 +124,16 @@ class _TraceSpans:
             end = max((end_of[i] for i in mine), default=start)
             parent = agent_span.get(lane["parent"])
             agent_span[lane_index] = self.span(
-                f"agent:{lane['agent']}", f"invoke_agent {lane['agent']}", parent, start, end,
-                {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": lane["agent"], "masreplay.trace_id": trace["trace_id"]},
+                f"agent:{lane['agent']}",
+                f"invoke_agent {lane['agent']}",
+                parent,
+                start,
+                end,
+                {
+                    "gen_ai.operation.name": "invoke_agent",
+                    "gen_ai.agent.name": lane["agent"],
+                    "masreplay.trace_id": trace["trace_id"],
+                },
             )
         for i, event in enumerate(events):
             if i in answered:

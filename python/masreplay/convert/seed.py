@@ -15,8 +15,8 @@ from typing import Any
 import pyarrow.compute as pc
 
 from masreplay.batch import TraceBatch
+from masreplay.conversion_report import ConversionReport
 from masreplay.convert._lines import IN_MEMORY, local_path
-from masreplay.convert._report import ConversionReport
 from masreplay.errors import ConversionError, InvalidArgumentError, MasreplayError, StorageError, TraceValidationError
 from masreplay.io import load_traces
 
@@ -45,7 +45,9 @@ def seed(source: Any) -> TraceBatch:
         _refuse_additions(batch)
     except TraceValidationError as error:
         raise _conversion_error(name, error) from error
-    batch.conversion_report = ConversionReport("seed", sources=[name], records=len(batch), traces=len(batch), events=batch.num_events)
+    batch.conversion_report = ConversionReport(
+        "seed", sources=[name], records=len(batch), traces=len(batch), events=batch.num_events
+    )
     return batch
 
 
@@ -55,7 +57,9 @@ def masreplay_traces(source: Any) -> TraceBatch:
     Parquet."""
     name = _source_name(source)
     batch = _read(name, name if name != IN_MEMORY else source, strict_seed=False)
-    batch.conversion_report = ConversionReport("masreplay", sources=[name], records=len(batch), traces=len(batch), events=batch.num_events)
+    batch.conversion_report = ConversionReport(
+        "masreplay", sources=[name], records=len(batch), traces=len(batch), events=batch.num_events
+    )
     return batch
 
 
@@ -106,7 +110,9 @@ def write(batch: TraceBatch, path: str | os.PathLike[str]) -> None:
     """Writes ``batch`` in the format ``path``'s suffix names (see the module docstring)."""
     target = pathlib.Path(local_path(path))
     if target.suffix not in OUTPUT_SUFFIXES:
-        raise InvalidArgumentError(f"cannot tell the output format from {os.fspath(path)!r}: use one of {', '.join(OUTPUT_SUFFIXES)}")
+        raise InvalidArgumentError(
+            f"cannot tell the output format from {os.fspath(path)!r}: use one of {', '.join(OUTPUT_SUFFIXES)}"
+        )
     if target.suffix == ".parquet":
         batch.write_parquet(target)
         return

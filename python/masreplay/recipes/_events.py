@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from functools import cached_property
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -24,9 +25,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from masreplay import _core
-from masreplay.advantages import Advantages, _batch, _group_keys, event_rewards
+from masreplay.advantages import Advantages, _group_keys, event_rewards
 from masreplay.batch import EVENT_FIELDS, TraceBatch
 from masreplay.errors import InvalidArgumentError
+from masreplay.io import as_batch
 
 OBSERVATIONS = ("tool_result", "human_intervention", "safety_event")
 
@@ -35,7 +37,7 @@ class Events:
     """Lazily computed per-event and per-trace columns of one batch."""
 
     def __init__(self, batch: Any) -> None:
-        self.batch: TraceBatch = _batch(batch)
+        self.batch: TraceBatch = as_batch(batch)
         self.offsets = np.asarray(self.batch.event_offsets, dtype=np.int64)
         self.n_traces = len(self.batch)
         self.n_events = int(self.offsets[-1])
@@ -303,7 +305,7 @@ def nested_weights(events: Events, mask: np.ndarray, levels: Sequence[np.ndarray
     codes = [dense(*chain[: depth + 1]) for depth in range(len(chain))]
     share = events.tokens[rows] if by_tokens else np.ones(len(rows))
     w = share / np.bincount(codes[-1], weights=share)[codes[-1]]
-    for parent, child in zip(codes[:-1], codes[1:], strict=True):
+    for parent, child in pairwise(codes):
         # child codes refine parent codes: the first row of each child names its parent
         w /= np.bincount(parent[first_rows(child)], minlength=parent.max() + 1)[parent]
     weights[rows] = w

@@ -218,14 +218,9 @@ def mgrpo(
         raise InvalidArgumentError(f"alignment must be 'resample' or 'none', got {alignment!r}")
     events = Events(batch)
     correct_main = events.trace_reward(channel)
-    main_reward = correct_main
     fmt = events.event_reward(format_channel, fill=np.nan)
     has_format = ~np.isnan(fmt)
-    if has_format.any():
-        trace_format = np.ones(events.n_traces)
-        formatted_main = np.flatnonzero(events.root & has_format)
-        np.minimum.at(trace_format, events.trace[formatted_main], fmt[formatted_main])
-        main_reward = np.where(trace_format > 0, alpha[0] * trace_format + alpha[1] * correct_main, 0.0)
+    main_reward = _main_reward(events, correct_main, fmt, alpha)
     main_adv = grpo(main_reward, events.trace_group, ddof=0, eps=eps)
 
     sub_rows = np.flatnonzero(events.acting & ~events.root)
@@ -256,13 +251,34 @@ def mgrpo(
     per_event[main_rows] = main_adv[events.trace[main_rows]]
     per_event[sub_rows] = call_adv[call]
     weights = nested_weights(events, events.acting & events.root, [events.trace])
+    sub_weights = _sub_call_weights(events, sub_rows, call, call_trace, multiplicity)
+    return result(events, "mgrpo", per_event, weights + sub_weights, ("role",))
+
+
+def _main_reward(events: Events, correct_main: np.ndarray, fmt: np.ndarray, alpha: tuple[float, float]) -> np.ndarray:
+    """M-GRPO's ``R_M``: the channel reward, or ``a1 format + a2 channel`` (0 when the format
+    is invalid) where the main agent's events carry a format reward (NaN elsewhere)."""
+    has_format = ~np.isnan(fmt)
+    if not has_format.any():
+        return correct_main
+    trace_format = np.ones(events.n_traces)
+    formatted_main = np.flatnonzero(events.root & has_format)
+    np.minimum.at(trace_format, events.trace[formatted_main], fmt[formatted_main])
+    return np.where(trace_format > 0, alpha[0] * trace_format + alpha[1] * correct_main, 0.0)
+
+
+def _sub_call_weights(
+    events: Events, sub_rows: np.ndarray, call: np.ndarray, call_trace: np.ndarray, multiplicity: np.ndarray
+) -> np.ndarray:
+    """Per-event loss weights of the sub-agents' events: each call ``multiplicity / (D*K)`` of
+    its group, shared evenly by the call's events."""
     sub_weights = np.zeros(events.n_events)
     if len(sub_rows):
         per_group = np.bincount(events.trace_group[call_trace], weights=multiplicity, minlength=events.trace_group.max() + 1)
         call_weight = multiplicity / np.maximum(per_group[events.trace_group[call_trace]], 1)
-        events_of_call = np.bincount(call, minlength=n_calls)
+        events_of_call = np.bincount(call, minlength=len(call_trace))
         sub_weights[sub_rows] = (call_weight / events_of_call)[call]
-    return result(events, "mgrpo", per_event, weights + sub_weights, ("role",))
+    return sub_weights
 
 
 def _align(call_trace: np.ndarray, n_traces: int, sub_calls: int | None, alignment: str, seed: int) -> np.ndarray:

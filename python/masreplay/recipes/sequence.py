@@ -16,7 +16,9 @@ from masreplay.errors import InvalidArgumentError
 from masreplay.recipes._events import Events, cell_stats, dense, grpo, nested_weights, result, reverse_discounted, whiten
 
 
-def _per_action(events: Events, name: str, rows: np.ndarray, values: np.ndarray, unit: tuple[str, ...], trained: np.ndarray) -> Advantages:
+def _per_action(
+    events: Events, name: str, rows: np.ndarray, values: np.ndarray, unit: tuple[str, ...], trained: np.ndarray
+) -> Advantages:
     """The result of per-action credit ``values`` at ``rows``: each ``trained`` event of a
     group weighs the same (a sample mean over actions)."""
     per_event = np.zeros(events.n_events)

@@ -196,7 +196,9 @@ def c3(
             raise InvalidArgumentError("c3 with alpha > 0 needs the Q-critic's values per event (or alpha=0: reward_only)")
         q = events.column("values", values)
         on = tree.node >= 0
-        q_node = np.bincount(tree.node[on], weights=q[on], minlength=tree.n_nodes) / np.bincount(tree.node[on], minlength=tree.n_nodes)
+        q_node = np.bincount(tree.node[on], weights=q[on], minlength=tree.n_nodes) / np.bincount(
+            tree.node[on], minlength=tree.n_nodes
+        )
         baseline = baseline + alpha * _loo(q_node, tree.siblings)
     advantage = np.nan_to_num(reward - baseline, nan=0.0)
     return result(events, "c3", _per_event(tree, advantage), _node_weights(events, tree), ("message",))

@@ -24,8 +24,8 @@ import pyarrow.compute as pc
 from masreplay.advantages import advantages
 from masreplay.batch import TraceBatch
 from masreplay.errors import InvalidArgumentError
-from masreplay.orchestration import metrics
 from masreplay.event_credit import EventCredit, resolve
+from masreplay.orchestration import metrics
 from masreplay.viewer._model import attach_branches, colour_scale, trace_data
 
 ASSETS = ("viewer.css", "viewer.js")
@@ -129,11 +129,9 @@ def view(batch: TraceBatch, trace: int | str, *, color: str | None = None, credi
     position = _position(batch, trace)
     family, siblings = _family(batch, position, bool(group))
     shown = batch[family]
-    colouring: EventCredit | None
-    if credit is not None:
-        colouring = resolve(batch, color, credit).take(_rows(batch, family))
-    else:
-        colouring = resolve(shown, color, None)
+    colouring: EventCredit | None = (
+        resolve(batch, color, credit).take(_rows(batch, family)) if credit is not None else resolve(shown, color, None)
+    )
     sibling_batch = batch[siblings]
     has_team = pc.any(pc.is_valid(pc.map_lookup(sibling_batch.to_arrow()["rewards"], "team", "first"))).as_py()
     sibling_advantage = advantages(sibling_batch, missing="skip", dtype="float64").per_trace if has_team else None

@@ -175,7 +175,12 @@ def attach_branches(traces: list[dict[str, Any]]) -> None:
         ids = factual["events"]["id"]
         if origin["event_id"] in ids:
             factual["branches"].append(
-                {"event": ids.index(origin["event_id"]), "trace_id": trace["id"], "kind": origin.get("kind"), "rewards": trace["rewards"]}
+                {
+                    "event": ids.index(origin["event_id"]),
+                    "trace_id": trace["id"],
+                    "kind": origin.get("kind"),
+                    "rewards": trace["rewards"],
+                }
             )
 
 

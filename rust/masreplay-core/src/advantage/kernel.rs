@@ -2,7 +2,8 @@
 //! is normalised on its own. No sort and no hashing on the hot path. Group labels sorted
 //! ascending in small runs (the layout of GRPO rollouts) are read in place in one pass that
 //! finds the groups, checks the values and normalises them (`normalize_sorted_runs`); small
-//! groups take the paths of `small`. Everything else (unsorted labels, large groups, the
+//! groups take the paths of `small`. Native GRPO and RLOO without strata over scattered
+//! groups accumulate in place (`scatter`). Everything else (unsorted labels, large groups, the
 //! trainers' fp32 modes, OPO and REINFORCE++) goes through dense codes, a counting sort when
 //! groups are scattered, and a per-thread stamp table for the strata. Groups run in parallel
 //! (rayon), and every output depends only on its own group, so results are identical at any
@@ -12,6 +13,7 @@ use rayon::prelude::*;
 
 use super::cell::{Cell, batch_std};
 use super::float::AdvantageFloat;
+use super::scatter::{self, normalize_scattered};
 use super::small::{Block, Declined, Labels, SMALL_ROWS, Small, normalize_small_group, plain_run, small_path};
 use super::spec::{Compat, Estimator, Scale, Spec, invalid};
 use super::torch_sum::torch_sum_threads_of;
@@ -66,9 +68,12 @@ enum Layout {
     Runs(Vec<usize>),
     /// Rows gathered by group: group `g` holds `order[bounds[g]..bounds[g + 1]]`.
     Gathered { bounds: Vec<usize>, order: Vec<u32> },
+    /// Groups scattered over the rows, left where they are (see [`scatter`]).
+    Scattered,
 }
 
-fn layout(groups: &[u32], n_groups: usize) -> Layout {
+/// `gather`: whether scattered groups are gathered (a counting sort) or left in place.
+fn layout(groups: &[u32], n_groups: usize, gather: bool) -> Layout {
     let n = groups.len();
     let chunk = (n / (rayon::current_num_threads() * 4)).max(1 << 14);
     let mut starts: Vec<usize> = (0..n.div_ceil(chunk))
@@ -83,6 +88,9 @@ fn layout(groups: &[u32], n_groups: usize) -> Layout {
     if contiguous {
         starts.push(n);
         return Layout::Runs(starts);
+    }
+    if !gather {
+        return Layout::Scattered;
     }
     let mut bounds = vec![0usize; n_groups + 1];
     for &g in groups {
@@ -388,6 +396,7 @@ fn normalize_layout<T: AdvantageFloat>(rows: &Rows, labels: Labels, layout: Layo
                 out[row as usize] = gathered[k];
             }
         }
+        Layout::Scattered => normalize_scattered(rows, spec, batch_std, &mut out),
     }
     if spec.estimator == Estimator::ReinforcePpBaseline {
         match spec.compat {
@@ -403,7 +412,8 @@ fn normalize_layout<T: AdvantageFloat>(rows: &Rows, labels: Labels, layout: Layo
 pub fn normalize<T: AdvantageFloat>(rows: &Rows, spec: &Spec) -> Result<Vec<T>> {
     check_rows(rows)?;
     let labels = rows.strata.map_or(Labels::None, |(codes, _)| Labels::Dense(codes));
-    normalize_layout(rows, labels, layout(rows.groups, rows.n_groups), spec)
+    let gather = !scatter::applies(rows, spec);
+    normalize_layout(rows, labels, layout(rows.groups, rows.n_groups, gather), spec)
 }
 
 /// Every array of `rows` has a value per row, every code is in range, every value finite

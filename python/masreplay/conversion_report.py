@@ -1,4 +1,7 @@
-"""ConversionReport: what a converter read, what it set aside on purpose, what it did not understand."""
+"""ConversionReport: what a converter read, what it set aside on purpose, what it did not understand.
+
+It sits below batch.py, which carries a report with the traces it describes, and below
+masreplay.convert, whose converters fill it in."""
 
 from __future__ import annotations
 

@@ -1,0 +1,402 @@
+"""The steps of :mod:`masreplay.offline`'s job that both engines run (the local one in
+``offline.py``, Ray Data in ``_offline_ray.py``): the plan (pass 1), validation and
+bucketing of a streamed batch, one bucket's credit, the parts, the spill files and the
+manifest that commits them. The design is in ``offline.py``'s docstring."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from masreplay import _core
+from masreplay.advantages import advantages as compute_advantages
+from masreplay.batch import TraceBatch
+from masreplay.counterfactual import counterfactual_credit
+from masreplay.errors import DataFormatError, InvalidArgumentError, StorageError, TraceValidationError
+from masreplay.orchestration import metrics as compute_metrics
+
+MANIFEST = "_manifest.json"
+SCRATCH = "_scratch"
+FORMAT = "masreplay.credit_dump"
+#: Version of the output layout (parts, manifest); bumped when either changes.
+OUTPUT_VERSION = 1
+#: File name of part k under traces/ and events/.
+PART_NAME = "part-{:05d}.parquet"
+
+
+# ---- pass 1: the plan ----------------------------------------------------------------------
+
+
+def _key_columns(schema: pa.Schema) -> list[str]:
+    names = set(schema.names)
+    if "trace_id" not in names:
+        raise DataFormatError("the dump has no trace_id column")
+    wanted = ["trace_id", "group_id", "task_id", "counterfactual_of"]
+    return [c for c in wanted if c in names] + (["n_events"] if "n_events" in names else ["events"])
+
+
+def trace_keys(table: pa.Table) -> pa.Table:
+    """The plan's inputs of each row: trace_id, group_id (else task_id, as the loader
+    fills it), task_id, factual (counterfactual_of.trace_id) and events (the trace's event
+    count)."""
+    n = table.num_rows
+
+    def text(name: str) -> pa.Array:
+        if name not in table.column_names:
+            return pa.nulls(n, pa.large_string())
+        column = table[name]
+        try:
+            return pc.cast(column, pa.large_string()).combine_chunks()
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            raise DataFormatError(f"column {name!r} of type {column.type} is not text") from None
+
+    task = text("task_id")
+    factual = pa.nulls(n, pa.large_string())
+    if "counterfactual_of" in table.column_names and pa.types.is_struct(table["counterfactual_of"].type):
+        of = table["counterfactual_of"].combine_chunks()
+        if of.type.get_field_index("trace_id") >= 0:
+            factual = pc.cast(pc.struct_field(of, "trace_id"), pa.large_string())
+    if "n_events" in table.column_names:
+        events = pc.fill_null(pc.cast(table["n_events"], pa.int64()), 0)
+    else:
+        events = pc.fill_null(pc.cast(pc.list_value_length(table["events"]), pa.int64()), 0)
+    return pa.table(
+        {
+            "trace_id": text("trace_id"),
+            "group_id": pc.coalesce(text("group_id"), task),
+            "task_id": task,
+            "factual": factual,
+            "events": events,
+        }
+    )
+
+
+@dataclass
+class Plan:
+    """Every trace's bucket (``-1``: no trace id, rejected before the stream), in dump order."""
+
+    trace_ids: pa.Array
+    bucket: np.ndarray
+    expected: np.ndarray  # traces per bucket
+    null_ids: np.ndarray  # positions of rows without a trace id
+
+    @property
+    def n_buckets(self) -> int:
+        return len(self.expected)
+
+
+def _find(parent: np.ndarray, i: int) -> int:
+    root = i
+    while parent[root] != root:
+        root = parent[root]
+    while parent[i] != root:
+        parent[i], i = root, parent[i]
+    return root
+
+
+def make_plan(keys: pa.Table, options: Mapping[str, Any], bucket_events: int) -> Plan:
+    """Components (groups when advantages are asked for, branch families when
+    counterfactual credit is) packed into buckets of about ``bucket_events`` events."""
+    n = keys.num_rows
+    ids = keys["trace_id"].combine_chunks()
+    null_ids = np.flatnonzero(ids.is_null().to_numpy(zero_copy_only=False))
+    if n and pc.count_distinct(ids).as_py() != n - len(null_ids):
+        counts = pc.value_counts(ids.drop_null())
+        repeated = counts.filter(pc.greater(counts.field("counts"), 1))[0]["values"].as_py()
+        raise DataFormatError(f"trace id {repeated!r} appears more than once in the dump; an offline job needs unique ids")
+    component = np.arange(n, dtype=np.int64)
+    if options["advantages"] is not None:
+        # Rows without a group are their own component.
+        group = keys[options["group_by"]].combine_chunks()
+        codes = pc.dictionary_encode(group).indices.to_numpy(zero_copy_only=False)
+        grouped = ~group.is_null().to_numpy(zero_copy_only=False)
+        component = np.where(grouped, codes, len(group) + np.arange(n)).astype(np.int64)
+    if options["counterfactual"] is not None:
+        parent = np.arange(component.max(initial=-1) + 1, dtype=np.int64)
+        position = {trace_id: i for i, trace_id in enumerate(ids.to_pylist()) if trace_id is not None}
+        for branch, factual in enumerate(keys["factual"].to_pylist()):
+            target = position.get(factual) if factual is not None else None
+            if target is not None:
+                a, b = _find(parent, int(component[branch])), _find(parent, int(component[target]))
+                parent[max(a, b)] = min(a, b)
+        roots = np.array([_find(parent, i) for i in range(len(parent))], dtype=np.int64)
+        component = roots[component] if n else component
+    # Components in order of first appearance; a component goes to the bucket where its
+    # first event falls (buckets of bucket_events events, one component at most over).
+    _, first, inverse = np.unique(component, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    row_rank = rank[inverse] if n else inverse
+    valid = np.ones(n, dtype=bool)
+    valid[null_ids] = False
+    events = keys["events"].to_numpy(zero_copy_only=False)
+    component_events = np.bincount(row_rank[valid], weights=events[valid], minlength=len(order)).astype(np.int64)
+    starts = np.cumsum(component_events) - component_events
+    component_bucket = np.unique(starts // max(bucket_events, 1), return_inverse=True)[1]
+    row_bucket = component_bucket[row_rank] if n else row_rank
+    row_bucket[~valid] = -1
+    n_buckets = int(row_bucket.max(initial=-1)) + 1
+    return Plan(
+        trace_ids=ids,
+        bucket=row_bucket,
+        expected=np.bincount(row_bucket[valid], minlength=n_buckets),
+        null_ids=null_ids,
+    )
+
+
+def read_batches(files: Sequence[str], columns: list[str] | None) -> Iterator[pa.Table]:
+    """The dump in order, one Parquet row group at a time (``columns=["keys"]``: the plan's
+    key columns only). A row group is the unit of reading: pyarrow cannot cut the canonical
+    layout's nested dictionary columns into smaller batches."""
+    for path in files:
+        try:
+            reader = pq.ParquetFile(path)
+            wanted = _key_columns(reader.schema_arrow) if columns == ["keys"] else columns
+            for index in range(reader.metadata.num_row_groups):
+                yield reader.read_row_group(index, columns=wanted)
+        except (OSError, pa.ArrowException) as error:
+            raise StorageError(5, f"not a readable Parquet file ({error})", path) from error
+
+
+def plan_keys(files: Sequence[str]) -> pa.Table:
+    """Pass 1 on one machine: the key table of the whole dump."""
+    parts = [trace_keys(batch) for batch in read_batches(files, ["keys"])]
+    return pa.concat_tables(parts) if parts else trace_keys(pa.table({"trace_id": pa.array([], pa.string())}))
+
+
+# ---- validation of a streamed batch --------------------------------------------------------
+
+
+def _rejection(position: int, error: TraceValidationError) -> dict[str, Any]:
+    return {"position": position, "trace_id": error.trace_id, "pointer": error.path, "reason": error.reason}
+
+
+def ingest(table: pa.Table, positions: np.ndarray, on_error: str) -> tuple[_core.TraceBatch, np.ndarray, list[dict]]:
+    """Validates a streamed table with masreplay's loader: the valid traces, their dump
+    positions, and the rejected ones (raised at once with ``on_error="raise"``)."""
+    core, rejected = _core.ingest_arrow(table)
+    if rejected and on_error == "raise":
+        raise rejected[0][2]
+    keep = np.ones(len(positions), dtype=bool)
+    keep[[r[0] for r in rejected]] = False
+    return core, positions[keep], [_rejection(int(positions[r[0]]), r[2]) for r in rejected]
+
+
+def split_by_bucket(core: _core.TraceBatch, positions: np.ndarray, buckets: np.ndarray) -> Iterator[tuple[int, pa.Table]]:
+    """The valid traces of a streamed table as (bucket, canonical table with ``_position``)."""
+    table = pa.table(core).append_column("_position", pa.array(positions, pa.int64()))
+    if len(buckets) and (buckets == buckets[0]).all():
+        yield int(buckets[0]), table
+        return
+    order = np.argsort(buckets, kind="stable")
+    table, ordered = table.take(pa.array(order)), buckets[order]
+    bounds = np.flatnonzero(np.diff(ordered)) + 1
+    for start, stop in zip(np.r_[0, bounds], np.r_[bounds, len(ordered)], strict=True):
+        if stop > start:
+            yield int(ordered[start]), table.slice(start, stop - start)
+
+
+# ---- one bucket -------------------------------------------------------------------------------
+
+
+def compute_bucket(core: _core.TraceBatch, options: Mapping[str, Any]) -> tuple[pa.Table, pa.Table]:
+    """The traces and events tables of one whole bucket, by the in-memory functions."""
+    batch = TraceBatch(core)
+    ids = pa.array(batch._core.trace_field("trace_id"), pa.string())
+    offsets = batch.event_offsets
+    trace_index = np.repeat(np.arange(len(batch), dtype=np.int64), np.diff(offsets))
+    traces: dict[str, Any] = {"trace_id": ids, "group_id": pa.array(batch._core.trace_field("group_id"), pa.string())}
+    events: dict[str, Any] = {
+        "trace_id": ids.take(pa.array(trace_index)),
+        "event_id": pa.array(batch._event_array("id"), pa.string()),
+        "agent": pc.cast(batch._event_array("agent"), pa.string()),
+    }
+    if options["advantages"] is not None:
+        result = compute_advantages(batch, group_by=options["group_by"], **options["advantages"])
+        traces["advantage"] = result.per_trace
+        events["advantage"] = result.per_event
+        events["weight"] = result.weights
+    if options["counterfactual"] is not None:
+        credit = counterfactual_credit(batch, **options["counterfactual"])
+        for name in ("credit", "stderr", "n_branches"):
+            events[name] = credit[name]
+    traces_table = pa.table(traces)
+    if options["metrics"]:
+        table = compute_metrics(batch)
+        for name in table.column_names[1:]:
+            traces_table = traces_table.append_column(name, table[name])
+    return traces_table, pa.table(events)
+
+
+def _atomic_write(path: pathlib.Path, write: Callable[[str], None]) -> None:
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    write(os.fspath(temporary))
+    os.replace(temporary, path)
+
+
+def write_part(destination: pathlib.Path, part: int, traces: pa.Table, events: pa.Table) -> None:
+    """One part of each table, under temporary names then renamed (not yet committed)."""
+    for folder, table in (("traces", traces), ("events", events)):
+        target = destination / folder / PART_NAME.format(part)
+        _atomic_write(target, lambda tmp, table=table: pq.write_table(table, tmp, compression="zstd"))
+
+
+# ---- the manifest ----------------------------------------------------------------------------
+
+
+class Manifest:
+    """``_manifest.json``: inputs, options, plan, committed parts; rewritten atomically."""
+
+    def __init__(self, destination: pathlib.Path, state: dict[str, Any]) -> None:
+        self.path = destination / MANIFEST
+        self.state = state
+
+    @classmethod
+    def read(cls, destination: pathlib.Path) -> Manifest | None:
+        path = destination / MANIFEST
+        if not path.exists():
+            return None
+        try:
+            state = json.loads(path.read_text())
+        except (OSError, ValueError) as error:
+            raise DataFormatError(f"{path}: not a readable credit_dump manifest ({error})") from error
+        if not isinstance(state, dict) or state.get("format") != FORMAT:
+            raise DataFormatError(f"{path}: not a masreplay credit_dump manifest")
+        return cls(destination, state)
+
+    def save(self) -> None:
+        text = json.dumps(self.state, indent=1, sort_keys=True)
+        _atomic_write(self.path, lambda tmp: pathlib.Path(tmp).write_text(text))
+
+    @property
+    def done(self) -> dict[int, dict[str, Any]]:
+        return {entry["part"]: entry for entry in self.state["parts"]}
+
+    def commit(self, part: int, traces: int, events: int, rejected: list[dict]) -> None:
+        self.state["parts"].append({"part": part, "traces": traces, "events": events, "rejected": rejected})
+        self.state["parts"].sort(key=lambda entry: entry["part"])
+        self.save()
+
+
+def _open(destination: pathlib.Path, inputs: list[dict], options: dict, bucket_events: int, resume: bool) -> Manifest:
+    """The manifest to continue from (checked against inputs and options), or a fresh one."""
+    existing = Manifest.read(destination) if destination.exists() else None
+    if existing is not None and resume:
+        state = existing.state
+        if state.get("output_version") != OUTPUT_VERSION:
+            raise DataFormatError(f"{existing.path} was written by another version of masreplay's offline job")
+        if state["inputs"] != inputs:
+            raise InvalidArgumentError(
+                f"the inputs changed since {existing.path} was written (files, sizes or modification times); "
+                "pass resume=False (CLI: --no-resume) to start over"
+            )
+        if state["options"] != options:
+            raise InvalidArgumentError(
+                f"{existing.path} was written with other options ({state['options']}, now {options}); "
+                "pass resume=False (CLI: --no-resume) to start over"
+            )
+        for leftover in [*destination.glob(".*.tmp"), *destination.glob("*/.*.tmp")]:
+            leftover.unlink()  # written by a run stopped before its rename
+        _make_folders(destination)
+        return existing
+    if existing is None and destination.exists() and any(destination.iterdir()):
+        raise StorageError(17, "destination is not empty and holds no credit_dump manifest", os.fspath(destination))
+    for name in ("traces", "events", SCRATCH, MANIFEST):
+        path = destination / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+    manifest = Manifest(
+        destination,
+        {
+            "format": FORMAT,
+            "output_version": OUTPUT_VERSION,
+            "schema_version": _core.SCHEMA_VERSION,
+            "complete": False,
+            "inputs": inputs,
+            "options": options,
+            "bucket_events": bucket_events,
+            "parts": [],
+        },
+    )
+    manifest.save()  # first, so that nothing of ours is ever in a destination without one
+    _make_folders(destination)
+    return manifest
+
+
+def _make_folders(destination: pathlib.Path) -> None:
+    for name in ("traces", "events"):
+        (destination / name).mkdir(exist_ok=True)
+
+
+# ---- spill files ----------------------------------------------------------------------------
+
+
+def _ipc_write(path: pathlib.Path, table: pa.Table) -> None:
+    # The stream format: the spilled pieces keep their own dictionaries (agents differ between
+    # row groups), which the file format refuses ("dictionary replacement").
+    with pa.OSFile(os.fspath(path), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+
+
+def _ipc_read(path: pathlib.Path) -> pa.Table:
+    with pa.memory_map(os.fspath(path)) as source:
+        return pa.ipc.open_stream(source).read_all()
+
+
+def _own(table: pa.Table) -> _core.TraceBatch:
+    """Traces this job spilled itself, read back: checked in full like any Arrow input
+    (the scratch folder is a file system, not memory masreplay owns)."""
+    return _core.TraceBatch.restore(table)
+
+
+def load_bucket(pieces: Sequence[pa.Table]) -> _core.TraceBatch:
+    """One bucket's pieces (canonical tables with a ``_position`` column, the trace's row in
+    the dump) as one batch in dump order."""
+    if not pieces:
+        return _core.empty_batch()
+    core = _core.TraceBatch.concat([_own(piece.drop_columns(["_position"])) for piece in pieces])
+    positions = np.concatenate([piece["_position"].to_numpy() for piece in pieces])
+    if (np.diff(positions) < 0).any():  # pieces from several workers
+        core = core.take(np.argsort(positions, kind="stable").tolist())
+    return core
+
+
+# ---- the end of a run --------------------------------------------------------------------------
+
+
+def _record_null_ids(plan: Plan, manifest: Manifest, options: Mapping[str, Any]) -> None:
+    """Rows without a trace id are rejected before the stream (they belong to no bucket)."""
+    rejected = [
+        {"position": int(p), "trace_id": None, "pointer": "/trace_id", "reason": "the trace has no trace_id"}
+        for p in plan.null_ids
+    ]
+    if rejected and options["on_error"] == "raise":
+        raise TraceValidationError(None, "/trace_id", f"the trace at row {int(plan.null_ids[0])} of the dump has no trace_id")
+    manifest.state["unplaced_rejected"] = rejected
+
+
+def _finish(manifest: Manifest, n_buckets: int) -> None:
+    """Marks the output complete once every bucket is committed: the last commit point."""
+    missing = sorted(set(range(n_buckets)) - set(manifest.done))
+    if missing:
+        raise StorageError(5, f"parts {missing[:5]} were never committed", os.fspath(manifest.path))
+    parts = manifest.state["parts"]
+    rejected = manifest.state.pop("unplaced_rejected", []) + [r for entry in parts for r in entry["rejected"]]
+    manifest.state["rejected"] = sorted(rejected, key=lambda r: r["position"])
+    manifest.state["traces"] = sum(entry["traces"] for entry in parts)
+    manifest.state["events"] = sum(entry["events"] for entry in parts)
+    manifest.state["complete"] = True
+    manifest.save()
