@@ -7,7 +7,8 @@
 //! counts). Without strata and without per-event credit both reduce to one row per trace:
 //! plain group normalisation of trace rewards.
 
-use super::kernel::{Rows, normalize};
+use super::kernel::normalize;
+use super::rows::Rows;
 use super::spec::{Spec, invalid};
 use super::strata::{Stratum, joint_codes};
 use super::weights::loss_weights;

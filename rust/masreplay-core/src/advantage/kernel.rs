@@ -13,27 +13,13 @@ use rayon::prelude::*;
 
 use super::cell::{Cell, batch_std};
 use super::float::AdvantageFloat;
+use super::rows::Rows;
 use super::scatter::{self, normalize_scattered};
 use super::small::{Block, Declined, Labels, SMALL_ROWS, Small, normalize_small_group, plain_run, small_path};
 use super::spec::{Compat, Estimator, Scale, Spec, invalid};
 use super::torch_sum::torch_sum_threads_of;
 use crate::error::{MasreplayError, Result};
 use crate::stamped::StampedIndex;
-
-/// The rows to normalise: a value, a dense group code and optionally a dense stratum code
-/// and a length (token count; OPO's and REINFORCE++'s weights) per row.
-#[derive(Clone, Copy, Debug)]
-pub struct Rows<'a> {
-    pub values: &'a [f64],
-    pub groups: &'a [u32],
-    pub n_groups: usize,
-    pub strata: Option<(&'a [u32], usize)>,
-    pub lengths: Option<&'a [f64]>,
-    /// verl's response mask (rows x width, row-major, 0 or 1) and its width, for REINFORCE++'s
-    /// token-level whitening under `Compat::Verl`; without it each row's `lengths` tokens
-    /// come first in a width of the longest row.
-    pub tokens: Option<(&'a [f32], usize)>,
-}
 
 /// Arbitrary integer keys -> dense codes `0..n`. A key range no wider than a few times the
 /// number of rows is used directly (code = key - min: no hashing); wider ranges are numbered

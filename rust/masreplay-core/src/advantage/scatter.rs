@@ -11,7 +11,7 @@ use rayon::prelude::*;
 
 use super::cell::Cell;
 use super::float::AdvantageFloat;
-use super::kernel::Rows;
+use super::rows::Rows;
 use super::spec::Spec;
 
 /// A group's first-pass statistics within one chunk.

@@ -1,7 +1,7 @@
-//! Orchestration metrics, one row per trace, read straight from the canonical Arrow columns
-//! (no [`crate::Trace`] is built). Traces are measured in parallel with rayon; each row
-//! depends only on its own trace, so the table is the same at any thread count. The
-//! definitions are on [`TraceMetrics`]; `compute` holds the per-trace algorithm.
+//! Orchestration metrics, one row per trace, read from the canonical Arrow columns through
+//! the batch's [`BatchView`] (no [`crate::Trace`] is built). Traces are measured in parallel
+//! with rayon; each row depends only on its own trace, so the table is the same at any thread
+//! count. The definitions are on [`TraceMetrics`]; `compute` holds the per-trace algorithm.
 
 mod compute;
 #[cfg(test)]
