@@ -185,7 +185,9 @@ impl Scratch {
             let j = self.by_time[position] as usize;
             let e = start + j;
             let seen = self.table.see(view, e, j as u32, position as u32);
-            self.agents.resize(self.table.len(), Agent::new());
+            if self.agents.len() < self.table.len() {
+                self.agents.resize(self.table.len(), Agent::new());
+            }
             let t = view.t(e);
             let duration = view.duration_s(e);
             if let Some(duration) = duration {

@@ -27,18 +27,27 @@ pub struct Claim {
     pub candidate: bool,
 }
 
-impl BatchView<'_> {
-    /// What event `e` says about its author being the orchestrator.
-    pub fn claim(&self, e: usize) -> Claim {
-        let (role, event_type) = (self.role(e), self.event_type(e));
+impl Claim {
+    /// What an event of `event_type` by an author in `role` claims.
+    #[inline]
+    pub fn of(role: Role, event_type: EventType) -> Claim {
         Claim {
             orchestrator: role == Role::Orchestrator && event_type != EventType::Spawn,
             candidate: role != Role::NotAnAgent
                 && !matches!(event_type, EventType::HumanIntervention | EventType::SafetyEvent),
         }
     }
+}
+
+impl BatchView<'_> {
+    /// What event `e` says about its author being the orchestrator.
+    #[inline]
+    pub fn claim(&self, e: usize) -> Claim {
+        Claim::of(self.role(e), self.event_type(e))
+    }
 
     /// The agent number spawn event `e` brings in: its `to`, unless that is its author.
+    #[inline]
     pub fn spawned_agent(&self, e: usize) -> Option<u32> {
         self.to(e).filter(|&child| child != self.agent(e))
     }
@@ -132,11 +141,13 @@ impl TraceAgents {
     }
 
     /// The local index of agent number `agent`, if seen.
+    #[inline]
     pub fn lookup(&self, agent: u32) -> Option<u32> {
         self.local_of.get(agent)
     }
 
     /// The local index of agent number `agent`, registering it on first sight.
+    #[inline]
     pub fn local(&mut self, agent: u32) -> u32 {
         if let Some(local) = self.lookup(agent) {
             return local;
@@ -155,6 +166,7 @@ impl TraceAgents {
     /// Reads event `e` (batch position; local index `j` in its trace), the `position`-th of
     /// its trace in time order. Events must come in time order: the first spawn of an agent
     /// offered is its earliest.
+    #[inline]
     pub fn see(&mut self, view: &BatchView, e: usize, j: u32, position: u32) -> Seen {
         let event_type = view.event_type(e);
         let mut seen = Seen { event_type, author: NONE, spawned: None, despawned: None };
@@ -163,7 +175,7 @@ impl TraceAgents {
         }
         let author = self.local(view.agent(e));
         seen.author = author;
-        let claim = view.claim(e);
+        let claim = Claim::of(view.role(e), event_type);
         let a = author as usize;
         if claim.orchestrator && self.orchestrator_event[a] == NONE {
             self.orchestrator_event[a] = position;

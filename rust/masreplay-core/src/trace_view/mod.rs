@@ -140,6 +140,7 @@ impl<'a> BatchView<'a> {
     }
 
     /// Positions of the trace's events among the batch's events.
+    #[inline]
     pub fn events_of(&self, trace: usize) -> Range<usize> {
         let base = self.event_offsets[0];
         (self.event_offsets[trace] - base) as usize..(self.event_offsets[trace + 1] - base) as usize
@@ -152,12 +153,14 @@ impl<'a> BatchView<'a> {
     }
 
     /// The trace's edges as (sources, destinations), by local event index, in stored order.
+    #[inline]
     pub fn edge_pairs(&self, trace: usize) -> (&'a [i32], &'a [i32]) {
         let range = self.edges_of(trace);
         (&self.src[range.clone()], &self.dst[range])
     }
 
     /// Row of event position `e` in the Arrow event columns.
+    #[inline]
     pub fn column_row(&self, e: usize) -> usize {
         self.base + e
     }
@@ -167,14 +170,17 @@ impl<'a> BatchView<'a> {
         self.events_of(trace).position(|e| same_text(self.id(e), event_id)).map(|j| j as u32)
     }
 
+    #[inline]
     pub fn id(&self, e: usize) -> &'a str {
         self.events.id.value(self.column_row(e))
     }
 
+    #[inline]
     pub fn t(&self, e: usize) -> f64 {
         self.t[e]
     }
 
+    #[inline]
     pub fn event_type(&self, e: usize) -> EventType {
         EventType::from_code(self.type_codes[e] as usize).expect("canonical event type codes")
     }
@@ -194,38 +200,45 @@ impl<'a> BatchView<'a> {
     }
 
     /// The agent number of the author of event `e` (a null author is named "").
+    #[inline]
     pub fn agent(&self, e: usize) -> u32 {
         self.agent_of_key[self.agent_keys[e].as_usize()]
     }
 
     /// The agent a spawn, despawn, message or return addresses.
+    #[inline]
     pub fn to(&self, e: usize) -> Option<u32> {
         self.events.to.is_valid(self.column_row(e)).then(|| self.agent_of_to[self.to_keys[e].as_usize()])
     }
 
+    #[inline]
     pub fn role(&self, e: usize) -> Role {
         let row = self.column_row(e);
         if self.events.role.is_valid(row) { self.role_of_key[self.role_keys[e].as_usize()] } else { Role::Other }
     }
 
     /// Token count of event `e`, where recorded.
+    #[inline]
     pub fn tokens(&self, e: usize) -> Option<i64> {
         let row = self.column_row(e);
         self.events.tokens.is_valid(row).then(|| self.events.tokens.value(row))
     }
 
+    #[inline]
     pub fn duration_s(&self, e: usize) -> Option<f64> {
         let row = self.column_row(e);
         self.events.duration_s.is_valid(row).then(|| self.events.duration_s.value(row))
     }
 
     /// The content_ref of event `e`, where recorded.
+    #[inline]
     pub fn content_ref(&self, e: usize) -> Option<&'a str> {
         let row = self.column_row(e);
         self.events.content_ref.is_valid(row).then(|| self.events.content_ref.value(row))
     }
 
     /// Whether event `e` is a tool_result marked `trusted: false`.
+    #[inline]
     pub fn untrusted(&self, e: usize) -> bool {
         let row = self.column_row(e);
         self.events.trusted.is_valid(row) && !self.events.trusted.value(row)
@@ -233,6 +246,7 @@ impl<'a> BatchView<'a> {
 
     /// The time order of two events: by (t, id). Ids are unique within a trace, so two
     /// events of one trace are never equal.
+    #[inline]
     pub fn earlier(&self, a: usize, b: usize) -> Ordering {
         self.t[a].total_cmp(&self.t[b]).then_with(|| self.id(a).cmp(self.id(b)))
     }
