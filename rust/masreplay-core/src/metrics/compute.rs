@@ -272,7 +272,7 @@ impl Scratch {
         for position in 0..self.returns.len() {
             let event = self.returns[position];
             let author = self.author[event as usize];
-            let parent = self.table.parent[author as usize];
+            let parent = self.table.agents[author as usize].parent;
             if parent == NONE {
                 continue;
             }
@@ -286,7 +286,7 @@ impl Scratch {
             self.agents[author as usize].returned |= reaches_parent;
         }
         let (mut spawned, mut returned, mut steps, mut useful_steps) = (0u32, 0u32, 0u32, 0u32);
-        let sub_agents = self.agents.iter().zip(&self.table.parent).filter(|(_, parent)| **parent != NONE);
+        let sub_agents = self.agents.iter().zip(&self.table.agents).filter(|(_, entry)| entry.parent != NONE);
         for (agent, _) in sub_agents {
             spawned += 1;
             steps += agent.own_steps;

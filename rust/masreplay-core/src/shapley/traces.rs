@@ -139,7 +139,7 @@ fn players_of(view: &BatchView, trace: usize, kind: &Players, agents: &TraceAgen
     // The spawn that created an event's author (the author's own spawn is not its parent).
     let parent_event = |j: u32| {
         let author = agents.lookup(view.agent(start + j as usize))?;
-        Some(agents.spawn_event[author as usize]).filter(|&spawn| spawn != NONE && spawn != j)
+        Some(agents.agents[author as usize].spawn_event).filter(|&spawn| spawn != NONE && spawn != j)
     };
     let parents = first_event
         .iter()

@@ -65,23 +65,30 @@ pub struct Seen {
     pub despawned: Option<u32>,
 }
 
+/// One agent of a trace, by local index.
+#[derive(Clone, Copy, Debug)]
+pub struct TraceAgent {
+    /// Its agent number in the view.
+    pub agent: u32,
+    /// Local index of its parent, or [`NONE`].
+    pub parent: u32,
+    /// Local event index of its earliest spawn, or [`NONE`].
+    pub spawn_event: u32,
+    /// Sub-agents whose earliest spawn it authored.
+    pub n_children: u32,
+    /// Time-order position of its first event claiming orchestrator, or [`NONE`].
+    orchestrator_event: u32,
+    /// Time-order position of its first candidate event, or [`NONE`].
+    candidate_event: u32,
+}
+
 /// The agents of one trace, numbered locally in order of first sight; the tables are kept
 /// from trace to trace (cleared, not freed), so a thread reuses one for all its traces.
 pub struct TraceAgents {
     /// Agent number -> local index.
     local_of: StampedIndex,
-    /// Agent number of each local agent.
-    pub agents: Vec<u32>,
-    /// Local index of each agent's parent, or [`NONE`].
-    pub parent: Vec<u32>,
-    /// Local event index of each agent's earliest spawn, or [`NONE`].
-    pub spawn_event: Vec<u32>,
-    /// Sub-agents whose earliest spawn each agent authored.
-    pub n_children: Vec<u32>,
-    /// Time-order position of each agent's first event claiming orchestrator, or [`NONE`].
-    orchestrator_event: Vec<u32>,
-    /// Time-order position of each agent's first candidate event, or [`NONE`].
-    candidate_event: Vec<u32>,
+    /// The agents by local index.
+    pub agents: Vec<TraceAgent>,
     child_offsets: Vec<u32>,
     children: Vec<u32>,
     /// The spawn tree in breadth-first order from its root, after [`Self::spawn_tree`].
@@ -103,11 +110,6 @@ impl TraceAgents {
         TraceAgents {
             local_of: StampedIndex::new(n_agent_names),
             agents: Vec::new(),
-            parent: Vec::new(),
-            spawn_event: Vec::new(),
-            n_children: Vec::new(),
-            orchestrator_event: Vec::new(),
-            candidate_event: Vec::new(),
             child_offsets: Vec::new(),
             children: Vec::new(),
             tree: Vec::new(),
@@ -118,18 +120,9 @@ impl TraceAgents {
     /// Forgets the previous trace.
     pub fn clear(&mut self) {
         self.local_of.clear();
-        for table in [
-            &mut self.agents,
-            &mut self.parent,
-            &mut self.spawn_event,
-            &mut self.n_children,
-            &mut self.orchestrator_event,
-            &mut self.candidate_event,
-            &mut self.tree,
-            &mut self.level,
-        ] {
-            table.clear();
-        }
+        self.agents.clear();
+        self.tree.clear();
+        self.level.clear();
     }
 
     pub fn len(&self) -> usize {
@@ -154,12 +147,14 @@ impl TraceAgents {
         }
         let local = self.agents.len() as u32;
         self.local_of.insert(agent, local);
-        self.agents.push(agent);
-        self.parent.push(NONE);
-        self.spawn_event.push(NONE);
-        self.n_children.push(0);
-        self.orchestrator_event.push(NONE);
-        self.candidate_event.push(NONE);
+        self.agents.push(TraceAgent {
+            agent,
+            parent: NONE,
+            spawn_event: NONE,
+            n_children: 0,
+            orchestrator_event: NONE,
+            candidate_event: NONE,
+        });
         local
     }
 
@@ -176,21 +171,22 @@ impl TraceAgents {
         let author = self.local(view.agent(e));
         seen.author = author;
         let claim = Claim::of(view.role(e), event_type);
-        let a = author as usize;
-        if claim.orchestrator && self.orchestrator_event[a] == NONE {
-            self.orchestrator_event[a] = position;
+        let this = &mut self.agents[author as usize];
+        if claim.orchestrator && this.orchestrator_event == NONE {
+            this.orchestrator_event = position;
         }
-        if claim.candidate && self.candidate_event[a] == NONE {
-            self.candidate_event[a] = position;
+        if claim.candidate && this.candidate_event == NONE {
+            this.candidate_event = position;
         }
         match event_type {
             EventType::Spawn => {
                 if let Some(child) = view.spawned_agent(e).map(|agent| self.local(agent))
-                    && self.parent[child as usize] == NONE
+                    && self.agents[child as usize].parent == NONE
                 {
-                    self.parent[child as usize] = author;
-                    self.spawn_event[child as usize] = j;
-                    self.n_children[a] += 1;
+                    let sub_agent = &mut self.agents[child as usize];
+                    sub_agent.parent = author;
+                    sub_agent.spawn_event = j;
+                    self.agents[author as usize].n_children += 1;
                     seen.spawned = Some(child);
                 }
             }
@@ -212,16 +208,16 @@ impl TraceAgents {
     /// The orchestrator's local index (see the module's conventions); None when no agent
     /// qualifies (a trace of human and safety events only).
     pub fn orchestrator(&self) -> Option<u32> {
-        let agents = 0..self.len() as u32;
-        agents
-            .clone()
-            .filter(|&a| self.orchestrator_event[a as usize] != NONE)
-            .min_by_key(|&a| self.orchestrator_event[a as usize])
+        let agents = || (0..self.len() as u32).map(|local| (local, &self.agents[local as usize]));
+        agents()
+            .filter(|(_, agent)| agent.orchestrator_event != NONE)
+            .min_by_key(|(_, agent)| agent.orchestrator_event)
             .or_else(|| {
-                agents
-                    .filter(|&a| self.candidate_event[a as usize] != NONE)
-                    .min_by_key(|&a| (self.parent[a as usize] != NONE, self.candidate_event[a as usize]))
+                agents()
+                    .filter(|(_, agent)| agent.candidate_event != NONE)
+                    .min_by_key(|(_, agent)| (agent.parent != NONE, agent.candidate_event))
             })
+            .map(|(local, _)| local)
     }
 
     /// The spawn tree below `root`: `tree` lists the agents reached, breadth-first (each
@@ -231,8 +227,8 @@ impl TraceAgents {
         let n = self.len();
         self.child_offsets.clear();
         self.child_offsets.resize(n + 1, 0);
-        for &parent in self.parent.iter().filter(|&&p| p != NONE) {
-            self.child_offsets[parent as usize + 1] += 1;
+        for agent in self.agents.iter().filter(|agent| agent.parent != NONE) {
+            self.child_offsets[agent.parent as usize + 1] += 1;
         }
         for i in 1..=n {
             self.child_offsets[i] += self.child_offsets[i - 1];
@@ -242,8 +238,8 @@ impl TraceAgents {
         // `level` serves as the fill cursor before it holds the levels.
         self.level.clear();
         self.level.extend_from_slice(&self.child_offsets[..n]);
-        for (child, &parent) in self.parent.iter().enumerate().filter(|(_, p)| **p != NONE) {
-            let slot = &mut self.level[parent as usize];
+        for (child, agent) in self.agents.iter().enumerate().filter(|(_, agent)| agent.parent != NONE) {
+            let slot = &mut self.level[agent.parent as usize];
             self.children[*slot as usize] = child as u32;
             *slot += 1;
         }

@@ -29,7 +29,7 @@ use crate::store::schema::{EdgeColumns, EventColumns, TraceColumns};
 use crate::store::{TraceBatch, same_text};
 use crate::trace::EventType;
 
-pub use agents::{Claim, TraceAgents};
+pub use agents::{Claim, TraceAgent, TraceAgents};
 
 /// Marks "no event" and "no agent" in the view's index arrays.
 pub const NONE: u32 = u32::MAX;

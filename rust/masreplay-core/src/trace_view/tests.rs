@@ -64,11 +64,11 @@ fn earliest_spawn_by_time_then_id_names_the_parent() {
         agents.lookup(number).unwrap()
     };
     let (orch, helper, w) = (local("orch"), local("helper"), local("w"));
-    assert_eq!(agents.parent[w as usize], orch);
-    assert_eq!(agents.spawn_event[w as usize], 1);
-    assert_eq!(agents.parent[helper as usize], orch);
-    assert_eq!(agents.parent[orch as usize], NONE);
-    assert_eq!((agents.n_children[orch as usize], agents.n_children[helper as usize]), (2, 0));
+    assert_eq!(agents.agents[w as usize].parent, orch);
+    assert_eq!(agents.agents[w as usize].spawn_event, 1);
+    assert_eq!(agents.agents[helper as usize].parent, orch);
+    assert_eq!(agents.agents[orch as usize].parent, NONE);
+    assert_eq!((agents.agents[orch as usize].n_children, agents.agents[helper as usize].n_children), (2, 0));
     // The tool names no agent here: a tool_result has no author.
     assert_eq!(view.n_agent_names(), 4);
     assert!((0..view.n_agent_names() as u32).all(|a| view.agent_name(a) != "search" || agents.lookup(a).is_none()));
@@ -124,7 +124,7 @@ fn the_orchestrator_is_never_a_human_and_a_role_outranks_time() {
     let view = BatchView::new(&batch);
     let mut agents = TraceAgents::new(view.n_agent_names());
     agents.read(&view, 0, &view.time_order(0));
-    assert_eq!(agents.orchestrator().map(|a| view.agent_name(agents.agents[a as usize])), Some("boss"));
+    assert_eq!(agents.orchestrator().map(|a| view.agent_name(agents.agents[a as usize].agent)), Some("boss"));
     // Without the role, the earliest event an agent could have decided; never the human's.
     events[2].role = None;
     events[0].role = Some("human".into());
@@ -132,5 +132,5 @@ fn the_orchestrator_is_never_a_human_and_a_role_outranks_time() {
     let view = BatchView::new(&batch);
     agents = TraceAgents::new(view.n_agent_names());
     agents.read(&view, 0, &view.time_order(0));
-    assert_eq!(agents.orchestrator().map(|a| view.agent_name(agents.agents[a as usize])), Some("early"));
+    assert_eq!(agents.orchestrator().map(|a| view.agent_name(agents.agents[a as usize].agent)), Some("early"));
 }

@@ -8,7 +8,7 @@ impl Scratch {
     /// steps are that count plus, per stage, the largest among the sub-agents spawned then.
     pub(super) fn critical_steps(&mut self, metrics: &mut TraceMetrics) {
         let n_agents = self.agents.len();
-        metrics.spawn_branching = self.table.n_children.iter().copied().max().unwrap_or(0);
+        metrics.spawn_branching = self.table.agents.iter().map(|agent| agent.n_children).max().unwrap_or(0);
         let Some(root) = self.table.orchestrator() else { return };
         self.table.spawn_tree(root);
         self.stage_base.clear();
@@ -26,7 +26,7 @@ impl Scratch {
             this.critical_steps = this.own_steps + self.stage_best[stages].iter().sum::<u32>();
             metrics.spawn_depth = metrics.spawn_depth.max(self.table.level[agent]);
             if agent != root as usize {
-                let slot = (self.stage_base[self.table.parent[agent] as usize] + this.spawn_stage) as usize;
+                let slot = (self.stage_base[self.table.agents[agent].parent as usize] + this.spawn_stage) as usize;
                 self.stage_best[slot] = self.stage_best[slot].max(this.critical_steps);
             }
         }
