@@ -21,31 +21,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-# The closed vocabularies of the seed schema (rust/masreplay-core/src/trace.rs).
-EVENT_TYPES = (
-    "orchestrator_decision",
-    "spawn",
-    "despawn",
-    "message",
-    "tool_call",
-    "tool_result",
-    "return",
-    "aggregate",
-    "human_intervention",
-    "safety_event",
-)
-EDGE_TYPES = ("temporal", "causal", "spawn", "message", "tool_dependency", "return", "aggregate", "safety_flow")
-TOPOLOGIES = (
-    "centralized",
-    "planner_executor_critic",
-    "debate",
-    "swarm",
-    "hierarchical",
-    "harness",
-    "mixed",
-    "unknown",
-)
-COUNTERFACTUAL_KINDS = ("substitute", "ablate", "no_spawn")
+# The closed vocabularies of the seed schema, in their dictionary-code order.
+from masreplay.vocabulary import COUNTERFACTUAL_KINDS, EDGE_TYPES, EVENT_TYPES, TOPOLOGIES
 
 DERIVED_COLUMNS = ("n_events", "n_edges", "n_agents", "depth", "max_branching")
 

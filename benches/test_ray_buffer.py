@@ -1,14 +1,19 @@
 """masreplay.ray against TorchRL's RayReplayBuffer, and staleness-bounded sampling.
 
-* **Adds/s**: 4 writer Ray tasks each add 8 parts of 64 trajectories (lengths uniform 10-200
+* **Adds/s**: 4 writers each add 8 parts of 64 trajectories (lengths uniform 10-200
   tokens, the token workload of replay.md) into a buffer; masreplay: a RayGraphBuffer of 2
   shards fed Arrow tables of traces (one event per token); anchor: TorchRL's RayReplayBuffer
   (one actor; a LazyTensorStorage of tokens padded to 200 plus the lengths, the TorchRL
   storage that takes a batch of trajectories in one write) fed TensorDicts of the same
-  trajectories. One round: launch the 4 writers, wait for all. The parts sit in Ray's object
-  store before the clock starts; each round starts from a fresh buffer (built untimed).
+  trajectories. The writers are Ray actors started once (rollout workers live across steps;
+  a Ray task's worker process may be recycled between rounds and restart with its imports).
+  One round: give each of the 4 writers its parts, wait for all. The parts sit in Ray's object
+  store before the clock starts; each round starts from a fresh buffer, built untimed and
+  answering (``len``) before the clock starts: actors start asynchronously, and the process
+  start and imports of a new actor (torch's, masreplay's) are not adds.
 * **Trainer-side sample(256)**: the same buffers, filled; masreplay returns flat tokens and
-  offsets (``batch.flat("tokens")``), TorchRL its padded TensorDict.
+  offsets (``sample(256, columns=["tokens"]).flat("tokens")``: the shards send the tokens
+  of the drawn traces with the draws), TorchRL its padded TensorDict.
 * **Staleness**: GraphBuffer of 10^6 traces (5-10 events), policy versions in order (1,000
   traces per version); sample(256) + flat tokens with ``max_staleness`` (the newest 10%
   eligible) against without. Goal: within 1.2x.
@@ -30,6 +35,7 @@ import pyarrow as pa
 import pytest
 
 import masreplay
+from masreplay.vocabulary import SAMPLERS
 
 ray = pytest.importorskip("ray", reason="the Ray buffer benchmarks need ray (pip install masreplay[ray])")
 
@@ -80,16 +86,26 @@ def _writer_parts(make) -> list[list]:
     ]
 
 
-@ray.remote(num_cpus=0.5)
-def _masreplay_writer(buffer, parts: list) -> int:
-    return sum(buffer.add(ray.get(part)) for part in parts)
+@ray.remote(num_cpus=0)
+class _Writer:
+    """A rollout worker: a process that lives across rounds (a task's worker process may be
+    recycled between rounds, and its start and imports are not adds)."""
+
+    def masreplay(self, buffer, parts: list) -> int:
+        return sum(buffer.add(ray.get(part)) for part in parts)
+
+    def torchrl(self, buffer, parts: list) -> int:
+        for part in parts:
+            buffer.extend(ray.get(part))
+        return len(parts)
 
 
-@ray.remote(num_cpus=0.5)
-def _torchrl_writer(buffer, parts: list) -> int:
-    for part in parts:
-        buffer.extend(ray.get(part))
-    return len(parts)
+@pytest.fixture(scope="module")
+def writers():
+    started = [_Writer.remote() for _ in range(WRITERS)]
+    yield started
+    for writer in started:
+        ray.kill(writer)
 
 
 @pytest.fixture(scope="module")
@@ -104,10 +120,10 @@ def sides(work, missing_anchor):
         "masreplay": SimpleNamespace(
             label="masreplay (RayGraphBuffer, 2 shards, Arrow parts)",
             build=lambda: RayGraphBuffer(workload.n, shards=2, seed=1),
-            writer=_masreplay_writer,
+            writer="masreplay",
             handle=lambda buffer: buffer,
             parts=_writer_parts(lambda first: table.take(pa.array(np.arange(first, first + PART)))),
-            draw=lambda buffer: buffer.sample(BATCH).flat("tokens"),
+            draw=lambda buffer: buffer.sample(BATCH, columns=["tokens"]).flat("tokens"),
         )
     }
     missing = [p for p in ("torch", "torchrl", "tensordict") if importlib.util.find_spec(p) is None]
@@ -140,7 +156,7 @@ def _torchrl_side(workload) -> SimpleNamespace:
         build=lambda: RayReplayBuffer(
             storage=partial(LazyTensorStorage, workload.n), batch_size=BATCH, remote_config={"num_cpus": 0}
         ),
-        writer=_torchrl_writer,
+        writer="torchrl",
         # The buffer object itself does not pickle; TorchRL hands writers a client.
         handle=lambda buffer: buffer.client(),
         parts=_writer_parts(lambda first: items[first : first + PART].clone()),
@@ -154,13 +170,13 @@ def _side(sides, name: str) -> SimpleNamespace:
     return sides[name]
 
 
-def _fill(side, buffer) -> None:
+def _fill(side, buffer, writers) -> None:
     handle = side.handle(buffer)
-    ray.get([side.writer.remote(handle, writer_parts) for writer_parts in side.parts])
+    ray.get([getattr(w, side.writer).remote(handle, parts) for w, parts in zip(writers, side.parts, strict=True)])
 
 
 @pytest.mark.parametrize("name", ["masreplay", "torchrl"])
-def test_ray_adds(name, sides, work, measure):
+def test_ray_adds(name, sides, work, writers, measure):
     """Launch the 4 writers until all are done, on a fresh buffer each round."""
     side = _side(sides, name)
     state = {}
@@ -169,10 +185,11 @@ def test_ray_adds(name, sides, work, measure):
         if "buffer" in state:
             state.pop("buffer").shutdown()
         state["buffer"] = side.build()
+        assert len(state["buffer"]) == 0  # every actor is up
         return (), {}
 
     measure(
-        lambda: _fill(side, state["buffer"]),
+        lambda: _fill(side, state["buffer"], writers),
         data=work[1],
         side=side.label,
         rounds=5,
@@ -185,13 +202,13 @@ def test_ray_adds(name, sides, work, measure):
 
 
 @pytest.mark.parametrize("name", ["masreplay", "torchrl"])
-def test_ray_sample(name, sides, work, measure):
+def test_ray_sample(name, sides, work, writers, measure):
     workload = work[0]
     side = _side(sides, name)
     buffer = side.build()
-    _fill(side, buffer)
+    _fill(side, buffer, writers)
     if name == "masreplay":
-        drawn = buffer.sample(BATCH, seed=3)
+        drawn = buffer.sample(BATCH, seed=3, columns=["tokens"])
         tokens, offsets = drawn.flat("tokens")
         index = ba.trace_indices(drawn.trace_ids)
         assert np.array_equal(np.diff(offsets), workload.lengths[index])
@@ -229,12 +246,12 @@ def versioned(dataset_type):
             "goal: bounded within 1.2x of unbounded",
             suite="ray buffer",
         )
-        for sampler in ("uniform", "prioritized")
+        for sampler in SAMPLERS
     }
     return buffer, staleness, data
 
 
-@pytest.mark.parametrize("sampler", ["uniform", "prioritized"])
+@pytest.mark.parametrize("sampler", SAMPLERS)
 @pytest.mark.parametrize("bounded", [False, True], ids=["unbounded", "bounded"])
 def test_staleness_bounded_sampling(versioned, sampler, bounded, measure):
     buffer, staleness, data = versioned

@@ -1,13 +1,20 @@
-"""Shapley estimators against shapiq and pyDVL on SOUM games, measured side by side (issue 5).
+"""Shapley estimators against shapiq and pyDVL, measured side by side (issues 5 and 23).
 
-Cells: SOUM games of n = 10, 20, 50, 100 players with 100 unanimity terms, coefficients
-uniform in [-1, 1]; "low" order (term sizes 1-3) and "full" order (sizes 1..n); budgets of
-1,000 and 10,000 coalition evaluations. Truth: the closed form. Each side runs seeds 0, 1, 2
-(SVARM, 25-35 s a run at n = 100, runs seed 0 only at the 10,000 budget); the time is the
-median run, the MAE the mean over seeds, the efficiency gap |sum phi - (v(N) - v(empty))|
-the largest. Every anchor values coalitions with the same vectorised numpy SOUM (a matrix
-product); masreplay's native game is valued in Rust (its permutation walk updates a prefix's
-value incrementally: adding a player touches only the terms that contain it).
+Cells: game families of n = 10, 30, 100 players: SOUM with 100 unanimity terms, coefficients
+uniform in [-1, 1], "low" order (term sizes 1-3) and "full" order (sizes 1..n); weighted
+voting (integer weights 1-5, quota 60% of the total); "pairwise" (an additive game plus a
+random interaction on every pair, as a SOUM of sizes 1 and 2). Budgets of 1,000 and 10,000
+coalition evaluations. Truth: the closed form (SOUM), a dynamic program over weight sums
+(voting). Each side runs seeds 0, 1, 2 (SVARM, 25-35 s a run at n = 100, runs seed 0 only at
+the 10,000 budget); the time is the median run. Every anchor values coalitions with the same
+vectorised numpy game (a matrix product); masreplay's native game is valued in Rust.
+
+Accuracy on the same footing: ``MAE`` compares what each side's estimator produced before
+any projection onto efficiency (masreplay's returned values less its recorded
+``efficiency_gap`` / n; the anchors' values as returned), ``MAE proj`` projects every side
+onto sum = v(N) - v(empty) first; ``gap`` is |sum - (v(N) - v(empty))| before projection
+(the largest over seeds); ``cover`` is the share of masreplay's value +- 1.96 stderr
+intervals that hold the truth.
 
 Also measured: a batched Python callable's overhead (total time over the callable's own time,
 chunk sizes 256-4096) and per-trace credit of 10,000 traces of 8 agents. The per-cell table
@@ -16,6 +23,7 @@ chunk sizes 256-4096) and per-trace credit of 10,000 traces of 8 agents. The per
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -27,7 +35,8 @@ from masreplay import games
 
 SEEDS = (0, 1, 2)
 N_TERMS = 100
-CELLS = [(n, order, budget) for n in (10, 20, 50, 100) for order in ("low", "full") for budget in (1_000, 10_000)]
+FAMILIES = ("low", "full", "voting", "pairwise")
+CELLS = [(n, family, budget) for n in (10, 30, 100) for family in FAMILIES for budget in (1_000, 10_000)]
 ROWS: list[dict] = []
 
 
@@ -49,6 +58,38 @@ class NumpySoum:
         masks = np.asarray(masks, dtype=np.int32).reshape(-1, self.n)
         self.evaluations += len(masks)
         return (masks @ self.members.T == self.sizes) @ self.coefficients
+
+
+class NumpyVoting:
+    """v(S) = 1 when the weights of S reach the quota: one matrix-vector product."""
+
+    def __init__(self, weights: np.ndarray, quota: float) -> None:
+        self.n, self.weights, self.quota = len(weights), weights, quota
+        self.evaluations = 0
+
+    def __call__(self, masks: np.ndarray) -> np.ndarray:
+        masks = np.asarray(masks, dtype=np.int64).reshape(-1, self.n)
+        self.evaluations += len(masks)
+        return (masks @ self.weights >= self.quota).astype(np.float64)
+
+
+def voting_shapley(weights: np.ndarray, quota: float) -> np.ndarray:
+    """Exact Shapley values of a weighted voting game with integer weights: for each player,
+    count the coalitions of each size and weight sum without it (a knapsack table), and sum
+    the Shapley weights of those it swings."""
+    n, total = len(weights), int(weights.sum())
+    phi = np.zeros(n)
+    weight_of_size = np.array([math.factorial(s) * math.factorial(n - s - 1) / math.factorial(n) for s in range(n)])
+    for i in range(n):
+        counts = np.zeros((n, total + 1))  # counts[size, weight sum] over coalitions without i
+        counts[0, 0] = 1
+        for j in (j for j in range(n) if j != i):
+            w = int(weights[j])
+            counts[1:, w:] += counts[:-1, : total + 1 - w].copy()
+        swing = np.arange(total + 1)
+        swings = (swing < quota) & (swing + weights[i] >= quota)
+        phi[i] = (counts[:, swings].sum(axis=1) * weight_of_size).sum()
+    return phi
 
 
 def numpy_antithetic(values: NumpySoum, budget: int, seed: int) -> np.ndarray:
@@ -77,6 +118,14 @@ def shapiq_runner(kind: str):
             approximator = shapiq.PermutationSamplingSV(n=n, random_state=seed)
         elif kind == "kernel":
             approximator = shapiq.KernelSHAP(n=n, pairing_trick=True, random_state=seed)
+        elif kind == "unbiased kernel":
+            approximator = shapiq.UnbiasedKernelSHAP(n=n, pairing_trick=True, random_state=seed)
+        elif kind == "kadd":
+            from shapiq.approximator.regression.kadd_shap import kADDSHAP
+
+            approximator = kADDSHAP(n=n, max_order=2, pairing_trick=True, random_state=seed)
+        elif kind == "stratified":
+            approximator = shapiq.StratifiedSamplingSV(n=n, random_state=seed)
         else:
             approximator = shapiq.SVARM(n=n, random_state=seed)
         result = approximator.approximate(budget=budget, game=values)
@@ -130,20 +179,37 @@ SIDES = [
     Side("numpy antithetic permutation (vectorised)", numpy_antithetic),
     Side("shapiq PermutationSamplingSV", shapiq_runner("permutation"), "shapiq"),
     Side("shapiq KernelSHAP (pairing)", shapiq_runner("kernel"), "shapiq"),
+    Side("shapiq UnbiasedKernelSHAP (pairing)", shapiq_runner("unbiased kernel"), "shapiq"),
+    Side("shapiq kADD-SHAP (k=2, pairing)", shapiq_runner("kadd"), "shapiq", slow=True),
+    Side("shapiq StratifiedSamplingSV", shapiq_runner("stratified"), "shapiq", slow=True),
     Side("shapiq SVARM", shapiq_runner("svarm"), "shapiq", slow=True),
     Side("pyDVL antithetic permutation", pydvl_antithetic, "pydvl"),
 ]
 
 
+def make_game(n: int, family: str, seed: int):
+    """(native game, numpy twin for the anchors, exact values)."""
+    rng = np.random.default_rng(1000 + seed)
+    if family == "voting":
+        weights = rng.integers(1, 6, size=n).astype(np.float64)
+        quota = 0.6 * weights.sum()
+        return games.weighted_voting(weights, quota), NumpyVoting(weights, quota), voting_shapley(weights, quota)
+    if family == "pairwise":
+        terms = [([i], float(rng.uniform(0, 1))) for i in range(n)]
+        terms += [([i, j], float(rng.uniform(-1, 1)) / n) for i in range(n) for j in range(i + 1, n)]
+        game = games.soum(n, terms)
+    else:
+        game = games.soum(n, N_TERMS, 3 if family == "low" else n, seed=1000 + seed)
+    return game, NumpySoum(game), game.shapley_values()
+
+
 @pytest.fixture(scope="module")
 def soums():
     made = {}
-    for n, order, _ in CELLS:
+    for n, family, _ in CELLS:
         for seed in SEEDS:
-            key = (n, order, seed)
-            if key not in made:
-                game = games.soum(n, N_TERMS, 3 if order == "low" else n, seed=1000 + seed)
-                made[key] = (game, game.shapley_values())
+            if (n, family, seed) not in made:
+                made[(n, family, seed)] = make_game(n, family, seed)
     return made
 
 
@@ -155,13 +221,14 @@ def cell_table(request):
         return
     lines = [
         "",
-        "Shapley estimators on SOUM (100 terms): MAE vs closed form (mean of seeds), efficiency gap (max), median time",
-        f"  {'cell':<18} {'side':<52} {'MAE':>8} {'gap':>8} {'time':>11} {'evals':>7}",
+        "Shapley estimators: MAE before / after projection onto efficiency (mean of seeds), gap before"
+        + " projection (max), interval coverage (masreplay), median time",
+        f"  {'cell':<22} {'side':<52} {'MAE':>8} {'MAE proj':>8} {'gap':>8} {'cover':>6} {'time':>11} {'evals':>7}",
     ]
     for row in ROWS:
         lines.append(
-            f"  {row['cell']:<18} {row['side']:<52} {row['mae']:8.4f} {row['gap']:8.1e} "
-            f"{row['seconds'] * 1e3:9.2f}ms {row['evaluations']:>7}"
+            f"  {row['cell']:<22} {row['side']:<52} {row['mae']:8.4f} {row.get('mae_projected', float('nan')):8.4f} "
+            f"{row['gap']:8.1e} {row.get('coverage', float('nan')):6.3f} {row['seconds'] * 1e3:9.2f}ms {row['evaluations']:>7}"
         )
     capture = request.config.pluginmanager.getplugin("capturemanager")
     with capture.global_and_fixture_disabled():
@@ -170,7 +237,7 @@ def cell_table(request):
 
 @pytest.mark.parametrize("side", SIDES, ids=[s.name for s in SIDES])
 @pytest.mark.parametrize(("n", "order", "budget"), CELLS, ids=[f"n{n}-{o}-{b}" for n, o, b in CELLS])
-def test_soum_cell(benchmark, measure, dataset_type, missing_anchor, soums, side, n, order, budget):
+def test_game_cell(benchmark, measure, dataset_type, missing_anchor, soums, side, n, order, budget):
     if side.package is not None:
         try:
             __import__(side.package)
@@ -180,8 +247,9 @@ def test_soum_cell(benchmark, measure, dataset_type, missing_anchor, soums, side
     seeds = SEEDS[:1] if side.slow and budget > 1_000 else SEEDS
     inputs = []
     for seed in seeds:
-        game, truth = soums[(n, order, seed)]
-        inputs.append((game if side.native else NumpySoum(game), truth, seed))
+        game, twin, truth = soums[(n, order, seed)]
+        twin.evaluations = 0
+        inputs.append((game if side.native else twin, truth, seed))
     queue = iter(inputs)
     outputs = []
 
@@ -193,7 +261,7 @@ def test_soum_cell(benchmark, measure, dataset_type, missing_anchor, soums, side
         outputs.append(side.run(subject, budget, seed))
 
     data = dataset_type(
-        f"SOUM n={n}, {order} order, {budget:,} evaluations",
+        f"{order} game n={n}, {budget:,} evaluations",
         None,
         0,
         0,
@@ -202,12 +270,17 @@ def test_soum_cell(benchmark, measure, dataset_type, missing_anchor, soums, side
         suite="shapley",
     )
     measure(run, data=data, side=side.name, rounds=len(seeds), warmup_rounds=0, unit="ms", setup=setup)
-    maes, gaps, evaluations = [], [], []
+    maes, projected, gaps, covered, evaluations = [], [], [], [], []
     for (subject, truth, _), output in zip(inputs, outputs, strict=True):
-        values = np.asarray(output.values if side.native else output, dtype=float)
-        total = float(truth.sum())  # v(N) - v(empty) = sum of coefficients = sum of Shapley values
-        maes.append(np.abs(values - truth).mean())
-        gaps.append(abs(values.sum() - total))
+        total = float(truth.sum())  # v(N) - v(empty) = the sum of the Shapley values
+        if side.native:  # the estimator's own values: the projection's share taken back out
+            raw = output.values - output.efficiency_gap / n
+            covered.append(np.mean(np.abs(output.values - truth) <= 1.96 * output.stderr + 1e-12))
+        else:
+            raw = np.asarray(output, dtype=float)
+        maes.append(np.abs(raw - truth).mean())
+        projected.append(np.abs(raw + (total - raw.sum()) / n - truth).mean())
+        gaps.append(abs(raw.sum() - total))
         evaluations.append(output.evaluations if side.native else subject.evaluations)
     stats = getattr(benchmark, "stats", None)
     ROWS.append(
@@ -215,6 +288,8 @@ def test_soum_cell(benchmark, measure, dataset_type, missing_anchor, soums, side
             "cell": f"n={n} {order} {budget}",
             "side": side.name + (f" [{outputs[0].method}]" if side.native else ""),
             "mae": float(np.mean(maes)),
+            "mae_projected": float(np.mean(projected)),
+            "coverage": float(np.mean(covered)) if covered else float("nan"),
             "gap": float(np.max(gaps)),
             "seconds": stats.stats.median if stats is not None else float("nan"),
             "evaluations": int(np.median(evaluations)),

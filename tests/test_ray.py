@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import time
@@ -9,6 +10,7 @@ from collections import Counter
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -85,6 +87,90 @@ def test_cross_shard_draws_follow_the_global_rule(sampler):
     buffer.shutdown()
 
 
+def _tokens_by_trace(table: pa.Table, column: str) -> dict[str, list]:
+    return {
+        row["trace_id"]: [event[column] for event in row["events"]]
+        for row in table.select(["trace_id", "events"]).to_pylist()
+    }
+
+
+def test_a_sample_reads_only_the_columns_asked_and_in_sample_order():
+    source = masreplay.sim.generate(60, seed=11, group_size=3)
+    expected = {c: _tokens_by_trace(pa.table(source), c) for c in ("tokens", "t", "logprob")}
+    buffer = RayGraphBuffer(10_000, shards=3, seed=8)
+    buffer.add(source)
+    drawn = buffer.sample(200, seed=4)
+    ids = drawn.trace_ids
+    assert len(set(ids)) > 20 and len(drawn) == 200
+    for column in ("tokens", "t"):  # int64 and float64: numpy arrays from the shards
+        values, offsets = drawn.flat(column)
+        assert isinstance(values, np.ndarray) and len(offsets) == 201
+        for i, trace_id in enumerate(ids):
+            assert values[offsets[i] : offsets[i + 1]].tolist() == expected[column][trace_id]
+    # A float column with nulls crosses as Arrow and comes back with NaN for the nulls.
+    values, offsets = drawn.flat("logprob")
+    want = np.concatenate([np.array(expected["logprob"][t], dtype=float) for t in ids])
+    np.testing.assert_array_equal(values, want)
+    padded, mask, lengths = drawn.padded("tokens", pad_value=-1)
+    assert padded[mask].tolist() == drawn.flat("tokens")[0].tolist() and (padded[~mask] == -1).all()
+    assert drawn._collected is None, "reading columns copied the whole traces out"
+    # Columns asked for with the draw come with it, equal to those fetched later.
+    again = buffer.sample(200, seed=4, columns=["tokens", "logprob"])
+    assert set(again._source._columns) == {"tokens", "logprob"} and again.trace_ids == ids
+    assert again.flat("tokens")[0].tolist() == drawn.flat("tokens")[0].tolist()
+    np.testing.assert_array_equal(again.flat("logprob")[0], want)
+    # With a stale idea of the shards' shares, shards 1 and 2 send too few draws' columns:
+    # the sample then fetches them when read, and reads the same.
+    buffer._shares = np.array([1.0, 0.0, 0.0])
+    stale = buffer.sample(200, seed=4, columns=["tokens"])
+    assert stale._source._columns == {} and stale.flat("tokens")[0].tolist() == drawn.flat("tokens")[0].tolist()
+    with pytest.raises(KeyError, match="nope"):
+        buffer.sample(2, columns=["nope"])
+    # The whole traces, when asked, come in the same order.
+    assert drawn.to_arrow()["trace_id"].to_pylist() == ids
+    assert drawn.events()["tokens"].to_pylist() == drawn.flat("tokens")[0].tolist()
+    buffer.shutdown()
+
+
+def test_a_sample_stays_as_drawn_while_the_buffer_moves_on_and_is_freed_when_dropped():
+    buffer = RayGraphBuffer(40, shards=2, seed=3)
+    first = masreplay.sim.generate(40, seed=21, group_size=1)
+    tokens = _tokens_by_trace(pa.table(first), "tokens")
+    buffer.add(first)
+    drawn = buffer.sample(30, seed=1)
+    buffer.add(masreplay.sim.generate(40, seed=22, group_size=1))  # evicts every drawn trace
+    assert not set(drawn.trace_ids) & set(pa.concat_tables(shard_tables(buffer))["trace_id"].to_pylist())
+    values, offsets = drawn.flat("tokens")
+    for i, trace_id in enumerate(drawn.trace_ids):
+        assert values[offsets[i] : offsets[i + 1]].tolist() == tokens[trace_id]
+    # A one-trace sample: the other shard's draws are let go with the next draw, not the sample's.
+    single = buffer.sample(1, seed=5)
+    buffer.sample(1)
+    assert len(single.flat("tokens")[0]) == single.num_events > 0
+    source = drawn._source
+    shard, key, rows = source._parts[0]
+    del drawn, source
+    gc.collect()
+    buffer.sample(1)  # the handle tells the shards what was dropped with its next draw
+    with pytest.raises(InvalidArgumentError, match="no longer holds this sample"):
+        ray.get(shard.flat.remote(key, rows, "tokens"))
+    buffer.shutdown()
+
+
+def test_branches_come_after_their_draws_and_their_factual_is_drawn():
+    buffer = RayGraphBuffer(10_000, shards=2, seed=6)
+    buffer.add(masreplay.sim.branches(20, branches=2, branch_points=1, seed=9).batch)
+    drawn = buffer.sample(12, with_branches=True, seed=2)
+    table = drawn.to_arrow()
+    assert table["trace_id"].to_pylist() == drawn.trace_ids and len(drawn) > 12
+    # Past the 12 draws (factual traces or branches themselves), only branches of a draw.
+    drawn_ids = set(drawn.trace_ids[:12])
+    appended = table["counterfactual_of"].to_pylist()[12:]
+    assert all(of is not None and of["trace_id"] in drawn_ids for of in appended)
+    assert len(drawn.probabilities) == len(drawn) == len(drawn.flat("tokens")[1]) - 1
+    buffer.shutdown()
+
+
 def test_seeded_samples_repeat_and_groups_come_whole():
     buffer = RayGraphBuffer(10_000, shards=2, seed=1)
     buffer.add(masreplay.sim.generate(60, seed=2, group_size=4))
@@ -106,8 +192,11 @@ def test_staleness_spans_the_shards():
         buffer.add(table)
     buffer.advance(3)
     assert buffer.policy_version == 3
-    versions = set(buffer.sample(200).to_arrow()["policy_version"].to_pylist())
-    assert versions == {2, 3}
+    drawn = buffer.sample(200)
+    assert set(drawn.to_arrow()["policy_version"].to_pylist()) == {2, 3}
+    stored = buffer.to_arrow()
+    fresh = stored.filter(pc.field("policy_version") >= 2)["trace_id"].to_pylist()
+    assert set(drawn.trace_ids) <= set(fresh) and len(set(drawn.trace_ids)) > 20
     assert buffer.evict_stale() == 40 and len(buffer) == 40
     with pytest.raises(InvalidArgumentError):
         buffer.advance(2)
@@ -194,4 +283,34 @@ def test_bad_arguments_raise_masreplay_errors():
         buffer.update_priorities(["nope"], [1.0])
     with pytest.raises(InvalidArgumentError, match="sampler"):
         buffer.sample(4, sampler="greedy")
+    buffer.shutdown()
+
+
+def test_the_add_log_counts_what_came_after_the_ledger(tmp_path):
+    log = tmp_path / "shard-00000.adds"
+    ledger = {"added_since_save": 5, "held": 5, "log_bytes": 0}
+    assert masreplay_ray._with_logged_adds(ledger, log) == ledger  # no log yet
+    log.write_bytes(b"3 8\n4 12\n")
+    assert masreplay_ray._with_logged_adds({**ledger, "log_bytes": 4}, log) == {**ledger, "added_since_save": 9, "held": 12, "log_bytes": 4}
+    # A log shorter than the ledger says was emptied after the ledger was written: all of it is new.
+    assert masreplay_ray._with_logged_adds({**ledger, "log_bytes": 100}, log)["added_since_save"] == 12
+
+
+def test_skipped_traces_are_reported_at_their_input_positions_across_shards():
+    buffer = RayGraphBuffer(1_000, shards=2, seed=1)
+    old = pa.table(masreplay.sim.generate(10, seed=1, group_size=1))
+    buffer.add(old)
+    new = old
+    for name in ("trace_id", "group_id"):
+        renamed = pc.binary_join_element_wise("new-", new[name].cast(pa.string()), "")
+        new = new.set_column(new.schema.get_field_index(name), new.schema.field(name), renamed)
+    mixed = pa.concat_tables([new.slice(0, 5), old.slice(2, 1), new.slice(5, 5), old.slice(7, 1)])
+    report = buffer.add(mixed, on_error="skip")
+    assert report.added == 10 and len(buffer) == 20
+    assert [(position, trace_id) for position, trace_id, _ in report.rejected] == [
+        (5, old["trace_id"][2].as_py()),
+        (11, old["trace_id"][7].as_py()),
+    ]
+    held = [set(t["trace_id"].to_pylist()) for t in shard_tables(buffer)]
+    assert all(held), "the traces all went to one shard: the test would not cross shards"
     buffer.shutdown()

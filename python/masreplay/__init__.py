@@ -5,8 +5,8 @@ Traces are temporal event graphs kept whole in Arrow (one row per trace). Start 
 """
 
 from masreplay import convert, games, recipes, rewards, sim
-from masreplay.advantages import Advantages, advantages, event_rewards, graph_gae, graph_returns, group_normalize
 from masreplay._core import SCHEMA_VERSION
+from masreplay.advantages import Advantages, advantages, event_rewards, graph_gae, graph_returns, group_normalize
 from masreplay.batch import TraceBatch
 from masreplay.buffer import AddReport, GraphBuffer
 from masreplay.counterfactual import coma_credit, counterfactual_credit, difference_rewards, same_prefix_credit
@@ -23,14 +23,20 @@ from masreplay.offline import DumpSummary, credit_dump, read_credit
 from masreplay.orchestration import metrics
 from masreplay.shapley import ShapleyResult, TraceCredit, shapley, trace_players, trace_shapley
 from masreplay.viewer import TraceView, view
+from masreplay.vocabulary import EDGE_TYPES, ESTIMATORS, EVENT_TYPES, STRATA, TOPOLOGIES
 
 __all__ = [
+    "EDGE_TYPES",
+    "ESTIMATORS",
+    "EVENT_TYPES",
     "SCHEMA_VERSION",
+    "STRATA",
+    "TOPOLOGIES",
     "AddReport",
     "Advantages",
     "ConversionError",
-    "DumpSummary",
     "DataFormatError",
+    "DumpSummary",
     "GraphBuffer",
     "InvalidArgumentError",
     "MasreplayError",
@@ -65,4 +71,3 @@ __all__ = [
     "validate",
     "view",
 ]
-

@@ -2,14 +2,62 @@
 
 from collections.abc import Sequence
 from os import PathLike
+from typing import Literal, TypedDict
 
 import numpy as np
 
 from masreplay.errors import TraceValidationError
+from masreplay.vocabulary import (
+    Baseline,
+    Estimator,
+    ReturnKind,
+    Sampler,
+    ShapleyMethod,
+    Stratum,
+    Unit,
+)
 
 SCHEMA_VERSION: int
+# The core's vocabularies, in the canonical order (equal to masreplay.vocabulary's Literals).
+EVENT_TYPES: tuple[str, ...]
+EDGE_TYPES: tuple[str, ...]
+TOPOLOGIES: tuple[str, ...]
+COUNTERFACTUAL_KINDS: tuple[str, ...]
+ESTIMATORS: tuple[str, ...]
+STRATA: tuple[str, ...]
+UNITS: tuple[str, ...]
+RETURN_KINDS: tuple[str, ...]
+SAMPLERS: tuple[str, ...]
+BASELINES: tuple[str, ...]
+SHAPLEY_METHODS: tuple[str, ...]
 
+#: The traces refused: (position in the input, trace_id, the error), in input order.
 _Rejected = list[tuple[int, str | None, TraceValidationError]]
+#: torch's sqrt kernels the trl emulation follows.
+_SqrtKernel = Literal["correctly-rounded", "mkl-generic", "mkl-avx512"]
+#: Counterfactual credit over the credited events only: (event position in the batch's
+#: events, trace row, credit, standard error, branches), dtypes u64, u32, f64, f64, u32.
+_CreditArrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+class _ShapleyDict(TypedDict):
+    values: np.ndarray  # float64, one per player
+    stderr: np.ndarray  # float64, 0 where exact
+    evaluations: int
+    converged: bool
+    method: ShapleyMethod  # the estimator that ran (what "auto" picked)
+    exact: bool
+
+class _TraceShapleyDict(TypedDict):
+    offsets: np.ndarray  # int64 (n_traces + 1): trace i owns players offsets[i]:offsets[i + 1]
+    labels: list[str]  # one per player
+    parents: np.ndarray  # int64 per player: local index of the spawning player, -1 for a root
+    event_player: np.ndarray  # int64 per event: local index of its player, -1 for none
+    values: np.ndarray  # float64 per player
+    stderr: np.ndarray  # float64 per player
+    evaluations: np.ndarray  # int64 per trace
+    methods: list[ShapleyMethod | None]  # per trace; None: a trace without players
+    exact: list[bool]  # per trace
+    total_evaluations: int  # rows valued by value_fn, over all traces
 
 class TraceBatch:
     def __len__(self) -> int: ...
@@ -65,9 +113,7 @@ def simulate(
 ) -> TraceBatch: ...
 
 class GraphBuffer:
-    def __init__(
-        self, capacity: int, *, unit: str = "traces", seed: int = 0, max_staleness: int | None = None
-    ) -> None: ...
+    def __init__(self, capacity: int, *, unit: Unit = "traces", seed: int = 0, max_staleness: int | None = None) -> None: ...
     def __len__(self) -> int: ...
     def __contains__(self, trace_id: str) -> bool: ...
     @property
@@ -92,21 +138,24 @@ class GraphBuffer:
     @property
     def capacity(self) -> int: ...
     @property
-    def unit(self) -> str: ...
+    def unit(self) -> Unit: ...
     @property
     def seed(self) -> int: ...
-    def add(self, batch: TraceBatch, *, skip_invalid: bool = False) -> tuple[int, _Rejected]: ...
+    def add(self, batch: TraceBatch, *, skip_invalid: bool = False) -> tuple[int, _Rejected]:
+        """(traces added, refused): positions count within ``batch``; without skip_invalid
+        the first refused trace raises and nothing is added."""
     def sample(
         self,
         batch_size: int,
         *,
-        sampler: str = "uniform",
+        sampler: Sampler = "uniform",
         min_events: int | None = None,
         max_events: int | None = None,
         seed: int | None = None,
         with_branches: bool = False,
         max_staleness: int | None = None,
-    ) -> tuple[TraceSelection, np.ndarray]: ...
+    ) -> tuple[TraceSelection, np.ndarray]:
+        """(the draws, each draw's probability as float64; NaN for a branch that came with one)."""
     def sample_groups(
         self,
         num_groups: int,
@@ -127,21 +176,21 @@ class GraphBuffer:
     def save(self, path: str | PathLike[str]) -> None: ...
     @staticmethod
     def load(path: str | PathLike[str]) -> GraphBuffer: ...
-    def persisted(self) -> object: ...
+    def persisted(self) -> object:
+        """An Arrow table: the traces, priorities and settings (in the schema metadata)."""
     @staticmethod
     def restore(table: object) -> GraphBuffer: ...
 
-def route_to_shards(
-    batch: TraceBatch, shards: int, known_ids: Sequence[str], known_shards: Sequence[int]
-) -> np.ndarray: ...
-def metrics(batch: TraceBatch) -> object: ...
+def route_to_shards(batch: TraceBatch, shards: int, known_ids: Sequence[str], known_shards: Sequence[int]) -> np.ndarray:
+    """uint32 shard per trace; 2**32 - 1 for a branch whose factual trace is nowhere known."""
 
-def counterfactual_credit(
-    batch: TraceBatch, *, channel: str, baseline: str
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]: ...
+def metrics(batch: TraceBatch) -> object:
+    """An Arrow table, one row per trace (see masreplay.orchestration.metrics)."""
+
+def counterfactual_credit(batch: TraceBatch, *, channel: str, baseline: Baseline) -> _CreditArrays: ...
 def same_prefix_credit_arrays(
     batch: TraceBatch, *, channel: str, signature: list[str] | None, importance_weighting: bool
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]: ...
+) -> _CreditArrays: ...
 def simulate_branches(
     n_traces: int,
     *,
@@ -154,7 +203,10 @@ def simulate_branches(
     branches: int,
     branch_points: int,
     noise: float,
-) -> tuple[TraceBatch, list[tuple[str, str, str, float]], list[tuple[str, str, float]]]: ...
+) -> tuple[TraceBatch, list[tuple[str, str, str, float]], list[tuple[str, str, float]]]:
+    """(factual traces and branches, (trace_id, event_id, kind, true effect) per branch point,
+    (trace_id, agent, true value) per agent)."""
+
 # ---- advantages (rust/masreplay-py/src/advantage.rs) ----
 def group_normalize(
     values: np.ndarray,
@@ -163,33 +215,45 @@ def group_normalize(
     strata: np.ndarray | None = None,
     lengths: np.ndarray | None = None,
     mask: np.ndarray | None = None,
-    estimator: str = "grpo",
-    std: str = "group",
+    estimator: Estimator = "grpo",
+    std: Literal["group", "batch", "none"] = "group",
     eps: float | None = None,
-    compat: str | None = None,
+    compat: Literal["native", "verl", "trl", "openrlhf"] | None = None,
     float32: bool = True,
     torch_threads: int = 1,
-) -> np.ndarray: ...
+) -> np.ndarray:
+    """One advantage per value, float32 (or float64 with float32=False)."""
+
 def batch_advantages(
     batch: TraceBatch,
     trace_values: np.ndarray,
     groups: np.ndarray,
     *,
     credit: np.ndarray | None = None,
-    normalize_by: Sequence[str] = ...,
-    unit: str = "traces",
-    estimator: str = "grpo",
-    std: str = "group",
+    normalize_by: Sequence[Stratum] = ...,
+    unit: Unit = "traces",
+    estimator: Estimator = "grpo",
+    std: Literal["group", "batch", "none"] = "group",
     eps: float | None = None,
-    compat: str | None = None,
-    weight_by: Sequence[str] = ...,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
-def trace_channel(batch: TraceBatch, channel: str) -> np.ndarray: ...
-def graph_returns(batch: TraceBatch, rewards: np.ndarray, *, gamma: float, kind: str) -> np.ndarray: ...
+    compat: Literal["native", "verl", "trl", "openrlhf"] | None = None,
+    weight_by: Sequence[Stratum] = ...,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(per trace, per event, loss weight per event), float64; events as in batch.events()."""
+
+def trace_channel(batch: TraceBatch, channel: str) -> np.ndarray:
+    """float64 per trace; NaN where the trace has no such reward."""
+
+def graph_returns(batch: TraceBatch, rewards: np.ndarray, *, gamma: float, kind: ReturnKind) -> np.ndarray:
+    """float64 per event."""
+
 def graph_gae(
     batch: TraceBatch, rewards: np.ndarray, values: np.ndarray, *, gamma: float, lam: float
-) -> tuple[np.ndarray, np.ndarray]: ...
-def torch_sqrt(values: np.ndarray, kernel: str | None = None) -> tuple[np.ndarray, str]: ...
+) -> tuple[np.ndarray, np.ndarray]:
+    """(advantages, returns), float64 per event."""
+
+def torch_sqrt(values: np.ndarray, kernel: _SqrtKernel | None = None) -> tuple[np.ndarray, _SqrtKernel]:
+    """(float32 roots, the kernel that computed them: the given one, or this CPU's)."""
+
 # ---- Shapley credit ----------------------------------------------------------------------
 
 class Game:
@@ -211,7 +275,7 @@ def empirical_game(masks: np.ndarray, rewards: list[float], order: int) -> Game:
 def shapley(
     game: object,
     n_players: int | None,
-    method: str,
+    method: ShapleyMethod,
     budget: int | None,
     target_stderr: float | None,
     seed: int,
@@ -220,17 +284,19 @@ def shapley(
     n_threads: int | None,
     antithetic: bool,
     chunk_size: int,
-) -> dict[str, object]: ...
-def trace_players(batch: TraceBatch, players: str) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray]: ...
+) -> _ShapleyDict: ...
+def trace_players(batch: TraceBatch, players: str) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray]:
+    """(offsets, labels, parents, event_player), as in trace_shapley's result."""
+
 def trace_shapley(
     batch: TraceBatch,
     value_fn: object,
     players: str,
     respect_spawn_tree: bool,
-    method: str,
+    method: ShapleyMethod,
     budget: int | None,
     seed: int,
     n_threads: int | None,
     antithetic: bool,
     chunk_size: int,
-) -> dict[str, object]: ...
+) -> _TraceShapleyDict: ...

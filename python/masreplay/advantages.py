@@ -21,11 +21,9 @@ from masreplay import _core
 from masreplay.batch import TraceBatch
 from masreplay.errors import InvalidArgumentError
 from masreplay.io import as_batch
+from masreplay.vocabulary import STRATA, Estimator, ReturnKind, Stratum, Unit
 
-Estimator = Literal["grpo", "rloo", "reinforce_pp_baseline", "opo"]
 Compat = Literal["verl", "trl", "openrlhf"]
-Stratum = Literal["agent", "role", "depth", "turn", "event_type"]
-STRATA: tuple[str, ...] = ("agent", "role", "depth", "turn", "event_type")
 CHANNEL_MODES = ("sum_then_normalize", "normalize_then_sum")
 
 
@@ -173,7 +171,7 @@ def advantages(
     channels: Mapping[str, float] | None = None,
     channel_mode: Literal["sum_then_normalize", "normalize_then_sum"] = "sum_then_normalize",
     credit: np.ndarray | Sequence[float] | None = None,
-    unit: Literal["traces", "events"] = "traces",
+    unit: Unit = "traces",
     weight_by: Stratum | Sequence[Stratum] | None = None,
     missing: Literal["raise", "skip"] = "raise",
 ) -> Advantages:
@@ -360,7 +358,7 @@ def graph_returns(
     rewards: str | np.ndarray | Sequence[float],
     *,
     gamma: float = 1.0,
-    kind: Literal["descendants", "tree", "turns"] = "descendants",
+    kind: ReturnKind = "descendants",
 ) -> np.ndarray:
     """Per-event returns of per-event rewards (a channel name or an array aligned with
     ``batch.events()``):

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -14,16 +13,28 @@ from masreplay.bands import band_limits
 from masreplay.batch import Rejected, TraceBatch, _from_ipc_table, _to_ipc
 from masreplay.errors import InvalidArgumentError
 from masreplay.io import OnError, _load
+from masreplay.vocabulary import Sampler, Unit
 
-Sampler = Literal["uniform", "prioritized"]
 
-@dataclass
-class AddReport:
-    """What ``add(..., on_error="skip")`` did: how many traces landed, and which were left out
-    as (position in the input, trace_id, error)."""
+class AddReport(int):
+    """What ``GraphBuffer.add`` did: the number of traces added (an int, so ``buffer.add(traces)
+    == n`` holds), with the traces ``on_error="skip"`` left out in ``rejected`` as (position in
+    the input, trace_id, error), in input order (always empty with ``on_error="raise"``, which
+    raises instead)."""
 
-    added: int
-    rejected: list[Rejected] = field(default_factory=list)
+    rejected: list[Rejected]
+
+    def __new__(cls, added: int, rejected: list[Rejected] | None = None) -> AddReport:
+        report = super().__new__(cls, added)
+        report.rejected = [] if rejected is None else list(rejected)
+        return report
+
+    @property
+    def added(self) -> int:
+        return int(self)
+
+    def __repr__(self) -> str:
+        return f"AddReport(added={int(self)}, rejected={self.rejected!r})"
 
 
 class GraphBuffer:
@@ -49,7 +60,7 @@ class GraphBuffer:
         self,
         capacity: int,
         *,
-        unit: Literal["traces", "events"] = "traces",
+        unit: Unit = "traces",
         seed: int = 0,
         max_staleness: int | None = None,
     ) -> None:
@@ -142,12 +153,13 @@ class GraphBuffer:
         return self._core.priorities()
 
     # ---- adding ------------------------------------------------------------------------
-    def add(self, traces: Any, *, on_error: OnError = "raise") -> int | AddReport:
-        """Validates and adds ``traces`` (anything ``masreplay.load_traces`` accepts).
+    def add(self, traces: Any, *, on_error: OnError = "raise") -> AddReport:
+        """Validates and adds ``traces`` (anything ``masreplay.load_traces`` accepts); returns
+        an AddReport, the number of traces added.
 
         ``on_error="raise"``: if any trace is invalid, or its id is already stored, nothing
-        is added and TraceValidationError is raised; returns the number added.
-        ``on_error="skip"``: the valid traces are added; returns an AddReport.
+        is added and TraceValidationError is raised.
+        ``on_error="skip"``: the valid traces are added; the report lists the others.
         """
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
@@ -155,12 +167,7 @@ class GraphBuffer:
         if load_rejected and on_error == "raise":
             raise load_rejected[0][2]
         added, add_rejected = self._core.add(core_batch, skip_invalid=on_error == "skip")
-        if on_error == "raise":
-            return added
-        rejected_positions = {position for position, _, _ in load_rejected}
-        accepted_positions = [p for p in range(len(core_batch) + len(load_rejected)) if p not in rejected_positions]
-        rejected = list(load_rejected) + [(accepted_positions[k], tid, err) for k, tid, err in add_rejected]
-        return AddReport(added, sorted(rejected, key=lambda r: r[0]))
+        return AddReport(added, _in_input_order(load_rejected, add_rejected, len(core_batch)))
 
     # ---- sampling ----------------------------------------------------------------------
     def sample(
@@ -207,9 +214,7 @@ class GraphBuffer:
         """Draws ``num_groups`` distinct GRPO groups uniformly: each whole (every stored trace
         with that group_id) or, with ``group_size``, exactly that many of its traces. With a
         staleness bound a group is eligible only when every one of its traces is fresh enough."""
-        selection = self._core.sample_groups(
-            num_groups, group_size=group_size, seed=seed, max_staleness=_count(max_staleness)
-        )
+        selection = self._core.sample_groups(num_groups, group_size=group_size, seed=seed, max_staleness=_count(max_staleness))
         return TraceBatch(selection)
 
     def update_priorities(self, trace_ids: Any, priorities: Any) -> None:
@@ -259,6 +264,15 @@ class GraphBuffer:
 
     def __reduce__(self) -> tuple[Any, tuple[bytes]]:
         return (_buffer_from_ipc, (_to_ipc(pa.table(self._core.persisted())),))
+
+
+def _in_input_order(load_rejected: list[Rejected], add_rejected: list[Rejected], n_passed: int) -> list[Rejected]:
+    """Traces refused by validation and by the buffer, by position in the caller's input:
+    the buffer numbers only the ``n_passed`` traces that passed validation."""
+    refused = {position for position, _, _ in load_rejected}
+    passed = [p for p in range(n_passed + len(load_rejected)) if p not in refused]
+    rejected = [*load_rejected, *((passed[k], trace_id, error) for k, trace_id, error in add_rejected)]
+    return sorted(rejected, key=lambda entry: entry[0])
 
 
 def _count(value: int | None, name: str = "max_staleness") -> int | None:

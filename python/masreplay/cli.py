@@ -13,6 +13,7 @@ from masreplay._text import print_table, stats_table
 from masreplay.convert import FORMATS, write
 from masreplay.errors import MasreplayError, TraceValidationError
 from masreplay.io import load_traces
+from masreplay.vocabulary import STRATA
 
 
 def _validate_file(path: str, strict_seed: bool) -> bool:
@@ -219,9 +220,7 @@ def _add_credit_command(commands: argparse._SubParsersAction[argparse.ArgumentPa
     credit.add_argument("source", metavar="IN", help="a Parquet file, a directory of them, or a glob")
     credit.add_argument("destination", metavar="OUT", help="output directory (traces/, events/, _manifest.json)")
     credit.add_argument("--estimator", choices=["grpo", "rloo", "opo"], help="advantage estimator (default: grpo)")
-    credit.add_argument(
-        "--normalize-by", nargs="+", choices=["agent", "role", "depth", "turn", "event_type"], help="strata of the statistics"
-    )
+    credit.add_argument("--normalize-by", nargs="+", choices=STRATA, help="strata of the statistics")
     credit.add_argument("--counterfactual", action="store_true", help="add branch credit (credit, stderr, n_branches)")
     credit.add_argument("--metrics", action="store_true", help="add the orchestration metrics per trace")
     credit.add_argument("--engine", choices=["local", "ray"], default="local", help="one machine, or Ray Data (default: local)")

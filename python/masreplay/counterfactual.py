@@ -25,6 +25,7 @@ from masreplay import _core
 from masreplay.batch import TraceBatch
 from masreplay.errors import InvalidArgumentError
 from masreplay.games import FunctionGame, Game
+from masreplay.vocabulary import Baseline
 
 if TYPE_CHECKING:
     from masreplay.buffer import GraphBuffer
@@ -82,7 +83,7 @@ def counterfactual_credit(
     batch_or_buffer: TraceBatch | GraphBuffer,
     *,
     channel: str = "team",
-    baseline: str = "mean",
+    baseline: Baseline = "mean",
     aligned: bool = True,
 ) -> pa.Table:
     """Credit of every event that has branch rollouts in the batch (or the whole buffer).

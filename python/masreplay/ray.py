@@ -4,11 +4,12 @@ or machines and a trainer that samples (``pip install masreplay[ray]``).
 Each shard is a Ray actor holding a :class:`~masreplay.GraphBuffer`. A trace goes to the shard
 given by a stable hash of its group_id (a GRPO group lands whole in one shard) and a branch
 rollout goes wherever its factual trace went (a branch family is never split). Traces cross
-to and from the shards as Arrow IPC streams through Ray's object store (one buffer each:
-Ray would otherwise serialize a table array by array). Sampling follows the rule of one
-GraphBuffer over the union of the shards: per-shard counts are drawn multinomially from the
-shards' eligible counts (uniform) or priority totals (prioritized), then each shard draws
-its count from its own seeded stream.
+to the shards as compressed Arrow IPC streams (one buffer each: Ray would otherwise serialize
+a table array by array). Sampling follows the rule of one GraphBuffer over the union of the
+shards: per-shard counts are drawn multinomially from the shards' eligible counts (uniform) or
+priority totals (prioritized), and each shard draws from its own seeded stream. A sample's
+traces stay on the shards until the trainer reads them, and a read fetches only what it
+reads (``flat("tokens")`` brings the token column of the drawn traces, nothing else).
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ import pathlib
 import tempfile
 import uuid
 import warnings
+import weakref
+from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -29,15 +33,20 @@ import pyarrow.compute as pc
 import ray  # the Ray package: imports are absolute, so this is never masreplay.ray itself
 
 from masreplay import _core
-from masreplay.batch import TraceBatch, _from_ipc_table, _to_ipc
-from masreplay.buffer import AddReport, GraphBuffer, Sampler, _count, _version, band_limits
-from masreplay.errors import InvalidArgumentError, StorageError
+from masreplay.bands import band_limits
+from masreplay.batch import TraceBatch, _check_event_field, _checked_arrow
+from masreplay.buffer import AddReport, GraphBuffer, Sampler, _count, _version
+from masreplay.errors import DataFormatError, InvalidArgumentError, StorageError
 from masreplay.io import OnError, _load
 
 __all__ = ["RayGraphBuffer", "ShardLoss", "ShardLossWarning"]
 
 _UNRESOLVED = 2**32 - 1
 _MANIFEST = "ray_buffer.json"
+#: A shard's add log is emptied past this size, when its JSON ledger is next written.
+_LOG_LIMIT = 1 << 20
+#: Samples whose traces a shard keeps for the trainer to read (the oldest go first).
+KEPT_SAMPLES = 1024
 _log = logging.getLogger(__name__)
 
 
@@ -60,9 +69,59 @@ class ShardLossWarning(UserWarning):
     """A shard was restarted and lost traces (see :meth:`RayGraphBuffer.losses`)."""
 
 
+# On the calling thread: Arrow's pool would wake threads for a few hundred kilobytes (3x the
+# CPU time, measured on a busy 2-core machine).
+_WIRE = pa.ipc.IpcWriteOptions(compression="lz4", use_threads=False)
+_WIRE_READ = pa.ipc.IpcReadOptions(use_threads=False)
+
+
+def _to_wire(table: pa.Table) -> pa.Buffer:
+    """A table as one LZ4-compressed Arrow IPC stream, for Ray to move as one buffer (it would
+    serialize a table array by array). Traces hold many all-null columns whose buffers
+    compress to almost nothing: a part of a few hundred kilobytes then stays below Ray's
+    inline limit (100 KiB by default), which spares it the trip through the object store."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema, options=_WIRE) as writer:
+        writer.write_table(table)
+    return sink.getvalue()
+
+
+def _from_wire(data: pa.Buffer) -> pa.Table:
+    """A table written by _to_wire in another process; bytes that are not a valid stream
+    raise DataFormatError, and pyarrow checks the layout (the core checks the traces)."""
+    try:
+        table = pa.ipc.open_stream(data, options=_WIRE_READ).read_all()
+    except (pa.ArrowException, OSError, ValueError, TypeError) as error:
+        raise DataFormatError(f"not a valid Arrow stream from another process: {error}") from error
+    return _checked_arrow(table)
+
+
+def _narrowed(values: np.ndarray) -> np.ndarray:
+    """int64 values in the narrowest integer type that holds them all (token ids fit in 32
+    bits): fewer bytes for Ray to move, widened back by the reader."""
+    if values.dtype != np.int64 or not len(values):
+        return values
+    low, high = values.min(), values.max()
+    for narrow in (np.int8, np.int16, np.int32):
+        if np.iinfo(narrow).min <= low and high <= np.iinfo(narrow).max:
+            return values.astype(narrow)
+    return values
+
+
 def _shard_seed(seed: int, shard: int) -> int:
     """Each shard's own stream: the same for the same (seed, shard) in every process."""
     return int(np.random.SeedSequence([seed, shard]).generate_state(1, np.uint64)[0])
+
+
+def _with_logged_adds(ledger: dict[str, Any], log_path: pathlib.Path) -> dict[str, Any]:
+    """The ledger with the adds its log recorded after it was written ("added held" lines)."""
+    log = log_path.read_bytes() if log_path.exists() else b""
+    start = ledger.get("log_bytes", 0) if len(log) >= ledger.get("log_bytes", 0) else 0
+    lines = [line.split() for line in log[start:].splitlines() if len(line.split()) == 2]
+    if not lines:
+        return ledger
+    added = ledger["added_since_save"] + sum(int(added) for added, _ in lines)
+    return {**ledger, "added_since_save": added, "held": int(lines[-1][1])}
 
 
 def _write_json(path: pathlib.Path, value: dict[str, Any]) -> None:
@@ -74,7 +133,11 @@ def _write_json(path: pathlib.Path, value: dict[str, Any]) -> None:
 
 class _Shard:
     """One shard: a GraphBuffer and a ledger (its last save, what it took since) that lets a
-    restarted actor resume from the save and say what it lost."""
+    restarted actor resume from the save and say what it lost.
+
+    The ledger is a JSON file, replaced atomically when the shard saves or changes version,
+    and an append-only log with a line per add since (one small write instead of a file
+    replaced per add); the JSON records how long the log was when it was written."""
 
     def __init__(
         self,
@@ -90,6 +153,10 @@ class _Shard:
         self.ledger_path = pathlib.Path(state_directory) / f"shard-{shard:05d}.json"
         self.ledger_path.parent.mkdir(parents=True, exist_ok=True)
         ledger = json.loads(self.ledger_path.read_text()) if self.ledger_path.exists() else None
+        log_path = self.ledger_path.with_suffix(".adds")
+        if ledger is not None:
+            ledger = _with_logged_adds(ledger, log_path)
+        self.log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self.loss: ShardLoss | None = None
         if ledger is None:
             # First start: a fresh buffer, or a shard of a saved RayGraphBuffer.
@@ -109,27 +176,31 @@ class _Shard:
         if ledger is not None:
             self.buffer.policy_version = max(self.buffer.policy_version, ledger["policy_version"])
         self.added_since_save = 0
+        self.kept: OrderedDict[str, Any] = OrderedDict()
         self._write_ledger()
 
     def _write_ledger(self) -> None:
-        _write_json(
-            self.ledger_path,
-            {
-                "save": self.save_path,
-                "added_since_save": self.added_since_save,
-                "held": len(self.buffer),
-                "restarts": self.restarts,
-                "policy_version": self.buffer.policy_version,
-            },
-        )
+        ledger = {
+            "save": self.save_path,
+            "added_since_save": self.added_since_save,
+            "held": len(self.buffer),
+            "restarts": self.restarts,
+            "policy_version": self.buffer.policy_version,
+        }
+        _write_json(self.ledger_path, {**ledger, "log_bytes": os.fstat(self.log).st_size})
+        if os.fstat(self.log).st_size > _LOG_LIMIT:
+            # Emptied after the JSON took its lines in; a reader finding the log shorter than
+            # the JSON says knows this happened and reads it from the start.
+            os.ftruncate(self.log, 0)
+            _write_json(self.ledger_path, {**ledger, "log_bytes": 0})
 
-    def add(self, data: bytes) -> tuple[int, list[tuple[int, str | None, Exception]]]:
+    def add(self, data: pa.Buffer) -> tuple[int, list[tuple[int, str | None, Exception]]]:
         # An Arrow IPC stream from a writer that validated the traces (RayGraphBuffer.add).
-        table = _from_ipc_table(data)
+        table = _from_wire(data)
         batch = _core.TraceBatch.restore(table)  # checked in full: bytes from another process
         added, rejected = self.buffer._core.add(batch, skip_invalid=True)
         self.added_since_save += added
-        self._write_ledger()
+        os.write(self.log, f"{added} {len(self.buffer)}\n".encode())
         return added, rejected
 
     def stats(self) -> tuple[int, int, int]:
@@ -143,21 +214,80 @@ class _Shard:
         count = self.buffer._core.eligible_group_count(group_size=group_size, max_staleness=max_staleness)
         return count, self.restarts
 
-    def sample(
-        self, count: int, sampler: str, filters: dict[str, Any], seed: int | None, with_branches: bool
-    ) -> tuple[bytes, np.ndarray]:
+    # ---- samples kept here until the trainer reads them ------------------------------------
+    def draw(
+        self,
+        key: str,
+        count: int,
+        sampler: str,
+        filters: dict[str, Any],
+        seed: int | None,
+        with_branches: bool,
+        columns: tuple[str, ...],
+        column_rows: int | None,
+        released: list[str],
+    ) -> tuple[int, float, int, np.ndarray, np.ndarray, list[np.ndarray | pa.Buffer]]:
+        """The shard's eligible count, priority mass and restarts, and (when anything is
+        eligible) ``count`` draws kept under ``key``: their event counts, local
+        probabilities and the per-event ``columns`` of the first ``column_rows`` draws
+        (None: all) go back, the rest of their traces stays here until read. Samples the
+        trainer dropped (``released``) are let go first."""
+        self._release(released)
+        eligible, mass = self.buffer._core.eligible(**filters)
+        weight = eligible if sampler == "uniform" else mass
+        if count == 0 or weight <= 0:
+            return eligible, mass, self.restarts, np.zeros(0, np.int64), np.zeros(0), []
         selection, probabilities = self.buffer._core.sample(
             count, sampler=sampler, seed=seed, with_branches=with_branches, **filters
         )
-        return _to_ipc(pa.table(selection.collect())), probabilities
+        lengths = self._keep(key, selection)
+        rows = None if column_rows is None else min(column_rows, len(lengths))
+        values = [_column(selection, rows, column) for column in columns]
+        return eligible, mass, self.restarts, lengths, probabilities, values
 
-    def sample_groups(
-        self, count: int, group_size: int | None, seed: int | None, max_staleness: int | None
-    ) -> bytes:
+    def draw_groups(
+        self,
+        key: str,
+        count: int,
+        group_size: int | None,
+        seed: int | None,
+        max_staleness: int | None,
+        released: list[str],
+    ) -> np.ndarray:
+        self._release(released)
         selection = self.buffer._core.sample_groups(
             count, group_size=group_size, seed=seed, max_staleness=max_staleness
         )
-        return _to_ipc(pa.table(selection.collect()))
+        return self._keep(key, selection)
+
+    def _keep(self, key: str, selection: Any) -> np.ndarray:
+        """Keeps a selection (it owns its chunks: later adds and evictions leave it as drawn)
+        and returns its traces' event counts."""
+        self.kept[key] = selection
+        while len(self.kept) > KEPT_SAMPLES:
+            self.kept.popitem(last=False)
+        return np.diff(selection.event_offsets)
+
+    def _kept(self, key: str) -> Any:
+        if key not in self.kept:
+            raise InvalidArgumentError(
+                f"shard {self.shard} no longer holds this sample: it keeps the traces of its "
+                f"{KEPT_SAMPLES} latest samples until read (or it restarted since the draw)"
+            )
+        return self.kept[key]
+
+    def trace_ids(self, key: str, rows: int | None) -> pa.Array:
+        return pa.array(self._kept(key).trace_ids[:rows], pa.string())
+
+    def flat(self, key: str, rows: int | None, column: str) -> np.ndarray | pa.Buffer:
+        return _column(self._kept(key), rows, column)
+
+    def collect(self, key: str, rows: int | None) -> pa.Buffer:
+        return _to_wire(pa.table(self._kept(key).collect()).slice(0, rows))
+
+    def _release(self, keys: list[str]) -> None:
+        for key in keys:
+            self.kept.pop(key, None)
 
     def contains_many(self, trace_ids: list[str]) -> np.ndarray:
         return self.buffer._core.contains_many(trace_ids)
@@ -191,6 +321,16 @@ class _Shard:
 
     def report(self) -> ShardLoss | None:
         return self.loss
+
+
+def _column(selection: Any, rows: int | None, column: str) -> np.ndarray | pa.Buffer:
+    """The first ``rows`` (None: all) traces' values of one per-event field: a numpy array
+    (Ray moves it as one buffer) or, for other types, an Arrow IPC stream of one column."""
+    values, offsets = selection.flat(column)
+    end = int(offsets[len(offsets) - 1 if rows is None else rows])
+    if isinstance(values, np.ndarray):
+        return _narrowed(values[:end])
+    return _to_wire(pa.table({column: pa.array(values).slice(0, end)}))
 
 
 _ShardActor = ray.remote(_Shard)
@@ -273,6 +413,10 @@ class RayGraphBuffer:
         ]
         self._calls = 0
         self._restarts_seen = [0] * shards
+        # Each shard's share of the previous sample's weights, and keys of samples the
+        # trainer dropped (their shards let them go on the next draw).
+        self._shares: np.ndarray | None = None
+        self._released: list[str] = []
 
     # ---- what the handle knows ---------------------------------------------------------
     @property
@@ -345,12 +489,14 @@ class RayGraphBuffer:
         if load_rejected and on_error == "raise":
             raise load_rejected[0][2]
         routes = self._route(batch)
+        # One copy puts each shard's traces next to each other; each part is then a slice.
+        order = np.argsort(routes, kind="stable")
+        table = pa.table(batch if np.array_equal(order, np.arange(len(order))) else batch.take(order.tolist()))
+        shards, starts, sizes = np.unique(routes[order], return_index=True, return_counts=True)
         refs, positions = [], []
-        for shard in np.unique(routes):
-            rows = np.flatnonzero(routes == shard)
-            part = batch if len(rows) == len(batch) else batch.take(rows.tolist())
-            refs.append(self._shards[shard].add.remote(_to_ipc(pa.table(part))))
-            positions.append(rows)
+        for shard, start, size in zip(shards, starts, sizes, strict=True):
+            refs.append(self._shards[shard].add.remote(_to_wire(table.slice(start, size))))
+            positions.append(order[start : start + size])
         return refs, positions, load_rejected
 
     def add(self, traces: Any, *, on_error: OnError = "raise") -> int | AddReport:
@@ -402,44 +548,112 @@ class RayGraphBuffer:
         band: int | None = None,
         with_branches: bool = False,
         max_staleness: int | None = None,
+        columns: Sequence[str] = (),
     ) -> TraceBatch:
         """Draws ``batch_size`` traces with replacement from all shards, with the probability
         rule of :meth:`GraphBuffer.sample` over the union (uniform over every eligible trace,
         or in proportion to priority over every shard). The draws come in random order, then
-        the branch rollouts of ``with_branches``; ``probabilities`` are global. Exact while no
-        add lands between the two rounds of the call (eligible totals, then draws)."""
+        the branch rollouts of ``with_branches``; ``probabilities`` are global.
+
+        The traces stay on the shards until read: ``flat``/``padded`` of one column fetch that
+        column alone, ``to_arrow``/``events``/``edges`` the whole traces (each shard keeps
+        the traces of its latest 1,024 samples; a sample the trainer drops is let go with the
+        next draw). Without branches this takes one round trip to the shards: each draws
+        ``batch_size`` traces with its own stream and says how many it holds (or its
+        priority total), and the handle takes the first ``counts[s]`` of shard s's draws for
+        multinomial counts over those totals, which is the global rule exactly (the first k
+        of iid draws are k iid draws). With branches (which follow their draws) the counts
+        are drawn first, in a round trip of their own.
+
+        ``columns`` names per-event fields the trainer will read (``flat``, ``padded``):
+        the shards send them with the draws, so ``sample(n, columns=["tokens"]).flat("tokens")``
+        is one round trip (without branches); other fields are fetched when read."""
         if sampler not in ("uniform", "prioritized"):
             raise InvalidArgumentError(f"sampler must be 'uniform' or 'prioritized', not {sampler!r}")
         batch_size = _count(batch_size, "batch_size")
         if band is not None:
             min_events, max_events = band_limits(band)
         filters = {"min_events": min_events, "max_events": max_events, "max_staleness": _count(max_staleness)}
-        eligible = ray.get([shard.eligible.remote(filters) for shard in self._shards])
+        columns = tuple(columns)
+        for column in columns:
+            _check_event_field(column)
+        rng, seeds = self._rng(seed)
+        keys = _keys(self.shards)
+        if with_branches:
+            eligible = ray.get([shard.eligible.remote(filters) for shard in self._shards])
+            weights = self._sample_weights(eligible, sampler, filters)
+            counts = rng.multinomial(batch_size, weights / weights.sum())
+            asked, column_rows = counts, [None] * self.shards
+        else:
+            asked, column_rows = [batch_size] * self.shards, self._likely_counts(batch_size)
+        released = self._take_released()
+        answers = ray.get(
+            [
+                shard.draw.remote(
+                    keys[s], int(asked[s]), sampler, filters, seeds[s], with_branches, columns, column_rows[s], released
+                )
+                for s, shard in enumerate(self._shards)
+            ]
+        )
+        if not with_branches:
+            weights = self._sample_weights([answer[:3] for answer in answers], sampler, filters)
+            counts = rng.multinomial(batch_size, weights / weights.sum())
+            self._shares = weights / weights.sum()
+            # A shard that sent too few draws' columns: they are all fetched when read.
+            short = any(rows is not None and rows < count for rows, count in zip(column_rows, counts, strict=True))
+        else:
+            short = False
+        parts, lengths, draws, branches, probabilities = [], [], [], [], []
+        sent: dict[str, list[np.ndarray | pa.Array]] = {column: [] for column in columns if not short}
+        start = 0
+        for s, (_, _, _, local_lengths, local, values) in enumerate(answers):
+            if len(local) == 0:
+                continue
+            if counts[s] == 0:  # drew, but the multinomial took none of its draws
+                self._released.append(keys[s])
+                continue
+            kept = len(local) if with_branches else int(counts[s])
+            parts.append((self._shards[s], keys[s], None if with_branches else kept))
+            lengths.append(local_lengths[:kept])
+            draws.append(np.arange(start, start + counts[s]))
+            branches.append(np.arange(start + counts[s], start + kept))
+            # Local probability times the shard's share of the whole gives the global one.
+            probabilities.append(local[:kept] * (weights[s] / weights.sum()))
+            events = int(local_lengths[:kept].sum())
+            if not short:
+                for column, part in zip(columns, values, strict=True):
+                    sent[column].append(_decoded(part)[:events])
+            start += kept
+        none = np.zeros(0, np.int64)
+        order = np.concatenate([rng.permutation(np.concatenate([none, *draws])), *branches]).astype(np.int64)
+        selection = _ShardSample(parts, np.concatenate([none, *lengths]), order, self._released, sent)
+        return TraceBatch(selection, probabilities=np.concatenate([none * 0.0, *probabilities])[order])
+
+    def _likely_counts(self, batch_size: int) -> list[int | None]:
+        """How many draws' columns each shard sends with them: its count in the multinomial
+        exceeds this with probability below 1e-4 at the shares of the previous sample (all
+        on the first). Sending each shard's whole ``batch_size`` would multiply the bytes by
+        the number of shards, and a few more kilobytes take Ray's slow path (see _to_wire)."""
+        if self._shares is None:
+            return [None] * self.shards
+        spread = 4 * np.sqrt(batch_size * self._shares * (1 - self._shares))
+        return [int(rows) for rows in np.minimum(batch_size, np.ceil(batch_size * self._shares + spread) + 8)]
+
+    def _take_released(self) -> list[str]:
+        """Keys of samples garbage-collected since the last call (sent with the next draw)."""
+        taken = []
+        while self._released:
+            taken.append(self._released.pop())
+        return taken
+
+    def _sample_weights(self, eligible: list[tuple[int, float, int]], sampler: str, filters: dict) -> np.ndarray:
+        """Each shard's weight in the multinomial (eligible count or priority total)."""
         self._note_restarts([restarts for _, _, restarts in eligible])
         weights = np.array([count if sampler == "uniform" else mass for count, mass, _ in eligible], dtype=float)
         if weights.sum() <= 0:
             what = "trace" if sampler == "uniform" or not any(c for c, _, _ in eligible) else "trace of priority > 0"
             raise InvalidArgumentError(f"no stored {what} is eligible for this sample (filters {filters})")
-        rng, seeds = self._rng(seed)
-        counts = rng.multinomial(batch_size, weights / weights.sum())
-        drawing = [s for s in range(self.shards) if counts[s] > 0]
-        answers = ray.get(
-            [
-                self._shards[s].sample.remote(int(counts[s]), sampler, filters, seeds[s], with_branches)
-                for s in drawing
-            ]
-        )
-        tables, draws, branches, probabilities = [], [], [], []
-        start = 0
-        for s, (table, local) in zip(drawing, answers, strict=True):
-            tables.append(table)
-            draws.append(np.arange(start, start + counts[s]))
-            branches.append(np.arange(start + counts[s], start + len(local)))
-            # Local probability times the shard's share of the whole gives the global one.
-            probabilities.append(local * (weights[s] / weights.sum()))
-            start += len(local)
-        order = np.concatenate([rng.permutation(np.concatenate(draws)), *branches]).astype(np.int64)
-        return _gathered(tables, order, np.concatenate(probabilities)[order])
+        return weights
 
     def sample_groups(
         self,
@@ -450,7 +664,8 @@ class RayGraphBuffer:
         max_staleness: int | None = None,
     ) -> TraceBatch:
         """Draws ``num_groups`` distinct groups uniformly over all shards (a group lives whole
-        in one shard), as :meth:`GraphBuffer.sample_groups`; groups come shard by shard."""
+        in one shard), as :meth:`GraphBuffer.sample_groups`; groups come shard by shard, and
+        their traces stay on the shards until read (as :meth:`sample`'s)."""
         num_groups = _count(num_groups, "num_groups")
         max_staleness = _count(max_staleness)
         answers = ray.get([shard.eligible_groups.remote(group_size, max_staleness) for shard in self._shards])
@@ -463,13 +678,16 @@ class RayGraphBuffer:
         rng, seeds = self._rng(seed)
         counts = rng.multivariate_hypergeometric(available, num_groups) if num_groups else available * 0
         drawing = [s for s in range(self.shards) if counts[s] > 0]
-        tables = ray.get(
+        keys, released = _keys(self.shards), self._take_released()
+        lengths = ray.get(
             [
-                self._shards[s].sample_groups.remote(int(counts[s]), group_size, seeds[s], max_staleness)
+                self._shards[s].draw_groups.remote(keys[s], int(counts[s]), group_size, seeds[s], max_staleness, released)
                 for s in drawing
             ]
         )
-        return _gathered(tables, None, None)
+        parts = [(self._shards[s], keys[s], None) for s in drawing]
+        lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
+        return TraceBatch(_ShardSample(parts, lengths, None, self._released))
 
     def update_priorities(self, trace_ids: Any, priorities: Any) -> None:
         """Sets priorities of stored traces on whichever shards hold them; all or nothing (an
@@ -575,18 +793,111 @@ def _read_manifest(directory: pathlib.Path) -> dict[str, Any]:
     return manifest
 
 
-def _gathered(answers: list[bytes], order: np.ndarray | None, probabilities: np.ndarray | None) -> TraceBatch:
-    """The shards' answers (Arrow IPC streams: one buffer each for Ray to move, where a table
-    is serialized column by column) as one selection, rows in ``order`` when given: like a
-    GraphBuffer sample, only the columns read (``flat``, ``padded``, ...) are copied out."""
-    cores = []
-    for table in map(_from_ipc_table, answers):
-        cores.append(_core.TraceBatch.restore(table))  # checked in full: bytes from another process
-    if not cores:
-        return TraceBatch(_core.empty_batch(), probabilities=probabilities)
-    sources = np.repeat(np.arange(len(cores)), [len(core) for core in cores])
-    rows = np.concatenate([np.arange(len(core)) for core in cores])
-    if order is not None:
-        sources, rows = sources[order], rows[order]
-    selection = _core.TraceSelection.of_batches(cores, sources.tolist(), rows.tolist())
-    return TraceBatch(selection, probabilities=probabilities)
+class _ShardSample:
+    """A sample whose traces stay on the shards that drew them, read column by column: it
+    answers what TraceBatch asks of a buffer's selection (``flat``, ``event_field``,
+    ``collect``, shape), fetching only what is read, one call per shard, all at once.
+
+    ``parts`` are (shard actor, the key its draws are kept under, how many leading traces
+    of them belong to the sample, None: all); ``order`` puts the parts' traces,
+    concatenated, in sample order."""
+
+    def __init__(
+        self,
+        parts: list[tuple[Any, str, int | None]],
+        lengths: np.ndarray,
+        order: np.ndarray | None,
+        released: list[str],
+        sent: dict[str, list[np.ndarray | pa.Array]] | None = None,
+    ):
+        self._parts = parts
+        # Per-event fields already here, by part (sent with the draws, or fetched once).
+        self._columns = dict(sent or {})
+        self._order = np.arange(len(lengths)) if order is None else order
+        self._lengths = lengths.astype(np.int64)
+        self._offsets = np.zeros(len(self._order) + 1, np.int64)
+        np.cumsum(self._lengths[self._order], out=self._offsets[1:])
+        self._ids: list[str] | None = None
+        # A sample nobody can read any more frees its traces on the shards (on the handle's
+        # next draw: a call of its own per sample would cost the shards as much as the draw).
+        weakref.finalize(self, released.extend, [key for _, key, _ in parts]).atexit = False
+
+    def _fetch(self, method: str, *args: Any) -> list[Any]:
+        return ray.get([getattr(shard, method).remote(key, rows, *args) for shard, key, rows in self._parts])
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    @property
+    def trace_ids(self) -> list[str]:
+        if self._ids is None:
+            ids = pa.concat_arrays(self._fetch("trace_ids")) if self._parts else pa.array([], pa.string())
+            self._ids = ids.take(pa.array(self._order)).to_pylist()
+        return list(self._ids)
+
+    @property
+    def event_offsets(self) -> np.ndarray:
+        return self._offsets.copy()
+
+    @property
+    def num_events(self) -> int:
+        return int(self._offsets[-1])
+
+    def _event_order(self) -> np.ndarray | None:
+        """Where each event of the sample sits in the parts' events concatenated (None: in
+        place, the sample is the parts in their order)."""
+        if np.array_equal(self._order, np.arange(len(self._order))):
+            return None
+        starts = np.zeros(len(self._lengths), np.int64)
+        np.cumsum(self._lengths[:-1], out=starts[1:])
+        shift = starts[self._order] - self._offsets[:-1]
+        return np.repeat(shift, self._lengths[self._order]) + np.arange(self.num_events)
+
+    def flat(self, column: str) -> tuple[np.ndarray | pa.Array, np.ndarray]:
+        _check_event_field(column)
+        if column not in self._columns:
+            self._columns[column] = [_decoded(answer) for answer in self._fetch("flat", column)]
+        parts = self._columns[column]
+        if not parts:
+            return pa.array(_core.empty_batch().event_field(column)), self.event_offsets
+        if all(isinstance(part, np.ndarray) for part in parts):
+            values = _widened(np.concatenate(parts))
+        else:  # a shard holding nulls sent Arrow
+            values = pa.concat_arrays([pa.array(_widened(p) if isinstance(p, np.ndarray) else p) for p in parts])
+        if len(values) != self.num_events:
+            raise DataFormatError(f"shards sent {len(values)} values of {column!r} for {self.num_events} events")
+        order = self._event_order()
+        if order is not None:
+            values = values[order] if isinstance(values, np.ndarray) else values.take(pa.array(order))
+        return values, self.event_offsets
+
+    def event_field(self, column: str) -> pa.Array:
+        values, _ = self.flat(column)
+        return pa.array(values)
+
+    def collect(self) -> _core.TraceBatch:
+        """The sample as one canonical batch (whole traces from every shard)."""
+        cores = [_core.TraceBatch.restore(_from_wire(answer)) for answer in self._fetch("collect")]
+        if not cores:
+            return _core.empty_batch()
+        sources = np.repeat(np.arange(len(cores)), [len(core) for core in cores])[self._order]
+        rows = np.concatenate([np.arange(len(core)) for core in cores])[self._order]
+        return _core.TraceSelection.of_batches(cores, sources.tolist(), rows.tolist()).collect()
+
+
+def _keys(shards: int) -> list[str]:
+    """One key per shard for the draws of one sample (a shard lets go of its own)."""
+    sample = uuid.uuid4().hex
+    return [f"{sample}-{shard}" for shard in range(shards)]
+
+
+def _widened(values: np.ndarray) -> np.ndarray:
+    """Integers sent narrowed (see _narrowed) as the int64 of the field."""
+    return values.astype(np.int64) if values.dtype.kind == "i" else values
+
+
+def _decoded(answer: np.ndarray | pa.Buffer) -> np.ndarray | pa.Array:
+    """A shard's column as sent (see _column): numpy as is, Arrow IPC as its array."""
+    if isinstance(answer, np.ndarray):
+        return answer
+    return _from_wire(answer).column(0).combine_chunks()

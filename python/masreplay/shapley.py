@@ -23,12 +23,19 @@ from masreplay import _core
 from masreplay.batch import TraceBatch
 from masreplay.errors import InvalidArgumentError
 from masreplay.games import FunctionGame
+from masreplay.io import as_batch
+from masreplay.vocabulary import ShapleyMethod
 
 
 @dataclass(frozen=True)
 class ShapleyResult:
     """Per-player values and standard errors (0 when computed exactly), the coalitions
-    valued, whether the result is exact or met ``target_stderr``, and the method that ran."""
+    valued, whether the result is exact or met ``target_stderr``, and the method that ran.
+
+    Values are projected onto efficiency (they sum to v(N) - v(empty));
+    ``efficiency_gap`` is what the projection closed, v(N) - v(empty) minus the sum of the
+    estimator's own values: rounding-sized for every method efficient by construction (all
+    but ``stratified``), an estimation error for the others."""
 
     values: np.ndarray
     stderr: np.ndarray
@@ -36,6 +43,7 @@ class ShapleyResult:
     converged: bool
     method: str
     exact: bool
+    efficiency_gap: float
 
     def __repr__(self) -> str:
         return (
@@ -63,7 +71,7 @@ def shapley(
     game: Any,
     n_players: int | None = None,
     *,
-    method: str = "auto",
+    method: ShapleyMethod = "auto",
     budget: int | None = None,
     target_stderr: float | None = None,
     seed: int = 0,
@@ -83,6 +91,12 @@ def shapley(
     (-1 for a root); ``unions`` nests lists of player indices. The same ``seed`` gives the
     same values at any ``n_threads``. A callable is called with at most ``chunk_size``
     coalitions, each distinct coalition once; ``evaluations`` counts its calls' rows.
+
+    ``stderr`` is calibrated: value +- 1.96 stderr covers the exact value 93-97% of the time
+    for every sampled method on the benchmark game families at 10,000 evaluations
+    (tests/test_shapley_calibration.py; the permission value of a weighted voting game, with
+    rare large marginals, covers about 92% there). For ``stratified`` it is the error of the
+    projected values.
     """
     if isinstance(game, FunctionGame):
         if n_players is not None and n_players != game.n_players:
@@ -112,15 +126,9 @@ def trace_players(batch: Any, players: str = "agent") -> pa.Table:
     """The players of every trace: ``trace_index``, ``player`` (index within the trace, the
     column a value function's masks use), ``label``, ``parent`` (index of the spawning
     player, -1 for a root) and ``n_events``."""
-    batch = _batch(batch)
+    batch = as_batch(batch)
     offsets, labels, parents, event_player = _core.trace_players(batch._core, players)
     return _players_table(batch, offsets, labels, parents, event_player)
-
-
-def _batch(source: Any) -> TraceBatch:
-    from masreplay.io import load_traces
-
-    return source if isinstance(source, TraceBatch) else load_traces(source)
 
 
 def _global_player(offsets: np.ndarray, event_player: np.ndarray, event_offsets: np.ndarray) -> np.ndarray:
@@ -181,7 +189,7 @@ def trace_shapley(
     *,
     players: str = "agent",
     respect_spawn_tree: bool = True,
-    method: str = "auto",
+    method: ShapleyMethod = "auto",
     budget: int | None = None,
     seed: int = 0,
     n_threads: int | None = None,
@@ -202,7 +210,7 @@ def trace_shapley(
     values. It is called with at most ``chunk_size`` rows, each coalition of a trace once.
     Sampling stops by ``budget`` (per trace, default 10,000 evaluations).
     """
-    batch = _batch(batch)
+    batch = as_batch(batch)
     raw = _core.trace_shapley(
         batch._core,
         value_fn,
@@ -215,25 +223,32 @@ def trace_shapley(
         bool(antithetic),
         int(chunk_size),
     )
-    offsets, event_player = raw["offsets"], raw["event_player"]
+    offsets, event_player, values = raw["offsets"], raw["event_player"], raw["values"]
     table = _players_table(batch, offsets, raw["labels"], raw["parents"], event_player)
-    table = table.append_column("value", pa.array(raw["values"])).append_column("stderr", pa.array(raw["stderr"]))
+    table = table.append_column("value", pa.array(values)).append_column("stderr", pa.array(raw["stderr"]))
     owners = _global_player(offsets, event_player, batch.event_offsets)
-    n_events = table["n_events"].to_numpy()
-    values = raw["values"]
+    events = _event_credit(batch, event_player, owners, values, table["n_events"].to_numpy())
+    return TraceCredit(table, events, raw["methods"], raw["evaluations"], int(raw["total_evaluations"]))
+
+
+def _event_credit(
+    batch: TraceBatch, event_player: np.ndarray, owners: np.ndarray, values: np.ndarray, n_events: np.ndarray
+) -> pa.Table:
+    """One row per event: its player (``event_player`` within the trace, ``owners`` among the
+    flat player arrays; -1: none), that player's value, and the event's equal share of it (0
+    for an event of no player), so a trace's credits sum to its players' values."""
     has = owners >= 0
-    player_value = np.where(has, values[np.maximum(owners, 0)] if len(values) else 0.0, 0.0)
-    share = np.where(has, n_events[np.maximum(owners, 0)] if len(values) else 1, 1)
-    trace_of_event = np.repeat(np.arange(len(batch), dtype=np.int32), np.diff(batch.event_offsets))
-    events = pa.table(
+    owner = np.maximum(owners, 0)
+    player_value = np.where(has, values[owner] if len(values) else 0.0, 0.0)
+    share = np.where(has, n_events[owner] if len(values) else 1, 1)
+    return pa.table(
         {
-            "trace_index": trace_of_event,
+            "trace_index": np.repeat(np.arange(len(batch), dtype=np.int32), np.diff(batch.event_offsets)),
             "player": event_player.astype(np.int32),
             "player_value": player_value,
             "credit": np.where(has, player_value / share, 0.0),
         }
     )
-    return TraceCredit(table, events, raw["methods"], raw["evaluations"], int(raw["total_evaluations"]))
 
 
 __all__ = ["ShapleyResult", "TraceCredit", "shapley", "trace_players", "trace_shapley"]

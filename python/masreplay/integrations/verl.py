@@ -37,8 +37,7 @@ from masreplay.advantages import group_normalize
 from masreplay.errors import InvalidArgumentError
 from masreplay.integrations import align_rows
 from masreplay.integrations.torch import expand_to_tokens
-
-ESTIMATORS = ("grpo", "rloo", "opo", "reinforce_pp_baseline")
+from masreplay.vocabulary import ESTIMATORS
 
 
 def _config_flag(config: Any, name: str, default: Any) -> Any:

@@ -43,6 +43,31 @@ pub enum MasreplayError {
     /// A well-formed call with an argument outside its domain (an index past the end, ...).
     #[error("{0}")]
     InvalidArgument(String),
+    /// An error raised by a function the caller handed in (a value function, a game),
+    /// carried back unchanged: a binding puts its own error type in and takes it out again
+    /// (Python's exception), so the core stays free of any binding's types.
+    #[error("{0}")]
+    Callback(Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// `bail!("n_players must be at least 1, got {n}")` returns an `InvalidArgument` error (the
+/// arguments are `format!`'s).
+#[macro_export]
+macro_rules! bail {
+    ($($message:tt)+) => {
+        return Err($crate::MasreplayError::InvalidArgument(format!($($message)+)))
+    };
+}
+
+/// `ensure!(gamma <= 1.0, "gamma must be at most 1, got {gamma}")`: [`bail!`] unless the
+/// condition holds.
+#[macro_export]
+macro_rules! ensure {
+    ($condition:expr, $($message:tt)+) => {
+        if !$condition {
+            $crate::bail!($($message)+);
+        }
+    };
 }
 
 /// The text of a caught panic's payload (for the last-resort catches at the boundaries).

@@ -7,6 +7,8 @@ pub mod counterfactual;
 pub mod error;
 pub mod graph;
 pub mod metrics;
+pub mod names;
+pub mod rng;
 pub mod shapley;
 pub mod sim;
 mod stamped;
@@ -16,6 +18,7 @@ pub mod trace_view;
 pub mod validate;
 
 pub use error::{MasreplayError, Result, ValidationError};
+pub use names::Named;
 pub use store::TraceBatch;
 pub use trace::{EdgeType, Event, EventType, Trace};
 pub use validate::ValidateOptions;

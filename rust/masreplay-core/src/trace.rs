@@ -5,92 +5,49 @@
 
 use serde_json::{Map, Value, json};
 
+use crate::names::named_enum;
+
 /// The masreplay schema version written into every file and non-strict export.
 pub const SCHEMA_VERSION: i64 = 1;
 
-macro_rules! string_enum {
-    ($(#[$meta:meta])* $name:ident { $($variant:ident = $text:literal),+ $(,)? }) => {
-        $(#[$meta])*
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        #[repr(u8)]
-        pub enum $name { $($variant),+ }
-
-        impl $name {
-            /// Every variant, in the order of their dictionary codes in the Arrow layout.
-            pub const ALL: &'static [$name] = &[$($name::$variant),+];
-            /// The names, index-aligned with [`Self::ALL`].
-            pub const NAMES: &'static [&'static str] = &[$($text),+];
-
-            pub fn as_str(self) -> &'static str {
-                Self::NAMES[self as usize]
-            }
-
-            pub fn parse(text: &str) -> Option<Self> {
-                Self::NAMES.iter().position(|name| *name == text).map(|i| Self::ALL[i])
-            }
-
-            pub fn from_code(code: usize) -> Option<Self> {
-                Self::ALL.get(code).copied()
-            }
-
-            /// The allowed names, quoted and comma-separated, for error messages.
-            pub fn expected() -> String {
-                Self::NAMES.iter().map(|n| format!("'{n}'")).collect::<Vec<_>>().join(", ")
-            }
-        }
-    };
-}
-
-string_enum!(
+named_enum!(
     /// The ten event types of the seed schema.
-    EventType {
-        OrchestratorDecision = "orchestrator_decision",
-        Spawn = "spawn",
-        Despawn = "despawn",
-        Message = "message",
-        ToolCall = "tool_call",
-        ToolResult = "tool_result",
-        Return = "return",
-        Aggregate = "aggregate",
-        HumanIntervention = "human_intervention",
+    EventType as "event type" {
+        OrchestratorDecision = "orchestrator_decision", Spawn = "spawn", Despawn = "despawn",
+        Message = "message", ToolCall = "tool_call", ToolResult = "tool_result",
+        Return = "return", Aggregate = "aggregate", HumanIntervention = "human_intervention",
         SafetyEvent = "safety_event",
     }
 );
 
-string_enum!(
+named_enum!(
     /// The eight edge types of the seed schema.
-    EdgeType {
-        Temporal = "temporal",
-        Causal = "causal",
-        Spawn = "spawn",
-        Message = "message",
-        ToolDependency = "tool_dependency",
-        Return = "return",
-        Aggregate = "aggregate",
-        SafetyFlow = "safety_flow",
+    EdgeType as "edge type" {
+        Temporal = "temporal", Causal = "causal", Spawn = "spawn", Message = "message",
+        ToolDependency = "tool_dependency", Return = "return", Aggregate = "aggregate", SafetyFlow = "safety_flow",
     }
 );
 
-string_enum!(
+named_enum!(
     /// The topology enum of the seed schema.
-    Topology {
-        Centralized = "centralized",
-        PlannerExecutorCritic = "planner_executor_critic",
-        Debate = "debate",
-        Swarm = "swarm",
-        Hierarchical = "hierarchical",
-        Harness = "harness",
-        Mixed = "mixed",
-        Unknown = "unknown",
+    Topology as "topology" {
+        Centralized = "centralized", PlannerExecutorCritic = "planner_executor_critic", Debate = "debate",
+        Swarm = "swarm", Hierarchical = "hierarchical", Harness = "harness", Mixed = "mixed", Unknown = "unknown",
     }
 );
 
-string_enum!(
+named_enum!(
     /// What a branch rollout changed relative to its factual trace.
-    CounterfactualKind {
-        Substitute = "substitute",
-        Ablate = "ablate",
-        NoSpawn = "no_spawn",
+    CounterfactualKind as "counterfactual kind" {
+        Substitute = "substitute", Ablate = "ablate", NoSpawn = "no_spawn",
+    }
+);
+
+named_enum!(
+    /// What a count counts: whole traces, or their events (a buffer's capacity, the rows of
+    /// the advantage statistics).
+    Unit as "unit" {
+        Traces = "traces", Events = "events",
     }
 );
 

@@ -451,23 +451,7 @@ impl Reader<'_> {
 
     fn trace(&self, object: &Map<String, Value>, options: ValidateOptions) -> Checked<Trace> {
         let root = Loc::Root;
-        let mut attributes = Map::new();
-        for (key, value) in object {
-            let known_seed = TOP_LEVEL_SEED_KEYS.contains(&key.as_str());
-            let known_ours = TOP_LEVEL_MASREPLAY_KEYS.contains(&key.as_str());
-            if options.strict_seed && !known_seed {
-                return self.fail(
-                    &root.key(key),
-                    format!("unknown top-level key {key:?}: the seed schema allows no additional properties"),
-                );
-            }
-            if !known_seed && !known_ours {
-                attributes.insert(key.clone(), value.clone());
-            }
-        }
-        if let Some(key) = too_deep_attribute(&attributes, 1) {
-            return self.fail(&root.key(key), depth_error());
-        }
+        let attributes = self.attributes(object, options)?;
         if let Some(version) = object.get("schema_version") {
             let at = root.key("schema_version");
             let version = self.integer(version, &at)?;
@@ -483,7 +467,7 @@ impl Reader<'_> {
         let system = self.optional_string(object, &root.key("system"))?;
         let topology = object
             .get("topology")
-            .map(|v| self.enumerated(v, &root.key("topology"), Topology::parse, Topology::expected))
+            .map(|v| self.enumerated(v, &root.key("topology"), Topology::from_name, Topology::expected))
             .transpose()?;
         let policy_version = object
             .get("policy_version")
@@ -496,31 +480,8 @@ impl Reader<'_> {
             .transpose()?;
         let counterfactual_of = object.get("counterfactual_of").map(|v| self.counterfactual_of(v)).transpose()?;
 
-        let events_at = root.key("events");
-        let event_values = self.array(self.required(object, &events_at)?, &events_at)?;
-        if event_values.is_empty() {
-            return self.fail(&events_at, "a trace needs at least one event");
-        }
-        let mut events = Vec::with_capacity(event_values.len());
-        for (i, value) in event_values.iter().enumerate() {
-            events.push(self.event(value, &events_at.index(i))?);
-        }
-        let index_of = match index_events(&events) {
-            Ok(index_of) => index_of,
-            Err((i, first)) => {
-                return self.fail(
-                    &events_at.index(i).key("id"),
-                    format!("duplicate event id {:?} (first used by /events/{first})", events[i].id),
-                );
-            }
-        };
-
-        let edges_at = root.key("edges");
-        let edge_values = self.array(self.required(object, &edges_at)?, &edges_at)?;
-        let mut edges = Vec::with_capacity(edge_values.len());
-        for (k, value) in edge_values.iter().enumerate() {
-            edges.push(self.edge(value, &edges_at.index(k), &index_of)?);
-        }
+        let events = self.events(object)?;
+        let edges = self.edges(object, &self.distinct_ids(&events)?)?;
         let pairs: Vec<(u32, u32)> = edges.iter().map(|e| (e.src, e.dst)).collect();
         check_graph(self.trace_id, &|i| events[i].id.clone(), events.len(), &pairs)?;
 
@@ -546,6 +507,65 @@ impl Reader<'_> {
         })
     }
 
+    /// The top-level keys outside the schema, which the trace keeps as its attributes (the seed
+    /// schema alone allows none).
+    fn attributes(&self, object: &Map<String, Value>, options: ValidateOptions) -> Checked<Map<String, Value>> {
+        let root = Loc::Root;
+        let mut attributes = Map::new();
+        for (key, value) in object {
+            let known_seed = TOP_LEVEL_SEED_KEYS.contains(&key.as_str());
+            let known_ours = TOP_LEVEL_MASREPLAY_KEYS.contains(&key.as_str());
+            if options.strict_seed && !known_seed {
+                return self.fail(
+                    &root.key(key),
+                    format!("unknown top-level key {key:?}: the seed schema allows no additional properties"),
+                );
+            }
+            if !known_seed && !known_ours {
+                attributes.insert(key.clone(), value.clone());
+            }
+        }
+        if let Some(key) = too_deep_attribute(&attributes, 1) {
+            return self.fail(&root.key(key), depth_error());
+        }
+        Ok(attributes)
+    }
+
+    /// `/events`: at least one, each checked.
+    fn events(&self, object: &Map<String, Value>) -> Checked<Vec<Event>> {
+        let events_at = Loc::Root.key("events");
+        let event_values = self.array(self.required(object, &events_at)?, &events_at)?;
+        if event_values.is_empty() {
+            return self.fail(&events_at, "a trace needs at least one event");
+        }
+        let mut events = Vec::with_capacity(event_values.len());
+        for (i, value) in event_values.iter().enumerate() {
+            events.push(self.event(value, &events_at.index(i))?);
+        }
+        Ok(events)
+    }
+
+    /// The index of each event by id, which edges name their ends by; ids must be distinct.
+    fn distinct_ids<'e>(&self, events: &'e [Event]) -> Checked<EventIndex<'e>> {
+        index_events(events).or_else(|(i, first)| {
+            self.fail(
+                &Loc::Root.key("events").index(i).key("id"),
+                format!("duplicate event id {:?} (first used by /events/{first})", events[i].id),
+            )
+        })
+    }
+
+    /// `/edges`, each between events of `index_of`.
+    fn edges(&self, object: &Map<String, Value>, index_of: &EventIndex) -> Checked<Vec<Edge>> {
+        let edges_at = Loc::Root.key("edges");
+        let edge_values = self.array(self.required(object, &edges_at)?, &edges_at)?;
+        let mut edges = Vec::with_capacity(edge_values.len());
+        for (k, value) in edge_values.iter().enumerate() {
+            edges.push(self.edge(value, &edges_at.index(k), index_of)?);
+        }
+        Ok(edges)
+    }
+
     fn counterfactual_of(&self, value: &Value) -> Checked<CounterfactualOf> {
         let root = Loc::Root;
         let at = root.key("counterfactual_of");
@@ -557,7 +577,7 @@ impl Reader<'_> {
             kind: self.enumerated(
                 self.required(object, &kind_at)?,
                 &kind_at,
-                CounterfactualKind::parse,
+                CounterfactualKind::from_name,
                 CounterfactualKind::expected,
             )?,
         })
@@ -571,7 +591,7 @@ impl Reader<'_> {
         self.rule(&t_at, check_non_negative(t))?;
         let type_at = at.key("type");
         let event_type =
-            self.enumerated(self.required(object, &type_at)?, &type_at, EventType::parse, EventType::expected)?;
+            self.enumerated(self.required(object, &type_at)?, &type_at, EventType::from_name, EventType::expected)?;
         let agent = self.required_text(object, &at.key("agent"))?;
         let mut event = Event::new(id, t, event_type, agent);
         let mut extra = Map::new();
@@ -633,7 +653,7 @@ impl Reader<'_> {
         }
         let type_at = at.key("type");
         let edge_type =
-            self.enumerated(self.required(object, &type_at)?, &type_at, EdgeType::parse, EdgeType::expected)?;
+            self.enumerated(self.required(object, &type_at)?, &type_at, EdgeType::from_name, EdgeType::expected)?;
         Ok(Edge { src: endpoints[0], dst: endpoints[1], edge_type })
     }
 

@@ -1,29 +1,41 @@
 //! `masreplay._core` advantage functions: numpy in, numpy out, the work in
 //! masreplay_core::advantage with the GIL released.
 
-use masreplay_core::MasreplayError;
 use masreplay_core::advantage::{
     self, AdvantageFloat, BatchOptions, Compat, Estimator, ReturnKind, Scale, Spec, SqrtKernel, Stratum, Unit,
     dense_codes,
 };
+use masreplay_core::{MasreplayError, bail, ensure};
 use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 
 use crate::batch::PyTraceBatch;
-use crate::errors::OrRaise;
+use crate::errors::{Arg, OrRaise};
 
-fn slice<'a, T: numpy::Element>(py: Python<'_>, name: &str, array: &'a PyReadonlyArray1<'_, T>) -> PyResult<&'a [T]> {
-    array.as_slice().map_err(|_| {
-        crate::errors::to_py(py, MasreplayError::InvalidArgument(format!("{name} must be a contiguous 1-D array")))
-    })
+fn slice<'a, T: numpy::Element>(name: &str, array: &'a PyReadonlyArray1<'_, T>) -> Result<&'a [T], MasreplayError> {
+    let Ok(values) = array.as_slice() else { bail!("{name} must be a contiguous 1-D array") };
+    Ok(values)
 }
 
-fn spec(estimator: &str, std: &str, eps: Option<f64>, compat: Option<&str>) -> Result<Spec, MasreplayError> {
-    Spec::new(Estimator::parse(estimator)?, Scale::parse(std)?, eps, Compat::parse(compat)?)
+/// A C-contiguous 2-D array as (its values row by row, the row width).
+fn matrix<'a>(name: &str, array: &'a PyReadonlyArray2<'_, f32>) -> Result<(&'a [f32], usize), MasreplayError> {
+    let Ok(values) = array.as_slice() else { bail!("{name} must be a C-contiguous 2-D array") };
+    Ok((values, array.shape()[1]))
 }
 
-fn strata(names: &[String]) -> Result<Vec<Stratum>, MasreplayError> {
-    names.iter().map(|name| Stratum::parse(name)).collect()
+fn spec(
+    py: Python<'_>,
+    estimator: Arg<Estimator>,
+    std: Arg<Scale>,
+    eps: Option<f64>,
+    compat: Option<Arg<Compat>>,
+) -> PyResult<Spec> {
+    let compat = compat.map_or(Compat::Native, |compat| compat.0);
+    Spec::new(estimator.0, std.0, eps, compat).or_raise(py)
+}
+
+fn strata(names: Vec<Arg<Stratum>>) -> Vec<Stratum> {
+    names.into_iter().map(|name| name.0).collect()
 }
 
 fn to_numpy<'py, T: AdvantageFloat + numpy::Element>(py: Python<'py>, values: Vec<T>) -> Bound<'py, PyAny> {
@@ -32,7 +44,7 @@ fn to_numpy<'py, T: AdvantageFloat + numpy::Element>(py: Python<'py>, values: Ve
 
 /// Advantages of rows: `groups` and `strata` are any int64 keys (grouping by value).
 #[pyfunction]
-#[pyo3(signature = (values, groups, *, strata=None, lengths=None, mask=None, estimator="grpo", std="group", eps=None, compat=None, float32=true, torch_threads=1))]
+#[pyo3(signature = (values, groups, *, strata=None, lengths=None, mask=None, estimator=Arg(Estimator::Grpo), std=Arg(Scale::Group), eps=None, compat=None, float32=true, torch_threads=1))]
 #[allow(clippy::too_many_arguments)]
 pub fn group_normalize<'py>(
     py: Python<'py>,
@@ -41,27 +53,19 @@ pub fn group_normalize<'py>(
     strata: Option<PyReadonlyArray1<'py, i64>>,
     lengths: Option<PyReadonlyArray1<'py, f64>>,
     mask: Option<PyReadonlyArray2<'py, f32>>,
-    estimator: &str,
-    std: &str,
+    estimator: Arg<Estimator>,
+    std: Arg<Scale>,
     eps: Option<f64>,
-    compat: Option<&str>,
+    compat: Option<Arg<Compat>>,
     float32: bool,
     torch_threads: usize,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let spec = spec(estimator, std, eps, compat).or_raise(py)?.with_torch_threads(torch_threads);
-    let width = mask.as_ref().map_or(0, |m| m.shape()[1]);
-    let mask = mask.as_ref().map(|m| m.as_slice()).transpose().map_err(|_| {
-        crate::errors::to_py(py, MasreplayError::InvalidArgument("mask must be a C-contiguous 2-D array".to_owned()))
-    })?;
-    let tokens = mask.map(|m| (m, width));
-    let values = slice(py, "values", &values)?;
-    let groups = slice(py, "groups", &groups)?;
-    let strata = strata.as_ref().map(|s| slice(py, "strata", s)).transpose()?;
-    let lengths = lengths.as_ref().map(|l| slice(py, "lengths", l)).transpose()?;
-    if groups.len() != values.len() {
-        let message = format!("groups has {} entries for {} values", groups.len(), values.len());
-        return Err(crate::errors::to_py(py, MasreplayError::InvalidArgument(message)));
-    }
+    let spec = spec(py, estimator, std, eps, compat)?.with_torch_threads(torch_threads);
+    let tokens = mask.as_ref().map(|m| matrix("mask", m)).transpose().or_raise(py)?;
+    let values = slice("values", &values).or_raise(py)?;
+    let groups = slice("groups", &groups).or_raise(py)?;
+    let strata = strata.as_ref().map(|s| slice("strata", s)).transpose().or_raise(py)?;
+    let lengths = lengths.as_ref().map(|l| slice("lengths", l)).transpose().or_raise(py)?;
     let run = || -> Result<Result<Vec<f32>, Vec<f64>>, MasreplayError> {
         Ok(if float32 {
             Ok(advantage::normalize_labels::<f32>(values, groups, strata, lengths, tokens, &spec)?)
@@ -80,7 +84,7 @@ type Triple<'py> = (Array<'py>, Array<'py>, Array<'py>);
 
 /// Advantages of a batch: (per_trace, per_event, weights), all float64.
 #[pyfunction]
-#[pyo3(signature = (batch, trace_values, groups, *, credit=None, normalize_by=vec![], unit="traces", estimator="grpo", std="group", eps=None, compat=None, weight_by=vec![]))]
+#[pyo3(signature = (batch, trace_values, groups, *, credit=None, normalize_by=Vec::new(), unit=Arg(Unit::Traces), estimator=Arg(Estimator::Grpo), std=Arg(Scale::Group), eps=None, compat=None, weight_by=Vec::new()))]
 #[allow(clippy::too_many_arguments)]
 pub fn batch_advantages<'py>(
     py: Python<'py>,
@@ -88,21 +92,19 @@ pub fn batch_advantages<'py>(
     trace_values: PyReadonlyArray1<'py, f64>,
     groups: PyReadonlyArray1<'py, i64>,
     credit: Option<PyReadonlyArray1<'py, f64>>,
-    normalize_by: Vec<String>,
-    unit: &str,
-    estimator: &str,
-    std: &str,
+    normalize_by: Vec<Arg<Stratum>>,
+    unit: Arg<Unit>,
+    estimator: Arg<Estimator>,
+    std: Arg<Scale>,
     eps: Option<f64>,
-    compat: Option<&str>,
-    weight_by: Vec<String>,
+    compat: Option<Arg<Compat>>,
+    weight_by: Vec<Arg<Stratum>>,
 ) -> PyResult<Triple<'py>> {
-    let spec = spec(estimator, std, eps, compat).or_raise(py)?;
-    let normalize_by = strata(&normalize_by).or_raise(py)?;
-    let weight_by = strata(&weight_by).or_raise(py)?;
-    let unit = Unit::parse(unit).or_raise(py)?;
-    let trace_values = slice(py, "trace_values", &trace_values)?;
-    let groups = slice(py, "groups", &groups)?;
-    let credit = credit.as_ref().map(|c| slice(py, "credit", c)).transpose()?;
+    let spec = spec(py, estimator, std, eps, compat)?;
+    let (normalize_by, weight_by) = (strata(normalize_by), strata(weight_by));
+    let trace_values = slice("trace_values", &trace_values).or_raise(py)?;
+    let groups = slice("groups", &groups).or_raise(py)?;
+    let credit = credit.as_ref().map(|c| slice("credit", c)).transpose().or_raise(py)?;
     let inner = &batch.inner;
     let result = py
         .detach(|| {
@@ -113,7 +115,7 @@ pub fn batch_advantages<'py>(
                 groups: &codes,
                 n_groups,
                 normalize_by: &normalize_by,
-                unit,
+                unit: unit.0,
                 spec,
                 weight_by: &weight_by,
             };
@@ -141,12 +143,11 @@ pub fn graph_returns<'py>(
     batch: PyRef<'py, PyTraceBatch>,
     rewards: PyReadonlyArray1<'py, f64>,
     gamma: f64,
-    kind: &str,
+    kind: Arg<ReturnKind>,
 ) -> PyResult<Bound<'py, PyArray1<f64>>> {
-    let kind = ReturnKind::parse(kind).or_raise(py)?;
-    let rewards = slice(py, "rewards", &rewards)?;
+    let rewards = slice("rewards", &rewards).or_raise(py)?;
     let inner = &batch.inner;
-    let returns = py.detach(|| advantage::graph_returns(inner, rewards, gamma, kind)).or_raise(py)?;
+    let returns = py.detach(|| advantage::graph_returns(inner, rewards, gamma, kind.0)).or_raise(py)?;
     Ok(returns.into_pyarray(py))
 }
 
@@ -161,8 +162,8 @@ pub fn graph_gae<'py>(
     gamma: f64,
     lam: f64,
 ) -> PyResult<(Array<'py>, Array<'py>)> {
-    let rewards = slice(py, "rewards", &rewards)?;
-    let values = slice(py, "values", &values)?;
+    let rewards = slice("rewards", &rewards).or_raise(py)?;
+    let values = slice("values", &values).or_raise(py)?;
     let inner = &batch.inner;
     let (advantages, returns) = py.detach(|| advantage::graph_gae(inner, rewards, values, gamma, lam)).or_raise(py)?;
     Ok((advantages.into_pyarray(py), returns.into_pyarray(py)))
@@ -176,18 +177,15 @@ pub fn graph_gae<'py>(
 pub fn torch_sqrt<'py>(
     py: Python<'py>,
     values: PyReadonlyArray1<'py, f32>,
-    kernel: Option<&str>,
+    kernel: Option<Arg<SqrtKernel>>,
 ) -> PyResult<(Bound<'py, PyArray1<f32>>, &'static str)> {
-    let kernel = match kernel {
-        None => SqrtKernel::detect(),
-        Some(name) => SqrtKernel::parse(name).filter(|k| k.available()).ok_or_else(|| {
-            let message = format!("kernel must be one of {:?} that this CPU can run, got {name:?}", SqrtKernel::NAMES);
-            crate::errors::to_py(py, MasreplayError::InvalidArgument(message))
-        })?,
-    };
-    let values = slice(py, "values", &values)?;
-    let roots: Vec<f32> = py.detach(|| values.iter().map(|&x| advantage::torch_sqrt(x, kernel)).collect());
-    Ok((roots.into_pyarray(py), kernel.name()))
+    let kernel = kernel.map_or_else(SqrtKernel::detect, |kernel| kernel.0);
+    let values = slice("values", &values).or_raise(py)?;
+    let roots = py.detach(|| -> Result<Vec<f32>, MasreplayError> {
+        ensure!(kernel.available(), "kernel '{}' cannot run on this CPU", kernel.as_str());
+        Ok(values.iter().map(|&x| advantage::torch_sqrt(x, kernel)).collect())
+    });
+    Ok((roots.or_raise(py)?.into_pyarray(py), kernel.as_str()))
 }
 
 pub fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -1,25 +1,23 @@
 //! `masreplay._core.GraphBuffer`: the core buffer behind a mutex, so rollout threads may add
-//! while a trainer thread samples; every call releases the GIL while it holds the lock.
+//! while a trainer thread samples. No call holds the GIL while it waits for the lock (a
+//! thread waiting on a long add must not hold up every other Python thread), and every call
+//! that does more than read a counter releases it while it holds the lock.
 
 use std::path::PathBuf;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, TryLockError};
 
 use masreplay_core::buffer::{self, Gather, Gathered, GraphBuffer, Sampler, ShapeFilter, Unit};
-use masreplay_core::{MasreplayError, TraceBatch};
+use masreplay_core::{MasreplayError, TraceBatch, ensure};
 use numpy::{IntoPyArray, PyArray1};
 use pyo3::prelude::*;
 use pyo3_arrow::{PyArray, PyTable};
 
 use crate::batch::PyTraceBatch;
-use crate::errors::{OrRaise, validation_error};
+use crate::errors::{Arg, OrRaise};
 
 #[pyclass(module = "masreplay._core", name = "GraphBuffer", frozen)]
 pub struct PyGraphBuffer {
     inner: Mutex<GraphBuffer>,
-}
-
-fn invalid(message: String) -> MasreplayError {
-    MasreplayError::InvalidArgument(message)
 }
 
 impl PyGraphBuffer {
@@ -29,12 +27,28 @@ impl PyGraphBuffer {
         self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// `work` on the locked buffer, with the GIL released.
+    fn locked<T: Send>(&self, py: Python<'_>, work: impl FnOnce(&mut GraphBuffer) -> T + Send) -> T {
+        py.detach(|| work(&mut self.lock()))
+    }
+
+    /// An O(1) `work` (a counter, a setting, an index lookup): run at once, GIL held, when the
+    /// lock is free, since releasing the GIL costs more than the work; when another thread
+    /// holds the lock, the GIL is released while waiting for it.
+    fn quick<T: Send>(&self, py: Python<'_>, work: impl FnOnce(&mut GraphBuffer) -> T + Send) -> T {
+        match self.inner.try_lock() {
+            Ok(mut buffer) => work(&mut buffer),
+            Err(TryLockError::Poisoned(poisoned)) => work(&mut poisoned.into_inner()),
+            Err(TryLockError::WouldBlock) => self.locked(py, work),
+        }
+    }
+
     fn with<T: Send>(
         &self,
         py: Python<'_>,
         work: impl FnOnce(&mut GraphBuffer) -> Result<T, MasreplayError> + Send,
     ) -> PyResult<T> {
-        py.detach(|| work(&mut self.lock())).or_raise(py)
+        self.locked(py, work).or_raise(py)
     }
 
     fn batch(py: Python<'_>, batch: Result<TraceBatch, MasreplayError>) -> PyResult<PyTraceBatch> {
@@ -100,46 +114,43 @@ impl PyTraceSelection {
         sources: Vec<usize>,
         rows: Vec<usize>,
     ) -> PyResult<Self> {
-        if sources.len() != rows.len() {
-            let message = format!("{} sources but {} rows", sources.len(), rows.len());
-            return Err(invalid(message)).or_raise(py);
-        }
         let batches: Vec<TraceBatch> = batches.iter().map(|b| b.inner.clone()).collect();
-        let picks: Vec<(usize, usize)> = sources.into_iter().zip(rows).collect();
-        Ok(PyTraceSelection { inner: Gather::of_batches(&batches, &picks).or_raise(py)? })
+        let gather = || {
+            ensure!(sources.len() == rows.len(), "{} sources but {} rows", sources.len(), rows.len());
+            let picks: Vec<(usize, usize)> = sources.into_iter().zip(rows).collect();
+            Gather::of_batches(&batches, &picks)
+        };
+        Ok(PyTraceSelection { inner: gather().or_raise(py)? })
     }
 }
 
 #[pymethods]
 impl PyGraphBuffer {
     #[new]
-    #[pyo3(signature = (capacity, *, unit="traces", seed=0, max_staleness=None))]
-    fn new(py: Python<'_>, capacity: usize, unit: &str, seed: u64, max_staleness: Option<u64>) -> PyResult<Self> {
-        let unit = Unit::parse(unit)
-            .ok_or_else(|| invalid(format!("unit must be 'traces' or 'events', not {unit:?}")))
-            .or_raise(py)?;
-        let mut buffer = GraphBuffer::new(capacity, unit, seed).or_raise(py)?;
+    #[pyo3(signature = (capacity, *, unit=Arg(Unit::Traces), seed=0, max_staleness=None))]
+    fn new(py: Python<'_>, capacity: usize, unit: Arg<Unit>, seed: u64, max_staleness: Option<u64>) -> PyResult<Self> {
+        let mut buffer = GraphBuffer::new(capacity, unit.0, seed).or_raise(py)?;
         buffer.set_max_staleness(max_staleness);
         Ok(PyGraphBuffer { inner: Mutex::new(buffer) })
     }
 
     #[getter]
-    fn policy_version(&self) -> i64 {
-        self.lock().policy_version()
+    fn policy_version(&self, py: Python<'_>) -> i64 {
+        self.quick(py, |buffer| buffer.policy_version())
     }
 
     #[setter]
     fn set_policy_version(&self, py: Python<'_>, version: i64) -> PyResult<()> {
-        self.lock().set_policy_version(version).or_raise(py)
+        self.quick(py, |buffer| buffer.set_policy_version(version)).or_raise(py)
     }
 
     fn advance(&self, py: Python<'_>, version: i64) -> PyResult<()> {
-        self.lock().advance(version).or_raise(py)
+        self.quick(py, |buffer| buffer.advance(version)).or_raise(py)
     }
 
     #[getter]
-    fn max_staleness(&self) -> Option<u64> {
-        self.lock().max_staleness()
+    fn max_staleness(&self, py: Python<'_>) -> Option<u64> {
+        self.quick(py, |buffer| buffer.max_staleness())
     }
 
     #[pyo3(signature = (max_staleness=None))]
@@ -157,56 +168,56 @@ impl PyGraphBuffer {
         max_staleness: Option<u64>,
     ) -> (usize, f64) {
         let filter = ShapeFilter { min_events, max_events };
-        py.detach(|| self.lock().eligible(&filter, max_staleness))
+        self.locked(py, |buffer| buffer.eligible(&filter, max_staleness))
     }
 
     #[pyo3(signature = (*, group_size=None, max_staleness=None))]
     fn eligible_group_count(&self, py: Python<'_>, group_size: Option<usize>, max_staleness: Option<u64>) -> usize {
-        py.detach(|| self.lock().eligible_group_count(group_size, max_staleness))
+        self.locked(py, |buffer| buffer.eligible_group_count(group_size, max_staleness))
     }
 
     /// Which of `trace_ids` are stored, as a numpy bool array.
     fn contains_many<'py>(&self, py: Python<'py>, trace_ids: Vec<String>) -> Bound<'py, PyArray1<bool>> {
-        let buffer = self.lock();
-        trace_ids.iter().map(|id| buffer.contains(id)).collect::<Vec<bool>>().into_pyarray(py)
+        let found: Vec<bool> = self.locked(py, |buffer| trace_ids.iter().map(|id| buffer.contains(id)).collect());
+        found.into_pyarray(py)
     }
 
-    fn __len__(&self) -> usize {
-        self.lock().len()
+    fn __len__(&self, py: Python<'_>) -> usize {
+        self.quick(py, |buffer| buffer.len())
     }
 
-    fn __contains__(&self, trace_id: &str) -> bool {
-        self.lock().contains(trace_id)
-    }
-
-    #[getter]
-    fn num_events(&self) -> usize {
-        self.lock().num_events()
+    fn __contains__(&self, py: Python<'_>, trace_id: &str) -> bool {
+        self.quick(py, |buffer| buffer.contains(trace_id))
     }
 
     #[getter]
-    fn nbytes(&self) -> usize {
-        self.lock().nbytes()
+    fn num_events(&self, py: Python<'_>) -> usize {
+        self.quick(py, |buffer| buffer.num_events())
     }
 
     #[getter]
-    fn num_groups(&self) -> usize {
-        self.lock().num_groups()
+    fn nbytes(&self, py: Python<'_>) -> usize {
+        self.locked(py, |buffer| buffer.nbytes())
     }
 
     #[getter]
-    fn capacity(&self) -> usize {
-        self.lock().capacity()
+    fn num_groups(&self, py: Python<'_>) -> usize {
+        self.quick(py, |buffer| buffer.num_groups())
     }
 
     #[getter]
-    fn unit(&self) -> &'static str {
-        self.lock().unit().as_str()
+    fn capacity(&self, py: Python<'_>) -> usize {
+        self.quick(py, |buffer| buffer.capacity())
     }
 
     #[getter]
-    fn seed(&self) -> u64 {
-        self.lock().seed()
+    fn unit(&self, py: Python<'_>) -> &'static str {
+        self.quick(py, |buffer| buffer.unit().as_str())
+    }
+
+    #[getter]
+    fn seed(&self, py: Python<'_>) -> u64 {
+        self.quick(py, |buffer| buffer.seed())
     }
 
     /// Adds a validated batch. With `skip_invalid`, traces that cannot be added (duplicate ids,
@@ -219,40 +230,28 @@ impl PyGraphBuffer {
         batch: PyRef<'_, PyTraceBatch>,
         skip_invalid: bool,
     ) -> PyResult<(usize, crate::Rejected)> {
-        let batch = batch.inner.clone();
-        let (added, problems) = self.with(py, move |buffer| {
-            let problems = buffer.check_addable(&batch);
-            if !problems.is_empty() && !skip_invalid {
-                return Ok((0, problems));
-            }
-            let keep: Vec<usize> =
-                (0..batch.len()).filter(|i| problems.binary_search_by_key(i, |p| p.0).is_err()).collect();
-            let addable = if problems.is_empty() { batch } else { batch.take(&keep)? };
-            Ok((buffer.add(&addable)?, problems))
-        })?;
-        if added == 0 && !problems.is_empty() && !skip_invalid {
-            return Err(validation_error(py, &problems[0].1));
+        let batch = &batch.inner;
+        if !skip_invalid {
+            return Ok((self.with(py, |buffer| buffer.add(batch))?, Vec::new()));
         }
-        let rejected = problems.into_iter().map(|(i, e)| (i, e.trace_id.clone(), validation_error(py, &e))).collect();
-        Ok((added, rejected))
+        let (added, problems) = self.with(py, |buffer| buffer.add_valid(batch))?;
+        Ok((added, crate::rejected_from(py, problems)))
     }
 
-    #[pyo3(signature = (batch_size, *, sampler="uniform", min_events=None, max_events=None, seed=None, with_branches=false, max_staleness=None))]
+    #[pyo3(signature = (batch_size, *, sampler=Arg(Sampler::Uniform), min_events=None, max_events=None, seed=None, with_branches=false, max_staleness=None))]
     #[allow(clippy::too_many_arguments)]
     fn sample<'py>(
         &self,
         py: Python<'py>,
         batch_size: usize,
-        sampler: &str,
+        sampler: Arg<Sampler>,
         min_events: Option<usize>,
         max_events: Option<usize>,
         seed: Option<u64>,
         with_branches: bool,
         max_staleness: Option<u64>,
     ) -> PyResult<(PyTraceSelection, Bound<'py, PyArray1<f64>>)> {
-        let sampler = Sampler::parse(sampler)
-            .ok_or_else(|| invalid(format!("sampler must be 'uniform' or 'prioritized', not {sampler:?}")))
-            .or_raise(py)?;
+        let sampler = sampler.0;
         let filter = ShapeFilter { min_events, max_events };
         let sample = self
             .with(py, move |buffer| buffer.sample(batch_size, sampler, filter, seed, with_branches, max_staleness))?;
@@ -281,37 +280,37 @@ impl PyGraphBuffer {
 
     /// Priorities of the stored traces, in insertion order.
     fn priorities<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<f64>> {
-        self.lock().priorities_in_order().into_pyarray(py)
+        self.locked(py, |buffer| buffer.priorities_in_order()).into_pyarray(py)
     }
 
     fn to_batch(&self, py: Python<'_>) -> PyResult<PyTraceBatch> {
-        Self::batch(py, py.detach(|| self.lock().to_batch()))
+        Self::batch(py, self.locked(py, |buffer| buffer.to_batch()))
     }
 
     fn get(&self, py: Python<'_>, trace_id: &str) -> PyResult<PyTraceBatch> {
-        Self::batch(py, self.lock().get(trace_id))
+        Self::batch(py, self.locked(py, |buffer| buffer.get(trace_id)))
     }
 
     #[pyo3(signature = (trace_id, event_id=None))]
     fn branches(&self, py: Python<'_>, trace_id: &str, event_id: Option<&str>) -> PyResult<PyTraceBatch> {
-        Self::batch(py, self.lock().branches_of(trace_id, event_id))
+        Self::batch(py, self.locked(py, |buffer| buffer.branches_of(trace_id, event_id)))
     }
 
     fn ancestors(&self, py: Python<'_>, trace_id: &str, event_id: &str) -> PyResult<Vec<String>> {
-        self.lock().ancestors(trace_id, event_id).or_raise(py)
+        self.with(py, |buffer| buffer.ancestors(trace_id, event_id))
     }
 
     fn descendants(&self, py: Python<'_>, trace_id: &str, event_id: &str) -> PyResult<Vec<String>> {
-        self.lock().descendants(trace_id, event_id).or_raise(py)
+        self.with(py, |buffer| buffer.descendants(trace_id, event_id))
     }
 
     fn subgraph(&self, py: Python<'_>, trace_id: &str, event_ids: Vec<String>) -> PyResult<PyTraceBatch> {
         let ids: Vec<&str> = event_ids.iter().map(String::as_str).collect();
-        Self::batch(py, self.lock().subgraph(trace_id, &ids))
+        Self::batch(py, self.locked(py, |buffer| buffer.subgraph(trace_id, &ids)))
     }
 
     fn agent_view(&self, py: Python<'_>, trace_id: &str, agent: &str) -> PyResult<PyTraceBatch> {
-        Self::batch(py, self.lock().agent_view(trace_id, agent))
+        Self::batch(py, self.locked(py, |buffer| buffer.agent_view(trace_id, agent)))
     }
 
     fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {

@@ -10,7 +10,7 @@ use numpy::{IntoPyArray, PyArray1};
 use pyo3::prelude::*;
 
 use crate::batch::PyTraceBatch;
-use crate::errors::OrRaise;
+use crate::errors::{Arg, OrRaise};
 
 type CreditArrays<'py> = (
     Bound<'py, PyArray1<u64>>,
@@ -32,13 +32,10 @@ pub fn counterfactual_credit<'py>(
     py: Python<'py>,
     batch: PyRef<'_, PyTraceBatch>,
     channel: &str,
-    baseline: &str,
+    baseline: Arg<Baseline>,
 ) -> PyResult<CreditArrays<'py>> {
-    let baseline = Baseline::parse(baseline)
-        .ok_or_else(|| MasreplayError::InvalidArgument(format!("baseline must be 'mean' or 'loo', got {baseline:?}")))
-        .or_raise(py)?;
     let inner = &batch.inner;
-    let credit = py.detach(|| branch_credit(inner, channel, baseline)).or_raise(py)?;
+    let credit = py.detach(|| branch_credit(inner, channel, baseline.0)).or_raise(py)?;
     Ok(to_numpy(py, credit))
 }
 
@@ -82,7 +79,7 @@ pub fn simulate_branches(
     let config = BranchConfig { base, branches, branch_points, noise };
     let (inner, truth) = py
         .detach(|| -> Result<_, MasreplayError> {
-            let truth = generate_with_branches(&config).map_err(MasreplayError::InvalidArgument)?;
+            let truth = generate_with_branches(&config)?;
             Ok((TraceBatch::from_traces(&truth.traces)?, truth))
         })
         .or_raise(py)?;

@@ -1,9 +1,11 @@
 //! Core errors -> the Python exception hierarchy of `masreplay.errors` (rooted at
 //! `MasreplayError`). The classes live in Python so they can inherit from both
-//! `MasreplayError` and the matching builtin (`ValueError`, `OSError`).
+//! `MasreplayError` and the matching builtin (`ValueError`, `OSError`). Also the way in:
+//! named arguments (estimator, unit, ...) are parsed here, once, into the core's enums.
 
-use masreplay_core::{MasreplayError, ValidationError};
+use masreplay_core::{MasreplayError, Named, ValidationError};
 use pyo3::prelude::*;
+use pyo3::types::PyString;
 
 fn exception<'py, A: pyo3::call::PyCallArgs<'py>>(py: Python<'py>, class: &str, args: A) -> PyErr {
     let made =
@@ -20,6 +22,14 @@ pub fn validation_error(py: Python<'_>, error: &ValidationError) -> PyErr {
 }
 
 pub fn to_py(py: Python<'_>, error: MasreplayError) -> PyErr {
+    let error = match error {
+        // What a Python callback raised, re-raised as it was.
+        MasreplayError::Callback(raised) => match raised.downcast::<PyErr>() {
+            Ok(raised) => return *raised,
+            Err(other) => MasreplayError::Callback(other),
+        },
+        other => other,
+    };
     match &error {
         MasreplayError::Validation(inner) => validation_error(py, inner),
         MasreplayError::Io { path, source } => {
@@ -29,6 +39,26 @@ pub fn to_py(py: Python<'_>, error: MasreplayError) -> PyErr {
             exception(py, "DataFormatError", (error.to_string(),))
         }
         MasreplayError::InvalidArgument(message) => exception(py, "InvalidArgumentError", (message.clone(),)),
+        MasreplayError::Callback(other) => pyo3::exceptions::PyRuntimeError::new_err(other.to_string()),
+    }
+}
+
+/// A Python exception raised inside a callback the core runs, carried through the core.
+pub fn from_callback(raised: PyErr) -> MasreplayError {
+    MasreplayError::Callback(Box::new(raised))
+}
+
+/// A named argument (`estimator="grpo"`, `unit="events"`, ...) as the core's enum: parsed as
+/// the call's arguments are converted, so an unknown name raises InvalidArgumentError before
+/// any work starts, with the core's message.
+pub struct Arg<T>(pub T);
+
+impl<T: Named> FromPyObject<'_, '_> for Arg<T> {
+    type Error = PyErr;
+
+    fn extract(object: pyo3::Borrowed<'_, '_, PyAny>) -> PyResult<Self> {
+        let text = object.cast::<PyString>()?;
+        T::parse(&text.to_cow()?).map(Arg).or_raise(object.py())
     }
 }
 

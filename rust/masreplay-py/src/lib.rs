@@ -12,11 +12,17 @@ mod shapley;
 
 use std::path::PathBuf;
 
+use masreplay_core::advantage::{Estimator, ReturnKind, Stratum};
+use masreplay_core::buffer::Sampler;
+use masreplay_core::counterfactual::Baseline;
+use masreplay_core::shapley::Method;
 use masreplay_core::sim::{SimConfig, generate};
+use masreplay_core::store::WellFormed;
+use masreplay_core::trace::{CounterfactualKind, EdgeType, EventType, Topology, Unit};
 use masreplay_core::validate::{ValidateOptions, parse_documents, trace_from_json};
-use masreplay_core::{MasreplayError, Trace, TraceBatch, ValidationError};
+use masreplay_core::{MasreplayError, Named, Trace, TraceBatch, ValidationError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyString};
+use pyo3::types::{PyDict, PyString, PyTuple};
 use rayon::prelude::*;
 use serde_json::Value;
 
@@ -31,7 +37,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// A rejected trace as Python sees it: (position in the input, trace_id, exception).
 pub(crate) type Rejected = Vec<(usize, Option<String>, PyErr)>;
 
-fn rejected_from(py: Python<'_>, errors: Vec<(usize, ValidationError)>) -> Rejected {
+pub(crate) fn rejected_from(py: Python<'_>, errors: Vec<(usize, ValidationError)>) -> Rejected {
     errors
         .into_iter()
         .map(|(position, error)| (position, error.trace_id.clone(), validation_error(py, &error)))
@@ -108,11 +114,11 @@ fn ingest_arrow(py: Python<'_>, table: Bound<'_, PyAny>) -> PyResult<(PyTraceBat
 #[pyfunction]
 fn read_parquet(py: Python<'_>, paths: Vec<PathBuf>) -> PyResult<(PyTraceBatch, Rejected)> {
     let outcome = py.detach(|| -> Result<_, MasreplayError> {
-        let mut batches = Vec::new();
+        let mut batches = WellFormed::default();
         for path in &paths {
-            batches.extend(masreplay_core::store::read_parquet(path)?);
+            batches.append(masreplay_core::store::read_parquet(path)?);
         }
-        TraceBatch::from_arrow(&batches)
+        TraceBatch::from_well_formed(&batches)
     });
     let (inner, errors) = outcome.or_raise(py)?;
     Ok((PyTraceBatch { inner }, rejected_from(py, errors)))
@@ -140,11 +146,31 @@ fn simulate(
     let config = SimConfig { n_traces, agents, depth, fan_out, events_per_agent, group_size, seed };
     let inner = py
         .detach(|| -> Result<TraceBatch, MasreplayError> {
-            let traces = generate(&config).map_err(MasreplayError::InvalidArgument)?;
+            let traces = generate(&config)?;
             TraceBatch::from_traces(&traces)
         })
         .or_raise(py)?;
     Ok(PyTraceBatch { inner })
+}
+
+/// Adds `T`'s names as the tuple `name` (masreplay.vocabulary writes the same lists as
+/// Literal types; tests/test_vocabulary.py holds the two equal).
+fn add_names<T: Named>(module: &Bound<'_, PyModule>, name: &str) -> PyResult<()> {
+    module.add(name, PyTuple::new(module.py(), T::NAMES)?)
+}
+
+fn add_vocabularies(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    add_names::<EventType>(module, "EVENT_TYPES")?;
+    add_names::<EdgeType>(module, "EDGE_TYPES")?;
+    add_names::<Topology>(module, "TOPOLOGIES")?;
+    add_names::<CounterfactualKind>(module, "COUNTERFACTUAL_KINDS")?;
+    add_names::<Estimator>(module, "ESTIMATORS")?;
+    add_names::<Stratum>(module, "STRATA")?;
+    add_names::<Unit>(module, "UNITS")?;
+    add_names::<ReturnKind>(module, "RETURN_KINDS")?;
+    add_names::<Sampler>(module, "SAMPLERS")?;
+    add_names::<Baseline>(module, "BASELINES")?;
+    add_names::<Method>(module, "SHAPLEY_METHODS")
 }
 
 #[pymodule]
@@ -180,5 +206,6 @@ fn _core(module: &Bound<'_, PyModule>) -> PyResult<()> {
         module.add_function(function)?;
     }
     module.add("SCHEMA_VERSION", masreplay_core::trace::SCHEMA_VERSION)?;
+    add_vocabularies(module)?;
     Ok(())
 }

@@ -2,21 +2,20 @@
 //! native game or a batched Python callable, and per-trace credit. The work runs in the core
 //! with the GIL released; a Python callable re-takes it for each batch it values.
 
-use std::sync::Mutex;
-
-use masreplay_core::MasreplayError;
 use masreplay_core::shapley::coalition::Coalitions;
+use masreplay_core::shapley::columns::CreditColumns;
 use masreplay_core::shapley::games::{
     AdditiveGame, CachedCallback, EmpiricalGame, SoumGame, TableGame, WeightedVotingGame,
 };
 use masreplay_core::shapley::traces::{trace_players as core_trace_players, trace_shapley as core_trace_shapley};
 use masreplay_core::shapley::{Game, Method, ShapleyOptions, ShapleyResult, Union, shapley as core_shapley};
+use masreplay_core::{MasreplayError, bail, ensure};
 use numpy::{IntoPyArray, PyArray1, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
 use crate::batch::PyTraceBatch;
-use crate::errors::OrRaise;
+use crate::errors::{Arg, OrRaise, from_callback};
 
 enum Native {
     Soum(SoumGame),
@@ -49,7 +48,7 @@ fn coalitions_from_masks(masks: &PyReadonlyArray2<'_, bool>) -> Result<Coalition
     let view = masks.as_array();
     let (rows, n) = view.dim();
     if n == 0 {
-        return Err(MasreplayError::InvalidArgument("masks: need at least one player column".into()));
+        bail!("masks: need at least one player column");
     }
     let mut out = Coalitions::with_capacity(n, rows);
     for row in view.rows() {
@@ -78,17 +77,12 @@ impl PyGame {
     /// Values of coalitions given as a boolean array (m, n_players).
     fn values<'py>(&self, py: Python<'py>, masks: PyReadonlyArray2<'py, bool>) -> PyResult<Bound<'py, PyArray1<f64>>> {
         let coalitions = coalitions_from_masks(&masks).or_raise(py)?;
-        if coalitions.n_players() != self.n_players() {
-            return Err(crate::errors::to_py(
-                py,
-                MasreplayError::InvalidArgument(format!(
-                    "masks: {} columns for a game of {} players",
-                    coalitions.n_players(),
-                    self.n_players()
-                )),
-            ));
-        }
-        Ok(py.detach(|| self.game().values(&coalitions)).or_raise(py)?.into_pyarray(py))
+        let n = self.n_players();
+        let values = py.detach(|| {
+            ensure!(coalitions.n_players() == n, "masks: {} columns for a game of {n} players", coalitions.n_players());
+            self.game().values(&coalitions)
+        });
+        Ok(values.or_raise(py)?.into_pyarray(py))
     }
 
     /// Closed-form Shapley values (SOUM games only; None otherwise).
@@ -194,71 +188,26 @@ fn result_dict<'py>(py: Python<'py>, result: ShapleyResult) -> PyResult<Bound<'p
     out.set_item("stderr", result.stderr.into_pyarray(py))?;
     out.set_item("evaluations", result.evaluations)?;
     out.set_item("converged", result.converged)?;
-    out.set_item("method", result.method.name())?;
+    out.set_item("method", result.method.as_str())?;
     out.set_item("exact", result.exact)?;
+    out.set_item("efficiency_gap", result.efficiency_gap)?;
     Ok(out)
 }
 
-/// Calls a Python function on numpy masks; a Python exception is parked in `raised` (the
-/// core only knows its own errors) and re-raised once the core returns.
+/// Calls a Python function on numpy masks; what it raises travels through the core inside
+/// its error type and comes out unchanged.
 fn call_python(
     function: &Py<PyAny>,
-    raised: &Mutex<Option<PyErr>>,
     build_args: impl for<'py> FnOnce(Python<'py>) -> PyResult<Vec<Bound<'py, PyAny>>>,
-    expected: usize,
 ) -> Result<Vec<f64>, MasreplayError> {
     Python::attach(|py| {
-        let outcome = (|| -> PyResult<Vec<f64>> {
-            let args = pyo3::types::PyTuple::new(py, build_args(py)?)?;
-            let returned = function.bind(py).call1(args)?;
-            let numpy = py.import("numpy")?;
-            let flat = numpy.call_method1("asarray", (returned, numpy.getattr("float64")?))?.call_method0("ravel")?;
-            Ok(flat.extract::<PyReadonlyArray1<'_, f64>>()?.as_array().to_vec())
-        })();
-        match outcome {
-            Ok(values) if values.len() == expected => Ok(values),
-            Ok(values) => Err(MasreplayError::InvalidArgument(format!(
-                "the game function returned {} values for {expected} coalitions",
-                values.len()
-            ))),
-            Err(error) => {
-                *raised.lock().unwrap_or_else(|p| p.into_inner()) = Some(error);
-                Err(MasreplayError::InvalidArgument("the game function raised".into()))
-            }
-        }
+        let args = pyo3::types::PyTuple::new(py, build_args(py)?)?;
+        let returned = function.bind(py).call1(args)?;
+        let numpy = py.import("numpy")?;
+        let flat = numpy.call_method1("asarray", (returned, numpy.getattr("float64")?))?.call_method0("ravel")?;
+        Ok(flat.extract::<PyReadonlyArray1<'_, f64>>()?.as_array().to_vec())
     })
-}
-
-fn finish<T>(py: Python<'_>, outcome: Result<T, MasreplayError>, raised: Mutex<Option<PyErr>>) -> PyResult<T> {
-    if let Some(error) = raised.into_inner().unwrap_or_else(|p| p.into_inner()) {
-        return Err(error);
-    }
-    outcome.or_raise(py)
-}
-
-#[allow(clippy::too_many_arguments)]
-fn options(
-    method: &str,
-    budget: Option<u64>,
-    target_stderr: Option<f64>,
-    seed: u64,
-    parents: Option<Vec<i64>>,
-    unions: Option<Bound<'_, PyList>>,
-    n_threads: Option<usize>,
-    antithetic: bool,
-) -> PyResult<Result<ShapleyOptions, MasreplayError>> {
-    let unions =
-        unions.map(|list| list.iter().map(|item| parse_union(&item)).collect::<PyResult<Vec<_>>>()).transpose()?;
-    Ok(Method::parse(method).map(|method| ShapleyOptions {
-        method,
-        budget,
-        target_stderr,
-        seed,
-        parents,
-        unions,
-        n_threads,
-        antithetic,
-    }))
+    .map_err(from_callback)
 }
 
 /// Shapley values of a native `Game`, or of a Python callable `f(masks) -> values` over
@@ -270,7 +219,7 @@ pub fn shapley<'py>(
     py: Python<'py>,
     game: Bound<'py, PyAny>,
     n_players: Option<usize>,
-    method: &str,
+    method: Arg<Method>,
     budget: Option<u64>,
     target_stderr: Option<f64>,
     seed: u64,
@@ -280,30 +229,31 @@ pub fn shapley<'py>(
     antithetic: bool,
     chunk_size: usize,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let options = options(method, budget, target_stderr, seed, parents, unions, n_threads, antithetic)?.or_raise(py)?;
+    let unions =
+        unions.map(|list| list.iter().map(|item| parse_union(&item)).collect::<PyResult<Vec<_>>>()).transpose()?;
+    let options =
+        ShapleyOptions { method: method.0, budget, target_stderr, seed, parents, unions, n_threads, antithetic };
     if let Ok(native) = game.cast::<PyGame>() {
         let native = native.get();
-        if let Some(n) = n_players
-            && n != native.n_players()
-        {
-            let message = format!("n_players={n} but the game has {} players", native.n_players());
-            return Err(crate::errors::to_py(py, MasreplayError::InvalidArgument(message)));
-        }
-        let result = py.detach(|| core_shapley(native.game(), &options)).or_raise(py)?;
+        let result = py
+            .detach(|| {
+                if let Some(n) = n_players {
+                    ensure!(n == native.n_players(), "n_players={n} but the game has {} players", native.n_players());
+                }
+                core_shapley(native.game(), &options)
+            })
+            .or_raise(py)?;
         return result_dict(py, result);
     }
-    let n = n_players.ok_or_else(|| {
-        crate::errors::to_py(py, MasreplayError::InvalidArgument("n_players is required for a callable game".into()))
-    })?;
     let function: Py<PyAny> = game.unbind();
-    let raised = Mutex::new(None);
     let outcome = py.detach(|| {
+        let Some(n) = n_players else { bail!("n_players is required for a callable game") };
         let callable = CachedCallback::new(n, chunk_size, |coalitions: &Coalitions| {
-            call_python(&function, &raised, |py| Ok(vec![masks_array(py, coalitions)?]), coalitions.len())
+            call_python(&function, |py| Ok(vec![masks_array(py, coalitions)?]))
         })?;
         core_shapley(&callable, &options)
     });
-    result_dict(py, finish(py, outcome, raised)?)
+    result_dict(py, outcome.or_raise(py)?)
 }
 
 /// The players of every trace as (offsets, labels, parents, event_player).
@@ -318,8 +268,12 @@ pub fn trace_players<'py>(
 ) -> PyResult<PlayersTuple<'py>> {
     let inner = &batch.inner;
     let found = py.detach(|| core_trace_players(inner, players)).or_raise(py)?;
-    let offsets: Vec<i64> = found.offsets.iter().map(|&o| o as i64).collect();
-    Ok((offsets.into_pyarray(py), found.labels, found.parents.into_pyarray(py), found.event_player.into_pyarray(py)))
+    let offsets = offsets_array(py, &found.offsets);
+    Ok((offsets, found.labels, found.parents.into_pyarray(py), found.event_player.into_pyarray(py)))
+}
+
+fn offsets_array<'py>(py: Python<'py>, offsets: &[usize]) -> Bound<'py, PyArray1<i64>> {
+    offsets.iter().map(|&o| o as i64).collect::<Vec<i64>>().into_pyarray(py)
 }
 
 /// Shapley values of every trace; `value_fn(trace_index, masks)` values coalitions of
@@ -333,64 +287,39 @@ pub fn trace_shapley<'py>(
     value_fn: Bound<'py, PyAny>,
     players: &str,
     respect_spawn_tree: bool,
-    method: &str,
+    method: Arg<Method>,
     budget: Option<u64>,
     seed: u64,
     n_threads: Option<usize>,
     antithetic: bool,
     chunk_size: usize,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let options = options(method, budget, None, seed, None, None, n_threads, antithetic)?.or_raise(py)?;
+    let options = ShapleyOptions { method: method.0, budget, seed, n_threads, antithetic, ..ShapleyOptions::default() };
     let inner = &batch.inner;
     let function: Py<PyAny> = value_fn.unbind();
-    let raised = Mutex::new(None);
-    let outcome = py.detach(|| {
+    let outcome = py.detach(|| -> Result<_, MasreplayError> {
         let found = core_trace_players(inner, players)?;
         let credit = core_trace_shapley(&found, respect_spawn_tree, &options, chunk_size, |traces, masks, width| {
-            call_python(
-                &function,
-                &raised,
-                |py| {
-                    let index: Vec<i64> = traces.iter().map(|&t| t as i64).collect();
-                    let masks = masks.to_vec().into_pyarray(py).reshape([traces.len(), width])?;
-                    Ok(vec![index.into_pyarray(py).into_any(), masks.into_any()])
-                },
-                traces.len(),
-            )
+            call_python(&function, |py| {
+                let index: Vec<i64> = traces.iter().map(|&t| t as i64).collect();
+                let masks = masks.to_vec().into_pyarray(py).reshape([traces.len(), width])?;
+                Ok(vec![index.into_pyarray(py).into_any(), masks.into_any()])
+            })
         })?;
-        Ok((found, credit))
+        Ok((found, CreditColumns::from(credit)))
     });
-    let (found, credit) = finish(py, outcome, raised)?;
-    let n_players = found.labels.len();
-    let (mut values, mut stderr) = (Vec::with_capacity(n_players), Vec::with_capacity(n_players));
-    let (mut evaluations, mut methods, mut exact) = (Vec::new(), Vec::new(), Vec::new());
-    for result in &credit.results {
-        match result {
-            Some(r) => {
-                values.extend_from_slice(&r.values);
-                stderr.extend_from_slice(&r.stderr);
-                evaluations.push(r.evaluations as i64);
-                methods.push(Some(r.method.name()));
-                exact.push(r.exact);
-            }
-            None => {
-                evaluations.push(0);
-                methods.push(None);
-                exact.push(true);
-            }
-        }
-    }
+    let (found, credit) = outcome.or_raise(py)?;
     let out = PyDict::new(py);
-    let offsets: Vec<i64> = found.offsets.iter().map(|&o| o as i64).collect();
-    out.set_item("offsets", offsets.into_pyarray(py))?;
+    out.set_item("offsets", offsets_array(py, &found.offsets))?;
     out.set_item("labels", found.labels)?;
     out.set_item("parents", found.parents.into_pyarray(py))?;
     out.set_item("event_player", found.event_player.into_pyarray(py))?;
-    out.set_item("values", values.into_pyarray(py))?;
-    out.set_item("stderr", stderr.into_pyarray(py))?;
+    out.set_item("values", credit.values.into_pyarray(py))?;
+    out.set_item("stderr", credit.stderr.into_pyarray(py))?;
+    let evaluations: Vec<i64> = credit.evaluations.iter().map(|&count| count as i64).collect();
     out.set_item("evaluations", evaluations.into_pyarray(py))?;
-    out.set_item("methods", methods)?;
-    out.set_item("exact", exact)?;
-    out.set_item("total_evaluations", credit.evaluations)?;
+    out.set_item("methods", credit.methods.iter().map(|method| method.map(Method::as_str)).collect::<Vec<_>>())?;
+    out.set_item("exact", credit.exact)?;
+    out.set_item("total_evaluations", credit.total_evaluations)?;
     Ok(out)
 }

@@ -9,28 +9,14 @@
 
 use super::kernel::normalize;
 use super::rows::Rows;
-use super::spec::{Spec, invalid};
+use super::spec::Spec;
 use super::strata::{Stratum, joint_codes};
 use super::weights::loss_weights;
+use crate::bail;
 use crate::error::Result;
 use crate::store::TraceBatch;
+use crate::trace::Unit;
 use crate::trace_view::BatchView;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Unit {
-    Traces,
-    Events,
-}
-
-impl Unit {
-    pub fn parse(name: &str) -> Result<Self> {
-        match name {
-            "traces" => Ok(Unit::Traces),
-            "events" => Ok(Unit::Events),
-            _ => Err(invalid(format!("unit must be 'traces' or 'events', got {name:?}"))),
-        }
-    }
-}
 
 pub struct BatchOptions<'a> {
     /// One reward per trace (NaN: missing).
@@ -61,15 +47,15 @@ pub struct BatchAdvantages {
 fn check(view: &BatchView, options: &BatchOptions) -> Result<()> {
     let (traces, events) = (view.n_traces(), view.n_events());
     if options.trace_values.len() != traces {
-        return Err(invalid(format!("{} trace rewards for {traces} traces", options.trace_values.len())));
+        bail!("{} trace rewards for {traces} traces", options.trace_values.len());
     }
     if options.groups.len() != traces {
-        return Err(invalid(format!("{} group codes for {traces} traces", options.groups.len())));
+        bail!("{} group codes for {traces} traces", options.groups.len());
     }
     if let Some(credit) = options.event_values
         && credit.len() != events
     {
-        return Err(invalid(format!("credit has {} values for {events} events", credit.len())));
+        bail!("credit has {} values for {events} events", credit.len());
     }
     Ok(())
 }

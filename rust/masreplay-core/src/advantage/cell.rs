@@ -142,7 +142,7 @@ impl Cell {
 
     /// The advantage of value `x` of this cell; `batch_std` is the batch's standard
     /// deviation under [`Scale::Batch`] (f64, and the trainer's fp32 one).
-    #[inline]
+    #[inline(always)]
     pub fn advantage(&self, x: f64, spec: &Spec, batch_std: (f64, f32)) -> f64 {
         if x.is_nan() {
             return 0.0;
@@ -155,6 +155,7 @@ impl Cell {
         }
     }
 
+    #[inline(always)]
     fn native(&self, x: f64, spec: &Spec, batch_std: f64) -> f64 {
         if self.n < 2 || self.constant {
             return 0.0;

@@ -16,8 +16,9 @@ use super::float::AdvantageFloat;
 use super::rows::Rows;
 use super::scatter::{self, normalize_scattered};
 use super::small::{Block, Declined, Labels, SMALL_ROWS, Small, normalize_small_group, plain_run, small_path};
-use super::spec::{Compat, Estimator, Scale, Spec, invalid};
+use super::spec::{Compat, Estimator, Scale, Spec};
 use super::torch_sum::torch_sum_threads_of;
+use crate::bail;
 use crate::error::{MasreplayError, Result};
 use crate::stamped::StampedIndex;
 
@@ -223,7 +224,7 @@ fn normalize_group<T: AdvantageFloat>(
 }
 
 fn infinite_values() -> MasreplayError {
-    invalid("values must be finite (NaN marks a missing reward)".to_owned())
+    MasreplayError::InvalidArgument("values must be finite (NaN marks a missing reward)".to_owned())
 }
 
 /// One thread's walk over consecutive groups whose advantages are consecutive in `out`, which
@@ -351,10 +352,10 @@ fn run_groups<T: AdvantageFloat>(
 fn check_lengths(n: usize, lengths: Option<&[f64]>) -> Result<()> {
     if let Some(lengths) = lengths {
         if lengths.len() != n {
-            return Err(invalid(format!("lengths has {} entries for {n} values", lengths.len())));
+            bail!("lengths has {} entries for {n} values", lengths.len());
         }
         if lengths.iter().any(|l| !(l.is_finite() && *l >= 0.0)) {
-            return Err(invalid("lengths must be finite and >= 0".to_owned()));
+            bail!("lengths must be finite and >= 0");
         }
     }
     Ok(())
@@ -407,17 +408,17 @@ pub fn normalize<T: AdvantageFloat>(rows: &Rows, spec: &Spec) -> Result<Vec<T>> 
 fn check_rows(rows: &Rows) -> Result<()> {
     let n = rows.values.len();
     if rows.groups.len() != n {
-        return Err(invalid(format!("groups has {} entries for {n} values", rows.groups.len())));
+        bail!("groups has {} entries for {n} values", rows.groups.len());
     }
     if let Some(bad) = rows.groups.par_iter().find_any(|&&g| g as usize >= rows.n_groups) {
-        return Err(invalid(format!("group code {bad} out of range for {} groups", rows.n_groups)));
+        bail!("group code {bad} out of range for {} groups", rows.n_groups);
     }
     if let Some((strata, n_strata)) = rows.strata {
         if strata.len() != n {
-            return Err(invalid(format!("strata has {} entries for {n} values", strata.len())));
+            bail!("strata has {} entries for {n} values", strata.len());
         }
         if let Some(bad) = strata.par_iter().find_any(|&&s| s as usize >= n_strata) {
-            return Err(invalid(format!("stratum code {bad} out of range for {n_strata} strata")));
+            bail!("stratum code {bad} out of range for {n_strata} strata");
         }
     }
     check_values(rows.values, rows.lengths)
@@ -517,10 +518,10 @@ pub fn normalize_labels<T: AdvantageFloat>(
 ) -> Result<Vec<T>> {
     let n = values.len();
     if groups.len() != n {
-        return Err(invalid(format!("groups has {} entries for {n} values", groups.len())));
+        bail!("groups has {} entries for {n} values", groups.len());
     }
     if strata.is_some_and(|s| s.len() != n) {
-        return Err(invalid(format!("strata has {} entries for {n} values", strata.map_or(0, <[i64]>::len))));
+        bail!("strata has {} entries for {n} values", strata.map_or(0, <[i64]>::len));
     }
     check_lengths(n, lengths)?;
     if small_path(spec) {
@@ -576,7 +577,7 @@ fn whiten_verl<T: AdvantageFloat>(out: &mut [T], rows: &Rows, threads: usize) ->
     // entry by entry, never built (rows x width can be large).
     let (mask, width) = match rows.tokens {
         Some((mask, width)) if mask.len() != n * width => {
-            return Err(invalid(format!("the response mask has {} entries for {n} rows x {width}", mask.len())));
+            bail!("the response mask has {} entries for {n} rows x {width}", mask.len());
         }
         Some((mask, width)) => (Some(mask), width),
         None => (None, (0..n).map(length).max().unwrap_or(0)),
@@ -589,7 +590,7 @@ fn whiten_verl<T: AdvantageFloat>(out: &mut [T], rows: &Rows, threads: usize) ->
     let entries = n * width;
     let count = torch_sum_threads_of(entries, threads, |k| valid(k) as u8 as f32);
     if count < 2.0 {
-        return Err(invalid(format!("verl's masked_whiten needs at least 2 response tokens, the batch has {count}")));
+        bail!("verl's masked_whiten needs at least 2 response tokens, the batch has {count}");
     }
     let mean = torch_sum_threads_of(entries, threads, |k| if valid(k) { row_value(k) } else { 0.0 }) / (count + 1e-8);
     let squares = |k: usize| if valid(k) { (row_value(k) - mean) * (row_value(k) - mean) } else { 0.0 };

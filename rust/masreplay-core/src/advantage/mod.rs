@@ -29,7 +29,8 @@ mod torch_sum;
 pub mod weights;
 
 pub use crate::store::trace_channel;
-pub use batch::{BatchAdvantages, BatchOptions, Unit, batch_advantages};
+pub use crate::trace::Unit;
+pub use batch::{BatchAdvantages, BatchOptions, batch_advantages};
 pub use float::AdvantageFloat;
 pub use kernel::{dense_codes, normalize, normalize_labels};
 pub use returns::{ReturnKind, graph_gae, graph_returns};

@@ -15,41 +15,33 @@
 
 use rayon::prelude::*;
 
-use super::spec::invalid;
+use crate::bail;
 use crate::error::Result;
+use crate::names::named_enum;
 use crate::store::TraceBatch;
 use crate::trace_view::BatchView;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ReturnKind {
-    Descendants,
-    Tree,
-    Turns,
-}
-
-impl ReturnKind {
-    pub fn parse(name: &str) -> Result<Self> {
-        match name {
-            "descendants" => Ok(ReturnKind::Descendants),
-            "tree" => Ok(ReturnKind::Tree),
-            "turns" => Ok(ReturnKind::Turns),
-            _ => Err(invalid(format!("kind must be 'descendants', 'tree' or 'turns', got {name:?}"))),
-        }
+named_enum!(
+    /// Which return [`graph_returns`] computes (see the module comment).
+    ReturnKind as "return kind" {
+        Descendants = "descendants",
+        Tree = "tree",
+        Turns = "turns",
     }
-}
+);
 
 fn check_per_event(view: &BatchView, name: &str, values: &[f64]) -> Result<()> {
     if values.len() != view.n_events() {
-        return Err(invalid(format!("{name} has {} values for {} events", values.len(), view.n_events())));
+        bail!("{name} has {} values for {} events", values.len(), view.n_events());
     }
     if values.iter().any(|v| !v.is_finite()) {
-        return Err(invalid(format!("{name} must be finite")));
+        bail!("{name} must be finite");
     }
     Ok(())
 }
 
 fn check_gamma(name: &str, value: f64) -> Result<()> {
-    if (0.0..=1.0).contains(&value) { Ok(()) } else { Err(invalid(format!("{name} must be in [0, 1], got {value}"))) }
+    if (0.0..=1.0).contains(&value) { Ok(()) } else { bail!("{name} must be in [0, 1], got {value}") }
 }
 
 /// Per-event returns of per-event `rewards` (aligned with `batch.events()`).

@@ -9,38 +9,26 @@ use arrow_array::cast::AsArray;
 use arrow_buffer::ArrowNativeType;
 use rayon::prelude::*;
 
-use super::spec::invalid;
-use crate::error::Result;
+use crate::bail;
+use crate::error::{MasreplayError, Result};
+use crate::names::named_enum;
 use crate::store::TraceBatch;
 use crate::trace_view::BatchView;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Stratum {
-    /// The event's author (Dr. MAS's agent-wise normalisation).
-    Agent,
-    /// The author's role (events without one share a stratum).
-    Role,
-    /// Longest-path distance from a root of the event graph: events at the same depth.
-    Depth,
-    /// The event's position among its author's events by time: the agent's k-th turn.
-    Turn,
-    EventType,
-}
-
-impl Stratum {
-    pub const NAMES: &'static [&'static str] = &["agent", "role", "depth", "turn", "event_type"];
-
-    pub fn parse(name: &str) -> Result<Self> {
-        Ok(match name {
-            "agent" => Stratum::Agent,
-            "role" => Stratum::Role,
-            "depth" => Stratum::Depth,
-            "turn" => Stratum::Turn,
-            "event_type" => Stratum::EventType,
-            _ => return Err(invalid(format!("normalize_by entries must be among {:?}, got {name:?}", Self::NAMES))),
-        })
+named_enum!(
+    /// What a cell of the normalisation holds apart, event by event.
+    Stratum as "stratum" {
+        /// The event's author (Dr. MAS's agent-wise normalisation).
+        Agent = "agent",
+        /// The author's role (events without one share a stratum).
+        Role = "role",
+        /// Longest-path distance from a root of the event graph: events at the same depth.
+        Depth = "depth",
+        /// The event's position among its author's events by time: the agent's k-th turn.
+        Turn = "turn",
+        EventType = "event_type",
     }
-}
+);
 
 /// Joint codes above this many combinations are renumbered densely (the normalisation keeps
 /// one table entry per possible code and thread).
@@ -105,15 +93,15 @@ pub(crate) fn joint_codes(view: &BatchView, strata: &[Stratum]) -> Result<(Vec<u
             None => (codes.into_iter().map(u64::from).collect(), count as u64),
             Some((mut acc, radix)) => {
                 acc.iter_mut().zip(&codes).for_each(|(a, &c)| *a = *a * count as u64 + c as u64);
-                let radix = radix
-                    .checked_mul(count as u64)
-                    .ok_or_else(|| invalid(format!("normalize_by {strata:?} has too many combinations")))?;
+                let radix = radix.checked_mul(count as u64).ok_or_else(|| {
+                    MasreplayError::InvalidArgument(format!("normalize_by {strata:?} has too many combinations"))
+                })?;
                 (acc, radix)
             }
         });
     }
     let Some((codes, combinations)) = joint else {
-        return Err(invalid("normalize_by names no stratum".to_owned()));
+        bail!("normalize_by names no stratum");
     };
     if combinations <= DIRECT_CODES {
         return Ok((codes.into_iter().map(|c| c as u32).collect(), combinations as usize));

@@ -15,35 +15,21 @@
 //! observed (the development machine is an AMD EPYC); `MKL_ENABLE_INSTRUCTIONS` and
 //! `MKL_CBWR` change MKL's choice and are not followed.
 
+use crate::names::named_enum;
 use std::sync::OnceLock;
 
-/// The square root torch computes on this CPU.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SqrtKernel {
-    CorrectlyRounded,
-    /// MKL's generic SSE kernel (CPUs not made by Intel).
-    MklGeneric,
-    /// MKL's AVX-512 kernel (Intel CPUs with AVX-512).
-    MklAvx512,
-}
+named_enum!(
+    /// The square root torch computes on this CPU.
+    SqrtKernel as "kernel" {
+        CorrectlyRounded = "correctly-rounded",
+        /// MKL's generic SSE kernel (CPUs not made by Intel).
+        MklGeneric = "mkl-generic",
+        /// MKL's AVX-512 kernel (Intel CPUs with AVX-512).
+        MklAvx512 = "mkl-avx512",
+    }
+);
 
 impl SqrtKernel {
-    pub const NAMES: &'static [&'static str] = &["correctly-rounded", "mkl-generic", "mkl-avx512"];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            SqrtKernel::CorrectlyRounded => Self::NAMES[0],
-            SqrtKernel::MklGeneric => Self::NAMES[1],
-            SqrtKernel::MklAvx512 => Self::NAMES[2],
-        }
-    }
-
-    pub fn parse(name: &str) -> Option<Self> {
-        [SqrtKernel::CorrectlyRounded, SqrtKernel::MklGeneric, SqrtKernel::MklAvx512]
-            .into_iter()
-            .find(|kernel| kernel.name() == name)
-    }
-
     /// The kernel torch's MKL runs on this CPU.
     pub fn detect() -> Self {
         static DETECTED: OnceLock<SqrtKernel> = OnceLock::new();
@@ -156,7 +142,7 @@ mod tests {
             assert_eq!(torch_sqrt(0.0, kernel), 0.0);
             assert_eq!(torch_sqrt(f32::INFINITY, kernel), f32::INFINITY);
             assert!(torch_sqrt(f32::NAN, kernel).is_nan() && torch_sqrt(-1.0, kernel).is_nan());
-            assert_eq!(SqrtKernel::parse(kernel.name()), Some(kernel));
+            assert_eq!(SqrtKernel::from_name(kernel.as_str()), Some(kernel));
         }
     }
 

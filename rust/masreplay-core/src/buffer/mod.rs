@@ -13,9 +13,10 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use arrow_array::cast::AsArray;
 use arrow_array::{Array, RecordBatch};
 use arrow_select::concat::concat_batches;
-use rand::{RngExt, SeedableRng};
+use rand::RngExt;
 use rand_xoshiro::Xoshiro256PlusPlus;
 
+pub use crate::trace::Unit;
 pub use gather::{Gather, Gathered};
 pub use persist::{load, save};
 pub use route::{UNRESOLVED, route_to_shards, shard_of_group};
@@ -23,51 +24,21 @@ pub use staleness::UNVERSIONED;
 use staleness::fresh;
 use sum_tree::SumTree;
 
+use crate::bail;
 use crate::error::{MasreplayError, Result, ValidationError};
+use crate::names::named_enum;
+use crate::rng::call_stream;
 use crate::store::{TraceBatch, share_null_columns, trace_at, trim_lists, with_canonical_codes};
 use crate::trace::Trace;
 use crate::trace_view::BatchView;
 
-/// What the capacity counts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Unit {
-    Traces,
-    Events,
-}
-
-impl Unit {
-    pub fn parse(text: &str) -> Option<Self> {
-        match text {
-            "traces" => Some(Unit::Traces),
-            "events" => Some(Unit::Events),
-            _ => None,
-        }
+named_enum!(
+    /// How sampling picks traces.
+    Sampler as "sampler" {
+        Uniform = "uniform",
+        Prioritized = "prioritized",
     }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Unit::Traces => "traces",
-            Unit::Events => "events",
-        }
-    }
-}
-
-/// How sampling picks traces.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Sampler {
-    Uniform,
-    Prioritized,
-}
-
-impl Sampler {
-    pub fn parse(text: &str) -> Option<Self> {
-        match text {
-            "uniform" => Some(Sampler::Uniform),
-            "prioritized" => Some(Sampler::Prioritized),
-            _ => None,
-        }
-    }
-}
+);
 
 /// Which stored traces a sample may draw from.
 #[derive(Clone, Copy, Debug, Default)]
@@ -239,14 +210,6 @@ pub struct GraphBuffer {
     newest_inversion: Option<u64>,
 }
 
-/// One random stream per (seed, call): the same at any thread count and after a reload.
-fn stream(seed: u64, call: u64) -> Xoshiro256PlusPlus {
-    let mut z = seed ^ call.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    Xoshiro256PlusPlus::seed_from_u64(z ^ (z >> 31))
-}
-
 /// The largest priority: the sum of up to 2^32 of them stays finite, so the sum tree never
 /// overflows to infinity (which would make prioritized sampling draw by zero probabilities).
 pub const MAX_PRIORITY: f64 = f64::MAX / 4_294_967_296.0;
@@ -260,14 +223,10 @@ pub(crate) fn check_priority(priority: f64) -> std::result::Result<(), String> {
     }
 }
 
-fn invalid(message: impl Into<String>) -> MasreplayError {
-    MasreplayError::InvalidArgument(message.into())
-}
-
 impl GraphBuffer {
     pub fn new(capacity: usize, unit: Unit, seed: u64) -> Result<Self> {
         if capacity == 0 {
-            return Err(invalid("capacity must be at least 1"));
+            bail!("capacity must be at least 1");
         }
         Ok(GraphBuffer {
             capacity,
@@ -410,6 +369,18 @@ impl GraphBuffer {
             return Err(error.into());
         }
         self.add_with_priorities(batch, None)
+    }
+
+    /// Adds the traces of `batch` that can be added (see [`Self::check_addable`]) and leaves
+    /// out the others, reported as (position in `batch`, why), in order.
+    pub fn add_valid(&mut self, batch: &TraceBatch) -> Result<(usize, Vec<(usize, ValidationError)>)> {
+        let problems = self.check_addable(batch);
+        if problems.is_empty() {
+            return Ok((self.add_with_priorities(batch, None)?, problems));
+        }
+        let keep: Vec<usize> =
+            (0..batch.len()).filter(|i| problems.binary_search_by_key(i, |p| p.0).is_err()).collect();
+        Ok((self.add(&batch.take(&keep)?)?, problems))
     }
 
     fn add_with_priorities(&mut self, batch: &TraceBatch, priorities: Option<&[f64]>) -> Result<usize> {
@@ -599,7 +570,10 @@ impl GraphBuffer {
     }
 
     fn seq_of(&self, trace_id: &str) -> Result<u64> {
-        self.by_id.get(trace_id).copied().ok_or_else(|| invalid(format!("no trace {trace_id:?} in the buffer")))
+        self.by_id
+            .get(trace_id)
+            .copied()
+            .ok_or_else(|| MasreplayError::InvalidArgument(format!("no trace {trace_id:?} in the buffer")))
     }
 
     pub fn get(&self, trace_id: &str) -> Result<TraceBatch> {
@@ -622,15 +596,12 @@ impl GraphBuffer {
     /// Sets the priorities of stored traces; all or nothing.
     pub fn update_priorities(&mut self, trace_ids: &[&str], priorities: &[f64]) -> Result<()> {
         if trace_ids.len() != priorities.len() {
-            return Err(invalid(format!(
-                "{} trace ids but {} priorities: give one priority per trace",
-                trace_ids.len(),
-                priorities.len()
-            )));
+            bail!("{} trace ids but {} priorities: give one priority per trace", trace_ids.len(), priorities.len());
         }
         let mut seqs = Vec::with_capacity(trace_ids.len());
         for (trace_id, &priority) in trace_ids.iter().zip(priorities) {
-            check_priority(priority).map_err(|reason| invalid(format!("priority of {trace_id:?}: {reason}")))?;
+            check_priority(priority)
+                .map_err(|reason| MasreplayError::InvalidArgument(format!("priority of {trace_id:?}: {reason}")))?;
             seqs.push(self.seq_of(trace_id)?);
         }
         for (seq, &priority) in seqs.into_iter().zip(priorities) {
@@ -643,10 +614,10 @@ impl GraphBuffer {
 
     fn next_stream(&mut self, seed: Option<u64>) -> Xoshiro256PlusPlus {
         match seed {
-            Some(seed) => stream(seed, u64::MAX),
+            Some(seed) => call_stream(seed, u64::MAX),
             None => {
                 self.calls += 1;
-                stream(self.seed, self.calls)
+                call_stream(self.seed, self.calls)
             }
         }
     }
@@ -676,7 +647,7 @@ impl GraphBuffer {
         max_staleness: Option<u64>,
     ) -> Result<Sample> {
         if self.is_empty() {
-            return Err(invalid("cannot sample from an empty buffer"));
+            bail!("cannot sample from an empty buffer");
         }
         let bound = self.version_bound(max_staleness);
         let mut rng = self.next_stream(seed);
@@ -743,7 +714,7 @@ impl GraphBuffer {
 
     fn no_match(&self, filter: &ShapeFilter, bound: Option<i64>) -> MasreplayError {
         let staleness = bound.map_or(String::new(), |bound| format!(" and a policy_version of at least {bound}"));
-        invalid(format!(
+        MasreplayError::InvalidArgument(format!(
             "no stored trace has between {} and {} events{staleness}",
             filter.min_events.unwrap_or(0),
             filter.max_events.map_or("any number of".to_owned(), |m| m.to_string())
@@ -866,7 +837,7 @@ impl GraphBuffer {
     ) -> Result<(Vec<u64>, Vec<f64>)> {
         let total = tree.total();
         if total <= 0.0 {
-            return Err(invalid("every candidate trace has priority 0; nothing can be sampled by priority"));
+            bail!("every candidate trace has priority 0; nothing can be sampled by priority");
         }
         let mut seqs = Vec::with_capacity(count);
         let mut probabilities = Vec::with_capacity(count);
@@ -918,12 +889,12 @@ impl GraphBuffer {
         let mut rng = self.next_stream(seed);
         let eligible = self.eligible_groups(group_size, bound);
         if eligible.len() < num_groups {
-            return Err(invalid(format!(
+            bail!(
                 "asked for {num_groups} groups but the buffer holds {} group(s){}{}",
                 eligible.len(),
                 group_size.map_or(String::new(), |s| format!(" with at least {s} traces")),
                 bound.map_or(String::new(), |b| format!(" whose traces all have a policy_version of at least {b}"))
-            )));
+            );
         }
         let chosen = rand::seq::index::sample(&mut rng, eligible.len(), num_groups);
         let mut seqs = Vec::new();
@@ -942,12 +913,9 @@ impl GraphBuffer {
     }
 
     fn event_index(trace: &Trace, event_id: &str) -> Result<u32> {
-        trace
-            .events
-            .iter()
-            .position(|e| e.id == event_id)
-            .map(|i| i as u32)
-            .ok_or_else(|| invalid(format!("trace {:?} has no event {event_id:?}", trace.trace_id)))
+        trace.events.iter().position(|e| e.id == event_id).map(|i| i as u32).ok_or_else(|| {
+            MasreplayError::InvalidArgument(format!("trace {:?} has no event {event_id:?}", trace.trace_id))
+        })
     }
 
     /// Ids of the events reachable from `event_id` along edges (against them when
@@ -957,7 +925,7 @@ impl GraphBuffer {
         let view = BatchView::of_record_batch(&self.chunks[k].batch);
         let start = view
             .event_index(row, event_id)
-            .ok_or_else(|| invalid(format!("trace {trace_id:?} has no event {event_id:?}")))?;
+            .ok_or_else(|| MasreplayError::InvalidArgument(format!("trace {trace_id:?} has no event {event_id:?}")))?;
         let graph = if upstream { view.graph_in(row) } else { view.graph(row) };
         let first = view.events_of(row).start;
         Ok(graph.descendants(start).into_iter().map(|j| view.id(first + j as usize).to_owned()).collect())
@@ -989,7 +957,7 @@ impl GraphBuffer {
         let trace = self.trace(trace_id)?;
         let keep: Vec<bool> = trace.events.iter().map(|e| e.agent == agent).collect();
         if !keep.iter().any(|&k| k) {
-            return Err(invalid(format!("trace {trace_id:?} has no event by agent {agent:?}")));
+            bail!("trace {trace_id:?} has no event by agent {agent:?}");
         }
         TraceBatch::from_traces(&[restrict(trace, &keep)])
     }

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use super::{GraphBuffer, Unit, check_priority};
 use crate::error::{MasreplayError, Result};
-use crate::store::{TraceBatch, read_parquet, write_parquet};
+use crate::store::{TraceBatch, WellFormed, read_parquet, write_parquet};
 
 const STATE_KEY: &str = "masreplay.buffer";
 const PRIORITY_COLUMN: &str = "buffer_priority";
@@ -54,7 +54,7 @@ impl Settings {
             .ok()
             .filter(|&c| c >= 1)
             .ok_or_else(|| corrupt(format!("buffer state \"capacity\" is {capacity}; it must be at least 1")))?;
-        let unit = state.get("unit").and_then(Value::as_str).and_then(Unit::parse).ok_or_else(|| {
+        let unit = state.get("unit").and_then(Value::as_str).and_then(Unit::from_name).ok_or_else(|| {
             corrupt(format!("buffer state \"unit\" must be \"traces\" or \"events\", got {}", shown(state.get("unit"))))
         })?;
         let max_priority = match state.get("max_priority") {
@@ -121,6 +121,11 @@ impl GraphBuffer {
     /// trace against the data contract, and the settings and priorities for their ranges. A
     /// state that holds more than its capacity is refused, never silently cut.
     pub fn restore(batches: &[RecordBatch]) -> Result<Self> {
+        Self::restore_well_formed(&WellFormed::check(batches)?)
+    }
+
+    /// [`Self::restore`] for data already proven well-formed (a saved file's batches).
+    fn restore_well_formed(batches: &WellFormed) -> Result<Self> {
         let schema = batches.first().map(|b| b.schema()).ok_or_else(|| corrupt("no data"))?;
         let state_text =
             schema.metadata().get(STATE_KEY).ok_or_else(|| corrupt(format!("no {STATE_KEY:?} metadata")))?;
@@ -130,9 +135,9 @@ impl GraphBuffer {
         buffer.max_priority = settings.max_priority;
         buffer.set_policy_version(settings.policy_version)?;
 
-        let traces = TraceBatch::from_arrow_strict(batches)?;
+        let traces = TraceBatch::from_well_formed_strict(batches)?;
         let mut priorities = Vec::with_capacity(traces.len());
-        for batch in batches {
+        for batch in batches.iter() {
             let column = batch
                 .column_by_name(PRIORITY_COLUMN)
                 .ok_or_else(|| corrupt(format!("no {PRIORITY_COLUMN:?} column")))?;
@@ -176,7 +181,7 @@ pub fn save(buffer: &GraphBuffer, path: &Path) -> Result<()> {
 /// Reads a buffer saved by [`save`]. Temporary files of saves in progress or killed are other
 /// files: they are never read.
 pub fn load(path: &Path) -> Result<GraphBuffer> {
-    GraphBuffer::restore(&read_parquet(path)?).map_err(|error| match error {
+    GraphBuffer::restore_well_formed(&read_parquet(path)?).map_err(|error| match error {
         MasreplayError::DataFormat { reason, .. } => {
             MasreplayError::DataFormat { path: path.display().to_string(), reason }
         }

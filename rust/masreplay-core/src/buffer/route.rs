@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use arrow_array::Array;
 use arrow_array::cast::AsArray;
 
-use super::invalid;
+use crate::bail;
 use crate::error::Result;
 use crate::store::TraceBatch;
 use crate::store::schema::TraceColumns;
@@ -30,7 +30,7 @@ pub fn shard_of_group(group_id: &str, shards: u32) -> u32 {
 /// stored earlier); [`UNRESOLVED`] when it is in neither.
 pub fn route_to_shards(batch: &TraceBatch, shards: u32, known: &HashMap<&str, u32>) -> Result<Vec<u32>> {
     if shards == 0 {
-        return Err(invalid("a sharded buffer needs at least 1 shard"));
+        bail!("a sharded buffer needs at least 1 shard");
     }
     let columns = TraceColumns::new(batch.record_batch());
     let factual_ids = columns.counterfactual_of.column_by_name("trace_id").expect("canonical field").as_string::<i32>();

@@ -9,8 +9,9 @@
 
 use std::ops::Range;
 
-use super::{GraphBuffer, invalid};
-use crate::error::Result;
+use super::GraphBuffer;
+use crate::bail;
+use crate::error::{MasreplayError, Result};
 
 /// The version an entry holds for a trace without policy_version: newer than any version.
 pub const UNVERSIONED: i64 = i64::MAX;
@@ -29,7 +30,7 @@ impl GraphBuffer {
     /// Sets the current policy version to any version >= 0 (a resumed or restarted trainer).
     pub fn set_policy_version(&mut self, version: i64) -> Result<()> {
         if version < 0 {
-            return Err(invalid(format!("policy_version must be >= 0, not {version}")));
+            bail!("policy_version must be >= 0, not {version}");
         }
         self.policy_version = version;
         Ok(())
@@ -38,11 +39,11 @@ impl GraphBuffer {
     /// Moves the current policy version forward to `version`; it never goes back.
     pub fn advance(&mut self, version: i64) -> Result<()> {
         if version < self.policy_version {
-            return Err(invalid(format!(
+            bail!(
                 "advance({version}) would move the policy version back from {}; versions only grow \
                  (set policy_version to reset it)",
                 self.policy_version
-            )));
+            );
         }
         self.set_policy_version(version)
     }
@@ -95,9 +96,11 @@ impl GraphBuffer {
     /// buffer's own bound when None), each with its branch rollouts; returns how many traces
     /// left. O(removed) when versions arrive in order, else one scan.
     pub fn evict_stale(&mut self, max_staleness: Option<u64>) -> Result<usize> {
-        let bound = self
-            .version_bound(max_staleness)
-            .ok_or_else(|| invalid("evict_stale needs max_staleness: pass it, or build the buffer with one"))?;
+        let bound = self.version_bound(max_staleness).ok_or_else(|| {
+            MasreplayError::InvalidArgument(
+                "evict_stale needs max_staleness: pass it, or build the buffer with one".to_owned(),
+            )
+        })?;
         let before = self.live;
         if self.versions_in_order() {
             while self.entries.front().is_some_and(|entry| entry.version < bound) {

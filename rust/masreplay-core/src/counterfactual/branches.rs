@@ -19,24 +19,17 @@ use rayon::prelude::*;
 
 use super::{Credit, Entry, mean_and_variance, missing_reward};
 use crate::error::{Result, ValidationError};
+use crate::names::named_enum;
 use crate::store::schema::TraceColumns;
 use crate::store::{ChannelReader, TraceBatch, same_text};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Baseline {
-    Mean,
-    LeaveOneOut,
-}
-
-impl Baseline {
-    pub fn parse(text: &str) -> Option<Self> {
-        match text {
-            "mean" => Some(Baseline::Mean),
-            "loo" => Some(Baseline::LeaveOneOut),
-            _ => None,
-        }
+named_enum!(
+    /// What a branch's reward is credited against (see the module comment).
+    Baseline as "baseline" {
+        Mean = "mean",
+        LeaveOneOut = "loo",
     }
-}
+);
 
 /// Position of the event `event_id` of trace `row` among the batch's events.
 fn event_position(ids: &StringArray, offsets: &[i32], row: usize, event_id: &str) -> Option<usize> {

@@ -4,9 +4,12 @@
 //! the restricted game, and Owen values of nested unions. Every sampled estimator stops at a
 //! budget of coalition evaluations or a target standard error, and is deterministic by seed
 //! at any thread count. Results are projected onto v(N) - v(empty), so efficiency holds to
-//! rounding for every method.
+//! rounding for every method; the gap the projection closed is reported
+//! ([`ShapleyResult::efficiency_gap`]): rounding-sized for the estimators efficient by
+//! construction (all but stratified), a measured error for the others.
 
 pub mod coalition;
+pub mod columns;
 mod exact;
 pub mod forest;
 pub mod game;
@@ -27,6 +30,7 @@ pub use game::Game;
 pub use owen::{Hierarchy, Union};
 
 use crate::error::{MasreplayError, Result};
+use crate::names::named_enum;
 use games::RestrictedGame;
 
 /// Evaluations spent when neither a budget nor a target standard error is given.
@@ -37,42 +41,13 @@ pub const TARGET_ONLY_BUDGET: u64 = 100_000_000;
 /// needs at most this many evaluations and the budget allows.
 const EXACT_STRUCTURE_LIMIT: f64 = (1u64 << 22) as f64;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Method {
-    Auto,
-    Exact,
-    Permutation,
-    Kernel,
-    Precedence,
-    Permission,
-    Owen,
-    Stratified,
-}
-
-impl Method {
-    pub const NAMES: &'static [&'static str] =
-        &["auto", "exact", "permutation", "kernel", "precedence", "permission", "owen", "stratified"];
-
-    pub fn parse(name: &str) -> Result<Self> {
-        const ALL: [Method; 8] = [
-            Method::Auto,
-            Method::Exact,
-            Method::Permutation,
-            Method::Kernel,
-            Method::Precedence,
-            Method::Permission,
-            Method::Owen,
-            Method::Stratified,
-        ];
-        Method::NAMES.iter().position(|n| *n == name).map(|i| ALL[i]).ok_or_else(|| {
-            MasreplayError::InvalidArgument(format!("method: unknown {name:?}; expected one of {:?}", Method::NAMES))
-        })
+named_enum!(
+    /// The estimator a Shapley run uses (see the Python module's docstring for each).
+    Method as "method" {
+        Auto = "auto", Exact = "exact", Permutation = "permutation", Kernel = "kernel",
+        Precedence = "precedence", Permission = "permission", Owen = "owen", Stratified = "stratified",
     }
-
-    pub fn name(self) -> &'static str {
-        Method::NAMES[self as usize]
-    }
-}
+);
 
 #[derive(Clone, Debug)]
 pub struct ShapleyOptions {
@@ -116,6 +91,9 @@ pub struct ShapleyResult {
     pub method: Method,
     /// Computed exactly rather than sampled.
     pub exact: bool,
+    /// v(N) - v(empty) minus the sum of the estimator's values before they were projected
+    /// onto efficiency (the projection adds a share of it to every value).
+    pub efficiency_gap: f64,
 }
 
 /// When to stop sampling.
@@ -197,7 +175,7 @@ pub fn shapley(game: &dyn Game, options: &ShapleyOptions) -> Result<ShapleyResul
         Method::Auto => unstructured_choice(n, budget),
         chosen => chosen,
     };
-    let needs = |what: &str| MasreplayError::InvalidArgument(format!("method={:?} needs {what}", method.name()));
+    let needs = |what: &str| MasreplayError::InvalidArgument(format!("method={:?} needs {what}", method.as_str()));
     if method == Method::Exact
         && let Some(cap) = options.budget
         && exact::coalitions_needed(n) > cap as f64
@@ -261,13 +239,16 @@ fn permutation_estimate(game: &dyn Game, stopping: &Stopping, antithetic: bool) 
     sampling::estimate_by_orderings(game, &sampler, stopping)
 }
 
-/// Projects onto sum = v(N) - v(empty) (a shift of rounding size for every estimator here,
-/// each efficient by construction) and fills in what the caller sees.
+/// Projects onto sum = v(N) - v(empty), recording the gap it closed (rounding-sized for the
+/// estimators efficient by construction; stratified's is an estimation error), and fills in
+/// what the caller sees.
 fn finish(estimate: Estimate, total: f64, method: Method, game: &dyn Game) -> ShapleyResult {
     let mut values = estimate.values;
-    let gap = (total - values.iter().sum::<f64>()) / values.len() as f64;
-    values.iter_mut().for_each(|v| *v += gap);
+    let efficiency_gap = total - values.iter().sum::<f64>();
+    let share = efficiency_gap / values.len() as f64;
+    values.iter_mut().for_each(|v| *v += share);
     ShapleyResult {
+        efficiency_gap,
         values,
         stderr: estimate.stderr,
         evaluations: game.evaluations().unwrap_or(estimate.evaluations),

@@ -6,7 +6,6 @@
 //! the same at any thread count. Stopping is checked after each round of chunks, a fixed
 //! number, so it too does not depend on the threads.
 
-use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rayon::prelude::*;
 
@@ -23,17 +22,7 @@ const CHUNK_COALITIONS: usize = 4096;
 /// Units drawn before a standard error is trusted for stopping.
 const MIN_UNITS_FOR_STOPPING: u64 = 16;
 
-fn splitmix64(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^ (x >> 31)
-}
-
-/// The random stream of work item `index` under `seed`.
-pub fn stream(seed: u64, index: u64) -> Xoshiro256PlusPlus {
-    Xoshiro256PlusPlus::seed_from_u64(splitmix64(splitmix64(seed) ^ index))
-}
+pub use crate::rng::stream;
 
 /// Runs `work` on `n_items` items, in parallel unless `sequential`, results in item order.
 pub fn map_items<T: Send>(

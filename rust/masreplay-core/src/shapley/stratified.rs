@@ -7,6 +7,12 @@
 //! drawn depend on the values seen (unlike every other estimator here). Best on games with
 //! high-order interactions, where an ordering's marginal contributions are dominated by rare
 //! large terms; efficiency is restored by the dispatcher's projection.
+//!
+//! Standard errors are those of the projected values: each drawn coalition's influence on
+//! every player's value (the ratio means linearised), less its influence on the mean that the
+//! projection subtracts, summed in square over the sampled strata. Players' errors are
+//! strongly correlated (the same coalitions inform all of them), so the projection removes
+//! much of them; enumerated strata are a census and add none.
 
 use std::collections::HashMap;
 
@@ -57,15 +63,16 @@ fn allocate(sizes: &[usize], total: f64, weight: impl Fn(usize) -> f64, floor_ea
     sizes.iter().map(|&k| (k, floor_each + (total * weight(k) / sum).floor() as u64)).collect()
 }
 
+/// The coalitions of one size valued so far, with their per-player sums.
+struct Drawn {
+    stratum: Stratum,
+    coalitions: Coalitions,
+    values: Vec<f64>,
+}
+
 /// Values `count` coalitions of `size` drawn uniformly (or, with `enumerate`, all n of size
 /// 1 or n - 1) and sums them per player.
-fn draw(
-    game: &dyn Game,
-    size: usize,
-    count: u64,
-    enumerate: bool,
-    mut rng: Xoshiro256PlusPlus,
-) -> Result<(Stratum, u64)> {
+fn draw(game: &dyn Game, size: usize, count: u64, enumerate: bool, mut rng: Xoshiro256PlusPlus) -> Result<Drawn> {
     let n = game.n_players();
     let mut batch = Coalitions::new(n);
     if enumerate {
@@ -88,24 +95,29 @@ fn draw(
         }
     }
     let mut stratum = Stratum::new(n);
-    if !batch.is_empty() {
-        for (set, value) in batch.iter().zip(game.values(&batch)?) {
-            stratum.add(set, value);
-        }
+    let values = if batch.is_empty() { Vec::new() } else { game.values(&batch)? };
+    for (set, &value) in batch.iter().zip(&values) {
+        stratum.add(set, value);
     }
-    Ok((stratum, batch.len() as u64))
+    Ok(Drawn { stratum, coalitions: batch, values })
 }
 
-/// Mean and variance of the mean of (count, sum, sum of squares); `fallback` when empty.
-fn mean_and_variance(moments: [f64; 3], fallback: (f64, f64)) -> (f64, f64) {
-    let [count, sum, squares] = moments;
-    if count == 0.0 {
-        return fallback;
+/// Mean of (count, sum, sum of squares); `fallback` when empty.
+fn mean_or(moments: [f64; 3], fallback: f64) -> f64 {
+    let [count, sum, _] = moments;
+    if count == 0.0 { fallback } else { sum / count }
+}
+
+/// Standard deviation of a stratum's values (all players' sums agree on it: read player 0).
+fn spread_of(stratum: &Stratum) -> f64 {
+    let [count_in, sum_in, squares_in] = stratum.plus[0];
+    let [count_out, sum_out, squares_out] = stratum.minus[0];
+    let (count, sum, squares) = (count_in + count_out, sum_in + sum_out, squares_in + squares_out);
+    if count < 2.0 {
+        return 0.0;
     }
     let mean = sum / count;
-    let variance =
-        if count > 1.0 { ((squares / count - mean * mean).max(0.0) * count / (count - 1.0)) / count } else { 0.0 };
-    (mean, variance)
+    ((squares / count - mean * mean).max(0.0) * count / (count - 1.0)).sqrt()
 }
 
 pub fn stratified(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
@@ -144,13 +156,8 @@ pub fn stratified(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
         let count = pilot_counts.get(&size).copied().unwrap_or(0);
         draw(game, size, count, enumerate, stream(stopping.seed, size as u64))
     })?;
-    let spent: u64 = pilot.iter().map(|(_, count)| count).sum();
-    let spread = |k: usize| {
-        let [count_in, sum_in, squares_in] = pilot[k - 1].0.plus[0];
-        let [count_out, sum_out, squares_out] = pilot[k - 1].0.minus[0];
-        mean_and_variance([count_in + count_out, sum_in + sum_out, squares_in + squares_out], (0.0, 0.0)).1.sqrt()
-            * (count_in + count_out).sqrt()
-    };
+    let spent: u64 = pilot.iter().map(|drawn| drawn.values.len() as u64).sum();
+    let spread = |k: usize| spread_of(&pilot[k - 1].stratum);
     let rest = left.saturating_sub(spent) as f64;
     let total_spread: f64 = sampled_sizes.iter().map(|&k| spread(k)).sum();
     let follow_counts = if total_spread > 0.0 {
@@ -163,40 +170,77 @@ pub fn stratified(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
         let count = follow_counts.get(&size).copied().unwrap_or(0);
         draw(game, size, count, false, stream(stopping.seed, (n + size) as u64))
     })?;
-    let strata: Vec<(Stratum, u64)> = pilot
+    let strata: Vec<Drawn> = pilot
         .into_iter()
         .zip(follow)
-        .map(|((mut first, a), (second, b))| {
-            first.merge(&second);
-            (first, a + b)
+        .map(|(mut first, second)| {
+            first.stratum.merge(&second.stratum);
+            second.coalitions.iter().for_each(|set| first.coalitions.push(set));
+            first.values.extend(second.values);
+            first
+        })
+        .collect();
+    // Per stratum k (coalitions of k + 1 players) and player i: the mean value with i in
+    // (E[v(S + i)], |S| = k) and with i out (E[v(S + i)] of the next size down's term).
+    let means: Vec<(Vec<f64>, Vec<f64>)> = strata
+        .iter()
+        .map(|drawn| {
+            let all = stratum_mean(&drawn.stratum);
+            (
+                drawn.stratum.plus.iter().map(|&m| mean_or(m, all)).collect(),
+                drawn.stratum.minus.iter().map(|&m| mean_or(m, all)).collect(),
+            )
         })
         .collect();
     let mut values = vec![0.0; n];
-    let mut stderr = vec![0.0; n];
-    for i in 0..n {
-        let (mut total, mut variance) = (0.0, 0.0);
+    for (i, value) in values.iter_mut().enumerate() {
+        let mut total = 0.0;
         for k in 0..n {
-            // E[v(S + i)] over |S| = k is stratum k + 1 with i in; E[v(S)] is stratum k without i.
-            let with = if k + 1 == n {
-                (full, 0.0)
-            } else {
-                let all = stratum_mean(&strata[k].0);
-                mean_and_variance(strata[k].0.plus[i], (all, 0.0))
-            };
-            let without = if k == 0 {
-                (empty, 0.0)
-            } else {
-                let all = stratum_mean(&strata[k - 1].0);
-                mean_and_variance(strata[k - 1].0.minus[i], (all, 0.0))
-            };
-            total += with.0 - without.0;
-            variance += with.1 + without.1;
+            // E[v(S + i)] over |S| = k is stratum k with i in; E[v(S)] is stratum k - 1 without i.
+            let with = if k + 1 == n { full } else { means[k].0[i] };
+            let without = if k == 0 { empty } else { means[k - 1].1[i] };
+            total += with - without;
         }
-        values[i] = total / n as f64;
-        stderr[i] = variance.sqrt() / n as f64;
+        *value = total / n as f64;
     }
-    let evaluations = 2 + strata.iter().map(|(_, count)| count).sum::<u64>();
+    let enumerated = |size: usize| enumerate_edges && edges.contains(&size);
+    let mut variance = vec![0.0; n];
+    for (index, drawn) in strata.iter().enumerate() {
+        if !enumerated(index + 1) {
+            add_projected_variance(drawn, &means[index], &mut variance);
+        }
+    }
+    let stderr = variance.iter().map(|v| v.sqrt()).collect();
+    let evaluations = 2 + strata.iter().map(|drawn| drawn.values.len() as u64).sum::<u64>();
     Ok(Estimate { values, stderr, evaluations, converged: false, exact: false }.with_target(stopping))
+}
+
+/// Adds one sampled stratum's share of the variance of every projected value. Coalition A
+/// moves player i's value by psi_i(A) = (v(A) - mean in) / (n count in) when i is in A, by
+/// -(v(A) - mean out) / (n count out) when not; the projection subtracts the mean of psi
+/// over the players. The variance is the sum of squares of what is left, scaled for the means
+/// taken. (A side with no draw reads the stratum mean instead; its share is left out: it
+/// happens only when a stratum has fewer draws than players.)
+fn add_projected_variance(drawn: &Drawn, (mean_in, mean_out): &(Vec<f64>, Vec<f64>), variance: &mut [f64]) {
+    let n = variance.len();
+    let m = drawn.values.len();
+    if m < 2 {
+        return;
+    }
+    let (plus, minus) = (&drawn.stratum.plus, &drawn.stratum.minus);
+    let mut psi = vec![0.0; n];
+    let mut squares = vec![0.0; n];
+    for (set, &value) in drawn.coalitions.iter().zip(&drawn.values) {
+        for (i, slot) in psi.iter_mut().enumerate() {
+            let (count, mean, sign) =
+                if contains(set, i) { (plus[i][0], mean_in[i], 1.0) } else { (minus[i][0], mean_out[i], -1.0) };
+            *slot = sign * (value - mean) / (n as f64 * count);
+        }
+        let shift = psi.iter().sum::<f64>() / n as f64;
+        squares.iter_mut().zip(&psi).for_each(|(q, p)| *q += (p - shift) * (p - shift));
+    }
+    let scale = m as f64 / (m as f64 - 1.0);
+    variance.iter_mut().zip(&squares).for_each(|(v, q)| *v += scale * q);
 }
 
 /// Mean value over every coalition drawn in a stratum (each counted once, via player 0).

@@ -11,13 +11,15 @@
 //! continuation) and draw fresh noise. Each agent's true Shapley value is the sum of its
 //! events' contributions (the expected game is additive over agents).
 
+use rand::RngExt;
 use rand::seq::index::sample;
-use rand::{RngExt, SeedableRng};
 use rand_distr::StandardNormal;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rayon::prelude::*;
 
-use super::{SimConfig, generate, splitmix64};
+use super::{SimConfig, generate, stream};
+use crate::ensure;
+use crate::error::Result;
 use crate::trace::{CounterfactualKind, CounterfactualOf, EdgeType, EventType, Trace};
 
 #[derive(Clone, Debug)]
@@ -60,13 +62,13 @@ const BRANCH_STREAM: u64 = 0x6272_616e_6368;
 /// Contributions and substitutes are uniform on [-SCALE, SCALE].
 const SCALE: f64 = 0.5;
 
-pub fn generate_with_branches(config: &BranchConfig) -> Result<GroundTruth, String> {
-    if config.branches == 0 {
-        return Err("branches must be at least 1".into());
-    }
-    if !(config.noise.is_finite() && config.noise >= 0.0) {
-        return Err(format!("noise must be a finite number >= 0, got {}", config.noise));
-    }
+pub fn generate_with_branches(config: &BranchConfig) -> Result<GroundTruth> {
+    ensure!(config.branches >= 1, "branches must be at least 1");
+    ensure!(
+        config.noise.is_finite() && config.noise >= 0.0,
+        "noise must be a finite number >= 0, got {}",
+        config.noise
+    );
     let factual = generate(&config.base)?;
     let parts: Vec<GroundTruth> =
         factual.into_par_iter().enumerate().map(|(index, trace)| with_branches(config, index, trace)).collect();
@@ -87,8 +89,7 @@ fn set_team_reward(trace: &mut Trace, reward: f64) {
 }
 
 fn with_branches(config: &BranchConfig, index: usize, mut factual: Trace) -> GroundTruth {
-    let mut rng =
-        Xoshiro256PlusPlus::seed_from_u64(splitmix64(splitmix64(config.base.seed ^ BRANCH_STREAM) ^ index as u64));
+    let mut rng = stream(config.base.seed, BRANCH_STREAM, index);
     let contributions: Vec<f64> = factual.events.iter().map(|_| rng.random_range(-SCALE..=SCALE)).collect();
     let expected: f64 = contributions.iter().sum();
     set_team_reward(&mut factual, expected + config.noise * rng.sample::<f64, _>(StandardNormal));

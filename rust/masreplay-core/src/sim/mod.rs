@@ -9,14 +9,16 @@
 //! Every trace draws from its own RNG stream, derived from (seed, trace index), so traces are
 //! generated in parallel and come out the same at any thread count.
 
+use rand::RngExt;
 use rand::seq::IndexedRandom;
-use rand::{RngExt, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rayon::prelude::*;
 
 pub mod branches;
 
+use crate::error::Result;
 use crate::trace::{Costs, Edge, EdgeType, Event, EventType, NamedNumbers, Topology, Trace};
+use crate::{bail, ensure};
 
 /// What to generate. Ranges are inclusive `(min, max)`.
 #[derive(Clone, Debug)]
@@ -52,32 +54,28 @@ impl Default for SimConfig {
 
 impl SimConfig {
     /// Rejects a configuration that cannot describe a run, naming the argument at fault.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<()> {
         check_range("agents", self.agents, 1)?;
         check_range("fan_out", self.fan_out, 1)?;
         check_range("events_per_agent", self.events_per_agent, 0)?;
         if self.depth == 0 {
-            return Err("depth must be at least 1 (1 = the orchestrator spawns workers only), got 0".into());
+            bail!("depth must be at least 1 (1 = the orchestrator spawns workers only), got 0");
         }
         if self.group_size == 0 {
-            return Err("group_size must be at least 1, got 0".into());
+            bail!("group_size must be at least 1, got 0");
         }
         Ok(())
     }
 }
 
-fn check_range(name: &str, (low, high): (usize, usize), least: usize) -> Result<(), String> {
-    if low > high {
-        return Err(format!("{name}: the range ({low}, {high}) is empty; its minimum must not exceed its maximum"));
-    }
-    if low < least {
-        return Err(format!("{name}: the minimum must be at least {least}, got {low}"));
-    }
+fn check_range(name: &str, (low, high): (usize, usize), least: usize) -> Result<()> {
+    ensure!(low <= high, "{name}: the range ({low}, {high}) is empty; its minimum must not exceed its maximum");
+    ensure!(low >= least, "{name}: the minimum must be at least {least}, got {low}");
     Ok(())
 }
 
 /// Generates `config.n_traces` traces; the same configuration always gives the same traces.
-pub fn generate(config: &SimConfig) -> Result<Vec<Trace>, String> {
+pub fn generate(config: &SimConfig) -> Result<Vec<Trace>> {
     config.check()?;
     Ok((0..config.n_traces).into_par_iter().map(|index| TraceBuilder::new(config, index).build()).collect())
 }
@@ -91,14 +89,7 @@ const TASK_STREAM: u64 = 0x0074_6173_6b73;
 
 /// One RNG stream per (seed, domain, index): independent of the order work items run in.
 fn stream(seed: u64, domain: u64, index: usize) -> Xoshiro256PlusPlus {
-    Xoshiro256PlusPlus::seed_from_u64(splitmix64(splitmix64(seed ^ domain) ^ index as u64))
-}
-
-fn splitmix64(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
+    crate::rng::stream(seed ^ domain, index as u64)
 }
 
 /// Timestamps are whole milliseconds inside the generator, so "strictly later" is exact.
@@ -804,9 +795,9 @@ mod tests {
             (SimConfig { group_size: 0, ..SimConfig::default() }, "group_size"),
         ];
         for (config, name) in cases {
-            let error = generate(&config).unwrap_err();
+            let error = generate(&config).unwrap_err().to_string();
             assert!(error.starts_with(name), "{error:?} should name {name}");
         }
-        assert_eq!(generate(&SimConfig { n_traces: 0, ..SimConfig::default() }), Ok(Vec::new()));
+        assert_eq!(generate(&SimConfig { n_traces: 0, ..SimConfig::default() }).unwrap(), Vec::new());
     }
 }

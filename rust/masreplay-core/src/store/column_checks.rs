@@ -87,17 +87,14 @@ fn no_empty_text(array: &StringArray) -> bool {
     array.offsets().par_windows(2).all(|pair| pair[0] < pair[1])
 }
 
-/// Every key indexes its dictionary and names a non-empty string.
+/// Every key of a column without nulls names a non-empty string. Ingested columns are
+/// well-formed (`store/structure.rs` proves it first): the key of every non-null slot indexes
+/// its dictionary, so when every string is usable, no key needs reading.
 fn every_key_names_text<K: ArrowDictionaryKeyType>(array: &DictionaryArray<K>) -> bool {
     let texts = array.values().as_string::<i32>();
     let usable: Vec<bool> = (0..texts.len()).map(|k| texts.is_valid(k) && !texts.value(k).is_empty()).collect();
-    let keys = array.keys().values();
-    if usable.iter().all(|&u| u) {
-        // Only the bounds are left to check (a negative key reads as a huge usize).
-        let len = usable.len();
-        return keys.par_chunks(PASS_CHUNK).all(|chunk| chunk.iter().fold(true, |ok, key| ok & (key.as_usize() < len)));
-    }
-    keys.iter().all(|key| usable.get(key.as_usize()).copied().unwrap_or(false))
+    usable.iter().all(|&u| u)
+        || array.keys().values().iter().all(|key| usable.get(key.as_usize()).copied().unwrap_or(false))
 }
 
 /// Every number of a name -> number map column is present and finite (checked over the

@@ -5,21 +5,20 @@
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
-use arrow_array::make_array;
 use arrow_array::types::{Float64Type, Int8Type};
 use arrow_array::{
     Array, ArrayRef, BooleanArray, DictionaryArray, Int8Array, LargeListArray, ListArray, MapArray, RecordBatch,
     StringArray, StructArray, new_null_array,
 };
-use arrow_buffer::{BooleanBufferBuilder, NullBuffer, OffsetBuffer, ScalarBuffer};
-use arrow_data::ArrayData;
-use arrow_schema::{ArrowError, DataType, Field, FieldRef, Fields};
+use arrow_buffer::{OffsetBuffer, ScalarBuffer};
+use arrow_schema::{DataType, Field, FieldRef, Fields};
 use rayon::prelude::*;
 
 use super::build::{Derived, derived_columns};
 use super::column_checks::{AgentIndex, CleanColumns, DistinctIds};
-use super::nulls::{Zeros, share_null_columns};
-use super::schema::{EdgeColumns, EventColumns, SCHEMA_VERSION_KEY, TraceColumns, canonical_schema, vocabulary};
+use super::nulls::{Zeros, longest_column, share_null_columns};
+use super::schema::{EdgeColumns, EventColumns, TraceColumns, canonical_schema, vocabulary};
+use super::structure::WellFormed;
 use crate::error::{MasreplayError, ValidationError};
 use crate::trace::{CounterfactualKind, EdgeType, EventType, Topology};
 use crate::validate::{
@@ -50,75 +49,94 @@ fn conform(
         return Ok(array.clone());
     }
     match target {
-        DataType::Struct(fields) => {
-            let Some(source) = array.as_struct_opt() else {
-                return Err(schema_error(path, format!("expected a struct column, got {}", array.data_type())));
-            };
-            let mut children = Vec::with_capacity(fields.len());
-            let mut conformed_fields = Vec::with_capacity(fields.len());
-            for field in fields {
-                let child_path = format!("{path}/{}", field.name());
-                let child = match source.column_by_name(field.name()) {
-                    Some(child) => conform(child, field.data_type(), &child_path, relaxed, zeros)?,
-                    None if field.is_nullable() || relaxed && path.is_empty() && field.name() == "group_id" => {
-                        zeros.null_array(field.data_type(), source.len())
-                    }
-                    None if relaxed && super::schema::DERIVED_COLUMNS.contains(&field.name().as_str()) => {
-                        new_null_array(field.data_type(), source.len())
-                    }
-                    None => {
-                        return Err(schema_error(&child_path, format!("missing required column {:?}", field.name())));
-                    }
-                };
-                conformed_fields.push(relax(field, &child, relaxed));
-                children.push(child);
-            }
-            Ok(Arc::new(StructArray::try_new(Fields::from(conformed_fields), children, source.nulls().cloned())?))
-        }
-        DataType::List(item) => {
-            let (offsets, values, nulls) = if let Some(list) = array.as_list_opt::<i32>() {
-                (list.offsets().clone(), list.values().clone(), list.nulls().cloned())
-            } else if let Some(list) = array.as_any().downcast_ref::<LargeListArray>() {
-                let narrow: Result<Vec<i32>, _> = list.offsets().iter().map(|&o| i32::try_from(o)).collect();
-                let narrow = narrow.map_err(|_| schema_error(path, "list column too long for 32-bit offsets"))?;
-                (OffsetBuffer::new(ScalarBuffer::from(narrow)), list.values().clone(), list.nulls().cloned())
-            } else {
-                return Err(schema_error(path, format!("expected a list column, got {}", array.data_type())));
-            };
-            let values = conform(&values, item.data_type(), path, relaxed, zeros)?;
-            let item = relax(item, &values, relaxed);
-            Ok(Arc::new(ListArray::try_new(item, offsets, values, nulls)?))
-        }
-        DataType::Map(entries, sorted) => {
-            // Maps also arrive as list<struct<key, value>> (Polars) or with other entry names.
-            let (offsets, pairs, nulls) = if let Some(map) = array.as_map_opt() {
-                (map.offsets().clone(), map.entries().clone(), map.nulls().cloned())
-            } else if let Some(list) = array.as_list_opt::<i32>()
-                && let Some(pairs) = list.values().as_struct_opt()
-            {
-                (list.offsets().clone(), pairs.clone(), list.nulls().cloned())
-            } else {
-                return Err(schema_error(
-                    path,
-                    format!("expected a map of names to numbers, got {}", array.data_type()),
-                ));
-            };
-            if pairs.num_columns() != 2 {
-                return Err(schema_error(path, "map entries must have a key and a value"));
-            }
-            let DataType::Struct(entry_fields) = entries.data_type() else { unreachable!("map entries are structs") };
-            let cast_child = |i: usize| {
-                arrow_cast::cast(pairs.column(i), entry_fields[i].data_type()).map_err(|e| {
-                    schema_error(path, format!("map entry cannot be read as {}: {e}", entry_fields[i].data_type()))
-                })
-            };
-            let entries_array = StructArray::try_new(entry_fields.clone(), vec![cast_child(0)?, cast_child(1)?], None)?;
-            Ok(Arc::new(MapArray::try_new(entries.clone(), offsets, entries_array, nulls, *sorted)?))
-        }
+        DataType::Struct(fields) => conform_struct(array, fields, path, relaxed, zeros),
+        DataType::List(item) => conform_list(array, item, path, relaxed, zeros),
+        DataType::Map(entries, sorted) => conform_map(array, entries, *sorted, path),
         _ => arrow_cast::cast(array, target).map_err(|e| {
             schema_error(path, format!("column of type {} cannot be read as {target}: {e}", array.data_type()))
         }),
     }
+}
+
+/// Fields found by name; a missing one is filled with nulls where that is allowed (optional
+/// fields; with `relaxed`, the derived columns and a top-level group_id, both filled in later).
+fn conform_struct(
+    array: &ArrayRef,
+    fields: &Fields,
+    path: &str,
+    relaxed: bool,
+    zeros: &Zeros,
+) -> Result<ArrayRef, MasreplayError> {
+    let Some(source) = array.as_struct_opt() else {
+        return Err(schema_error(path, format!("expected a struct column, got {}", array.data_type())));
+    };
+    let mut children = Vec::with_capacity(fields.len());
+    let mut conformed_fields = Vec::with_capacity(fields.len());
+    for field in fields {
+        let child_path = format!("{path}/{}", field.name());
+        let child = match source.column_by_name(field.name()) {
+            Some(child) => conform(child, field.data_type(), &child_path, relaxed, zeros)?,
+            None if field.is_nullable() || relaxed && path.is_empty() && field.name() == "group_id" => {
+                zeros.null_array(field.data_type(), source.len())
+            }
+            None if relaxed && super::schema::DERIVED_COLUMNS.contains(&field.name().as_str()) => {
+                new_null_array(field.data_type(), source.len())
+            }
+            None => {
+                return Err(schema_error(&child_path, format!("missing required column {:?}", field.name())));
+            }
+        };
+        conformed_fields.push(relax(field, &child, relaxed));
+        children.push(child);
+    }
+    Ok(Arc::new(StructArray::try_new(Fields::from(conformed_fields), children, source.nulls().cloned())?))
+}
+
+/// A list, or a large list whose offsets fit 32 bits, with its items conformed.
+fn conform_list(
+    array: &ArrayRef,
+    item: &FieldRef,
+    path: &str,
+    relaxed: bool,
+    zeros: &Zeros,
+) -> Result<ArrayRef, MasreplayError> {
+    let (offsets, values, nulls) = if let Some(list) = array.as_list_opt::<i32>() {
+        (list.offsets().clone(), list.values().clone(), list.nulls().cloned())
+    } else if let Some(list) = array.as_any().downcast_ref::<LargeListArray>() {
+        let narrow: Result<Vec<i32>, _> = list.offsets().iter().map(|&o| i32::try_from(o)).collect();
+        let narrow = narrow.map_err(|_| schema_error(path, "list column too long for 32-bit offsets"))?;
+        (OffsetBuffer::new(ScalarBuffer::from(narrow)), list.values().clone(), list.nulls().cloned())
+    } else {
+        return Err(schema_error(path, format!("expected a list column, got {}", array.data_type())));
+    };
+    let values = conform(&values, item.data_type(), path, relaxed, zeros)?;
+    let item = relax(item, &values, relaxed);
+    Ok(Arc::new(ListArray::try_new(item, offsets, values, nulls)?))
+}
+
+/// A map of names to numbers. Maps also arrive as list<struct<key, value>> (Polars) or with
+/// other entry names.
+fn conform_map(array: &ArrayRef, entries: &FieldRef, sorted: bool, path: &str) -> Result<ArrayRef, MasreplayError> {
+    let (offsets, pairs, nulls) = if let Some(map) = array.as_map_opt() {
+        (map.offsets().clone(), map.entries().clone(), map.nulls().cloned())
+    } else if let Some(list) = array.as_list_opt::<i32>()
+        && let Some(pairs) = list.values().as_struct_opt()
+    {
+        (list.offsets().clone(), pairs.clone(), list.nulls().cloned())
+    } else {
+        return Err(schema_error(path, format!("expected a map of names to numbers, got {}", array.data_type())));
+    };
+    if pairs.num_columns() != 2 {
+        return Err(schema_error(path, "map entries must have a key and a value"));
+    }
+    let DataType::Struct(entry_fields) = entries.data_type() else { unreachable!("map entries are structs") };
+    let cast_child = |i: usize| {
+        arrow_cast::cast(pairs.column(i), entry_fields[i].data_type()).map_err(|e| {
+            schema_error(path, format!("map entry cannot be read as {}: {e}", entry_fields[i].data_type()))
+        })
+    };
+    let entries_array = StructArray::try_new(entry_fields.clone(), vec![cast_child(0)?, cast_child(1)?], None)?;
+    Ok(Arc::new(MapArray::try_new(entries.clone(), offsets, entries_array, nulls, sorted)?))
 }
 
 fn relax(field: &FieldRef, child: &ArrayRef, relaxed: bool) -> FieldRef {
@@ -513,91 +531,17 @@ pub(crate) fn trim_lists(batch: &RecordBatch) -> Result<RecordBatch, MasreplayEr
     Ok(RecordBatch::try_new(batch.schema(), columns)?)
 }
 
-/// Rows of the longest column of `batch`, counting the items of list columns.
-fn longest_column(batch: &RecordBatch) -> usize {
-    let items = batch.columns().iter().filter_map(|c| c.as_list_opt::<i32>()).map(|list| list.values().len());
-    items.fold(batch.num_rows(), usize::max)
-}
-
-/// Proves `batches` are well-formed Arrow (offsets in bounds and monotonic, UTF-8 text,
-/// dictionary keys inside their dictionaries, buffers long enough, ...) before any kernel reads
-/// them: data imported through the C interface or decoded from a file is only as sound as its
-/// producer. Also refuses a schema version this masreplay cannot read. Returns the batches to
-/// read, with the nulls of struct columns pushed down into their fields (see [`checked`]).
-pub fn check_structure(batches: &[RecordBatch]) -> Result<Vec<RecordBatch>, MasreplayError> {
-    batches
-        .iter()
-        .map(|batch| {
-            if let Some(version) = batch.schema().metadata().get(SCHEMA_VERSION_KEY) {
-                let reason = match version.trim().parse::<i64>() {
-                    Ok(version) => crate::validate::check_schema_version(version).err(),
-                    Err(_) => {
-                        Some(format!("schema metadata {SCHEMA_VERSION_KEY:?} is {version:?}, not a version number"))
-                    }
-                };
-                if let Some(reason) = reason {
-                    return Err(MasreplayError::Arrow(ArrowError::InvalidArgumentError(reason)));
-                }
-            }
-            let columns = batch
-                .columns()
-                .par_iter()
-                .map(|column| Ok(make_array(checked(column.to_data())?)))
-                .collect::<Result<Vec<ArrayRef>, ArrowError>>()?;
-            Ok(RecordBatch::try_new(batch.schema(), columns)?)
-        })
-        .collect()
-}
-
-/// `data` validated in full (what `ArrayData::validate_full` checks, children in parallel),
-/// with each struct's null slots marked null in its fields too. What a field holds under a null
-/// struct slot means nothing, and writers leave anything there (pyarrow leaves dictionary keys
-/// into an empty dictionary): marked null, it is neither checked nor read. The layout of a node
-/// is checked before its null bitmaps are combined, so that they are the right size.
-fn checked(data: ArrayData) -> Result<ArrayData, ArrowError> {
-    data.validate()?;
-    let parent_nulls = match data.data_type() {
-        DataType::Struct(_) => data.nulls().filter(|nulls| nulls.null_count() > 0).cloned(),
-        _ => None,
-    };
-    let children = data
-        .child_data()
-        .par_iter()
-        .map(|child| {
-            let Some(parent) = &parent_nulls else { return checked(child.clone()) };
-            child.validate()?;
-            // Struct slot j is field slot offset + j.
-            let mut valid = BooleanBufferBuilder::new(child.len());
-            valid.append_n(data.offset(), true);
-            valid.append_buffer(parent.inner());
-            valid.append_n(child.len().saturating_sub(data.offset() + data.len()), true);
-            let mut combined = NullBuffer::new(valid.finish());
-            if let Some(own) = child.nulls() {
-                combined = NullBuffer::new(combined.inner() & own.inner());
-            }
-            // SAFETY: only the validity of slots changes, on a layout just checked; the
-            // result is validated in full before it is returned.
-            checked(unsafe { child.clone().into_builder().nulls(Some(combined)).build_unchecked() })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let data = if parent_nulls.is_none() && children.iter().zip(data.child_data()).all(|(new, old)| new.ptr_eq(old)) {
-        data
-    } else {
-        // SAFETY: the same layout with more slots null; its own values are checked below.
-        unsafe { data.into_builder().child_data(children).build_unchecked() }
-    };
-    data.validate_nulls()?;
-    data.validate_values()?;
-    Ok(data)
-}
-
 /// Conforms, checks and completes Arrow data in the canonical layout (see module docs).
 pub fn ingest_batches(batches: &[RecordBatch]) -> Result<Ingested, MasreplayError> {
-    let batches = check_structure(batches)?;
+    ingest_well_formed(&WellFormed::check(batches)?)
+}
+
+/// [`ingest_batches`] for data already proven well-formed.
+pub fn ingest_well_formed(batches: &WellFormed) -> Result<Ingested, MasreplayError> {
     let schema = canonical_schema();
     let target = DataType::Struct(schema.fields().clone());
     let mut conformed = Vec::with_capacity(batches.len());
-    for batch in &batches {
+    for batch in batches.iter() {
         let trimmed = trim_lists(batch)?;
         let zeros = Zeros::new(longest_column(&trimmed));
         let whole: ArrayRef = Arc::new(StructArray::from(trimmed));

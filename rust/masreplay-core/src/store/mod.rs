@@ -9,6 +9,7 @@ mod nulls;
 mod parquet_io;
 mod read;
 pub mod schema;
+mod structure;
 
 use std::sync::Arc;
 
@@ -17,7 +18,7 @@ use arrow_array::{Array, ArrayRef, Int32Array, ListArray, RecordBatch, UInt32Arr
 use arrow_schema::{Field, Schema};
 
 pub use build::batch_from_traces;
-pub use ingest::{Ingested, ingest_batches};
+pub use ingest::{Ingested, ingest_batches, ingest_well_formed};
 pub(crate) use ingest::{trim_lists, with_canonical_codes};
 pub use memory::allocated_bytes;
 pub(crate) use nulls::share_null_columns;
@@ -25,6 +26,7 @@ pub use parquet_io::{read_parquet, write_parquet};
 pub(crate) use read::ChannelReader;
 pub(crate) use read::same_text;
 pub use read::{trace_at, trace_channel};
+pub use structure::WellFormed;
 
 use crate::error::{MasreplayError, Result};
 use crate::trace::Trace;
@@ -49,7 +51,12 @@ impl TraceBatch {
     /// Checks Arrow data in (or close to) the canonical layout; rejected traces are returned
     /// beside the batch of accepted ones.
     pub fn from_arrow(batches: &[RecordBatch]) -> Result<(Self, Vec<(usize, crate::error::ValidationError)>)> {
-        let Ingested { batch, rejected } = ingest_batches(batches)?;
+        Self::from_well_formed(&WellFormed::check(batches)?)
+    }
+
+    /// [`Self::from_arrow`] for data already proven well-formed (a Parquet file's batches).
+    pub fn from_well_formed(batches: &WellFormed) -> Result<(Self, Vec<(usize, crate::error::ValidationError)>)> {
+        let Ingested { batch, rejected } = ingest_well_formed(batches)?;
         Ok((Self::from_canonical(batch), rejected))
     }
 
@@ -57,7 +64,12 @@ impl TraceBatch {
     /// round trip, a saved buffer): checked like any Arrow input, and the first rejected trace
     /// is the error instead of a report.
     pub fn from_arrow_strict(batches: &[RecordBatch]) -> Result<Self> {
-        let Ingested { batch, rejected } = ingest_batches(batches)?;
+        Self::from_well_formed_strict(&WellFormed::check(batches)?)
+    }
+
+    /// [`Self::from_arrow_strict`] for data already proven well-formed.
+    pub fn from_well_formed_strict(batches: &WellFormed) -> Result<Self> {
+        let Ingested { batch, rejected } = ingest_well_formed(batches)?;
         match rejected.into_iter().next() {
             Some((_, error)) => Err(error.into()),
             None => Ok(Self::from_canonical(batch)),

@@ -97,7 +97,7 @@ impl Zeros {
     }
 
     /// An all-null array of `data_type` made of the zero buffer alone, where the type allows.
-    fn shared_null_array(&self, data_type: &DataType, len: usize) -> Option<ArrayRef> {
+    pub fn shared_null_array(&self, data_type: &DataType, len: usize) -> Option<ArrayRef> {
         if len > self.max_len {
             return None;
         }
@@ -166,11 +166,16 @@ impl Zeros {
     }
 }
 
+/// Rows of the longest column of `batch`, counting the items of list columns.
+pub(crate) fn longest_column(batch: &RecordBatch) -> usize {
+    let items = batch.columns().iter().filter_map(|c| c.as_list_opt::<i32>()).map(|list| list.values().len());
+    items.fold(batch.num_rows(), usize::max)
+}
+
 /// `batch` with its all-null optional columns sharing one zero buffer (see the module docs).
 /// List columns must hold only their rows' items (as ingested and trimmed batches do).
 pub(crate) fn share_null_columns(batch: &RecordBatch) -> RecordBatch {
-    let longest = batch.columns().iter().filter_map(|c| c.as_list_opt::<i32>()).map(|l| l.values().len());
-    let zeros = Zeros::new(longest.fold(batch.num_rows(), usize::max));
+    let zeros = Zeros::new(longest_column(batch));
     let schema = batch.schema();
     let columns = schema.fields().iter().zip(batch.columns()).map(|(f, c)| zeros.share_nulls(c, f.is_nullable()));
     RecordBatch::try_new(schema.clone(), columns.collect()).unwrap_or_else(|_| batch.clone())

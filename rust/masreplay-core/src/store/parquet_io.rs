@@ -16,6 +16,7 @@ use parquet::basic::{Compression, ZstdLevel};
 use parquet::errors::ParquetError;
 use parquet::file::properties::WriterProperties;
 
+use super::WellFormed;
 use crate::error::{MasreplayError, Result};
 
 fn io_error(path: &Path, source: std::io::Error) -> MasreplayError {
@@ -98,10 +99,10 @@ pub fn write_parquet(batch: &RecordBatch, path: &Path) -> Result<()> {
 
 /// Reads one Parquet file, all of its row groups. Any failure, including a panic of the
 /// Parquet decoder on a corrupted file (caught here as a last resort), names the file.
-pub fn read_parquet(path: &Path) -> Result<Vec<RecordBatch>> {
+pub fn read_parquet(path: &Path) -> Result<WellFormed> {
     let file = File::open(path).map_err(|e| io_error(path, e))?;
     let named = |reason: String| MasreplayError::DataFormat { path: path.display().to_string(), reason };
-    let read = move || -> std::result::Result<Vec<RecordBatch>, String> {
+    let read = move || -> std::result::Result<WellFormed, String> {
         let parquet = |e: ParquetError| e.to_string();
         let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(parquet)?.with_batch_size(8192);
         // The reader's batches drop the schema metadata that the file keeps; put it back.
@@ -112,7 +113,7 @@ pub fn read_parquet(path: &Path) -> Result<Vec<RecordBatch>> {
             .collect::<std::result::Result<Vec<_>, _>>()?;
         // A decoder is only as sound as the file: prove the arrays well-formed here, where the
         // error can name the file.
-        super::ingest::check_structure(&batches).map_err(|e| e.to_string())
+        WellFormed::check(&batches).map_err(|e| e.to_string())
     };
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(read)) {
         Ok(outcome) => outcome.map_err(named),

@@ -94,7 +94,7 @@ pub fn trace_at(batch: &RecordBatch, row: usize) -> Trace {
     let event_range = columns.events.value_offsets()[row] as usize..columns.events.value_offsets()[row + 1] as usize;
     let events = event_range
         .map(|j| {
-            let event_type = closed(ev.event_type, j, EventType::parse).expect("validated event type");
+            let event_type = closed(ev.event_type, j, EventType::from_name).expect("validated event type");
             let agent = dictionary_text(ev.agent, j).unwrap_or_default();
             let mut event = Event::new(ev.id.value(j), ev.t.value(j), event_type, agent);
             let owned = |array, j| dictionary_text(array, j).map(str::to_owned);
@@ -117,7 +117,7 @@ pub fn trace_at(batch: &RecordBatch, row: usize) -> Trace {
         .map(|k| Edge {
             src: ed.src.value(k) as u32,
             dst: ed.dst.value(k) as u32,
-            edge_type: closed(ed.edge_type, k, EdgeType::parse).expect("validated edge type"),
+            edge_type: closed(ed.edge_type, k, EdgeType::from_name).expect("validated edge type"),
         })
         .collect();
     let counterfactual_of = columns.counterfactual_of.is_valid(row).then(|| {
@@ -125,7 +125,7 @@ pub fn trace_at(batch: &RecordBatch, row: usize) -> Trace {
         CounterfactualOf {
             trace_id: of.column(0).as_string::<i32>().value(row).to_owned(),
             event_id: of.column(1).as_string::<i32>().value(row).to_owned(),
-            kind: closed(of.column(2).as_dictionary::<Int8Type>(), row, CounterfactualKind::parse)
+            kind: closed(of.column(2).as_dictionary::<Int8Type>(), row, CounterfactualKind::from_name)
                 .expect("validated counterfactual kind"),
         }
     });
@@ -136,7 +136,7 @@ pub fn trace_at(batch: &RecordBatch, row: usize) -> Trace {
         group_id: (group_id != task_id).then(|| group_id.to_owned()),
         task_id,
         system: text(columns.system, row),
-        topology: closed(columns.topology, row, Topology::parse),
+        topology: closed(columns.topology, row, Topology::from_name),
         policy_version: optional(columns.policy_version, row),
         counterfactual_of,
         events,

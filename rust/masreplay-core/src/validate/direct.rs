@@ -210,7 +210,7 @@ impl<'de> Visitor<'de> for EventVisitor<'_> {
                 }
                 "type" => {
                     seen.first(2)?;
-                    event.event_type = map.next_value::<Text>()?.enumerated(EventType::parse)?;
+                    event.event_type = map.next_value::<Text>()?.enumerated(EventType::from_name)?;
                 }
                 "agent" => {
                     seen.first(3)?;
@@ -288,7 +288,7 @@ impl<'de> Deserialize<'de> for NamedEdge<'de> {
                         }
                         "type" => {
                             seen.first(2)?;
-                            edge.edge_type = map.next_value::<Text>()?.enumerated(EdgeType::parse)?;
+                            edge.edge_type = map.next_value::<Text>()?.enumerated(EdgeType::from_name)?;
                         }
                         _ => return Err(decline()),
                     }
@@ -326,7 +326,7 @@ impl<'de> Visitor<'de> for CounterfactualVisitor {
                 }
                 "kind" => {
                     seen.first(2)?;
-                    of.kind = map.next_value::<Text>()?.enumerated(CounterfactualKind::parse)?;
+                    of.kind = map.next_value::<Text>()?.enumerated(CounterfactualKind::from_name)?;
                 }
                 // The Reader ignores other keys, but its DOM parsed their values in full.
                 _ => _ = map.next_value::<Value>()?,
@@ -420,7 +420,7 @@ impl<'de> Visitor<'de> for TraceVisitor {
                 "trace_id" => once(&mut parts.trace_id, map.next_value::<Text>()?.non_empty()?)?,
                 "task_id" => once(&mut parts.task_id, map.next_value::<Text>()?.non_empty()?)?,
                 "system" => once(&mut parts.system, map.next_value::<Text>()?.0.into_owned())?,
-                "topology" => once(&mut parts.topology, map.next_value::<Text>()?.enumerated(Topology::parse)?)?,
+                "topology" => once(&mut parts.topology, map.next_value::<Text>()?.enumerated(Topology::from_name)?)?,
                 "events" => once(&mut parts.events, map.next_value_seed(Seq(Events))?)?,
                 "edges" => once(&mut parts.edges, map.next_value()?)?,
                 "rewards" => once(&mut parts.rewards, map.next_value_seed(Object(Numbers { non_negative: false }))?)?,

@@ -6,5 +6,6 @@ mod fuzz_inputs;
 mod graph_properties;
 mod ingest_properties;
 mod metrics_properties;
+mod shapley_calibration;
 mod shapley_properties;
 mod validation;

@@ -82,6 +82,29 @@ fn parents_first(parents: &[i64]) -> impl Fn(&[u32]) -> bool + '_ {
     }
 }
 
+/// `game` made symmetric in players 0 and 1 (each term also appears with the two swapped),
+/// with `null_players` more players that no term contains.
+fn symmetrised(game: &SoumGame, null_players: usize) -> SoumGame {
+    let swap = |p: u32| match p {
+        0 => 1,
+        1 => 0,
+        p => p,
+    };
+    let terms: Vec<(Vec<u32>, f64)> = game
+        .terms()
+        .into_iter()
+        .flat_map(|(members, c)| [(members.iter().map(|&p| swap(p)).collect(), c / 2.0), (members, c / 2.0)])
+        .collect();
+    SoumGame::new(game.n_players() + null_players, terms).unwrap()
+}
+
+/// `a` and `b` differ by at most four of their combined standard errors: a sampled
+/// estimator keeps symmetry and the null player in expectation, and a test at four sigma
+/// fails by chance about once in 16,000 draws (a t law of a few dozen units a little more).
+fn within_noise(a: f64, b: f64, stderr_a: f64, stderr_b: f64) -> bool {
+    (a - b).abs() <= 4.0 * (stderr_a * stderr_a + stderr_b * stderr_b).sqrt() + 1e-9
+}
+
 fn soum_strategy(max_n: usize) -> impl Strategy<Value = SoumGame> {
     (2..=max_n, 1usize..12, any::<u64>()).prop_map(|(n, terms, seed)| SoumGame::random(n, terms, n, seed).unwrap())
 }
@@ -117,33 +140,37 @@ proptest! {
 
     #[test]
     fn every_method_is_efficient(game in soum_strategy(12), seed in any::<u64>(), tree in forest_strategy(12)) {
+        // The projection makes every sum efficient; the gap it closed is the test: rounding
+        // for the estimators efficient by construction, in the sampling and the exact regime.
         let n = game.n_players();
         let parents = tree[..n].to_vec();
+        let rounding = |result: &ShapleyResult| 1e-9 * (1.0 + result.values.iter().map(|v| v.abs()).sum::<f64>());
         for method in [Method::Exact, Method::Permutation, Method::Kernel, Method::Stratified, Method::Auto] {
             let result = run(&game, method, if method == Method::Exact { 1 << 12 } else { 500 }, seed);
             prop_assert!(efficiency_gap(&game, &result) < 1e-9, "{method:?}");
+            if method != Method::Stratified {
+                prop_assert!(result.efficiency_gap.abs() < rounding(&result), "{method:?}: gap {}", result.efficiency_gap);
+            }
         }
         for method in [Method::Precedence, Method::Permission] {
             for budget in [40, 5000] {
                 let options = ShapleyOptions { method, budget: Some(budget), seed, parents: Some(parents.clone()), ..Default::default() };
                 let result = with(options, &game);
                 prop_assert!(efficiency_gap(&game, &result) < 1e-9, "{method:?} at {budget}");
+                prop_assert!(result.efficiency_gap.abs() < rounding(&result), "{method:?} at {budget}: gap {}", result.efficiency_gap);
             }
         }
         for budget in [60, 100_000] {
             let options = ShapleyOptions { method: Method::Owen, budget: Some(budget), seed, unions: Some(nested_unions(n)), ..Default::default() };
-            prop_assert!(efficiency_gap(&game, &with(options, &game)) < 1e-9);
+            let result = with(options, &game);
+            prop_assert!(efficiency_gap(&game, &result) < 1e-9);
+            prop_assert!(result.efficiency_gap.abs() < rounding(&result), "owen at {budget}: gap {}", result.efficiency_gap);
         }
     }
 
     #[test]
     fn symmetric_players_get_equal_values(game in soum_strategy(9)) {
-        // Symmetrise in players 0 and 1: each term also appears with the two swapped.
-        let swap = |p: u32| match p { 0 => 1, 1 => 0, p => p };
-        let terms: Vec<(Vec<u32>, f64)> = game.terms().into_iter()
-            .flat_map(|(members, c)| [(members.iter().map(|&p| swap(p)).collect(), c / 2.0), (members, c / 2.0)])
-            .collect();
-        let symmetric = SoumGame::new(game.n_players(), terms).unwrap();
+        let symmetric = symmetrised(&game, 0);
         for method in [Method::Exact, Method::Kernel] {
             let result = run(&symmetric, method, 1 << 12, 3);
             prop_assert!((result.values[0] - result.values[1]).abs() < 1e-9, "{method:?}");
@@ -162,6 +189,33 @@ proptest! {
         let chain: Vec<i64> = (0..n as i64).map(|i| i - 1).collect();
         let options = ShapleyOptions { method: Method::Precedence, budget: Some(1000), seed, parents: Some(chain), ..Default::default() };
         prop_assert!(with(options, &padded).values[n - 1].abs() < 1e-12);
+    }
+
+    #[test]
+    fn symmetry_and_null_player_hold_in_the_sampling_regime(
+        game in (10usize..=13, 1usize..12, any::<u64>()).prop_map(|(n, terms, seed)| SoumGame::random(n, terms, 3, seed).unwrap()),
+        seed in any::<u64>(),
+    ) {
+        // Players 0 and 1 are symmetric, the last is null; 2^n exceeds the budget, so every
+        // estimator below samples. Terms of at most three players: a high-order term makes
+        // each nonzero value a rare draw, too unreliable in variance for a four-sigma check.
+        let game = symmetrised(&game, 1);
+        let n = game.n_players();
+        let budget = 1000;
+        for method in [Method::Kernel, Method::Stratified] {
+            let r = run(&game, method, budget, seed);
+            prop_assert!(!r.exact, "{method:?}");
+            prop_assert!(within_noise(r.values[0], r.values[1], r.stderr[0], r.stderr[1]), "{method:?}: {:?} +- {:?}", r.values, r.stderr);
+            prop_assert!(within_noise(r.values[n - 1], 0.0, r.stderr[n - 1], 0.0), "{method:?}: null {} +- {}", r.values[n - 1], r.stderr[n - 1]);
+        }
+        // Spawn tree: 0, 1 and the null player are children of player 2, the rest roots.
+        let parents: Vec<i64> = (0..n).map(|i| if i < 2 || i == n - 1 { 2 } else { -1 }).collect();
+        let options = ShapleyOptions { method: Method::Precedence, budget: Some(budget), seed, parents: Some(parents), ..Default::default() };
+        let r = with(options, &game);
+        prop_assert!(!r.exact);
+        prop_assert!(within_noise(r.values[0], r.values[1], r.stderr[0], r.stderr[1]), "precedence: {:?} +- {:?}", r.values, r.stderr);
+        // Every marginal contribution of a null player is zero, in every sampled ordering.
+        prop_assert!(r.values[n - 1].abs() < 1e-12 && r.stderr[n - 1] == 0.0);
     }
 
     #[test]
@@ -243,6 +297,17 @@ proptest! {
         prop_assert!(result.exact);
         assert_close(&result.values, &game.shapley_values(), 1e-8);
     }
+}
+
+#[test]
+fn stratified_reports_the_gap_it_leaves() {
+    // Stratified estimates every player from different coalitions, so its sum misses
+    // v(N) - v(empty) by an estimation error, which the result reports before projecting.
+    let game = SoumGame::random(30, 60, 30, 3).unwrap();
+    let result = run(&game, Method::Stratified, 2_000, 1);
+    let spread = result.stderr.iter().map(|e| e * e).sum::<f64>().sqrt();
+    assert!(result.efficiency_gap.abs() > 1e-6 * spread, "gap {} against stderr {spread}", result.efficiency_gap);
+    assert!(efficiency_gap(&game, &result) < 1e-9);
 }
 
 #[test]

@@ -4,7 +4,7 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::invalid;
+use crate::bail;
 use crate::error::Result;
 use crate::shapley::coalition::{CoalitionMap, CoalitionSet, Coalitions};
 use crate::shapley::game::Game;
@@ -21,10 +21,10 @@ impl<F: Fn(&Coalitions) -> Result<Vec<f64>> + Sync> CachedCallback<F> {
     /// `callback` receives at most `chunk` distinct, not yet valued coalitions per call.
     pub fn new(n_players: usize, chunk: usize, callback: F) -> Result<Self> {
         if n_players == 0 {
-            return invalid("n_players must be at least 1".into());
+            bail!("n_players must be at least 1");
         }
         if chunk == 0 {
-            return invalid("chunk_size must be at least 1".into());
+            bail!("chunk_size must be at least 1");
         }
         Ok(CachedCallback {
             n_players,
@@ -64,10 +64,10 @@ impl<F: Fn(&Coalitions) -> Result<Vec<f64>> + Sync> Game for CachedCallback<F> {
             (start..end).for_each(|i| part.push(missing.get(i)));
             let values = (self.callback)(&part)?;
             if values.len() != part.len() {
-                return invalid(format!("the game returned {} values for {} coalitions", values.len(), part.len()));
+                bail!("the game returned {} values for {} coalitions", values.len(), part.len());
             }
             if let Some(bad) = values.iter().position(|v| !v.is_finite()) {
-                return invalid(format!("the game returned a non-finite value ({}) for a coalition", values[bad]));
+                bail!("the game returned a non-finite value ({}) for a coalition", values[bad]);
             }
             self.evaluations.fetch_add(part.len() as u64, Ordering::Relaxed);
             let mut cache = self.cache();

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use super::invalid;
+use crate::bail;
 use crate::error::Result;
 use crate::shapley::coalition::{Coalitions, contains};
 use crate::shapley::game::Game;
@@ -28,16 +28,16 @@ impl EmpiricalGame {
     pub fn new(observed: &Coalitions, rewards: &[f64], order: usize) -> Result<Self> {
         let n = observed.n_players();
         if observed.is_empty() {
-            return invalid("empirical: no observations".into());
+            bail!("empirical: no observations");
         }
         if observed.len() != rewards.len() {
-            return invalid(format!("empirical: {} coalitions but {} rewards", observed.len(), rewards.len()));
+            bail!("empirical: {} coalitions but {} rewards", observed.len(), rewards.len());
         }
         if !(1..=2).contains(&order) {
-            return invalid(format!("empirical: order must be 1 or 2, got {order}"));
+            bail!("empirical: order must be 1 or 2, got {order}");
         }
         if let Some(i) = rewards.iter().position(|r| !r.is_finite()) {
-            return invalid(format!("empirical: reward {i} is not finite"));
+            bail!("empirical: reward {i} is not finite");
         }
         let mut sums: HashMap<Vec<u64>, (f64, f64)> = HashMap::new();
         for (set, &reward) in observed.iter().zip(rewards) {

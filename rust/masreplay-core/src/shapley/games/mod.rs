@@ -16,16 +16,13 @@ pub use simple::{AdditiveGame, WeightedVotingGame};
 pub use soum::SoumGame;
 pub use table::TableGame;
 
-use crate::error::{MasreplayError, Result};
-
-fn invalid<T>(message: String) -> Result<T> {
-    Err(MasreplayError::InvalidArgument(message))
-}
+use crate::bail;
+use crate::error::Result;
 
 /// Checks that a game has at least one player and every index is in range.
 fn check_players(what: &str, n_players: usize, players: &[u32]) -> Result<()> {
     if let Some(&bad) = players.iter().find(|&&p| p as usize >= n_players) {
-        return invalid(format!("{what}: player {bad} out of range for {n_players} players"));
+        bail!("{what}: player {bad} out of range for {n_players} players");
     }
     Ok(())
 }

@@ -1,17 +1,17 @@
 //! Two textbook games: additive (each player brings its own worth; Shapley = the worths)
 //! and weighted voting (a coalition wins when its weights reach the quota).
 
-use super::invalid;
+use crate::bail;
 use crate::error::Result;
 use crate::shapley::coalition::{Coalitions, contains};
 use crate::shapley::game::Game;
 
 fn check_weights(what: &str, weights: &[f64]) -> Result<()> {
     if weights.is_empty() {
-        return invalid(format!("{what}: at least one player is needed"));
+        bail!("{what}: at least one player is needed");
     }
     if let Some(i) = weights.iter().position(|w| !w.is_finite()) {
-        return invalid(format!("{what}: weight {i} is not finite"));
+        bail!("{what}: weight {i} is not finite");
     }
     Ok(())
 }
@@ -60,7 +60,7 @@ impl WeightedVotingGame {
     pub fn new(weights: Vec<f64>, quota: f64) -> Result<Self> {
         check_weights("weighted_voting", &weights)?;
         if !quota.is_finite() {
-            return invalid("weighted_voting: quota must be finite".into());
+            bail!("weighted_voting: quota must be finite");
         }
         Ok(WeightedVotingGame { weights, quota })
     }

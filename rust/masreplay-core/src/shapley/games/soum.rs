@@ -4,7 +4,8 @@
 use rand::{RngExt, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
-use super::{check_players, invalid};
+use super::check_players;
+use crate::bail;
 use crate::error::Result;
 use crate::shapley::coalition::{Coalitions, is_subset, words_for};
 use crate::shapley::game::Game;
@@ -25,7 +26,7 @@ pub struct SoumGame {
 impl SoumGame {
     pub fn new(n_players: usize, terms: Vec<(Vec<u32>, f64)>) -> Result<Self> {
         if n_players == 0 {
-            return invalid("soum: n must be at least 1".into());
+            bail!("soum: n must be at least 1");
         }
         let words = words_for(n_players);
         let mut masks = vec![0u64; terms.len() * words];
@@ -35,7 +36,7 @@ impl SoumGame {
         for (t, (members, coefficient)) in terms.iter().enumerate() {
             check_players("soum term", n_players, members)?;
             if !coefficient.is_finite() {
-                return invalid(format!("soum: term {t} has a non-finite coefficient"));
+                bail!("soum: term {t} has a non-finite coefficient");
             }
             let mask = &mut masks[t * words..(t + 1) * words];
             for &p in members {
@@ -43,7 +44,7 @@ impl SoumGame {
             }
             let size = crate::shapley::coalition::size(mask);
             if size == 0 {
-                return invalid(format!("soum: term {t} has no players"));
+                bail!("soum: term {t} has no players");
             }
             for p in 0..n_players {
                 if crate::shapley::coalition::contains(mask, p) {
@@ -73,7 +74,7 @@ impl SoumGame {
     /// uniform in [-1, 1] (the benchmark games of shapiq's SOUM).
     pub fn random(n_players: usize, n_terms: usize, max_order: usize, seed: u64) -> Result<Self> {
         if max_order == 0 || max_order > n_players {
-            return invalid(format!("soum: max_order must be in 1..={n_players}, got {max_order}"));
+            bail!("soum: max_order must be in 1..={n_players}, got {max_order}");
         }
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
         let mut pool: Vec<u32> = (0..n_players as u32).collect();

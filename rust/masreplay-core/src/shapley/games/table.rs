@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use super::invalid;
+use crate::bail;
 use crate::error::Result;
 use crate::shapley::coalition::{Coalitions, words_for};
 use crate::shapley::game::Game;
@@ -21,10 +21,10 @@ impl TableGame {
     pub fn dense(values: Vec<f64>) -> Result<Self> {
         let len = values.len();
         if len < 2 || !len.is_power_of_two() || len.trailing_zeros() as usize > MAX_DENSE_PLAYERS {
-            return invalid(format!("table: a dense table needs 2^n values (n in 1..={MAX_DENSE_PLAYERS}), got {len}"));
+            bail!("table: a dense table needs 2^n values (n in 1..={MAX_DENSE_PLAYERS}), got {len}");
         }
         if let Some(i) = values.iter().position(|v| !v.is_finite()) {
-            return invalid(format!("table: value {i} is not finite"));
+            bail!("table: value {i} is not finite");
         }
         Ok(TableGame::Dense { n_players: len.trailing_zeros() as usize, values })
     }
@@ -32,20 +32,20 @@ impl TableGame {
     /// `entries` are (players, value); a coalition listed twice is an error.
     pub fn sparse(n_players: usize, entries: Vec<(Vec<u32>, f64)>, default: f64) -> Result<Self> {
         if n_players == 0 {
-            return invalid("table: n_players must be at least 1".into());
+            bail!("table: n_players must be at least 1");
         }
         let mut values = HashMap::with_capacity(entries.len());
         for (players, value) in entries {
             super::check_players("table", n_players, &players)?;
             if !value.is_finite() {
-                return invalid(format!("table: the value of {players:?} is not finite"));
+                bail!("table: the value of {players:?} is not finite");
             }
             let mut set = vec![0u64; words_for(n_players)];
             for &p in &players {
                 crate::shapley::coalition::insert(&mut set, p as usize);
             }
             if values.insert(set, value).is_some() {
-                return invalid(format!("table: coalition {players:?} is listed twice"));
+                bail!("table: coalition {players:?} is listed twice");
             }
         }
         Ok(TableGame::Sparse { n_players, values, default })
