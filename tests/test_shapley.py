@@ -474,3 +474,37 @@ def test_hook_length_counts_and_uniform_orderings_from_python():
     np.testing.assert_allclose(exact.values, phi / len(valid), atol=1e-12)
     sampled = masreplay.shapley(game, method="precedence", parents=parents, budget=12, seed=0)
     assert not sampled.exact
+
+
+def _tied_trace(order: list[int]) -> dict:
+    """Two spawns of "w" at t = 1 (the one with the smaller id, by "orch", is the earliest) and
+    two agents whose first events tie at t = 2.5, stored in the given order."""
+    events = [
+        {"id": "s2", "t": 1.0, "type": "spawn", "agent": "helper", "to": "w"},
+        {"id": "s1", "t": 1.0, "type": "spawn", "agent": "orch", "to": "w"},
+        {"id": "a", "t": 0.0, "type": "orchestrator_decision", "agent": "orch"},
+        {"id": "h", "t": 0.5, "type": "spawn", "agent": "orch", "to": "helper"},
+        {"id": "c", "t": 2.0, "type": "tool_call", "agent": "w"},
+        {"id": "r", "t": 3.0, "type": "tool_result", "agent": "search"},
+        {"id": "m2", "t": 2.5, "type": "message", "agent": "x"},
+        {"id": "m1", "t": 2.5, "type": "message", "agent": "y"},
+    ]
+    edges = [("a", "h"), ("h", "s2"), ("a", "s1"), ("s1", "c"), ("c", "r")]
+    return {
+        "trace_id": "tied",
+        "task_id": "task",
+        "events": [events[i] for i in order],
+        "edges": [{"src": src, "dst": dst, "type": "causal"} for src, dst in edges],
+        "rewards": {"team": 1.0},
+        "costs": {"tokens": 0, "wall_clock_s": 0},
+    }
+
+
+def test_trace_players_break_time_ties_by_event_id_not_by_row():
+    # Events in time order are ordered by (t, id), as the metrics and advantages order them:
+    # the earliest spawn of "w" is s1 (by orch), and y (m1) comes before x (m2).
+    for order in ([0, 1, 2, 3, 4, 5, 6, 7], [7, 6, 5, 4, 3, 2, 1, 0], [1, 0, 6, 7, 2, 3, 5, 4]):
+        players = masreplay.trace_players([_tied_trace(order)])
+        assert players["label"].to_pylist() == ["orch", "helper", "w", "y", "x"]
+        assert players["parent"].to_pylist() == [-1, 0, 0, -1, -1]
+        assert players["n_events"].to_pylist() == [3, 1, 2, 1, 1]

@@ -1,5 +1,5 @@
 //! masreplay-core: the pure-Rust storage and credit engine behind the `masreplay` Python
-//! package. Data flows one way: source -> [`validate`] -> [`store`] / [`graph`] -> estimators.
+//! package. Data flows one way: source -> [`validate`] -> [`store`] / [`graph`] -> [`trace_view`] -> estimators.
 
 pub mod advantage;
 pub mod buffer;
@@ -11,8 +11,10 @@ pub mod names;
 pub mod rng;
 pub mod shapley;
 pub mod sim;
+mod stamped;
 pub mod store;
 pub mod trace;
+pub mod trace_view;
 pub mod validate;
 
 pub use error::{MasreplayError, Result, ValidationError};

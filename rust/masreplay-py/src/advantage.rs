@@ -2,7 +2,8 @@
 //! masreplay_core::advantage with the GIL released.
 
 use masreplay_core::advantage::{
-    self, BatchOptions, Compat, Estimator, Output, ReturnKind, Scale, Spec, SqrtKernel, Stratum, Unit, dense_codes,
+    self, AdvantageFloat, BatchOptions, Compat, Estimator, ReturnKind, Scale, Spec, SqrtKernel, Stratum, Unit,
+    dense_codes,
 };
 use masreplay_core::{MasreplayError, bail, ensure};
 use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
@@ -37,7 +38,7 @@ fn strata(names: Vec<Arg<Stratum>>) -> Vec<Stratum> {
     names.into_iter().map(|name| name.0).collect()
 }
 
-fn to_numpy<'py, T: Output + numpy::Element>(py: Python<'py>, values: Vec<T>) -> Bound<'py, PyAny> {
+fn to_numpy<'py, T: AdvantageFloat + numpy::Element>(py: Python<'py>, values: Vec<T>) -> Bound<'py, PyAny> {
     values.into_pyarray(py).into_any()
 }
 

@@ -7,15 +7,16 @@
 //! counts). Without strata and without per-event credit both reduce to one row per trace:
 //! plain group normalisation of trace rewards.
 
-use super::kernel::{Rows, normalize};
+use super::kernel::normalize;
+use super::rows::Rows;
 use super::spec::Spec;
 use super::strata::{Stratum, joint_codes};
-use super::trace_graph::BatchView;
 use super::weights::loss_weights;
 use crate::bail;
 use crate::error::Result;
 use crate::store::TraceBatch;
 use crate::trace::Unit;
+use crate::trace_view::BatchView;
 
 pub struct BatchOptions<'a> {
     /// One reward per trace (NaN: missing).
@@ -73,97 +74,170 @@ fn means(values: &[f64], bounds: impl Fn(usize) -> std::ops::Range<usize>, n: us
 pub fn batch_advantages(batch: &TraceBatch, options: &BatchOptions) -> Result<BatchAdvantages> {
     let view = BatchView::new(batch);
     check(&view, options)?;
-    let (n_traces, n_events) = (view.n_traces(), view.n_events());
-    let trace_of_event: Vec<u32> =
-        (0..n_traces).flat_map(|t| std::iter::repeat_n(t as u32, view.events_of(t).len())).collect();
-    let event_tokens: Vec<f64> = (0..n_events).map(|e| view.tokens(e).map_or(1.0, |t| t as f64)).collect();
-    let strata = if options.normalize_by.is_empty() { None } else { Some(joint_codes(&view, options.normalize_by)?) };
-    let value_of_event = |e: usize| match options.event_values {
-        Some(credit) => credit[e],
-        None => options.trace_values[trace_of_event[e] as usize],
-    };
-
-    let (per_trace, per_event) = if strata.is_none() && options.event_values.is_none() {
-        let lengths: Vec<f64> = (0..n_traces).map(|t| event_tokens[view.events_of(t)].iter().sum()).collect();
-        let rows = Rows {
-            values: options.trace_values,
-            groups: options.groups,
-            n_groups: options.n_groups,
-            strata: None,
-            lengths: Some(&lengths),
-            tokens: None,
-        };
-        let per_trace: Vec<f64> = normalize(&rows, &options.spec)?;
-        let per_event = trace_of_event.iter().map(|&t| per_trace[t as usize]).collect();
-        (per_trace, per_event)
+    let events = Events::new(&view, options)?;
+    let (per_trace, per_event) = if events.strata.is_none() && options.event_values.is_none() {
+        row_per_trace(&events)?
     } else if options.unit == Unit::Events {
-        let values: Vec<f64> = (0..n_events).map(value_of_event).collect();
-        let groups: Vec<u32> = trace_of_event.iter().map(|&t| options.groups[t as usize]).collect();
-        let rows = Rows {
-            values: &values,
-            groups: &groups,
-            n_groups: options.n_groups,
-            strata: strata.as_ref().map(|(codes, n)| (codes.as_slice(), *n)),
-            lengths: Some(&event_tokens),
-            tokens: None,
-        };
-        let per_event: Vec<f64> = normalize(&rows, &options.spec)?;
-        let per_trace = means(&per_event, |t| view.events_of(t), n_traces);
-        (per_trace, per_event)
+        row_per_event(&events)?
     } else {
-        // One row per (trace, stratum) pair; `row_of_event` maps events onto them.
-        let zero = vec![0u32; n_events];
-        let (codes, n_codes) = strata.as_ref().map_or((zero.as_slice(), 1), |(c, n)| (c.as_slice(), *n));
+        row_per_trace_and_stratum(&events)?
+    };
+    let weights = weights(events)?;
+    debug_assert_eq!(weights.len(), per_event.len());
+    Ok(BatchAdvantages { per_trace, per_event, weights })
+}
+
+/// What every layout of rows reads of the batch's events.
+struct Events<'a> {
+    view: &'a BatchView<'a>,
+    options: &'a BatchOptions<'a>,
+    trace_of_event: Vec<u32>,
+    /// Each event's token count (1 where not recorded): the rows' lengths.
+    tokens: Vec<f64>,
+    /// Each event's joint code of `normalize_by`, and the number of codes.
+    strata: Option<(Vec<u32>, usize)>,
+}
+
+/// Advantages per trace and per event.
+type Advantages = (Vec<f64>, Vec<f64>);
+
+impl<'a> Events<'a> {
+    fn new(view: &'a BatchView<'a>, options: &'a BatchOptions<'a>) -> Result<Self> {
+        let trace_of_event =
+            (0..view.n_traces()).flat_map(|t| std::iter::repeat_n(t as u32, view.events_of(t).len())).collect();
+        let tokens = (0..view.n_events()).map(|e| view.tokens(e).map_or(1.0, |t| t as f64)).collect();
+        let strata =
+            if options.normalize_by.is_empty() { None } else { Some(joint_codes(view, options.normalize_by)?) };
+        Ok(Events { view, options, trace_of_event, tokens, strata })
+    }
+
+    /// The event's credit, or its trace's reward.
+    fn value(&self, e: usize) -> f64 {
+        match self.options.event_values {
+            Some(credit) => credit[e],
+            None => self.options.trace_values[self.trace_of_event[e] as usize],
+        }
+    }
+}
+
+/// Plain group normalisation of the trace rewards, broadcast to the events.
+fn row_per_trace(events: &Events) -> Result<Advantages> {
+    let (view, options) = (events.view, events.options);
+    let lengths: Vec<f64> = (0..view.n_traces()).map(|t| events.tokens[view.events_of(t)].iter().sum()).collect();
+    let rows = Rows {
+        values: options.trace_values,
+        groups: options.groups,
+        n_groups: options.n_groups,
+        strata: None,
+        lengths: Some(&lengths),
+        tokens: None,
+    };
+    let per_trace: Vec<f64> = normalize(&rows, &options.spec)?;
+    let per_event = events.trace_of_event.iter().map(|&t| per_trace[t as usize]).collect();
+    Ok((per_trace, per_event))
+}
+
+/// Every event a row (Dr. MAS: every step of agent k counts); a trace's advantage is the
+/// mean of its events'.
+fn row_per_event(events: &Events) -> Result<Advantages> {
+    let (view, options) = (events.view, events.options);
+    let values: Vec<f64> = (0..view.n_events()).map(|e| events.value(e)).collect();
+    let groups: Vec<u32> = events.trace_of_event.iter().map(|&t| options.groups[t as usize]).collect();
+    let rows = Rows {
+        values: &values,
+        groups: &groups,
+        n_groups: options.n_groups,
+        strata: events.strata.as_ref().map(|(codes, n)| (codes.as_slice(), *n)),
+        lengths: Some(&events.tokens),
+        tokens: None,
+    };
+    let per_event: Vec<f64> = normalize(&rows, &options.spec)?;
+    let per_trace = means(&per_event, |t| view.events_of(t), view.n_traces());
+    Ok((per_trace, per_event))
+}
+
+/// One row per (trace, stratum) pair present: its value is the mean of its events' values,
+/// its length their tokens.
+struct CellRows {
+    stratum: Vec<u32>,
+    trace: Vec<u32>,
+    values: Vec<f64>,
+    lengths: Vec<f64>,
+    row_of_event: Vec<u32>,
+    /// Trace t owns rows `trace_rows[t]..trace_rows[t + 1]`.
+    trace_rows: Vec<usize>,
+}
+
+impl CellRows {
+    fn new(events: &Events, codes: &[u32], n_codes: usize) -> Self {
+        let view = events.view;
         let mut local = vec![u32::MAX; n_codes];
-        let mut row_of_event = vec![0u32; n_events];
-        let (mut row_stratum, mut row_trace, mut row_sum, mut row_count, mut row_length) =
-            (Vec::new(), Vec::new(), Vec::<f64>::new(), Vec::<f64>::new(), Vec::<f64>::new());
-        let mut trace_rows = vec![0usize; n_traces + 1];
-        for t in 0..n_traces {
+        let mut rows = CellRows {
+            stratum: Vec::new(),
+            trace: Vec::new(),
+            values: Vec::new(),
+            lengths: Vec::new(),
+            row_of_event: vec![0u32; view.n_events()],
+            trace_rows: vec![0usize; view.n_traces() + 1],
+        };
+        let mut counts: Vec<f64> = Vec::new();
+        for t in 0..view.n_traces() {
             for e in view.events_of(t) {
                 let code = codes[e] as usize;
                 if local[code] == u32::MAX {
-                    local[code] = row_stratum.len() as u32;
-                    row_stratum.push(code as u32);
-                    row_trace.push(t as u32);
-                    row_sum.push(0.0);
-                    row_count.push(0.0);
-                    row_length.push(0.0);
+                    local[code] = rows.stratum.len() as u32;
+                    rows.stratum.push(code as u32);
+                    rows.trace.push(t as u32);
+                    rows.values.push(0.0);
+                    counts.push(0.0);
+                    rows.lengths.push(0.0);
                 }
                 let row = local[code] as usize;
-                row_of_event[e] = row as u32;
-                row_sum[row] += value_of_event(e);
-                row_count[row] += 1.0;
-                row_length[row] += event_tokens[e];
+                rows.row_of_event[e] = row as u32;
+                rows.values[row] += events.value(e);
+                counts[row] += 1.0;
+                rows.lengths[row] += events.tokens[e];
             }
             for e in view.events_of(t) {
                 local[codes[e] as usize] = u32::MAX;
             }
-            trace_rows[t + 1] = row_stratum.len();
+            rows.trace_rows[t + 1] = rows.stratum.len();
         }
-        let values: Vec<f64> = row_sum.iter().zip(&row_count).map(|(s, c)| s / c).collect();
-        let groups: Vec<u32> = row_trace.iter().map(|&t| options.groups[t as usize]).collect();
-        let rows = Rows {
-            values: &values,
-            groups: &groups,
-            n_groups: options.n_groups,
-            strata: strata.as_ref().map(|_| (row_stratum.as_slice(), n_codes)),
-            lengths: Some(&row_length),
-            tokens: None,
-        };
-        let per_row: Vec<f64> = normalize(&rows, &options.spec)?;
-        let per_event = row_of_event.iter().map(|&r| per_row[r as usize]).collect();
-        let per_trace = means(&per_row, |t| trace_rows[t]..trace_rows[t + 1], n_traces);
-        (per_trace, per_event)
-    };
+        rows.values.iter_mut().zip(&counts).for_each(|(sum, count)| *sum /= count);
+        rows
+    }
+}
 
-    let weight_by = if options.weight_by.is_empty() { &[Stratum::Agent][..] } else { options.weight_by };
-    let (weight_codes, n_weight_codes) = if weight_by == options.normalize_by {
-        strata.expect("normalize_by is weight_by and not empty")
-    } else {
-        joint_codes(&view, weight_by)?
+/// A trace counts once in every cell it appears in, whatever its number of events; a trace's
+/// advantage is the mean of its rows'.
+fn row_per_trace_and_stratum(events: &Events) -> Result<Advantages> {
+    let (view, options) = (events.view, events.options);
+    let zero = vec![0u32; view.n_events()];
+    let (codes, n_codes) = events.strata.as_ref().map_or((zero.as_slice(), 1), |(c, n)| (c.as_slice(), *n));
+    let cells = CellRows::new(events, codes, n_codes);
+    let groups: Vec<u32> = cells.trace.iter().map(|&t| options.groups[t as usize]).collect();
+    let rows = Rows {
+        values: &cells.values,
+        groups: &groups,
+        n_groups: options.n_groups,
+        strata: events.strata.as_ref().map(|_| (cells.stratum.as_slice(), n_codes)),
+        lengths: Some(&cells.lengths),
+        tokens: None,
     };
-    let weights = loss_weights(&view, options.groups, options.n_groups, &weight_codes, n_weight_codes);
-    debug_assert_eq!(weights.len(), per_event.len());
-    Ok(BatchAdvantages { per_trace, per_event, weights })
+    let per_row: Vec<f64> = normalize(&rows, &options.spec)?;
+    let per_event = cells.row_of_event.iter().map(|&r| per_row[r as usize]).collect();
+    let per_trace = means(&per_row, |t| cells.trace_rows[t]..cells.trace_rows[t + 1], view.n_traces());
+    Ok((per_trace, per_event))
+}
+
+/// The loss weights over the strata of `weight_by` (the agents by default), reusing the codes
+/// of `normalize_by` when they are the same strata.
+fn weights(events: Events) -> Result<Vec<f64>> {
+    let (view, options) = (events.view, events.options);
+    let weight_by = if options.weight_by.is_empty() { &[Stratum::Agent][..] } else { options.weight_by };
+    let (codes, n_codes) = match events.strata {
+        Some(codes) if weight_by == options.normalize_by => codes,
+        _ => joint_codes(view, weight_by)?,
+    };
+    Ok(loss_weights(view, options.groups, options.n_groups, &codes, n_codes))
 }

@@ -12,51 +12,15 @@
 use rayon::prelude::*;
 
 use super::cell::{Cell, batch_std};
+use super::float::AdvantageFloat;
+use super::rows::Rows;
 use super::scatter::{self, normalize_scattered};
 use super::small::{Block, Declined, Labels, SMALL_ROWS, Small, normalize_small_group, plain_run, small_path};
 use super::spec::{Compat, Estimator, Scale, Spec};
 use super::torch_sum::torch_sum_threads_of;
 use crate::bail;
 use crate::error::{MasreplayError, Result};
-
-/// The rows to normalise: a value, a dense group code and optionally a dense stratum code
-/// and a length (token count; OPO's and REINFORCE++'s weights) per row.
-#[derive(Clone, Copy, Debug)]
-pub struct Rows<'a> {
-    pub values: &'a [f64],
-    pub groups: &'a [u32],
-    pub n_groups: usize,
-    pub strata: Option<(&'a [u32], usize)>,
-    pub lengths: Option<&'a [f64]>,
-    /// verl's response mask (rows x width, row-major, 0 or 1) and its width, for REINFORCE++'s
-    /// token-level whitening under `Compat::Verl`; without it each row's `lengths` tokens
-    /// come first in a width of the longest row.
-    pub tokens: Option<(&'a [f32], usize)>,
-}
-
-/// The element type of the advantages handed to a trainer.
-pub trait Output: Copy + Default + Send + Sync {
-    fn from_f64(x: f64) -> Self;
-    fn to_f64(self) -> f64;
-}
-
-impl Output for f64 {
-    fn from_f64(x: f64) -> Self {
-        x
-    }
-    fn to_f64(self) -> f64 {
-        self
-    }
-}
-
-impl Output for f32 {
-    fn from_f64(x: f64) -> Self {
-        x as f32
-    }
-    fn to_f64(self) -> f64 {
-        self as f64
-    }
-}
+use crate::stamped::StampedIndex;
 
 /// Arbitrary integer keys -> dense codes `0..n`. A key range no wider than a few times the
 /// number of rows is used directly (code = key - min: no hashing); wider ranges are numbered
@@ -131,11 +95,10 @@ fn layout(groups: &[u32], n_groups: usize, gather: bool) -> Layout {
     Layout::Gathered { bounds, order }
 }
 
-/// Per-thread buffers: stratum code -> local cell, valid where `stamp` is `generation`.
+/// Per-thread buffers.
 struct Scratch {
-    stamp: Vec<u32>,
-    local: Vec<u32>,
-    generation: u32,
+    /// Stratum code -> the group's cell of that stratum.
+    cell_of_stratum: StampedIndex,
     cells: Vec<Cell>,
     cell_of_row: Vec<u32>,
     /// The trainer modes: the group's rows by cell (`cell_bounds`), their fp32 values and
@@ -151,9 +114,7 @@ struct Scratch {
 impl Scratch {
     fn new(n_strata: usize) -> Self {
         Scratch {
-            stamp: vec![0; n_strata],
-            local: vec![0; n_strata],
-            generation: 0,
+            cell_of_stratum: StampedIndex::new(n_strata),
             cells: Vec::new(),
             cell_of_row: Vec::new(),
             cell_bounds: Vec::new(),
@@ -166,23 +127,19 @@ impl Scratch {
     }
 
     fn next_group(&mut self) {
-        self.generation = self.generation.wrapping_add(1);
-        if self.generation == 0 {
-            self.stamp.fill(0);
-            self.generation = 1;
-        }
+        self.cell_of_stratum.clear();
         self.cells.clear();
         self.cell_of_row.clear();
     }
 
     fn cell_of(&mut self, stratum: u32) -> u32 {
-        let s = stratum as usize;
-        if self.stamp[s] != self.generation {
-            self.stamp[s] = self.generation;
-            self.local[s] = self.cells.len() as u32;
-            self.cells.push(Cell::default());
+        if let Some(cell) = self.cell_of_stratum.get(stratum) {
+            return cell;
         }
-        self.local[s]
+        let cell = self.cells.len() as u32;
+        self.cell_of_stratum.insert(stratum, cell);
+        self.cells.push(Cell::default());
+        cell
     }
 
     /// The trainer modes' fp32 statistics of every cell, from its rows in row order.
@@ -221,7 +178,7 @@ impl Scratch {
 
 /// Normalises the rows of one group; `row(k)` is the k-th row of the group and `out[k]` its
 /// advantage.
-fn normalize_group<T: Output>(
+fn normalize_group<T: AdvantageFloat>(
     rows: &Rows,
     labels: Labels,
     row: impl Fn(usize) -> usize,
@@ -287,7 +244,7 @@ struct Walk<'a, T> {
     scratch: &'a mut Scratch,
 }
 
-impl<T: Output> Walk<'_, T> {
+impl<T: AdvantageFloat> Walk<'_, T> {
     /// The group written to output rows `lo..hi`, its k-th row being `row(k)`; an error for
     /// an infinite value (found only by the small paths: the others run after a check).
     fn group(&mut self, lo: usize, hi: usize, row: impl Fn(usize) -> usize) -> Result<()> {
@@ -359,7 +316,7 @@ fn piece_rows(n: usize) -> usize {
 
 /// Walks every group in parallel; `out` is in the order of `bounds`.
 #[allow(clippy::too_many_arguments)]
-fn run_groups<T: Output>(
+fn run_groups<T: AdvantageFloat>(
     rows: &Rows,
     labels: Labels,
     contiguous: bool,
@@ -413,7 +370,7 @@ fn check_values(values: &[f64], lengths: Option<&[f64]>) -> Result<()> {
 }
 
 /// Normalises every group given its layout; REINFORCE++'s batch whitening last.
-fn normalize_layout<T: Output>(rows: &Rows, labels: Labels, layout: Layout, spec: &Spec) -> Result<Vec<T>> {
+fn normalize_layout<T: AdvantageFloat>(rows: &Rows, labels: Labels, layout: Layout, spec: &Spec) -> Result<Vec<T>> {
     let n = rows.values.len();
     let batch_std = if spec.scale == Scale::Batch { batch_std(rows.values, spec) } else { (0.0, 0.0) };
     let mut out = vec![T::default(); n];
@@ -439,7 +396,16 @@ fn normalize_layout<T: Output>(rows: &Rows, labels: Labels, layout: Layout, spec
 }
 
 /// Advantages of `rows` under `spec`, one per row, in row order.
-pub fn normalize<T: Output>(rows: &Rows, spec: &Spec) -> Result<Vec<T>> {
+pub fn normalize<T: AdvantageFloat>(rows: &Rows, spec: &Spec) -> Result<Vec<T>> {
+    check_rows(rows)?;
+    let labels = rows.strata.map_or(Labels::None, |(codes, _)| Labels::Dense(codes));
+    let gather = !scatter::applies(rows, spec);
+    normalize_layout(rows, labels, layout(rows.groups, rows.n_groups, gather), spec)
+}
+
+/// Every array of `rows` has a value per row, every code is in range, every value finite
+/// (or NaN) and every length finite and >= 0.
+fn check_rows(rows: &Rows) -> Result<()> {
     let n = rows.values.len();
     if rows.groups.len() != n {
         bail!("groups has {} entries for {n} values", rows.groups.len());
@@ -455,10 +421,7 @@ pub fn normalize<T: Output>(rows: &Rows, spec: &Spec) -> Result<Vec<T>> {
             bail!("stratum code {bad} out of range for {n_strata} strata");
         }
     }
-    check_values(rows.values, rows.lengths)?;
-    let labels = rows.strata.map_or(Labels::None, |(codes, _)| Labels::Dense(codes));
-    let gather = !scatter::applies(rows, spec);
-    normalize_layout(rows, labels, layout(rows.groups, rows.n_groups, gather), spec)
+    check_values(rows.values, rows.lengths)
 }
 
 /// Where each piece of rows labelled in sorted runs starts: about [`piece_rows`] apart, each
@@ -494,7 +457,7 @@ enum Stop {
 /// of GRPO rollouts), for a spec of the small paths: one pass over the rows, finding each
 /// group where it ends, checking the values and normalising it. None, as soon as a piece
 /// finds otherwise, when the labels are not laid out so: the caller takes the general path.
-fn normalize_sorted_runs<T: Output>(
+fn normalize_sorted_runs<T: AdvantageFloat>(
     values: &[f64],
     groups: &[i64],
     labels: Labels,
@@ -545,7 +508,7 @@ fn normalize_sorted_runs<T: Output>(
 /// Advantages of rows labelled by the caller: any int64 group labels (grouping by value)
 /// and optional int64 stratum labels. Labels sorted ascending, as GRPO rollouts of one prompt
 /// come, are read in place (no renumbering, no gathering); others are renumbered first.
-pub fn normalize_labels<T: Output>(
+pub fn normalize_labels<T: AdvantageFloat>(
     values: &[f64],
     groups: &[i64],
     strata: Option<&[i64]>,
@@ -584,7 +547,7 @@ pub fn normalize_labels<T: Output>(
 /// REINFORCE++'s batch whitening, weighted by length as verl's `masked_whiten` weighs every
 /// valid token: mean and unbiased variance over all tokens, `(a - mean) / sqrt(var + 1e-8)`.
 /// Rows with a NaN reward stay 0 and weigh nothing.
-fn whiten<T: Output>(out: &mut [T], values: &[f64], lengths: Option<&[f64]>) {
+fn whiten<T: AdvantageFloat>(out: &mut [T], values: &[f64], lengths: Option<&[f64]>) {
     let weight = |i: usize| if values[i].is_nan() { 0.0 } else { lengths.map_or(1.0, |l| l[i]) };
     let (total, weighted) =
         (0..out.len()).fold((0.0, 0.0), |(t, s), i| (t + weight(i), s + weight(i) * out[i].to_f64()));
@@ -607,7 +570,7 @@ fn whiten<T: Output>(out: &mut [T], values: &[f64], lengths: Option<&[f64]>) {
 /// variance as sums over the whole (rows x width) tensor in torch's order, then
 /// `(a - mean) * rsqrt(var + 1e-8)` (torch's fp32 `rsqrt` is `1 / sqrt`, both correctly
 /// rounded). A row with a NaN reward contributes no tokens and stays 0.
-fn whiten_verl<T: Output>(out: &mut [T], rows: &Rows, threads: usize) -> Result<()> {
+fn whiten_verl<T: AdvantageFloat>(out: &mut [T], rows: &Rows, threads: usize) -> Result<()> {
     let n = out.len();
     let length = |i: usize| rows.lengths.map_or(1, |l| l[i] as usize);
     // The mask, or each row's `lengths` tokens first in a width of the longest row; read

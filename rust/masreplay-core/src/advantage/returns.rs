@@ -15,11 +15,11 @@
 
 use rayon::prelude::*;
 
-use super::trace_graph::BatchView;
 use crate::bail;
 use crate::error::Result;
 use crate::names::named_enum;
 use crate::store::TraceBatch;
+use crate::trace_view::BatchView;
 
 named_enum!(
     /// Which return [`graph_returns`] computes (see the module comment).
@@ -107,7 +107,7 @@ fn mean_over(children: &[u32], of: &[f64]) -> f64 {
 fn tree_returns(view: &BatchView, trace: usize, r: &[f64], gamma: f64) -> Result<Vec<f64>> {
     let graph = view.graph(trace);
     let mut returns = vec![0.0; r.len()];
-    for &event in view.order(trace, &graph)?.iter().rev() {
+    for &event in view.topological_order(trace, &graph)?.iter().rev() {
         returns[event as usize] = r[event as usize] + gamma * mean_over(graph.successors(event), &returns);
     }
     Ok(returns)
@@ -153,7 +153,7 @@ pub fn graph_gae(
             let (r, v) = (&rewards[range.clone()], &values[range]);
             let graph = view.graph(trace);
             let mut advantages = vec![0.0; r.len()];
-            for &event in view.order(trace, &graph)?.iter().rev() {
+            for &event in view.topological_order(trace, &graph)?.iter().rev() {
                 let e = event as usize;
                 let children = graph.successors(event);
                 let delta = r[e] + gamma * mean_over(children, v) - v[e];

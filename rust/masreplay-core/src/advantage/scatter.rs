@@ -10,7 +10,8 @@
 use rayon::prelude::*;
 
 use super::cell::Cell;
-use super::kernel::{Output, Rows};
+use super::float::AdvantageFloat;
+use super::rows::Rows;
 use super::spec::Spec;
 
 /// A group's first-pass statistics within one chunk.
@@ -67,7 +68,7 @@ pub(super) fn applies(rows: &Rows, spec: &Spec) -> bool {
 /// Advantages of rows whose groups are scattered, in row order; NaN values are left out of
 /// the statistics and get 0. Call where [`applies`] holds, after the values were checked
 /// finite or NaN.
-pub(super) fn normalize_scattered<T: Output>(rows: &Rows, spec: &Spec, batch_std: (f64, f32), out: &mut [T]) {
+pub(super) fn normalize_scattered<T: AdvantageFloat>(rows: &Rows, spec: &Spec, batch_std: (f64, f32), out: &mut [T]) {
     let n = rows.values.len();
     let chunk = chunk_rows(n, rows.n_groups).unwrap_or(n).max(1);
     let pieces = || rows.values.par_chunks(chunk).zip(rows.groups.par_chunks(chunk));

@@ -11,7 +11,7 @@
 
 use std::hint::select_unpredictable;
 
-use super::kernel::Output;
+use super::float::AdvantageFloat;
 use super::spec::{Compat, Estimator, Scale, Spec};
 
 /// Groups of at most this many rows take the small paths (and can hold as many cells).
@@ -81,7 +81,12 @@ fn non_finite(values: impl Iterator<Item = f64>) -> Declined {
 
 /// GRPO or RLOO over one contiguous group without strata, as slice loops the compiler
 /// vectorises. Writes nothing when it declines.
-pub(super) fn plain_run<T: Output>(values: &[f64], out: &mut [T], spec: &Spec, batch_std: f64) -> Result<(), Declined> {
+pub(super) fn plain_run<T: AdvantageFloat>(
+    values: &[f64],
+    out: &mut [T],
+    spec: &Spec,
+    batch_std: f64,
+) -> Result<(), Declined> {
     let n = values.len();
     let (mut sum, mut low, mut high) = (0.0, f64::INFINITY, f64::NEG_INFINITY);
     for &x in values {
@@ -291,7 +296,7 @@ impl Block {
 
     /// Writes the advantages of the rows held, in the order they came, to `out` (one slot
     /// per row held), and empties the block.
-    pub fn flush<T: Output>(&mut self, out: &mut [T], spec: &Spec, batch_std: f64) {
+    pub fn flush<T: AdvantageFloat>(&mut self, out: &mut [T], spec: &Spec, batch_std: f64) {
         debug_assert_eq!(out.len(), self.rows);
         self.finish(spec, batch_std);
         let rows = self.xs[..self.rows].iter().zip(&self.cell_of_row[..self.rows]);
@@ -349,7 +354,7 @@ impl Small {
 /// group without strata): values, cells and statistics live in the thread's [`Small`]
 /// arrays, cells are found by a linear scan of the keys seen so far, and nothing is allocated.
 #[inline]
-pub(super) fn normalize_small_group<T: Output>(
+pub(super) fn normalize_small_group<T: AdvantageFloat>(
     values: &[f64],
     labels: Labels,
     row: &impl Fn(usize) -> usize,

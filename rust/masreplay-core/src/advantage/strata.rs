@@ -9,11 +9,11 @@ use arrow_array::cast::AsArray;
 use arrow_buffer::ArrowNativeType;
 use rayon::prelude::*;
 
-use super::trace_graph::BatchView;
 use crate::bail;
 use crate::error::{MasreplayError, Result};
 use crate::names::named_enum;
 use crate::store::TraceBatch;
+use crate::trace_view::BatchView;
 
 named_enum!(
     /// What a cell of the normalisation holds apart, event by event.
@@ -38,7 +38,7 @@ const DIRECT_CODES: u64 = 1 << 20;
 fn codes_of(view: &BatchView, stratum: Stratum) -> Result<(Vec<u32>, usize)> {
     let n = view.n_events();
     Ok(match stratum {
-        Stratum::Agent => ((0..n).map(|e| view.agent(e)).collect(), view.n_agents.max(1)),
+        Stratum::Agent => ((0..n).map(|e| view.agent(e)).collect(), view.n_authors().max(1)),
         Stratum::EventType => {
             let keys = view.events.event_type.keys();
             ((0..n).map(|e| keys.value(view.column_row(e)) as u32).collect(), crate::trace::EventType::NAMES.len())
@@ -66,7 +66,7 @@ fn codes_of(view: &BatchView, stratum: Stratum) -> Result<(Vec<u32>, usize)> {
         Stratum::Depth => per_trace(view, |trace| {
             let graph = view.graph(trace);
             let mut depth = vec![0u32; graph.n_events()];
-            for &event in &view.order(trace, &graph)? {
+            for &event in &view.topological_order(trace, &graph)? {
                 for &next in graph.successors(event) {
                     depth[next as usize] = depth[next as usize].max(depth[event as usize] + 1);
                 }

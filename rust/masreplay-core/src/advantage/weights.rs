@@ -7,7 +7,7 @@
 
 use rayon::prelude::*;
 
-use super::trace_graph::BatchView;
+use crate::trace_view::BatchView;
 
 /// Per-event weights; `codes` are the events' stratum codes (`n_codes` of them), `groups`
 /// the traces' dense group codes.

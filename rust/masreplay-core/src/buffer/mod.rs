@@ -26,11 +26,11 @@ use sum_tree::SumTree;
 
 use crate::bail;
 use crate::error::{MasreplayError, Result, ValidationError};
-use crate::graph::Csr;
 use crate::names::named_enum;
 use crate::rng::call_stream;
 use crate::store::{TraceBatch, share_null_columns, trace_at, trim_lists, with_canonical_codes};
 use crate::trace::Trace;
+use crate::trace_view::BatchView;
 
 named_enum!(
     /// How sampling picks traces.
@@ -918,13 +918,17 @@ impl GraphBuffer {
         })
     }
 
+    /// Ids of the events reachable from `event_id` along edges (against them when
+    /// `upstream`), read from the stored columns through the trace's view.
     fn reach(&self, trace_id: &str, event_id: &str, upstream: bool) -> Result<Vec<String>> {
-        let trace = self.trace(trace_id)?;
-        let start = Self::event_index(&trace, event_id)?;
-        let pairs: Vec<(u32, u32)> = trace.edges.iter().map(|e| (e.src, e.dst)).collect();
-        let csr = Csr::from_edges(trace.events.len(), &pairs);
-        let reached = if upstream { csr.ancestors(start) } else { csr.descendants(start) };
-        Ok(reached.into_iter().map(|i| trace.events[i as usize].id.clone()).collect())
+        let (k, row) = self.locate(self.seq_of(trace_id)?);
+        let view = BatchView::of_record_batch(&self.chunks[k].batch);
+        let start = view
+            .event_index(row, event_id)
+            .ok_or_else(|| MasreplayError::InvalidArgument(format!("trace {trace_id:?} has no event {event_id:?}")))?;
+        let graph = if upstream { view.graph_in(row) } else { view.graph(row) };
+        let first = view.events_of(row).start;
+        Ok(graph.descendants(start).into_iter().map(|j| view.id(first + j as usize).to_owned()).collect())
     }
 
     /// Ids of the events with a path to `event_id`, in event order.

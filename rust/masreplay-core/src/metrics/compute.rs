@@ -5,46 +5,34 @@
 
 use std::hash::BuildHasher;
 
-use arrow_array::Array;
 use foldhash::fast::FixedState;
 
-use super::{Columns, Role, TraceMetrics};
+use super::TraceMetrics;
 use crate::trace::EventType;
+use crate::trace_view::{BatchView, NONE, TraceAgents};
 
 mod edges;
 mod lifetimes;
 mod spawn_tree;
 
-const NONE: u32 = u32::MAX;
-
-/// What the metrics need to know of one agent of the trace.
+/// What the metrics need to know of one agent of the trace, beside what [`TraceAgents`]
+/// knows (its parent, its children, its place in the spawn tree).
 #[derive(Clone, Copy)]
 struct Agent {
     own_steps: u32,
     first_t: f64,
     /// End of its last event (`t + duration_s`).
     end_t: f64,
-    /// Time-order position of its first event whose role is orchestrator, or NONE.
-    orchestrator_event: u32,
-    /// Time-order position of its first event that makes it a candidate orchestrator in a
-    /// trace without that role (see [`super::TraceMetrics`]), or NONE.
-    candidate_event: u32,
     /// Its current stage while the events are walked in time order: the aggregates it
     /// authored so far. After the walk, its number of stages minus one.
     stage: u32,
-    /// Local index of the author of its earliest spawn, or NONE.
-    parent: u32,
-    /// Time of that spawn (infinite when never spawned).
+    /// Time of its earliest spawn (infinite when never spawned).
     spawn_t: f64,
     /// The parent's stage at that spawn.
     spawn_stage: u32,
-    /// Sub-agents whose earliest spawn it authored.
-    n_children: u32,
     despawn_t: f64,
     returned: bool,
     critical_steps: u32,
-    /// Level in the spawn tree below the orchestrator; NONE when not reached from it.
-    level: u32,
 }
 
 impl Agent {
@@ -53,17 +41,12 @@ impl Agent {
             own_steps: 0,
             first_t: f64::INFINITY,
             end_t: f64::NEG_INFINITY,
-            orchestrator_event: NONE,
-            candidate_event: NONE,
             stage: 0,
-            parent: NONE,
             spawn_t: f64::INFINITY,
             spawn_stage: 0,
-            n_children: 0,
             despawn_t: f64::NEG_INFINITY,
             returned: false,
             critical_steps: 0,
-            level: NONE,
         }
     }
 
@@ -92,11 +75,10 @@ impl Node {
 }
 
 /// Per-thread buffers; every vector is cleared, not freed, between traces.
+#[derive(Default)]
 pub(super) struct Scratch {
-    /// Agent number -> local index, valid where `stamp` equals `generation`.
-    local_of: Vec<u32>,
-    stamp: Vec<u32>,
-    generation: u32,
+    /// The trace's agents by local index; `agents` holds the metrics' own figures of each.
+    table: TraceAgents,
     agents: Vec<Agent>,
     /// The trace's events (local indices) by (t, id).
     by_time: Vec<u32>,
@@ -113,9 +95,6 @@ pub(super) struct Scratch {
     out_targets: Vec<u32>,
     in_degree: Vec<u32>,
     order: Vec<u32>,
-    child_offsets: Vec<u32>,
-    children: Vec<u32>,
-    tree: Vec<u32>,
     /// Each agent's first slot in `stage_best`, one slot per stage.
     stage_base: Vec<u32>,
     /// Per stage of an agent, the largest critical steps among the sub-agents it spawned then.
@@ -143,54 +122,11 @@ fn prefix_sums(offsets: &mut [u32]) {
 
 impl Scratch {
     pub(super) fn new(n_agent_names: usize) -> Self {
-        Scratch {
-            local_of: vec![0; n_agent_names],
-            stamp: vec![0; n_agent_names],
-            generation: 0,
-            agents: Vec::new(),
-            by_time: Vec::new(),
-            author: Vec::new(),
-            nodes: Vec::new(),
-            n_error_sources: 0,
-            returns: Vec::new(),
-            contents: Vec::new(),
-            has_adjacency: false,
-            out_offsets: Vec::new(),
-            out_targets: Vec::new(),
-            in_degree: Vec::new(),
-            order: Vec::new(),
-            child_offsets: Vec::new(),
-            children: Vec::new(),
-            tree: Vec::new(),
-            stage_base: Vec::new(),
-            stage_best: Vec::new(),
-            births: Vec::new(),
-            deaths: Vec::new(),
-        }
-    }
-
-    fn lookup(&self, name: u32) -> Option<u32> {
-        (self.stamp[name as usize] == self.generation).then(|| self.local_of[name as usize])
-    }
-
-    /// The local index of agent `name`, registering it on first sight.
-    fn local(&mut self, name: u32) -> u32 {
-        if let Some(local) = self.lookup(name) {
-            return local;
-        }
-        let local = self.agents.len() as u32;
-        self.stamp[name as usize] = self.generation;
-        self.local_of[name as usize] = local;
-        self.agents.push(Agent::new());
-        local
+        Scratch { table: TraceAgents::new(n_agent_names), ..Scratch::default() }
     }
 
     fn start_trace(&mut self) {
-        self.generation = self.generation.wrapping_add(1);
-        if self.generation == 0 {
-            self.stamp.fill(0);
-            self.generation = 1;
-        }
+        self.table.clear();
         self.agents.clear();
         self.author.clear();
         self.nodes.clear();
@@ -200,9 +136,8 @@ impl Scratch {
         self.has_adjacency = false;
     }
 
-    pub(super) fn measure(&mut self, columns: &Columns<'_>, trace: usize) -> TraceMetrics {
-        let start = columns.event_offsets[trace] as usize;
-        let n = columns.event_offsets[trace + 1] as usize - start;
+    pub(super) fn measure(&mut self, view: &BatchView<'_>, trace: usize) -> TraceMetrics {
+        let n = view.events_of(trace).len();
         self.start_trace();
         let mut metrics = TraceMetrics {
             n_events: n as u32,
@@ -223,110 +158,85 @@ impl Scratch {
             spawn_depth: 0,
             spawn_branching: 0,
         };
-        self.sort_by_time(columns, start, n);
-        self.walk_events(columns, start, n, &mut metrics);
+        view.time_order_into(trace, &mut self.by_time);
+        self.walk_events(view, trace, &mut metrics);
         if !self.contents.is_empty() {
-            let distinct = self.distinct_contents(columns);
+            let distinct = self.distinct_contents(view);
             metrics.message_redundancy = Some(1.0 - distinct as f64 / self.contents.len() as f64);
         }
-        self.walk_edges(columns, trace, &mut metrics);
-        self.finish(columns, trace, &mut metrics);
+        self.walk_edges(view, trace, &mut metrics);
+        self.finish(view, trace, &mut metrics);
         self.critical_steps(&mut metrics);
         metrics.max_concurrent_agents = self.max_concurrent();
         metrics
-    }
-
-    /// `by_time`: the events by (t, id); rows already in that order (the usual case) are
-    /// only checked, not sorted, and ids only compared where times tie.
-    fn sort_by_time(&mut self, columns: &Columns<'_>, start: usize, n: usize) {
-        self.by_time.clear();
-        self.by_time.extend(0..n as u32);
-        let earlier = |a: u32, b: u32| columns.time_order(start + a as usize, start + b as usize);
-        let times_increase = columns.t[start..start + n].windows(2).all(|pair| pair[0] < pair[1]);
-        if !times_increase && !(1..n as u32).all(|j| earlier(j - 1, j).is_lt()) {
-            self.by_time.sort_unstable_by(|&a, &b| earlier(a, b));
-        }
     }
 
     /// The one pass over the events, in time order: steps, lifetimes, stages and spawns of
     /// the agents, counts and tokens; returns, error sources and message contents are set
     /// aside for the passes that need the whole trace, and the events' weights and error
     /// sources for the pass over the edges.
-    fn walk_events(&mut self, columns: &Columns<'_>, start: usize, n: usize, metrics: &mut TraceMetrics) {
+    fn walk_events(&mut self, view: &BatchView<'_>, trace: usize, metrics: &mut TraceMetrics) {
         let (mut all_tokens, mut protocol_tokens) = (0i64, 0i64);
-        let events = &columns.events;
+        let range = view.events_of(trace);
+        let (start, n) = (range.start, range.len());
         self.author.resize(n, NONE);
         self.nodes.resize(n, Node::new(1.0));
         for position in 0..n {
             let j = self.by_time[position] as usize;
-            let row = start + j;
-            let event_type = columns.event_type(row);
-            let t = columns.t[row];
-            let duration = columns.duration_s(row);
+            let e = start + j;
+            let seen = self.table.see(view, e, j as u32, position as u32);
+            if self.agents.len() < self.table.len() {
+                self.agents.resize(self.table.len(), Agent::new());
+            }
+            let t = view.t(e);
+            let duration = view.duration_s(e);
             if let Some(duration) = duration {
                 self.nodes[j] = Node::new(duration);
             }
-            let tokens = columns.tokens(row);
+            let tokens = view.tokens(e).unwrap_or(0);
             all_tokens += tokens;
-            let inter_agent = match event_type {
+            let inter_agent = match seen.event_type {
                 EventType::Spawn | EventType::Despawn => true,
-                EventType::Message => columns.to(row).is_some_and(|to| to != columns.agent(row)),
+                EventType::Message => view.to(e).is_some_and(|to| to != view.agent(e)),
                 _ => false,
             };
             if inter_agent {
                 protocol_tokens += tokens;
             }
-            let author = if event_type == EventType::ToolResult {
-                NONE
-            } else {
-                let local = self.local(columns.agent(row));
-                let agent = &mut self.agents[local as usize];
+            let author = seen.author;
+            if author != NONE {
+                let agent = &mut self.agents[author as usize];
                 agent.own_steps += 1;
                 agent.first_t = agent.first_t.min(t);
                 agent.end_t = agent.end_t.max(t + duration.unwrap_or(0.0));
-                let role = columns.role(row);
-                if role == Role::Orchestrator && event_type != EventType::Spawn && agent.orchestrator_event == NONE {
-                    agent.orchestrator_event = position as u32;
-                }
-                let candidate = role != Role::NotAnAgent
-                    && !matches!(event_type, EventType::HumanIntervention | EventType::SafetyEvent);
-                if candidate && agent.candidate_event == NONE {
-                    agent.candidate_event = position as u32;
-                }
-                local
-            };
+            }
             self.author[j] = author;
-            match event_type {
+            match seen.event_type {
                 EventType::Spawn => {
                     metrics.spawn_count += 1;
-                    // Events come in time order, so the first spawn seen is the earliest.
-                    if let Some(child) = columns.to(row).map(|name| self.local(name)).filter(|&c| c != author) {
+                    if let Some(child) = seen.spawned {
                         let stage = self.agents[author as usize].stage;
                         let agent = &mut self.agents[child as usize];
-                        if agent.parent == NONE {
-                            agent.parent = author;
-                            agent.spawn_t = t;
-                            agent.spawn_stage = stage;
-                            self.agents[author as usize].n_children += 1;
-                        }
+                        agent.spawn_t = t;
+                        agent.spawn_stage = stage;
                     }
                 }
                 EventType::Despawn => {
                     metrics.despawn_count += 1;
-                    if let Some(child) = columns.to(row).map(|name| self.local(name)) {
+                    if let Some(child) = seen.despawned {
                         let agent = &mut self.agents[child as usize];
                         agent.despawn_t = agent.despawn_t.max(t);
                     }
                 }
-                EventType::Message if events.content_ref.is_valid(row) => {
-                    self.contents.push((FixedState::default().hash_one(events.content_ref.value(row)), row));
+                EventType::Message => {
+                    if let Some(text) = view.content_ref(e) {
+                        self.contents.push((FixedState::default().hash_one(text), e));
+                    }
                 }
                 EventType::Return => self.returns.push(j as u32),
                 EventType::Aggregate => self.agents[author as usize].stage += 1,
                 EventType::SafetyEvent => self.mark_error_source(j),
-                EventType::ToolResult if events.trusted.is_valid(row) && !events.trusted.value(row) => {
-                    self.mark_error_source(j)
-                }
+                EventType::ToolResult if view.untrusted(e) => self.mark_error_source(j),
                 _ => {}
             }
         }
@@ -337,8 +247,8 @@ impl Scratch {
 
     /// How many distinct content_refs the messages carry. Equal texts hash alike, so only
     /// within a run of equal hashes are the texts themselves compared.
-    fn distinct_contents(&mut self, columns: &Columns<'_>) -> usize {
-        let text = |row: usize| columns.events.content_ref.value(row);
+    fn distinct_contents(&mut self, view: &BatchView<'_>) -> usize {
+        let text = |e: usize| view.events.content_ref.value(view.column_row(e));
         self.contents.sort_unstable_by_key(|&(hash, _)| hash);
         self.contents
             .chunk_by_mut(|a, b| a.0 == b.0)
@@ -357,26 +267,27 @@ impl Scratch {
     }
 
     /// Returns, finish rate, idle sub-agents and utilization.
-    fn finish(&mut self, columns: &Columns<'_>, trace: usize, metrics: &mut TraceMetrics) {
-        let start = columns.event_offsets[trace] as usize;
+    fn finish(&mut self, view: &BatchView<'_>, trace: usize, metrics: &mut TraceMetrics) {
+        let start = view.events_of(trace).start;
         for position in 0..self.returns.len() {
             let event = self.returns[position];
             let author = self.author[event as usize];
-            let parent = self.agents[author as usize].parent;
+            let parent = self.table.agents[author as usize].parent;
             if parent == NONE {
                 continue;
             }
-            let reaches_parent = match columns.to(start + event as usize) {
-                Some(name) => self.lookup(name) == Some(parent),
+            let reaches_parent = match view.to(start + event as usize) {
+                Some(name) => self.table.lookup(name) == Some(parent),
                 None => {
-                    self.adjacency(columns, trace);
+                    self.adjacency(view, trace);
                     self.successors(event).iter().any(|&next| self.author[next as usize] == parent)
                 }
             };
             self.agents[author as usize].returned |= reaches_parent;
         }
         let (mut spawned, mut returned, mut steps, mut useful_steps) = (0u32, 0u32, 0u32, 0u32);
-        for agent in self.agents.iter().filter(|agent| agent.parent != NONE) {
+        let sub_agents = self.agents.iter().zip(&self.table.agents).filter(|(_, entry)| entry.parent != NONE);
+        for (agent, _) in sub_agents {
             spawned += 1;
             steps += agent.own_steps;
             if agent.returned {

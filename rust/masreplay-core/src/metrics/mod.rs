@@ -1,38 +1,29 @@
-//! Orchestration metrics, one row per trace, read straight from the canonical Arrow columns
-//! (no [`crate::Trace`] is built). Traces are measured in parallel with rayon; each row
-//! depends only on its own trace, so the table is the same at any thread count. The
-//! definitions are on [`TraceMetrics`]; `compute` holds the per-trace algorithm.
+//! Orchestration metrics, one row per trace, read from the canonical Arrow columns through
+//! the batch's [`BatchView`] (no [`crate::Trace`] is built). Traces are measured in parallel
+//! with rayon; each row depends only on its own trace, so the table is the same at any thread
+//! count. The definitions are on [`TraceMetrics`]; `compute` holds the per-trace algorithm.
 
 mod compute;
 #[cfg(test)]
 mod tests;
 
-use std::cmp::Ordering;
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef, Float64Array, Int32Array, RecordBatch};
-use arrow_buffer::ArrowNativeType;
 use arrow_schema::{Field, Schema};
 use rayon::prelude::*;
 
 use crate::error::Result;
 use crate::store::TraceBatch;
-use crate::store::schema::{EventColumns, TraceColumns};
-use crate::trace::EventType;
+use crate::trace_view::BatchView;
 
 /// The orchestration figures of one trace.
 ///
-/// Conventions: each event is one *step* of its author. A *sub-agent* is an agent named by
-/// the `to` of a spawn event; its *parent* is the author of its earliest spawn. A
-/// tool_result's `agent` names the tool, so tool results are nobody's steps. The
-/// *orchestrator* is read from the events' `role` (see [`Role`]): the author of the earliest
-/// event whose role is `orchestrator` or `lead`; in a trace without such a role, the author of
-/// the earliest event that an agent could have decided (not a human_intervention or
-/// safety_event, not by a `human`, `user`, `harness`, `monitor` or `tool` role) among agents
-/// nobody spawned (among every such author when all were spawned, as in a spawn cycle). A
-/// spawn's `role` is not read: the seed schema's example gives it the spawned agent's role.
+/// Conventions: each event is one *step* of its author. Sub-agents, their parents (by
+/// earliest spawn) and the orchestrator are those of [`crate::trace_view::agents`]; a
+/// tool_result's `agent` names the tool, so tool results are nobody's steps. Events are
+/// read in time order ((t, id)), never by row, so the metrics ignore the input order.
 /// Ratios whose denominator is empty are `None` (null in Arrow), so means over a batch skip
 /// them instead of averaging in a made-up value.
 #[derive(Clone, Debug, PartialEq)]
@@ -89,122 +80,16 @@ pub struct TraceMetrics {
     pub spawn_branching: u32,
 }
 
-/// Where each column lives, downcast once per batch, with agent names made comparable
-/// across the `agent` and `to` dictionaries. Rows are indices into the event columns.
-struct Columns<'a> {
-    events: EventColumns<'a>,
-    /// The values of the hot columns, read per event without going through the arrays.
-    t: &'a [f64],
-    type_codes: &'a [i8],
-    agent_keys: &'a [i32],
-    to_keys: &'a [i32],
-    src: &'a [i32],
-    dst: &'a [i32],
-    event_offsets: &'a [i32],
-    edge_offsets: &'a [i32],
-    /// `agent` dictionary key -> agent number.
-    agent_of_key: Vec<u32>,
-    /// `to` dictionary key -> agent number.
-    agent_of_to: Vec<u32>,
-    n_agent_names: usize,
-    role_keys: &'a [i32],
-    /// `role` dictionary key -> what the role says about its event's author.
-    role_of_key: Vec<Role>,
-}
-
-/// What an event's `role` says about its author, for finding the orchestrator.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum Role {
-    /// `orchestrator`, or `lead` (the seed schema example's name for it).
-    Orchestrator,
-    /// `human`, `user`, `harness`, `monitor`, `tool`: acts on the trace, never orchestrates it.
-    NotAnAgent,
-    /// Any other role, or none.
-    Other,
-}
-
-impl Role {
-    pub(crate) fn of(name: &str) -> Role {
-        match name {
-            "orchestrator" | "lead" => Role::Orchestrator,
-            "human" | "user" | "harness" | "monitor" | "tool" => Role::NotAnAgent,
-            _ => Role::Other,
-        }
-    }
-}
-
-impl<'a> Columns<'a> {
-    fn new(traces: &TraceColumns<'a>) -> Self {
-        let events = traces.event_columns();
-        let edges = traces.edge_columns();
-        let mut numbers: HashMap<&str, u32> = HashMap::new();
-        let mut number = |name: &'a str| {
-            let next = numbers.len() as u32;
-            *numbers.entry(name).or_insert(next)
-        };
-        let agent_of_key = events.agent.values().as_string::<i32>().iter().map(|n| number(n.unwrap_or(""))).collect();
-        let agent_of_to = events.to.values().as_string::<i32>().iter().map(|n| number(n.unwrap_or(""))).collect();
-        let role_of_key = events.role.values().as_string::<i32>().iter().map(|n| Role::of(n.unwrap_or(""))).collect();
-        Columns {
-            role_keys: events.role.keys().values(),
-            role_of_key,
-            t: events.t.values(),
-            type_codes: events.event_type.keys().values(),
-            agent_keys: events.agent.keys().values(),
-            to_keys: events.to.keys().values(),
-            src: edges.src.values(),
-            dst: edges.dst.values(),
-            event_offsets: traces.events.value_offsets(),
-            edge_offsets: traces.edges.value_offsets(),
-            agent_of_key,
-            agent_of_to,
-            n_agent_names: numbers.len(),
-            events,
-        }
-    }
-
-    fn event_type(&self, row: usize) -> EventType {
-        EventType::from_code(self.type_codes[row] as usize).expect("canonical event type codes")
-    }
-
-    fn agent(&self, row: usize) -> u32 {
-        self.agent_of_key[self.agent_keys[row].as_usize()]
-    }
-
-    /// The agent a spawn, despawn, message or return addresses.
-    fn to(&self, row: usize) -> Option<u32> {
-        self.events.to.is_valid(row).then(|| self.agent_of_to[self.to_keys[row].as_usize()])
-    }
-
-    fn role(&self, row: usize) -> Role {
-        if self.events.role.is_valid(row) { self.role_of_key[self.role_keys[row].as_usize()] } else { Role::Other }
-    }
-
-    fn tokens(&self, row: usize) -> i64 {
-        if self.events.tokens.is_valid(row) { self.events.tokens.value(row) } else { 0 }
-    }
-
-    fn duration_s(&self, row: usize) -> Option<f64> {
-        self.events.duration_s.is_valid(row).then(|| self.events.duration_s.value(row))
-    }
-
-    /// Events are ordered by (t, id), never by row, so the metrics ignore the input order.
-    fn time_order(&self, a: usize, b: usize) -> Ordering {
-        self.t[a].total_cmp(&self.t[b]).then_with(|| self.events.id.value(a).cmp(self.events.id.value(b)))
-    }
-}
-
 /// The columns that are null where their denominator is empty.
 const NULLABLE: &[&str] =
     &["finish_rate", "utilization", "protocol_overhead", "message_redundancy", "error_amplification"];
 
 /// Metrics of every trace of `batch`, one per row.
 pub fn trace_metrics(batch: &TraceBatch) -> Vec<TraceMetrics> {
-    let traces = TraceColumns::new(batch.record_batch());
-    let columns = Columns::new(&traces);
+    let view = BatchView::new(batch);
     (0..batch.len())
         .into_par_iter()
-        .map_init(|| compute::Scratch::new(columns.n_agent_names), |scratch, i| scratch.measure(&columns, i))
+        .map_init(|| compute::Scratch::new(view.n_agent_names()), |scratch, i| scratch.measure(&view, i))
         .collect()
 }
 

@@ -1,13 +1,13 @@
 //! Hand-built traces with known answers, one per shape the metrics must get right.
 
 use super::*;
-use crate::trace::{Costs, Edge, EdgeType, Event, EventType, Trace};
+use crate::trace::{Event, EventType, Trace};
 
 /// Builds a trace event by event; every event carries 10 tokens unless told otherwise.
 #[derive(Default)]
 struct Build {
     events: Vec<Event>,
-    edges: Vec<Edge>,
+    edges: Vec<(u32, u32)>,
 }
 
 impl Build {
@@ -26,7 +26,7 @@ impl Build {
     }
 
     fn edge(&mut self, src: u32, dst: u32) {
-        self.edges.push(Edge { src, dst, edge_type: EdgeType::Causal });
+        self.edges.push((src, dst));
     }
 
     fn chain(&mut self, events: &[u32]) {
@@ -36,21 +36,7 @@ impl Build {
     }
 
     fn trace(self) -> Trace {
-        Trace {
-            trace_id: "t".into(),
-            task_id: "task".into(),
-            group_id: None,
-            system: None,
-            topology: None,
-            policy_version: None,
-            counterfactual_of: None,
-            events: self.events,
-            edges: self.edges,
-            rewards: vec![("team".into(), 1.0)],
-            costs: Costs { tokens: 0.0, wall_clock_s: 0.0, tool_calls: None, messages: None, other: Vec::new() },
-            metrics: None,
-            attributes: None,
-        }
+        crate::trace_view::tests::trace("t", self.events, &self.edges)
     }
 }
 

@@ -2,23 +2,23 @@
 //! trace (agents, roles, events, or the values of any event column) and its spawn forest from
 //! the spawn events.
 //!
-//! Conventions (the same as the orchestration metrics): a sub-agent is the `to` of a spawn
-//! event, spawned by that event's author; an agent spawned twice counts its earliest spawn.
-//! A tool_result's `agent` names the tool, so for agent players a tool_result belongs to the
-//! author of the event that has an edge into it (its tool_call). An event's parent event is
-//! the spawn that created its author; a player's parent is the player of the parent event of
-//! its earliest event. Events whose key is null belong to no player.
+//! Conventions (the same as the orchestration metrics, from [`crate::trace_view`]): events in
+//! time order ((t, id)); a sub-agent's spawn is its earliest; for agent players a tool_result
+//! belongs to the agent it acts for, the author of the event that called it. An event's parent
+//! event is the spawn that created its author; a player's parent is the player of the parent
+//! event of its earliest event. Events whose key is null belong to no player.
 //!
 //! Values come from a caller's function over all traces at once: every trace's estimator
 //! first runs on a recording game that collects the coalitions it will need (estimators pick
 //! coalitions independently of the values when stopping by budget), the function values them
 //! all in a few large batches, and the estimators run again on the looked-up values.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use arrow_array::Array;
 use arrow_array::cast::AsArray;
+use arrow_array::{Array, ArrayRef, StringArray};
 use arrow_schema::DataType;
 use rayon::prelude::*;
 
@@ -27,7 +27,8 @@ use super::game::Game;
 use super::{ShapleyOptions, ShapleyResult, shapley};
 use crate::error::{MasreplayError, Result};
 use crate::store::TraceBatch;
-use crate::store::schema::{TraceColumns, dictionary_text};
+use crate::store::schema::dictionary_text;
+use crate::trace_view::{BatchView, NONE, TraceAgents};
 
 /// The players of every trace of a batch.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -48,112 +49,62 @@ struct OneTrace {
     event_player: Vec<i64>,
 }
 
+/// What a player is made of: the key of each event, events with the same key making one player.
+enum Players<'a> {
+    /// The agent each event acts for (a tool_result acts for its caller).
+    Agent,
+    Role,
+    Event,
+    /// The values of an event field as text, aligned with the batch's events.
+    Field(&'a StringArray),
+}
+
+impl Players<'_> {
+    /// The key of every event of `trace` (local index), None where it is null.
+    fn keys<'v>(&self, view: &BatchView<'v>, trace: usize) -> Vec<Option<Cow<'v, str>>> {
+        let range = view.events_of(trace);
+        match self {
+            Players::Agent => {
+                view.acting_agents(trace).into_iter().map(|agent| Some(Cow::Borrowed(view.agent_name(agent)))).collect()
+            }
+            Players::Role => {
+                range.map(|e| dictionary_text(view.events.role, view.column_row(e)).map(Cow::Borrowed)).collect()
+            }
+            Players::Event => (0..range.len()).map(|j| Some(Cow::Owned(j.to_string()))).collect(),
+            Players::Field(text) => {
+                range.map(|e| (!text.is_null(e)).then(|| Cow::Owned(text.value(e).to_owned()))).collect()
+            }
+        }
+    }
+}
+
 /// Players of each trace: `players` is "agent", "role", "event" or the name of an event field.
 pub fn trace_players(batch: &TraceBatch, players: &str) -> Result<TracePlayers> {
-    let record = batch.record_batch();
-    let traces = TraceColumns::new(record);
-    let events = traces.event_columns();
-    let event_offsets = traces.events.value_offsets();
-    let edge_offsets = traces.edges.value_offsets();
-    let edges = traces.edge_columns();
-    let base = event_offsets[0] as usize;
-    // Any other column: its values as text, aligned with the batch's events.
-    let other = match players {
-        "agent" | "role" | "event" => None,
+    let view = BatchView::new(batch);
+    let field_text: ArrayRef;
+    let kind = match players {
+        "agent" => Players::Agent,
+        "role" => Players::Role,
+        "event" => Players::Event,
         name => {
             let field = batch.event_field(name)?;
-            let text = arrow_cast::cast(&field, &DataType::Utf8).map_err(|e| {
+            field_text = arrow_cast::cast(&field, &DataType::Utf8).map_err(|e| {
                 MasreplayError::InvalidArgument(format!("players: event field {name:?} has no text form ({e})"))
             })?;
-            Some(text)
+            Players::Field(field_text.as_string::<i32>())
         }
     };
-    let other = other.as_ref().map(|a| a.as_string::<i32>());
     let per_trace: Vec<Result<OneTrace>> = (0..batch.len())
         .into_par_iter()
-        .map(|t| {
-            let range = event_offsets[t] as usize..event_offsets[t + 1] as usize;
-            let n = range.len();
-            let agent = |e: usize| dictionary_text(events.agent, range.start + e).unwrap_or("");
-            let is_type = |e: usize, name: &str| dictionary_text(events.event_type, range.start + e) == Some(name);
-            // Earliest spawn event of each spawned agent.
-            let mut spawn_of: HashMap<&str, usize> = HashMap::new();
-            for e in 0..n {
-                if !is_type(e, "spawn") {
-                    continue;
-                }
-                let Some(child) = dictionary_text(events.to, range.start + e) else { continue };
-                if child == agent(e) {
-                    continue;
-                }
-                let t_e = events.t.value(range.start + e);
-                spawn_of
-                    .entry(child)
-                    .and_modify(|s| {
-                        if t_e < events.t.value(range.start + *s) {
-                            *s = e;
-                        }
-                    })
-                    .or_insert(e);
-            }
-            let parent_event = |e: usize| spawn_of.get(agent(e)).copied().filter(|&s| s != e);
-            // The key of each event.
-            let mut keys: Vec<Option<String>> = (0..n)
-                .map(|e| match (players, other) {
-                    ("agent", _) => Some(agent(e).to_owned()),
-                    ("role", _) => dictionary_text(events.role, range.start + e).map(str::to_owned),
-                    ("event", _) => Some(e.to_string()),
-                    (_, Some(text)) => {
-                        let row = range.start + e - base;
-                        (!text.is_null(row)).then(|| text.value(row).to_owned())
-                    }
-                    _ => None,
-                })
-                .collect();
-            if players == "agent" {
-                for k in edge_offsets[t] as usize..edge_offsets[t + 1] as usize {
-                    let (src, dst) = (edges.src.value(k) as usize, edges.dst.value(k) as usize);
-                    if is_type(dst, "tool_result") && src < n && !is_type(src, "tool_result") {
-                        keys[dst] = keys[src].clone();
-                    }
-                }
-            }
-            let mut index: HashMap<&str, usize> = HashMap::new();
-            let mut labels: Vec<String> = Vec::new();
-            let mut first_event: Vec<usize> = Vec::new();
-            let mut event_player = vec![-1i64; n];
-            // Players are numbered in order of their earliest event (by t, then position).
-            let mut by_time: Vec<usize> = (0..n).collect();
-            by_time.sort_by(|&a, &b| {
-                events.t.value(range.start + a).total_cmp(&events.t.value(range.start + b)).then(a.cmp(&b))
-            });
-            for &e in &by_time {
-                let Some(key) = keys[e].as_deref() else { continue };
-                let next = labels.len();
-                let p = *index.entry(key).or_insert_with(|| {
-                    labels.push(key.to_owned());
-                    first_event.push(e);
-                    next
-                });
-                event_player[e] = p as i64;
-            }
-            let parents: Vec<i64> = first_event
-                .iter()
-                .enumerate()
-                .map(|(p, &e)| match parent_event(e).map(|s| event_player[s]) {
-                    Some(q) if q >= 0 && q as usize != p => q,
-                    _ => -1,
-                })
-                .collect();
-            if let Err(error) = super::Forest::new(&parents) {
-                let trace_id = traces.trace_id.value(t);
-                return Err(MasreplayError::InvalidArgument(format!(
-                    "trace {trace_id:?}: the players ({players}) do not form a spawn tree ({error}); \
-                     pass respect_spawn_tree=False"
-                )));
-            }
-            Ok(OneTrace { labels, parents, event_player })
-        })
+        .map_init(
+            || (TraceAgents::new(view.n_agent_names()), Vec::new()),
+            |(agents, order), trace| {
+                view.time_order_into(trace, order);
+                agents.read(&view, trace, order);
+                let one = players_of(&view, trace, &kind, agents, order);
+                check_spawn_tree(&view, trace, players, one)
+            },
+        )
         .collect();
     let mut out = TracePlayers { offsets: vec![0], ..Default::default() };
     for one in per_trace {
@@ -164,6 +115,55 @@ pub fn trace_players(batch: &TraceBatch, players: &str) -> Result<TracePlayers> 
         out.offsets.push(out.labels.len());
     }
     Ok(out)
+}
+
+/// The players of one trace, numbered in order of their earliest event (in time order); a
+/// player's parent is the player of the spawn that created the author of its earliest event.
+fn players_of(view: &BatchView, trace: usize, kind: &Players, agents: &TraceAgents, order: &[u32]) -> OneTrace {
+    let start = view.events_of(trace).start;
+    let keys = kind.keys(view, trace);
+    let mut index: HashMap<&str, usize> = HashMap::new();
+    let mut labels: Vec<String> = Vec::new();
+    let mut first_event: Vec<u32> = Vec::new();
+    let mut event_player = vec![-1i64; keys.len()];
+    for &j in order {
+        let Some(key) = keys[j as usize].as_deref() else { continue };
+        let next = labels.len();
+        let p = *index.entry(key).or_insert_with(|| {
+            labels.push(key.to_owned());
+            first_event.push(j);
+            next
+        });
+        event_player[j as usize] = p as i64;
+    }
+    // The spawn that created an event's author (the author's own spawn is not its parent).
+    let parent_event = |j: u32| {
+        let author = agents.lookup(view.agent(start + j as usize))?;
+        Some(agents.agents[author as usize].spawn_event).filter(|&spawn| spawn != NONE && spawn != j)
+    };
+    let parents = first_event
+        .iter()
+        .enumerate()
+        .map(|(p, &j)| match parent_event(j).map(|spawn| event_player[spawn as usize]) {
+            Some(q) if q >= 0 && q as usize != p => q,
+            _ => -1,
+        })
+        .collect();
+    OneTrace { labels, parents, event_player }
+}
+
+/// `one`, if its players' parents form a forest (the spawn tree `respect_spawn_tree` needs).
+fn check_spawn_tree(view: &BatchView, trace: usize, players: &str, one: OneTrace) -> Result<OneTrace> {
+    match super::Forest::new(&one.parents) {
+        Ok(_) => Ok(one),
+        Err(error) => {
+            let trace_id = view.trace_id.value(trace);
+            Err(MasreplayError::InvalidArgument(format!(
+                "trace {trace_id:?}: the players ({players}) do not form a spawn tree ({error}); \
+                 pass respect_spawn_tree=False"
+            )))
+        }
+    }
 }
 
 /// Collects the coalitions an estimator asks for; every value reads 0.

@@ -1,7 +1,9 @@
 //! The pass over a trace's edges (longest paths, reach of error sources) and, for the traces
 //! that need them, the successor lists and a topological order.
 
-use super::{Columns, DOWNSTREAM, Node, SOURCE, Scratch, TraceMetrics, prefix_sums, refill};
+use crate::trace_view::BatchView;
+
+use super::{DOWNSTREAM, Node, SOURCE, Scratch, TraceMetrics, prefix_sums, refill};
 
 impl Scratch {
     pub(super) fn successors(&self, event: u32) -> &[u32] {
@@ -9,14 +11,13 @@ impl Scratch {
     }
 
     /// The trace's successor lists, built on first use.
-    pub(super) fn adjacency(&mut self, columns: &Columns<'_>, trace: usize) {
+    pub(super) fn adjacency(&mut self, view: &BatchView<'_>, trace: usize) {
         if self.has_adjacency {
             return;
         }
         self.has_adjacency = true;
-        let n = columns.event_offsets[trace + 1] as usize - columns.event_offsets[trace] as usize;
-        let (first, last) = (columns.edge_offsets[trace] as usize, columns.edge_offsets[trace + 1] as usize);
-        let (src, dst) = (&columns.src[first..last], &columns.dst[first..last]);
+        let n = view.events_of(trace).len();
+        let (src, dst) = view.edge_pairs(trace);
         refill(&mut self.out_offsets, n + 1, 0);
         for &source in src {
             self.out_offsets[source as usize + 1] += 1;
@@ -39,10 +40,9 @@ impl Scratch {
     /// out of each event in Kahn's topological order. On the way it relaxes the longest path
     /// in events and in seconds, and spreads the error sources' reach (events downstream of
     /// one, each counted once).
-    pub(super) fn walk_edges(&mut self, columns: &Columns<'_>, trace: usize, metrics: &mut TraceMetrics) {
+    pub(super) fn walk_edges(&mut self, view: &BatchView<'_>, trace: usize, metrics: &mut TraceMetrics) {
         let n = metrics.n_events as usize;
-        let (first, last) = (columns.edge_offsets[trace] as usize, columns.edge_offsets[trace + 1] as usize);
-        let (src, dst) = (&columns.src[first..last], &columns.dst[first..last]);
+        let (src, dst) = view.edge_pairs(trace);
         let nodes = &mut self.nodes;
         let relax = |nodes: &mut [Node], source: usize, target: usize| {
             let from = nodes[source];
@@ -66,7 +66,7 @@ impl Scratch {
             for node in nodes.iter_mut() {
                 *node = Node { error_flags: node.error_flags & SOURCE, ..Node::new(node.weight) };
             }
-            self.topological_order(columns, trace);
+            self.topological_order(view, trace);
             for &event in &self.order {
                 let targets = self.out_offsets[event as usize] as usize..self.out_offsets[event as usize + 1] as usize;
                 for &target in &self.out_targets[targets] {
@@ -86,8 +86,8 @@ impl Scratch {
     }
 
     /// `order`: the events in a topological order (Kahn's).
-    fn topological_order(&mut self, columns: &Columns<'_>, trace: usize) {
-        self.adjacency(columns, trace);
+    fn topological_order(&mut self, view: &BatchView<'_>, trace: usize) {
+        self.adjacency(view, trace);
         let n = self.out_offsets.len() - 1;
         refill(&mut self.in_degree, n, 0);
         for &target in &self.out_targets {
