@@ -97,9 +97,7 @@ def minimal_table(work: TokenWorkload, *, prefix: str = "t") -> pa.Table:
                 pa.array(np.full(n, "team", dtype=object), pa.string()),
                 pa.array(work.rewards.astype(np.float64)),
             ),
-            "costs": pa.StructArray.from_arrays(
-                [pa.array(np.zeros(n)), pa.array(np.zeros(n))], ["tokens", "wall_clock_s"]
-            ),
+            "costs": pa.StructArray.from_arrays([pa.array(np.zeros(n)), pa.array(np.zeros(n))], ["tokens", "wall_clock_s"]),
         }
     )
 
@@ -264,9 +262,7 @@ class PyarrowGroups:
     def draw(self, num_groups: int, group_size: int) -> np.ndarray:
         eligible = np.flatnonzero(self.sizes >= group_size)
         chosen = self.rng.choice(eligible, num_groups, replace=False)
-        return np.concatenate(
-            [np.sort(self.rng.choice(self.members[g], group_size, replace=False)) for g in chosen.tolist()]
-        )
+        return np.concatenate([np.sort(self.rng.choice(self.members[g], group_size, replace=False)) for g in chosen.tolist()])
 
 
 # ---- bytes -----------------------------------------------------------------------------------

@@ -133,9 +133,7 @@ def _assert_anchor_rejects_what_masreplay_rejects(table: pa.Table) -> None:
         # from_pylist leaves index 0 under the null counterfactual_of rows with an empty `kind`
         # dictionary, on which masreplay's Arrow ingest panics (store/ingest.rs,
         # Vocabulary::code); keep the simulator's column so the check reaches the breakage.
-        broken = broken.set_column(
-            counterfactual, table.schema.field(counterfactual), sample.column(counterfactual)
-        )
+        broken = broken.set_column(counterfactual, table.schema.field(counterfactual), sample.column(counterfactual))
         try:
             masreplay.load_traces(broken)
         except masreplay.MasreplayError:  # unknown enum values raise DataFormatError today

@@ -125,7 +125,9 @@ def test_grpo_numpy_bincount(rows, grpo_data, measure):
 def test_grpo_numpy_reshape(rows, grpo_data, measure):
     values, groups, _ = rows
     _agree("numpy reshape", masreplay.group_normalize(values, groups), numpy_reshape(values))
-    measure(lambda: numpy_reshape(values), data=grpo_data, side="numpy reshape(-1, 8) (equal contiguous groups)", rounds=15, unit="ms")
+    measure(
+        lambda: numpy_reshape(values), data=grpo_data, side="numpy reshape(-1, 8) (equal contiguous groups)", rounds=15, unit="ms"
+    )
 
 
 def test_grpo_trl(rows, grpo_data, measure, missing_anchor):
@@ -170,7 +172,9 @@ def test_agent_wise_masreplay(rows, agent_data, measure):
     values, groups, agents = rows
     ours = masreplay.group_normalize(values, groups, strata=agents)
     _agree("numpy bincount (group, agent)", ours, numpy_bincount(values, groups * AGENTS + agents))
-    measure(lambda: masreplay.group_normalize(values, groups, strata=agents), data=agent_data, side="masreplay", rounds=30, unit="ms")
+    measure(
+        lambda: masreplay.group_normalize(values, groups, strata=agents), data=agent_data, side="masreplay", rounds=30, unit="ms"
+    )
 
 
 def test_agent_wise_numpy(rows, agent_data, measure):

@@ -28,15 +28,15 @@ import os
 import pickle
 from types import SimpleNamespace
 
-import buffer_anchors as ba
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from anchors import arrow_anchor
 
+import buffer_anchors as ba
 import masreplay
+from anchors import arrow_anchor
 
 N_TRAJ = 10_000
 LENGTHS = (10, 2000)
@@ -113,9 +113,7 @@ def tokens(dataset_type):
             n_traces=BATCH,
         ),
         update=data("tokens: update_priorities of 256 sampled traces", n_events=0, n_traces=BATCH),
-        nbytes=data(
-            "tokens: stored bytes", "goal: masreplay <= 1.15x raw column bytes (ratio >= 0.87); padded ~2x"
-        ),
+        nbytes=data("tokens: stored bytes", "goal: masreplay <= 1.15x raw column bytes (ratio >= 0.87); padded ~2x"),
     )
 
 
@@ -614,7 +612,9 @@ def test_sim_sample(side, sim, measure):
             lambda: ba.pyarrow_take_flat(sim.table, rng.integers(0, SIM_TRACES, BATCH)),
             data=sim.sample,
             side=side,
-            rounds=100, unit="ms")
+            rounds=100,
+            unit="ms",
+        )
 
 
 @pytest.mark.parametrize("side", ["masreplay", "numpy group index + pyarrow Table.take + flatten"])
@@ -627,14 +627,18 @@ def test_sim_sample_groups(side, sim, measure):
             lambda: _flat(sim.buffer.sample_groups(NUM_GROUPS, group_size=GROUP_SIZE)),
             data=sim.groups,
             side=side,
-            rounds=100, unit="ms")
+            rounds=100,
+            unit="ms",
+        )
     else:
         index = ba.PyarrowGroups(sim.table, seed=56)
         measure(
             lambda: ba.pyarrow_take_flat(sim.table, index.draw(NUM_GROUPS, GROUP_SIZE)),
             data=sim.groups,
             side=side,
-            rounds=100, unit="ms")
+            rounds=100,
+            unit="ms",
+        )
 
 
 @pytest.mark.parametrize("side", ["masreplay", "pq.write_table (zstd) + pq.read_table, no checks"])

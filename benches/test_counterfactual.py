@@ -30,9 +30,7 @@ BRANCHES = 8
 
 @pytest.fixture(scope="module")
 def workload(dataset_type):
-    truth = masreplay.sim.branches(
-        FACTUAL, branches=BRANCHES, branch_points=1, agents=(1, 2), events_per_agent=(1, 3), seed=61
-    )
+    truth = masreplay.sim.branches(FACTUAL, branches=BRANCHES, branch_points=1, agents=(1, 2), events_per_agent=(1, 3), seed=61)
     batch = truth.batch
     data = dataset_type(
         f"branch credit, {FACTUAL:,} factual traces x {BRANCHES} branches",

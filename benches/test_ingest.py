@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import pyarrow.parquet as pq
 import pytest
-from anchors import arrow_anchor, json_anchor
 
 import masreplay
+from anchors import arrow_anchor, json_anchor
 
 SIDES = ["masreplay", "anchor"]
 
@@ -25,9 +25,7 @@ SIDES = ["masreplay", "anchor"]
 @pytest.mark.parametrize("side", SIDES)
 def test_json_ingest_small_traces(side, json_small, measure):
     if side == "masreplay":
-        batch = measure(
-            lambda: masreplay.load_traces(json_small.source), data=json_small, side=side, rounds=5, unit="MB/s"
-        )
+        batch = measure(lambda: masreplay.load_traces(json_small.source), data=json_small, side=side, rounds=5, unit="MB/s")
         assert len(batch) == json_small.n_traces
     else:
         schema = masreplay.load_traces(json_small.source).to_arrow().schema
@@ -45,9 +43,7 @@ def test_json_ingest_small_traces(side, json_small, measure):
 @pytest.mark.parametrize("side", SIDES)
 def test_json_ingest_kimi_scale(side, json_kimi, measure):
     if side == "masreplay":
-        batch = measure(
-            lambda: masreplay.load_traces(json_kimi.source), data=json_kimi, side=side, rounds=5, unit="MB/s"
-        )
+        batch = measure(lambda: masreplay.load_traces(json_kimi.source), data=json_kimi, side=side, rounds=5, unit="MB/s")
         assert len(batch) == json_kimi.n_traces
     else:
         schema = masreplay.load_traces(json_kimi.source).to_arrow().schema

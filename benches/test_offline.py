@@ -219,7 +219,9 @@ def test_polars_lazy(measure, dump, missing_anchor):
         theirs_events = pl.read_parquet(out / "events.parquet").sort("trace_id", "event_id")
         ours_events = pl.from_arrow(ours_events).sort("trace_id", "event_id")
         np.testing.assert_allclose(theirs_events["weight"].to_numpy(), ours_events["weight"].to_numpy(), rtol=1e-9)
-        np.testing.assert_allclose(theirs_events["advantage"].to_numpy(), ours_events["advantage"].to_numpy(), rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(
+            theirs_events["advantage"].to_numpy(), ours_events["advantage"].to_numpy(), rtol=1e-9, atol=1e-9
+        )
     measure(
         lambda: polars_job(dump.source, out), data=dump,
         side="Polars lazy: scan_parquet, explode, group_by, join, sink_parquet", rounds=1, warmup_rounds=0,
@@ -247,7 +249,9 @@ PEAK = textwrap.dedent(
 def _peak_rss(job: str, source: Path, out: Path) -> int:
     """Peak resident memory (bytes) of the job run alone in a fresh process (its VmHWM:
     the ru_maxrss that wait4 reports would count the pytest process it was forked from)."""
-    done = subprocess.run([sys.executable, "-c", PEAK, __file__, job, str(source), str(out)], capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", PEAK, __file__, job, str(source), str(out)], capture_output=True, text=True, check=True
+    )
     return int(done.stdout.split()[-1])
 
 

@@ -29,11 +29,11 @@ import importlib.util
 from functools import partial
 from types import SimpleNamespace
 
-import buffer_anchors as ba
 import numpy as np
 import pyarrow as pa
 import pytest
 
+import buffer_anchors as ba
 import masreplay
 from masreplay.vocabulary import SAMPLERS
 
@@ -81,9 +81,7 @@ def work(dataset_type):
 def _writer_parts(make) -> list[list]:
     """Each writer's parts, already in Ray's object store."""
     per_writer = PARTS * PART
-    return [
-        [ray.put(make(first)) for first in range(w * per_writer, (w + 1) * per_writer, PART)] for w in range(WRITERS)
-    ]
+    return [[ray.put(make(first)) for first in range(w * per_writer, (w + 1) * per_writer, PART)] for w in range(WRITERS)]
 
 
 @ray.remote(num_cpus=0)
@@ -269,4 +267,3 @@ def test_staleness_bounded_sampling(versioned, sampler, bounded, measure):
         unit="ms",
         ours=not bounded,
     )
-

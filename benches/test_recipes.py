@@ -175,9 +175,11 @@ def dr_mas_anchor(pl, batch):
     frame = event_frame(pl, batch).filter(pl.col("acting"))
     cell = ["group", "owner"]
     count = pl.len().over(cell)
-    advantage = pl.when(count > 1).then(
-        (pl.col("team") - pl.col("team").mean().over(cell)) / (pl.col("team").std().over(cell) + EPS)
-    ).otherwise(pl.col("team") / (1 + EPS))
+    advantage = (
+        pl.when(count > 1)
+        .then((pl.col("team") - pl.col("team").mean().over(cell)) / (pl.col("team").std().over(cell) + EPS))
+        .otherwise(pl.col("team") / (1 + EPS))
+    )
     out = frame.select("row", advantage.alias("a"))
     per_event = np.zeros(batch.num_events)
     per_event[_numpy(out, "row")] = _numpy(out, "a")
@@ -187,7 +189,9 @@ def dr_mas_anchor(pl, batch):
 def kimi_anchor(pl, batch, lam):
     frame = event_frame(pl, batch)
     reward = masreplay.rewards.parl(batch, lam, lam)
-    traces = pl.DataFrame({"r": reward, "group": frame.group_by("trace", maintain_order=True).agg(pl.col("group").first())["group"]})
+    traces = pl.DataFrame(
+        {"r": reward, "group": frame.group_by("trace", maintain_order=True).agg(pl.col("group").first())["group"]}
+    )
     advantage = traces.select(pl.col("r") - pl.col("r").mean().over("group"))["r"].to_numpy()
     trained = _numpy(frame, "acting") & _numpy(frame, "root")
     return np.where(trained, advantage[_numpy(frame, "trace")], 0.0)
@@ -214,9 +218,7 @@ def sharp_anchor(pl, batch, marginal):
     frame = event_frame(pl, batch).with_columns(pl.Series("m", marginal))
     units = (
         frame.group_by(["trace", "owner"], maintain_order=True)
-        .agg(
-            pl.col("team").first(), pl.col("group").first(), pl.col("m").sum(), pl.col("tool").sum(), pl.col("acting").any()
-        )
+        .agg(pl.col("team").first(), pl.col("group").first(), pl.col("m").sum(), pl.col("tool").sum(), pl.col("acting").any())
         .filter(pl.col("acting"))
         .with_columns((pl.col("team") + pl.col("m") + pl.col("tool")).alias("r"))
         .with_columns(_grpo_expr(pl, "r", ["group", "owner"]).alias("a"))
@@ -230,7 +232,9 @@ def flat_tree_anchor(pl, batch, recipe, values=None):
     if values is not None:
         frame = frame.with_columns(pl.Series("v", values))
     traces = frame.group_by("trace", maintain_order=True).agg(
-        pl.col("team").first(), pl.col("group").first(), pl.col("v").filter(pl.col("acting")).mean() if values is not None else pl.lit(0.0).alias("v")
+        pl.col("team").first(),
+        pl.col("group").first(),
+        pl.col("v").filter(pl.col("acting")).mean() if values is not None else pl.lit(0.0).alias("v"),
     )
     n = pl.len().over("group")
     if recipe == "magrpo":
@@ -317,16 +321,23 @@ def puppeteer_anchor(pl, batch, gamma=0.99):
     steps = (
         frame.filter(pl.col("spawn") & pl.col("root"))
         .join(tokens.rename({"owner": "to"}), on=["trace", "to"], how="left", maintain_order="left")
-        .with_columns(pl.int_range(pl.len()).over("trace").alias("s"), (pl.int_range(pl.len()).over("trace") == pl.len().over("trace") - 1).alias("last"))
+        .with_columns(
+            pl.int_range(pl.len()).over("trace").alias("s"),
+            (pl.int_range(pl.len()).over("trace") == pl.len().over("trace") - 1).alias("last"),
+        )
         .with_columns((0.1 * (1 + (pl.col("s") + 1) / 7).log() / np.log(2)).alias("c"))
         .with_columns(
             (
                 pl.col("c") * -1.0 * pl.col("selected_tokens").fill_null(0.0) / 100000
-                + pl.when(pl.col("last")).then(pl.col("team") + pl.when(pl.col("team") > 0).then(0.5).otherwise(-0.5) * pl.col("c")).otherwise(0.0)
+                + pl.when(pl.col("last"))
+                .then(pl.col("team") + pl.when(pl.col("team") > 0).then(0.5).otherwise(-0.5) * pl.col("c"))
+                .otherwise(0.0)
             ).alias("r")
         )
         # G_s = sum_j gamma^(j-s) r_j: a reverse cumulative sum of gamma^j r_j, over gamma^s
-        .with_columns(((pl.col("r") * gamma ** pl.col("s")).cum_sum(reverse=True).over("trace") / gamma ** pl.col("s")).alias("g"))
+        .with_columns(
+            ((pl.col("r") * gamma ** pl.col("s")).cum_sum(reverse=True).over("trace") / gamma ** pl.col("s")).alias("g")
+        )
     )
     per_event = np.zeros(batch.num_events)
     per_event[_numpy(steps, "row")] = _numpy(steps, "g")

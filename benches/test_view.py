@@ -25,7 +25,7 @@ import masreplay
 
 # The browser launcher the viewer's tests use (tests/browser.py).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from browser import chromium  # noqa: E402
+from browser import chromium
 
 #: Sub-agents per trace for about 40, 400 and 4,000 events (12 events each, on average).
 SIZES = {"40": 3, "400": 30, "4,000": 300}
@@ -87,7 +87,10 @@ def test_render(size, browser, measure, record, dataset_type, tmp_path):
 
     html = measure(
         lambda: masreplay.view(batch, 0, color="advantage").to_html(),
-        data=group("the page made in Python"), side="masreplay.view(batch, 0, color='advantage').to_html()", rounds=ROUNDS, unit="ms",
+        data=group("the page made in Python"),
+        side="masreplay.view(batch, 0, color='advantage').to_html()",
+        rounds=ROUNDS,
+        unit="ms",
     )
     record(len(html.encode()), data=group("the page made in Python"), side="page size", unit="bytes", ours=False)
     path = tmp_path / "view.html"

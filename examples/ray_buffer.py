@@ -18,7 +18,7 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 import numpy as np
 import pyarrow as pa
-import ray  # noqa: E402
+import ray
 
 import masreplay
 from masreplay.ray import RayGraphBuffer

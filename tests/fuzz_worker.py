@@ -25,9 +25,7 @@ from masreplay.batch import _from_ipc, _to_ipc
 from masreplay.buffer import _buffer_from_ipc
 from masreplay.errors import MasreplayError
 
-ROUND = settings(
-    max_examples=20, deadline=None, database=None, derandomize=False, suppress_health_check=list(HealthCheck)
-)
+ROUND = settings(max_examples=20, deadline=None, database=None, derandomize=False, suppress_health_check=list(HealthCheck))
 SEED = json.loads((Path(masreplay.__file__).parent / "data" / "seed_example_trace.json").read_text())
 SIM = masreplay.sim.generate(4, seed=7)
 
@@ -84,12 +82,19 @@ scalars = st.one_of(
     st.sampled_from(["", "centralized", "spawn", "message", "causal", "e1", "e2", "orchestrator"]),
 )
 values = st.recursive(
-    scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
-    | st.tuples(inner), max_leaves=12
+    scalars,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3) | st.tuples(inner),
+    max_leaves=12,
 )
-paths = st.lists(st.one_of(st.sampled_from(sorted(SEED)), st.sampled_from(["id", "t", "type", "agent", "src", "dst",
-                                                                             "reward", "tokens"]), st.integers(0, 8)),
-                 min_size=1, max_size=4)
+paths = st.lists(
+    st.one_of(
+        st.sampled_from(sorted(SEED)),
+        st.sampled_from(["id", "t", "type", "agent", "src", "dst", "reward", "tokens"]),
+        st.integers(0, 8),
+    ),
+    min_size=1,
+    max_size=4,
+)
 
 
 def place(trace: dict, path: list, value: object) -> None:
@@ -200,7 +205,7 @@ def fuzz_pickled_state(edits, which) -> None:
             loaded = pickle.loads(data)
         except MasreplayError:
             return
-        except Exception:  # noqa: BLE001 - the pickle opcodes themselves were edited: pickle's own error
+        except Exception:
             return
         if isinstance(loaded, masreplay.TraceBatch):
             sound(loaded)

@@ -39,13 +39,25 @@ TOPOLOGIES = (
 )
 COUNTERFACTUAL_KINDS = ("substitute", "ablate", "no_spawn")
 
-SEED_TOP_LEVEL_KEYS = frozenset(
-    {"trace_id", "task_id", "system", "topology", "events", "edges", "rewards", "costs", "metrics"}
-)
+SEED_TOP_LEVEL_KEYS = frozenset({"trace_id", "task_id", "system", "topology", "events", "edges", "rewards", "costs", "metrics"})
 MASREPLAY_TOP_LEVEL_KEYS = frozenset({"schema_version", "group_id", "policy_version", "counterfactual_of"})
 EVENT_KEYS = frozenset(
-    {"id", "t", "type", "agent", "role", "from", "to", "tool", "content_ref", "trusted", "reward", "tokens",
-     "duration_s", "logprob"}
+    {
+        "id",
+        "t",
+        "type",
+        "agent",
+        "role",
+        "from",
+        "to",
+        "tool",
+        "content_ref",
+        "trusted",
+        "reward",
+        "tokens",
+        "duration_s",
+        "logprob",
+    }
 )
 COST_KEYS = frozenset({"tokens", "wall_clock_s", "tool_calls", "messages"})
 
@@ -94,9 +106,7 @@ json_values = st.recursive(
 )
 
 _extra_event_keys = map_keys.filter(lambda key: key not in EVENT_KEYS)
-_extra_top_level_keys = non_empty_text.filter(
-    lambda key: key not in SEED_TOP_LEVEL_KEYS and key not in MASREPLAY_TOP_LEVEL_KEYS
-)
+_extra_top_level_keys = non_empty_text.filter(lambda key: key not in SEED_TOP_LEVEL_KEYS and key not in MASREPLAY_TOP_LEVEL_KEYS)
 
 _event_optional = {
     "role": any_text,

@@ -301,7 +301,9 @@ def test_group_by_task_none_and_labels():
     by_task = masreplay.advantages(batch, group_by="task_id", dtype="float64")
     np.testing.assert_array_equal(by_task.per_trace, whole.per_trace)
     labels = masreplay.advantages(batch, group_by=["x", "y", "x", "y", "y"], dtype="float64")
-    np.testing.assert_allclose(labels.per_trace, [_grpo([1, 0.5])[0], _grpo([0, 2, 4])[0], _grpo([1, 0.5])[1], *_grpo([0, 2, 4])[1:]])
+    np.testing.assert_allclose(
+        labels.per_trace, [_grpo([1, 0.5])[0], _grpo([0, 2, 4])[0], _grpo([1, 0.5])[1], *_grpo([0, 2, 4])[1:]]
+    )
     with pytest.raises(InvalidArgumentError, match="group_by"):
         masreplay.advantages(batch, group_by="system")
 

@@ -11,14 +11,29 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from strategies import trace_lists
 
 import masreplay
 from masreplay import TraceBatch
+from strategies import trace_lists
 
 CANONICAL_COLUMNS = [
-    "trace_id", "task_id", "group_id", "system", "topology", "policy_version", "counterfactual_of", "events",
-    "edges", "rewards", "costs", "metrics", "attributes", "n_events", "n_edges", "n_agents", "depth",
+    "trace_id",
+    "task_id",
+    "group_id",
+    "system",
+    "topology",
+    "policy_version",
+    "counterfactual_of",
+    "events",
+    "edges",
+    "rewards",
+    "costs",
+    "metrics",
+    "attributes",
+    "n_events",
+    "n_edges",
+    "n_agents",
+    "depth",
     "max_branching",
 ]
 

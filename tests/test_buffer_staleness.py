@@ -214,7 +214,7 @@ def test_prioritized_draws_follow_priorities_among_the_fresh(in_order):
     batch = buffer.sample(20000, sampler="prioritized", max_staleness=1, seed=5)
     fresh = {t: p for t, p in zip(ids, priorities, strict=True) if t.startswith(("v2", "v3"))}
     total = sum(fresh.values())
-    counts = {t: 0 for t in fresh}
+    counts = dict.fromkeys(fresh, 0)
     for t in batch.trace_ids:
         counts[t] += 1
     for t, p in fresh.items():

@@ -19,8 +19,7 @@ from masreplay.demo import SEED_EXAMPLE, bundled
 def script() -> str:
     path = shutil.which("masreplay")
     if path is None:
-        pytest.fail("the masreplay console script is not on PATH; install the package (pip install -e .)",
-                    pytrace=False)
+        pytest.fail("the masreplay console script is not on PATH; install the package (pip install -e .)", pytrace=False)
     return path
 
 
@@ -119,8 +118,15 @@ def test_stats_of_the_seed_example(script):
     assert rows["depth min/mean/max"] == "6 / 6.0 / 6"
     assert rows["max_branching min/mean/max"] == "2 / 2.0 / 2"
     types = {name.removeprefix("events of type "): int(v) for name, v in rows.items() if name.startswith("events of")}
-    assert types == {"orchestrator_decision": 1, "spawn": 2, "message": 1, "tool_call": 1, "tool_result": 1,
-                     "return": 1, "aggregate": 1}
+    assert types == {
+        "orchestrator_decision": 1,
+        "spawn": 2,
+        "message": 1,
+        "tool_call": 1,
+        "tool_result": 1,
+        "return": 1,
+        "aggregate": 1,
+    }
 
 
 def test_stats_of_a_parquet_file_matches_the_batch(script, tmp_path):
@@ -165,8 +171,9 @@ def test_demo(script, tmp_path):
 
 def test_module_entry_point_matches_the_script(script):
     path = bundled(SEED_EXAMPLE)
-    via_module = subprocess.run([sys.executable, "-m", "masreplay.cli", "validate", str(path)], capture_output=True,
-                                text=True, timeout=120)
+    via_module = subprocess.run(
+        [sys.executable, "-m", "masreplay.cli", "validate", str(path)], capture_output=True, text=True, timeout=120
+    )
     assert via_module.returncode == 0
     assert via_module.stdout == run(script, "validate", path).stdout
 

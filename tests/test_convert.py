@@ -4,9 +4,8 @@ the seed round trip and the ``masreplay convert`` command."""
 
 from __future__ import annotations
 
-import pickle
-
 import json
+import pickle
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -24,7 +23,9 @@ MARBLE_FILES = ["tree_research_Llama3.1_70B.jsonl", "coding_development_output_0
 def sample(*parts: str) -> Path:
     path = SAMPLES.joinpath(*parts)
     if not path.exists():
-        pytest.fail(f"real trace sample missing: expected {path} (tests/data in the repository; see tests/data/README.md)", pytrace=False)
+        pytest.fail(
+            f"real trace sample missing: expected {path} (tests/data in the repository; see tests/data/README.md)", pytrace=False
+        )
     return path
 
 
@@ -65,11 +66,16 @@ def test_claude_code_sample_converts_to_one_valid_trace(claude_batch, seed_valid
 def test_claude_code_agents_and_spawns(claude_batch, claude_files):
     trace = claude_batch[0]
     spawn_calls = {
-        block["id"]: block for lines in claude_files.values() for line in lines if line["type"] == "assistant"
-        for block in blocks(line) if block["type"] == "tool_use" and block["name"] in ("Task", "Agent")
+        block["id"]: block
+        for lines in claude_files.values()
+        for line in lines
+        if line["type"] == "assistant"
+        for block in blocks(line)
+        if block["type"] == "tool_use" and block["name"] in ("Task", "Agent")
     }
     spawned = {
-        line["toolUseResult"]["agentId"] for line in claude_files["main"]
+        line["toolUseResult"]["agentId"]
+        for line in claude_files["main"]
         if isinstance(line.get("toolUseResult"), dict) and "agentId" in line["toolUseResult"]
     }
     spawns = [event for event in trace["events"] if event["type"] == "spawn"]
@@ -126,8 +132,12 @@ def _own_steps(lines: list[dict]) -> int:
     """Events an agent authors from its own file: one per assistant block, plus a safety
     event per failed tool result (flagged by the caller)."""
     return sum(
-        1 for line in lines if line["type"] in ("user", "assistant") for block in blocks(line)
-        if (line["type"] == "assistant" and block["type"] in AGENT_BLOCKS) or (block["type"] == "tool_result" and block.get("is_error"))
+        1
+        for line in lines
+        if line["type"] in ("user", "assistant")
+        for block in blocks(line)
+        if (line["type"] == "assistant" and block["type"] in AGENT_BLOCKS)
+        or (block["type"] == "tool_result" and block.get("is_error"))
     )
 
 
@@ -137,11 +147,21 @@ def test_claude_code_roles(claude_batch, claude_files):
     roles = {(event["agent"], event["role"]) for event in trace["events"] if event["type"] != "tool_result"}
     subagents = {agent for agent in claude_files if agent != "main" and not agent.startswith("acompact")}
     compaction = {agent for agent in claude_files if agent.startswith("acompact")}
-    assert roles == {("main", "orchestrator"), ("human", "human"), ("harness", "harness")} | {(agent, "sub-agent") for agent in subagents} | {(agent, "compaction") for agent in compaction}
+    assert roles == {("main", "orchestrator"), ("human", "human"), ("harness", "harness")} | {
+        (agent, "sub-agent") for agent in subagents
+    } | {(agent, "compaction") for agent in compaction}
     assert {event["role"] for event in trace["events"] if event["type"] == "tool_result"} == {"tool"}
     spawns = [event for event in trace["events"] if event["type"] == "spawn"]
-    calls = {block["id"]: block for line in claude_files["main"] if line["type"] == "assistant" for block in blocks(line) if block["type"] == "tool_use"}
-    assert [event["subagent_type"] for event in spawns] == [calls[event["tool_use_id"]]["input"]["subagent_type"] for event in spawns]
+    calls = {
+        block["id"]: block
+        for line in claude_files["main"]
+        if line["type"] == "assistant"
+        for block in blocks(line)
+        if block["type"] == "tool_use"
+    }
+    assert [event["subagent_type"] for event in spawns] == [
+        calls[event["tool_use_id"]]["input"]["subagent_type"] for event in spawns
+    ]
 
 
 def test_claude_code_session_metrics(claude_batch, claude_files):
@@ -171,7 +191,11 @@ def test_claude_code_session_metrics(claude_batch, claude_files):
                 first_block.setdefault(message["id"], blocks(line)[0])
     for message_id, fields in _usage_per_message(claude_files).items():
         usage[message_id] = sum(fields.values())
-    spawning = sum(tokens for message_id, tokens in usage.items() if first_block[message_id]["type"] == "tool_use" and first_block[message_id]["name"] in ("Task", "Agent"))
+    spawning = sum(
+        tokens
+        for message_id, tokens in usage.items()
+        if first_block[message_id]["type"] == "tool_use" and first_block[message_id]["name"] in ("Task", "Agent")
+    )
     assert row["protocol_overhead"] == pytest.approx(spawning / sum(usage.values()), rel=1e-12)
     # Most tokens come with the agents' own text (0.96-0.99 of them were protocol when every
     # message and tool call counted): content, as are the tool calls.
@@ -195,7 +219,9 @@ def test_claude_code_progress_repeats_are_not_ingested(claude_batch, claude_file
     progress = {line["uuid"] for line in claude_files["main"] if line["type"] == "progress"}
     trace = claude_batch[0]
     assert not progress & {event["id"].split("#")[0] for event in trace["events"]}
-    agent_progress = sum(1 for line in claude_files["main"] if line["type"] == "progress" and line["data"]["type"] == "agent_progress")
+    agent_progress = sum(
+        1 for line in claude_files["main"] if line["type"] == "progress" and line["data"]["type"] == "agent_progress"
+    )
     report = claude_batch.conversion_report
     assert report.ignored["progress agent_progress"] == agent_progress > 0
     assert report.records == sum(len(lines) for lines in claude_files.values())
@@ -211,7 +237,12 @@ def test_claude_code_progress_repeats_are_not_ingested(claude_batch, claude_file
 def test_claude_code_time_safety_human_and_compaction(claude_batch, claude_files):
     from datetime import datetime
 
-    stamps = [datetime.fromisoformat(line["timestamp"]).timestamp() for lines in claude_files.values() for line in lines if "timestamp" in line]
+    stamps = [
+        datetime.fromisoformat(line["timestamp"]).timestamp()
+        for lines in claude_files.values()
+        for line in lines
+        if "timestamp" in line
+    ]
     trace = claude_batch[0]
     assert min(event["t"] for event in trace["events"]) >= 0
     assert trace["costs"]["wall_clock_s"] == pytest.approx(max(stamps) - min(stamps))
@@ -226,8 +257,11 @@ def test_claude_code_time_safety_human_and_compaction(claude_batch, claude_files
     # A person's turns: plain text in the main file that the harness did not write (its
     # notes are meta lines, the compaction summary, or start with a <tag>).
     typed = [
-        number for number, line in enumerate(claude_files["main"], start=1)
-        if line["type"] == "user" and not line.get("isMeta") and not line.get("isCompactSummary")
+        number
+        for number, line in enumerate(claude_files["main"], start=1)
+        if line["type"] == "user"
+        and not line.get("isMeta")
+        and not line.get("isCompactSummary")
         and all(block["type"] == "text" and not block["text"].startswith("<") for block in blocks(line))
     ]
     humans = [event for event in trace["events"] if event["type"] == "human_intervention"]
@@ -295,7 +329,13 @@ def test_claude_code_each_compaction_is_by_its_own_side_agent(claude_files, tmp_
     for line in claude_files[first]:
         parent = line["parentUuid"]
         parent = renamed.get(parent, logical_parent if parent == boundary["logicalParentUuid"] else parent)
-        copy = {**line, "uuid": renamed[line["uuid"]], "parentUuid": parent, "agentId": "acompact-second", "timestamp": _later(line, later)}
+        copy = {
+            **line,
+            "uuid": renamed[line["uuid"]],
+            "parentUuid": parent,
+            "agentId": "acompact-second",
+            "timestamp": _later(line, later),
+        }
         if copy["type"] == "assistant":
             copy["message"] = {**copy["message"], "id": copy["message"]["id"] + "-2"}
         second.append(copy)
@@ -325,7 +365,11 @@ def test_claude_code_each_compaction_is_by_its_own_side_agent(claude_files, tmp_
 def test_claude_code_missing_subagent_transcripts_are_reported(claude_files, tmp_path):
     """The main file alone (no subagents/ folder, or its lines as dicts): the sub-agents'
     events exist only in agent_progress lines, so the report says what was lost."""
-    spawned = sorted(line["toolUseResult"]["agentId"] for line in claude_files["main"] if isinstance(line.get("toolUseResult"), dict) and "agentId" in line["toolUseResult"])
+    spawned = sorted(
+        line["toolUseResult"]["agentId"]
+        for line in claude_files["main"]
+        if isinstance(line.get("toolUseResult"), dict) and "agentId" in line["toolUseResult"]
+    )
     progress = sum(1 for line in claude_files["main"] if line["type"] == "progress" and line["data"]["type"] == "agent_progress")
     path = tmp_path / f"{SESSION}.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in claude_files["main"]))
@@ -345,7 +389,8 @@ def test_claude_code_hook_blocks_match_the_raw_files(claude_batch, claude_files)
     agent_of = {line["uuid"]: name for name, lines in claude_files.items() for line in lines if "uuid" in line}
     expected = {
         line["uuid"]: (agent_of[line["parentUuid"]], line["parentUuid"])
-        for lines in claude_files.values() for line in lines
+        for lines in claude_files.values()
+        for line in lines
         if line["type"] == "user" and any("hook blocking error" in block.get("text", "") for block in blocks(line))
     }
     assert expected and {agent for agent, _ in expected.values()} == {"main"}
@@ -358,7 +403,14 @@ def test_claude_code_hook_blocks_match_the_raw_files(claude_batch, claude_files)
 
 
 def test_claude_code_stop_hooks_are_safety_events_only_when_they_block():
-    base = {"type": "system", "subtype": "stop_hook_summary", "sessionId": "s1", "parentUuid": "r1", "timestamp": "2026-01-01T00:00:04.000Z", "hookCount": 1}
+    base = {
+        "type": "system",
+        "subtype": "stop_hook_summary",
+        "sessionId": "s1",
+        "parentUuid": "r1",
+        "timestamp": "2026-01-01T00:00:04.000Z",
+        "hookCount": 1,
+    }
     passed = {**base, "uuid": "h1", "preventedContinuation": False, "hookErrors": []}
     prevented = {**base, "uuid": "h2", "preventedContinuation": True, "hookErrors": []}
     failed = {**base, "uuid": "h3", "preventedContinuation": False, "hookErrors": ["exit 2"]}
@@ -375,11 +427,52 @@ def test_claude_code_failed_subagent_is_a_safety_event():
     task = {"type": "tool_use", "id": "t2", "name": "Task", "input": {"prompt": "look", "subagent_type": "Explore"}}
     lines = [
         *_session_lines(),
-        {**base, "type": "assistant", "uuid": "a2", "parentUuid": "r1", "timestamp": "2026-01-01T00:00:04.000Z", "message": {"id": "m2", "content": [task]}},
-        {**base, "type": "progress", "uuid": "p1", "parentUuid": "a2", "parentToolUseID": "t2", "timestamp": "2026-01-01T00:00:05.000Z", "data": {"type": "agent_progress", "agentId": "sub1"}},
-        {**base, "isSidechain": True, "agentId": "sub1", "type": "user", "uuid": "s1u", "parentUuid": None, "timestamp": "2026-01-01T00:00:05.000Z", "message": {"role": "user", "content": "look"}},
-        {**base, "type": "user", "uuid": "r2", "parentUuid": "a2", "timestamp": "2026-01-01T00:00:09.000Z", "toolUseResult": "Error: interrupted",
-         "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t2", "is_error": True, "content": "[Request interrupted by user for tool use]"}]}},
+        {
+            **base,
+            "type": "assistant",
+            "uuid": "a2",
+            "parentUuid": "r1",
+            "timestamp": "2026-01-01T00:00:04.000Z",
+            "message": {"id": "m2", "content": [task]},
+        },
+        {
+            **base,
+            "type": "progress",
+            "uuid": "p1",
+            "parentUuid": "a2",
+            "parentToolUseID": "t2",
+            "timestamp": "2026-01-01T00:00:05.000Z",
+            "data": {"type": "agent_progress", "agentId": "sub1"},
+        },
+        {
+            **base,
+            "isSidechain": True,
+            "agentId": "sub1",
+            "type": "user",
+            "uuid": "s1u",
+            "parentUuid": None,
+            "timestamp": "2026-01-01T00:00:05.000Z",
+            "message": {"role": "user", "content": "look"},
+        },
+        {
+            **base,
+            "type": "user",
+            "uuid": "r2",
+            "parentUuid": "a2",
+            "timestamp": "2026-01-01T00:00:09.000Z",
+            "toolUseResult": "Error: interrupted",
+            "message": {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "t2",
+                        "is_error": True,
+                        "content": "[Request interrupted by user for tool use]",
+                    }
+                ],
+            },
+        },
     ]
     trace = convert.claude_code(lines)[0]
     made = [(event["id"], event["type"], event["agent"]) for event in trace["events"] if event["id"].startswith("r2")]
@@ -392,11 +485,34 @@ def test_claude_code_failed_subagent_is_a_safety_event():
 def _session_lines() -> list[dict]:
     base = {"sessionId": "s1", "version": "2.1.0", "isSidechain": False}
     return [
-        {**base, "type": "user", "uuid": "u1", "parentUuid": None, "timestamp": "2026-01-01T00:00:00.000Z", "message": {"role": "user", "content": "do it"}},
-        {**base, "type": "assistant", "uuid": "a1", "parentUuid": "u1", "timestamp": "2026-01-01T00:00:01.000Z",
-         "message": {"id": "m1", "content": [{"type": "tool_use", "id": "t1", "name": "Bash", "input": {}}], "usage": {"input_tokens": 3, "output_tokens": 4}}},
-        {**base, "type": "user", "uuid": "r1", "parentUuid": "a1", "timestamp": "2026-01-01T00:00:03.000Z",
-         "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]}},
+        {
+            **base,
+            "type": "user",
+            "uuid": "u1",
+            "parentUuid": None,
+            "timestamp": "2026-01-01T00:00:00.000Z",
+            "message": {"role": "user", "content": "do it"},
+        },
+        {
+            **base,
+            "type": "assistant",
+            "uuid": "a1",
+            "parentUuid": "u1",
+            "timestamp": "2026-01-01T00:00:01.000Z",
+            "message": {
+                "id": "m1",
+                "content": [{"type": "tool_use", "id": "t1", "name": "Bash", "input": {}}],
+                "usage": {"input_tokens": 3, "output_tokens": 4},
+            },
+        },
+        {
+            **base,
+            "type": "user",
+            "uuid": "r1",
+            "parentUuid": "a1",
+            "timestamp": "2026-01-01T00:00:03.000Z",
+            "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]},
+        },
     ]
 
 
@@ -410,7 +526,9 @@ def test_claude_code_repeated_lines():
     """A line written twice is read once and counted; a different line reusing a uuid is an error."""
     lines = _session_lines()
     batch = convert.claude_code([*lines, lines[1]])
-    assert len(batch[0]["events"]) == 3 and batch.conversion_report.ignored == Counter({"line repeating an earlier line (same uuid and content)": 1})
+    assert len(batch[0]["events"]) == 3 and batch.conversion_report.ignored == Counter(
+        {"line repeating an earlier line (same uuid and content)": 1}
+    )
     assert batch.conversion_report.records == 4
     with pytest.raises(ConversionError, match=r"<object>:4: uuid 'a1' is already the uuid of <object>:2, a different line"):
         convert.claude_code([*lines, {**lines[1], "timestamp": "2026-01-01T00:00:02.000Z"}])
@@ -418,7 +536,11 @@ def test_claude_code_repeated_lines():
 
 def test_claude_code_small_session_shape():
     trace = convert.claude_code(_session_lines())[0]
-    assert [(e["id"], e["type"], e["t"]) for e in trace["events"]] == [("u1", "human_intervention", 0), ("a1", "tool_call", 1), ("r1", "tool_result", 3)]
+    assert [(e["id"], e["type"], e["t"]) for e in trace["events"]] == [
+        ("u1", "human_intervention", 0),
+        ("a1", "tool_call", 1),
+        ("r1", "tool_result", 3),
+    ]
     assert trace["events"][2]["duration_s"] == 2 and trace["events"][1]["tokens"] == 7
     assert {(e["src"], e["dst"], e["type"]) for e in trace["edges"]} == {("u1", "a1", "causal"), ("a1", "r1", "return")}
 
@@ -450,10 +572,16 @@ def test_tool_result_without_its_call_is_kept_and_reported(tmp_path):
 
 
 def test_unknown_line_types_and_blocks_are_counted(tmp_path):
-    lines = [*_session_lines(), {"type": "brand-new", "uuid": "x"}, {"type": "progress", "uuid": "p", "data": {"type": "novel_progress"}}]
+    lines = [
+        *_session_lines(),
+        {"type": "brand-new", "uuid": "x"},
+        {"type": "progress", "uuid": "p", "data": {"type": "novel_progress"}},
+    ]
     lines[1]["message"]["content"].append({"type": "server_tool_use", "id": "s"})
     report = convert.claude_code(_write(tmp_path, lines)).conversion_report
-    assert report.unknown == Counter({"line type brand-new": 1, "progress novel_progress": 1, "assistant content block server_tool_use": 1})
+    assert report.unknown == Counter(
+        {"line type brand-new": 1, "progress novel_progress": 1, "assistant content block server_tool_use": 1}
+    )
     assert "unknown 1 x line type brand-new" in str(report)
 
 
@@ -494,7 +622,7 @@ def test_marble_episodes_convert_with_their_agents_returns_and_scores(name, seed
             missing += [f"{key}/{i}" for i, score in enumerate(episode.get(key) or []) if score == -1]
         for key in ("task_evaluation", "code_quality"):
             value = episode.get(key)
-            for score_name, score in (value.items() if isinstance(value, dict) else [] if value is None else [("", value)]):
+            for score_name, score in value.items() if isinstance(value, dict) else [] if value is None else [("", value)]:
                 channel = f"{key}.{score_name}" if score_name else key
                 if score == -1:
                     missing.append(channel)
@@ -515,12 +643,30 @@ def test_marble_episodes_convert_with_their_agents_returns_and_scores(name, seed
 def test_marble_task_results_in_both_forms():
     """MARBLE writes a result as {"agent_id": ..., "result": ...} or, in its minecraft and
     discussion runs, as {"<agent>": "<result>"}: both are returns by that agent."""
-    episode = {"task": "t", "iterations": [{"task_assignments": {"agent1": "a", "agent2": "b"}, "task_results": [{"agent1": "built it"}, {"agent_id": "agent2", "result": "tested"}]}]}
+    episode = {
+        "task": "t",
+        "iterations": [
+            {
+                "task_assignments": {"agent1": "a", "agent2": "b"},
+                "task_results": [{"agent1": "built it"}, {"agent_id": "agent2", "result": "tested"}],
+            }
+        ],
+    }
     trace = convert.marble(episode)[0]
     returns = [(event["agent"], event["to"], event["content_ref"]) for event in trace["events"] if event["type"] == "return"]
-    assert returns == [("agent1", "planner", "<object>:1#/iterations/0/task_results/0"), ("agent2", "planner", "<object>:1#/iterations/0/task_results/1")]
-    assert {event["agent"]: event["role"] for event in trace["events"]} == {"planner": "orchestrator", "agent1": "sub-agent", "agent2": "sub-agent"}
-    for broken, reason in (([{}], "task_results/0 is empty: it names no agent"), ([{"agent_id": 3}], "task_results/0/agent_id is a number")):
+    assert returns == [
+        ("agent1", "planner", "<object>:1#/iterations/0/task_results/0"),
+        ("agent2", "planner", "<object>:1#/iterations/0/task_results/1"),
+    ]
+    assert {event["agent"]: event["role"] for event in trace["events"]} == {
+        "planner": "orchestrator",
+        "agent1": "sub-agent",
+        "agent2": "sub-agent",
+    }
+    for broken, reason in (
+        ([{}], "task_results/0 is empty: it names no agent"),
+        ([{"agent_id": 3}], "task_results/0/agent_id is a number"),
+    ):
         with pytest.raises(ConversionError, match=reason):
             convert.marble({**episode, "iterations": [{"task_results": broken}]})
 
@@ -531,36 +677,69 @@ def test_marble_planner_orchestrates(name):
     assignment and a summary per iteration, counted from the raw file."""
     episodes = read_lines(sample("marble", name))
     table = masreplay.metrics(convert.marble(sample("marble", name)))
-    expected = [sum(1 + len(it.get("task_assignments") or {}) + ("summary" in it) for it in episode["iterations"]) for episode in episodes]
+    expected = [
+        sum(1 + len(it.get("task_assignments") or {}) + ("summary" in it) for it in episode["iterations"]) for episode in episodes
+    ]
     assert table["critical_steps"].to_pylist() == expected
     assert set(table["spawn_depth"].to_pylist()) == {0}
 
 
 MALFORMED = {
     "marble episode without events": ("marble", '{"task": "t", "iterations": []}\n', r":1: an episode without iterations"),
-    "marble episode without iterations": ("marble", '{"task": "t", "iterations": [{"task_assignments": {"a": "x"}}]}\n{"task": "t"}\n', r":2: .*'iterations'"),
+    "marble episode without iterations": (
+        "marble",
+        '{"task": "t", "iterations": [{"task_assignments": {"a": "x"}}]}\n{"task": "t"}\n',
+        r":2: .*'iterations'",
+    ),
     "marble line not an object": ("marble", "[1, 2]\n", r":1: expected a JSON object, got list"),
-    "truncated span line": ("otel", '{"name": "chat", "context": {"trace_id": "0x1", "span_id": "0x2"}, "start_time": 1, "end_time": 2}\n{"name": \n', r":2: not valid JSON"),
+    "truncated span line": (
+        "otel",
+        '{"name": "chat", "context": {"trace_id": "0x1", "span_id": "0x2"}, "start_time": 1, "end_time": 2}\n{"name": \n',
+        r":2: not valid JSON",
+    ),
     "span without ids": ("otel", '{"name": "chat", "start_time": 1, "end_time": 2}', r"span without a trace id"),
     "span line without an end time": (
-        "otel", '{"name": "chat", "context": {"trace_id": "0x1", "span_id": "0x2"}, "start_time": 1, "end_time": 2}\n\n{"name": "chat", "context": {"trace_id": "0x1", "span_id": "0x3"}, "start_time": 1}\n',
+        "otel",
+        '{"name": "chat", "context": {"trace_id": "0x1", "span_id": "0x2"}, "start_time": 1, "end_time": 2}\n\n{"name": "chat", "context": {"trace_id": "0x1", "span_id": "0x3"}, "start_time": 1}\n',
         r":3: missing or unreadable span time$",
     ),
-    "uuid that cannot be an id": ("claude_code", '{"type": "user", "uuid": ["u"], "timestamp": "2026-01-01T00:00:00Z"}\n', r":1: uuid is a list, expected text$"),
+    "uuid that cannot be an id": (
+        "claude_code",
+        '{"type": "user", "uuid": ["u"], "timestamp": "2026-01-01T00:00:00Z"}\n',
+        r":1: uuid is a list, expected text$",
+    ),
     "tool name that is not text": (
-        "claude_code", '{"type": "assistant", "uuid": "a", "timestamp": "2026-01-01T00:00:00Z", "message": {"content": [{"type": "tool_use", "id": "t", "name": {}}]}}\n',
+        "claude_code",
+        '{"type": "assistant", "uuid": "a", "timestamp": "2026-01-01T00:00:00Z", "message": {"content": [{"type": "tool_use", "id": "t", "name": {}}]}}\n',
         r":1: message.content/0/name is an object, expected text$",
     ),
-    "JSON nested past the parser": ("claude_code", '{"a":' * 100_000 + "1" + "}" * 100_000 + "\n", r":1: JSON nested too deeply to read$"),
+    "JSON nested past the parser": (
+        "claude_code",
+        '{"a":' * 100_000 + "1" + "}" * 100_000 + "\n",
+        r":1: JSON nested too deeply to read$",
+    ),
     "resourceSpans of text": ("otel", '{"resourceSpans": ["x"]}', r": /resourceSpans/0 is text, expected an object$"),
     "OTLP attribute without a key": (
-        "otel", '{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "01", "spanId": "02", "startTimeUnixNano": 1, "endTimeUnixNano": 2, "attributes": [{"value": {"intValue": "1"}}]}]}]}]}',
+        "otel",
+        '{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "01", "spanId": "02", "startTimeUnixNano": 1, "endTimeUnixNano": 2, "attributes": [{"value": {"intValue": "1"}}]}]}]}]}',
         r": /resourceSpans/0/scopeSpans/0/spans/0/attributes/0/key is null, expected text$",
     ),
     "OTel file that is not UTF-8": ("otel", b'{"name": "chat"}\n{"name": "\xff"}\n', r":2: not UTF-8 text"),
-    "marble tokens the contract refuses": ("marble", '{"task": "t", "token_usage": -5, "iterations": [{"task_assignments": {"a": "x"}}]}\n', r":1: converted trace 'input:1' is invalid at /costs/tokens"),
-    "marble mode that is not text": ("marble", '{"task": "t", "coordination_mode": [], "iterations": []}\n', r":1: /coordination_mode is a list, expected text$"),
-    "otlp line with a span without ids": ("otel", '{"resourceSpans": [{"scopeSpans": [{"spans": [{"name": "x"}]}]}]}\n{"resourceSpans": []}\n', r":1: /resourceSpans/0/scopeSpans/0/spans/0: span without traceId"),
+    "marble tokens the contract refuses": (
+        "marble",
+        '{"task": "t", "token_usage": -5, "iterations": [{"task_assignments": {"a": "x"}}]}\n',
+        r":1: converted trace 'input:1' is invalid at /costs/tokens",
+    ),
+    "marble mode that is not text": (
+        "marble",
+        '{"task": "t", "coordination_mode": [], "iterations": []}\n',
+        r":1: /coordination_mode is a list, expected text$",
+    ),
+    "otlp line with a span without ids": (
+        "otel",
+        '{"resourceSpans": [{"scopeSpans": [{"spans": [{"name": "x"}]}]}]}\n{"resourceSpans": []}\n',
+        r":1: /resourceSpans/0/scopeSpans/0/spans/0: span without traceId",
+    ),
 }
 
 
@@ -583,7 +762,9 @@ def test_seed_round_trip_is_strict_both_ways(seed_example, seed_validator, tmp_p
     assert isinstance(raised.value.__cause__, masreplay.TraceValidationError)
     for suffix in (".json", ".jsonl", ".parquet"):
         convert.write(batch, tmp_path / f"out{suffix}")
-        again = convert.seed(tmp_path / f"out{suffix}") if suffix != ".parquet" else masreplay.load_traces(tmp_path / f"out{suffix}")
+        again = (
+            convert.seed(tmp_path / f"out{suffix}") if suffix != ".parquet" else masreplay.load_traces(tmp_path / f"out{suffix}")
+        )
         assert again[0]["events"] == batch[0]["events"]
     with pytest.raises(ValueError, match="output format"):
         convert.write(batch, tmp_path / "out.csv")
@@ -610,7 +791,9 @@ def test_paths_may_start_with_a_tilde(claude_files, seed_example, monkeypatch, t
     assert len(convert.seed("~/seed.json")) == 1
     (tmp_path / "marble.jsonl").write_text(sample("marble", MARBLE_FILES[0]).read_text())
     assert len(convert.marble("~/marble.jsonl")) == len(read_lines(tmp_path / "marble.jsonl"))
-    (tmp_path / "spans.jsonl").write_text('{"name": "chat", "context": {"trace_id": "0x1", "span_id": "0x2"}, "start_time": 1, "end_time": 2, "attributes": {"gen_ai.operation.name": "chat"}}\n')
+    (tmp_path / "spans.jsonl").write_text(
+        '{"name": "chat", "context": {"trace_id": "0x1", "span_id": "0x2"}, "start_time": 1, "end_time": 2, "attributes": {"gen_ai.operation.name": "chat"}}\n'
+    )
     assert len(convert.otel("~/spans.jsonl")) == 1
 
 

@@ -7,16 +7,15 @@ from __future__ import annotations
 import base64
 import json
 from collections import Counter
-from pathlib import Path
-
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 from google.protobuf.json_format import MessageToJson
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as GenAI
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as GenAI
 from opentelemetry.trace import Link, Status, StatusCode
 
 import masreplay
@@ -51,26 +50,39 @@ def run_agents(tracer) -> None:
     second, one-chat trace linked to the first. The coder's run reports usage of its own
     (no chat inside), its failing tool records an exception and a retry event."""
     with tracer.start_as_current_span("invoke_agent lead", attributes=op("invoke_agent", gen_ai_agent_name="lead")) as lead:
-        with tracer.start_as_current_span("chat plan", attributes=op("chat", gen_ai_request_model="m", gen_ai_usage_input_tokens=120, gen_ai_usage_output_tokens=30)):
+        with tracer.start_as_current_span(
+            "chat plan",
+            attributes=op("chat", gen_ai_request_model="m", gen_ai_usage_input_tokens=120, gen_ai_usage_output_tokens=30),
+        ):
             pass
         for worker in ("researcher", "coder"):
             with tracer.start_as_current_span(f"create_agent {worker}", attributes=op("create_agent", gen_ai_agent_name=worker)):
                 pass
-        with tracer.start_as_current_span("invoke_agent researcher", attributes=op("invoke_agent", gen_ai_agent_name="researcher")):
-            with tracer.start_as_current_span("chat", attributes=op("chat", gen_ai_usage_input_tokens=50, gen_ai_usage_output_tokens=7)):
+        with tracer.start_as_current_span(
+            "invoke_agent researcher", attributes=op("invoke_agent", gen_ai_agent_name="researcher")
+        ):
+            with tracer.start_as_current_span(
+                "chat", attributes=op("chat", gen_ai_usage_input_tokens=50, gen_ai_usage_output_tokens=7)
+            ):
                 pass
             with tracer.start_as_current_span("HTTP GET"):  # no GenAI operation: see-through
-                with tracer.start_as_current_span("execute_tool search", attributes=op("execute_tool", gen_ai_tool_name="search")):
+                with tracer.start_as_current_span(
+                    "execute_tool search", attributes=op("execute_tool", gen_ai_tool_name="search")
+                ):
                     pass
         coder = op("invoke_agent", gen_ai_agent_name="coder", gen_ai_usage_input_tokens=11, gen_ai_usage_output_tokens=4)
         with tracer.start_as_current_span("invoke_agent coder", attributes=coder):
-            with tracer.start_as_current_span("execute_tool run", attributes=op("execute_tool", gen_ai_tool_name="run"), record_exception=False) as failing:
+            with tracer.start_as_current_span(
+                "execute_tool run", attributes=op("execute_tool", gen_ai_tool_name="run"), record_exception=False
+            ) as failing:
                 failing.add_event("retry", {"attempt": 1})
                 failing.record_exception(RuntimeError("exit 1"))
                 failing.set_status(Status(StatusCode.ERROR, "exit 1"))
             with tracer.start_as_current_span("apply_guardrail", attributes=op("apply_guardrail")):
                 pass
-        with tracer.start_as_current_span("agentlightning.reward", attributes={"agentlightning.reward.0.name": "task", "agentlightning.reward.0.value": 0.75}):
+        with tracer.start_as_current_span(
+            "agentlightning.reward", attributes={"agentlightning.reward.0.name": "task", "agentlightning.reward.0.value": 0.75}
+        ):
             pass
     alone = op("chat", gen_ai_usage_input_tokens=5, gen_ai_usage_output_tokens=1)
     with tracer.start_as_current_span("chat alone", attributes=alone, links=[Link(lead.get_span_context())]):
@@ -122,12 +134,17 @@ def test_otlp_json_from_the_sdk_converts(exported, seed_validator):
     assert types["tool_call"] == types["tool_result"] == operations["execute_tool"] == 2
     assert types["return"] == operations["invoke_agent"] == 3
     assert types["safety_event"] == operations["apply_guardrail"] + 1  # + the failed tool
-    tokens = sum(int(span["attrs"].get(key, 0)) for span in spans for key in ("gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens"))
+    tokens = sum(
+        int(span["attrs"].get(key, 0)) for span in spans for key in ("gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens")
+    )
     assert sum(trace["costs"]["tokens"] for trace in batch) == tokens
     assert {event["to"] for event in lead["events"] if event["type"] == "spawn"} == {"researcher", "coder"}
     events = {event["id"]: event for event in lead["events"]}
     pairs = [(events[e["src"]], events[e["dst"]]) for e in lead["edges"] if e["type"] == "return"]
-    assert sorted(call["tool"] for call, result in pairs if call["type"] == "tool_call" and result["type"] == "tool_result") == ["run", "search"]
+    assert sorted(call["tool"] for call, result in pairs if call["type"] == "tool_call" and result["type"] == "tool_result") == [
+        "run",
+        "search",
+    ]
     assert {event["agent"] for event in lead["events"] if event["type"] == "tool_call"} == {"researcher", "coder"}
     assert lead["rewards"] == {"task": 0.75}
     report = batch.conversion_report
@@ -141,8 +158,12 @@ def test_usage_counts_on_every_span_that_reports_it(exported):
     events = {event["id"]: event for trace in convert.otel(otlp) for event in trace["events"]}
     for span in reporting:
         # An agent run's usage is on its return (the run's work), any other span's on its first event.
-        carrier = next(event for id, event in events.items() if id.split(":")[0] == span_hex(span["spanId"]) and not id.endswith(":start"))
-        assert carrier["tokens"] == int(span["attrs"]["gen_ai.usage.input_tokens"]) + int(span["attrs"]["gen_ai.usage.output_tokens"])
+        carrier = next(
+            event for id, event in events.items() if id.split(":")[0] == span_hex(span["spanId"]) and not id.endswith(":start")
+        )
+        assert carrier["tokens"] == int(span["attrs"]["gen_ai.usage.input_tokens"]) + int(
+            span["attrs"]["gen_ai.usage.output_tokens"]
+        )
 
 
 def test_span_events_and_links_are_kept_or_counted(exported):
@@ -150,12 +171,23 @@ def test_span_events_and_links_are_kept_or_counted(exported):
     counted in the report; the SDK's span JSON says the same as OTLP JSON."""
     otlp, sdk_json = exported
     spans = raw_spans(otlp)
-    set_aside = Counter(f"span event {event['name']}" for span in spans for event in span.get("events", []) if event["name"] != "exception")
+    set_aside = Counter(
+        f"span event {event['name']}" for span in spans for event in span.get("events", []) if event["name"] != "exception"
+    )
     set_aside["span link"] = sum(len(span.get("links", [])) for span in spans)
     assert set_aside == Counter({"span event retry": 1, "span link": 1})
     thrown = {
-        span_hex(span["spanId"]): [{key: attribute["value"]["stringValue"] for attribute in event["attributes"] for key in ("type", "message") if attribute["key"] == f"exception.{key}"}]
-        for span in spans for event in span.get("events", []) if event["name"] == "exception"
+        span_hex(span["spanId"]): [
+            {
+                key: attribute["value"]["stringValue"]
+                for attribute in event["attributes"]
+                for key in ("type", "message")
+                if attribute["key"] == f"exception.{key}"
+            }
+        ]
+        for span in spans
+        for event in span.get("events", [])
+        if event["name"] == "exception"
     }
     assert thrown and all(found == [{"type": "RuntimeError", "message": "exit 1"}] for found in thrown.values())
     for batch in (convert.otel(otlp), convert.otel(sdk_json)):
@@ -187,7 +219,9 @@ def test_sdk_span_json_gives_the_same_traces(exported):
     assert sorted(from_otlp.trace_ids) == sorted(from_sdk.trace_ids)
     for trace in from_otlp:
         other = from_sdk[from_sdk.trace_ids.index(trace["trace_id"])]
-        assert [(e["id"], e["type"], e["agent"]) for e in trace["events"]] == [(e["id"], e["type"], e["agent"]) for e in other["events"]]
+        assert [(e["id"], e["type"], e["agent"]) for e in trace["events"]] == [
+            (e["id"], e["type"], e["agent"]) for e in other["events"]
+        ]
         assert trace["edges"] == other["edges"] and trace["rewards"] == other["rewards"]
 
 
@@ -202,14 +236,28 @@ def test_agent_lightning_span_dump_rewards(exported, tmp_path):
     dump = []
     for sequence, line in enumerate(sdk_json.read_text().splitlines()):
         span = json.loads(line)
-        dump.append({
-            "rollout_id": "ro-1", "attempt_id": "at-1", "sequence_id": sequence,
-            "trace_id": span["context"]["trace_id"], "span_id": span["context"]["span_id"], "parent_id": span["parent_id"],
-            "name": span["name"], "attributes": span["attributes"], "status": span["status"],
-            "start_time": seconds(span["start_time"]), "end_time": seconds(span["end_time"]),
-        })
+        dump.append(
+            {
+                "rollout_id": "ro-1",
+                "attempt_id": "at-1",
+                "sequence_id": sequence,
+                "trace_id": span["context"]["trace_id"],
+                "span_id": span["context"]["span_id"],
+                "parent_id": span["parent_id"],
+                "name": span["name"],
+                "attributes": span["attributes"],
+                "status": span["status"],
+                "start_time": seconds(span["start_time"]),
+                "end_time": seconds(span["end_time"]),
+            }
+        )
     reward = next(span for span in dump if span["name"] == "agentlightning.reward")
-    early = {**reward, "span_id": "0xstep", "attributes": {"agentlightning.reward.primary": 0.1}, "start_time": reward["start_time"] - 1e-3}
+    early = {
+        **reward,
+        "span_id": "0xstep",
+        "attributes": {"agentlightning.reward.primary": 0.1},
+        "start_time": reward["start_time"] - 1e-3,
+    }
     path = tmp_path / "rollout.json"
     path.write_text(json.dumps(dump + [early]))
     batch = convert.otel(path)
@@ -221,16 +269,54 @@ def test_agent_lightning_span_dump_rewards(exported, tmp_path):
 
 
 def test_unknown_operations_are_counted():
-    batch = convert.otel([{"name": "x", "trace_id": "t", "span_id": "s", "start_time": 1.0, "end_time": 2.0, "attributes": {"gen_ai.operation.name": "chat"}},
-                          {"name": "y", "trace_id": "t", "span_id": "u", "start_time": 1.0, "end_time": 2.0, "attributes": {"gen_ai.operation.name": "embeddings"}}])
+    batch = convert.otel(
+        [
+            {
+                "name": "x",
+                "trace_id": "t",
+                "span_id": "s",
+                "start_time": 1.0,
+                "end_time": 2.0,
+                "attributes": {"gen_ai.operation.name": "chat"},
+            },
+            {
+                "name": "y",
+                "trace_id": "t",
+                "span_id": "u",
+                "start_time": 1.0,
+                "end_time": 2.0,
+                "attributes": {"gen_ai.operation.name": "embeddings"},
+            },
+        ]
+    )
     assert batch.conversion_report.unknown == Counter({"gen_ai.operation.name embeddings": 1})
-    looped = [{"name": n, "trace_id": "t", "span_id": n, "parent_id": p, "start_time": 1.0, "end_time": 2.0,
-               "attributes": {"gen_ai.operation.name": "chat"}} for n, p in (("a", "b"), ("b", "a"))]
+    looped = [
+        {
+            "name": n,
+            "trace_id": "t",
+            "span_id": n,
+            "parent_id": p,
+            "start_time": 1.0,
+            "end_time": 2.0,
+            "attributes": {"gen_ai.operation.name": "chat"},
+        }
+        for n, p in (("a", "b"), ("b", "a"))
+    ]
     with pytest.raises(masreplay.ConversionError, match="cycle") as raised:  # a broken export ends, it does not hang
         convert.otel(looped)
     assert isinstance(raised.value.__cause__, masreplay.TraceValidationError)
-    retrieval = convert.otel([{"name": "search docs", "trace_id": "t", "span_id": "r", "start_time": 1.0, "end_time": 1.5,
-                               "attributes": {"gen_ai.operation.name": "retrieval", "gen_ai.data_source.id": "wiki"}}])
+    retrieval = convert.otel(
+        [
+            {
+                "name": "search docs",
+                "trace_id": "t",
+                "span_id": "r",
+                "start_time": 1.0,
+                "end_time": 1.5,
+                "attributes": {"gen_ai.operation.name": "retrieval", "gen_ai.data_source.id": "wiki"},
+            }
+        ]
+    )
     assert [(e["type"], e.get("tool")) for e in retrieval[0]["events"]] == [("tool_call", "wiki"), ("tool_result", "wiki")]
     assert isinstance(batch, masreplay.TraceBatch)
 

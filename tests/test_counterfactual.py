@@ -34,7 +34,10 @@ def test_branch_credit_falls_within_three_standard_errors_of_the_true_effects(tr
     credited = _keyed(table)
     effects = truth.effects.to_pylist()
     assert set(credited) == {(e["trace_id"], e["event_id"]) for e in effects}
-    within = [abs(credited[(e["trace_id"], e["event_id"])][0] - e["effect"]) <= 3 * credited[(e["trace_id"], e["event_id"])][1] for e in effects]
+    within = [
+        abs(credited[(e["trace_id"], e["event_id"])][0] - e["effect"]) <= 3 * credited[(e["trace_id"], e["event_id"])][1]
+        for e in effects
+    ]
     assert np.mean(within) >= 0.95, f"{np.mean(within):.3f} of {len(effects)} effects within 3 standard errors"
     assert {e["kind"] for e in effects} == {"substitute", "ablate", "no_spawn"}
 

@@ -22,7 +22,10 @@ def test_fuzz(target):
     env = {**os.environ, "PYTHONPATH": str(Path(masreplay.__file__).resolve().parents[1])}
     result = subprocess.run(
         [sys.executable, str(WORKER), target, str(SECONDS)],
-        capture_output=True, text=True, env=env, timeout=SECONDS * 4 + 120,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=SECONDS * 4 + 120,
     )
     assert result.returncode == 0, (
         f"fuzz target {target} ended with {result.returncode} (a negative code is a signal: a crash)\n"

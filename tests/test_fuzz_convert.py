@@ -42,34 +42,144 @@ def _at(second: int) -> str:
 
 
 CLAUDE_CODE = [
-    {**_BASE, "type": "user", "uuid": "u1", "parentUuid": None, "timestamp": _at(0), "message": {"role": "user", "content": "do it"}},
-    {**_BASE, "type": "assistant", "uuid": "a1", "parentUuid": "u1", "timestamp": _at(1), "message": {
-        "id": "m1", "model": "m", "usage": {"input_tokens": 3, "output_tokens": 4},
-        "content": [{"type": "thinking", "thinking": "plan"}, {"type": "text", "text": "ok"}, {"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "ls"}}],
-    }},
-    {**_BASE, "type": "user", "uuid": "r1", "parentUuid": "a1", "timestamp": _at(2), "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok", "is_error": True}]}},
-    {**_BASE, "type": "assistant", "uuid": "a2", "parentUuid": "r1", "timestamp": _at(3), "message": {
-        "id": "m2", "usage": {"input_tokens": 5}, "content": [{"type": "tool_use", "id": "t2", "name": "Task", "input": {"prompt": "look", "subagent_type": "Explore"}}],
-    }},
-    {**_BASE, "type": "progress", "uuid": "p1", "parentUuid": "a2", "parentToolUseID": "t2", "timestamp": _at(4), "data": {"type": "agent_progress", "agentId": "sub1"}},
-    {**_BASE, "isSidechain": True, "agentId": "sub1", "type": "user", "uuid": "s1", "parentUuid": None, "timestamp": _at(4), "message": {"role": "user", "content": "look"}},
-    {**_BASE, "isSidechain": True, "agentId": "sub1", "type": "assistant", "uuid": "s2", "parentUuid": "s1", "timestamp": _at(5), "message": {"id": "m3", "content": [{"type": "text", "text": "found"}]}},
-    {**_BASE, "type": "user", "uuid": "r2", "parentUuid": "a2", "timestamp": _at(6), "toolUseResult": {"agentId": "sub1", "status": "completed", "totalDurationMs": 2000},
-     "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t2", "content": "found"}]}},
-    {**_BASE, "type": "system", "subtype": "compact_boundary", "uuid": "c1", "parentUuid": None, "logicalParentUuid": "r2", "timestamp": _at(7), "compactMetadata": {"trigger": "auto", "preTokens": 9}},
-    {**_BASE, "type": "user", "uuid": "c2", "parentUuid": "c1", "isCompactSummary": True, "timestamp": _at(8), "message": {"role": "user", "content": "summary"}},
-    {**_BASE, "type": "system", "subtype": "stop_hook_summary", "uuid": "h1", "parentUuid": "c2", "timestamp": _at(9), "preventedContinuation": True, "hookErrors": [], "hookCount": 1},
+    {
+        **_BASE,
+        "type": "user",
+        "uuid": "u1",
+        "parentUuid": None,
+        "timestamp": _at(0),
+        "message": {"role": "user", "content": "do it"},
+    },
+    {
+        **_BASE,
+        "type": "assistant",
+        "uuid": "a1",
+        "parentUuid": "u1",
+        "timestamp": _at(1),
+        "message": {
+            "id": "m1",
+            "model": "m",
+            "usage": {"input_tokens": 3, "output_tokens": 4},
+            "content": [
+                {"type": "thinking", "thinking": "plan"},
+                {"type": "text", "text": "ok"},
+                {"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "ls"}},
+            ],
+        },
+    },
+    {
+        **_BASE,
+        "type": "user",
+        "uuid": "r1",
+        "parentUuid": "a1",
+        "timestamp": _at(2),
+        "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok", "is_error": True}]},
+    },
+    {
+        **_BASE,
+        "type": "assistant",
+        "uuid": "a2",
+        "parentUuid": "r1",
+        "timestamp": _at(3),
+        "message": {
+            "id": "m2",
+            "usage": {"input_tokens": 5},
+            "content": [
+                {"type": "tool_use", "id": "t2", "name": "Task", "input": {"prompt": "look", "subagent_type": "Explore"}}
+            ],
+        },
+    },
+    {
+        **_BASE,
+        "type": "progress",
+        "uuid": "p1",
+        "parentUuid": "a2",
+        "parentToolUseID": "t2",
+        "timestamp": _at(4),
+        "data": {"type": "agent_progress", "agentId": "sub1"},
+    },
+    {
+        **_BASE,
+        "isSidechain": True,
+        "agentId": "sub1",
+        "type": "user",
+        "uuid": "s1",
+        "parentUuid": None,
+        "timestamp": _at(4),
+        "message": {"role": "user", "content": "look"},
+    },
+    {
+        **_BASE,
+        "isSidechain": True,
+        "agentId": "sub1",
+        "type": "assistant",
+        "uuid": "s2",
+        "parentUuid": "s1",
+        "timestamp": _at(5),
+        "message": {"id": "m3", "content": [{"type": "text", "text": "found"}]},
+    },
+    {
+        **_BASE,
+        "type": "user",
+        "uuid": "r2",
+        "parentUuid": "a2",
+        "timestamp": _at(6),
+        "toolUseResult": {"agentId": "sub1", "status": "completed", "totalDurationMs": 2000},
+        "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t2", "content": "found"}]},
+    },
+    {
+        **_BASE,
+        "type": "system",
+        "subtype": "compact_boundary",
+        "uuid": "c1",
+        "parentUuid": None,
+        "logicalParentUuid": "r2",
+        "timestamp": _at(7),
+        "compactMetadata": {"trigger": "auto", "preTokens": 9},
+    },
+    {
+        **_BASE,
+        "type": "user",
+        "uuid": "c2",
+        "parentUuid": "c1",
+        "isCompactSummary": True,
+        "timestamp": _at(8),
+        "message": {"role": "user", "content": "summary"},
+    },
+    {
+        **_BASE,
+        "type": "system",
+        "subtype": "stop_hook_summary",
+        "uuid": "h1",
+        "parentUuid": "c2",
+        "timestamp": _at(9),
+        "preventedContinuation": True,
+        "hookErrors": [],
+        "hookCount": 1,
+    },
     {"type": "file-history-snapshot", "messageId": "x"},
 ]
 
 MARBLE = {
-    "task": "write a game", "coordination_mode": "graph",
+    "task": "write a game",
+    "coordination_mode": "graph",
     "iterations": [
-        {"iteration": 1, "task_assignments": {"agent1": "code", "agent2": "test"}, "communications": ["In Session 1\nFrom agent1 to agent2: hi\nFrom agent2 to agent1: yes"],
-         "task_results": [{"agent_id": "agent1", "result": "done"}, {"agent2": "tested"}], "summary": "ok", "continue_simulation": True},
+        {
+            "iteration": 1,
+            "task_assignments": {"agent1": "code", "agent2": "test"},
+            "communications": ["In Session 1\nFrom agent1 to agent2: hi\nFrom agent2 to agent1: yes"],
+            "task_results": [{"agent_id": "agent1", "result": "done"}, {"agent2": "tested"}],
+            "summary": "ok",
+            "continue_simulation": True,
+        },
     ],
-    "planning_scores": [4, -1], "communication_scores": [3], "task_evaluation": {"quality": 5}, "code_quality": -1,
-    "agent_kpis": {"agent1": 2, "agent2": 1}, "total_milestones": 3, "token_usage": 1200,
+    "planning_scores": [4, -1],
+    "communication_scores": [3],
+    "task_evaluation": {"quality": 5},
+    "code_quality": -1,
+    "agent_kpis": {"agent1": 2, "agent2": 1},
+    "total_milestones": 3,
+    "token_usage": 1200,
 }
 
 
@@ -77,21 +187,78 @@ def _kv(key: str, value: dict) -> dict:
     return {"key": key, "value": value}
 
 
-OTLP = {"resourceSpans": [{"scopeSpans": [{"spans": [
-    {"traceId": "0af7651916cd43dd8448eb211c80319c", "spanId": "b7ad6b7169203331", "name": "invoke_agent lead", "startTimeUnixNano": "1700000000000000000", "endTimeUnixNano": "1700000005000000000",
-     "attributes": [_kv("gen_ai.operation.name", {"stringValue": "invoke_agent"}), _kv("gen_ai.agent.name", {"stringValue": "lead"}), _kv("gen_ai.usage.input_tokens", {"intValue": "7"})]},
-    {"traceId": "0af7651916cd43dd8448eb211c80319c", "spanId": "00f067aa0ba902b7", "parentSpanId": "b7ad6b7169203331", "name": "execute_tool", "startTimeUnixNano": "1700000001000000000", "endTimeUnixNano": "1700000002000000000",
-     "status": {"code": 2}, "attributes": [_kv("gen_ai.operation.name", {"stringValue": "execute_tool"}), _kv("gen_ai.tool.name", {"stringValue": "search"}),
-                                           _kv("extra", {"arrayValue": {"values": [{"doubleValue": 1.5}, {"kvlistValue": {"values": [_kv("k", {"boolValue": True})]}}]}})],
-     "events": [{"name": "exception", "attributes": [_kv("exception.type", {"stringValue": "E"})]}], "links": [{}]},
-]}]}]}
+OTLP = {
+    "resourceSpans": [
+        {
+            "scopeSpans": [
+                {
+                    "spans": [
+                        {
+                            "traceId": "0af7651916cd43dd8448eb211c80319c",
+                            "spanId": "b7ad6b7169203331",
+                            "name": "invoke_agent lead",
+                            "startTimeUnixNano": "1700000000000000000",
+                            "endTimeUnixNano": "1700000005000000000",
+                            "attributes": [
+                                _kv("gen_ai.operation.name", {"stringValue": "invoke_agent"}),
+                                _kv("gen_ai.agent.name", {"stringValue": "lead"}),
+                                _kv("gen_ai.usage.input_tokens", {"intValue": "7"}),
+                            ],
+                        },
+                        {
+                            "traceId": "0af7651916cd43dd8448eb211c80319c",
+                            "spanId": "00f067aa0ba902b7",
+                            "parentSpanId": "b7ad6b7169203331",
+                            "name": "execute_tool",
+                            "startTimeUnixNano": "1700000001000000000",
+                            "endTimeUnixNano": "1700000002000000000",
+                            "status": {"code": 2},
+                            "attributes": [
+                                _kv("gen_ai.operation.name", {"stringValue": "execute_tool"}),
+                                _kv("gen_ai.tool.name", {"stringValue": "search"}),
+                                _kv(
+                                    "extra",
+                                    {
+                                        "arrayValue": {
+                                            "values": [
+                                                {"doubleValue": 1.5},
+                                                {"kvlistValue": {"values": [_kv("k", {"boolValue": True})]}},
+                                            ]
+                                        }
+                                    },
+                                ),
+                            ],
+                            "events": [{"name": "exception", "attributes": [_kv("exception.type", {"stringValue": "E"})]}],
+                            "links": [{}],
+                        },
+                    ]
+                }
+            ]
+        }
+    ]
+}
 
 SPANS = [
-    {"name": "chat", "context": {"trace_id": "0x1", "span_id": "0x2"}, "parent_id": None, "start_time": "2026-01-01T00:00:00+00:00", "end_time": "2026-01-01T00:00:01+00:00",
-     "attributes": {"gen_ai.operation.name": "chat", "gen_ai.usage.output_tokens": 3}, "status": {"status_code": "OK"}, "events": [], "links": []},
-    {"name": "agentlightning.reward", "rollout_id": "r1", "span_id": "0x3", "start_time": 2.0, "end_time": 3.0, "attributes": {"agentlightning.reward.0.name": "team", "agentlightning.reward.0.value": 1.0}},
+    {
+        "name": "chat",
+        "context": {"trace_id": "0x1", "span_id": "0x2"},
+        "parent_id": None,
+        "start_time": "2026-01-01T00:00:00+00:00",
+        "end_time": "2026-01-01T00:00:01+00:00",
+        "attributes": {"gen_ai.operation.name": "chat", "gen_ai.usage.output_tokens": 3},
+        "status": {"status_code": "OK"},
+        "events": [],
+        "links": [],
+    },
+    {
+        "name": "agentlightning.reward",
+        "rollout_id": "r1",
+        "span_id": "0x3",
+        "start_time": 2.0,
+        "end_time": 3.0,
+        "attributes": {"agentlightning.reward.0.name": "team", "agentlightning.reward.0.value": 1.0},
+    },
 ]
-
 
 
 def _valid(name: str) -> list[Any]:
@@ -111,7 +278,9 @@ def _valid(name: str) -> list[Any]:
 
 # ---- mutations ---------------------------------------------------------------------------
 scalars = st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=6)
-json_values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3), max_leaves=6)
+json_values = st.recursive(
+    scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3), max_leaves=6
+)
 
 
 def _containers(value: Any, path: tuple = ()) -> list[tuple]:
@@ -167,7 +336,9 @@ def mutated(draw, valid: Any) -> Any:
 
 def _broken_bytes(text: bytes) -> st.SearchStrategy[bytes]:
     cut = st.integers(0, len(text)).map(lambda n: text[:n])
-    flipped = st.tuples(st.integers(0, max(0, len(text) - 1)), st.integers(0, 255)).map(lambda p: text[: p[0]] + bytes([p[1]]) + text[p[0] + 1:])
+    flipped = st.tuples(st.integers(0, max(0, len(text) - 1)), st.integers(0, 255)).map(
+        lambda p: text[: p[0]] + bytes([p[1]]) + text[p[0] + 1 :]
+    )
     nested = st.sampled_from([b"[" * 100_000, b'{"a":' * 5000 + b"1" + b"}" * 5000])
     return st.one_of(cut, flipped, nested, st.binary(max_size=64))
 
@@ -217,7 +388,12 @@ def fuzz(name: str, seconds: float) -> int:
 def test_converter_survives_fuzzing(name):
     child = subprocess.run(
         [sys.executable, "-c", f"import test_fuzz_convert as f; print('runs', f.fuzz({name!r}, {SECONDS}))"],
-        cwd=Path(__file__).parent, capture_output=True, text=True, timeout=SECONDS * 10 + 120,
+        cwd=Path(__file__).parent,
+        capture_output=True,
+        text=True,
+        timeout=SECONDS * 10 + 120,
     )
     # A negative return code is the signal that killed the child: a crash.
-    assert child.returncode == 0, f"fuzzing {name} failed (exit {child.returncode}):\n{child.stdout[-4000:]}\n{child.stderr[-8000:]}"
+    assert child.returncode == 0, (
+        f"fuzzing {name} failed (exit {child.returncode}):\n{child.stdout[-4000:]}\n{child.stderr[-8000:]}"
+    )

@@ -35,9 +35,7 @@ PYTHON_PATH = str(Path(masreplay.__file__).resolve().parents[1])
 def isolated(code: str) -> subprocess.CompletedProcess:
     """Runs `code` in a fresh interpreter with this masreplay; a crash is its return code."""
     env = {**os.environ, "PYTHONPATH": PYTHON_PATH}
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env, timeout=120
-    )
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env, timeout=120)
 
 
 def assert_clean_exit(result: subprocess.CompletedProcess) -> str:
@@ -173,9 +171,7 @@ def test_an_int8_dictionary_longer_than_256_values_is_read(seed_example):
     columns = [longer_dictionary(c) if f.name == "type" else c for f, c in zip(names, edges.values.flatten())]
     names = [pa.field(f.name, c.type, f.nullable) for f, c in zip(names, columns)]
     struct = pa.StructArray.from_arrays(columns, fields=names)
-    table = table.set_column(
-        table.schema.get_field_index("edges"), "edges", pa.ListArray.from_arrays(edges.offsets, struct)
-    )
+    table = table.set_column(table.schema.get_field_index("edges"), "edges", pa.ListArray.from_arrays(edges.offsets, struct))
     index = table.schema.get_field_index("topology")
     table = table.set_column(index, "topology", longer_dictionary(table.column(index).combine_chunks()))
     assert masreplay.load_traces(table)[0] == batch[0]
@@ -269,9 +265,7 @@ def edit_events(table: pa.Table, field: str, edit) -> pa.Table:
     columns[index] = edit(columns[index])
     names[index] = pa.field(field, columns[index].type, nullable=names[index].nullable)
     struct = pa.StructArray.from_arrays(columns, fields=names)
-    return table.set_column(
-        table.schema.get_field_index("events"), "events", pa.ListArray.from_arrays(events.offsets, struct)
-    )
+    return table.set_column(table.schema.get_field_index("events"), "events", pa.ListArray.from_arrays(events.offsets, struct))
 
 
 def edit_edges_src(table: pa.Table, value: int) -> pa.Table:
@@ -280,9 +274,7 @@ def edit_edges_src(table: pa.Table, value: int) -> pa.Table:
     names = list(edges.type.value_type)
     columns = [pa.array([value] * len(flat[0]), pa.int32()) if f.name == "src" else c for f, c in zip(names, flat)]
     struct = pa.StructArray.from_arrays(columns, fields=names)
-    return table.set_column(
-        table.schema.get_field_index("edges"), "edges", pa.ListArray.from_arrays(edges.offsets, struct)
-    )
+    return table.set_column(table.schema.get_field_index("edges"), "edges", pa.ListArray.from_arrays(edges.offsets, struct))
 
 
 def crafted_states() -> dict[str, pa.Table]:
@@ -310,9 +302,9 @@ def test_unpickling_crafted_state_raises_or_gives_valid_traces(name):
     # n_events is derived: a wrong value is recomputed, never trusted.
     if name == "n_events = -5":
         batch = _from_ipc(_to_ipc(table))
-        assert list(batch.to_arrow().column("n_events").to_pylist()) == traces(3, seed=5).to_arrow().column(
-            "n_events"
-        ).to_pylist()
+        assert (
+            list(batch.to_arrow().column("n_events").to_pylist()) == traces(3, seed=5).to_arrow().column("n_events").to_pylist()
+        )
         return
     with pytest.raises(MasreplayError):
         _from_ipc(_to_ipc(table))
@@ -433,8 +425,16 @@ def schema_version(table, metadata, state):
         (null_priorities, "priority is null"),
         (schema_version, "schema_version 99"),
     ],
-    ids=["max_priority -1", "max_priority 1e308", "max_priority string", "capacity below the traces",
-         "capacity 0", "unknown unit", "null priorities", "unknown schema_version"],
+    ids=[
+        "max_priority -1",
+        "max_priority 1e308",
+        "max_priority string",
+        "capacity below the traces",
+        "capacity 0",
+        "unknown unit",
+        "null priorities",
+        "unknown schema_version",
+    ],
 )
 def test_edited_buffer_metadata_is_a_clear_error(tmp_path, edit, reason):
     path = edited_save(tmp_path, edit)

@@ -231,7 +231,9 @@ def test_verl_ppo_trainer_steps_over_traces():
     verl's own step."""
     torch = _need("torch", "torch")
     protocol = _need("verl.protocol", "verl")
-    ray_trainer = _need("verl.trainer.ppo.ray_trainer", "verl (its trainer also needs torchdata, peft, cachetools, fastapi, uvicorn)")
+    ray_trainer = _need(
+        "verl.trainer.ppo.ray_trainer", "verl (its trainer also needs torchdata, peft, cachetools, fastapi, uvicorn)"
+    )
     from masreplay.integrations import verl as verl_integration
 
     assert "compute_advantage" in ray_trainer.RayPPOTrainer.fit.__code__.co_names, "fit looks the step up by name"

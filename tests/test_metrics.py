@@ -178,8 +178,11 @@ def test_report_plot_titles_and_empty_panels(tmp_path):
     assert figure._suptitle.get_text() == "seed.json: 1 traces"
     texts = [text.get_text() for ax in figure.axes for text in ax.texts]
     # One trace without sub-agent returns: message_redundancy-like empty columns say so.
-    empty = [column for column in ("parallelism_efficiency", "critical_steps", "finish_rate", "protocol_overhead", "utilization")
-             if table[column].null_count == len(table)]
+    empty = [
+        column
+        for column in ("parallelism_efficiency", "critical_steps", "finish_rate", "protocol_overhead", "utilization")
+        if table[column].null_count == len(table)
+    ]
     assert texts.count("no data") == len(empty)
     plt.close(figure)
 

@@ -433,7 +433,9 @@ def test_cli_end_to_end(tmp_path):
     # Another estimator on the same destination is refused; --no-resume starts over.
     refused = subprocess.run(command + ["--quiet"], capture_output=True, text=True, env=env, check=False)
     assert refused.returncode == 1 and "other options" in refused.stderr
-    again = subprocess.run(command + ["--no-resume", "--quiet", "--on-error", "skip"], capture_output=True, text=True, env=env, check=False)
+    again = subprocess.run(
+        command + ["--no-resume", "--quiet", "--on-error", "skip"], capture_output=True, text=True, env=env, check=False
+    )
     assert again.returncode == 0, again.stderr
     assert_matches_in_memory(tmp_path / "out", dump, {}, False, False)
 
@@ -460,7 +462,9 @@ def test_progress_bar_on_a_terminal_only(tmp_path, monkeypatch):
 def test_duckdb_reads_the_output(tmp_path):
     duckdb = pytest.importorskip("duckdb")
     dump = write_dump(CANONICAL, tmp_path / "dump", seed=15, files=2, row_group=40)
-    summary = masreplay.credit_dump(dump, tmp_path / "out", advantages={}, counterfactual=True, memory_limit=SMALL_MEMORY, progress=False)
+    summary = masreplay.credit_dump(
+        dump, tmp_path / "out", advantages={}, counterfactual=True, memory_limit=SMALL_MEMORY, progress=False
+    )
     events = str(tmp_path / "out" / "events" / "*.parquet")
     query = f"SELECT count(*), count(*) FILTER (WHERE n_branches > 0), sum(credit) FILTER (WHERE n_branches > 0) FROM read_parquet('{events}')"
     ((count, credited, total),) = duckdb.sql(query).fetchall()

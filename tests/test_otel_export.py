@@ -14,9 +14,13 @@ from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as Ge
 import masreplay
 from masreplay import convert, sim
 
-
 #: The GenAI operation of each event type's span (any other type: chat).
-EXPECTED_OPERATION = {"spawn": "create_agent", "tool_call": "execute_tool", "tool_result": "execute_tool", "safety_event": "apply_guardrail"}
+EXPECTED_OPERATION = {
+    "spawn": "create_agent",
+    "tool_call": "execute_tool",
+    "tool_result": "execute_tool",
+    "safety_event": "apply_guardrail",
+}
 
 
 def spans_of(path) -> list[dict]:
@@ -43,7 +47,11 @@ def test_round_trip_keeps_credit_agents_and_rewards(batch, tmp_path):
     advantage = masreplay.advantages(batch, dtype="float64").per_event
     offsets = batch.event_offsets
     for k, trace in enumerate(batch):
-        back_trace = next(t for t in back if trace["trace_id"] in {(e.get("span_attributes") or {}).get("masreplay.trace_id") for e in t["events"]})
+        back_trace = next(
+            t
+            for t in back
+            if trace["trace_id"] in {(e.get("span_attributes") or {}).get("masreplay.trace_id") for e in t["events"]}
+        )
         assert back_trace["rewards"] == trace["rewards"]
         read: dict[str, tuple[float, float, str]] = {}
         for event in back_trace["events"]:

@@ -312,12 +312,22 @@ def test_c3_leave_one_out_with_and_without_the_critic():
 
 def test_malt_values_are_means_over_children():
     # n = 2: g1, g2; each with two verifications; each verification with two refinements
-    correct = {("g1", "v1", "r1"): 1, ("g1", "v1", "r2"): 1, ("g1", "v2", "r1"): 0, ("g1", "v2", "r2"): 1,
-               ("g2", "v1", "r1"): 0, ("g2", "v1", "r2"): 0, ("g2", "v2", "r1"): 1, ("g2", "v2", "r2"): 0}
+    correct = {
+        ("g1", "v1", "r1"): 1,
+        ("g1", "v1", "r2"): 1,
+        ("g1", "v2", "r1"): 0,
+        ("g1", "v2", "r2"): 1,
+        ("g2", "v1", "r1"): 0,
+        ("g2", "v1", "r2"): 0,
+        ("g2", "v2", "r1"): 1,
+        ("g2", "v2", "r2"): 0,
+    }
     traces = []
     for k, ((g, v, r), ok) in enumerate(correct.items()):
-        events = [{"type": "message", "agent": role, "node": label} for role, label in
-                  (("generator", g), ("verifier", f"{g}/{v}"), ("refiner", f"{g}/{v}/{r}"))]
+        events = [
+            {"type": "message", "agent": role, "node": label}
+            for role, label in (("generator", g), ("verifier", f"{g}/{v}"), ("refiner", f"{g}/{v}/{r}"))
+        ]
         traces.append(_trace(f"t{k}", events, float(ok)))
     adv = recipes.malt(masreplay.load_traces(traces), node="node")
     v_g1v1, v_g1v2, v_g2v1, v_g2v2 = (1 + 1) / 2, (0 + 1) / 2, (0 + 0) / 2, (1 + 0) / 2
@@ -331,8 +341,10 @@ def test_marsrl_grpo_among_samples_of_one_input():
     correct = {"s1": 1, "s2": 0, "v11": 1, "v12": 0, "v21": 1, "v22": 1}
     traces = []
     for k, (s, v) in enumerate((("s1", "v11"), ("s1", "v12"), ("s2", "v21"), ("s2", "v22"))):
-        events = [{"type": "message", "agent": role, "node": label, "reward": {"correct": correct[label]}}
-                  for role, label in (("solver", s), ("verifier", v))]
+        events = [
+            {"type": "message", "agent": role, "node": label, "reward": {"correct": correct[label]}}
+            for role, label in (("solver", s), ("verifier", v))
+        ]
         traces.append(_trace(f"t{k}", events, 0.0))
     adv = recipes.marsrl(masreplay.load_traces(traces), node="node")
     half = 0.5 / (math.sqrt(0.5) + EPS)  # (1 - 0.5) / (unbiased std of (1, 0) + eps)
@@ -340,8 +352,10 @@ def test_marsrl_grpo_among_samples_of_one_input():
 
 
 def test_tree_labels_that_are_not_a_tree_are_refused():
-    traces = [_trace("a", [{"type": "message", "agent": "A", "node": n} for n in ("x", "z")], 1.0),
-              _trace("b", [{"type": "message", "agent": "A", "node": n} for n in ("y", "z")], 0.0)]
+    traces = [
+        _trace("a", [{"type": "message", "agent": "A", "node": n} for n in ("x", "z")], 1.0),
+        _trace("b", [{"type": "message", "agent": "A", "node": n} for n in ("y", "z")], 0.0),
+    ]
     with pytest.raises(InvalidArgumentError, match="different parents"):
         recipes.magrpo(masreplay.load_traces(traces), node="node")
 
@@ -350,8 +364,10 @@ def test_tree_labels_that_are_not_a_tree_are_refused():
 
 
 def test_marft_action_level_gae_over_the_step_agent_sequence():
-    events = [{"type": "message", "agent": agent, "reward": {"team": r}} for agent, r in
-              (("A", 0.0), ("B", 0.1), ("A", 0.0), ("B", 0.0))]
+    events = [
+        {"type": "message", "agent": agent, "reward": {"team": r}}
+        for agent, r in (("A", 0.0), ("B", 0.1), ("A", 0.0), ("B", 0.0))
+    ]
     batch = masreplay.load_traces([_trace("a", events, 1.0)])
     values = np.array([0.5, 0.4, 0.6, 0.7])
     gamma, lam = 0.99, 0.95
@@ -372,8 +388,11 @@ def test_maporl_discounted_score_then_whitened_per_turn_and_agent():
     scores = [{"A": (0.9, 0.2, 0.6), "B": (0.1, 0.8, 0.5)}, {"A": (0.3, 0.4, 0.7), "B": (0.6, 0.2, 0.9)}]
     traces = []
     for k, per_agent in enumerate(scores):
-        events = [{"type": "message", "agent": agent, "reward": {"verifier": per_agent[agent][t]}}
-                  for t in range(3) for agent in ("A", "B")]
+        events = [
+            {"type": "message", "agent": agent, "reward": {"verifier": per_agent[agent][t]}}
+            for t in range(3)
+            for agent in ("A", "B")
+        ]
         traces.append(_trace(f"t{k}", events, 0.0))
     rho = 0.3
     raw = []
@@ -397,8 +416,10 @@ def test_marshal_per_player_turn_returns():
     def game(name, a_rewards, b_rewards, outcome):
         events = []
         for ra, rb in zip(a_rewards, b_rewards, strict=True):
-            events += [{"type": "message", "agent": "P1", "reward": {"team": ra}},
-                       {"type": "message", "agent": "P2", "reward": {"team": rb}}]
+            events += [
+                {"type": "message", "agent": "P1", "reward": {"team": ra}},
+                {"type": "message", "agent": "P2", "reward": {"team": rb}},
+            ]
         return _trace(name, events, outcome)
 
     batch = masreplay.load_traces([game("g1", (0.0, -0.05), (0.0, 0.0), 1.0), game("g2", (-0.05, 0.0), (0.0, 0.0), 0.0)])
@@ -527,7 +548,9 @@ def test_mgrpo_main_and_sub_levels_are_normalised_separately(batch):
     sub_rows = np.flatnonzero(sub)[calls]
     _same(_cells_mean(adv.per_event[sub_rows], events.group[sub_rows])[np.bincount(events.group[sub_rows]) > 0], 0.0, tol=1e-9)
     # an expert rating on the sub-agents' events reaches the sub level only
-    rated = recipes.mgrpo(_with_event_channel(batch, "expert", np.random.default_rng(4).random(batch.num_events)), alignment="none")
+    rated = recipes.mgrpo(
+        _with_event_channel(batch, "expert", np.random.default_rng(4).random(batch.num_events)), alignment="none"
+    )
     _same(rated.per_event[main], adv.per_event[main])
 
 
@@ -626,7 +649,9 @@ def test_tree_recipes_on_random_rollout_trees(tree, gamma):
         _same(sum(per_node_magrpo[m] for m in members) / len(members), 0.0, tol=1e-9)
     for label, value in per_node_malt.items():
         # a full tree: V(n) is the mean of the leaves below n, as is C3's r(n)
-        below = [r for path, r in zip(paths, rewards, strict=True) if "/".join(path).startswith(label + "/") or "/".join(path) == label]
+        below = [
+            r for path, r in zip(paths, rewards, strict=True) if "/".join(path).startswith(label + "/") or "/".join(path) == label
+        ]
         _same(value, sum(below) / len(below), tol=1e-9)
     for members in siblings.values():
         values = [per_node_malt[m] for m in members]
@@ -780,8 +805,11 @@ def test_marft_matches_a_transcription_of_its_action_level_buffer():
                 delta = rewards[t, k] + gamma * next_value - values[t, k]
             gae = delta + gamma * lam * gae
             advantages[t, k] = gae
-    events = [{"type": "message", "agent": f"agent{k}", "reward": {"team": float(rewards[t, k])}}
-              for t in range(steps) for k in range(agents)]
+    events = [
+        {"type": "message", "agent": f"agent{k}", "reward": {"team": float(rewards[t, k])}}
+        for t in range(steps)
+        for k in range(agents)
+    ]
     batch = masreplay.load_traces([_trace("a", events, 0.0)])
     adv = recipes.marft(batch, values.ravel(), gamma=gamma, lam=lam, normalize=False)
     _same(adv.per_event, advantages.ravel(), tol=1e-12)
@@ -803,7 +831,9 @@ def test_puppeteer_matches_a_transcription_of_its_returns():
     for i in range(len(batch)):
         trace = batch[i]
         steps = sorted(
-            (e["t"], k, e.get("to")) for k, e in enumerate(trace["events"]) if e["type"] == "spawn" and e["agent"] == "orchestrator"
+            (e["t"], k, e.get("to"))
+            for k, e in enumerate(trace["events"])
+            if e["type"] == "spawn" and e["agent"] == "orchestrator"
         )
         rewards = []
         for s, (_, _, to) in enumerate(steps):
@@ -899,8 +929,14 @@ def test_maporl_incentive_bonus_by_hand():
     np.testing.assert_array_equal(bonus, [0.0, 100.0, 1.0 - 100.0, 0.0, 0.0, -10.0])
     # A wrong throughout, B right then wrong: A pays a3 for B turning wrong; B was persuaded
     # wrongly by A, who stood opposite at t0 (-a0)
-    bonus = _maporl_bonus(np.array([0, 1, 0, 0], bool), np.zeros(4, np.int64), np.array([0, 0, 1, 1]),
-                          np.array([0, 1, 0, 1]), 2, (1.0, 10.0, 100.0, 1000.0))
+    bonus = _maporl_bonus(
+        np.array([0, 1, 0, 0], bool),
+        np.zeros(4, np.int64),
+        np.array([0, 0, 1, 1]),
+        np.array([0, 1, 0, 1]),
+        2,
+        (1.0, 10.0, 100.0, 1000.0),
+    )
     np.testing.assert_array_equal(bonus, [-1000.0, 0.0, 0.0, -1.0])
     with pytest.raises(masreplay.InvalidArgumentError, match="four numbers"):
         _maporl_bonus(right, trace, turn, owner, 3, (1.0, 2.0))
@@ -908,8 +944,11 @@ def test_maporl_incentive_bonus_by_hand():
 
 def test_maporl_bonus_off_by_default_and_moves_the_advantages():
     def trace(name, labels):
-        events = [{"type": "message", "agent": agent, "reward": {"verifier": 0.5, "correct": labels[agent][t]}}
-                  for t in range(3) for agent in ("A", "B")]
+        events = [
+            {"type": "message", "agent": agent, "reward": {"verifier": 0.5, "correct": labels[agent][t]}}
+            for t in range(3)
+            for agent in ("A", "B")
+        ]
         return _trace(name, events, 0.0)
 
     batch = masreplay.load_traces([trace("t0", {"A": (0, 1, 1), "B": (1, 1, 0)}), trace("t1", {"A": (1, 1, 1), "B": (1, 1, 1)})])

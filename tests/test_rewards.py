@@ -117,7 +117,7 @@ def test_std_balance_keeps_each_channel_near_unit_std():
         assert later.std() == pytest.approx(1.0, abs=0.05), name
         assert state.std(name) == pytest.approx(scales[name], rel=0.05)
     # Unbalanced, the latency channel would drown the others by five orders of magnitude.
-    mixed = compose(batch, {name: 1.0 for name in scales}, balance="std", state=state)
+    mixed = compose(batch, dict.fromkeys(scales, 1.0), balance="std", state=state)
     assert np.abs(mixed).max() < 20
 
 

@@ -10,6 +10,9 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+import masreplay
+from masreplay.demo import SEED_EXAMPLE, bundled
 from strategies import (
     EDGE_TYPES,
     EVENT_TYPES,
@@ -19,9 +22,6 @@ from strategies import (
     traces,
     typed,
 )
-
-import masreplay
-from masreplay.demo import SEED_EXAMPLE, bundled
 
 DERIVED = ("n_events", "n_edges", "n_agents", "depth", "max_branching")
 
@@ -101,8 +101,14 @@ def test_closed_vocabularies_use_fixed_codes():
     """Event and edge types are int8 codes over the whole vocabulary, the same in every batch."""
     events = [{"id": f"e{i}", "t": i, "type": kind, "agent": "a"} for i, kind in enumerate(reversed(EVENT_TYPES))]
     edges = [{"src": "e0", "dst": f"e{i + 1}", "type": kind} for i, kind in enumerate(reversed(EDGE_TYPES))]
-    trace = {"trace_id": "t", "task_id": "k", "events": events, "edges": edges, "rewards": {},
-             "costs": {"tokens": 0, "wall_clock_s": 0}}
+    trace = {
+        "trace_id": "t",
+        "task_id": "k",
+        "events": events,
+        "edges": edges,
+        "rewards": {},
+        "costs": {"tokens": 0, "wall_clock_s": 0},
+    }
     batch = masreplay.load_traces(trace)
     event_types = batch.events().column("type").combine_chunks()
     assert event_types.dictionary.to_pylist() == list(EVENT_TYPES)

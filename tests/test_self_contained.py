@@ -37,7 +37,7 @@ def escapes(path: Path) -> list[str]:
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in prose:
             text = node.value
             parts = text.replace("\\", "/").split("/")
-            if ".." in parts or "shared" in parts and len(parts) > 1 or text == "shared":
+            if ".." in parts or ("shared" in parts and len(parts) > 1) or text == "shared":
                 found.append(f"line {node.lineno}: string {text!r} points outside the repository")
         # Path(__file__).resolve().parents[k]: k + 1 levels up from the file's folder.
         if (

@@ -190,7 +190,9 @@ def test_owen_splits_exactly_level_by_level():
     owen = masreplay.shapley(game, method="owen", unions=unions)
     assert owen.exact and owen.method == "owen"
     # Quotient game between the two top unions, and within the first between {0,1} and {2}.
-    top = games.table([value(game, [p for u, group in enumerate([[0, 1, 2], [3, 4, 5]]) if m >> u & 1 for p in group], 6) for m in range(4)])
+    top = games.table(
+        [value(game, [p for u, group in enumerate([[0, 1, 2], [3, 4, 5]]) if m >> u & 1 for p in group], 6) for m in range(4)]
+    )
     quotient = masreplay.shapley(top, method="exact").values
     assert math.isclose(owen.values[:3].sum(), quotient[0], abs_tol=1e-10)
     assert math.isclose(owen.values[3:].sum(), quotient[1], abs_tol=1e-10)
@@ -267,7 +269,11 @@ def test_empirical_game_of_logged_rollouts():
     for t, reward in enumerate(rewards):
         present = set(players.filter(players["trace_index"].to_numpy() == t)["label"].to_pylist())
         mask = np.array([[label in present for label in labels]])
-        same = [r for u, r in enumerate(rewards) if set(players.filter(players["trace_index"].to_numpy() == u)["label"].to_pylist()) == present]
+        same = [
+            r
+            for u, r in enumerate(rewards)
+            if set(players.filter(players["trace_index"].to_numpy() == u)["label"].to_pylist()) == present
+        ]
         assert math.isclose(float(group_game.values(mask)[0]), float(np.mean(same)), abs_tol=1e-12)
     with pytest.raises(InvalidArgumentError, match="reward channel"):
         games.empirical_from_traces(batch, reward="nope")
@@ -360,7 +366,7 @@ def batch():
     return masreplay.sim.generate(40, agents=(2, 6), depth=2, fan_out=(1, 3), seed=11)
 
 
-def additive_value_fn(players: "pa.Table"):  # noqa: F821
+def additive_value_fn(players: pa.Table):  # noqa: F821
     """Each player is worth 1 + its index; a coalition is worth the sum (vectorised)."""
     width = int(players["player"].to_numpy().max()) + 1
     worth = np.arange(1, width + 1, dtype=float)

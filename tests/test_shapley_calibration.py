@@ -52,7 +52,7 @@ def coverage(game, method, inflation):
     truth = exact.values
     assert exact.exact
     rounding = 1e-9 * (1 + np.abs(truth).sum())
-    hits = {k: 0 for k in inflation}
+    hits = dict.fromkeys(inflation, 0)
     count = 0
     for seed in SEEDS:
         result = masreplay.shapley(game, method=method, budget=BUDGET, seed=seed, **structure)

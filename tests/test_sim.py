@@ -10,11 +10,11 @@ from collections import Counter
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from strategies import derived_columns
 
 import masreplay
 from masreplay.demo import SIM_GROUPS, bundled
 from masreplay.sim import generate
+from strategies import derived_columns
 
 DERIVED = ("n_events", "n_edges", "n_agents", "depth", "max_branching")
 
@@ -90,8 +90,7 @@ def test_group_structure(n_traces, group_size):
     seed=st.integers(min_value=0, max_value=2**64 - 1),
 )
 def test_every_simulated_trace_is_valid(n_traces, agents, depth, fan_out, events_per_agent, seed):
-    batch = generate(n_traces, agents=agents, depth=depth, fan_out=fan_out, events_per_agent=events_per_agent,
-                     seed=seed)
+    batch = generate(n_traces, agents=agents, depth=depth, fan_out=fan_out, events_per_agent=events_per_agent, seed=seed)
     assert len(batch) == n_traces
     again = masreplay.load_traces(batch.to_arrow())
     assert again.rejected == []
@@ -187,8 +186,7 @@ def test_bundled_sim_groups_match_the_generator():
     path = bundled(SIM_GROUPS)
     if not path.is_file():
         pytest.fail(
-            f"the bundled dataset {path} is missing: it must hold "
-            "masreplay.sim.generate(32, group_size=4, seed=7) as JSON Lines",
+            f"the bundled dataset {path} is missing: it must hold masreplay.sim.generate(32, group_size=4, seed=7) as JSON Lines",
             pytrace=False,
         )
     loaded = masreplay.load_traces(path)

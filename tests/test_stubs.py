@@ -39,5 +39,7 @@ def test_every_public_export_has_a_stub():
     for name in public:
         runtime = getattr(_core, name)
         if isinstance(runtime, type):
-            methods = {m for m in vars(runtime) if not m.startswith("_") or m in {"__len__", "__contains__", "__arrow_c_stream__"}}
+            methods = {
+                m for m in vars(runtime) if not m.startswith("_") or m in {"__len__", "__contains__", "__arrow_c_stream__"}
+            }
             assert methods <= stubbed[name], f"{name} methods missing from the stubs: {sorted(methods - stubbed[name])}"

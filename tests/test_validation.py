@@ -13,10 +13,10 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from strategies import traces
 
 import masreplay
 from masreplay import DataFormatError, MasreplayError, TraceValidationError
+from strategies import traces
 
 SEED_ID = "demo-trace-001"
 NAN, INF = float("nan"), float("inf")
@@ -86,8 +86,13 @@ CASES = [
     ("missing event type", delete("events", 2, "type"), SEED_ID, "/events/2/type", 'missing required field "type"'),
     ("missing event agent", delete("events", 2, "agent"), SEED_ID, "/events/2/agent", 'missing required field "agent"'),
     ("missing costs.tokens", delete("costs", "tokens"), SEED_ID, "/costs/tokens", 'missing required field "tokens"'),
-    ("missing costs.wall_clock_s", delete("costs", "wall_clock_s"), SEED_ID, "/costs/wall_clock_s",
-     'missing required field "wall_clock_s"'),
+    (
+        "missing costs.wall_clock_s",
+        delete("costs", "wall_clock_s"),
+        SEED_ID,
+        "/costs/wall_clock_s",
+        'missing required field "wall_clock_s"',
+    ),
     ("missing edge src", delete("edges", 1, "src"), SEED_ID, "/edges/1/src", 'missing required field "src"'),
     ("missing edge dst", delete("edges", 1, "dst"), SEED_ID, "/edges/1/dst", 'missing required field "dst"'),
     ("missing edge type", delete("edges", 1, "type"), SEED_ID, "/edges/1/type", 'missing required field "type"'),
@@ -103,40 +108,47 @@ CASES = [
     ("t a boolean", assign("events", 0, "t", True), SEED_ID, "/events/0/t", "expected a number, got a boolean"),
     ("agent empty", assign("events", 4, "agent", ""), SEED_ID, "/events/4/agent", "non-empty string"),
     ("role a number", assign("events", 0, "role", 7), SEED_ID, "/events/0/role", "expected a string"),
-    ("trusted a number", assign("events", 3, "trusted", 1), SEED_ID, "/events/3/trusted",
-     "expected a boolean, got a number"),
+    ("trusted a number", assign("events", 3, "trusted", 1), SEED_ID, "/events/3/trusted", "expected a boolean, got a number"),
     ("tokens fractional", assign("events", 0, "tokens", 1.5), SEED_ID, "/events/0/tokens", "expected an integer"),
     ("tokens negative", assign("events", 0, "tokens", -3), SEED_ID, "/events/0/tokens", "negative"),
     ("duration negative", assign("events", 0, "duration_s", -0.5), SEED_ID, "/events/0/duration_s", "negative"),
     ("logprob positive", assign("events", 0, "logprob", 0.5), SEED_ID, "/events/0/logprob", "positive"),
-    ("event reward not a map", assign("events", 0, "reward", 1.0), SEED_ID, "/events/0/reward",
-     "expected an object"),
+    ("event reward not a map", assign("events", 0, "reward", 1.0), SEED_ID, "/events/0/reward", "expected an object"),
     ("edges not an array", assign("edges", "e1->e2"), SEED_ID, "/edges", "expected an array, got a string"),
     ("edge src a number", assign("edges", 0, "src", 1), SEED_ID, "/edges/0/src", "expected a string"),
     ("rewards an array", assign("rewards", [1.0]), SEED_ID, "/rewards", "expected an object, got an array"),
-    ("reward a string", assign("rewards", "team", "1.0"), SEED_ID, "/rewards/team",
-     "expected a number, got a string"),
+    ("reward a string", assign("rewards", "team", "1.0"), SEED_ID, "/rewards/team", "expected a number, got a string"),
     ("costs a number", assign("costs", 5), SEED_ID, "/costs", "expected an object, got a number"),
-    ("metric null", assign("metrics", "task_success", None), SEED_ID, "/metrics/task_success",
-     "expected a number, got null"),
+    ("metric null", assign("metrics", "task_success", None), SEED_ID, "/metrics/task_success", "expected a number, got null"),
     # closed vocabularies
-    ("unknown event type", assign("events", 3, "type", "telepathy"), SEED_ID, "/events/3/type",
-     'unknown value "telepathy"'),
-    ("unknown edge type", assign("edges", 2, "type", "wormhole"), SEED_ID, "/edges/2/type",
-     'unknown value "wormhole"'),
+    ("unknown event type", assign("events", 3, "type", "telepathy"), SEED_ID, "/events/3/type", 'unknown value "telepathy"'),
+    ("unknown edge type", assign("edges", 2, "type", "wormhole"), SEED_ID, "/edges/2/type", 'unknown value "wormhole"'),
     ("bad topology", assign("topology", "star"), SEED_ID, "/topology", 'unknown value "star"'),
-    ("bad counterfactual kind", assign("counterfactual_of", {"trace_id": "x", "event_id": "e1", "kind": "nope"}),
-     SEED_ID, "/counterfactual_of/kind", 'unknown value "nope"'),
-    ("unsupported schema_version", assign("schema_version", 99), SEED_ID, "/schema_version",
-     "unsupported schema_version 99"),
+    (
+        "bad counterfactual kind",
+        assign("counterfactual_of", {"trace_id": "x", "event_id": "e1", "kind": "nope"}),
+        SEED_ID,
+        "/counterfactual_of/kind",
+        'unknown value "nope"',
+    ),
+    ("unsupported schema_version", assign("schema_version", 99), SEED_ID, "/schema_version", "unsupported schema_version 99"),
     ("negative policy_version", assign("policy_version", -1), SEED_ID, "/policy_version", "negative"),
     # identity and references
-    ("duplicate event id", assign("events", 4, "id", "e2"), SEED_ID, "/events/4/id",
-     'duplicate event id "e2" (first used by /events/1)'),
-    ("edge names a missing event", assign("edges", 0, "dst", "e99"), SEED_ID, "/edges/0/dst",
-     'edge names event "e99", which is not in /events'),
-    ("edge with an extra key", assign("edges", 0, "weight", 0.5), SEED_ID, "/edges/0/weight",
-     'unknown edge key "weight"'),
+    (
+        "duplicate event id",
+        assign("events", 4, "id", "e2"),
+        SEED_ID,
+        "/events/4/id",
+        'duplicate event id "e2" (first used by /events/1)',
+    ),
+    (
+        "edge names a missing event",
+        assign("edges", 0, "dst", "e99"),
+        SEED_ID,
+        "/edges/0/dst",
+        'edge names event "e99", which is not in /events',
+    ),
+    ("edge with an extra key", assign("edges", 0, "weight", 0.5), SEED_ID, "/edges/0/weight", 'unknown edge key "weight"'),
     ("self-loop", add_edge("e5", "e5"), SEED_ID, "/edges/8", 'self-loop on event "e5"'),
     # numbers out of their domain
     ("negative t", assign("events", 2, "t", -1), SEED_ID, "/events/2/t", "negative"),
@@ -279,8 +291,18 @@ def test_strict_mode_accepts_the_seed_example(seed_example):
         (b"null", "a trace must be a JSON object, got null"),
         ("[[]]", "a trace must be a JSON object, got an array"),
     ],
-    ids=["truncated", "open bracket", "empty str", "blank str", "empty bytes", "binary", "array of ints", "string",
-         "null", "nested array"],
+    ids=[
+        "truncated",
+        "open bracket",
+        "empty str",
+        "blank str",
+        "empty bytes",
+        "binary",
+        "array of ints",
+        "string",
+        "null",
+        "nested array",
+    ],
 )
 def test_input_that_holds_no_trace(source, reason):
     error = raises(source)
@@ -433,9 +455,7 @@ def test_errors_pickle_with_their_attributes(seed_example):
 def test_rejected_report_pickles(seed_example):
     batch = masreplay.load_traces(five_traces(seed_example), on_error="skip")
     again = pickle.loads(pickle.dumps(batch.rejected))
-    assert [(p, i, e.path, e.reason) for p, i, e in again] == [
-        (p, i, e.path, e.reason) for p, i, e in batch.rejected
-    ]
+    assert [(p, i, e.path, e.reason) for p, i, e in again] == [(p, i, e.path, e.reason) for p, i, e in batch.rejected]
 
 
 # ---- Arrow input -----------------------------------------------------------------------
@@ -484,10 +504,8 @@ def test_arrow_rebuilt_from_rows_is_accepted(arrow_traces):
 
 
 ARROW_CASES = [
-    ("unknown event type", lambda r: r[1]["events"][3].update(type="telepathy"), "/events/3/type",
-     'unknown value "telepathy"'),
-    ("unknown edge type", lambda r: r[1]["edges"][2].update(type="wormhole"), "/edges/2/type",
-     'unknown value "wormhole"'),
+    ("unknown event type", lambda r: r[1]["events"][3].update(type="telepathy"), "/events/3/type", 'unknown value "telepathy"'),
+    ("unknown edge type", lambda r: r[1]["edges"][2].update(type="wormhole"), "/edges/2/type", 'unknown value "wormhole"'),
     ("bad topology", lambda r: r[1].update(topology="star"), "/topology", 'unknown value "star"'),
     ("negative t", lambda r: r[1]["events"][3].update(t=-2.0), "/events/3/t", "negative"),
     ("NaN t", lambda r: r[1]["events"][3].update(t=NAN), "/events/3/t", "not a finite number"),
@@ -499,15 +517,18 @@ ARROW_CASES = [
     ("edge index out of range", lambda r: r[1]["edges"][2].update(dst=99), "/edges/2/dst", "out of range"),
     ("negative edge index", lambda r: r[1]["edges"][2].update(src=-1), "/edges/2/src", "negative"),
     ("null edge src", lambda r: r[1]["edges"][2].update(src=None), "/edges/2/src", "missing required field"),
-    ("self-loop", lambda r: r[1]["edges"].append({"src": 4, "dst": 4, "type": "causal"}), "/edges/8",
-     'self-loop on event "e5"'),
+    ("self-loop", lambda r: r[1]["edges"].append({"src": 4, "dst": 4, "type": "causal"}), "/edges/8", 'self-loop on event "e5"'),
     ("cycle", lambda r: r[1]["edges"].append({"src": 6, "dst": 3, "type": "causal"}), None, "cycle"),
     ("no events", lambda r: r[1].update(events=[], edges=[]), "/events", "at least one event"),
     ("infinite reward", lambda r: r[1]["rewards"].append(("bonus", INF)), "/rewards/bonus", "not a finite number"),
     ("negative cost", lambda r: r[1]["costs"].update(tokens=-5.0), "/costs/tokens", "negative"),
     ("negative logprob rule", lambda r: r[1]["events"][0].update(logprob=0.25), "/events/0/logprob", "positive"),
-    ("attributes not an object", lambda r: r[1]["events"][0].update(attributes="[1]"), "/events/0/attributes",
-     "JSON text of an object"),
+    (
+        "attributes not an object",
+        lambda r: r[1]["events"][0].update(attributes="[1]"),
+        "/events/0/attributes",
+        "JSON text of an object",
+    ),
     ("empty task_id", lambda r: r[1].update(task_id=""), "/task_id", "non-empty"),
 ]
 
@@ -577,8 +598,20 @@ def test_arrow_missing_required_column_is_reported(arrow_traces):
 
 def test_arrow_without_derived_or_optional_columns_is_completed(arrow_traces):
     table, _ = arrow_traces
-    optional = ["group_id", "system", "topology", "policy_version", "counterfactual_of", "metrics", "attributes",
-                "n_events", "n_edges", "n_agents", "depth", "max_branching"]
+    optional = [
+        "group_id",
+        "system",
+        "topology",
+        "policy_version",
+        "counterfactual_of",
+        "metrics",
+        "attributes",
+        "n_events",
+        "n_edges",
+        "n_agents",
+        "depth",
+        "max_branching",
+    ]
     batch = masreplay.load_traces(table.drop_columns(optional))
     assert batch.trace_ids == ["t0", "t1", "t2"]
     full = batch.to_arrow()
@@ -616,8 +649,12 @@ def test_pyarrow_rebuilt_table_without_counterfactuals_loads(arrow_traces):
 
 
 @settings(max_examples=60)
-@given(data=st.data(), kind=st.sampled_from(["negative t", "unknown type", "empty agent", "dangling edge",
-                                             "duplicate id", "nan reward", "bad logprob"]))
+@given(
+    data=st.data(),
+    kind=st.sampled_from(
+        ["negative t", "unknown type", "empty agent", "dangling edge", "duplicate id", "nan reward", "bad logprob"]
+    ),
+)
 def test_any_corrupted_generated_trace_is_rejected_at_its_path(data, kind):
     trace = data.draw(traces(min_events=2), label="trace")
     events = trace["events"]

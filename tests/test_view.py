@@ -11,11 +11,10 @@ import pyarrow as pa
 import pytest
 
 import masreplay
+from browser import chromium
 from masreplay import sim
 from masreplay.cli import main
 from masreplay.viewer._model import critical_path, lanes
-
-from browser import chromium
 
 
 def page_data(html: str) -> dict:
@@ -99,7 +98,7 @@ def test_unanswered_tool_results_get_tool_lanes_last():
     order = lanes(trace).order
     tools = [lane for lane in order if lane["tool"]]
     assert {lane["agent"] for lane in tools} == {e["agent"] for e in trace["events"] if e["type"] == "tool_result"}
-    assert order[-len(tools):] == tools
+    assert order[-len(tools) :] == tools
 
 
 def test_page_is_self_contained_and_embeds_the_group(groups):
@@ -113,7 +112,9 @@ def test_page_is_self_contained_and_embeds_the_group(groups):
     expected = masreplay.advantages(groups[[groups.trace_ids.index(s) for s in siblings]], dtype="float64")
     for trace, advantage in zip(data["traces"], expected.per_trace, strict=True):
         assert trace["advantage"] == pytest.approx(advantage)
-    assert [len(t["events"]["id"]) for t in data["traces"]] == [len(groups[groups.trace_ids.index(s)]["events"]) for s in siblings]
+    assert [len(t["events"]["id"]) for t in data["traces"]] == [
+        len(groups[groups.trace_ids.index(s)]["events"]) for s in siblings
+    ]
     assert data["scale"]["name"] == "advantage" and data["scale"]["estimator"] == "grpo"
     assert masreplay.view(groups, 1, group=False).data["siblings"] == [groups.trace_ids[1]]
 
@@ -171,6 +172,7 @@ def test_named_colourings(groups):
 
 def test_trace_credit_stderr_is_the_players_over_its_events(groups):
     sample = groups[[0, 1]]
+
     def value(trace_index, masks):
         return masks.sum(axis=1) ** 1.5
 
@@ -338,7 +340,11 @@ def test_browser_filters_search_fold_and_agent_summary(browser, groups, tmp_path
         page.locator(f'.lane-label[data-lane="{lane}"]').dispatch_event("click")
         own = [e for e in events if e["agent"] == agent]
         results = sum(1 for i, e in enumerate(events) if data["events"]["lane"][i] == lane and e["agent"] != agent)
-        assert (opened.field("agent"), opened.field("events"), opened.field("tool results")) == (agent, str(len(own)), str(results))
+        assert (opened.field("agent"), opened.field("events"), opened.field("tool results")) == (
+            agent,
+            str(len(own)),
+            str(results),
+        )
         assert opened.field("tokens") == str(sum(e.get("tokens") or 0 for e in own))
         shown_results += results
     assert shown_results == sum(e["type"] == "tool_result" for e in events) > 0

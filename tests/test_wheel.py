@@ -48,8 +48,9 @@ def test_the_wheel_runs_without_rust(wheel, tmp_path):
     python = environment / "bin" / "python"
     # numpy and pyarrow come from this interpreter's site-packages (no download), after the
     # venv's own: masreplay itself must come from the wheel.
-    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                             capture_output=True, text=True, check=True).stdout.strip()
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     outer = [path for path in sys.path if path.endswith("site-packages")]
     Path(purelib, "_outer_site_packages.pth").write_text("\n".join(outer) + "\n")
     install = subprocess.run(

@@ -255,9 +255,7 @@ class _Shard:
         released: list[str],
     ) -> np.ndarray:
         self._release(released)
-        selection = self.buffer._core.sample_groups(
-            count, group_size=group_size, seed=seed, max_staleness=max_staleness
-        )
+        selection = self.buffer._core.sample_groups(count, group_size=group_size, seed=seed, max_staleness=max_staleness)
         return self._keep(key, selection)
 
     def _keep(self, key: str, selection: Any) -> np.ndarray:
@@ -672,9 +670,7 @@ class RayGraphBuffer:
         self._note_restarts([restarts for _, restarts in answers])
         available = np.array([count for count, _ in answers], dtype=np.int64)
         if available.sum() < num_groups:
-            raise InvalidArgumentError(
-                f"asked for {num_groups} groups but the shards hold {available.sum()} eligible group(s)"
-            )
+            raise InvalidArgumentError(f"asked for {num_groups} groups but the shards hold {available.sum()} eligible group(s)")
         rng, seeds = self._rng(seed)
         counts = rng.multivariate_hypergeometric(available, num_groups) if num_groups else available * 0
         drawing = [s for s in range(self.shards) if counts[s] > 0]
