@@ -102,11 +102,10 @@ def empirical_from_traces(batch: Any, *, players: str = "agent", reward: str = "
     column), its ``reward`` channel the value. Returns the game and the player labels."""
     import pyarrow.compute as pc
 
-    from masreplay.batch import TraceBatch
-    from masreplay.io import load_traces
+    from masreplay.io import as_batch
 
-    batch = batch if isinstance(batch, TraceBatch) else load_traces(batch)
-    offsets, labels, _, event_player = _core.trace_players(batch._core, players)
+    batch = as_batch(batch)
+    offsets, labels, _, _ = _core.trace_players(batch._core, players)
     names = sorted(set(labels))
     column = {name: i for i, name in enumerate(names)}
     masks = np.zeros((len(batch), len(names)), dtype=bool)
