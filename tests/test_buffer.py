@@ -17,6 +17,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 import masreplay
 from masreplay import GraphBuffer, TraceValidationError
 from masreplay.errors import InvalidArgumentError, MasreplayError
+from strategies import EVENT_TYPES
 
 
 def traces(n: int, seed: int, **kwargs) -> masreplay.TraceBatch:
@@ -397,18 +398,7 @@ def test_padded_view():
     names = batch.events()["type"].to_pylist()
     vocabulary = pa.table(batch).schema.field("events").type.value_type.field("type").type
     assert vocabulary.index_type == pa.int8()
-    assert codes[0, 0] == [
-        "orchestrator_decision",
-        "spawn",
-        "despawn",
-        "message",
-        "tool_call",
-        "tool_result",
-        "return",
-        "aggregate",
-        "human_intervention",
-        "safety_event",
-    ].index(names[0])
+    assert codes[0, 0] == EVENT_TYPES.index(names[0])
     tokens, _, _ = batch.padded("tokens")
     assert tokens.dtype == np.int64
     with pytest.raises(KeyError):
