@@ -131,7 +131,7 @@ class NumpyFlat:
 
     def gather(self, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         starts, ends = self.offsets[index], self.offsets[index + 1]
-        values = np.concatenate([self.values[a:b] for a, b in zip(starts.tolist(), ends.tolist())])
+        values = np.concatenate([self.values[a:b] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)])
         offsets = np.zeros(len(index) + 1, dtype=np.int64)
         np.cumsum(ends - starts, out=offsets[1:])
         return values, offsets
@@ -145,7 +145,7 @@ class NumpyFlat:
         starts, ends = self.offsets[index], self.offsets[index + 1]
         lengths = ends - starts
         out = np.zeros((batch_size, int(lengths.max())), dtype=self.values.dtype)
-        for row, (a, b) in enumerate(zip(starts.tolist(), ends.tolist())):
+        for row, (a, b) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
             out[row, : b - a] = self.values[a:b]
         return out, lengths
 
@@ -171,7 +171,7 @@ def torchrl_list(work: TokenWorkload, tensors: list, *, sampler=None):
     torch_setup()
     from torchrl.data import ListStorage, ReplayBuffer
 
-    items = [{"tokens": t, "reward": float(r)} for t, r in zip(tensors, work.rewards.tolist())]
+    items = [{"tokens": t, "reward": float(r)} for t, r in zip(tensors, work.rewards.tolist(), strict=True)]
 
     def build():
         kwargs = {} if sampler is None else {"sampler": sampler()}

@@ -264,7 +264,7 @@ def test_uids_masreplay(shuffled_rows, uid_data, measure):
 
 
 def test_uids_numpy_factorise_bincount(shuffled_rows, uid_data, measure):
-    values, groups, uids = shuffled_rows
+    values, _groups, uids = shuffled_rows
 
     def numpy_side():
         keys = np.unique(uids, return_inverse=True)[1]

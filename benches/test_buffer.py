@@ -73,7 +73,7 @@ def tokens(dataset_type):
     assert np.array_equal(batch.events()["tokens"].to_numpy(), work.values)
     assert np.array_equal(batch.event_offsets, work.offsets)
     n_events = int(work.offsets[-1])
-    per_sample = int(round(BATCH * n_events / N_TRAJ))
+    per_sample = round(BATCH * n_events / N_TRAJ)
     note = {"events per trace": f"{work.lengths.min()}-{work.lengths.max()}"}
 
     def data(name: str, goal: str = "", n_events: int = n_events, n_traces: int = N_TRAJ, n_bytes: int = 0):
@@ -512,7 +512,7 @@ def scaled(request, dataset_type, record):
         f"tokens: sample 256 from {label} (5-10 events each)",
         None,
         BATCH,
-        int(round(BATCH * SMALL_LENGTHS[0] / 2 + BATCH * SMALL_LENGTHS[1] / 2)),
+        round(BATCH * SMALL_LENGTHS[0] / 2 + BATCH * SMALL_LENGTHS[1] / 2),
         0,
         "goal: flat in the number stored",
         suite="buffer",
@@ -556,7 +556,7 @@ def sim(dataset_type):
     batch = masreplay.sim.generate(SIM_TRACES, seed=51, **SIM_SHAPE)
     table = batch.to_arrow()
     n_events = int(batch.num_events)
-    per_sample = int(round(BATCH * n_events / SIM_TRACES))
+    per_sample = round(BATCH * n_events / SIM_TRACES)
     sizes = np.diff(batch.event_offsets)
     note = {"events per trace": f"{sizes.min()}-{sizes.max()}"}
     buffer = masreplay.GraphBuffer(SIM_TRACES, seed=52)

@@ -62,9 +62,10 @@ def sample(distinct, dataset_type):
     edges = batch.edges()
     src, dst = edges["src"].to_numpy(), edges["dst"].to_numpy()
     offsets, sizes = batch.edge_offsets, np.diff(batch.event_offsets)
+    spans = [slice(offsets[i], offsets[i + 1]) for i in range(len(batch))]
     graphs = [
-        (int(sizes[i]), list(zip(src[offsets[i] : offsets[i + 1]].tolist(), dst[offsets[i] : offsets[i + 1]].tolist())))
-        for i in range(len(batch))
+        (int(size), list(zip(src[span].tolist(), dst[span].tolist(), strict=True)))
+        for size, span in zip(sizes, spans, strict=True)
     ]
     data = dataset_type(
         f"metrics vs networkx longest path, {len(batch):,} traces (~50 events)",

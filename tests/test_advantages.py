@@ -117,7 +117,7 @@ def test_scattered_groups_equal_contiguous_groups():
     np.testing.assert_allclose(scattered, contiguous[order], rtol=1e-12, atol=1e-15)
 
 
-@pytest.mark.parametrize("group_size, n_strata", [(8, 3), (40, 30), (64, 64), (100, 20)])
+@pytest.mark.parametrize(("group_size", "n_strata"), [(8, 3), (40, 30), (64, 64), (100, 20)])
 def test_every_layout_and_group_size_agrees_with_the_definition(group_size, n_strata):
     rng = np.random.default_rng(group_size)
     n = group_size * 12
@@ -153,7 +153,7 @@ def test_nan_rewards_are_left_out_and_get_zero():
 
 
 @pytest.mark.parametrize(
-    "kwargs, match",
+    ("kwargs", "match"),
     [
         ({"estimator": "ppo"}, "estimator"),
         ({"std": "sometimes"}, "std"),
@@ -654,7 +654,7 @@ def test_labels_of_any_form_group_alike():
         np.array(names, dtype=object),
         np.array(names),
         pa.chunked_array([pa.array(names[:100]), pa.array(names[100:])]),
-        pa.array([None if g == 0 else name for g, name in zip(groups, names)]),
+        pa.array([None if g == 0 else name for g, name in zip(groups, names, strict=True)]),
         [("uid", int(g)) if g % 2 else int(g) for g in groups],
     ]
     for labels in forms:

@@ -256,7 +256,7 @@ def test_prioritized_frequencies_follow_priorities():
     observed = np.array([counts[t] for t in batch.trace_ids]) / n
     # binomial standard error; 5 sigma keeps the fixed-seed test meaningful and stable
     assert np.all(np.abs(observed - expected) < 5 * np.sqrt(expected * (1 - expected) / n))
-    by_id = dict(zip(batch.trace_ids, expected))
+    by_id = dict(zip(batch.trace_ids, expected, strict=True))
     assert np.allclose(sample.probabilities, [by_id[t] for t in sample.trace_ids])
     # importance weights survive pickling and follow the traces when the batch is cut
     assert np.array_equal(pickle.loads(pickle.dumps(sample)).probabilities, sample.probabilities)
@@ -276,7 +276,7 @@ def test_priorities_survive_growth_and_eviction():
         buffer.add(batch)
         values = [float(seed * 10 + i) for i in range(7)]
         buffer.update_priorities(batch.trace_ids, values)
-        expected.update(zip(batch.trace_ids, values))
+        expected.update(zip(batch.trace_ids, values, strict=True))
     stored = buffer.to_batch().trace_ids
     assert len(stored) == 50
     assert buffer.priorities().tolist() == [expected[t] for t in stored]
@@ -303,7 +303,7 @@ def test_update_priorities_is_all_or_nothing():
 def test_shape_filters_and_length_bands():
     buffer = GraphBuffer(200)
     buffer.add(traces(30, seed=1, agents=(1, 6), events_per_agent=(1, 10)))
-    lengths = dict(zip(buffer.to_batch().trace_ids, buffer.to_arrow()["n_events"].to_pylist()))
+    lengths = dict(zip(buffer.to_batch().trace_ids, buffer.to_arrow()["n_events"].to_pylist(), strict=True))
     low, high = sorted(lengths.values())[5], sorted(lengths.values())[20]
     sample = buffer.sample(200, min_events=low, max_events=high, seed=2)
     assert all(low <= lengths[t] <= high for t in sample.trace_ids)
@@ -323,14 +323,14 @@ def test_sample_groups_returns_whole_groups():
     buffer.add(traces(3, seed=2, group_size=3))  # one smaller group
     stored = buffer.to_arrow()
     members: dict[str, list[str]] = {}
-    for trace_id, group in zip(stored["trace_id"].to_pylist(), stored["group_id"].to_pylist()):
+    for trace_id, group in zip(stored["trace_id"].to_pylist(), stored["group_id"].to_pylist(), strict=True):
         members.setdefault(group, []).append(trace_id)
     batch = buffer.sample_groups(3, seed=1)
     table = batch.to_arrow()
     groups = list(dict.fromkeys(table["group_id"].to_pylist()))
     assert len(groups) == 3
     for group in groups:
-        ids = [t for t, g in zip(table["trace_id"].to_pylist(), table["group_id"].to_pylist()) if g == group]
+        ids = [t for t, g in zip(table["trace_id"].to_pylist(), table["group_id"].to_pylist(), strict=True) if g == group]
         assert ids == members[group]
     exact = buffer.sample_groups(6, group_size=4, seed=2).to_arrow()
     counts = Counter(exact["group_id"].to_pylist())
@@ -595,7 +595,7 @@ class BufferAgainstModel(RuleBasedStateMachine):
     def add(self, seed, n, group_size):
         batch = traces(n, seed=seed, group_size=group_size)
         table = batch.to_arrow()
-        rows = list(zip(table["trace_id"].to_pylist(), table["group_id"].to_pylist(), table["n_events"].to_pylist()))
+        rows = list(zip(table["trace_id"].to_pylist(), table["group_id"].to_pylist(), table["n_events"].to_pylist(), strict=True))
         stored = {row[0] for row in self.model}
         if any(row[0] in stored for row in rows):
             with pytest.raises(TraceValidationError, match="already stored"):

@@ -196,7 +196,7 @@ def test_every_command_explains_itself(script):
     for command in ("validate", "stats", "convert", "report", "demo"):
         assert command in top
         text = run(script, command, "--help").stdout
-        usage, _, rest = text.partition("\n\n")
+        _usage, _, rest = text.partition("\n\n")
         assert rest.strip(), f"{command} --help has no description"
         assert "``" not in text
         positional = rest.split("positional arguments:")[-1].split("options:")[0] if "positional arguments:" in rest else ""

@@ -378,7 +378,7 @@ def test_claude_code_missing_subagent_transcripts_are_reported(claude_files, tmp
         assert not report.clean
         missing = [warning for warning in report.warnings if "has no transcript" in warning]
         assert len(missing) == len(spawned) == 2
-        assert all(f"agent-{agent}.jsonl" in warning for agent, warning in zip(spawned, missing))
+        assert all(f"agent-{agent}.jsonl" in warning for agent, warning in zip(spawned, missing, strict=True))
         assert report.ignored["progress agent_progress (not repeated: sub-agent transcript missing)"] == progress > 0
         assert "progress agent_progress" not in report.ignored
 
@@ -592,7 +592,7 @@ def test_marble_episodes_convert_with_their_agents_returns_and_scores(name, seed
     batch = convert.marble(sample("marble", name))
     assert len(batch) == len(episodes) and batch.conversion_report.clean
     scored_channels, files_missing = set(), 0
-    for index, (episode, trace) in enumerate(zip(episodes, batch)):
+    for index, (episode, trace) in enumerate(zip(episodes, batch, strict=True)):
         seed_validator.validate(batch.to_seed_json(index))
         agents, messages, returns = {"planner"}, 0, 0
         for iteration in episode["iterations"]:
@@ -700,7 +700,8 @@ MALFORMED = {
     "span without ids": ("otel", '{"name": "chat", "start_time": 1, "end_time": 2}', r"span without a trace id"),
     "span line without an end time": (
         "otel",
-        '{"name": "chat", "context": {"trace_id": "0x1", "span_id": "0x2"}, "start_time": 1, "end_time": 2}\n\n{"name": "chat", "context": {"trace_id": "0x1", "span_id": "0x3"}, "start_time": 1}\n',
+        '{"name": "chat", "context": {"trace_id": "0x1", "span_id": "0x2"}, "start_time": 1, "end_time": 2}\n\n'
+        '{"name": "chat", "context": {"trace_id": "0x1", "span_id": "0x3"}, "start_time": 1}\n',
         r":3: missing or unreadable span time$",
     ),
     "uuid that cannot be an id": (
@@ -710,7 +711,8 @@ MALFORMED = {
     ),
     "tool name that is not text": (
         "claude_code",
-        '{"type": "assistant", "uuid": "a", "timestamp": "2026-01-01T00:00:00Z", "message": {"content": [{"type": "tool_use", "id": "t", "name": {}}]}}\n',
+        '{"type": "assistant", "uuid": "a", "timestamp": "2026-01-01T00:00:00Z", '
+        '"message": {"content": [{"type": "tool_use", "id": "t", "name": {}}]}}\n',
         r":1: message.content/0/name is an object, expected text$",
     ),
     "JSON nested past the parser": (
@@ -721,7 +723,8 @@ MALFORMED = {
     "resourceSpans of text": ("otel", '{"resourceSpans": ["x"]}', r": /resourceSpans/0 is text, expected an object$"),
     "OTLP attribute without a key": (
         "otel",
-        '{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "01", "spanId": "02", "startTimeUnixNano": 1, "endTimeUnixNano": 2, "attributes": [{"value": {"intValue": "1"}}]}]}]}]}',
+        '{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "01", "spanId": "02", '
+        '"startTimeUnixNano": 1, "endTimeUnixNano": 2, "attributes": [{"value": {"intValue": "1"}}]}]}]}]}',
         r": /resourceSpans/0/scopeSpans/0/spans/0/attributes/0/key is null, expected text$",
     ),
     "OTel file that is not UTF-8": ("otel", b'{"name": "chat"}\n{"name": "\xff"}\n', r":2: not UTF-8 text"),
@@ -792,7 +795,8 @@ def test_paths_may_start_with_a_tilde(claude_files, seed_example, monkeypatch, t
     (tmp_path / "marble.jsonl").write_text(sample("marble", MARBLE_FILES[0]).read_text())
     assert len(convert.marble("~/marble.jsonl")) == len(read_lines(tmp_path / "marble.jsonl"))
     (tmp_path / "spans.jsonl").write_text(
-        '{"name": "chat", "context": {"trace_id": "0x1", "span_id": "0x2"}, "start_time": 1, "end_time": 2, "attributes": {"gen_ai.operation.name": "chat"}}\n'
+        '{"name": "chat", "context": {"trace_id": "0x1", "span_id": "0x2"}, "start_time": 1, "end_time": 2, '
+        '"attributes": {"gen_ai.operation.name": "chat"}}\n'
     )
     assert len(convert.otel("~/spans.jsonl")) == 1
 
@@ -854,5 +858,5 @@ def test_masreplay_format_reads_its_own_files(tmp_path):
 
 @pytest.mark.parametrize("name", sorted(convert.FORMATS))
 def test_a_missing_file_is_a_conversion_error_in_every_converter(name, tmp_path):
-    with pytest.raises(ConversionError, match="missing.json"):
+    with pytest.raises(ConversionError, match=r"missing\.json"):
         convert.FORMATS[name](str(tmp_path / "missing.json"))

@@ -65,11 +65,11 @@ def run_agents(tracer) -> None:
                 "chat", attributes=op("chat", gen_ai_usage_input_tokens=50, gen_ai_usage_output_tokens=7)
             ):
                 pass
-            with tracer.start_as_current_span("HTTP GET"):  # no GenAI operation: see-through
-                with tracer.start_as_current_span(
-                    "execute_tool search", attributes=op("execute_tool", gen_ai_tool_name="search")
-                ):
-                    pass
+            with (
+                tracer.start_as_current_span("HTTP GET"),  # no GenAI operation: see-through
+                tracer.start_as_current_span("execute_tool search", attributes=op("execute_tool", gen_ai_tool_name="search")),
+            ):
+                pass
         coder = op("invoke_agent", gen_ai_agent_name="coder", gen_ai_usage_input_tokens=11, gen_ai_usage_output_tokens=4)
         with tracer.start_as_current_span("invoke_agent coder", attributes=coder):
             with tracer.start_as_current_span(
@@ -259,7 +259,7 @@ def test_agent_lightning_span_dump_rewards(exported, tmp_path):
         "start_time": reward["start_time"] - 1e-3,
     }
     path = tmp_path / "rollout.json"
-    path.write_text(json.dumps(dump + [early]))
+    path.write_text(json.dumps([*dump, early]))
     batch = convert.otel(path)
     assert batch.trace_ids == ["ro-1"]  # one rollout, whatever its OpenTelemetry traces
     trace = batch[0]

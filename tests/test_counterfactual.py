@@ -49,7 +49,7 @@ def test_events_without_branches_get_no_credit(truth):
     assert pc.all(pc.is_nan(uncredited["credit"])).as_py()
     assert pc.all(pc.is_nan(uncredited["stderr"])).as_py()
     # Only the factual traces carry credit (baseline "mean" never credits a branch's events).
-    factual = {e for e in truth.effects["trace_id"].to_pylist()}
+    factual = set(truth.effects["trace_id"].to_pylist())
     assert set(_keyed(table)) and {t for t, _ in _keyed(table)} <= factual
 
 

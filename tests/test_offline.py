@@ -431,10 +431,10 @@ def test_cli_end_to_end(tmp_path):
     assert done.stderr == ""  # no progress bar when stderr is not a terminal
     assert_matches_in_memory(tmp_path / "out", dump, {"estimator": "rloo", "normalize_by": ["agent", "role"]}, True, True)
     # Another estimator on the same destination is refused; --no-resume starts over.
-    refused = subprocess.run(command + ["--quiet"], capture_output=True, text=True, env=env, check=False)
+    refused = subprocess.run([*command, "--quiet"], capture_output=True, text=True, env=env, check=False)
     assert refused.returncode == 1 and "other options" in refused.stderr
     again = subprocess.run(
-        command + ["--no-resume", "--quiet", "--on-error", "skip"], capture_output=True, text=True, env=env, check=False
+        [*command, "--no-resume", "--quiet", "--on-error", "skip"], capture_output=True, text=True, env=env, check=False
     )
     assert again.returncode == 0, again.stderr
     assert_matches_in_memory(tmp_path / "out", dump, {}, False, False)
@@ -466,7 +466,9 @@ def test_duckdb_reads_the_output(tmp_path):
         dump, tmp_path / "out", advantages={}, counterfactual=True, memory_limit=SMALL_MEMORY, progress=False
     )
     events = str(tmp_path / "out" / "events" / "*.parquet")
-    query = f"SELECT count(*), count(*) FILTER (WHERE n_branches > 0), sum(credit) FILTER (WHERE n_branches > 0) FROM read_parquet('{events}')"
+    credited = "n_branches > 0"
+    columns = f"count(*), count(*) FILTER (WHERE {credited}), sum(credit) FILTER (WHERE {credited})"
+    query = f"SELECT {columns} FROM read_parquet('{events}')"
     ((count, credited, total),) = duckdb.sql(query).fetchall()
     want = masreplay.counterfactual_credit(masreplay.load_traces(dump))
     mask = want["n_branches"].to_numpy() > 0

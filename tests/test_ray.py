@@ -110,7 +110,7 @@ def test_a_sample_reads_only_the_columns_asked_and_in_sample_order():
     values, offsets = drawn.flat("logprob")
     want = np.concatenate([np.array(expected["logprob"][t], dtype=float) for t in ids])
     np.testing.assert_array_equal(values, want)
-    padded, mask, lengths = drawn.padded("tokens", pad_value=-1)
+    padded, mask, _lengths = drawn.padded("tokens", pad_value=-1)
     assert padded[mask].tolist() == drawn.flat("tokens")[0].tolist() and (padded[~mask] == -1).all()
     assert drawn._collected is None, "reading columns copied the whole traces out"
     # Columns asked for with the draw come with it, equal to those fetched later.

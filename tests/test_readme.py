@@ -27,7 +27,7 @@ def test_the_readme_has_python_blocks():
     assert len(python_blocks()) >= 6
 
 
-@pytest.mark.parametrize("line, code", python_blocks(), ids=lambda value: f"line{value}" if isinstance(value, int) else "")
+@pytest.mark.parametrize(("line", "code"), python_blocks(), ids=lambda value: f"line{value}" if isinstance(value, int) else "")
 def test_readme_block_runs(line, code, tmp_path):
     first = code.splitlines()[0] if code.strip() else ""
     needed = NEEDS.match(first)

@@ -60,7 +60,7 @@ def test_seed_example_strict_export_equals_the_file(seed_example, seed_validator
     batch = masreplay.load_traces(bundled(SEED_EXAMPLE), strict_seed=True)
     exported = batch.to_seed_json(0)
     assert exported == seed_example
-    assert list(exported) == [key for key in seed_example]  # also in the file's key order
+    assert list(exported) == list(seed_example)  # also in the file's key order
     seed_validator.validate(exported)
 
 

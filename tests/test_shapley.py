@@ -266,7 +266,7 @@ def test_empirical_game_of_logged_rollouts():
     # Every trace's coalition is observed: its value is that trace's team reward (mean if repeated).
     players = masreplay.trace_players(batch)
     rewards = [trace["rewards"]["team"] for trace in batch]
-    for t, reward in enumerate(rewards):
+    for t in range(len(rewards)):
         present = set(players.filter(players["trace_index"].to_numpy() == t)["label"].to_pylist())
         mask = np.array([[label in present for label in labels]])
         same = [

@@ -138,7 +138,7 @@ def test_deeper_runs_nest_their_spawns():
     for trace in batch:
         assert trace["topology"] == "hierarchical"
         spawn_by = {e["to"]: e["agent"] for e in trace["events"] if e["type"] == "spawn"}
-        for child, parent in spawn_by.items():
+        for parent in spawn_by.values():
             level = 1
             while parent != "orchestrator":
                 parent = spawn_by[parent]
@@ -194,7 +194,7 @@ def test_bundled_sim_groups_match_the_generator():
     assert loaded.rejected == []
     assert loaded.trace_ids == expected.trace_ids
     assert list(loaded) == list(expected)
-    for name in DERIVED + ("task_id", "group_id"):
+    for name in (*DERIVED, "task_id", "group_id"):
         assert loaded.to_arrow().column(name).to_pylist() == expected.to_arrow().column(name).to_pylist(), name
     # It is JSON Lines: one trace per line.
     lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]

@@ -4,6 +4,7 @@ pointer and the reason, through every input path; nothing is half-loaded."""
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import pickle
 import re
@@ -231,7 +232,7 @@ def test_cycle_is_rejected_and_the_reason_names_its_events(seed_example):
         assert set(named) == {"e4", "e5", "e6", "e7"}
         assert named[0] == named[-1]  # read as a closed walk
         pairs = {(e["src"], e["dst"]) for e in trace["edges"]}
-        assert all((a, b) in pairs for a, b in zip(named, named[1:])), named
+        assert all((a, b) in pairs for a, b in itertools.pairwise(named)), named
         match = re.fullmatch(r"/edges/(\d+)", error.path)
         assert match, error.path
         edge = trace["edges"][int(match.group(1))]
@@ -387,7 +388,8 @@ def test_skip_returns_the_valid_traces_and_reports_the_rejected(seed_example, fo
     batch = masreplay.load_traces(source, on_error="skip")
     assert batch.trace_ids == ["t0", "t2", "t4"]
     assert len(batch.rejected) == 2
-    for (position, trace_id, error), (want_position, want_id, path, reason) in zip(batch.rejected, EXPECTED_REJECTED):
+    for (position, trace_id, error), want in zip(batch.rejected, EXPECTED_REJECTED, strict=True):
+        want_position, want_id, path, reason = want
         assert (position, trace_id) == (want_position, want_id)
         check_error(error, want_id, path, reason)
     # The kept traces are whole and right.

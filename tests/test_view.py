@@ -3,6 +3,7 @@ headless Chromium (Debian's package, driven by playwright's Python client)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 
@@ -43,7 +44,7 @@ def test_critical_path_has_metrics_steps_and_follows_edges(shape):
         edges = {(index[e["src"]], index[e["dst"]]) for e in trace["edges"]}
         path = critical_path(len(trace["events"]), sorted(edges))
         assert len(path) == steps[k]
-        assert all((a, b) in edges for a, b in zip(path, path[1:]))
+        assert all((a, b) in edges for a, b in itertools.pairwise(path))
 
 
 def test_critical_path_of_edges_out_of_stored_order():
@@ -287,7 +288,7 @@ def test_browser_colours_follow_credit_sign_and_scale(browser, groups, tmp_path)
             assert b > r
         distance.append((abs(values[i]), np.abs(np.array([r, g, b]) - neutral).sum()))
     distance.sort()
-    assert all(a[1] <= b[1] + 3 for a, b in zip(distance, distance[1:])), "farther from 0, farther from neutral"
+    assert all(a[1] <= b[1] + 3 for a, b in itertools.pairwise(distance)), "farther from 0, farther from neutral"
     assert distance[-1][1] > 300, "the largest |credit| takes the full colour"
 
 

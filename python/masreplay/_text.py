@@ -42,5 +42,5 @@ def print_table(rows: Sequence[Sequence[str]], *, values: Literal["right", "left
         if values == "right":
             cells = [row[0].ljust(widths[0])] + [cell.rjust(width) for cell, width in zip(row[1:], widths[1:], strict=True)]
         else:
-            cells = [cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=False)] + [row[-1]]
+            cells = [cell.ljust(width) for cell, width in zip(row[:-1], widths[:-1], strict=True)] + [row[-1]]
         print(indent + "  ".join(cells))

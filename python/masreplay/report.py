@@ -97,7 +97,7 @@ def plot(table: pa.Table, path: str | os.PathLike[str], title: str = "") -> path
     names = [_band_name(b) for b in masks]
     figure, axes = plt.subplots(2, 3, figsize=(15, 8))
     figure.suptitle(title or f"{len(table):,} traces")
-    for ax, column in zip(axes.flat, shown, strict=False):
+    for ax, column in zip(axes.flat, shown, strict=False):  # the sixth axis holds the scatter below
         ax.set_title(column)
         data = [table[column].filter(mask).drop_null().to_numpy() for mask in masks.values()]
         _no_data_if_empty(ax, data, names)

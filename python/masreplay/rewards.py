@@ -10,6 +10,7 @@ that checkpoints them resumes with the same weights.
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
@@ -84,7 +85,7 @@ class Schedule:
         one more value than boundaries, boundaries increasing."""
         if len(values) != len(boundaries) + 1:
             raise InvalidArgumentError(f"step needs one more value than boundaries, got {len(values)} and {len(boundaries)}")
-        if any(b >= a for a, b in zip(boundaries[1:], boundaries, strict=False)):
+        if any(lower >= upper for lower, upper in itertools.pairwise(boundaries)):
             raise InvalidArgumentError(f"boundaries must increase, got {list(boundaries)}")
         return cls("step", {"values": [float(v) for v in values], "boundaries": [int(b) for b in boundaries]})
 

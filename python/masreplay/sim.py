@@ -127,11 +127,11 @@ def branches(
     return GroundTruth(
         batch=TraceBatch(core),
         effects=pa.table(
-            [pa.array(c, t) for c, t in zip(effect_columns, (pa.string(), pa.string(), pa.string(), pa.float64()))],
+            [pa.array(c, t) for c, t in zip(effect_columns, (pa.string(), pa.string(), pa.string(), pa.float64()), strict=True)],
             names=["trace_id", "event_id", "kind", "effect"],
         ),
         agent_values=pa.table(
-            [pa.array(c, t) for c, t in zip(value_columns, (pa.string(), pa.string(), pa.float64()))],
+            [pa.array(c, t) for c, t in zip(value_columns, (pa.string(), pa.string(), pa.float64()), strict=True)],
             names=["trace_id", "agent", "value"],
         ),
     )

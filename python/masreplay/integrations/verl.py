@@ -27,6 +27,7 @@ when a function needs it.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -158,7 +159,5 @@ def trace_advantage_mixin(traces_of: Callable[[Any], Any], **options: Any) -> ty
     return TraceAdvantages
 
 
-try:  # VERL_USE_EXTERNAL_MODULES imports this module: register where verl is installed.
+with contextlib.suppress(ImportError):  # VERL_USE_EXTERNAL_MODULES imports this module: register where verl is installed.
     register()
-except ImportError:
-    pass
