@@ -28,24 +28,6 @@ DERIVED_COLUMNS = ("n_events", "n_edges", "n_agents", "depth", "max_branching")
 
 # ---- JSON Lines -> canonical table, in Python ------------------------------------------------
 
-_EVENT_KEYS = frozenset(
-    (
-        "id",
-        "t",
-        "type",
-        "agent",
-        "role",
-        "from",
-        "to",
-        "tool",
-        "content_ref",
-        "trusted",
-        "reward",
-        "tokens",
-        "duration_s",
-        "logprob",
-    )
-)
 _TOP_LEVEL_KEYS = frozenset(
     (
         "trace_id",
@@ -70,7 +52,7 @@ def _json_text(extra: dict) -> str:
     return json.dumps(extra, separators=(",", ":"))
 
 
-def _canonical_row(trace: dict) -> dict:
+def _canonical_row(trace: dict, event_keys: frozenset[str]) -> dict:
     events = trace["events"]
     n = len(events)
     if n == 0:
@@ -83,9 +65,9 @@ def _canonical_row(trace: dict) -> dict:
         index[event["id"]] = i
         if event["type"] != "tool_result":
             agents.add(event["agent"])
-        if not _EVENT_KEYS.issuperset(event):  # unknown event keys are kept as JSON text
-            extra = {k: v for k, v in event.items() if k not in _EVENT_KEYS}
-            events[i] = {k: v for k, v in event.items() if k in _EVENT_KEYS}
+        if not event_keys.issuperset(event):  # unknown event keys are kept as JSON text
+            extra = {k: v for k, v in event.items() if k not in event_keys}
+            events[i] = {k: v for k, v in event.items() if k in event_keys}
             events[i]["attributes"] = _json_text(extra)
 
     successors: list[list[int]] = [[] for _ in range(n)]
@@ -148,7 +130,9 @@ def _canonical_row(trace: dict) -> dict:
 
 def json_anchor(data: bytes, schema: pa.Schema) -> pa.Table:
     """``json.loads`` per line, then ``pa.Table.from_pylist`` with the canonical schema."""
-    rows = [_canonical_row(json.loads(line)) for line in data.splitlines() if line.strip()]
+    # The event fields the schema names, but the one that keeps unknown keys as JSON text.
+    event_keys = frozenset(schema.field("events").type.value_type.names) - {"attributes"}
+    rows = [_canonical_row(json.loads(line), event_keys) for line in data.splitlines() if line.strip()]
     return pa.Table.from_pylist(rows, schema=schema)
 
 

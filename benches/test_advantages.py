@@ -105,10 +105,15 @@ def _optional(module: str, package: str, missing_anchor):
 # ---- GRPO ------------------------------------------------------------------------------------------
 
 
-def test_grpo_masreplay(rows, grpo_data, measure):
+def _masreplay_group_normalize(rows, data, measure, rounds: int) -> None:
+    """Checks masreplay against numpy's bincount on these rows, then times it."""
     values, groups, _ = rows
     _agree("numpy bincount", masreplay.group_normalize(values, groups), numpy_bincount(values, groups))
-    measure(lambda: masreplay.group_normalize(values, groups), data=grpo_data, side="masreplay", rounds=30, unit="ms")
+    measure(lambda: masreplay.group_normalize(values, groups), data=data, side="masreplay", rounds=rounds, unit="ms")
+
+
+def test_grpo_masreplay(rows, grpo_data, measure):
+    _masreplay_group_normalize(rows, grpo_data, measure, rounds=30)
 
 
 def test_grpo_masreplay_verl_arithmetic(rows, grpo_data, measure):
@@ -248,9 +253,7 @@ def uid_data(dataset_type):
 
 
 def test_shuffled_masreplay(shuffled_rows, shuffled_data, measure):
-    values, groups, _ = shuffled_rows
-    _agree("numpy bincount", masreplay.group_normalize(values, groups), numpy_bincount(values, groups))
-    measure(lambda: masreplay.group_normalize(values, groups), data=shuffled_data, side="masreplay", rounds=10, unit="ms")
+    _masreplay_group_normalize(shuffled_rows, shuffled_data, measure, rounds=10)
 
 
 def test_shuffled_numpy_bincount(shuffled_rows, shuffled_data, measure):

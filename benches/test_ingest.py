@@ -23,39 +23,24 @@ SIDES = ["masreplay", "anchor"]
 
 
 @pytest.mark.parametrize("side", SIDES)
-def test_json_ingest_small_traces(side, json_small, measure):
+@pytest.mark.parametrize("dump", ["json_small", "json_kimi"])
+def test_json_ingest(dump, side, measure, request):
+    """JSON Lines of small traces, and of traces at Kimi's scale (fixtures in conftest.py)."""
+    data = request.getfixturevalue(dump)
     if side == "masreplay":
-        batch = measure(lambda: masreplay.load_traces(json_small.source), data=json_small, side=side, rounds=5, unit="MB/s")
-        assert len(batch) == json_small.n_traces
+        batch = measure(lambda: masreplay.load_traces(data.source), data=data, side=side, rounds=5, unit="MB/s")
+        assert len(batch) == data.n_traces
     else:
-        schema = masreplay.load_traces(json_small.source).to_arrow().schema
+        schema = masreplay.load_traces(data.source).to_arrow().schema
         table = measure(
-            lambda: json_anchor(json_small.source, schema),
-            data=json_small,
+            lambda: json_anchor(data.source, schema),
+            data=data,
             side="json.loads + pa.Table.from_pylist",
             rounds=3,
             warmup_rounds=0,
             unit="MB/s",
         )
-        assert table.num_rows == json_small.n_traces
-
-
-@pytest.mark.parametrize("side", SIDES)
-def test_json_ingest_kimi_scale(side, json_kimi, measure):
-    if side == "masreplay":
-        batch = measure(lambda: masreplay.load_traces(json_kimi.source), data=json_kimi, side=side, rounds=5, unit="MB/s")
-        assert len(batch) == json_kimi.n_traces
-    else:
-        schema = masreplay.load_traces(json_kimi.source).to_arrow().schema
-        table = measure(
-            lambda: json_anchor(json_kimi.source, schema),
-            data=json_kimi,
-            side="json.loads + pa.Table.from_pylist",
-            rounds=3,
-            warmup_rounds=0,
-            unit="MB/s",
-        )
-        assert table.num_rows == json_kimi.n_traces
+        assert table.num_rows == data.n_traces
 
 
 @pytest.mark.parametrize("side", SIDES)

@@ -310,26 +310,17 @@ def test_group_by_task_none_and_labels():
 
 def _multi_agent_group():
     # Trace A (team 1): orch decides, w1 works, orch aggregates. Trace B (team 0): orch, w2, w2.
+    def events(*rows):
+        return [{"agent": agent, "role": role, "type": kind, "tokens": tokens} for agent, role, kind, tokens in rows]
+
+    decide, work = ("orch", "planner", "orchestrator_decision"), "message"
     a = _trace(
         "A",
-        [
-            {"agent": "orch", "role": "planner", "type": "orchestrator_decision", "tokens": 10},
-            {"agent": "w1", "role": "worker", "type": "message", "tokens": 30},
-            {"agent": "orch", "role": "planner", "type": "aggregate", "tokens": 10},
-        ],
+        events((*decide, 10), ("w1", "worker", work, 30), ("orch", "planner", "aggregate", 10)),
         [(0, 1), (1, 2)],
         1.0,
     )
-    b = _trace(
-        "B",
-        [
-            {"agent": "orch", "role": "planner", "type": "orchestrator_decision", "tokens": 20},
-            {"agent": "w2", "role": "worker", "type": "message", "tokens": 5},
-            {"agent": "w2", "role": "worker", "type": "message", "tokens": 15},
-        ],
-        [(0, 1), (0, 2)],
-        0.0,
-    )
+    b = _trace("B", events((*decide, 20), ("w2", "worker", work, 5), ("w2", "worker", work, 15)), [(0, 1), (0, 2)], 0.0)
     return _batch([a, b])
 
 
