@@ -39,6 +39,30 @@ TOPOLOGIES = (
 )
 COUNTERFACTUAL_KINDS = ("substitute", "ablate", "no_spawn")
 
+# The canonical table's columns in order, and those an Arrow input must bring (the rest are
+# optional or derived).
+CANONICAL_COLUMNS = [
+    "trace_id",
+    "task_id",
+    "group_id",
+    "system",
+    "topology",
+    "policy_version",
+    "counterfactual_of",
+    "events",
+    "edges",
+    "rewards",
+    "costs",
+    "metrics",
+    "attributes",
+    "n_events",
+    "n_edges",
+    "n_agents",
+    "depth",
+    "max_branching",
+]
+REQUIRED_COLUMNS = ("trace_id", "task_id", "events", "edges", "rewards", "costs")
+
 SEED_TOP_LEVEL_KEYS = frozenset({"trace_id", "task_id", "system", "topology", "events", "edges", "rewards", "costs", "metrics"})
 MASREPLAY_TOP_LEVEL_KEYS = frozenset({"schema_version", "group_id", "policy_version", "counterfactual_of"})
 EVENT_KEYS = frozenset(

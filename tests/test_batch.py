@@ -14,28 +14,7 @@ from hypothesis import strategies as st
 
 import masreplay
 from masreplay import TraceBatch
-from strategies import trace_lists
-
-CANONICAL_COLUMNS = [
-    "trace_id",
-    "task_id",
-    "group_id",
-    "system",
-    "topology",
-    "policy_version",
-    "counterfactual_of",
-    "events",
-    "edges",
-    "rewards",
-    "costs",
-    "metrics",
-    "attributes",
-    "n_events",
-    "n_edges",
-    "n_agents",
-    "depth",
-    "max_branching",
-]
+from strategies import CANONICAL_COLUMNS, trace_lists
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import masreplay
 from masreplay import DataFormatError, MasreplayError, TraceValidationError
-from strategies import traces
+from strategies import CANONICAL_COLUMNS, REQUIRED_COLUMNS, traces
 
 SEED_ID = "demo-trace-001"
 NAN, INF = float("nan"), float("inf")
@@ -600,20 +600,7 @@ def test_arrow_missing_required_column_is_reported(arrow_traces):
 
 def test_arrow_without_derived_or_optional_columns_is_completed(arrow_traces):
     table, _ = arrow_traces
-    optional = [
-        "group_id",
-        "system",
-        "topology",
-        "policy_version",
-        "counterfactual_of",
-        "metrics",
-        "attributes",
-        "n_events",
-        "n_edges",
-        "n_agents",
-        "depth",
-        "max_branching",
-    ]
+    optional = [name for name in CANONICAL_COLUMNS if name not in REQUIRED_COLUMNS]
     batch = masreplay.load_traces(table.drop_columns(optional))
     assert batch.trace_ids == ["t0", "t1", "t2"]
     full = batch.to_arrow()
