@@ -356,10 +356,15 @@ def test_a_writer_holds_sends_and_flushes_on_exit():
 
 def test_a_writer_left_by_an_error_loses_nothing():
     buffer = RayGraphBuffer(1_000, shards=2, seed=1)
-    with pytest.raises(RuntimeError, match="rollout crashed"):
-        with buffer.writer(flush_traces=1_000) as writer:
+    writer = buffer.writer(flush_traces=1_000)
+
+    def rollout():
+        with writer:
             writer.add(masreplay.sim.generate(30, seed=61))
             raise RuntimeError("rollout crashed")
+
+    with pytest.raises(RuntimeError, match="rollout crashed"):
+        rollout()
     assert writer.added == len(buffer) == 30
     # An invalid trace raises at its add; what was validated before still lands.
     bad = pa.table(masreplay.sim.generate(2, seed=62))
