@@ -397,3 +397,18 @@ def test_a_writer_raises_or_reports_what_shards_refuse():
         with pytest.raises(InvalidArgumentError):
             buffer.writer(**bad)
     buffer.shutdown()
+
+
+def test_a_writer_sends_branches_where_their_held_factual_goes():
+    buffer = RayGraphBuffer(1_000, shards=3, seed=1)
+    families = pa.table(masreplay.sim.branches(12, branches=3, branch_points=1, seed=81).batch)
+    factual = np.array([of is None for of in families["counterfactual_of"].to_pylist()])
+    with buffer.writer(flush_traces=1_000) as writer:
+        writer.add(families.filter(factual))  # held here
+        writer.add(families.filter(np.logical_not(factual)))  # flushes the factual traces first
+    assert writer.added == len(buffer) == families.num_rows and not writer.rejected
+    shard_of = {t: s for s, table in enumerate(shard_tables(buffer)) for t in table["trace_id"].to_pylist()}
+    for row in families.filter(np.logical_not(factual)).to_pylist():
+        assert shard_of[row["trace_id"]] == shard_of[row["counterfactual_of"]["trace_id"]]
+    assert len(set(shard_of.values())) > 1
+    buffer.shutdown()

@@ -23,7 +23,7 @@ import uuid
 import warnings
 import weakref
 from collections import OrderedDict, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -458,13 +458,16 @@ class RayGraphBuffer:
         return sum(events for _, events, _ in self._stats())
 
     # ---- adding ------------------------------------------------------------------------
-    def _route(self, batch: Any) -> np.ndarray:
+    def _route(self, batch: Any, settle: Callable[[], Any] | None = None) -> np.ndarray:
         """Each trace's shard; a branch whose factual trace was added earlier is sent where
-        the shards say that trace is."""
+        the shards say that trace is (after ``settle``, which lands what the caller still
+        holds, so that the shards know every earlier trace)."""
         routes = _core.route_to_shards(batch, self.shards, [], [])
         unresolved = np.flatnonzero(routes == _UNRESOLVED)
         if len(unresolved) == 0:
             return routes
+        if settle is not None:
+            settle()
         of = pa.table(batch).column("counterfactual_of").take(pa.array(unresolved))
         factual_ids = pc.unique(pc.struct_field(of, "trace_id")).to_pylist()
         held = ray.get([shard.contains_many.remote(factual_ids) for shard in self._shards])
@@ -486,16 +489,16 @@ class RayGraphBuffer:
             raise load_rejected[0][2]
         return batch, load_rejected
 
-    def _parts(self, batch: Any) -> list[tuple[int, pa.Buffer, np.ndarray]]:
-        """Each shard's part of a validated batch, by shard number: (shard, its traces as one
-        Arrow IPC stream, their positions in the batch)."""
-        routes = self._route(batch)
+    def _parts(self, batch: Any, settle: Callable[[], Any] | None = None) -> list[tuple[int, pa.Table, np.ndarray]]:
+        """Each shard's part of a validated batch, by shard number: (shard, its traces as a
+        canonical table, their positions in the batch); see _route for ``settle``."""
+        routes = self._route(batch, settle)
         # One copy puts each shard's traces next to each other; each part is then a slice.
         order = np.argsort(routes, kind="stable")
         table = pa.table(batch if np.array_equal(order, np.arange(len(order))) else batch.take(order.tolist()))
         shards, starts, sizes = np.unique(routes[order], return_index=True, return_counts=True)
         return [
-            (int(shard), _to_wire(table.slice(start, size)), order[start : start + size])
+            (int(shard), table.slice(start, size), order[start : start + size])
             for shard, start, size in zip(shards, starts, sizes, strict=True)
         ]
 
@@ -507,7 +510,7 @@ class RayGraphBuffer:
         ``on_error="skip"``: returns an AddReport as GraphBuffer.add does."""
         batch, load_rejected = self._validated(traces, on_error)
         parts = self._parts(batch)
-        answers = ray.get([self._shards[shard].add.remote(wire) for shard, wire, _ in parts])
+        answers = ray.get([self._shards[shard].add.remote(_to_wire(part)) for shard, part, _ in parts])
         return _report(answers, [rows for _, _, rows in parts], load_rejected, on_error)
 
     def add_async(self, traces: Any) -> ray.ObjectRef:
@@ -518,9 +521,9 @@ class RayGraphBuffer:
         parts = self._parts(batch)
         if not parts:
             return ray.put(0)
-        earlier = [self._shards[shard].add.remote(wire, True) for shard, wire, _ in parts[:-1]]
-        last, wire, _ = parts[-1]
-        return self._shards[last].add.remote(wire, True, earlier)
+        earlier = [self._shards[shard].add.remote(_to_wire(part), True) for shard, part, _ in parts[:-1]]
+        last, part, _ = parts[-1]
+        return self._shards[last].add.remote(_to_wire(part), True, earlier)
 
     def writer(self, *, flush_traces: int = 1, max_in_flight: int = 8, on_error: OnError = "raise") -> BufferWriter:
         """A writer for a rollout worker's stream of adds (see :class:`BufferWriter`): use it
@@ -800,8 +803,8 @@ def _report(
 
 
 class BufferWriter:
-    """A rollout worker's adds to a :class:`RayGraphBuffer`, sent without waiting for the
-    shards after each one (from :meth:`RayGraphBuffer.writer`)::
+    """A rollout worker's adds to a :class:`RayGraphBuffer`, gathered per shard and sent
+    without waiting for the shards after each one (from :meth:`RayGraphBuffer.writer`)::
 
         with buffer.writer(flush_traces=256) as writer:
             for rollouts in produce():
@@ -809,16 +812,19 @@ class BufferWriter:
         writer.added  # every trace has landed here
 
     ``add`` validates its traces at once (an invalid one raises there, or is set aside in
-    ``rejected`` with ``on_error="skip"``) and holds them until ``flush_traces`` traces are
-    held; they then go as one add (one call per shard that takes any), and the writer goes on
-    without waiting for the answers. At most ``max_in_flight`` calls stay unanswered: past
-    that, ``add`` waits for the oldest (so a fast worker cannot pile work up in the shards'
+    ``rejected`` with ``on_error="skip"``) and routes them; each shard's traces are held until
+    ``flush_traces`` of them are waiting, then go as one call, and the writer goes on without
+    waiting for the answer. Each call thus carries at least ``flush_traces`` traces whatever
+    the number of shards (an add of 64 traces into 2 shards with ``flush_traces=64`` makes one
+    call per add on average, not two). At most ``max_in_flight`` calls stay unanswered: past
+    that, the writer waits for the oldest (so a fast worker cannot pile work up in the shards'
     queues). ``flush()`` sends what is held and waits for every answer; leaving the ``with``
     block flushes too, also when an exception leaves it (what was validated is never dropped).
-    A trace a shard refuses (an id it already stores, a branch whose factual trace is gone)
-    raises at the next wait once every answer up to there is counted
-    (``on_error="raise"``), or goes to ``rejected``. A writer used without ``with`` must be
-    closed (``close()``): held traces are sent only by a flush."""
+    An add with a branch whose factual trace came before flushes first, so that the branch
+    goes where its factual went. A trace a shard refuses (an id it already stores, a branch
+    whose factual trace is gone) raises at the next wait once every answer up to there is
+    counted (``on_error="raise"``), or goes to ``rejected``. A writer used without ``with``
+    must be closed (``close()``): held traces are sent only by a flush."""
 
     def __init__(self, buffer: RayGraphBuffer, *, flush_traces: int, max_in_flight: int, on_error: OnError) -> None:
         if on_error not in ("raise", "skip"):
@@ -827,20 +833,21 @@ class BufferWriter:
             raise InvalidArgumentError("flush_traces and max_in_flight must be at least 1")
         self.flush_traces, self.max_in_flight, self.on_error = flush_traces, max_in_flight, on_error
         self._buffer = buffer
-        self._held: list[Any] = []  # validated batches not sent yet
-        self._held_traces = 0
+        # Per shard: validated canonical tables not sent yet.
+        self._held: list[list[pa.Table]] = [[] for _ in range(buffer.shards)]
         self._in_flight: deque[tuple[ray.ObjectRef, int]] = deque()  # (answer, traces sent)
-        self._unanswered = 0
         #: Traces the shards have taken (answers received so far).
         self.added = 0
         #: (trace_id, error) of every trace set aside (``on_error="skip"``).
         self.rejected: list[tuple[str | None, Exception]] = []
+        self._refused: list[tuple[str | None, Exception]] = []  # answered, not yet raised
         self._closed = False
 
     @property
     def pending(self) -> int:
         """Traces validated but not yet taken by a shard (held here, or sent and unanswered)."""
-        return self._held_traces + self._unanswered
+        held = sum(table.num_rows for tables in self._held for table in tables)
+        return held + sum(traces for _, traces in self._in_flight)
 
     def add(self, traces: Any) -> int:
         """Validates ``traces`` (anything ``masreplay.load_traces`` accepts) and queues them;
@@ -849,19 +856,25 @@ class BufferWriter:
             raise InvalidArgumentError("this BufferWriter is closed")
         batch, load_rejected = self._buffer._validated(traces, self.on_error)
         self.rejected += [(trace_id, error) for _, trace_id, error in load_rejected]
-        if len(batch):
-            self._held.append(batch)
-            self._held_traces += len(batch)
-        if self._held_traces >= self.flush_traces:
-            self._send()
-            self._wait(self.max_in_flight)
+        for shard, part, _ in self._buffer._parts(batch, settle=self._settle):
+            held = self._held[shard]
+            held.append(part)
+            if sum(table.num_rows for table in held) >= self.flush_traces:
+                self._send(shard)
+        self._wait(self.max_in_flight)
+        self._raise_refused()
         return len(batch)
 
     def flush(self) -> int:
         """Sends the held traces and waits for every shard's answer; returns ``added``."""
-        self._send()
-        self._wait(0)
+        self._settle()
+        self._raise_refused()
         return self.added
+
+    def _settle(self) -> None:
+        for shard in range(len(self._held)):
+            self._send(shard)
+        self._wait(0)
 
     def close(self) -> int:
         """Flushes, then refuses further adds; returns ``added``."""
@@ -874,25 +887,23 @@ class BufferWriter:
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    def _send(self) -> None:
-        if not self._held:
-            return
-        batch = self._held[0] if len(self._held) == 1 else _core.TraceBatch.concat(self._held)
-        self._held, self._held_traces = [], 0
-        for shard, wire, rows in self._buffer._parts(batch):
-            self._in_flight.append((self._buffer._shards[shard].add.remote(wire), len(rows)))
-            self._unanswered += len(rows)
+    def _send(self, shard: int) -> None:
+        held, self._held[shard] = self._held[shard], []
+        if held:
+            table = pa.concat_tables(held)  # chunks side by side: the stream holds one batch each
+            self._in_flight.append((self._buffer._shards[shard].add.remote(_to_wire(table)), table.num_rows))
 
     def _wait(self, limit: int) -> None:
-        """Takes answers, oldest first, until at most ``limit`` calls are unanswered; then
-        raises the first refusal among them (``on_error="raise"``)."""
-        refused = []
+        """Takes answers, oldest first, until at most ``limit`` calls are unanswered."""
         while len(self._in_flight) > limit:
-            ref, rows = self._in_flight.popleft()
-            self._unanswered -= rows
-            added, problems = ray.get(ref)
+            answer, _ = self._in_flight.popleft()
+            added, problems = ray.get(answer)
             self.added += added
-            refused += [(trace_id, error) for _, trace_id, error in problems]
+            self._refused += [(trace_id, error) for _, trace_id, error in problems]
+
+    def _raise_refused(self) -> None:
+        """Raises the first refusal answered so far (``on_error="raise"``), or records them."""
+        refused, self._refused = self._refused, []
         if refused and self.on_error == "raise":
             raise refused[0][1]
         self.rejected += refused
