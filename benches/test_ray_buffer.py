@@ -63,24 +63,13 @@ def local_ray():
 def work(dataset_type):
     n = WRITERS * PARTS * PART
     workload = ba.token_workload(n, LENGTHS, seed=21, group_size=8)
-    data = dataset_type(
-        f"ray: {WRITERS} writer tasks add {n:,} trajectories ({LENGTHS[0]}-{LENGTHS[1]} tokens) in parts of {PART}",
-        None,
-        n,
-        int(workload.offsets[-1]),
-        0,
-        "goal: >= 2x the anchor",
-        suite="ray buffer",
-    )
-    batched = dataset_type(
-        f"ray: {WRITERS} writer tasks add {n:,} trajectories in parts of {PART}, {BATCHED} per call",
-        None,
-        n,
-        int(workload.offsets[-1]),
-        0,
-        "record (both sides batched alike)",
-        suite="ray buffer",
-    )
+    events = int(workload.offsets[-1])
+    adds = {
+        PART: f"ray: {WRITERS} writer tasks add {n:,} trajectories ({LENGTHS[0]}-{LENGTHS[1]} tokens) in parts of {PART}",
+        BATCHED: f"ray: {WRITERS} writer tasks add {n:,} trajectories in parts of {PART}, {BATCHED} per call",
+    }
+    goals = {PART: "goal: >= 2x the anchor", BATCHED: "record (both sides batched alike)"}
+    data = {size: dataset_type(name, None, n, events, 0, goals[size], suite="ray buffer") for size, name in adds.items()}
     sample = dataset_type(
         f"ray: trainer-side sample({BATCH}) from {n:,} trajectories",
         None,
@@ -90,7 +79,7 @@ def work(dataset_type):
         "goal: <= the anchor",
         suite="ray buffer",
     )
-    return workload, {PART: data, BATCHED: batched}, sample
+    return workload, data, sample
 
 
 def _writer_parts(make) -> list[list]:
