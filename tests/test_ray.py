@@ -334,6 +334,13 @@ def test_add_async_counts_across_shards_without_a_task_of_its_own():
     with pytest.raises(masreplay.TraceValidationError):
         ray.get(buffer.add_async(pa.concat_tables([pa.table(fresh), pa.table(batch)])))
     assert len(buffer) == 36
+    # A refusal by a lower shard reaches the count through the last shard of the add.
+    first_shard_id = shard_tables(buffer)[0]["trace_id"][0].as_py()
+    stored_there = pa.table(batch).filter(pc.field("trace_id") == first_shard_id)
+    fresh = pa.table(masreplay.sim.generate(30, seed=44, group_size=1))
+    with pytest.raises(masreplay.TraceValidationError, match=first_shard_id):
+        ray.get(buffer.add_async(pa.concat_tables([fresh, stored_there])))
+    assert len(buffer) == 66
     assert ray.get(buffer.add_async(masreplay.sim.generate(0, seed=43))) == 0
     buffer.shutdown()
 
