@@ -2,7 +2,9 @@
 
 * **Adds/s**: 4 writers each add 8 parts of 64 trajectories (lengths uniform 10-200
   tokens, the token workload of replay.md) into a buffer; masreplay: a RayGraphBuffer of 2
-  shards fed Arrow tables of traces (one event per token); anchor: TorchRL's RayReplayBuffer
+  shards fed Arrow tables of traces (one event per token), by ``add`` (waits for the shards
+  after each part) and by a ``BufferWriter`` (sends each part without waiting, at most 8
+  calls unanswered, and waits for all at the end); anchor: TorchRL's RayReplayBuffer
   (one actor; a LazyTensorStorage of tokens padded to 200 plus the lengths, the TorchRL
   storage that takes a batch of trajectories in one write) fed TensorDicts of the same
   trajectories. The writers are Ray actors started once (rollout workers live across steps;
@@ -11,6 +13,8 @@
   store before the clock starts; each round starts from a fresh buffer, built untimed and
   answering (``len``) before the clock starts: actors start asynchronously, and the process
   start and imports of a new actor (torch's, masreplay's) are not adds.
+  A second group sends 4 parts (256 trajectories) per call on both sides: the writer with
+  ``flush_traces=256``, TorchRL extending with the 4 parts concatenated (``torch.cat``).
 * **Trainer-side sample(256)**: the same buffers, filled; masreplay returns flat tokens and
   offsets (``sample(256, columns=["tokens"]).flat("tokens")``: the shards send the tokens
   of the drawn traces with the draws), TorchRL its padded TensorDict.
@@ -40,6 +44,8 @@ from masreplay.vocabulary import SAMPLERS
 ray = pytest.importorskip("ray", reason="the Ray buffer benchmarks need ray (pip install masreplay[ray])")
 
 WRITERS, PARTS, PART = 4, 8, 64
+#: Trajectories per call in the batched group (both sides): 4 parts.
+BATCHED = 256
 LENGTHS = (10, 200)
 BATCH = 256
 STALE_TRACES = 10**6
@@ -57,15 +63,13 @@ def local_ray():
 def work(dataset_type):
     n = WRITERS * PARTS * PART
     workload = ba.token_workload(n, LENGTHS, seed=21, group_size=8)
-    data = dataset_type(
-        f"ray: {WRITERS} writer tasks add {n:,} trajectories ({LENGTHS[0]}-{LENGTHS[1]} tokens) in parts of {PART}",
-        None,
-        n,
-        int(workload.offsets[-1]),
-        0,
-        "goal: >= 2x the anchor",
-        suite="ray buffer",
-    )
+    events = int(workload.offsets[-1])
+    adds = {
+        PART: f"ray: {WRITERS} writer tasks add {n:,} trajectories ({LENGTHS[0]}-{LENGTHS[1]} tokens) in parts of {PART}",
+        BATCHED: f"ray: {WRITERS} writer tasks add {n:,} trajectories in parts of {PART}, {BATCHED} per call",
+    }
+    goals = {PART: "goal: >= 2x the anchor", BATCHED: "record (both sides batched alike)"}
+    data = {size: dataset_type(name, None, n, events, 0, goals[size], suite="ray buffer") for size, name in adds.items()}
     sample = dataset_type(
         f"ray: trainer-side sample({BATCH}) from {n:,} trajectories",
         None,
@@ -89,12 +93,26 @@ class _Writer:
     """A rollout worker: a process that lives across rounds (a task's worker process may be
     recycled between rounds, and its start and imports are not adds)."""
 
-    def masreplay(self, buffer, parts: list) -> int:
+    def masreplay(self, buffer, parts: list, per_call: int) -> int:
+        assert per_call == PART
         return sum(buffer.add(ray.get(part)) for part in parts)
 
-    def torchrl(self, buffer, parts: list) -> int:
+    def masreplay_writer(self, buffer, parts: list, per_call: int) -> int:
+        # flush_traces=PART: each part is sent as it comes, as the anchor's extend sends it.
+        with buffer.writer(flush_traces=per_call) as writer:
+            for part in parts:
+                writer.add(ray.get(part))
+        return writer.added
+
+    def torchrl(self, buffer, parts: list, per_call: int) -> int:
+        import torch
+
+        held = []
         for part in parts:
-            buffer.extend(ray.get(part))
+            held.append(ray.get(part))
+            if len(held) * PART >= per_call:
+                buffer.extend(held[0] if len(held) == 1 else torch.cat(held))
+                held = []
         return len(parts)
 
 
@@ -114,15 +132,18 @@ def sides(work, missing_anchor):
 
     workload = work[0]
     table = ba.minimal_table(workload)
+    masreplay_side = SimpleNamespace(
+        label="masreplay (RayGraphBuffer, 2 shards, Arrow parts): add",
+        build=lambda: RayGraphBuffer(workload.n, shards=2, seed=1),
+        writer="masreplay",
+        handle=lambda buffer: buffer,
+        parts=_writer_parts(lambda first: table.take(pa.array(np.arange(first, first + PART)))),
+        draw=lambda buffer: buffer.sample(BATCH, columns=["tokens"]).flat("tokens"),
+    )
+    writer_label = "masreplay (RayGraphBuffer, 2 shards, Arrow parts): BufferWriter"
     built = {
-        "masreplay": SimpleNamespace(
-            label="masreplay (RayGraphBuffer, 2 shards, Arrow parts)",
-            build=lambda: RayGraphBuffer(workload.n, shards=2, seed=1),
-            writer="masreplay",
-            handle=lambda buffer: buffer,
-            parts=_writer_parts(lambda first: table.take(pa.array(np.arange(first, first + PART)))),
-            draw=lambda buffer: buffer.sample(BATCH, columns=["tokens"]).flat("tokens"),
-        )
+        "masreplay": masreplay_side,
+        "masreplay writer": SimpleNamespace(**{**vars(masreplay_side), "label": writer_label, "writer": "masreplay_writer"}),
     }
     missing = [p for p in ("torch", "torchrl", "tensordict") if importlib.util.find_spec(p) is None]
     for package in missing:
@@ -168,13 +189,16 @@ def _side(sides, name: str) -> SimpleNamespace:
     return sides[name]
 
 
-def _fill(side, buffer, writers) -> None:
+def _fill(side, buffer, writers, per_call: int = PART) -> None:
     handle = side.handle(buffer)
-    ray.get([getattr(w, side.writer).remote(handle, parts) for w, parts in zip(writers, side.parts, strict=True)])
+    ray.get([getattr(w, side.writer).remote(handle, parts, per_call) for w, parts in zip(writers, side.parts, strict=True)])
 
 
-@pytest.mark.parametrize("name", ["masreplay", "torchrl"])
-def test_ray_adds(name, sides, work, writers, measure):
+@pytest.mark.parametrize(
+    ("name", "per_call"),
+    [("masreplay", PART), ("masreplay writer", PART), ("torchrl", PART), ("masreplay writer", BATCHED), ("torchrl", BATCHED)],
+)
+def test_ray_adds(name, per_call, sides, work, writers, measure):
     """Launch the 4 writers until all are done, on a fresh buffer each round."""
     side = _side(sides, name)
     state = {}
@@ -187,13 +211,13 @@ def test_ray_adds(name, sides, work, writers, measure):
         return (), {}
 
     measure(
-        lambda: _fill(side, state["buffer"], writers),
-        data=work[1],
+        lambda: _fill(side, state["buffer"], writers, per_call),
+        data=work[1][per_call],
         side=side.label,
         rounds=5,
         unit="traces/s",
         setup=setup,
-        ours=name == "masreplay",
+        ours=name == "masreplay writer",
     )
     assert len(state["buffer"]) == work[0].n
     state.pop("buffer").shutdown()

@@ -322,3 +322,100 @@ def test_skipped_traces_are_reported_at_their_input_positions_across_shards():
     held = [set(t["trace_id"].to_pylist()) for t in shard_tables(buffer)]
     assert all(held), "the traces all went to one shard: the test would not cross shards"
     buffer.shutdown()
+
+
+def test_add_async_counts_across_shards_without_a_task_of_its_own():
+    buffer = RayGraphBuffer(1_000, shards=3, seed=1)
+    batch = masreplay.sim.generate(30, seed=41, group_size=1)
+    assert ray.get(buffer.add_async(batch)) == 30
+    assert all(t.num_rows for t in shard_tables(buffer)), "the add did not reach every shard"
+    fresh = masreplay.sim.generate(6, seed=42, group_size=1)
+    # Stored ids refused by some shards: the count's ref raises, the fresh traces landed.
+    with pytest.raises(masreplay.TraceValidationError):
+        ray.get(buffer.add_async(pa.concat_tables([pa.table(fresh), pa.table(batch)])))
+    assert len(buffer) == 36
+    # A refusal by a lower shard reaches the count through the last shard of the add.
+    first_shard_id = shard_tables(buffer)[0]["trace_id"][0].as_py()
+    stored_there = pa.table(batch).filter(pc.field("trace_id") == first_shard_id)
+    fresh = pa.table(masreplay.sim.generate(30, seed=44, group_size=1))
+    with pytest.raises(masreplay.TraceValidationError, match=first_shard_id):
+        ray.get(buffer.add_async(pa.concat_tables([fresh, stored_there])))
+    assert len(buffer) == 66
+    assert ray.get(buffer.add_async(masreplay.sim.generate(0, seed=43))) == 0
+    buffer.shutdown()
+
+
+def test_a_writer_holds_sends_and_flushes_on_exit():
+    buffer = RayGraphBuffer(1_000, shards=2, seed=1)
+    with buffer.writer(flush_traces=50, max_in_flight=2) as writer:
+        assert writer.add(masreplay.sim.generate(20, seed=51)) == 20
+        assert writer.pending == 20 and len(buffer) == 0  # held here, below flush_traces
+        for seed in range(52, 56):
+            writer.add(masreplay.sim.generate(20, seed=seed))
+        assert writer.pending <= 100 and writer.added + writer.pending == 100
+    assert writer.added == len(buffer) == 100 and writer.pending == 0
+    stored = pa.concat_tables(shard_tables(buffer))["trace_id"].to_pylist()
+    assert len(set(stored)) == 100
+    with pytest.raises(InvalidArgumentError, match="closed"):
+        writer.add(masreplay.sim.generate(1, seed=57))
+    buffer.shutdown()
+
+
+def test_a_writer_left_by_an_error_loses_nothing():
+    buffer = RayGraphBuffer(1_000, shards=2, seed=1)
+    writer = buffer.writer(flush_traces=1_000)
+
+    def rollout():
+        with writer:
+            writer.add(masreplay.sim.generate(30, seed=61))
+            raise RuntimeError("rollout crashed")
+
+    with pytest.raises(RuntimeError, match="rollout crashed"):
+        rollout()
+    assert writer.added == len(buffer) == 30
+    # An invalid trace raises at its add; what was validated before still lands.
+    bad = pa.table(masreplay.sim.generate(2, seed=62))
+    bad = bad.set_column(bad.schema.get_field_index("trace_id"), "trace_id", pa.array([None, "x"], pa.string()))
+    with buffer.writer(flush_traces=1_000) as writer:
+        writer.add(masreplay.sim.generate(5, seed=63))
+        with pytest.raises(masreplay.TraceValidationError):
+            writer.add(bad)
+    assert writer.added == 5 and len(buffer) == 35
+    buffer.shutdown()
+
+
+def test_a_writer_raises_or_reports_what_shards_refuse():
+    buffer = RayGraphBuffer(1_000, shards=2, seed=1)
+    stored = masreplay.sim.generate(10, seed=71, group_size=1)
+    buffer.add(stored)
+    fresh = masreplay.sim.generate(10, seed=72, group_size=1)
+    writer = buffer.writer(max_in_flight=100)
+    writer.add(stored)  # every id already stored: refused by the shards, raised at the flush
+    writer.add(fresh)
+    with pytest.raises(masreplay.TraceValidationError):
+        writer.close()
+    assert writer.added == 10 and len(buffer) == 20 and writer.pending == 0
+    with buffer.writer(on_error="skip") as skipping:
+        skipping.add(stored)
+        skipping.add(masreplay.sim.generate(3, seed=73))
+    assert skipping.added == 3 and sorted(t for t, _ in skipping.rejected) == sorted(stored.trace_ids)
+    assert all(isinstance(error, masreplay.TraceValidationError) for _, error in skipping.rejected)
+    for bad in ({"flush_traces": 0}, {"max_in_flight": -1}, {"on_error": "ignore"}):
+        with pytest.raises(InvalidArgumentError):
+            buffer.writer(**bad)
+    buffer.shutdown()
+
+
+def test_a_writer_sends_branches_where_their_held_factual_goes():
+    buffer = RayGraphBuffer(1_000, shards=3, seed=1)
+    families = pa.table(masreplay.sim.branches(12, branches=3, branch_points=1, seed=81).batch)
+    factual = np.array([of is None for of in families["counterfactual_of"].to_pylist()])
+    with buffer.writer(flush_traces=1_000) as writer:
+        writer.add(families.filter(factual))  # held here
+        writer.add(families.filter(np.logical_not(factual)))  # flushes the factual traces first
+    assert writer.added == len(buffer) == families.num_rows and not writer.rejected
+    shard_of = {t: s for s, table in enumerate(shard_tables(buffer)) for t in table["trace_id"].to_pylist()}
+    for row in families.filter(np.logical_not(factual)).to_pylist():
+        assert shard_of[row["trace_id"]] == shard_of[row["counterfactual_of"]["trace_id"]]
+    assert len(set(shard_of.values())) > 1
+    buffer.shutdown()

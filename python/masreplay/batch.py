@@ -223,13 +223,14 @@ def _to_ipc(table: pa.Table) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def _from_ipc_table(data: bytes) -> pa.Table:
-    """The table of pickled state; bytes that are not a whole, valid Arrow stream raise
-    DataFormatError (the core checks the traces themselves)."""
+def _from_ipc_table(data: Any, options: pa.ipc.IpcReadOptions | None = None, what: str = "pickled state") -> pa.Table:
+    """The table of an Arrow IPC stream written by masreplay (pickled state, or a part sent
+    by another process: ``what`` names it in the error); bytes that are not a whole, valid
+    Arrow stream raise DataFormatError (the core checks the traces themselves)."""
     try:
-        table = pa.ipc.open_stream(data).read_all()
+        table = pa.ipc.open_stream(data, options=options).read_all()
     except (pa.ArrowException, OSError, ValueError, TypeError) as error:
-        raise DataFormatError(f"pickled state is not a valid Arrow stream: {error}") from error
+        raise DataFormatError(f"{what} is not a valid Arrow stream: {error}") from error
     return _checked_arrow(table)
 
 

@@ -22,8 +22,8 @@ import tempfile
 import uuid
 import warnings
 import weakref
-from collections import OrderedDict
-from collections.abc import Sequence
+from collections import OrderedDict, deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -34,12 +34,12 @@ import ray  # the Ray package: imports are absolute, so this is never masreplay.
 
 from masreplay import _core
 from masreplay.bands import band_limits
-from masreplay.batch import TraceBatch, _check_event_field, _checked_arrow
+from masreplay.batch import TraceBatch, _check_event_field, _from_ipc_table
 from masreplay.buffer import AddReport, GraphBuffer, Sampler, _count, _version
 from masreplay.errors import DataFormatError, InvalidArgumentError, StorageError
 from masreplay.io import OnError, _load
 
-__all__ = ["RayGraphBuffer", "ShardLoss", "ShardLossWarning"]
+__all__ = ["BufferWriter", "RayGraphBuffer", "ShardLoss", "ShardLossWarning"]
 
 _UNRESOLVED = 2**32 - 1
 _MANIFEST = "ray_buffer.json"
@@ -87,13 +87,8 @@ def _to_wire(table: pa.Table) -> pa.Buffer:
 
 
 def _from_wire(data: pa.Buffer) -> pa.Table:
-    """A table written by _to_wire in another process; bytes that are not a valid stream
-    raise DataFormatError, and pyarrow checks the layout (the core checks the traces)."""
-    try:
-        table = pa.ipc.open_stream(data, options=_WIRE_READ).read_all()
-    except (pa.ArrowException, OSError, ValueError, TypeError) as error:
-        raise DataFormatError(f"not a valid Arrow stream from another process: {error}") from error
-    return _checked_arrow(table)
+    """A table written by _to_wire in another process (checked as any pickled state)."""
+    return _from_ipc_table(data, _WIRE_READ, "a table from another process")
 
 
 def _narrowed(values: np.ndarray) -> np.ndarray:
@@ -194,14 +189,24 @@ class _Shard:
             os.ftruncate(self.log, 0)
             _write_json(self.ledger_path, {**ledger, "log_bytes": 0})
 
-    def add(self, data: pa.Buffer) -> tuple[int, list[tuple[int, str | None, Exception]]]:
-        # An Arrow IPC stream from a writer that validated the traces (RayGraphBuffer.add).
+    def add(
+        self, data: pa.Buffer, counted: bool = False, earlier: Sequence[ray.ObjectRef] = ()
+    ) -> int | tuple[int, list[tuple[int, str | None, Exception]]]:
+        """Takes an Arrow IPC stream from a writer that validated the traces: returns how many
+        were added and the refused ones, or (``counted``) the count alone plus what the
+        ``earlier`` calls of the same add_async counted, raising the first refusal after
+        keeping the rest. Only the last shard of an add is given ``earlier`` and they all
+        have lower numbers, so no shard ever waits on one that waits."""
         table = _from_wire(data)
         batch = _core.TraceBatch.restore(table)  # checked in full: bytes from another process
         added, rejected = self.buffer._core.add(batch, skip_invalid=True)
         self.added_since_save += added
         os.write(self.log, f"{added} {len(self.buffer)}\n".encode())
-        return added, rejected
+        if not counted:
+            return added, rejected
+        if rejected:
+            raise rejected[0][2]
+        return added + sum(ray.get(list(earlier)))
 
     def stats(self) -> tuple[int, int, int]:
         return len(self.buffer), self.buffer.num_events, self.restarts
@@ -334,15 +339,6 @@ def _column(selection: Any, rows: int | None, column: str) -> np.ndarray | pa.Bu
 _ShardActor = ray.remote(_Shard)
 
 
-@ray.remote(num_cpus=0)
-def _total_added(*counts: tuple[int, list]) -> int:
-    """The traces one ``add_async`` landed, once every shard has answered."""
-    rejected = [problem for _, problems in counts for problem in problems]
-    if rejected:
-        raise rejected[0][2]
-    return sum(added for added, _ in counts)
-
-
 class RayGraphBuffer:
     """A GraphBuffer split over ``shards`` Ray actors; this object is a handle (it pickles as
     one), usable from any Ray task or actor.
@@ -462,13 +458,16 @@ class RayGraphBuffer:
         return sum(events for _, events, _ in self._stats())
 
     # ---- adding ------------------------------------------------------------------------
-    def _route(self, batch: Any) -> np.ndarray:
+    def _route(self, batch: Any, settle: Callable[[], Any] | None = None) -> np.ndarray:
         """Each trace's shard; a branch whose factual trace was added earlier is sent where
-        the shards say that trace is."""
+        the shards say that trace is (after ``settle``, which lands what the caller still
+        holds, so that the shards know every earlier trace)."""
         routes = _core.route_to_shards(batch, self.shards, [], [])
         unresolved = np.flatnonzero(routes == _UNRESOLVED)
         if len(unresolved) == 0:
             return routes
+        if settle is not None:
+            settle()
         of = pa.table(batch).column("counterfactual_of").take(pa.array(unresolved))
         factual_ids = pc.unique(pc.struct_field(of, "trace_id")).to_pylist()
         held = ray.get([shard.contains_many.remote(factual_ids) for shard in self._shards])
@@ -480,22 +479,28 @@ class RayGraphBuffer:
         routes[routes == _UNRESOLVED] = 0
         return routes
 
-    def _send(self, traces: Any, on_error: OnError) -> tuple[list[Any], list[np.ndarray], list]:
+    def _validated(self, traces: Any, on_error: OnError) -> tuple[Any, list]:
+        """``traces`` checked here and ingested (a canonical batch) and the load's rejections;
+        ``on_error="raise"`` raises the first before anything is sent."""
         if on_error not in ("raise", "skip"):
             raise InvalidArgumentError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
         batch, load_rejected = _load(traces, strict_seed=False)
         if load_rejected and on_error == "raise":
             raise load_rejected[0][2]
-        routes = self._route(batch)
+        return batch, load_rejected
+
+    def _parts(self, batch: Any, settle: Callable[[], Any] | None = None) -> list[tuple[int, pa.Table, np.ndarray]]:
+        """Each shard's part of a validated batch, by shard number: (shard, its traces as a
+        canonical table, their positions in the batch); see _route for ``settle``."""
+        routes = self._route(batch, settle)
         # One copy puts each shard's traces next to each other; each part is then a slice.
         order = np.argsort(routes, kind="stable")
         table = pa.table(batch if np.array_equal(order, np.arange(len(order))) else batch.take(order.tolist()))
         shards, starts, sizes = np.unique(routes[order], return_index=True, return_counts=True)
-        refs, positions = [], []
-        for shard, start, size in zip(shards, starts, sizes, strict=True):
-            refs.append(self._shards[shard].add.remote(_to_wire(table.slice(start, size))))
-            positions.append(order[start : start + size])
-        return refs, positions, load_rejected
+        return [
+            (int(shard), table.slice(start, size), order[start : start + size])
+            for shard, start, size in zip(shards, starts, sizes, strict=True)
+        ]
 
     def add(self, traces: Any, *, on_error: OnError = "raise") -> int | AddReport:
         """Validates ``traces`` here (anything ``masreplay.load_traces`` accepts) and sends
@@ -503,27 +508,27 @@ class RayGraphBuffer:
         before anything is sent; a trace a shard refuses (an id it already stores, a branch
         whose factual trace is gone) raises after the other shards took their parts.
         ``on_error="skip"``: returns an AddReport as GraphBuffer.add does."""
-        refs, positions, load_rejected = self._send(traces, on_error)
-        answers = ray.get(refs)
-        shard_rejected = [problem for _, problems in answers for problem in problems]
-        if on_error == "raise":
-            if shard_rejected:
-                raise shard_rejected[0][2]
-            return sum(added for added, _ in answers)
-        # Positions in the validated batch, then in the input (past the load's rejections).
-        load_positions = {position for position, _, _ in load_rejected}
-        accepted = [p for p in range(sum(map(len, positions)) + len(load_rejected)) if p not in load_positions]
-        rejected = list(load_rejected)
-        for rows, (_, problems) in zip(positions, answers, strict=True):
-            rejected += [(accepted[rows[k]], trace_id, error) for k, trace_id, error in problems]
-        return AddReport(sum(added for added, _ in answers), sorted(rejected, key=lambda r: r[0]))
+        batch, load_rejected = self._validated(traces, on_error)
+        parts = self._parts(batch)
+        answers = ray.get([self._shards[shard].add.remote(_to_wire(part)) for shard, part, _ in parts])
+        return _report(answers, [rows for _, _, rows in parts], load_rejected, on_error)
 
     def add_async(self, traces: Any) -> ray.ObjectRef:
         """As ``add`` (validated here, raising before anything is sent), without waiting for
         the shards: returns an ObjectRef of the number of traces added (``ray.get`` raises if
-        a shard refused one)."""
-        refs, _, _ = self._send(traces, "raise")
-        return _total_added.remote(*refs)
+        a shard refused one). The last shard of the add answers for all (no task of its own)."""
+        batch, _ = self._validated(traces, "raise")
+        parts = self._parts(batch)
+        if not parts:
+            return ray.put(0)
+        earlier = [self._shards[shard].add.remote(_to_wire(part), True) for shard, part, _ in parts[:-1]]
+        last, part, _ = parts[-1]
+        return self._shards[last].add.remote(_to_wire(part), True, earlier)
+
+    def writer(self, *, flush_traces: int = 1, max_in_flight: int = 8, on_error: OnError = "raise") -> BufferWriter:
+        """A writer for a rollout worker's stream of adds (see :class:`BufferWriter`): use it
+        as a context manager, which flushes on exit, error or not."""
+        return BufferWriter(self, flush_traces=flush_traces, max_in_flight=max_in_flight, on_error=on_error)
 
     # ---- sampling ----------------------------------------------------------------------
     def _rng(self, seed: int | None) -> tuple[np.random.Generator, list[int | None]]:
@@ -775,6 +780,133 @@ class RayGraphBuffer:
         """Ends the shard actors (the handle is unusable afterwards)."""
         for shard in self._shards:
             ray.kill(shard, no_restart=True)
+
+
+def _report(
+    answers: list[tuple[int, list]], positions: list[np.ndarray], load_rejected: list, on_error: OnError
+) -> int | AddReport:
+    """What one add landed, from the shards' answers to its parts (``positions``: each part's
+    traces in the validated batch): the count (``on_error="raise"``: the first refusal
+    raises), or an AddReport with every rejection at its position in the input."""
+    if on_error == "raise":
+        for _, problems in answers:
+            if problems:
+                raise problems[0][2]
+        return sum(added for added, _ in answers)
+    # Positions in the validated batch, then in the input (past the load's rejections).
+    load_positions = {position for position, _, _ in load_rejected}
+    accepted = [p for p in range(sum(map(len, positions)) + len(load_rejected)) if p not in load_positions]
+    rejected = list(load_rejected)
+    for rows, (_, problems) in zip(positions, answers, strict=True):
+        rejected += [(accepted[rows[k]], trace_id, error) for k, trace_id, error in problems]
+    return AddReport(sum(added for added, _ in answers), sorted(rejected, key=lambda r: r[0]))
+
+
+class BufferWriter:
+    """A rollout worker's adds to a :class:`RayGraphBuffer`, gathered per shard and sent
+    without waiting for the shards after each one (from :meth:`RayGraphBuffer.writer`)::
+
+        with buffer.writer(flush_traces=256) as writer:
+            for rollouts in produce():
+                writer.add(rollouts)
+        writer.added  # every trace has landed here
+
+    ``add`` validates its traces at once (an invalid one raises there, or is set aside in
+    ``rejected`` with ``on_error="skip"``) and routes them; each shard's traces are held until
+    ``flush_traces`` of them are waiting, then go as one call, and the writer goes on without
+    waiting for the answer. Each call thus carries at least ``flush_traces`` traces whatever
+    the number of shards (an add of 64 traces into 2 shards with ``flush_traces=64`` makes one
+    call per add on average, not two). At most ``max_in_flight`` calls stay unanswered: past
+    that, the writer waits for the oldest (so a fast worker cannot pile work up in the shards'
+    queues). ``flush()`` sends what is held and waits for every answer; leaving the ``with``
+    block flushes too, also when an exception leaves it (what was validated is never dropped).
+    An add with a branch whose factual trace came before flushes first, so that the branch
+    goes where its factual went. A trace a shard refuses (an id it already stores, a branch
+    whose factual trace is gone) raises at the next wait once every answer up to there is
+    counted (``on_error="raise"``), or goes to ``rejected``. A writer used without ``with``
+    must be closed (``close()``): held traces are sent only by a flush."""
+
+    def __init__(self, buffer: RayGraphBuffer, *, flush_traces: int, max_in_flight: int, on_error: OnError) -> None:
+        if on_error not in ("raise", "skip"):
+            raise InvalidArgumentError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
+        if not _count(flush_traces, "flush_traces") or not _count(max_in_flight, "max_in_flight"):
+            raise InvalidArgumentError("flush_traces and max_in_flight must be at least 1")
+        self.flush_traces, self.max_in_flight, self.on_error = flush_traces, max_in_flight, on_error
+        self._buffer = buffer
+        # Per shard: validated canonical tables not sent yet.
+        self._held: list[list[pa.Table]] = [[] for _ in range(buffer.shards)]
+        self._in_flight: deque[tuple[ray.ObjectRef, int]] = deque()  # (answer, traces sent)
+        #: Traces the shards have taken (answers received so far).
+        self.added = 0
+        #: (trace_id, error) of every trace set aside (``on_error="skip"``).
+        self.rejected: list[tuple[str | None, Exception]] = []
+        self._refused: list[tuple[str | None, Exception]] = []  # answered, not yet raised
+        self._closed = False
+
+    @property
+    def pending(self) -> int:
+        """Traces validated but not yet taken by a shard (held here, or sent and unanswered)."""
+        held = sum(table.num_rows for tables in self._held for table in tables)
+        return held + sum(traces for _, traces in self._in_flight)
+
+    def add(self, traces: Any) -> int:
+        """Validates ``traces`` (anything ``masreplay.load_traces`` accepts) and queues them;
+        returns how many were accepted here."""
+        if self._closed:
+            raise InvalidArgumentError("this BufferWriter is closed")
+        batch, load_rejected = self._buffer._validated(traces, self.on_error)
+        self.rejected += [(trace_id, error) for _, trace_id, error in load_rejected]
+        for shard, part, _ in self._buffer._parts(batch, settle=self._settle):
+            held = self._held[shard]
+            held.append(part)
+            if sum(table.num_rows for table in held) >= self.flush_traces:
+                self._send(shard)
+        self._wait(self.max_in_flight)
+        self._raise_refused()
+        return len(batch)
+
+    def flush(self) -> int:
+        """Sends the held traces and waits for every shard's answer; returns ``added``."""
+        self._settle()
+        self._raise_refused()
+        return self.added
+
+    def _settle(self) -> None:
+        for shard in range(len(self._held)):
+            self._send(shard)
+        self._wait(0)
+
+    def close(self) -> int:
+        """Flushes, then refuses further adds; returns ``added``."""
+        self._closed = True
+        return self.flush()
+
+    def __enter__(self) -> BufferWriter:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _send(self, shard: int) -> None:
+        held, self._held[shard] = self._held[shard], []
+        if held:
+            table = pa.concat_tables(held)  # chunks side by side: the stream holds one batch each
+            self._in_flight.append((self._buffer._shards[shard].add.remote(_to_wire(table)), table.num_rows))
+
+    def _wait(self, limit: int) -> None:
+        """Takes answers, oldest first, until at most ``limit`` calls are unanswered."""
+        while len(self._in_flight) > limit:
+            answer, _ = self._in_flight.popleft()
+            added, problems = ray.get(answer)
+            self.added += added
+            self._refused += [(trace_id, error) for _, trace_id, error in problems]
+
+    def _raise_refused(self) -> None:
+        """Raises the first refusal answered so far (``on_error="raise"``), or records them."""
+        refused, self._refused = self._refused, []
+        if refused and self.on_error == "raise":
+            raise refused[0][1]
+        self.rejected += refused
 
 
 def _read_manifest(directory: pathlib.Path) -> dict[str, Any]:
