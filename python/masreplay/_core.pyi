@@ -92,6 +92,8 @@ class TraceSelection:
     def num_events(self) -> int: ...
     def event_field(self, name: str) -> object: ...
     def flat(self, name: str) -> tuple[object, np.ndarray]: ...
+    def padded(self, name: str, pad: int | float) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """(values, mask, lengths) of a 64-bit number field without nulls; None otherwise."""
     def collect(self) -> TraceBatch: ...
     @staticmethod
     def of_batches(batches: Sequence[TraceBatch], sources: Sequence[int], rows: Sequence[int]) -> TraceSelection: ...
@@ -101,16 +103,16 @@ def parse_objects(objects: Sequence[object], *, strict_seed: bool = False) -> tu
 def ingest_arrow(table: object) -> tuple[TraceBatch, _Rejected]: ...
 def read_parquet(paths: Sequence[str | PathLike[str]]) -> tuple[TraceBatch, _Rejected]: ...
 def empty_batch() -> TraceBatch: ...
-def simulate(
-    n_traces: int,
-    *,
-    agents: tuple[int, int],
-    depth: int,
-    fan_out: tuple[int, int],
-    events_per_agent: tuple[int, int],
-    group_size: int,
-    seed: int,
-) -> TraceBatch: ...
+
+class _SimShape(TypedDict):
+    agents: tuple[int, int]
+    depth: int
+    fan_out: tuple[int, int]
+    events_per_agent: tuple[int, int]
+    group_size: int
+    seed: int
+
+def simulate(n_traces: int, shape: _SimShape) -> TraceBatch: ...
 
 class GraphBuffer:
     def __init__(self, capacity: int, *, unit: Unit = "traces", seed: int = 0, max_staleness: int | None = None) -> None: ...
@@ -193,13 +195,8 @@ def same_prefix_credit_arrays(
 ) -> _CreditArrays: ...
 def simulate_branches(
     n_traces: int,
+    shape: _SimShape,
     *,
-    agents: tuple[int, int],
-    depth: int,
-    fan_out: tuple[int, int],
-    events_per_agent: tuple[int, int],
-    group_size: int,
-    seed: int,
     branches: int,
     branch_points: int,
     noise: float,

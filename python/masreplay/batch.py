@@ -152,6 +152,12 @@ class TraceBatch:
         ``pad_value``); dictionary columns (``type``, ``agent``, ``role``, ...) give their
         int codes. Nothing padded is ever stored: this is built from the flat column.
         """
+        if self._collected is None and isinstance(pad_value, int | float):
+            # A sample pads a 64-bit number field without nulls straight from the buffer.
+            _check_event_field(column)
+            fast = self._source.padded(column, pad_value)
+            if fast is not None:
+                return fast
         values = _numeric(self._event_array(column), column).fill_null(pad_value).to_numpy(zero_copy_only=False)
         offsets = self.event_offsets
         lengths = np.diff(offsets)

@@ -1003,6 +1003,10 @@ class _ShardSample:
         values, _ = self.flat(column)
         return pa.array(values)
 
+    def padded(self, column: str, pad_value: int | float) -> None:
+        """No fast path: TraceBatch.padded pads the flat column the shards send."""
+        return None
+
     def collect(self) -> _core.TraceBatch:
         """The sample as one canonical batch (whole traces from every shard)."""
         cores = [_core.TraceBatch.restore(_from_wire(answer)) for answer in self._fetch("collect")]

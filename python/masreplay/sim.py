@@ -58,7 +58,7 @@ def generate(
     """
     shape = _shape(agents, depth, fan_out, events_per_agent, group_size, seed)
     version = _count("policy_version", policy_version, 2**63 - 1)
-    batch = TraceBatch(_core.simulate(_count("n_traces", n_traces), **shape))
+    batch = TraceBatch(_core.simulate(_count("n_traces", n_traces), shape))
     if version == 0:  # the core's own tag
         return batch
     table = batch.to_arrow()
@@ -117,7 +117,7 @@ def branches(
         raise InvalidArgumentError(f"noise must be a number >= 0, got {noise!r}")
     core, effects, values = _core.simulate_branches(
         _count("n_traces", n_traces),
-        **_shape(agents, depth, fan_out, events_per_agent, group_size, seed),
+        _shape(agents, depth, fan_out, events_per_agent, group_size, seed),
         branches=_count("branches", branches),
         branch_points=_count("branch_points", branch_points),
         noise=float(noise),

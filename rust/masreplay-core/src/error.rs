@@ -70,6 +70,20 @@ macro_rules! ensure {
     };
 }
 
+/// Per-input outcomes split into the accepted values and the (input position, error) of the
+/// refused inputs, both in input order (how every skip-invalid reader reports).
+pub fn split_outcomes<T, E>(outcomes: Vec<Result<T, E>>) -> (Vec<T>, Vec<(usize, E)>) {
+    let mut accepted = Vec::with_capacity(outcomes.len());
+    let mut refused = Vec::new();
+    for (position, outcome) in outcomes.into_iter().enumerate() {
+        match outcome {
+            Ok(value) => accepted.push(value),
+            Err(error) => refused.push((position, error)),
+        }
+    }
+    (accepted, refused)
+}
+
 /// The text of a caught panic's payload (for the last-resort catches at the boundaries).
 pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
     payload

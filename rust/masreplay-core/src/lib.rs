@@ -17,7 +17,7 @@ pub mod trace;
 pub mod trace_view;
 pub mod validate;
 
-pub use error::{MasreplayError, Result, ValidationError};
+pub use error::{MasreplayError, Result, ValidationError, split_outcomes};
 pub use names::Named;
 pub use store::TraceBatch;
 pub use trace::{EdgeType, Event, EventType, Trace};

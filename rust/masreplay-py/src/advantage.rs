@@ -189,11 +189,14 @@ pub fn torch_sqrt<'py>(
 }
 
 pub fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
-    module.add_function(wrap_pyfunction!(group_normalize, module)?)?;
-    module.add_function(wrap_pyfunction!(batch_advantages, module)?)?;
-    module.add_function(wrap_pyfunction!(trace_channel, module)?)?;
-    module.add_function(wrap_pyfunction!(graph_returns, module)?)?;
-    module.add_function(wrap_pyfunction!(graph_gae, module)?)?;
-    module.add_function(wrap_pyfunction!(torch_sqrt, module)?)?;
+    crate::add_functions!(
+        module,
+        group_normalize,
+        batch_advantages,
+        trace_channel,
+        graph_returns,
+        graph_gae,
+        torch_sqrt
+    );
     Ok(())
 }

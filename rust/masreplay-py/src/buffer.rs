@@ -6,14 +6,41 @@
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard, TryLockError};
 
-use masreplay_core::buffer::{self, Gather, Gathered, GraphBuffer, Sampler, ShapeFilter, Unit};
+use masreplay_core::buffer::{
+    self, Gather, Gathered, GraphBuffer, PadValue, Padded, PaddedNumbers, Sampler, ShapeFilter, Unit,
+};
 use masreplay_core::{MasreplayError, TraceBatch, ensure};
-use numpy::{IntoPyArray, PyArray1};
+use numpy::{Element, IntoPyArray, PyArray1, PyArray2, PyArrayMethods};
 use pyo3::prelude::*;
 use pyo3_arrow::{PyArray, PyTable};
 
 use crate::batch::PyTraceBatch;
 use crate::errors::{Arg, OrRaise};
+
+/// A pad value: Python ints first (a bool is one), then floats.
+#[derive(FromPyObject)]
+enum Pad {
+    Int(i64),
+    Float(f64),
+}
+
+impl From<Pad> for PadValue {
+    fn from(pad: Pad) -> Self {
+        match pad {
+            Pad::Int(value) => PadValue::Int(value),
+            Pad::Float(value) => PadValue::Float(value),
+        }
+    }
+}
+
+/// (values, mask, lengths) of `TraceBatch.padded`.
+type PaddedArrays<'py> = (Bound<'py, PyAny>, Bound<'py, PyArray2<bool>>, Bound<'py, PyArray1<i64>>);
+
+fn padded_arrays<N: Element>(py: Python<'_>, padded: Padded<N>) -> PyResult<PaddedArrays<'_>> {
+    let shape = [padded.lengths.len(), padded.width];
+    let values = padded.values.into_pyarray(py).reshape(shape)?;
+    Ok((values.into_any(), padded.mask.into_pyarray(py).reshape(shape)?, padded.lengths.into_pyarray(py)))
+}
 
 #[pyclass(module = "masreplay._core", name = "GraphBuffer", frozen)]
 pub struct PyGraphBuffer {
@@ -99,6 +126,17 @@ impl PyTraceSelection {
             Gathered::Array(array) => PyArray::from_array_ref(array).into_pyobject(py)?.into_any(),
         };
         Ok((values, self.event_offsets(py)))
+    }
+
+    /// `TraceBatch.padded`'s fast path: a 64-bit number field without nulls padded straight
+    /// from the chunks, as (values, mask, lengths); None where the caller pads the gathered
+    /// field itself.
+    fn padded<'py>(&self, py: Python<'py>, name: &str, pad: Pad) -> PyResult<Option<PaddedArrays<'py>>> {
+        match py.detach(|| self.inner.padded_numbers(name, pad.into())).or_raise(py)? {
+            Some(PaddedNumbers::Int64(padded)) => padded_arrays(py, padded).map(Some),
+            Some(PaddedNumbers::Float64(padded)) => padded_arrays(py, padded).map(Some),
+            None => Ok(None),
+        }
     }
 
     fn collect(&self, py: Python<'_>) -> PyResult<PyTraceBatch> {

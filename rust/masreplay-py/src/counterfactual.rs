@@ -3,12 +3,12 @@
 //! n_branches).
 
 use masreplay_core::counterfactual::{Baseline, Credit, Signature, branch_credit, same_prefix_credit};
-use masreplay_core::sim::SimConfig;
 use masreplay_core::sim::branches::{BranchConfig, generate_with_branches};
 use masreplay_core::{MasreplayError, TraceBatch};
 use numpy::{IntoPyArray, PyArray1};
 use pyo3::prelude::*;
 
+use crate::SimShape;
 use crate::batch::PyTraceBatch;
 use crate::errors::{Arg, OrRaise};
 
@@ -60,23 +60,16 @@ type Effects = Vec<(String, String, &'static str, f64)>;
 type AgentValues = Vec<(String, String, f64)>;
 
 #[pyfunction]
-#[pyo3(signature = (n_traces, *, agents, depth, fan_out, events_per_agent, group_size, seed, branches, branch_points, noise))]
-#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (n_traces, shape, *, branches, branch_points, noise))]
 pub fn simulate_branches(
     py: Python<'_>,
     n_traces: usize,
-    agents: (usize, usize),
-    depth: usize,
-    fan_out: (usize, usize),
-    events_per_agent: (usize, usize),
-    group_size: usize,
-    seed: u64,
+    shape: SimShape,
     branches: usize,
     branch_points: usize,
     noise: f64,
 ) -> PyResult<(PyTraceBatch, Effects, AgentValues)> {
-    let base = SimConfig { n_traces, agents, depth, fan_out, events_per_agent, group_size, seed };
-    let config = BranchConfig { base, branches, branch_points, noise };
+    let config = BranchConfig { base: shape.config(n_traces), branches, branch_points, noise };
     let (inner, truth) = py
         .detach(|| -> Result<_, MasreplayError> {
             let truth = generate_with_branches(&config)?;

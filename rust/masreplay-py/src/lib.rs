@@ -20,7 +20,7 @@ use masreplay_core::sim::{SimConfig, generate};
 use masreplay_core::store::WellFormed;
 use masreplay_core::trace::{CounterfactualKind, EdgeType, EventType, Topology, Unit};
 use masreplay_core::validate::{ValidateOptions, parse_documents, trace_from_json};
-use masreplay_core::{MasreplayError, Named, Trace, TraceBatch, ValidationError};
+use masreplay_core::{MasreplayError, Named, Trace, TraceBatch, ValidationError, split_outcomes};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple};
 use rayon::prelude::*;
@@ -45,15 +45,11 @@ pub(crate) fn rejected_from(py: Python<'_>, errors: Vec<(usize, ValidationError)
 }
 
 /// Builds the batch of the accepted traces and reports the rejected ones.
-fn split_outcomes(py: Python<'_>, outcomes: Vec<Result<Trace, ValidationError>>) -> PyResult<(PyTraceBatch, Rejected)> {
-    let mut traces = Vec::with_capacity(outcomes.len());
-    let mut errors = Vec::new();
-    for (position, outcome) in outcomes.into_iter().enumerate() {
-        match outcome {
-            Ok(trace) => traces.push(trace),
-            Err(error) => errors.push((position, error)),
-        }
-    }
+fn batch_of_outcomes(
+    py: Python<'_>,
+    outcomes: Vec<Result<Trace, ValidationError>>,
+) -> PyResult<(PyTraceBatch, Rejected)> {
+    let (traces, errors) = split_outcomes(outcomes);
     let inner = py
         .detach(|| {
             let batch = TraceBatch::from_traces(&traces);
@@ -70,7 +66,7 @@ fn split_outcomes(py: Python<'_>, outcomes: Vec<Result<Trace, ValidationError>>)
 #[pyo3(signature = (data, *, strict_seed=false))]
 fn parse_json(py: Python<'_>, data: &[u8], strict_seed: bool) -> PyResult<(PyTraceBatch, Rejected)> {
     let outcomes = py.detach(|| parse_documents(data, ValidateOptions { strict_seed }));
-    split_outcomes(py, outcomes)
+    batch_of_outcomes(py, outcomes)
 }
 
 /// Checks and stores Python objects (each a dict shaped like a trace).
@@ -99,7 +95,7 @@ fn parse_objects(
     let outcomes = py.detach(|| {
         values.into_par_iter().map(|value| value.and_then(|value| trace_from_json(&value, options))).collect()
     });
-    split_outcomes(py, outcomes)
+    batch_of_outcomes(py, outcomes)
 }
 
 /// Checks Arrow data (anything with `__arrow_c_stream__`) in the canonical layout.
@@ -130,20 +126,28 @@ fn empty_batch() -> PyTraceBatch {
     PyTraceBatch { inner: TraceBatch::empty() }
 }
 
-#[pyfunction]
-#[pyo3(signature = (n_traces, *, agents, depth, fan_out, events_per_agent, group_size, seed))]
-#[allow(clippy::too_many_arguments)]
-fn simulate(
-    py: Python<'_>,
-    n_traces: usize,
+/// The simulator's shape as `masreplay.sim` passes it: a dict of values it has checked.
+#[derive(FromPyObject)]
+#[pyo3(from_item_all)]
+struct SimShape {
     agents: (usize, usize),
     depth: usize,
     fan_out: (usize, usize),
     events_per_agent: (usize, usize),
     group_size: usize,
     seed: u64,
-) -> PyResult<PyTraceBatch> {
-    let config = SimConfig { n_traces, agents, depth, fan_out, events_per_agent, group_size, seed };
+}
+
+impl SimShape {
+    fn config(self, n_traces: usize) -> SimConfig {
+        let SimShape { agents, depth, fan_out, events_per_agent, group_size, seed } = self;
+        SimConfig { n_traces, agents, depth, fan_out, events_per_agent, group_size, seed }
+    }
+}
+
+#[pyfunction]
+fn simulate(py: Python<'_>, n_traces: usize, shape: SimShape) -> PyResult<PyTraceBatch> {
+    let config = shape.config(n_traces);
     let inner = py
         .detach(|| -> Result<TraceBatch, MasreplayError> {
             let traces = generate(&config)?;
@@ -173,22 +177,33 @@ fn add_vocabularies(module: &Bound<'_, PyModule>) -> PyResult<()> {
     add_names::<Method>(module, "SHAPLEY_METHODS")
 }
 
+/// Adds each `#[pyfunction]` to the module.
+macro_rules! add_functions {
+    ($module:expr, $($function:path),+ $(,)?) => {
+        $($module.add_function(wrap_pyfunction!($function, $module)?)?;)+
+    };
+}
+pub(crate) use add_functions;
+
 #[pymodule]
 fn _core(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<PyTraceBatch>()?;
     module.add_class::<buffer::PyGraphBuffer>()?;
     module.add_class::<buffer::PyTraceSelection>()?;
-    module.add_function(wrap_pyfunction!(buffer::route_to_shards, module)?)?;
-    module.add_function(wrap_pyfunction!(parse_json, module)?)?;
-    module.add_function(wrap_pyfunction!(parse_objects, module)?)?;
-    module.add_function(wrap_pyfunction!(ingest_arrow, module)?)?;
-    module.add_function(wrap_pyfunction!(read_parquet, module)?)?;
-    module.add_function(wrap_pyfunction!(empty_batch, module)?)?;
-    module.add_function(wrap_pyfunction!(simulate, module)?)?;
-    module.add_function(wrap_pyfunction!(metrics::metrics, module)?)?;
-    module.add_function(wrap_pyfunction!(counterfactual::counterfactual_credit, module)?)?;
-    module.add_function(wrap_pyfunction!(counterfactual::same_prefix_credit_arrays, module)?)?;
-    module.add_function(wrap_pyfunction!(counterfactual::simulate_branches, module)?)?;
+    add_functions!(
+        module,
+        buffer::route_to_shards,
+        parse_json,
+        parse_objects,
+        ingest_arrow,
+        read_parquet,
+        empty_batch,
+        simulate,
+        metrics::metrics,
+        counterfactual::counterfactual_credit,
+        counterfactual::same_prefix_credit_arrays,
+        counterfactual::simulate_branches,
+    );
     advantage::register(module)?;
     // Shapley credit (games, estimators, per-trace credit)
     module.add_class::<shapley::PyGame>()?;

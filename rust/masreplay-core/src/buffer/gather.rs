@@ -142,6 +142,40 @@ impl Gather {
         Ok(self.gather_event_field(name)?.into_array())
     }
 
+    /// A 64-bit number field without nulls as one row per picked trace, padded with `pad` to
+    /// the longest (for trainers that take a rectangle, not offsets), copied straight from the
+    /// chunks; None for any other field or pad (the caller pads the gathered array).
+    pub fn padded_numbers(&self, name: &str, pad: PadValue) -> Result<Option<PaddedNumbers>> {
+        let ranges = self.ranges(name)?;
+        let Some((first, _, _)) = ranges.first() else { return Ok(None) };
+        if ranges.iter().any(|(column, _, _)| column.null_count() > 0) {
+            return Ok(None);
+        }
+        let float_pad = match pad {
+            PadValue::Int(pad) => pad as f64,
+            PadValue::Float(pad) => pad,
+        };
+        Ok(match (first.data_type(), pad) {
+            (DataType::Int64, PadValue::Int(pad)) => Some(PaddedNumbers::Int64(self.pad::<Int64Type>(name, pad))),
+            (DataType::Float64, _) => Some(PaddedNumbers::Float64(self.pad::<Float64Type>(name, float_pad))),
+            _ => None,
+        })
+    }
+
+    /// The picked traces' values of a primitive event field without nulls, padded.
+    fn pad<T: ArrowPrimitiveType>(&self, name: &str, pad: T::Native) -> Padded<T::Native> {
+        let index = schema::event_fields().find(name).expect("checked by ranges").0;
+        let events = self.column_by_run("events");
+        let mut rows = Vec::with_capacity(self.len);
+        for run in &self.runs {
+            let events = events(run).as_list::<i32>();
+            let values = events.values().as_struct().column(index).as_primitive::<T>().values();
+            let offsets = &events.value_offsets()[run.start..=run.start + run.len];
+            rows.extend(offsets.windows(2).map(|pair| &values[pair[0] as usize..pair[1] as usize]));
+        }
+        pad_rows(&rows, pad)
+    }
+
     fn empty_event_field(&self, name: &str) -> ArrayRef {
         TraceBatch::empty().event_field(name).expect("canonical event field")
     }
@@ -211,6 +245,43 @@ fn gather_numbers(ranges: &[(&ArrayRef, usize, usize)]) -> Option<Gathered> {
         DataType::Float64 => Some(Gathered::Float64(gather_values::<Float64Type>(ranges))),
         _ => None,
     }
+}
+
+/// A pad value as the caller gives it: an integer pads an integer field; a float field takes
+/// either (as `numpy.result_type` would type the result).
+#[derive(Clone, Copy, Debug)]
+pub enum PadValue {
+    Int(i64),
+    Float(f64),
+}
+
+/// One row per trace, padded to the longest: `values` and `mask` (true at real events) are
+/// row-major `(rows, width)`, `lengths` the events per row.
+pub struct Padded<N> {
+    pub values: Vec<N>,
+    pub mask: Vec<bool>,
+    pub lengths: Vec<i64>,
+    pub width: usize,
+}
+
+/// A padded 64-bit number field.
+pub enum PaddedNumbers {
+    Int64(Padded<i64>),
+    Float64(Padded<f64>),
+}
+
+/// `rows` padded with `pad` to the longest. The output starts as `pad` everywhere (zero pads
+/// come from the allocator as fresh zeroed pages) and each row's events are copied in.
+fn pad_rows<N: Copy>(rows: &[&[N]], pad: N) -> Padded<N> {
+    let width = rows.iter().map(|row| row.len()).max().unwrap_or(0);
+    let mut values = vec![pad; rows.len() * width];
+    let mut mask = vec![false; rows.len() * width];
+    for (i, row) in rows.iter().enumerate() {
+        values[i * width..i * width + row.len()].copy_from_slice(row);
+        mask[i * width..i * width + row.len()].fill(true);
+    }
+    let lengths = rows.iter().map(|row| row.len() as i64).collect();
+    Padded { values, mask, lengths, width }
 }
 
 /// Part of an output buffer and the sources that fill it, in order.

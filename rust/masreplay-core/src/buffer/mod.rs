@@ -17,7 +17,7 @@ use rand::RngExt;
 use rand_xoshiro::Xoshiro256PlusPlus;
 
 pub use crate::trace::Unit;
-pub use gather::{Gather, Gathered};
+pub use gather::{Gather, Gathered, PadValue, Padded, PaddedNumbers};
 pub use persist::{load, save};
 pub use route::{UNRESOLVED, route_to_shards, shard_of_group};
 pub use staleness::UNVERSIONED;

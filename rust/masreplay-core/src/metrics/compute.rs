@@ -16,7 +16,7 @@ mod lifetimes;
 mod spawn_tree;
 
 /// What the metrics need to know of one agent of the trace, beside what [`TraceAgents`]
-/// knows (its parent, its children, its place in the spawn tree).
+/// knows (its parent, its children, its place in the spawn tree); kept in its record there.
 #[derive(Clone, Copy)]
 struct Agent {
     own_steps: u32,
@@ -35,8 +35,8 @@ struct Agent {
     critical_steps: u32,
 }
 
-impl Agent {
-    fn new() -> Self {
+impl Default for Agent {
+    fn default() -> Self {
         Agent {
             own_steps: 0,
             first_t: f64::INFINITY,
@@ -49,7 +49,9 @@ impl Agent {
             critical_steps: 0,
         }
     }
+}
 
+impl Agent {
     fn lifetime(&self) -> (f64, f64) {
         let start = self.first_t.min(self.spawn_t);
         (start, self.end_t.max(self.despawn_t).max(start))
@@ -77,9 +79,8 @@ impl Node {
 /// Per-thread buffers; every vector is cleared, not freed, between traces.
 #[derive(Default)]
 pub(super) struct Scratch {
-    /// The trace's agents by local index; `agents` holds the metrics' own figures of each.
-    table: TraceAgents,
-    agents: Vec<Agent>,
+    /// The trace's agents by local index, each with the metrics' own figures.
+    table: TraceAgents<Agent>,
     /// The trace's events (local indices) by (t, id).
     by_time: Vec<u32>,
     /// Event -> local index of its author (NONE for tool results).
@@ -127,7 +128,6 @@ impl Scratch {
 
     fn start_trace(&mut self) {
         self.table.clear();
-        self.agents.clear();
         self.author.clear();
         self.nodes.clear();
         self.n_error_sources = 0;
@@ -185,9 +185,6 @@ impl Scratch {
             let j = self.by_time[position] as usize;
             let e = start + j;
             let seen = self.table.see(view, e, j as u32, position as u32);
-            if self.agents.len() < self.table.len() {
-                self.agents.resize(self.table.len(), Agent::new());
-            }
             let t = view.t(e);
             let duration = view.duration_s(e);
             if let Some(duration) = duration {
@@ -205,7 +202,7 @@ impl Scratch {
             }
             let author = seen.author;
             if author != NONE {
-                let agent = &mut self.agents[author as usize];
+                let agent = &mut self.table.agents[author as usize].data;
                 agent.own_steps += 1;
                 agent.first_t = agent.first_t.min(t);
                 agent.end_t = agent.end_t.max(t + duration.unwrap_or(0.0));
@@ -215,8 +212,8 @@ impl Scratch {
                 EventType::Spawn => {
                     metrics.spawn_count += 1;
                     if let Some(child) = seen.spawned {
-                        let stage = self.agents[author as usize].stage;
-                        let agent = &mut self.agents[child as usize];
+                        let stage = self.table.agents[author as usize].data.stage;
+                        let agent = &mut self.table.agents[child as usize].data;
                         agent.spawn_t = t;
                         agent.spawn_stage = stage;
                     }
@@ -224,7 +221,7 @@ impl Scratch {
                 EventType::Despawn => {
                     metrics.despawn_count += 1;
                     if let Some(child) = seen.despawned {
-                        let agent = &mut self.agents[child as usize];
+                        let agent = &mut self.table.agents[child as usize].data;
                         agent.despawn_t = agent.despawn_t.max(t);
                     }
                 }
@@ -234,7 +231,7 @@ impl Scratch {
                     }
                 }
                 EventType::Return => self.returns.push(j as u32),
-                EventType::Aggregate => self.agents[author as usize].stage += 1,
+                EventType::Aggregate => self.table.agents[author as usize].data.stage += 1,
                 EventType::SafetyEvent => self.mark_error_source(j),
                 EventType::ToolResult if view.untrusted(e) => self.mark_error_source(j),
                 _ => {}
@@ -283,11 +280,10 @@ impl Scratch {
                     self.successors(event).iter().any(|&next| self.author[next as usize] == parent)
                 }
             };
-            self.agents[author as usize].returned |= reaches_parent;
+            self.table.agents[author as usize].data.returned |= reaches_parent;
         }
         let (mut spawned, mut returned, mut steps, mut useful_steps) = (0u32, 0u32, 0u32, 0u32);
-        let sub_agents = self.agents.iter().zip(&self.table.agents).filter(|(_, entry)| entry.parent != NONE);
-        for (agent, _) in sub_agents {
+        for agent in self.table.agents.iter().filter(|entry| entry.parent != NONE).map(|entry| &entry.data) {
             spawned += 1;
             steps += agent.own_steps;
             if agent.returned {

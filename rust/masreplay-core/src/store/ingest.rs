@@ -19,7 +19,7 @@ use super::column_checks::{AgentIndex, CleanColumns, DistinctIds};
 use super::nulls::{Zeros, longest_column, share_null_columns};
 use super::schema::{EdgeColumns, EventColumns, TraceColumns, canonical_schema, vocabulary};
 use super::structure::WellFormed;
-use crate::error::{MasreplayError, ValidationError};
+use crate::error::{MasreplayError, ValidationError, split_outcomes};
 use crate::trace::{CounterfactualKind, EdgeType, EventType, Topology};
 use crate::validate::{
     check_finite, check_graph, check_logprob, check_non_empty, check_non_negative, depth_error, pointer_segment,
@@ -562,14 +562,7 @@ pub fn ingest_well_formed(batches: &WellFormed) -> Result<Ingested, MasreplayErr
         .collect();
 
     let with_codes = replace_vocabularies(&relaxed, &check.vocabularies)?;
-    let mut derived = Vec::with_capacity(outcomes.len());
-    let mut rejected = Vec::new();
-    for (row, outcome) in outcomes.into_iter().enumerate() {
-        match outcome {
-            Ok(d) => derived.push(d),
-            Err(error) => rejected.push((row, error)),
-        }
-    }
+    let (derived, rejected) = split_outcomes(outcomes);
     let kept = if rejected.is_empty() {
         with_codes
     } else {

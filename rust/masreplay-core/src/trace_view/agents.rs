@@ -65,9 +65,10 @@ pub struct Seen {
     pub despawned: Option<u32>,
 }
 
-/// One agent of a trace, by local index.
+/// One agent of a trace, by local index, with what a caller keeps for it (`data`: the
+/// metrics keep their own figures there, so one agent's record is one piece of memory).
 #[derive(Clone, Copy, Debug)]
-pub struct TraceAgent {
+pub struct TraceAgent<X = ()> {
     /// Its agent number in the view.
     pub agent: u32,
     /// Local index of its parent, or [`NONE`].
@@ -80,15 +81,16 @@ pub struct TraceAgent {
     orchestrator_event: u32,
     /// Time-order position of its first candidate event, or [`NONE`].
     candidate_event: u32,
+    pub data: X,
 }
 
 /// The agents of one trace, numbered locally in order of first sight; the tables are kept
 /// from trace to trace (cleared, not freed), so a thread reuses one for all its traces.
-pub struct TraceAgents {
+pub struct TraceAgents<X = ()> {
     /// Agent number -> local index.
     local_of: StampedIndex,
     /// The agents by local index.
-    pub agents: Vec<TraceAgent>,
+    pub agents: Vec<TraceAgent<X>>,
     child_offsets: Vec<u32>,
     children: Vec<u32>,
     /// The spawn tree in breadth-first order from its root, after [`Self::spawn_tree`].
@@ -98,13 +100,13 @@ pub struct TraceAgents {
 }
 
 /// Tables for a view without agents; [`TraceAgents::new`] makes them for a view.
-impl Default for TraceAgents {
+impl<X: Copy + Default> Default for TraceAgents<X> {
     fn default() -> Self {
         TraceAgents::new(0)
     }
 }
 
-impl TraceAgents {
+impl<X: Copy + Default> TraceAgents<X> {
     /// Tables for the traces of a view with `n_agent_names` agent numbers.
     pub fn new(n_agent_names: usize) -> Self {
         TraceAgents {
@@ -154,6 +156,7 @@ impl TraceAgents {
             n_children: 0,
             orchestrator_event: NONE,
             candidate_event: NONE,
+            data: X::default(),
         });
         local
     }

@@ -254,6 +254,7 @@ impl<'a> BatchView<'a> {
     /// `order`: the trace's events (local indices) in time order. Events already stored in
     /// that order (the usual case) are only checked, not sorted, and ids only compared
     /// where times tie.
+    #[inline]
     pub fn time_order_into(&self, trace: usize, order: &mut Vec<u32>) {
         let range = self.events_of(trace);
         let (start, n) = (range.start, range.len());

@@ -57,7 +57,7 @@ fn time_order_breaks_ties_by_id_not_by_row() {
 fn earliest_spawn_by_time_then_id_names_the_parent() {
     let batch = TraceBatch::from_traces(&[tied()]).unwrap();
     let view = BatchView::new(&batch);
-    let mut agents = TraceAgents::new(view.n_agent_names());
+    let mut agents: TraceAgents = TraceAgents::new(view.n_agent_names());
     agents.read(&view, 0, &view.time_order(0));
     let local = |name: &str| {
         let number = (0..view.n_agent_names() as u32).find(|&a| view.agent_name(a) == name).unwrap();
@@ -122,7 +122,7 @@ fn the_orchestrator_is_never_a_human_and_a_role_outranks_time() {
     events[2].role = Some("lead".into());
     let batch = TraceBatch::from_traces(&[trace("roles", events.clone(), &[])]).unwrap();
     let view = BatchView::new(&batch);
-    let mut agents = TraceAgents::new(view.n_agent_names());
+    let mut agents: TraceAgents = TraceAgents::new(view.n_agent_names());
     agents.read(&view, 0, &view.time_order(0));
     assert_eq!(agents.orchestrator().map(|a| view.agent_name(agents.agents[a as usize].agent)), Some("boss"));
     // Without the role, the earliest event an agent could have decided; never the human's.

@@ -15,8 +15,8 @@ impl Scratch {
     pub(super) fn max_concurrent(&mut self) -> u32 {
         self.births.clear();
         self.deaths.clear();
-        for agent in &self.agents {
-            let (born, gone) = agent.lifetime();
+        for agent in &self.table.agents {
+            let (born, gone) = agent.data.lifetime();
             self.births.push(total_order_key(born));
             self.deaths.push(total_order_key(gone));
         }
