@@ -16,7 +16,7 @@ use rayon::prelude::*;
 
 use super::build::{Derived, derived_columns};
 use super::column_checks::{AgentIndex, CleanColumns, DistinctIds};
-use super::nulls::{Zeros, longest_column, share_null_columns};
+use super::nulls::{Zeros, share_null_columns_over};
 use super::schema::{EdgeColumns, EventColumns, TraceColumns, canonical_schema, vocabulary};
 use super::structure::WellFormed;
 use crate::error::{MasreplayError, ValidationError};
@@ -214,11 +214,14 @@ impl<'a> Vocabulary<'a> {
         }
         // Columns that crossed a process or the C interface spell the vocabulary in its order:
         // their keys are the codes already.
-        if self.codes.iter().enumerate().all(|(k, code)| *code == Some(k as i8))
-            && let Ok(same_keys) =
-                DictionaryArray::<Int8Type>::try_new(self.source.keys().clone(), vocabulary(self.names))
-        {
-            return Arc::new(same_keys);
+        if self.codes.iter().enumerate().all(|(k, code)| *code == Some(k as i8)) {
+            // `try_new` would scan every key again. SAFETY: `source` is a DictionaryArray, so
+            // the key of each valid slot indexes its dictionary (its constructors prove it; for
+            // Arrow input, `WellFormed::check` proved it before the array was made), and that
+            // dictionary is a prefix of the vocabulary: entry k is name k, for every k.
+            return Arc::new(unsafe {
+                DictionaryArray::<Int8Type>::new_unchecked(self.source.keys().clone(), vocabulary(self.names))
+            });
         }
         let keys: Int8Array = (0..self.source.len())
             .map(|i| if self.source.is_null(i) { None } else { Some(self.code(i).unwrap_or(Some(0)).unwrap_or(0)) })
@@ -540,10 +543,11 @@ pub fn ingest_batches(batches: &[RecordBatch]) -> Result<Ingested, MasreplayErro
 pub fn ingest_well_formed(batches: &WellFormed) -> Result<Ingested, MasreplayError> {
     let schema = canonical_schema();
     let target = DataType::Struct(schema.fields().clone());
+    // One zero buffer for every batch and the result (trimmed lists are no longer).
+    let zeros = batches.zeros();
     let mut conformed = Vec::with_capacity(batches.len());
     for batch in batches.iter() {
         let trimmed = trim_lists(batch)?;
-        let zeros = Zeros::new(longest_column(&trimmed));
         let whole: ArrayRef = Arc::new(StructArray::from(trimmed));
         conformed.push(conform(&whole, &target, "", true, &zeros)?);
     }
@@ -577,7 +581,7 @@ pub fn ingest_well_formed(batches: &WellFormed) -> Result<Ingested, MasreplayErr
             (0..relaxed.num_rows()).map(|row| Some(rejected.binary_search_by_key(&row, |r| r.0).is_err())).collect();
         arrow_select::filter::filter_record_batch(&with_codes, &keep)?
     };
-    let batch = share_null_columns(&complete(&kept, &derived)?);
+    let batch = share_null_columns_over(&complete(&kept, &derived)?, &zeros);
     Ok(Ingested { batch, rejected })
 }
 

@@ -18,6 +18,7 @@ use arrow_buffer::{BooleanBuffer, Buffer, MutableBuffer, NullBuffer, OffsetBuffe
 use arrow_schema::DataType;
 
 /// One zeroed allocation wide enough for any null column of up to `max_len` rows.
+#[derive(Clone, Debug)]
 pub(crate) struct Zeros {
     buffer: Buffer,
     max_len: usize,
@@ -57,7 +58,15 @@ pub(crate) fn is_shared_zeros(address: usize) -> bool {
     shared.iter().any(|buffer| buffer.as_ptr() as usize == address)
 }
 
+impl Default for Zeros {
+    fn default() -> Self {
+        Zeros::new(0)
+    }
+}
+
 impl Zeros {
+    /// Zeros for up to `max_len` rows: the process-wide ones up to [`SHARED_ROWS`], beyond that
+    /// a fresh allocation (zeroing it is what costs: reuse one with [`Zeros::covering`]).
     pub fn new(max_len: usize) -> Self {
         let buffer = if max_len <= SHARED_ROWS {
             shared_zeros(max_len)
@@ -65,6 +74,15 @@ impl Zeros {
             MutableBuffer::from_len_zeroed(zero_bytes(max_len)).into()
         };
         Zeros { buffer, max_len }
+    }
+
+    /// These zeros if they reach `max_len` rows, new ones otherwise.
+    pub fn covering(&self, max_len: usize) -> Self {
+        if max_len <= self.max_len { self.clone() } else { Zeros::new(max_len) }
+    }
+
+    pub fn max_len(&self) -> usize {
+        self.max_len
     }
 
     fn nulls(&self, len: usize) -> Option<NullBuffer> {
@@ -175,7 +193,11 @@ pub(crate) fn longest_column(batch: &RecordBatch) -> usize {
 /// `batch` with its all-null optional columns sharing one zero buffer (see the module docs).
 /// List columns must hold only their rows' items (as ingested and trimmed batches do).
 pub(crate) fn share_null_columns(batch: &RecordBatch) -> RecordBatch {
-    let zeros = Zeros::new(longest_column(batch));
+    share_null_columns_over(batch, &Zeros::new(longest_column(batch)))
+}
+
+/// [`share_null_columns`] over `zeros`, which share every all-null column they are as long as.
+pub(crate) fn share_null_columns_over(batch: &RecordBatch, zeros: &Zeros) -> RecordBatch {
     let schema = batch.schema();
     let columns = schema.fields().iter().zip(batch.columns()).map(|(f, c)| zeros.share_nulls(c, f.is_nullable()));
     RecordBatch::try_new(schema.clone(), columns.collect()).unwrap_or_else(|_| batch.clone())

@@ -27,18 +27,35 @@ const PASS_CHUNK: usize = 1 << 16;
 /// and is not checked again on its way in (a Parquet file is checked where it is read, where
 /// an error can name the file).
 #[derive(Clone, Debug, Default)]
-pub struct WellFormed(Vec<RecordBatch>);
+pub struct WellFormed {
+    batches: Vec<RecordBatch>,
+    /// The zero buffer the check put under all-null columns, long enough for all the batches
+    /// together: ingest builds its null columns over it too, so that an input longer than the
+    /// process-wide zeros has one zeroed allocation, not one per step.
+    zeros: Zeros,
+}
 
 impl WellFormed {
     /// Checks `batches` (see module docs). Returns them with the nulls of struct columns pushed
     /// down into their fields (see [`checked`]).
     pub fn check(batches: &[RecordBatch]) -> Result<Self, MasreplayError> {
-        batches.iter().map(check_batch).collect::<Result<_, _>>().map(WellFormed)
+        let zeros = Zeros::new(batches.iter().map(longest_column).sum());
+        let batches = batches.iter().map(|batch| check_batch(batch, &zeros)).collect::<Result<_, _>>()?;
+        Ok(WellFormed { batches, zeros })
     }
 
-    /// Adds the batches of `more` after these.
+    /// Adds the batches of `more` after these (keeping the longer zero buffer).
     pub fn append(&mut self, more: WellFormed) {
-        self.0.extend(more.0);
+        self.batches.extend(more.batches);
+        if more.zeros.max_len() > self.zeros.max_len() {
+            self.zeros = more.zeros;
+        }
+    }
+
+    /// Zeros for null columns as long as the longest column of all these batches together:
+    /// the check's own where they cover it (they always do for a single check).
+    pub(crate) fn zeros(&self) -> Zeros {
+        self.zeros.covering(self.batches.iter().map(longest_column).sum())
     }
 }
 
@@ -46,11 +63,11 @@ impl Deref for WellFormed {
     type Target = [RecordBatch];
 
     fn deref(&self) -> &[RecordBatch] {
-        &self.0
+        &self.batches
     }
 }
 
-fn check_batch(batch: &RecordBatch) -> Result<RecordBatch, MasreplayError> {
+fn check_batch(batch: &RecordBatch, zeros: &Zeros) -> Result<RecordBatch, MasreplayError> {
     if let Some(version) = batch.schema().metadata().get(SCHEMA_VERSION_KEY) {
         let reason = match version.trim().parse::<i64>() {
             Ok(version) => crate::validate::check_schema_version(version).err(),
@@ -60,11 +77,10 @@ fn check_batch(batch: &RecordBatch) -> Result<RecordBatch, MasreplayError> {
             return Err(MasreplayError::Arrow(ArrowError::InvalidArgumentError(reason)));
         }
     }
-    let zeros = Zeros::new(longest_column(batch));
     let columns = batch
         .columns()
         .par_iter()
-        .map(|column| Ok(make_array(checked(column.to_data(), &zeros)?)))
+        .map(|column| Ok(make_array(checked(column.to_data(), zeros)?)))
         .collect::<Result<Vec<_>, ArrowError>>()?;
     Ok(RecordBatch::try_new(batch.schema(), columns)?)
 }
