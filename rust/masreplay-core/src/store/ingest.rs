@@ -664,3 +664,39 @@ fn complete(batch: &RecordBatch, derived: &[Derived]) -> Result<RecordBatch, Mas
     let (_, arrays, _) = strict.as_struct().clone().into_parts();
     Ok(RecordBatch::try_new(schema, arrays)?)
 }
+
+#[cfg(test)]
+mod tests {
+    use arrow_array::types::Int8Type;
+
+    use super::*;
+
+    fn canonical_of(names: Vec<Option<&str>>, keys: Vec<Option<i8>>) -> ArrayRef {
+        let source = DictionaryArray::<Int8Type>::try_new(Int8Array::from(keys), Arc::new(StringArray::from(names)))
+            .expect("keys index the dictionary");
+        Vocabulary::new(&source, EdgeType::NAMES).canonical()
+    }
+
+    #[test]
+    fn keys_are_kept_only_where_the_dictionary_spells_the_vocabulary_in_order() {
+        let (first, second) = (EdgeType::NAMES[0], EdgeType::NAMES[1]);
+        // A prefix of the vocabulary, with a null slot: the keys are the codes, kept as they are.
+        let keys = vec![Some(1), None, Some(0), Some(1)];
+        let kept = canonical_of(vec![Some(first), Some(second)], keys.clone());
+        kept.to_data().validate_full().expect("a valid dictionary");
+        let kept = kept.as_dictionary::<Int8Type>();
+        assert!(Arc::ptr_eq(kept.values(), &vocabulary(EdgeType::NAMES)));
+        assert_eq!(kept.keys(), &Int8Array::from(keys));
+        // Out of order, or with a value outside the vocabulary: recoded (the unknown value gets
+        // the placeholder 0, its trace is rejected by the per-trace check).
+        for (names, codes) in [
+            (vec![Some(second), Some(first)], vec![Some(0), None, Some(1), Some(0)]),
+            (vec![Some(first), Some("no such type")], vec![Some(0), None, Some(0), Some(0)]),
+            (vec![Some(first), None], vec![Some(0), None, Some(0), Some(0)]),
+        ] {
+            let recoded = canonical_of(names, vec![Some(1), None, Some(0), Some(1)]);
+            recoded.to_data().validate_full().expect("a valid dictionary");
+            assert_eq!(recoded.as_dictionary::<Int8Type>().keys(), &Int8Array::from(codes));
+        }
+    }
+}
