@@ -16,7 +16,7 @@ use rayon::prelude::*;
 
 use super::build::{Derived, derived_columns};
 use super::column_checks::{AgentIndex, CleanColumns, DistinctIds};
-use super::nulls::{Zeros, longest_column, share_null_columns};
+use super::nulls::{Zeros, share_null_columns_over};
 use super::schema::{EdgeColumns, EventColumns, TraceColumns, canonical_schema, vocabulary};
 use super::structure::WellFormed;
 use crate::error::{MasreplayError, ValidationError, split_outcomes};
@@ -214,11 +214,14 @@ impl<'a> Vocabulary<'a> {
         }
         // Columns that crossed a process or the C interface spell the vocabulary in its order:
         // their keys are the codes already.
-        if self.codes.iter().enumerate().all(|(k, code)| *code == Some(k as i8))
-            && let Ok(same_keys) =
-                DictionaryArray::<Int8Type>::try_new(self.source.keys().clone(), vocabulary(self.names))
-        {
-            return Arc::new(same_keys);
+        if self.codes.iter().enumerate().all(|(k, code)| *code == Some(k as i8)) {
+            // `try_new` would scan every key again. SAFETY: `source` is a DictionaryArray, so
+            // the key of each valid slot indexes its dictionary (its constructors prove it; for
+            // Arrow input, `WellFormed::check` proved it before the array was made), and that
+            // dictionary is a prefix of the vocabulary: entry k is name k, for every k.
+            return Arc::new(unsafe {
+                DictionaryArray::<Int8Type>::new_unchecked(self.source.keys().clone(), vocabulary(self.names))
+            });
         }
         let keys: Int8Array = (0..self.source.len())
             .map(|i| if self.source.is_null(i) { None } else { Some(self.code(i).unwrap_or(Some(0)).unwrap_or(0)) })
@@ -540,10 +543,11 @@ pub fn ingest_batches(batches: &[RecordBatch]) -> Result<Ingested, MasreplayErro
 pub fn ingest_well_formed(batches: &WellFormed) -> Result<Ingested, MasreplayError> {
     let schema = canonical_schema();
     let target = DataType::Struct(schema.fields().clone());
+    // One zero buffer for every batch and the result (trimmed lists are no longer).
+    let zeros = batches.zeros();
     let mut conformed = Vec::with_capacity(batches.len());
     for batch in batches.iter() {
         let trimmed = trim_lists(batch)?;
-        let zeros = Zeros::new(longest_column(&trimmed));
         let whole: ArrayRef = Arc::new(StructArray::from(trimmed));
         conformed.push(conform(&whole, &target, "", true, &zeros)?);
     }
@@ -570,7 +574,7 @@ pub fn ingest_well_formed(batches: &WellFormed) -> Result<Ingested, MasreplayErr
             (0..relaxed.num_rows()).map(|row| Some(rejected.binary_search_by_key(&row, |r| r.0).is_err())).collect();
         arrow_select::filter::filter_record_batch(&with_codes, &keep)?
     };
-    let batch = share_null_columns(&complete(&kept, &derived)?);
+    let batch = share_null_columns_over(&complete(&kept, &derived)?, &zeros);
     Ok(Ingested { batch, rejected })
 }
 
@@ -652,4 +656,40 @@ fn complete(batch: &RecordBatch, derived: &[Derived]) -> Result<RecordBatch, Mas
     let strict = conform(&whole, &DataType::Struct(schema.fields().clone()), "", false, &Zeros::new(0))?;
     let (_, arrays, _) = strict.as_struct().clone().into_parts();
     Ok(RecordBatch::try_new(schema, arrays)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow_array::types::Int8Type;
+
+    use super::*;
+
+    fn canonical_of(names: Vec<Option<&str>>, keys: Vec<Option<i8>>) -> ArrayRef {
+        let source = DictionaryArray::<Int8Type>::try_new(Int8Array::from(keys), Arc::new(StringArray::from(names)))
+            .expect("keys index the dictionary");
+        Vocabulary::new(&source, EdgeType::NAMES).canonical()
+    }
+
+    #[test]
+    fn keys_are_kept_only_where_the_dictionary_spells_the_vocabulary_in_order() {
+        let (first, second) = (EdgeType::NAMES[0], EdgeType::NAMES[1]);
+        // A prefix of the vocabulary, with a null slot: the keys are the codes, kept as they are.
+        let keys = vec![Some(1), None, Some(0), Some(1)];
+        let kept = canonical_of(vec![Some(first), Some(second)], keys.clone());
+        kept.to_data().validate_full().expect("a valid dictionary");
+        let kept = kept.as_dictionary::<Int8Type>();
+        assert!(Arc::ptr_eq(kept.values(), &vocabulary(EdgeType::NAMES)));
+        assert_eq!(kept.keys(), &Int8Array::from(keys));
+        // Out of order, or with a value outside the vocabulary: recoded (the unknown value gets
+        // the placeholder 0, its trace is rejected by the per-trace check).
+        for (names, codes) in [
+            (vec![Some(second), Some(first)], vec![Some(0), None, Some(1), Some(0)]),
+            (vec![Some(first), Some("no such type")], vec![Some(0), None, Some(0), Some(0)]),
+            (vec![Some(first), None], vec![Some(0), None, Some(0), Some(0)]),
+        ] {
+            let recoded = canonical_of(names, vec![Some(1), None, Some(0), Some(1)]);
+            recoded.to_data().validate_full().expect("a valid dictionary");
+            assert_eq!(recoded.as_dictionary::<Int8Type>().keys(), &Int8Array::from(codes));
+        }
+    }
 }
