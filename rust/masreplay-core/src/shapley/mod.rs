@@ -18,6 +18,7 @@ mod kernel;
 pub(crate) mod linalg;
 mod owen;
 mod permutation;
+mod players;
 mod precedence;
 pub mod sampling;
 mod stratified;
@@ -61,6 +62,10 @@ pub struct ShapleyOptions {
     pub n_threads: Option<usize>,
     /// Antithetic pairs of orderings for the permutation and permission samplers.
     pub antithetic: bool,
+    /// Players always present (their worth goes into the baseline v(fixed)) and players
+    /// never present; both get no credit (see [`players`]).
+    pub fixed: Vec<u32>,
+    pub exclude: Vec<u32>,
 }
 
 impl Default for ShapleyOptions {
@@ -74,6 +79,8 @@ impl Default for ShapleyOptions {
             unions: None,
             n_threads: None,
             antithetic: true,
+            fixed: Vec::new(),
+            exclude: Vec::new(),
         }
     }
 }
@@ -146,6 +153,9 @@ pub fn shapley(game: &dyn Game, options: &ShapleyOptions) -> Result<ShapleyResul
     let n = game.n_players();
     if n == 0 {
         return Err(MasreplayError::InvalidArgument("the game has no players".into()));
+    }
+    if players::any(options) {
+        return players::shapley_among_free(game, options);
     }
     if let Some(target) = options.target_stderr
         && !(target > 0.0 && target.is_finite())

@@ -1,6 +1,10 @@
 //! A game whose values come from a batch callback (in practice a Python callable), with a
-//! cache so that a coalition is valued once however often an estimator asks for it.
+//! cache so that a coalition is valued once however often an estimator asks for it, and
+//! optionally a canonical form under which coalitions that play the same are valued once
+//! (absent players fall back to a default: an orchestrator without its workers plays as
+//! nobody).
 
+use std::borrow::Cow;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -9,15 +13,19 @@ use crate::error::Result;
 use crate::shapley::coalition::{CoalitionMap, CoalitionSet, Coalitions};
 use crate::shapley::game::Game;
 
-pub struct CachedCallback<F> {
+/// Maps each coalition of a batch to the coalition it plays as.
+pub type Canonical<'a> = Box<dyn Fn(&Coalitions) -> Result<Coalitions> + Sync + 'a>;
+
+pub struct CachedCallback<'a, F> {
     n_players: usize,
     chunk: usize,
     callback: F,
+    canonical: Option<Canonical<'a>>,
     cache: Mutex<CoalitionMap<f64>>,
     evaluations: AtomicU64,
 }
 
-impl<F: Fn(&Coalitions) -> Result<Vec<f64>> + Sync> CachedCallback<F> {
+impl<'a, F: Fn(&Coalitions) -> Result<Vec<f64>> + Sync> CachedCallback<'a, F> {
     /// `callback` receives at most `chunk` distinct, not yet valued coalitions per call.
     pub fn new(n_players: usize, chunk: usize, callback: F) -> Result<Self> {
         if n_players == 0 {
@@ -30,9 +38,33 @@ impl<F: Fn(&Coalitions) -> Result<Vec<f64>> + Sync> CachedCallback<F> {
             n_players,
             chunk,
             callback,
+            canonical: None,
             cache: Mutex::new(CoalitionMap::default()),
             evaluations: AtomicU64::new(0),
         })
+    }
+
+    /// Values each coalition as `canonical` maps it: coalitions with the same image are
+    /// valued once, and count as one evaluation.
+    pub fn with_canonical(mut self, canonical: Canonical<'a>) -> Self {
+        self.canonical = Some(canonical);
+        self
+    }
+
+    /// The coalitions the cache is keyed by: `coalitions`, or their canonical forms.
+    fn keys<'c>(&self, coalitions: &'c Coalitions) -> Result<Cow<'c, Coalitions>> {
+        let Some(canonical) = &self.canonical else { return Ok(Cow::Borrowed(coalitions)) };
+        let mapped = canonical(coalitions)?;
+        if mapped.len() != coalitions.len() || mapped.n_players() != self.n_players {
+            bail!(
+                "canonical returned {} coalitions of {} players for {} of {}",
+                mapped.len(),
+                mapped.n_players(),
+                coalitions.len(),
+                self.n_players
+            );
+        }
+        Ok(Cow::Owned(mapped))
     }
 
     fn cache(&self) -> std::sync::MutexGuard<'_, CoalitionMap<f64>> {
@@ -41,12 +73,14 @@ impl<F: Fn(&Coalitions) -> Result<Vec<f64>> + Sync> CachedCallback<F> {
     }
 }
 
-impl<F: Fn(&Coalitions) -> Result<Vec<f64>> + Sync> Game for CachedCallback<F> {
+impl<F: Fn(&Coalitions) -> Result<Vec<f64>> + Sync> Game for CachedCallback<'_, F> {
     fn n_players(&self) -> usize {
         self.n_players
     }
 
     fn values(&self, coalitions: &Coalitions) -> Result<Vec<f64>> {
+        let keys = self.keys(coalitions)?;
+        let coalitions = keys.as_ref();
         let mut missing = Coalitions::new(self.n_players);
         {
             let cache = self.cache();
