@@ -156,7 +156,7 @@ def test_trace_shapley_canonical_forms_and_exclusion(team):
         return trace_value(trace_index, masks)
 
     excluded = masreplay.trace_shapley(team, excluded_value, exclude=["worker_2"], fixed=["absent label"])
-    assert (excluded.evaluations == 2**(K - 1) + 1).all()
+    assert (excluded.evaluations == 2 ** (K - 1) + 1).all()
     labels = excluded.players["label"].to_numpy(zero_copy_only=False)
     column = masreplay.trace_players(team)["player"].to_numpy()[labels == "worker_2"]
     assert not any(m[:, c].any() for m in seen for c in set(column))
