@@ -151,6 +151,20 @@ def function(
     return FunctionGame(f, int(n_players), int(chunk_size), canonical)
 
 
+def noisy(game: Game, sigma: float, *, seed: int = 0, chunk_size: int = 1 << 16) -> FunctionGame:
+    """``game`` plus Gaussian evaluation noise of standard deviation ``sigma``, each call a
+    fresh draw (the way a live rollout or a judge behaves): a test bed for
+    ``shapley(..., noise=...)``. Deterministic given ``seed`` and the calls made."""
+    if not (isinstance(sigma, (int, float)) and sigma >= 0):
+        raise InvalidArgumentError(f"noisy: sigma must be a number >= 0, got {sigma!r}")
+    rng = np.random.default_rng(seed)
+
+    def draw(masks: np.ndarray) -> np.ndarray:
+        return game.values(masks) + rng.normal(0.0, sigma, len(masks))
+
+    return FunctionGame(draw, game.n_players, int(chunk_size))
+
+
 __all__ = [
     "FunctionGame",
     "Game",
@@ -158,6 +172,7 @@ __all__ = [
     "empirical",
     "empirical_from_traces",
     "function",
+    "noisy",
     "soum",
     "table",
     "weighted_voting",

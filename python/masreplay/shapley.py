@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -40,7 +40,9 @@ class ShapleyResult:
     Values are projected onto efficiency (they sum to v(N) - v(empty));
     ``efficiency_gap`` is what the projection closed, v(N) - v(empty) minus the sum of the
     estimator's own values: rounding-sized for every method efficient by construction (all
-    but ``stratified``), an estimation error for the others."""
+    but ``stratified``), an estimation error for the others. Under noise values are not
+    projected and ``efficiency_gap`` is NaN; ``noise`` is then the standard deviation of one
+    evaluation (given, or estimated from coalitions valued twice; NaN when none was)."""
 
     values: np.ndarray
     stderr: np.ndarray
@@ -49,6 +51,7 @@ class ShapleyResult:
     method: str
     exact: bool
     efficiency_gap: float
+    noise: float | None = None
 
     def __repr__(self) -> str:
         return (
@@ -101,6 +104,8 @@ def shapley(
     chunk_size: int = 1024,
     fixed: Sequence[int] | None = None,
     exclude: Sequence[int] | None = None,
+    noise: Literal["auto"] | float | None = None,
+    repeats: int | None = None,
 ) -> ShapleyResult:
     """Shapley values of ``game``: a native game of :mod:`masreplay.games`, a
     :class:`~masreplay.games.FunctionGame`, or a callable ``f(masks) -> values`` (masks a
@@ -114,6 +119,16 @@ def shapley(
     coalitions, each distinct coalition once; ``evaluations`` counts its calls' rows.
     ``fixed`` players are always present and ``exclude`` players never (see the module's
     docstring): values then sum to ``v(N - exclude) - v(fixed)``, those players' are 0.
+
+    ``noise`` says the game is random, each call a fresh rollout (a callable; nothing is
+    cached): a float is the known standard deviation of one evaluation, ``"auto"`` estimates
+    it from coalitions valued more than once. ``stderr`` then holds the evaluation noise
+    too, and ``target_stderr`` stops on it. When the budget covers every coalition (twice
+    for ``"auto"``) the estimate is exact enumeration with each coalition valued
+    ``repeats`` times (default: all the budget allows; with ``target_stderr``, rounds until
+    it is met); otherwise the ordering samplers draw every coalition afresh, ``repeats``
+    times each (default 1: a new ordering averages noise as well as a repeat does, and
+    samples too). ``kernel`` and ``stratified`` are refused under noise.
 
     ``stderr`` is calibrated: value +- 1.96 stderr covers the exact value 93-97% of the time
     for every sampled method on the benchmark game families at 10,000 evaluations
@@ -145,8 +160,23 @@ def shapley(
         _indices(fixed, "fixed"),
         _indices(exclude, "exclude"),
         canonical,
+        _noise(noise),
+        None if repeats is None else int(repeats),
     )
     return ShapleyResult(**raw)
+
+
+def _noise(noise: Any) -> float | None:
+    """The core's form of ``noise``: None, a sigma, or NaN for "auto"."""
+    if noise is None:
+        return None
+    if isinstance(noise, str):
+        if noise != "auto":
+            raise InvalidArgumentError(f"noise must be None, 'auto' or a standard deviation, got {noise!r}")
+        return float("nan")
+    if isinstance(noise, bool) or not isinstance(noise, (int, float, np.floating, np.integer)) or not noise >= 0:
+        raise InvalidArgumentError(f"noise must be None, 'auto' or a standard deviation >= 0, got {noise!r}")
+    return float(noise)
 
 
 def trace_players(batch: Any, players: str = "agent") -> pa.Table:

@@ -10,7 +10,7 @@ use masreplay_core::shapley::games::{
 use masreplay_core::shapley::traces::{
     FixedPlayers, TraceCallback, trace_players as core_trace_players, trace_shapley as core_trace_shapley,
 };
-use masreplay_core::shapley::{Game, Method, ShapleyOptions, ShapleyResult, Union, shapley as core_shapley};
+use masreplay_core::shapley::{Game, Method, Noise, ShapleyOptions, ShapleyResult, Union, shapley as core_shapley};
 use masreplay_core::{MasreplayError, bail, ensure};
 use numpy::{IntoPyArray, PyArray1, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2};
 use pyo3::prelude::*;
@@ -193,6 +193,7 @@ fn result_dict<'py>(py: Python<'py>, result: ShapleyResult) -> PyResult<Bound<'p
     out.set_item("method", result.method.as_str())?;
     out.set_item("exact", result.exact)?;
     out.set_item("efficiency_gap", result.efficiency_gap)?;
+    out.set_item("noise", result.noise)?;
     Ok(out)
 }
 
@@ -236,7 +237,7 @@ fn canonical_of(function: &Py<PyAny>) -> Canonical<'_> {
 /// Shapley values of a native `Game`, or of a Python callable `f(masks) -> values` over
 /// `n_players` players (valued in chunks of `chunk_size`, each coalition once).
 #[pyfunction]
-#[pyo3(signature = (game, n_players, method, budget, target_stderr, seed, parents, unions, n_threads, antithetic, chunk_size, fixed, exclude, canonical))]
+#[pyo3(signature = (game, n_players, method, budget, target_stderr, seed, parents, unions, n_threads, antithetic, chunk_size, fixed, exclude, canonical, noise, repeats))]
 #[allow(clippy::too_many_arguments)]
 pub fn shapley<'py>(
     py: Python<'py>,
@@ -254,7 +255,11 @@ pub fn shapley<'py>(
     fixed: Vec<u32>,
     exclude: Vec<u32>,
     canonical: Option<Py<PyAny>>,
+    noise: Option<f64>,
+    repeats: Option<u64>,
 ) -> PyResult<Bound<'py, PyDict>> {
+    // NaN stands for noise="auto" (the Python layer maps it), a number for a known sigma.
+    let noise = noise.map(|sigma| if sigma.is_nan() { Noise::Auto } else { Noise::Known(sigma) });
     let unions =
         unions.map(|list| list.iter().map(|item| parse_union(&item)).collect::<PyResult<Vec<_>>>()).transpose()?;
     let options = ShapleyOptions {
@@ -268,8 +273,17 @@ pub fn shapley<'py>(
         antithetic,
         fixed,
         exclude,
+        noise,
+        repeats,
     };
     if let Ok(native) = game.cast::<PyGame>() {
+        if noise.is_some() {
+            return Err(MasreplayError::InvalidArgument(
+                "noise: a native game is deterministic; noise applies to a callable that draws a fresh rollout per call"
+                    .into(),
+            ))
+            .or_raise(py);
+        }
         if canonical.is_some() {
             return Err(MasreplayError::InvalidArgument(
                 "canonical applies to a callable game (a native game values every coalition at no cost)".into(),
@@ -295,6 +309,9 @@ pub fn shapley<'py>(
         })?;
         if let Some(canonical) = &canonical {
             callable = callable.with_canonical(canonical_of(canonical));
+        }
+        if noise.is_some() {
+            callable = callable.fresh();
         }
         core_shapley(&callable, &options)
     });

@@ -16,6 +16,7 @@ pub mod game;
 pub mod games;
 mod kernel;
 pub(crate) mod linalg;
+mod noise;
 mod owen;
 mod permutation;
 mod players;
@@ -28,6 +29,7 @@ pub use coalition::Coalitions;
 pub use exact::MAX_EXACT_PLAYERS;
 pub use forest::Forest;
 pub use game::Game;
+pub use noise::Noise;
 pub use owen::{Hierarchy, Union};
 
 use crate::error::{MasreplayError, Result};
@@ -66,6 +68,11 @@ pub struct ShapleyOptions {
     /// never present; both get no credit (see [`players`]).
     pub fixed: Vec<u32>,
     pub exclude: Vec<u32>,
+    /// A noisy game: each evaluation a fresh draw (see [`noise`]); None for a deterministic one.
+    pub noise: Option<Noise>,
+    /// Draws per coalition under noise (None: all the budget allows when every coalition
+    /// fits it, else 1).
+    pub repeats: Option<u64>,
 }
 
 impl Default for ShapleyOptions {
@@ -81,6 +88,8 @@ impl Default for ShapleyOptions {
             antithetic: true,
             fixed: Vec::new(),
             exclude: Vec::new(),
+            noise: None,
+            repeats: None,
         }
     }
 }
@@ -101,6 +110,9 @@ pub struct ShapleyResult {
     /// v(N) - v(empty) minus the sum of the estimator's values before they were projected
     /// onto efficiency (the projection adds a share of it to every value).
     pub efficiency_gap: f64,
+    /// Under noise: the standard deviation of one evaluation (given, or estimated; NaN when
+    /// no coalition was valued twice). None for a deterministic game.
+    pub noise: Option<f64>,
 }
 
 /// When to stop sampling.
@@ -156,6 +168,15 @@ pub fn shapley(game: &dyn Game, options: &ShapleyOptions) -> Result<ShapleyResul
     }
     if players::any(options) {
         return players::shapley_among_free(game, options);
+    }
+    match options.noise {
+        Some(noise) => return noise::shapley_under_noise(game, options, noise),
+        None if options.repeats.is_some() => {
+            return Err(MasreplayError::InvalidArgument(
+                "repeats: only a noisy game (noise=...) values a coalition twice".into(),
+            ));
+        }
+        None => {}
     }
     if let Some(target) = options.target_stderr
         && !(target > 0.0 && target.is_finite())
@@ -265,5 +286,6 @@ fn finish(estimate: Estimate, total: f64, method: Method, game: &dyn Game) -> Sh
         converged: estimate.converged,
         method,
         exact: estimate.exact,
+        noise: None,
     }
 }

@@ -388,6 +388,11 @@ pub fn trace_shapley(
             "trace_shapley fixes and excludes players by label: pass them as FixedPlayers".into(),
         ));
     }
+    if options.noise.is_some() {
+        return Err(MasreplayError::InvalidArgument(
+            "trace_shapley values each recorded coalition once: noise is not supported here".into(),
+        ));
+    }
     if chunk == 0 {
         return Err(MasreplayError::InvalidArgument("chunk_size must be at least 1".into()));
     }

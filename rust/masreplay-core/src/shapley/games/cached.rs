@@ -21,6 +21,8 @@ pub struct CachedCallback<'a, F> {
     chunk: usize,
     callback: F,
     canonical: Option<Canonical<'a>>,
+    /// Every row a fresh evaluation, nothing cached (a noisy game).
+    fresh: bool,
     cache: Mutex<CoalitionMap<f64>>,
     evaluations: AtomicU64,
 }
@@ -39,6 +41,7 @@ impl<'a, F: Fn(&Coalitions) -> Result<Vec<f64>> + Sync> CachedCallback<'a, F> {
             chunk,
             callback,
             canonical: None,
+            fresh: false,
             cache: Mutex::new(CoalitionMap::default()),
             evaluations: AtomicU64::new(0),
         })
@@ -49,6 +52,35 @@ impl<'a, F: Fn(&Coalitions) -> Result<Vec<f64>> + Sync> CachedCallback<'a, F> {
     pub fn with_canonical(mut self, canonical: Canonical<'a>) -> Self {
         self.canonical = Some(canonical);
         self
+    }
+
+    /// Values every row asked for afresh, repeats included: a noisy callable, each call a new
+    /// rollout.
+    pub fn fresh(mut self) -> Self {
+        self.fresh = true;
+        self
+    }
+
+    /// Calls the callback on `coalitions`, at most `chunk` at a time, checking what it returns.
+    fn call(&self, coalitions: &Coalitions) -> Result<Vec<f64>> {
+        let mut out = Vec::with_capacity(coalitions.len());
+        let mut start = 0;
+        while start < coalitions.len() {
+            let end = (start + self.chunk).min(coalitions.len());
+            let mut part = Coalitions::with_capacity(self.n_players, end - start);
+            (start..end).for_each(|i| part.push(coalitions.get(i)));
+            let values = (self.callback)(&part)?;
+            if values.len() != part.len() {
+                bail!("the game returned {} values for {} coalitions", values.len(), part.len());
+            }
+            if let Some(bad) = values.iter().position(|v| !v.is_finite()) {
+                bail!("the game returned a non-finite value ({}) for a coalition", values[bad]);
+            }
+            self.evaluations.fetch_add(part.len() as u64, Ordering::Relaxed);
+            out.extend(values);
+            start = end;
+        }
+        Ok(out)
     }
 
     /// The coalitions the cache is keyed by: `coalitions`, or their canonical forms.
@@ -79,6 +111,9 @@ impl<F: Fn(&Coalitions) -> Result<Vec<f64>> + Sync> Game for CachedCallback<'_, 
     }
 
     fn values(&self, coalitions: &Coalitions) -> Result<Vec<f64>> {
+        if self.fresh {
+            return self.call(coalitions);
+        }
         let keys = self.keys(coalitions)?;
         let coalitions = keys.as_ref();
         let mut missing = Coalitions::new(self.n_players);
@@ -91,25 +126,12 @@ impl<F: Fn(&Coalitions) -> Result<Vec<f64>> + Sync> Game for CachedCallback<'_, 
                 }
             }
         }
-        let mut start = 0;
-        while start < missing.len() {
-            let end = (start + self.chunk).min(missing.len());
-            let mut part = Coalitions::with_capacity(self.n_players, end - start);
-            (start..end).for_each(|i| part.push(missing.get(i)));
-            let values = (self.callback)(&part)?;
-            if values.len() != part.len() {
-                bail!("the game returned {} values for {} coalitions", values.len(), part.len());
-            }
-            if let Some(bad) = values.iter().position(|v| !v.is_finite()) {
-                bail!("the game returned a non-finite value ({}) for a coalition", values[bad]);
-            }
-            self.evaluations.fetch_add(part.len() as u64, Ordering::Relaxed);
-            let mut cache = self.cache();
-            for (set, value) in part.iter().zip(values) {
-                cache.insert(set.to_vec(), value);
-            }
-            start = end;
+        let values = self.call(&missing)?;
+        let mut cache = self.cache();
+        for (set, value) in missing.iter().zip(values) {
+            cache.insert(set.to_vec(), value);
         }
+        drop(cache);
         let cache = self.cache();
         Ok(coalitions.iter().map(|set| cache[set]).collect())
     }
