@@ -75,12 +75,18 @@ def test_repeats_spend_the_budget_where_every_coalition_fits():
 
     result = masreplay.shapley(draw, 5, budget=1000, noise=0.1)
     seen = np.concatenate(calls)
-    # 31 draws of each of the 32 coalitions; nothing cached.
-    assert result.method == "exact" and result.evaluations == len(seen) == 31 * 32
+    # Nothing cached; the budget spread over sizes, the empty and grand coalitions (weighted
+    # 1/n in every value) drawn most.
+    assert result.method == "exact" and result.evaluations == len(seen) and 900 < len(seen) <= 1000
+    sizes = seen.sum(axis=1)
+    empty, pair = (sizes == 0).sum(), (seen == [True, True, False, False, False]).all(axis=1).sum()
+    assert empty > 3 * pair >= 3
     assert np.isnan(result.efficiency_gap) and result.noise == 0.1
+    uniform = masreplay.shapley(games.noisy(game, 0.1), budget=1000, noise=0.1, repeats=31)
+    assert uniform.evaluations == 31 * 32 and uniform.stderr[0] > 1.1 * result.stderr[0]
     fewer = masreplay.shapley(games.noisy(game, 0.1), budget=1000, noise=0.1, repeats=4)
     assert fewer.evaluations == 4 * 32
-    assert fewer.stderr[0] == pytest.approx(result.stderr[0] * np.sqrt(31 / 4))
+    assert fewer.stderr[0] == pytest.approx(uniform.stderr[0] * np.sqrt(31 / 4))
     # Sampled: each ordering's n + 1 coalitions drawn afresh, twice with repeats=2.
     sampled = masreplay.shapley(games.noisy(games.soum(12, 20, seed=1), 0.1), budget=5000, noise="auto", repeats=2)
     assert sampled.method == "permutation" and sampled.evaluations % (2 * 13 * 2) == 0

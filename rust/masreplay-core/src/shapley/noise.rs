@@ -3,12 +3,13 @@
 //!
 //! Two regimes, chosen by the budget:
 //! - every coalition fits the budget at least once (twice when the noise is to be estimated):
-//!   exact enumeration, each coalition valued `repeats` times and averaged. The estimate is
+//!   exact enumeration, each coalition drawn several times and averaged. The estimate is
 //!   linear in the values, phi_i = sum_T w_iT v(T), so with independent noise of standard
-//!   deviation sigma its standard error is sigma * sqrt(sum_T w_iT^2 / repeats), where
-//!   sum_T w_iT^2 = 2 sum_s C(n-1, s) w(s)^2 for every player. Re-evaluating is then the best
-//!   use of budget: there is no sampling error left to spend it on. With `target_stderr`,
-//!   repeats are added in rounds until the target is met.
+//!   deviation sigma and r(T) draws of T its standard error is
+//!   sigma * sqrt(sum_T w_iT^2 / r(T)), the same for every player when r depends on the size
+//!   only. The budget is spread over sizes to minimise it (Neyman allocation, [`shares`]):
+//!   re-evaluating is the best use of budget there, as no sampling error is left to spend it
+//!   on. With `target_stderr`, draws are added in rounds until the target is met.
 //! - otherwise: the ordering samplers (permutation, precedence, permission, Owen), every
 //!   coalition of every ordering drawn afresh (the empty and grand coalitions too), so the
 //!   orderings stay independent and their spread holds the sampling error and the noise
@@ -50,27 +51,32 @@ struct Tally {
     sum_squares: f64,
 }
 
-/// A noisy game seen by the estimators: each coalition asked for is drawn `repeats` times
-/// from the inner game (which must draw afresh on every row) and averaged. With `pooled`,
-/// the value returned is the mean of every draw of that coalition so far (exact rounds);
-/// otherwise the mean of this request's draws (independent samples).
+/// A noisy game seen by the estimators: each coalition asked for is drawn `repeats[size]`
+/// times from the inner game (which must draw afresh on every row) and averaged. With
+/// `pooled`, the value returned is the mean of every draw of that coalition so far (exact
+/// rounds); otherwise the mean of this request's draws (independent samples).
 struct Draws<'a> {
     inner: &'a dyn Game,
-    repeats: AtomicU64,
+    /// Draws per request, by coalition size (the same for every size when sampling).
+    repeats: Mutex<Vec<u64>>,
     pooled: bool,
     tallies: Mutex<CoalitionMap<Tally>>,
     draws: AtomicU64,
 }
 
 impl<'a> Draws<'a> {
-    fn new(inner: &'a dyn Game, repeats: u64, pooled: bool) -> Self {
+    fn new(inner: &'a dyn Game, repeats: Vec<u64>, pooled: bool) -> Self {
         Draws {
             inner,
-            repeats: AtomicU64::new(repeats),
+            repeats: Mutex::new(repeats),
             pooled,
             tallies: Mutex::new(CoalitionMap::default()),
             draws: AtomicU64::new(0),
         }
+    }
+
+    fn repeats(&self) -> std::sync::MutexGuard<'_, Vec<u64>> {
+        self.repeats.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn tallies(&self) -> std::sync::MutexGuard<'_, CoalitionMap<Tally>> {
@@ -95,10 +101,13 @@ impl Game for Draws<'_> {
     }
 
     fn values(&self, coalitions: &Coalitions) -> Result<Vec<f64>> {
-        let repeats = self.repeats.load(Ordering::Relaxed);
-        let mut batch = Coalitions::with_capacity(coalitions.n_players(), coalitions.len() * repeats as usize);
-        for set in coalitions.iter() {
-            (0..repeats).for_each(|_| batch.push(set));
+        let counts: Vec<u64> = {
+            let repeats = self.repeats();
+            coalitions.iter().map(|set| repeats[size(set)]).collect()
+        };
+        let mut batch = Coalitions::with_capacity(coalitions.n_players(), counts.iter().sum::<u64>() as usize);
+        for (set, &count) in coalitions.iter().zip(&counts) {
+            (0..count).for_each(|_| batch.push(set));
         }
         let drawn = self.inner.values(&batch)?;
         if let Some(bad) = drawn.iter().find(|v| !v.is_finite()) {
@@ -106,15 +115,18 @@ impl Game for Draws<'_> {
         }
         self.draws.fetch_add(batch.len() as u64, Ordering::Relaxed);
         let mut tallies = self.tallies();
+        let mut next = 0;
         Ok(coalitions
             .iter()
-            .zip(drawn.chunks_exact(repeats as usize))
-            .map(|(set, draws)| {
+            .zip(counts)
+            .map(|(set, count)| {
+                let draws = &drawn[next..next + count as usize];
+                next += count as usize;
                 let tally = tallies.entry(set.to_vec()).or_default();
-                tally.count += repeats;
+                tally.count += count;
                 tally.sum += draws.iter().sum::<f64>();
                 tally.sum_squares += draws.iter().map(|v| v * v).sum::<f64>();
-                if self.pooled { tally.sum / tally.count as f64 } else { draws.iter().sum::<f64>() / repeats as f64 }
+                if self.pooled { tally.sum / tally.count as f64 } else { draws.iter().sum::<f64>() / count as f64 }
             })
             .collect())
     }
@@ -133,17 +145,59 @@ impl Game for Draws<'_> {
     }
 
     fn draws_per_request(&self) -> Option<u64> {
-        Some(self.repeats.load(Ordering::Relaxed))
+        self.repeats().first().copied()
     }
 }
 
-/// sqrt(sum_T w_iT^2) of exact Shapley over n players: the standard error of a value per
-/// unit of noise on every coalition.
-fn exact_noise_factor(n: usize) -> f64 {
+/// Per coalition size s, the variance one player's exact Shapley value takes from the noise
+/// of the size-s coalitions, each drawn once, per unit of sigma^2:
+/// c(s) = C(n-1, s-1) w(s-1)^2 + C(n-1, s) w(s)^2 (the coalitions with the player, and without).
+fn size_variances(n: usize) -> Vec<f64> {
     let weights = shapley_weights(n);
     let ln = ln_factorials(n);
-    let sum: f64 = (0..n).map(|s| (ln[n - 1] - ln[s] - ln[n - 1 - s]).exp() * weights[s] * weights[s]).sum();
-    (2.0 * sum).sqrt()
+    let choose = |k: usize| (ln[n - 1] - ln[k] - ln[n - 1 - k]).exp();
+    (0..=n)
+        .map(|s| {
+            let with = if s > 0 { choose(s - 1) * weights[s - 1].powi(2) } else { 0.0 };
+            let without = if s < n { choose(s) * weights[s].powi(2) } else { 0.0 };
+            with + without
+        })
+        .collect()
+}
+
+/// Per size s: the number of coalitions, C(n, s), and the share of draws each gets when the
+/// draws minimise the values' noise, proportional to sqrt(c(s) / C(n, s)) (Neyman
+/// allocation; the empty and grand coalitions, weighted 1/n in every value, get the most).
+fn shares(n: usize, variances: &[f64]) -> Vec<(f64, f64)> {
+    let ln = ln_factorials(n);
+    (0..=n)
+        .map(|s| {
+            let count = (ln[n] - ln[s] - ln[n - s]).exp().round();
+            (count, (variances[s] / count).sqrt())
+        })
+        .collect()
+}
+
+/// Draws per coalition of each size: `least` each, and the rest of `spend` as [`shares`] says.
+fn allocate(n: usize, variances: &[f64], least: u64, spend: u64) -> Vec<u64> {
+    let shares = shares(n, variances);
+    let total: f64 = shares.iter().map(|(count, share)| count * share).sum();
+    let free = spend.saturating_sub(least << n) as f64;
+    shares.iter().map(|(_, share)| least + (free * share / total).floor() as u64).collect()
+}
+
+/// Draws per coalition of each size that bring the standard error to `target`: with
+/// r(s) = t share(s), sigma^2 sum c(s) / r(s) = target^2.
+fn repeats_for_target(n: usize, variances: &[f64], sigma: f64, target: f64) -> Vec<u64> {
+    let shares = shares(n, variances);
+    let t =
+        sigma * sigma * shares.iter().zip(variances).map(|((_, share), c)| c / share).sum::<f64>() / (target * target);
+    // Capped far beyond any budget, so that the cost below cannot overflow.
+    shares.iter().map(|(_, share)| (t * share).ceil().min(1e12) as u64).collect()
+}
+
+fn size(set: &[u64]) -> usize {
+    super::coalition::size(set)
 }
 
 /// Shapley values of a noisy game (see the module's docstring).
@@ -197,7 +251,7 @@ pub(super) fn shapley_under_noise(game: &dyn Game, options: &ShapleyOptions, noi
         }
         exact_with_repeats(game, options, noise, &stopping)?
     } else {
-        let draws = Draws::new(game, options.repeats.unwrap_or(1), false);
+        let draws = Draws::new(game, vec![options.repeats.unwrap_or(1); n + 1], false);
         let estimate = match method {
             Method::Permutation => {
                 let sampler = permutation::UniformOrderings { n_players: n, antithetic: options.antithetic };
@@ -234,8 +288,8 @@ pub(super) fn shapley_under_noise(game: &dyn Game, options: &ShapleyOptions, noi
     })
 }
 
-/// Exact enumeration with every coalition valued `repeats` times (all the budget allows by
-/// default), in rounds while a target standard error is not met.
+/// Exact enumeration with every coalition drawn several times: as many as given, or the
+/// budget spread by [`allocate`]; with a target standard error, in rounds until it is met.
 fn exact_with_repeats<'a>(
     game: &'a dyn Game,
     options: &ShapleyOptions,
@@ -243,16 +297,14 @@ fn exact_with_repeats<'a>(
     stopping: &Stopping,
 ) -> Result<(Estimate, Draws<'a>)> {
     let n = game.n_players();
-    let all = 1u64 << n;
-    let affordable = stopping.budget / all;
+    let variances = size_variances(n);
     let least = if noise == Noise::Auto { 2 } else { 1 };
     let first = match (options.repeats, stopping.target_stderr) {
-        (Some(repeats), _) => repeats,
-        (None, None) => affordable,
-        (None, Some(_)) => least,
+        (Some(repeats), _) => vec![repeats; n + 1],
+        (None, None) => allocate(n, &variances, least, stopping.budget),
+        (None, Some(_)) => vec![least; n + 1],
     };
-    let draws = Draws::new(game, first, true);
-    let factor = exact_noise_factor(n);
+    let draws = Draws::new(game, first.clone(), true);
     let mut done = first;
     loop {
         let estimate = exact::exact(&draws, stopping)?;
@@ -260,18 +312,24 @@ fn exact_with_repeats<'a>(
             Noise::Known(sigma) => sigma,
             Noise::Auto => draws.sigma(),
         };
-        let stderr = factor * sigma / (done as f64).sqrt();
+        let stderr = sigma * (0..=n).map(|s| variances[s] / done[s] as f64).sum::<f64>().sqrt();
         let met = stopping.target_stderr.is_some_and(|target| stderr <= target);
-        // Repeats that meet the target at this sigma, capped by the budget.
-        let wanted = stopping
-            .target_stderr
-            .map_or(done, |target| ((factor * sigma / target).powi(2).ceil() as u64).max(done + 1));
-        let more = wanted.min(affordable).saturating_sub(done);
-        if met || more == 0 || options.repeats.is_some() {
+        let left = stopping.budget.saturating_sub(draws.draws.load(Ordering::Relaxed));
+        let more = match stopping.target_stderr {
+            Some(target) if !met && options.repeats.is_none() && sigma.is_finite() => {
+                // Draws that meet the target at this sigma, spread as `allocate` spreads them.
+                let wanted = repeats_for_target(n, &variances, sigma, target);
+                let extra: Vec<u64> = wanted.iter().zip(&done).map(|(w, d)| w.saturating_sub(*d)).collect();
+                let cost: f64 = extra.iter().zip(shares(n, &variances)).map(|(e, (count, _))| *e as f64 * count).sum();
+                if cost <= left as f64 { extra } else { allocate(n, &variances, 0, left) }
+            }
+            _ => vec![0; n + 1],
+        };
+        if met || more.iter().all(|&m| m == 0) {
             let estimate = Estimate { stderr: vec![stderr; n], converged: met, exact: false, ..estimate };
             return Ok((estimate, draws));
         }
-        draws.repeats.store(more, Ordering::Relaxed);
-        done += more;
+        done.iter_mut().zip(&more).for_each(|(d, m)| *d += m);
+        *draws.repeats() = more;
     }
 }
