@@ -415,3 +415,122 @@ def test_trace_credit(measure, record, dataset_type, eight_agent_traces, respect
             "evaluations": credit.total_evaluations,
         }
     )
+
+
+# ---- noisy games: sigma = 0.1 of the value range, every evaluation a fresh draw -------------
+
+NOISY_SEEDS = range(5)
+NOISY_CELLS = [(n, family, budget) for n in (10, 30) for family in FAMILIES for budget in (1_000, 10_000)]
+
+
+class Noisy:
+    """A numpy twin plus Gaussian noise of ``sigma``, a fresh draw per row (a live rollout)."""
+
+    def __init__(self, twin, sigma: float, seed: int) -> None:
+        self.twin, self.n, self.sigma = twin, twin.n, sigma
+        self.rng = np.random.default_rng(seed)
+        self.evaluations = 0
+
+    def __call__(self, masks: np.ndarray) -> np.ndarray:
+        masks = np.asarray(masks, dtype=bool).reshape(-1, self.n)
+        self.evaluations += len(masks)
+        return self.twin(masks) + self.rng.normal(0.0, self.sigma, len(masks))
+
+
+def value_range(twin) -> float:
+    """max - min of the game over the empty, the grand and 4,096 random coalitions."""
+    rng = np.random.default_rng(0)
+    masks = np.vstack([np.zeros(twin.n, bool), np.ones(twin.n, bool), rng.random((4096, twin.n)) < rng.random((4096, 1))])
+    values = twin(masks)
+    return float(values.max() - values.min())
+
+
+NOISY_SIDES = {
+    "masreplay noise='auto'": lambda game, budget, seed, sigma: masreplay.shapley(
+        games.function(game, game.n, chunk_size=1 << 16), budget=budget, seed=seed, noise="auto"
+    ),
+    "masreplay noise=sigma": lambda game, budget, seed, sigma: masreplay.shapley(
+        games.function(game, game.n, chunk_size=1 << 16), budget=budget, seed=seed, noise=sigma
+    ),
+    # Noise ignored: the cache keeps one draw per coalition and stderr leaves the noise out.
+    "masreplay, noise ignored": lambda game, budget, seed, sigma: masreplay.shapley(
+        games.function(game, game.n, chunk_size=1 << 16), budget=budget, seed=seed
+    ),
+    "numpy antithetic permutation": lambda game, budget, seed, sigma: numpy_antithetic(game, budget, seed),
+}
+
+
+@pytest.mark.parametrize("side", list(NOISY_SIDES))
+@pytest.mark.parametrize(("n", "family", "budget"), NOISY_CELLS, ids=[f"n{n}-{f}-{b}" for n, f, b in NOISY_CELLS])
+def test_noisy_game(measure, dataset_type, side, n, family, budget):
+    made = [make_game(n, family, seed) for seed in NOISY_SEEDS]
+    sigmas = [0.1 * value_range(twin) for _, twin, _ in made]
+    data = dataset_type(
+        f"noisy {family} n={n}, {budget:,} evaluations (sigma = 0.1 of the value range)",
+        None,
+        0,
+        0,
+        0,
+        goal="goal: lower MAE than the anchor, coverage 93-97%",
+        suite="shapley",
+    )
+    outcomes = []
+
+    def run():
+        outcomes.clear()
+        for seed, ((_, twin, truth), sigma) in enumerate(zip(made, sigmas, strict=True)):
+            game = Noisy(twin, sigma, seed)
+            outcomes.append((NOISY_SIDES[side](game, budget, seed, sigma), truth, game.evaluations))
+
+    measure(run, data=data, side=side, rounds=1, warmup_rounds=0, unit="ms", ours=side.startswith("masreplay noise='auto'"))
+    maes, covered, spent, methods = [], [], [], set()
+    for result, truth, evaluations in outcomes:
+        values = getattr(result, "values", result)
+        maes.append(float(np.abs(values - truth).mean()))
+        spent.append(evaluations)
+        if hasattr(result, "stderr"):
+            methods.add(result.method)
+            covered.extend(np.abs(values - truth) <= 1.96 * result.stderr)
+    ROWS.append(
+        {
+            "cell": f"noisy n{n} {family} {budget}",
+            "side": f"{side} [{'/'.join(sorted(methods))}]" if methods else side,
+            "mae": float(np.mean(maes)),
+            "coverage": float(np.mean(covered)) if covered else float("nan"),
+            "gap": float("nan"),
+            "seconds": float("nan"),
+            "evaluations": int(np.median(spent)),
+        }
+    )
+
+
+# ---- evaluations saved by fixing the orchestrator -----------------------------------------
+
+
+def test_fixed_orchestrator_saves_evaluations(measure, dataset_type, eight_agent_traces):
+    batch, value_fn, _ = eight_agent_traces
+    data = dataset_type(
+        f"trace_shapley, {N_TRACES:,} traces of 8 agents, orchestrator fixed",
+        None,
+        N_TRACES,
+        int(batch.num_events),
+        0,
+        goal="goal: no evaluation of a coalition without the orchestrator",
+        suite="shapley",
+    )
+    plain = masreplay.trace_shapley(batch, value_fn)
+    fixed = measure(
+        lambda: masreplay.trace_shapley(batch, value_fn, fixed=["orchestrator"]), data=data, side="masreplay", rounds=3, unit="ms"
+    )
+    for label, credit in [("spawn tree", plain), ("spawn tree, fixed=['orchestrator']", fixed)]:
+        ROWS.append(
+            {
+                "cell": f"{N_TRACES} traces x 8",
+                "side": f"evaluations, {label}",
+                "mae": float("nan"),
+                "gap": float("nan"),
+                "seconds": float("nan"),
+                "evaluations": credit.total_evaluations,
+            }
+        )
+    assert fixed.total_evaluations < plain.total_evaluations

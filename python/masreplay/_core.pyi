@@ -46,6 +46,8 @@ class _ShapleyDict(TypedDict):
     converged: bool
     method: ShapleyMethod  # the estimator that ran (what "auto" picked)
     exact: bool
+    efficiency_gap: float  # NaN under noise
+    noise: float | None  # sigma of one evaluation under noise
 
 class _TraceShapleyDict(TypedDict):
     offsets: np.ndarray  # int64 (n_traces + 1): trace i owns players offsets[i]:offsets[i + 1]
@@ -281,6 +283,11 @@ def shapley(
     n_threads: int | None,
     antithetic: bool,
     chunk_size: int,
+    fixed: list[int],
+    exclude: list[int],
+    canonical: object | None,
+    noise: float | None,
+    repeats: int | None,
 ) -> _ShapleyDict: ...
 def trace_players(batch: TraceBatch, players: str) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray]:
     """(offsets, labels, parents, event_player), as in trace_shapley's result."""
@@ -296,4 +303,7 @@ def trace_shapley(
     n_threads: int | None,
     antithetic: bool,
     chunk_size: int,
+    fixed: list[str],
+    exclude: list[str],
+    canonical: object | None,
 ) -> _TraceShapleyDict: ...

@@ -96,8 +96,8 @@ def _advantage(batch: TraceBatch, result: Advantages, name: str) -> EventCredit:
 
 
 def _shapley(batch: TraceBatch, result: TraceCredit, name: str, game: str) -> EventCredit:
-    """An event's credit is its player's value over the player's events, so its stderr is
-    the player's over the same count."""
+    """An event's credit is its player's value, split over the player's events or whole on
+    each, so its stderr is the player's over the same count (or the player's)."""
     values = _aligned(batch, result.credit, "TraceCredit.credit")
     players, events = result.players, result.events
     trace_index = events["trace_index"].to_numpy()
@@ -105,7 +105,8 @@ def _shapley(batch: TraceBatch, result: TraceCredit, name: str, game: str) -> Ev
     # Row of each event's player in the players table (players are stored trace by trace).
     first_row = np.searchsorted(players["trace_index"].to_numpy(), trace_index)
     row = np.where(player >= 0, first_row + np.maximum(player, 0), 0)
-    stderr = players["stderr"].to_numpy() / np.maximum(players["n_events"].to_numpy(), 1)
+    shares = players["n_events"].to_numpy() if result.event_credit == "split" else 1
+    stderr = players["stderr"].to_numpy() / np.maximum(shares, 1)
     per_event = np.where(player >= 0, stderr[row] if len(stderr) else np.nan, np.nan)
     values = np.where(player >= 0, values, np.nan)
     methods = sorted({m for m in result.methods if m})

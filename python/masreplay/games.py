@@ -121,17 +121,48 @@ def empirical_from_traces(batch: Any, *, players: str = "agent", reward: str = "
 @dataclass(frozen=True)
 class FunctionGame:
     """A batched Python callable as a game: ``f(masks) -> values`` with masks a boolean array
-    (m, n_players); called with at most ``chunk_size`` distinct, not yet valued coalitions."""
+    (m, n_players); called with at most ``chunk_size`` distinct, not yet valued coalitions.
+    ``canonical(masks) -> masks``, when given, declares which coalitions play the same: it
+    maps each to the coalition it plays as, and coalitions with the same image are valued
+    once."""
 
     f: Callable[[np.ndarray], Iterable[float]]
     n_players: int
     chunk_size: int = 1024
+    canonical: Callable[[np.ndarray], np.ndarray] | None = None
 
 
-def function(f: Callable[[np.ndarray], Iterable[float]], n_players: int, *, chunk_size: int = 1024) -> FunctionGame:
+def function(
+    f: Callable[[np.ndarray], Iterable[float]],
+    n_players: int,
+    *,
+    chunk_size: int = 1024,
+    canonical: Callable[[np.ndarray], np.ndarray] | None = None,
+) -> FunctionGame:
     """Wraps a batched callable for :func:`masreplay.shapley` (a plain callable works too,
-    with ``n_players`` given to ``shapley``)."""
-    return FunctionGame(f, int(n_players), int(chunk_size))
+    with ``n_players`` given to ``shapley``).
+
+    ``canonical`` declares that absent players fall back to a default, so that some
+    coalitions play as others: say player 0 orchestrates workers 1..n-1 and, without any
+    worker, the team does what the empty team does; then
+    ``canonical=lambda m: m & m[:, 1:].any(axis=1, keepdims=True)`` (keep player 0 only
+    alongside a worker) makes the orchestrator-only coalition one evaluation with the empty one.
+    """
+    return FunctionGame(f, int(n_players), int(chunk_size), canonical)
+
+
+def noisy(game: Game, sigma: float, *, seed: int = 0, chunk_size: int = 1 << 16) -> FunctionGame:
+    """``game`` plus Gaussian evaluation noise of standard deviation ``sigma``, each call a
+    fresh draw (the way a live rollout or a judge behaves): a test bed for
+    ``shapley(..., noise=...)``. Deterministic given ``seed`` and the calls made."""
+    if not (isinstance(sigma, (int, float)) and sigma >= 0):
+        raise InvalidArgumentError(f"noisy: sigma must be a number >= 0, got {sigma!r}")
+    rng = np.random.default_rng(seed)
+
+    def draw(masks: np.ndarray) -> np.ndarray:
+        return game.values(masks) + rng.normal(0.0, sigma, len(masks))
+
+    return FunctionGame(draw, game.n_players, int(chunk_size))
 
 
 __all__ = [
@@ -141,6 +172,7 @@ __all__ = [
     "empirical",
     "empirical_from_traces",
     "function",
+    "noisy",
     "soum",
     "table",
     "weighted_voting",

@@ -8,13 +8,18 @@ exact over the down-sets when they are few), ``permission`` (Shapley of the rest
 ``v'(S) = v(largest down-set in S)``), ``owen`` (nested unions: credit splits exactly level
 by level), and ``auto``, which picks exact when the budget covers every feasible coalition
 and the best sampler otherwise, and says which in ``result.method``.
+
+Players the caller knows about: ``fixed`` players are always present (an orchestrator, the
+harness), ``exclude`` players never; the estimators play the game among the rest,
+``v'(S) = v(S + fixed)``, so no evaluation goes to a coalition without a fixed player, and
+the values sum to ``v(N - exclude) - v(fixed)``. Fixed and excluded players get 0 (stderr 0).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -24,7 +29,7 @@ from masreplay.batch import TraceBatch
 from masreplay.errors import InvalidArgumentError
 from masreplay.games import FunctionGame
 from masreplay.io import as_batch
-from masreplay.vocabulary import ShapleyMethod
+from masreplay.vocabulary import EVENT_CREDIT_SHARES, EventCreditShare, ShapleyMethod
 
 
 @dataclass(frozen=True)
@@ -35,7 +40,9 @@ class ShapleyResult:
     Values are projected onto efficiency (they sum to v(N) - v(empty));
     ``efficiency_gap`` is what the projection closed, v(N) - v(empty) minus the sum of the
     estimator's own values: rounding-sized for every method efficient by construction (all
-    but ``stratified``), an estimation error for the others."""
+    but ``stratified``), an estimation error for the others. Under noise values are not
+    projected and ``efficiency_gap`` is NaN; ``noise`` is then the standard deviation of one
+    evaluation (given, or estimated from coalitions valued twice; NaN when none was)."""
 
     values: np.ndarray
     stderr: np.ndarray
@@ -44,6 +51,7 @@ class ShapleyResult:
     method: str
     exact: bool
     efficiency_gap: float
+    noise: float | None = None
 
     def __repr__(self) -> str:
         return (
@@ -67,6 +75,20 @@ def _unions(unions: Sequence[Any] | None) -> list[Any] | None:
     return [plain(u) for u in unions]
 
 
+def _indices(players: Any, what: str) -> list[int]:
+    """A collection of player indices as a list of ints (None: none)."""
+    if players is None:
+        return []
+    if isinstance(players, (int, np.integer)):
+        players = [players]
+    out = []
+    for p in np.asarray(players).ravel().tolist() if isinstance(players, np.ndarray) else players:
+        if not isinstance(p, (int, np.integer)) or isinstance(p, bool) or p < 0:
+            raise InvalidArgumentError(f"{what}: {p!r} is not a player index")
+        out.append(int(p))
+    return out
+
+
 def shapley(
     game: Any,
     n_players: int | None = None,
@@ -80,6 +102,10 @@ def shapley(
     n_threads: int | None = None,
     antithetic: bool = True,
     chunk_size: int = 1024,
+    fixed: Sequence[int] | None = None,
+    exclude: Sequence[int] | None = None,
+    noise: Literal["auto"] | float | None = None,
+    repeats: int | None = None,
 ) -> ShapleyResult:
     """Shapley values of ``game``: a native game of :mod:`masreplay.games`, a
     :class:`~masreplay.games.FunctionGame`, or a callable ``f(masks) -> values`` (masks a
@@ -91,6 +117,18 @@ def shapley(
     (-1 for a root); ``unions`` nests lists of player indices. The same ``seed`` gives the
     same values at any ``n_threads``. A callable is called with at most ``chunk_size``
     coalitions, each distinct coalition once; ``evaluations`` counts its calls' rows.
+    ``fixed`` players are always present and ``exclude`` players never (see the module's
+    docstring): values then sum to ``v(N - exclude) - v(fixed)``, those players' are 0.
+
+    ``noise`` says the game is random, each call a fresh rollout (a callable; nothing is
+    cached): a float is the known standard deviation of one evaluation, ``"auto"`` estimates
+    it from coalitions valued more than once. ``stderr`` then holds the evaluation noise
+    too, and ``target_stderr`` stops on it. When the budget covers every coalition (twice
+    for ``"auto"``) the estimate is exact enumeration with each coalition valued
+    ``repeats`` times (default: all the budget allows; with ``target_stderr``, rounds until
+    it is met); otherwise the ordering samplers draw every coalition afresh, ``repeats``
+    times each (default 1: a new ordering averages noise as well as a repeat does, and
+    samples too). ``kernel`` and ``stratified`` are refused under noise.
 
     ``stderr`` is calibrated: value +- 1.96 stderr covers the exact value 93-97% of the time
     for every sampled method on the benchmark game families at 10,000 evaluations
@@ -98,10 +136,11 @@ def shapley(
     rare large marginals, covers about 92% there). For ``stratified`` it is the error of the
     projected values.
     """
+    canonical = None
     if isinstance(game, FunctionGame):
         if n_players is not None and n_players != game.n_players:
             raise InvalidArgumentError(f"n_players={n_players} but the game has {game.n_players} players")
-        n_players, chunk_size, game = game.n_players, game.chunk_size, game.f
+        n_players, chunk_size, canonical, game = game.n_players, game.chunk_size, game.canonical, game.f
     elif not isinstance(game, _core.Game) and not callable(game):
         raise InvalidArgumentError(f"game: expected a masreplay game or a callable, got {type(game).__name__}")
     if isinstance(parents, np.ndarray):
@@ -118,8 +157,26 @@ def shapley(
         n_threads,
         bool(antithetic),
         int(chunk_size),
+        _indices(fixed, "fixed"),
+        _indices(exclude, "exclude"),
+        canonical,
+        _noise(noise),
+        None if repeats is None else int(repeats),
     )
     return ShapleyResult(**raw)
+
+
+def _noise(noise: Any) -> float | None:
+    """The core's form of ``noise``: None, a sigma, or NaN for "auto"."""
+    if noise is None:
+        return None
+    if isinstance(noise, str):
+        if noise != "auto":
+            raise InvalidArgumentError(f"noise must be None, 'auto' or a standard deviation, got {noise!r}")
+        return float("nan")
+    if isinstance(noise, bool) or not isinstance(noise, (int, float, np.floating, np.integer)) or not noise >= 0:
+        raise InvalidArgumentError(f"noise must be None, 'auto' or a standard deviation >= 0, got {noise!r}")
+    return float(noise)
 
 
 def trace_players(batch: Any, players: str = "agent") -> pa.Table:
@@ -160,11 +217,14 @@ class TraceCredit:
     """Shapley credit of every trace of a batch.
 
     ``players``: one row per player (``trace_index``, ``trace_id``, ``player``, ``label``,
-    ``parent``, ``n_events``, ``value``, ``stderr``). ``events``: one row per event, aligned
-    with ``batch.events()``: ``trace_index``, ``player`` (-1: the event belongs to no
-    player), ``player_value`` and ``credit``, the player's value shared equally among its
-    events, so a trace's credits sum to v(N) - v(empty). ``credit`` is that column as numpy,
-    ready to weight advantages. ``methods`` and ``evaluations`` are per trace.
+    ``parent``, ``n_events``, ``value``, ``stderr``, ``in_game``: False for a fixed or
+    excluded player, whose value is 0). ``events``: one row per event, aligned with
+    ``batch.events()``: ``trace_index``, ``player`` (-1: the event belongs to no player),
+    ``player_value`` and ``credit``: with ``event_credit="split"`` the player's value shared
+    equally among its events, so a trace's credits sum to its players' values (v(N) -
+    v(empty) without fixed players); with ``"each"`` the player's whole value on each of its
+    events. ``credit`` is that column as numpy, ready to weight advantages. ``methods`` and
+    ``evaluations`` are per trace; ``event_credit`` says how events were credited.
     """
 
     players: pa.Table
@@ -172,6 +232,7 @@ class TraceCredit:
     methods: list[str | None]
     evaluations: np.ndarray
     total_evaluations: int
+    event_credit: EventCreditShare = "split"
 
     @property
     def credit(self) -> np.ndarray:
@@ -195,6 +256,10 @@ def trace_shapley(
     n_threads: int | None = None,
     antithetic: bool = True,
     chunk_size: int = 1 << 16,
+    fixed: Sequence[str] | None = None,
+    exclude: Sequence[str] | None = None,
+    canonical: Callable[[np.ndarray, np.ndarray], Any] | None = None,
+    event_credit: EventCreditShare = "split",
 ) -> TraceCredit:
     """One Shapley vector per trace of ``batch``, as a credit table aligned with its events.
 
@@ -209,7 +274,23 @@ def trace_shapley(
     boolean (m, max players of a trace), column j the trace's player j, and it returns m
     values. It is called with at most ``chunk_size`` rows, each coalition of a trace once.
     Sampling stops by ``budget`` (per trace, default 10,000 evaluations).
+
+    ``fixed`` and ``exclude`` name players by label (say ``fixed=["orchestrator"]``; a label
+    a trace lacks is ignored there): fixed players are in every coalition the value function
+    sees and excluded ones in none, and both get no credit. ``canonical(trace_index, masks)
+    -> masks`` declares that absent players fall back to a default, mapping each coalition
+    to the one it plays as (the orchestrator without any worker plays as the empty team);
+    coalitions of a trace with the same image are valued once, and ``evaluations`` counts
+    them once. ``event_credit`` turns a player's value into its events' credit: ``"split"``
+    (default) shares it equally among them, so credits add up to the trace's total;
+    ``"each"`` gives every event the player's whole value, what one decision reads as its
+    agent's worth.
     """
+    if event_credit not in EVENT_CREDIT_SHARES:
+        raise InvalidArgumentError(f"event_credit must be one of {list(EVENT_CREDIT_SHARES)}, got {event_credit!r}")
+    for what, labels in (("fixed", fixed), ("exclude", exclude)):
+        if isinstance(labels, str):
+            raise InvalidArgumentError(f"{what}: a list of player labels, got the string {labels!r}")
     batch = as_batch(batch)
     raw = _core.trace_shapley(
         batch._core,
@@ -222,25 +303,35 @@ def trace_shapley(
         n_threads,
         bool(antithetic),
         int(chunk_size),
+        [str(label) for label in fixed or []],
+        [str(label) for label in exclude or []],
+        canonical,
     )
     offsets, event_player, values = raw["offsets"], raw["event_player"], raw["values"]
     table = _players_table(batch, offsets, raw["labels"], raw["parents"], event_player)
-    table = table.append_column("value", pa.array(values)).append_column("stderr", pa.array(raw["stderr"]))
+    out_of_game = np.isin(table["label"].to_numpy(zero_copy_only=False), list(fixed or []) + list(exclude or []))
+    table = (
+        table.append_column("value", pa.array(values))
+        .append_column("stderr", pa.array(raw["stderr"]))
+        .append_column("in_game", pa.array(~out_of_game, pa.bool_()))
+    )
     owners = _global_player(offsets, event_player, batch.event_offsets)
-    events = _event_credit(batch, event_player, owners, values, table["n_events"].to_numpy())
-    return TraceCredit(table, events, raw["methods"], raw["evaluations"], int(raw["total_evaluations"]))
+    shares = table["n_events"].to_numpy() if event_credit == "split" else np.ones(len(values), dtype=np.int32)
+    events = _event_credit(batch, event_player, owners, values, shares)
+    return TraceCredit(table, events, raw["methods"], raw["evaluations"], int(raw["total_evaluations"]), event_credit)
 
 
 def _event_credit(
-    batch: TraceBatch, event_player: np.ndarray, owners: np.ndarray, values: np.ndarray, n_events: np.ndarray
+    batch: TraceBatch, event_player: np.ndarray, owners: np.ndarray, values: np.ndarray, shares: np.ndarray
 ) -> pa.Table:
     """One row per event: its player (``event_player`` within the trace, ``owners`` among the
-    flat player arrays; -1: none), that player's value, and the event's equal share of it (0
-    for an event of no player), so a trace's credits sum to its players' values."""
+    flat player arrays; -1: none), that player's value, and the event's credit, the value
+    over the player's ``shares`` (its event count to split, 1 to credit each event in full;
+    0 for an event of no player)."""
     has = owners >= 0
     owner = np.maximum(owners, 0)
     player_value = np.where(has, values[owner] if len(values) else 0.0, 0.0)
-    share = np.where(has, n_events[owner] if len(values) else 1, 1)
+    share = np.where(has, shares[owner] if len(values) else 1, 1)
     return pa.table(
         {
             "trace_index": np.repeat(np.arange(len(batch), dtype=np.int32), np.diff(batch.event_offsets)),

@@ -43,6 +43,8 @@ ReturnKind = Literal["descendants", "tree", "turns"]
 Sampler = Literal["uniform", "prioritized"]
 #: What counterfactual credit compares a branch's reward with.
 Baseline = Literal["mean", "loo"]
+#: How ``trace_shapley`` turns a player's value into its events' credit.
+EventCreditShare = Literal["split", "each"]
 ShapleyMethod = Literal["auto", "exact", "permutation", "kernel", "precedence", "permission", "owen", "stratified"]
 
 ESTIMATORS: tuple[str, ...] = get_args(Estimator)
@@ -52,12 +54,14 @@ RETURN_KINDS: tuple[str, ...] = get_args(ReturnKind)
 SAMPLERS: tuple[str, ...] = get_args(Sampler)
 BASELINES: tuple[str, ...] = get_args(Baseline)
 SHAPLEY_METHODS: tuple[str, ...] = get_args(ShapleyMethod)
+EVENT_CREDIT_SHARES: tuple[str, ...] = get_args(EventCreditShare)
 
 __all__ = [
     "BASELINES",
     "COUNTERFACTUAL_KINDS",
     "EDGE_TYPES",
     "ESTIMATORS",
+    "EVENT_CREDIT_SHARES",
     "EVENT_TYPES",
     "RETURN_KINDS",
     "SAMPLERS",
@@ -69,6 +73,7 @@ __all__ = [
     "CounterfactualKind",
     "EdgeType",
     "Estimator",
+    "EventCreditShare",
     "EventType",
     "ReturnKind",
     "Sampler",

@@ -5,10 +5,12 @@
 use masreplay_core::shapley::coalition::Coalitions;
 use masreplay_core::shapley::columns::CreditColumns;
 use masreplay_core::shapley::games::{
-    AdditiveGame, CachedCallback, EmpiricalGame, SoumGame, TableGame, WeightedVotingGame,
+    AdditiveGame, CachedCallback, Canonical, EmpiricalGame, SoumGame, TableGame, WeightedVotingGame,
 };
-use masreplay_core::shapley::traces::{trace_players as core_trace_players, trace_shapley as core_trace_shapley};
-use masreplay_core::shapley::{Game, Method, ShapleyOptions, ShapleyResult, Union, shapley as core_shapley};
+use masreplay_core::shapley::traces::{
+    FixedPlayers, TraceCallback, trace_players as core_trace_players, trace_shapley as core_trace_shapley,
+};
+use masreplay_core::shapley::{Game, Method, Noise, ShapleyOptions, ShapleyResult, Union, shapley as core_shapley};
 use masreplay_core::{MasreplayError, bail, ensure};
 use numpy::{IntoPyArray, PyArray1, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2};
 use pyo3::prelude::*;
@@ -191,29 +193,51 @@ fn result_dict<'py>(py: Python<'py>, result: ShapleyResult) -> PyResult<Bound<'p
     out.set_item("method", result.method.as_str())?;
     out.set_item("exact", result.exact)?;
     out.set_item("efficiency_gap", result.efficiency_gap)?;
+    out.set_item("noise", result.noise)?;
     Ok(out)
 }
 
-/// Calls a Python function on numpy masks; what it raises travels through the core inside
-/// its error type and comes out unchanged.
-fn call_python(
+/// Calls a Python function on numpy masks and reads what it returns as a flat array of
+/// `dtype` (numpy's name: "float64" for values, "bool_" for masks); what it raises travels
+/// through the core inside its error type and comes out unchanged.
+fn call_python<T: numpy::Element + Copy>(
     function: &Py<PyAny>,
+    dtype: &str,
     build_args: impl for<'py> FnOnce(Python<'py>) -> PyResult<Vec<Bound<'py, PyAny>>>,
-) -> Result<Vec<f64>, MasreplayError> {
+) -> Result<Vec<T>, MasreplayError> {
     Python::attach(|py| {
         let args = pyo3::types::PyTuple::new(py, build_args(py)?)?;
         let returned = function.bind(py).call1(args)?;
         let numpy = py.import("numpy")?;
-        let flat = numpy.call_method1("asarray", (returned, numpy.getattr("float64")?))?.call_method0("ravel")?;
-        Ok(flat.extract::<PyReadonlyArray1<'_, f64>>()?.as_array().to_vec())
+        let flat = numpy.call_method1("asarray", (returned, numpy.getattr(dtype)?))?.call_method0("ravel")?;
+        Ok(flat.extract::<PyReadonlyArray1<'_, T>>()?.as_array().to_vec())
     })
     .map_err(from_callback)
+}
+
+/// A Python `canonical(masks) -> masks` as the core's canonical form of a batch.
+fn canonical_of(function: &Py<PyAny>) -> Canonical<'_> {
+    Box::new(move |coalitions: &Coalitions| {
+        let n = coalitions.n_players();
+        let flat: Vec<bool> = call_python(function, "bool_", |py| Ok(vec![masks_array(py, coalitions)?]))?;
+        ensure!(
+            flat.len() == coalitions.len() * n,
+            "canonical returned {} booleans for {} coalitions of {n} players",
+            flat.len(),
+            coalitions.len()
+        );
+        let mut out = Coalitions::with_capacity(n, coalitions.len());
+        for row in flat.chunks_exact(n) {
+            out.push_players(row.iter().enumerate().filter(|(_, present)| **present).map(|(p, _)| p));
+        }
+        Ok(out)
+    })
 }
 
 /// Shapley values of a native `Game`, or of a Python callable `f(masks) -> values` over
 /// `n_players` players (valued in chunks of `chunk_size`, each coalition once).
 #[pyfunction]
-#[pyo3(signature = (game, n_players, method, budget, target_stderr, seed, parents, unions, n_threads, antithetic, chunk_size))]
+#[pyo3(signature = (game, n_players, method, budget, target_stderr, seed, parents, unions, n_threads, antithetic, chunk_size, fixed, exclude, canonical, noise, repeats))]
 #[allow(clippy::too_many_arguments)]
 pub fn shapley<'py>(
     py: Python<'py>,
@@ -228,12 +252,44 @@ pub fn shapley<'py>(
     n_threads: Option<usize>,
     antithetic: bool,
     chunk_size: usize,
+    fixed: Vec<u32>,
+    exclude: Vec<u32>,
+    canonical: Option<Py<PyAny>>,
+    noise: Option<f64>,
+    repeats: Option<u64>,
 ) -> PyResult<Bound<'py, PyDict>> {
+    // NaN stands for noise="auto" (the Python layer maps it), a number for a known sigma.
+    let noise = noise.map(|sigma| if sigma.is_nan() { Noise::Auto } else { Noise::Known(sigma) });
     let unions =
         unions.map(|list| list.iter().map(|item| parse_union(&item)).collect::<PyResult<Vec<_>>>()).transpose()?;
-    let options =
-        ShapleyOptions { method: method.0, budget, target_stderr, seed, parents, unions, n_threads, antithetic };
+    let options = ShapleyOptions {
+        method: method.0,
+        budget,
+        target_stderr,
+        seed,
+        parents,
+        unions,
+        n_threads,
+        antithetic,
+        fixed,
+        exclude,
+        noise,
+        repeats,
+    };
     if let Ok(native) = game.cast::<PyGame>() {
+        if noise.is_some() {
+            return Err(MasreplayError::InvalidArgument(
+                "noise: a native game is deterministic; noise applies to a callable that draws a fresh rollout per call"
+                    .into(),
+            ))
+            .or_raise(py);
+        }
+        if canonical.is_some() {
+            return Err(MasreplayError::InvalidArgument(
+                "canonical applies to a callable game (a native game values every coalition at no cost)".into(),
+            ))
+            .or_raise(py);
+        }
         let native = native.get();
         let result = py
             .detach(|| {
@@ -248,12 +304,25 @@ pub fn shapley<'py>(
     let function: Py<PyAny> = game.unbind();
     let outcome = py.detach(|| {
         let Some(n) = n_players else { bail!("n_players is required for a callable game") };
-        let callable = CachedCallback::new(n, chunk_size, |coalitions: &Coalitions| {
-            call_python(&function, |py| Ok(vec![masks_array(py, coalitions)?]))
+        let mut callable = CachedCallback::new(n, chunk_size, |coalitions: &Coalitions| {
+            call_python(&function, "float64", |py| Ok(vec![masks_array(py, coalitions)?]))
         })?;
+        if let Some(canonical) = &canonical {
+            callable = callable.with_canonical(canonical_of(canonical));
+        }
+        if noise.is_some() {
+            callable = callable.fresh();
+        }
         core_shapley(&callable, &options)
     });
     result_dict(py, outcome.or_raise(py)?)
+}
+
+/// The arguments of a per-trace callback: each row's trace index and the masks (rows, width).
+fn trace_masks<'py>(py: Python<'py>, traces: &[u32], masks: &[bool], width: usize) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    let index: Vec<i64> = traces.iter().map(|&t| t as i64).collect();
+    let masks = masks.to_vec().into_pyarray(py).reshape([traces.len(), width])?;
+    Ok(vec![index.into_pyarray(py).into_any(), masks.into_any()])
 }
 
 /// The players of every trace as (offsets, labels, parents, event_player).
@@ -279,7 +348,7 @@ fn offsets_array<'py>(py: Python<'py>, offsets: &[usize]) -> Bound<'py, PyArray1
 /// Shapley values of every trace; `value_fn(trace_index, masks)` values coalitions of
 /// several traces at once. Returns the players and flat per-player results.
 #[pyfunction]
-#[pyo3(signature = (batch, value_fn, players, respect_spawn_tree, method, budget, seed, n_threads, antithetic, chunk_size))]
+#[pyo3(signature = (batch, value_fn, players, respect_spawn_tree, method, budget, seed, n_threads, antithetic, chunk_size, fixed, exclude, canonical))]
 #[allow(clippy::too_many_arguments)]
 pub fn trace_shapley<'py>(
     py: Python<'py>,
@@ -293,19 +362,27 @@ pub fn trace_shapley<'py>(
     n_threads: Option<usize>,
     antithetic: bool,
     chunk_size: usize,
+    fixed: Vec<String>,
+    exclude: Vec<String>,
+    canonical: Option<Py<PyAny>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let options = ShapleyOptions { method: method.0, budget, seed, n_threads, antithetic, ..ShapleyOptions::default() };
+    let fixed = FixedPlayers { fixed, exclude };
     let inner = &batch.inner;
     let function: Py<PyAny> = value_fn.unbind();
     let outcome = py.detach(|| -> Result<_, MasreplayError> {
         let found = core_trace_players(inner, players)?;
-        let credit = core_trace_shapley(&found, respect_spawn_tree, &options, chunk_size, |traces, masks, width| {
-            call_python(&function, |py| {
-                let index: Vec<i64> = traces.iter().map(|&t| t as i64).collect();
-                let masks = masks.to_vec().into_pyarray(py).reshape([traces.len(), width])?;
-                Ok(vec![index.into_pyarray(py).into_any(), masks.into_any()])
-            })
-        })?;
+        let mut value_fn = |traces: &[u32], masks: &[bool], width: usize| {
+            call_python(&function, "float64", |py| trace_masks(py, traces, masks, width))
+        };
+        let mut canonical_fn = canonical.as_ref().map(|canonical| {
+            move |traces: &[u32], masks: &[bool], width: usize| {
+                call_python(canonical, "bool_", |py| trace_masks(py, traces, masks, width))
+            }
+        });
+        let canonical_fn = canonical_fn.as_mut().map(|f| f as &mut dyn TraceCallback<bool>);
+        let credit =
+            core_trace_shapley(&found, respect_spawn_tree, &fixed, &options, chunk_size, &mut value_fn, canonical_fn)?;
         Ok((found, CreditColumns::from(credit)))
     });
     let (found, credit) = outcome.or_raise(py)?;

@@ -34,6 +34,13 @@ pub trait Game: Sync {
     fn evaluations(&self) -> Option<u64> {
         None
     }
+
+    /// For a noisy game, where every coalition asked for is a fresh evaluation (asked twice,
+    /// valued twice): the draws each request costs. None for a deterministic game, which
+    /// values a coalition once however often an estimator asks for it.
+    fn draws_per_request(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// The values of the empty and the grand coalition.

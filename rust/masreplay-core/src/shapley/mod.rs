@@ -16,8 +16,10 @@ pub mod game;
 pub mod games;
 mod kernel;
 pub(crate) mod linalg;
+mod noise;
 mod owen;
 mod permutation;
+mod players;
 mod precedence;
 pub mod sampling;
 mod stratified;
@@ -27,6 +29,7 @@ pub use coalition::Coalitions;
 pub use exact::MAX_EXACT_PLAYERS;
 pub use forest::Forest;
 pub use game::Game;
+pub use noise::Noise;
 pub use owen::{Hierarchy, Union};
 
 use crate::error::{MasreplayError, Result};
@@ -61,6 +64,15 @@ pub struct ShapleyOptions {
     pub n_threads: Option<usize>,
     /// Antithetic pairs of orderings for the permutation and permission samplers.
     pub antithetic: bool,
+    /// Players always present (their worth goes into the baseline v(fixed)) and players
+    /// never present; both get no credit (see [`players`]).
+    pub fixed: Vec<u32>,
+    pub exclude: Vec<u32>,
+    /// A noisy game: each evaluation a fresh draw (see [`noise`]); None for a deterministic one.
+    pub noise: Option<Noise>,
+    /// Draws per coalition under noise (None: all the budget allows when every coalition
+    /// fits it, else 1).
+    pub repeats: Option<u64>,
 }
 
 impl Default for ShapleyOptions {
@@ -74,6 +86,10 @@ impl Default for ShapleyOptions {
             unions: None,
             n_threads: None,
             antithetic: true,
+            fixed: Vec::new(),
+            exclude: Vec::new(),
+            noise: None,
+            repeats: None,
         }
     }
 }
@@ -94,6 +110,9 @@ pub struct ShapleyResult {
     /// v(N) - v(empty) minus the sum of the estimator's values before they were projected
     /// onto efficiency (the projection adds a share of it to every value).
     pub efficiency_gap: f64,
+    /// Under noise: the standard deviation of one evaluation (given, or estimated; NaN when
+    /// no coalition was valued twice). None for a deterministic game.
+    pub noise: Option<f64>,
 }
 
 /// When to stop sampling.
@@ -146,6 +165,18 @@ pub fn shapley(game: &dyn Game, options: &ShapleyOptions) -> Result<ShapleyResul
     let n = game.n_players();
     if n == 0 {
         return Err(MasreplayError::InvalidArgument("the game has no players".into()));
+    }
+    if players::any(options) {
+        return players::shapley_among_free(game, options);
+    }
+    match options.noise {
+        Some(noise) => return noise::shapley_under_noise(game, options, noise),
+        None if options.repeats.is_some() => {
+            return Err(MasreplayError::InvalidArgument(
+                "repeats: only a noisy game (noise=...) values a coalition twice".into(),
+            ));
+        }
+        None => {}
     }
     if let Some(target) = options.target_stderr
         && !(target > 0.0 && target.is_finite())
@@ -255,5 +286,6 @@ fn finish(estimate: Estimate, total: f64, method: Method, game: &dyn Game) -> Sh
         converged: estimate.converged,
         method,
         exact: estimate.exact,
+        noise: None,
     }
 }

@@ -102,17 +102,21 @@ impl Moments {
 pub fn estimate_by_orderings(game: &dyn Game, sampler: &dyn OrderSampler, stopping: &Stopping) -> Result<Estimate> {
     let n = game.n_players();
     let orders_per_unit = if sampler.antithetic() { 2 } else { 1 };
-    // The empty and the grand coalition are valued once; each ordering adds n - 1 more.
-    let unit_cost = (orders_per_unit * n.saturating_sub(1)).max(1) as u64;
-    if stopping.budget < 2 + unit_cost {
+    // The empty and the grand coalition are valued once and each ordering adds n - 1 more;
+    // a noisy game draws all n + 1 of every ordering afresh.
+    let (once, unit_cost) = match game.draws_per_request() {
+        None => (2, (orders_per_unit * n.saturating_sub(1)).max(1) as u64),
+        Some(repeats) => (0, (orders_per_unit * (n + 1)) as u64 * repeats),
+    };
+    if stopping.budget < once + unit_cost {
         return Err(MasreplayError::InvalidArgument(format!(
             "budget: {} evaluations cannot cover one sampled {} (needs at least {})",
             stopping.budget,
             if orders_per_unit == 2 { "antithetic pair of orderings" } else { "ordering" },
-            2 + unit_cost
+            once + unit_cost
         )));
     }
-    let max_units = (stopping.budget - 2) / unit_cost;
+    let max_units = (stopping.budget - once) / unit_cost;
     let units_per_chunk = (CHUNK_COALITIONS / ((n + 1) * orders_per_unit)).max(1) as u64;
     let mut moments = Moments::new(n);
     let mut next_chunk = 0u64;
@@ -138,7 +142,7 @@ pub fn estimate_by_orderings(game: &dyn Game, sampler: &dyn OrderSampler, stoppi
                 values: moments.mean(),
                 converged: stopping.converged(&stderr),
                 stderr,
-                evaluations: 2 + moments.units * unit_cost,
+                evaluations: once + moments.units * unit_cost,
                 exact: false,
             });
         }

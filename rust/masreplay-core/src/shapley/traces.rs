@@ -174,13 +174,7 @@ struct Recorder {
 impl Recorder {
     /// The distinct coalitions asked for, sorted (so that [`Lookup`] can binary-search them).
     fn distinct(self) -> Coalitions {
-        let asked = self.asked.into_inner().unwrap_or_else(|p| p.into_inner());
-        let mut order: Vec<usize> = (0..asked.len()).collect();
-        order.sort_unstable_by(|&a, &b| asked.get(a).cmp(asked.get(b)));
-        order.dedup_by(|a, b| asked.get(*a) == asked.get(*b));
-        let mut out = Coalitions::with_capacity(asked.n_players(), order.len());
-        order.into_iter().for_each(|i| out.push(asked.get(i)));
-        out
+        sorted_distinct(&self.asked.into_inner().unwrap_or_else(|p| p.into_inner()))
     }
 }
 
@@ -198,6 +192,16 @@ impl Game for Recorder {
     fn sequential(&self) -> bool {
         true
     }
+}
+
+/// The distinct coalitions of `all`, sorted.
+fn sorted_distinct(all: &Coalitions) -> Coalitions {
+    let mut order: Vec<usize> = (0..all.len()).collect();
+    order.sort_unstable_by(|&a, &b| all.get(a).cmp(all.get(b)));
+    order.dedup_by(|a, b| all.get(*a) == all.get(*b));
+    let mut out = Coalitions::with_capacity(all.n_players(), order.len());
+    order.into_iter().for_each(|i| out.push(all.get(i)));
+    out
 }
 
 /// Plays back the values the caller's function gave, found by binary search in the sorted
@@ -243,16 +247,131 @@ pub struct TraceShapley {
     pub evaluations: u64,
 }
 
+/// Players of every trace that are always present (`fixed`: an orchestrator, a harness) or
+/// never (`exclude`), by label; a label a trace lacks is ignored there.
+#[derive(Clone, Debug, Default)]
+pub struct FixedPlayers {
+    pub fixed: Vec<String>,
+    pub exclude: Vec<String>,
+}
+
+impl FixedPlayers {
+    /// The local indices of `labels` (one trace's) that are fixed, and those excluded.
+    fn of(&self, labels: &[String]) -> (Vec<u32>, Vec<u32>) {
+        let pick = |wanted: &[String]| {
+            labels.iter().enumerate().filter(|(_, l)| wanted.contains(l)).map(|(p, _)| p as u32).collect()
+        };
+        (pick(&self.fixed), pick(&self.exclude))
+    }
+}
+
+/// A batch-wide callback over coalitions of many traces: `(trace_index, masks, width)`, masks
+/// row-major with `width` booleans per row (players beyond a trace's count are false).
+pub trait TraceCallback<T>: FnMut(&[u32], &[bool], usize) -> Result<Vec<T>> {}
+impl<T, F: FnMut(&[u32], &[bool], usize) -> Result<Vec<T>>> TraceCallback<T> for F {}
+
+/// Calls `call` on every coalition of every trace, `chunk` rows at a time, expecting
+/// `per_row` outputs a row; returns each trace's outputs in order.
+fn in_chunks<T>(
+    sets: &[Option<Coalitions>],
+    width: usize,
+    chunk: usize,
+    per_row: usize,
+    what: &str,
+    call: &mut dyn TraceCallback<T>,
+) -> Result<Vec<Vec<T>>> {
+    let mut out: Vec<Vec<T>> =
+        sets.iter().map(|c| Vec::with_capacity(c.as_ref().map_or(0, |c| c.len() * per_row))).collect();
+    let mut rows_index: Vec<u32> = Vec::with_capacity(chunk);
+    let mut rows_masks = Vec::with_capacity(chunk * width);
+    let mut flush = |rows_index: &mut Vec<u32>, rows_masks: &mut Vec<bool>, out: &mut Vec<Vec<T>>| -> Result<()> {
+        if rows_index.is_empty() {
+            return Ok(());
+        }
+        let got = call(rows_index, rows_masks, width)?;
+        if got.len() != rows_index.len() * per_row {
+            return Err(MasreplayError::InvalidArgument(format!(
+                "{what} returned {} values for {} coalitions",
+                got.len(),
+                rows_index.len()
+            )));
+        }
+        let mut got = got.into_iter();
+        for &trace in rows_index.iter() {
+            out[trace as usize].extend(got.by_ref().take(per_row));
+        }
+        rows_index.clear();
+        rows_masks.clear();
+        Ok(())
+    };
+    for (t, coalitions) in sets.iter().enumerate() {
+        let Some(coalitions) = coalitions else { continue };
+        for set in coalitions.iter() {
+            rows_index.push(t as u32);
+            rows_masks.extend((0..width).map(|p| p < coalitions.n_players() && contains(set, p)));
+            if rows_index.len() == chunk {
+                flush(&mut rows_index, &mut rows_masks, &mut out)?;
+            }
+        }
+    }
+    flush(&mut rows_index, &mut rows_masks, &mut out)?;
+    Ok(out)
+}
+
+/// Per trace: the distinct canonical forms of its recorded coalitions (sorted) and, for each
+/// recorded coalition, the index of its form.
+struct Forms {
+    distinct: Vec<Option<Coalitions>>,
+    index: Vec<Vec<usize>>,
+}
+
+/// The canonical form of every recorded coalition, from the caller's `canonical`.
+fn canonical_forms(
+    recorded: &[Option<Coalitions>],
+    width: usize,
+    chunk: usize,
+    canonical: &mut dyn TraceCallback<bool>,
+) -> Result<Forms> {
+    let masks = in_chunks(recorded, width, chunk, width, "canonical", canonical)?;
+    recorded
+        .iter()
+        .zip(masks)
+        .map(|(coalitions, masks)| -> Result<(Option<Coalitions>, Vec<usize>)> {
+            let Some(coalitions) = coalitions else { return Ok((None, Vec::new())) };
+            let n = coalitions.n_players();
+            let mut forms = Coalitions::with_capacity(n, coalitions.len());
+            for row in masks.chunks_exact(width) {
+                if row[n..].iter().any(|&present| present) {
+                    return Err(MasreplayError::InvalidArgument(format!(
+                        "canonical added a player beyond the trace's {n} players"
+                    )));
+                }
+                forms.push_players(row.iter().enumerate().filter(|(_, present)| **present).map(|(p, _)| p));
+            }
+            let distinct = sorted_distinct(&forms);
+            let index = forms.iter().map(|set| partition_point(distinct.len(), |i| distinct.get(i) < set)).collect();
+            Ok((Some(distinct), index))
+        })
+        .collect::<Result<Vec<_>>>()
+        .map(|pairs| {
+            let (distinct, index) = pairs.into_iter().unzip();
+            Forms { distinct, index }
+        })
+}
+
 /// Shapley values of every trace. `value_fn(trace_index, masks, width)` values a batch of
-/// coalitions: `masks` is row-major, `width` booleans per row (players beyond a trace's
-/// count are false), and returns one value per row. It is called in batches of at most
-/// `chunk` rows, on the calling thread.
+/// coalitions (see [`TraceCallback`]) and returns one value per row. It is called in batches
+/// of at most `chunk` rows, on the calling thread. `canonical`, when given, maps coalitions
+/// the same way (one mask per row) to the coalition each plays as; coalitions of a trace
+/// with the same form are valued once.
 pub fn trace_shapley(
     players: &TracePlayers,
     respect_spawn_tree: bool,
+    fixed: &FixedPlayers,
     options: &ShapleyOptions,
     chunk: usize,
-    mut value_fn: impl FnMut(&[u32], &[bool], usize) -> Result<Vec<f64>>,
+    value_fn: &mut dyn TraceCallback<f64>,
+    canonical: Option<&mut dyn TraceCallback<bool>>,
 ) -> Result<TraceShapley> {
     if options.target_stderr.is_some() {
         return Err(MasreplayError::InvalidArgument(
@@ -262,6 +381,16 @@ pub fn trace_shapley(
     if options.parents.is_some() || options.unions.is_some() {
         return Err(MasreplayError::InvalidArgument(
             "trace_shapley takes the players' parents from the traces; pass respect_spawn_tree instead of parents/unions".into(),
+        ));
+    }
+    if !options.fixed.is_empty() || !options.exclude.is_empty() {
+        return Err(MasreplayError::InvalidArgument(
+            "trace_shapley fixes and excludes players by label: pass them as FixedPlayers".into(),
+        ));
+    }
+    if options.noise.is_some() {
+        return Err(MasreplayError::InvalidArgument(
+            "trace_shapley values each recorded coalition once: noise is not supported here".into(),
         ));
     }
     if chunk == 0 {
@@ -278,6 +407,7 @@ pub fn trace_shapley(
         let range = players.offsets[t]..players.offsets[t + 1];
         let mut local = options.clone();
         local.n_threads = None;
+        (local.fixed, local.exclude) = fixed.of(&players.labels[range.clone()]);
         if respect_spawn_tree {
             local.parents = Some(players.parents[range].to_vec());
         }
@@ -298,52 +428,19 @@ pub fn trace_shapley(
             })
             .collect::<Result<_>>()
     })??;
-    // Value every recorded coalition, `chunk` rows per call.
-    let mut all_values: Vec<Vec<f64>> = Vec::with_capacity(n_traces);
-    let mut rows_index = Vec::with_capacity(chunk);
-    let mut rows_masks = Vec::with_capacity(chunk * width);
-    let mut pending: Vec<usize> = Vec::new();
-    let mut evaluations = 0u64;
-    let mut flush = |rows_index: &mut Vec<u32>,
-                     rows_masks: &mut Vec<bool>,
-                     pending: &mut Vec<usize>,
-                     all_values: &mut Vec<Vec<f64>>|
-     -> Result<()> {
-        if rows_index.is_empty() {
-            return Ok(());
-        }
-        let values = value_fn(rows_index, rows_masks, width)?;
-        if values.len() != rows_index.len() {
-            return Err(MasreplayError::InvalidArgument(format!(
-                "value_fn returned {} values for {} coalitions",
-                values.len(),
-                rows_index.len()
-            )));
-        }
-        if let Some(bad) = values.iter().find(|v| !v.is_finite()) {
-            return Err(MasreplayError::InvalidArgument(format!("value_fn returned a non-finite value ({bad})")));
-        }
-        for (trace, value) in pending.drain(..).zip(values) {
-            all_values[trace].push(value);
-        }
-        evaluations += rows_index.len() as u64;
-        rows_index.clear();
-        rows_masks.clear();
-        Ok(())
-    };
-    for (t, coalitions) in recorded.iter().enumerate() {
-        all_values.push(Vec::with_capacity(coalitions.as_ref().map_or(0, Coalitions::len)));
-        let Some(coalitions) = coalitions else { continue };
-        for set in coalitions.iter() {
-            rows_index.push(t as u32);
-            rows_masks.extend((0..width).map(|p| p < coalitions.n_players() && contains(set, p)));
-            pending.push(t);
-            if rows_index.len() == chunk {
-                flush(&mut rows_index, &mut rows_masks, &mut pending, &mut all_values)?;
-            }
+    let forms = canonical.map(|canonical| canonical_forms(&recorded, width, chunk, canonical)).transpose()?;
+    let valued = forms.as_ref().map_or(&recorded, |forms| &forms.distinct);
+    let mut all_values = in_chunks(valued, width, chunk, 1, "value_fn", value_fn)?;
+    if let Some(bad) = all_values.iter().flatten().find(|v| !v.is_finite()) {
+        return Err(MasreplayError::InvalidArgument(format!("value_fn returned a non-finite value ({bad})")));
+    }
+    let evaluations = all_values.iter().map(|values| values.len() as u64).sum();
+    if let Some(forms) = &forms {
+        for (values, index) in all_values.iter_mut().zip(&forms.index) {
+            *values = index.iter().map(|&i| values[i]).collect();
         }
     }
-    flush(&mut rows_index, &mut rows_masks, &mut pending, &mut all_values)?;
+    let per_trace_evaluations: Vec<u64> = valued.iter().map(|c| c.as_ref().map_or(0, |c| c.len() as u64)).collect();
     let results = super::in_pool(options.n_threads, || {
         recorded
             .into_par_iter()
@@ -352,7 +449,7 @@ pub fn trace_shapley(
             .map(|(t, (coalitions, values))| -> Result<Option<ShapleyResult>> {
                 let Some(coalitions) = coalitions else { return Ok(None) };
                 let mut result = shapley(&Lookup { coalitions: &coalitions, values }, &options_of(t))?;
-                result.evaluations = coalitions.len() as u64;
+                result.evaluations = per_trace_evaluations[t];
                 Ok(Some(result))
             })
             .collect::<Result<_>>()

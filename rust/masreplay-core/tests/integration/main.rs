@@ -7,5 +7,7 @@ mod graph_properties;
 mod ingest_properties;
 mod metrics_properties;
 mod shapley_calibration;
+mod shapley_noise;
+mod shapley_players;
 mod shapley_properties;
 mod validation;

@@ -9,7 +9,7 @@ mod simple;
 mod soum;
 mod table;
 
-pub use cached::CachedCallback;
+pub use cached::{CachedCallback, Canonical};
 pub use empirical::EmpiricalGame;
 pub use restricted::RestrictedGame;
 pub use simple::{AdditiveGame, WeightedVotingGame};

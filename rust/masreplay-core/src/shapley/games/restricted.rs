@@ -82,4 +82,8 @@ impl Game for RestrictedGame<'_> {
     fn evaluations(&self) -> Option<u64> {
         self.inner.evaluations()
     }
+
+    fn draws_per_request(&self) -> Option<u64> {
+        self.inner.draws_per_request()
+    }
 }

@@ -1,0 +1,335 @@
+//! Noisy value functions: each evaluation of a coalition is a fresh rollout, so values are
+//! random and a coalition valued twice gives two different numbers.
+//!
+//! Two regimes, chosen by the budget:
+//! - every coalition fits the budget at least once (twice when the noise is to be estimated):
+//!   exact enumeration, each coalition drawn several times and averaged. The estimate is
+//!   linear in the values, phi_i = sum_T w_iT v(T), so with independent noise of standard
+//!   deviation sigma and r(T) draws of T its standard error is
+//!   sigma * sqrt(sum_T w_iT^2 / r(T)), the same for every player when r depends on the size
+//!   only. The budget is spread over sizes to minimise it (Neyman allocation, [`shares`]):
+//!   re-evaluating is the best use of budget there, as no sampling error is left to spend it
+//!   on. With `target_stderr`, draws are added in rounds until the target is met.
+//! - otherwise: the ordering samplers (permutation, precedence, permission, Owen), every
+//!   coalition of every ordering drawn afresh (the empty and grand coalitions too), so the
+//!   orderings stay independent and their spread holds the sampling error and the noise
+//!   alike; `target_stderr` stops on it as without noise. A new ordering both samples and
+//!   averages noise, so `repeats` defaults to 1 there.
+//!
+//! KernelSHAP and stratified sampling are refused: their standard errors leave out the noise
+//! of the coalitions they enumerate. Values are not projected onto a noisy v(N) - v(empty)
+//! (the exact and ordering estimates are efficient towards their own draws of those two);
+//! `efficiency_gap` is NaN. The noise is the given sigma, or with `Noise::Auto` the pooled
+//! spread of the coalitions valued more than once.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::coalition::{CoalitionMap, Coalitions};
+use super::exact::{MAX_EXACT_PLAYERS, coalitions_needed, shapley_weights};
+use super::forest::{Forest, ln_factorials};
+use super::game::Game;
+use super::games::RestrictedGame;
+use super::owen::Hierarchy;
+use super::{Estimate, Method, ShapleyOptions, ShapleyResult, Stopping, exact, permutation, sampling};
+use crate::error::{MasreplayError, Result};
+
+/// The standard deviation of one evaluation.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Noise {
+    /// Known.
+    Known(f64),
+    /// Estimated from coalitions valued more than once.
+    Auto,
+}
+
+/// Count, sum and sum of squares of one coalition's draws.
+#[derive(Clone, Copy, Default)]
+struct Tally {
+    count: u64,
+    sum: f64,
+    sum_squares: f64,
+}
+
+/// A noisy game seen by the estimators: each coalition asked for is drawn `repeats[size]`
+/// times from the inner game (which must draw afresh on every row) and averaged. With
+/// `pooled`, the value returned is the mean of every draw of that coalition so far (exact
+/// rounds); otherwise the mean of this request's draws (independent samples).
+struct Draws<'a> {
+    inner: &'a dyn Game,
+    /// Draws per request, by coalition size (the same for every size when sampling).
+    repeats: Mutex<Vec<u64>>,
+    pooled: bool,
+    tallies: Mutex<CoalitionMap<Tally>>,
+    draws: AtomicU64,
+}
+
+impl<'a> Draws<'a> {
+    fn new(inner: &'a dyn Game, repeats: Vec<u64>, pooled: bool) -> Self {
+        Draws {
+            inner,
+            repeats: Mutex::new(repeats),
+            pooled,
+            tallies: Mutex::new(CoalitionMap::default()),
+            draws: AtomicU64::new(0),
+        }
+    }
+
+    fn repeats(&self) -> std::sync::MutexGuard<'_, Vec<u64>> {
+        self.repeats.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn tallies(&self) -> std::sync::MutexGuard<'_, CoalitionMap<Tally>> {
+        self.tallies.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The pooled standard deviation of one draw over coalitions drawn more than once (NaN
+    /// when none was).
+    fn sigma(&self) -> f64 {
+        let (mut squares, mut freedom) = (0.0, 0u64);
+        for tally in self.tallies().values().filter(|t| t.count > 1) {
+            squares += (tally.sum_squares - tally.sum * tally.sum / tally.count as f64).max(0.0);
+            freedom += tally.count - 1;
+        }
+        if freedom == 0 { f64::NAN } else { (squares / freedom as f64).sqrt() }
+    }
+}
+
+impl Game for Draws<'_> {
+    fn n_players(&self) -> usize {
+        self.inner.n_players()
+    }
+
+    fn values(&self, coalitions: &Coalitions) -> Result<Vec<f64>> {
+        let counts: Vec<u64> = {
+            let repeats = self.repeats();
+            coalitions.iter().map(|set| repeats[size(set)]).collect()
+        };
+        let mut batch = Coalitions::with_capacity(coalitions.n_players(), counts.iter().sum::<u64>() as usize);
+        for (set, &count) in coalitions.iter().zip(&counts) {
+            (0..count).for_each(|_| batch.push(set));
+        }
+        let drawn = self.inner.values(&batch)?;
+        if let Some(bad) = drawn.iter().find(|v| !v.is_finite()) {
+            return Err(MasreplayError::InvalidArgument(format!("the game returned a non-finite value ({bad})")));
+        }
+        self.draws.fetch_add(batch.len() as u64, Ordering::Relaxed);
+        let mut tallies = self.tallies();
+        let mut next = 0;
+        Ok(coalitions
+            .iter()
+            .zip(counts)
+            .map(|(set, count)| {
+                let draws = &drawn[next..next + count as usize];
+                next += count as usize;
+                let tally = tallies.entry(set.to_vec()).or_default();
+                tally.count += count;
+                tally.sum += draws.iter().sum::<f64>();
+                tally.sum_squares += draws.iter().map(|v| v * v).sum::<f64>();
+                if self.pooled { tally.sum / tally.count as f64 } else { draws.iter().sum::<f64>() / count as f64 }
+            })
+            .collect())
+    }
+
+    fn sequential(&self) -> bool {
+        // The draws of a random game depend on the order it is called in.
+        true
+    }
+
+    fn preferred_batch(&self) -> usize {
+        self.inner.preferred_batch()
+    }
+
+    fn evaluations(&self) -> Option<u64> {
+        Some(self.draws.load(Ordering::Relaxed))
+    }
+
+    fn draws_per_request(&self) -> Option<u64> {
+        self.repeats().first().copied()
+    }
+}
+
+/// Per coalition size s, the variance one player's exact Shapley value takes from the noise
+/// of the size-s coalitions, each drawn once, per unit of sigma^2:
+/// c(s) = C(n-1, s-1) w(s-1)^2 + C(n-1, s) w(s)^2 (the coalitions with the player, and without).
+fn size_variances(n: usize) -> Vec<f64> {
+    let weights = shapley_weights(n);
+    let ln = ln_factorials(n);
+    let choose = |k: usize| (ln[n - 1] - ln[k] - ln[n - 1 - k]).exp();
+    (0..=n)
+        .map(|s| {
+            let with = if s > 0 { choose(s - 1) * weights[s - 1].powi(2) } else { 0.0 };
+            let without = if s < n { choose(s) * weights[s].powi(2) } else { 0.0 };
+            with + without
+        })
+        .collect()
+}
+
+/// Per size s: the number of coalitions, C(n, s), and the share of draws each gets when the
+/// draws minimise the values' noise, proportional to sqrt(c(s) / C(n, s)) (Neyman
+/// allocation; the empty and grand coalitions, weighted 1/n in every value, get the most).
+fn shares(n: usize, variances: &[f64]) -> Vec<(f64, f64)> {
+    let ln = ln_factorials(n);
+    (0..=n)
+        .map(|s| {
+            let count = (ln[n] - ln[s] - ln[n - s]).exp().round();
+            (count, (variances[s] / count).sqrt())
+        })
+        .collect()
+}
+
+/// Draws per coalition of each size: `least` each, and the rest of `spend` as [`shares`] says.
+fn allocate(n: usize, variances: &[f64], least: u64, spend: u64) -> Vec<u64> {
+    let shares = shares(n, variances);
+    let total: f64 = shares.iter().map(|(count, share)| count * share).sum();
+    let free = spend.saturating_sub(least << n) as f64;
+    shares.iter().map(|(_, share)| least + (free * share / total).floor() as u64).collect()
+}
+
+/// Draws per coalition of each size that bring the standard error to `target`: with
+/// r(s) = t share(s), sigma^2 sum c(s) / r(s) = target^2.
+fn repeats_for_target(n: usize, variances: &[f64], sigma: f64, target: f64) -> Vec<u64> {
+    let shares = shares(n, variances);
+    let t =
+        sigma * sigma * shares.iter().zip(variances).map(|((_, share), c)| c / share).sum::<f64>() / (target * target);
+    // Capped far beyond any budget, so that the cost below cannot overflow.
+    shares.iter().map(|(_, share)| (t * share).ceil().min(1e12) as u64).collect()
+}
+
+fn size(set: &[u64]) -> usize {
+    super::coalition::size(set)
+}
+
+/// Shapley values of a noisy game (see the module's docstring).
+pub(super) fn shapley_under_noise(game: &dyn Game, options: &ShapleyOptions, noise: Noise) -> Result<ShapleyResult> {
+    let n = game.n_players();
+    if let Noise::Known(sigma) = noise
+        && !(sigma >= 0.0 && sigma.is_finite())
+    {
+        return Err(MasreplayError::InvalidArgument(format!("noise must be 'auto' or a sigma >= 0, got {sigma}")));
+    }
+    if options.repeats == Some(0) {
+        return Err(MasreplayError::InvalidArgument("repeats must be at least 1".into()));
+    }
+    let budget = options.budget.unwrap_or(if options.target_stderr.is_some() {
+        super::TARGET_ONLY_BUDGET
+    } else {
+        super::DEFAULT_BUDGET
+    });
+    let stopping = Stopping { budget, target_stderr: options.target_stderr, seed: options.seed };
+    let forest = options.parents.as_deref().map(Forest::new).transpose()?;
+    if forest.as_ref().is_some_and(|f| f.len() != n) {
+        return Err(MasreplayError::InvalidArgument(format!("parents has the wrong length for {n} players")));
+    }
+    let hierarchy = options.unions.clone().map(|unions| Hierarchy::new(n, unions)).transpose()?;
+    let all = coalitions_needed(n);
+    // Each coalition valued twice when the noise is to be estimated from the repeats.
+    let least = if noise == Noise::Auto { 2.0 } else { 1.0 };
+    let exact_fits = n <= MAX_EXACT_PLAYERS
+        && all * options.repeats.unwrap_or(least as u64).max(least as u64) as f64 <= budget as f64;
+    let method = match options.method {
+        Method::Auto if forest.is_some() => Method::Precedence,
+        Method::Auto if hierarchy.is_some() => Method::Owen,
+        Method::Auto if exact_fits => Method::Exact,
+        Method::Auto => Method::Permutation,
+        Method::Kernel | Method::Stratified => {
+            return Err(MasreplayError::InvalidArgument(format!(
+                "method={:?} under noise: its standard errors would leave out the noise of the coalitions it \
+                 enumerates; use 'exact', 'permutation', 'precedence', 'permission' or 'owen'",
+                options.method.as_str()
+            )));
+        }
+        chosen => chosen,
+    };
+    let needs = |what: &str| MasreplayError::InvalidArgument(format!("method={:?} needs {what}", method.as_str()));
+    let (estimate, draws) = if method == Method::Exact {
+        if !exact_fits {
+            return Err(MasreplayError::InvalidArgument(format!(
+                "budget: method='exact' under noise values all 2^{n} coalitions {} times, more than budget={budget}",
+                least
+            )));
+        }
+        exact_with_repeats(game, options, noise, &stopping)?
+    } else {
+        let draws = Draws::new(game, vec![options.repeats.unwrap_or(1); n + 1], false);
+        let estimate = match method {
+            Method::Permutation => {
+                let sampler = permutation::UniformOrderings { n_players: n, antithetic: options.antithetic };
+                sampling::estimate_by_orderings(&draws, &sampler, &stopping)?
+            }
+            Method::Precedence => {
+                sampling::estimate_by_orderings(&draws, forest.as_ref().ok_or_else(|| needs("parents"))?, &stopping)?
+            }
+            Method::Permission => {
+                let forest = forest.as_ref().ok_or_else(|| needs("parents"))?;
+                let sampler = permutation::UniformOrderings { n_players: n, antithetic: options.antithetic };
+                sampling::estimate_by_orderings(&RestrictedGame::new(&draws, forest), &sampler, &stopping)?
+            }
+            Method::Owen => {
+                sampling::estimate_by_orderings(&draws, hierarchy.as_ref().ok_or_else(|| needs("unions"))?, &stopping)?
+            }
+            _ => return Err(needs("a noise-free game")),
+        };
+        (estimate, draws)
+    };
+    let sigma = match noise {
+        Noise::Known(sigma) => sigma,
+        Noise::Auto => draws.sigma(),
+    };
+    Ok(ShapleyResult {
+        values: estimate.values,
+        stderr: estimate.stderr,
+        evaluations: draws.draws.load(Ordering::Relaxed),
+        converged: estimate.converged,
+        method,
+        exact: false,
+        efficiency_gap: f64::NAN,
+        noise: Some(sigma),
+    })
+}
+
+/// Exact enumeration with every coalition drawn several times: as many as given, or the
+/// budget spread by [`allocate`]; with a target standard error, in rounds until it is met.
+fn exact_with_repeats<'a>(
+    game: &'a dyn Game,
+    options: &ShapleyOptions,
+    noise: Noise,
+    stopping: &Stopping,
+) -> Result<(Estimate, Draws<'a>)> {
+    let n = game.n_players();
+    let variances = size_variances(n);
+    let least = if noise == Noise::Auto { 2 } else { 1 };
+    let first = match (options.repeats, stopping.target_stderr) {
+        (Some(repeats), _) => vec![repeats; n + 1],
+        (None, None) => allocate(n, &variances, least, stopping.budget),
+        (None, Some(_)) => vec![least; n + 1],
+    };
+    let draws = Draws::new(game, first.clone(), true);
+    let mut done = first;
+    loop {
+        let estimate = exact::exact(&draws, stopping)?;
+        let sigma = match noise {
+            Noise::Known(sigma) => sigma,
+            Noise::Auto => draws.sigma(),
+        };
+        let stderr = sigma * (0..=n).map(|s| variances[s] / done[s] as f64).sum::<f64>().sqrt();
+        let met = stopping.target_stderr.is_some_and(|target| stderr <= target);
+        let left = stopping.budget.saturating_sub(draws.draws.load(Ordering::Relaxed));
+        let more = match stopping.target_stderr {
+            Some(target) if !met && options.repeats.is_none() && sigma.is_finite() => {
+                // Draws that meet the target at this sigma, spread as `allocate` spreads them.
+                let wanted = repeats_for_target(n, &variances, sigma, target);
+                let extra: Vec<u64> = wanted.iter().zip(&done).map(|(w, d)| w.saturating_sub(*d)).collect();
+                let cost: f64 = extra.iter().zip(shares(n, &variances)).map(|(e, (count, _))| *e as f64 * count).sum();
+                if cost <= left as f64 { extra } else { allocate(n, &variances, 0, left) }
+            }
+            _ => vec![0; n + 1],
+        };
+        if met || more.iter().all(|&m| m == 0) {
+            let estimate = Estimate { stderr: vec![stderr; n], converged: met, exact: false, ..estimate };
+            return Ok((estimate, draws));
+        }
+        done.iter_mut().zip(&more).for_each(|(d, m)| *d += m);
+        *draws.repeats() = more;
+    }
+}

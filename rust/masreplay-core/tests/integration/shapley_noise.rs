@@ -1,0 +1,113 @@
+//! Noisy games: every request a fresh draw, standard errors that hold the noise (the exact
+//! regime's closed form against brute force, coverage in the sampled regime), repeats and
+//! budgets, and the estimators refused under noise.
+
+use std::sync::Mutex;
+
+use masreplay_core::MasreplayError;
+use masreplay_core::Result;
+use masreplay_core::shapley::coalition::Coalitions;
+use masreplay_core::shapley::games::{SoumGame, TableGame};
+use masreplay_core::shapley::{Game, Method, Noise, ShapleyOptions, shapley};
+use rand::SeedableRng;
+use rand_distr::{Distribution, Normal};
+use rand_xoshiro::Xoshiro256PlusPlus;
+
+/// A deterministic game plus Gaussian noise, a fresh draw per row.
+struct Noisy<'a> {
+    inner: &'a dyn Game,
+    noise: Normal<f64>,
+    rng: Mutex<Xoshiro256PlusPlus>,
+}
+
+impl<'a> Noisy<'a> {
+    fn new(inner: &'a dyn Game, sigma: f64, seed: u64) -> Self {
+        Noisy {
+            inner,
+            noise: Normal::new(0.0, sigma).expect("sigma"),
+            rng: Mutex::new(Xoshiro256PlusPlus::seed_from_u64(seed)),
+        }
+    }
+}
+
+impl Game for Noisy<'_> {
+    fn n_players(&self) -> usize {
+        self.inner.n_players()
+    }
+
+    fn values(&self, coalitions: &Coalitions) -> Result<Vec<f64>> {
+        let mut rng = self.rng.lock().expect("rng");
+        Ok(self.inner.values(coalitions)?.into_iter().map(|v| v + self.noise.sample(&mut *rng)).collect())
+    }
+
+    fn sequential(&self) -> bool {
+        true
+    }
+}
+
+#[test]
+fn the_exact_regime_stderr_is_the_noise_through_the_shapley_weights() {
+    let n = 4;
+    // w_iT for every coalition T, by valuing the indicator game of T exactly.
+    let mut squares = vec![0.0; n];
+    for t in 0..1usize << n {
+        let mut table = vec![0.0; 1 << n];
+        table[t] = 1.0;
+        let game = TableGame::dense(table).expect("table");
+        let w = shapley(&game, &ShapleyOptions { method: Method::Exact, ..Default::default() }).expect("runs").values;
+        squares.iter_mut().zip(&w).for_each(|(s, w)| *s += w * w);
+    }
+    let base = SoumGame::random(n, 6, n, 1).expect("soum");
+    let game = Noisy::new(&base, 1.0, 0);
+    for repeats in [1u64, 4] {
+        let options = ShapleyOptions {
+            noise: Some(Noise::Known(1.0)),
+            repeats: Some(repeats),
+            budget: Some(100),
+            ..Default::default()
+        };
+        let result = shapley(&game, &options).expect("runs");
+        assert_eq!(result.method, Method::Exact);
+        assert_eq!(result.evaluations, repeats << n);
+        assert!(result.efficiency_gap.is_nan() && result.noise == Some(1.0));
+        for (e, s) in result.stderr.iter().zip(&squares) {
+            assert!((e - (s / repeats as f64).sqrt()).abs() < 1e-12, "{e} vs {}", (s / repeats as f64).sqrt());
+        }
+    }
+}
+
+#[test]
+fn sampled_intervals_hold_the_noise() {
+    let base = SoumGame::random(11, 25, 3, 2).expect("soum");
+    let truth = base.shapley_values();
+    let (mut hits, mut count) = (0, 0);
+    for seed in 0..150 {
+        let game = Noisy::new(&base, 0.2, seed);
+        let options = ShapleyOptions { noise: Some(Noise::Auto), budget: Some(1500), seed, ..Default::default() };
+        let result = shapley(&game, &options).expect("runs");
+        assert_eq!(result.method, Method::Permutation);
+        assert!(result.evaluations <= 1500);
+        let sigma = result.noise.expect("estimated");
+        assert!((0.15..0.25).contains(&sigma), "{sigma}");
+        for ((v, e), t) in result.values.iter().zip(&result.stderr).zip(&truth) {
+            hits += usize::from((v - t).abs() <= 1.96 * e);
+            count += 1;
+        }
+    }
+    let share = hits as f64 / count as f64;
+    assert!((0.93..=0.97).contains(&share), "coverage {share}");
+}
+
+#[test]
+fn estimators_without_honest_noise_errors_are_refused() {
+    let base = SoumGame::random(5, 5, 5, 3).expect("soum");
+    let game = Noisy::new(&base, 0.1, 0);
+    for method in [Method::Kernel, Method::Stratified] {
+        let outcome = shapley(&game, &ShapleyOptions { method, noise: Some(Noise::Known(0.1)), ..Default::default() });
+        assert!(matches!(outcome, Err(MasreplayError::InvalidArgument(m)) if m.contains("under noise")));
+    }
+    let outcome = shapley(&game, &ShapleyOptions { repeats: Some(2), ..Default::default() });
+    assert!(matches!(outcome, Err(MasreplayError::InvalidArgument(m)) if m.contains("repeats")));
+    let outcome = shapley(&game, &ShapleyOptions { noise: Some(Noise::Known(f64::NAN)), ..Default::default() });
+    assert!(matches!(outcome, Err(MasreplayError::InvalidArgument(m)) if m.contains("sigma")));
+}

@@ -1,0 +1,136 @@
+"""Noisy value functions (``shapley(..., noise=, repeats=)``): every evaluation a fresh
+draw, standard errors that hold the noise (two-sided coverage 93-97% over a fixed seed set,
+in the exact-with-repeats regime and the sampled one, noise known or estimated), repeats
+that spend the budget, ``target_stderr`` under noise, and bad input."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import masreplay
+from masreplay import games
+from masreplay.errors import InvalidArgumentError
+
+SEEDS = range(200)
+
+
+def value_range(game) -> float:
+    n = game.n_players
+    masks = np.array(list(itertools.product([False, True], repeat=n)))
+    values = game.values(masks)
+    return float(values.max() - values.min())
+
+
+def truth(game, **structure):
+    exact = masreplay.shapley(game, budget=1 << 22, **structure)
+    assert exact.exact
+    return exact.values
+
+
+CASES = {
+    # Every coalition fits the budget ten times: exact enumeration with repeats.
+    "exact, sigma known": (games.soum(6, 20, 3, seed=1), {}, 640, "known"),
+    "exact, sigma estimated": (games.soum(6, 20, 6, seed=2), {}, 640, "auto"),
+    # 2^10 coalitions exceed the budget: orderings, every coalition drawn afresh.
+    "permutation": (games.soum(10, 30, 3, seed=3), {}, 2200, "auto"),
+    "precedence": (games.soum(10, 30, 10, seed=4), {"parents": [-1, 0, 0, 0, -1, 4, 4, 5, 5, 1]}, 2200, "known"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_intervals_cover_95_percent_under_noise(case):
+    game, structure, budget, noise = CASES[case]
+    exact = truth(game, **structure)
+    sigma = 0.1 * value_range(game)
+    hits = dict.fromkeys((1.0, 1.4, 1 / 1.4), 0)
+    count = 0
+    for seed in SEEDS:
+        result = masreplay.shapley(
+            games.noisy(game, sigma, seed=seed),
+            budget=budget,
+            seed=seed,
+            noise=sigma if noise == "known" else "auto",
+            **structure,
+        )
+        assert not result.exact and result.evaluations <= budget
+        error = np.abs(result.values - exact)
+        count += len(error)
+        for k in hits:
+            hits[k] += int((error <= 1.96 * k * result.stderr).sum())
+    shares = {k: h / count for k, h in hits.items()}
+    assert 0.93 <= shares[1.0] <= 0.97, shares
+    assert shares[1.4] > 0.97 and shares[1 / 1.4] < 0.93, shares
+
+
+def test_repeats_spend_the_budget_where_every_coalition_fits():
+    game = games.soum(5, 10, seed=5)
+    calls = []
+
+    def draw(masks):
+        calls.append(masks.copy())
+        return game.values(masks) + np.random.default_rng(len(calls)).normal(0, 0.1, len(masks))
+
+    result = masreplay.shapley(draw, 5, budget=1000, noise=0.1)
+    seen = np.concatenate(calls)
+    # Nothing cached; the budget spread over sizes, the empty and grand coalitions (weighted
+    # 1/n in every value) drawn most.
+    assert result.method == "exact" and result.evaluations == len(seen) and 900 < len(seen) <= 1000
+    sizes = seen.sum(axis=1)
+    empty, pair = (sizes == 0).sum(), (seen == [True, True, False, False, False]).all(axis=1).sum()
+    assert empty > 3 * pair >= 3
+    assert np.isnan(result.efficiency_gap) and result.noise == 0.1
+    uniform = masreplay.shapley(games.noisy(game, 0.1), budget=1000, noise=0.1, repeats=31)
+    assert uniform.evaluations == 31 * 32 and uniform.stderr[0] > 1.1 * result.stderr[0]
+    fewer = masreplay.shapley(games.noisy(game, 0.1), budget=1000, noise=0.1, repeats=4)
+    assert fewer.evaluations == 4 * 32
+    assert fewer.stderr[0] == pytest.approx(uniform.stderr[0] * np.sqrt(31 / 4))
+    # Sampled: each ordering's n + 1 coalitions drawn afresh, twice with repeats=2.
+    sampled = masreplay.shapley(games.noisy(games.soum(12, 20, seed=1), 0.1), budget=5000, noise="auto", repeats=2)
+    assert sampled.method == "permutation" and sampled.evaluations % (2 * 13 * 2) == 0
+    assert sampled.evaluations <= 5000 and 0.08 < sampled.noise < 0.12
+
+
+@pytest.mark.parametrize(("n", "target"), [(6, 0.01), (12, 0.05)])
+def test_target_stderr_stops_under_noise(n, target):
+    game = games.soum(n, 20, seed=n)
+    result = masreplay.shapley(games.noisy(game, 0.2, seed=1), noise="auto", target_stderr=target, seed=2)
+    assert result.converged and result.stderr.max() <= target
+    assert np.abs(result.values - game.shapley_values()).max() < 4 * target
+    # A smaller target costs more evaluations.
+    tighter = masreplay.shapley(games.noisy(game, 0.2, seed=1), noise="auto", target_stderr=target / 2, seed=2)
+    assert tighter.converged and tighter.evaluations > result.evaluations
+
+
+def test_noise_with_structure_and_fixed_players():
+    game = games.soum(9, 25, seed=7)
+    parents = [-1, 0, 0, 1, 1, -1, 5, 5, 6]
+    for method in ["permission", "owen"]:
+        structure = {"unions": [[0, 1, 2], [3, 4], [5, 6, 7, 8]]} if method == "owen" else {"parents": parents}
+        result = masreplay.shapley(games.noisy(game, 0.05), noise=0.05, method=method, budget=3000, **structure)
+        exact = masreplay.shapley(game, method=method, budget=1 << 20, **structure).values
+        assert result.method == method and (np.abs(result.values - exact) <= 5 * result.stderr + 1e-12).all()
+    fixed = masreplay.shapley(games.noisy(game, 0.05), noise=0.05, fixed=[0], budget=3000)
+    assert fixed.values[0] == 0 and fixed.evaluations <= 3000
+
+
+def test_bad_noise_arguments():
+    game = games.soum(4, 5, seed=1)
+    noisy = games.noisy(game, 0.1)
+    for kwargs, match in [
+        ({"noise": "loud"}, "noise must be"),
+        ({"noise": -1.0}, "noise must be"),
+        ({"noise": 0.1, "method": "kernel"}, "under noise"),
+        ({"noise": 0.1, "method": "stratified"}, "under noise"),
+        ({"noise": 0.1, "repeats": 0}, "repeats must be"),
+        ({"repeats": 2}, "only a noisy game"),
+        ({"noise": "auto", "method": "exact", "budget": 20}, "budget"),
+    ]:
+        with pytest.raises(InvalidArgumentError, match=match):
+            masreplay.shapley(noisy, **kwargs)
+    with pytest.raises(InvalidArgumentError, match="native game is deterministic"):
+        masreplay.shapley(game, noise=0.1)
+    with pytest.raises(InvalidArgumentError, match="sigma"):
+        games.noisy(game, -1)
