@@ -377,18 +377,16 @@ def eight_agent_traces():
     return batch, value_fn, spent
 
 
+def _eight_agent_data(dataset_type, batch, variant: str, goal: str):
+    """The summary's entry for a run over the eight-agent traces."""
+    name = f"trace_shapley, {N_TRACES:,} traces of 8 agents{variant}"
+    return dataset_type(name, None, N_TRACES, int(batch.num_events), 0, goal=goal, suite="shapley")
+
+
 @pytest.mark.parametrize("respect_spawn_tree", [True, False], ids=["spawn-tree", "plain"])
 def test_trace_credit(measure, record, dataset_type, eight_agent_traces, respect_spawn_tree):
     batch, value_fn, spent = eight_agent_traces
-    data = dataset_type(
-        f"trace_shapley, {N_TRACES:,} traces of 8 agents",
-        None,
-        N_TRACES,
-        int(batch.num_events),
-        0,
-        goal="goal: < 1 s on 2 cores",
-        suite="shapley",
-    )
+    data = _eight_agent_data(dataset_type, batch, "", "goal: < 1 s on 2 cores")
     side = "masreplay" if respect_spawn_tree else "masreplay, respect_spawn_tree=False (exact over 256 coalitions)"
 
     own_times = []
@@ -509,14 +507,8 @@ def test_noisy_game(measure, dataset_type, side, n, family, budget):
 
 def test_fixed_orchestrator_saves_evaluations(measure, dataset_type, eight_agent_traces):
     batch, value_fn, _ = eight_agent_traces
-    data = dataset_type(
-        f"trace_shapley, {N_TRACES:,} traces of 8 agents, orchestrator fixed",
-        None,
-        N_TRACES,
-        int(batch.num_events),
-        0,
-        goal="goal: no evaluation of a coalition without the orchestrator",
-        suite="shapley",
+    data = _eight_agent_data(
+        dataset_type, batch, ", orchestrator fixed", "goal: no evaluation of a coalition without the orchestrator"
     )
     plain = masreplay.trace_shapley(batch, value_fn)
     fixed = measure(

@@ -43,6 +43,29 @@ pub trait Game: Sync {
     }
 }
 
+/// The bookkeeping methods of a game that plays another (`self.$inner`): how it is called,
+/// what it counts and what a request costs are the inner game's.
+macro_rules! forward_bookkeeping {
+    ($inner:ident) => {
+        fn sequential(&self) -> bool {
+            self.$inner.sequential()
+        }
+
+        fn preferred_batch(&self) -> usize {
+            self.$inner.preferred_batch()
+        }
+
+        fn evaluations(&self) -> Option<u64> {
+            self.$inner.evaluations()
+        }
+
+        fn draws_per_request(&self) -> Option<u64> {
+            self.$inner.draws_per_request()
+        }
+    };
+}
+pub(crate) use forward_bookkeeping;
+
 /// The values of the empty and the grand coalition.
 pub fn bounds(game: &dyn Game) -> Result<(f64, f64)> {
     let n = game.n_players();

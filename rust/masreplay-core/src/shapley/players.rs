@@ -5,7 +5,7 @@
 //! v(N - excluded) - v(fixed); fixed and excluded players get no credit (0, stderr 0).
 
 use super::coalition::{Coalitions, contains, insert, words_for};
-use super::game::Game;
+use super::game::{Game, forward_bookkeeping};
 use super::{ShapleyOptions, ShapleyResult, Union, shapley};
 use crate::error::{MasreplayError, Result};
 
@@ -47,21 +47,7 @@ impl Game for SubGame<'_> {
         self.inner.values(&full)
     }
 
-    fn sequential(&self) -> bool {
-        self.inner.sequential()
-    }
-
-    fn preferred_batch(&self) -> usize {
-        self.inner.preferred_batch()
-    }
-
-    fn evaluations(&self) -> Option<u64> {
-        self.inner.evaluations()
-    }
-
-    fn draws_per_request(&self) -> Option<u64> {
-        self.inner.draws_per_request()
-    }
+    forward_bookkeeping!(inner);
 }
 
 /// The part each of `n` players plays, checking the lists.

@@ -5,7 +5,7 @@
 use crate::error::Result;
 use crate::shapley::coalition::{Coalitions, contains, insert, words_for};
 use crate::shapley::forest::Forest;
-use crate::shapley::game::Game;
+use crate::shapley::game::{Game, forward_bookkeeping};
 
 pub struct RestrictedGame<'a> {
     inner: &'a dyn Game,
@@ -71,19 +71,5 @@ impl Game for RestrictedGame<'_> {
         true
     }
 
-    fn sequential(&self) -> bool {
-        self.inner.sequential()
-    }
-
-    fn preferred_batch(&self) -> usize {
-        self.inner.preferred_batch()
-    }
-
-    fn evaluations(&self) -> Option<u64> {
-        self.inner.evaluations()
-    }
-
-    fn draws_per_request(&self) -> Option<u64> {
-        self.inner.draws_per_request()
-    }
+    forward_bookkeeping!(inner);
 }
