@@ -43,7 +43,7 @@ ReturnKind = Literal["descendants", "tree", "turns"]
 Sampler = Literal["uniform", "prioritized"]
 #: What counterfactual credit compares a branch's reward with.
 Baseline = Literal["mean", "loo"]
-ShapleyMethod = Literal["auto", "exact", "permutation", "kernel", "precedence", "permission", "owen", "stratified"]
+ShapleyMethod = Literal["auto", "exact", "permutation", "kernel", "precedence", "permission", "owen", "stratified", "msr"]
 
 ESTIMATORS: tuple[str, ...] = get_args(Estimator)
 STRATA: tuple[str, ...] = get_args(Stratum)

@@ -16,6 +16,7 @@ pub mod game;
 pub mod games;
 mod kernel;
 pub(crate) mod linalg;
+mod msr;
 mod owen;
 mod permutation;
 mod precedence;
@@ -46,6 +47,7 @@ named_enum!(
     Method as "method" {
         Auto = "auto", Exact = "exact", Permutation = "permutation", Kernel = "kernel",
         Precedence = "precedence", Permission = "permission", Owen = "owen", Stratified = "stratified",
+        Msr = "msr",
     }
 );
 
@@ -190,6 +192,7 @@ pub fn shapley(game: &dyn Game, options: &ShapleyOptions) -> Result<ShapleyResul
             Method::Permutation => permutation_estimate(game, &stopping, options.antithetic)?,
             Method::Kernel => kernel::kernel(game, &stopping)?,
             Method::Stratified => stratified::stratified(game, &stopping)?,
+            Method::Msr => msr::msr(game, &stopping)?,
             Method::Precedence => {
                 let forest = forest.as_ref().ok_or_else(|| needs("parents"))?;
                 match forest.downsets(budget.min(EXACT_STRUCTURE_LIMIT as u64) as usize) {

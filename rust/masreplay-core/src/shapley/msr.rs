@@ -1,0 +1,490 @@
+//! Regression-adjusted maximum sample reuse (Witter, Liu & Musco, "Regression-adjusted Monte
+//! Carlo estimators for Shapley values and probabilistic values", NeurIPS 2025, arXiv
+//! 2506.11849): a surrogate f fitted on the valued coalitions is a control variate. Its
+//! Shapley values are known in closed form; only the residual v - f is estimated by Monte
+//! Carlo, and every valued coalition informs every player at once (maximum sample reuse).
+//!
+//! The Shapley value splits by coalition size s (the MSR identity):
+//!   phi_i = (v(N) - v(empty)) / n + sum_{s=1}^{n-1} E_s[v(S) a_i(S)],
+//!   a_i(S) = 1/s if i in S, -1/(n - s) if not,
+//! E_s the mean over coalitions of size s. Here each size is a stratum: the smallest and
+//! largest sizes are enumerated while they are cheap (a census, no error), the others are
+//! sampled uniformly with replacement. The surrogate is f(S) = c(|S|) + sum_{i in S} beta_i
+//! (an intercept per size bin and a weight per player, fitted by weighted least squares with
+//! the weight each stratum carries in the estimate's variance). For such an f,
+//! E_s[f a_i] = (n beta_i - sum beta) / (n (n - 1)) at every size, so a sampled coalition S of
+//! size s contributes d_i = (v(S) - f(S)) a_i(S) + (n beta_i - sum beta) / (n (n - 1)), an
+//! unbiased draw of E_s[v a_i] whatever f is, provided f was fitted without S.
+//!
+//! Unbiased by cross-fitting: a pilot (a fifth of the sampled budget, sizes drawn in
+//! proportion to 1 / sqrt(s (n - s))) only fits surrogates and sets the allocation; the main
+//! sample is dealt into folds and each fold's contributions use the surrogate fitted on the
+//! pilot and the other folds. The main sample is allocated by Neyman's rule on the pilot's
+//! out-of-sample residuals, m_s ~ sqrt(E_s[(v - f)^2] / (s (n - s))), mixed with the pilot's
+//! rule so that no stratum is starved. Since the a_i(S) sum to zero over the players, and so
+//! do the surrogate terms, the values sum to v(N) - v(empty) by construction.
+//!
+//! Standard error: the sample variance of the contributions within each stratum over its
+//! draws, summed over the sampled strata (the folds' surrogates differ a little; that
+//! spread is part of the contributions' variance). With a target standard error the main
+//! sample grows in rounds, doubling the budget, until every error meets it.
+
+use rand_xoshiro::Xoshiro256PlusPlus;
+
+use super::coalition::{CoalitionMap, Coalitions, contains};
+use super::game::{Game, bounds};
+use super::kernel::{for_each_subset, random_subset};
+use super::linalg::{cholesky, solve};
+use super::precedence::value_distinct;
+use super::sampling::stream;
+use super::{Estimate, Stopping};
+use crate::error::{MasreplayError, Result};
+
+/// Share of the sampled budget spent on the pilot (surrogate and allocation only).
+const PILOT_SHARE: f64 = 0.2;
+/// Folds of the cross-fitting (fewer when the budget cannot give each fold a draw of every
+/// sampled size).
+const MAX_FOLDS: usize = 4;
+/// Share of the main sample allocated by the pilot's rule rather than Neyman's, so a stratum
+/// whose pilot residuals happened to be small still gets draws.
+const PRIOR_MIX: f64 = 0.15;
+/// Training coalitions per intercept bin of the surrogate (neighbouring sizes are pooled
+/// until they have this many).
+const MIN_BIN: u64 = 8;
+/// Ridge on the surrogate's normal equations, relative to their mean diagonal.
+const RIDGE: f64 = 1e-3;
+/// Budget of the first round when a target standard error is given.
+const FIRST_ROUND: u64 = 4096;
+/// Stream domains: pilot and main draws of each size come from their own streams.
+const PILOT_STREAMS: u64 = 1 << 40;
+const MAIN_STREAMS: u64 = 2 << 40;
+
+fn binomial(n: usize, k: usize) -> f64 {
+    (0..k).fold(1.0, |acc, i| acc * (n - i) as f64 / (i + 1) as f64)
+}
+
+/// The coalitions drawn at one size, with their values.
+struct Draws {
+    size: usize,
+    sets: Coalitions,
+    values: Vec<f64>,
+}
+
+/// Weighted normal equations of the surrogate, with the intercept sums kept per size so that
+/// sizes can be pooled into bins when solving.
+#[derive(Clone)]
+struct Normal {
+    n: usize,
+    xx: Vec<f64>,
+    xy: Vec<f64>,
+    /// Per size s: sum of weights, of weighted memberships (n per size), of weighted values.
+    w: Vec<f64>,
+    x: Vec<f64>,
+    y: Vec<f64>,
+}
+
+impl Normal {
+    fn new(n: usize) -> Self {
+        Normal {
+            n,
+            xx: vec![0.0; n * n],
+            xy: vec![0.0; n],
+            w: vec![0.0; n + 1],
+            x: vec![0.0; (n + 1) * n],
+            y: vec![0.0; n + 1],
+        }
+    }
+
+    fn add(&mut self, members: &[usize], value: f64, weight: f64) {
+        let (n, s) = (self.n, members.len());
+        for &a in members {
+            self.xy[a] += weight * value;
+            self.x[s * n + a] += weight;
+            for &b in members {
+                self.xx[a * n + b] += weight;
+            }
+        }
+        self.w[s] += weight;
+        self.y[s] += weight * value;
+    }
+
+    fn merge(&mut self, other: &Normal) {
+        let pairs = [(&mut self.xx, &other.xx), (&mut self.xy, &other.xy), (&mut self.w, &other.w)];
+        for (mine, theirs) in pairs {
+            mine.iter_mut().zip(theirs).for_each(|(a, b)| *a += b);
+        }
+        self.x.iter_mut().zip(&other.x).for_each(|(a, b)| *a += b);
+        self.y.iter_mut().zip(&other.y).for_each(|(a, b)| *a += b);
+    }
+
+    /// Fits beta and one intercept per bin (`bin_of[s]`, sizes in no bin get none): the
+    /// intercepts are profiled out by centring within each bin.
+    fn solve(&self, bin_of: &[Option<usize>], n_bins: usize) -> Result<Surrogate> {
+        let n = self.n;
+        let mut w = vec![0.0; n_bins];
+        let mut x = vec![0.0; n_bins * n];
+        let mut y = vec![0.0; n_bins];
+        for (s, bin) in bin_of.iter().enumerate() {
+            let Some(b) = *bin else { continue };
+            w[b] += self.w[s];
+            y[b] += self.y[s];
+            x[b * n..(b + 1) * n].iter_mut().zip(&self.x[s * n..(s + 1) * n]).for_each(|(a, c)| *a += c);
+        }
+        let mut gram = self.xx.clone();
+        let mut rhs = self.xy.clone();
+        for b in (0..n_bins).filter(|&b| w[b] > 0.0) {
+            let xb = &x[b * n..(b + 1) * n];
+            for i in 0..n {
+                rhs[i] -= xb[i] * y[b] / w[b];
+                for j in 0..n {
+                    gram[i * n + j] -= xb[i] * xb[j] / w[b];
+                }
+            }
+        }
+        let mean_diagonal = (0..n).map(|i| gram[i * n + i]).sum::<f64>() / n as f64;
+        let ridge = RIDGE * mean_diagonal.max(f64::MIN_POSITIVE);
+        (0..n).for_each(|i| gram[i * n + i] += ridge);
+        let factor = cholesky(n, gram).ok_or_else(|| {
+            MasreplayError::InvalidArgument("msr: the surrogate's regression is singular (non-finite values?)".into())
+        })?;
+        let beta = solve(n, &factor, &rhs);
+        let intercept_of_bin: Vec<f64> = (0..n_bins)
+            .map(|b| {
+                let fitted: f64 = x[b * n..(b + 1) * n].iter().zip(&beta).map(|(a, c)| a * c).sum();
+                if w[b] > 0.0 { (y[b] - fitted) / w[b] } else { 0.0 }
+            })
+            .collect();
+        let intercept = bin_of.iter().map(|bin| bin.map_or(0.0, |b| intercept_of_bin[b])).collect();
+        let shift = beta.iter().sum::<f64>() / (n * (n - 1)) as f64;
+        let surrogate_term = beta.iter().map(|b| b / (n - 1) as f64 - shift).collect();
+        Ok(Surrogate { beta, intercept, surrogate_term })
+    }
+}
+
+/// f(S) = intercept[|S|] + sum of beta over S, and its per-stratum Shapley term
+/// E_s[f a_i] = (n beta_i - sum beta) / (n (n - 1)).
+struct Surrogate {
+    beta: Vec<f64>,
+    intercept: Vec<f64>,
+    surrogate_term: Vec<f64>,
+}
+
+impl Surrogate {
+    fn residual(&self, members: &[usize], value: f64) -> f64 {
+        value - self.intercept[members.len()] - members.iter().map(|&i| self.beta[i]).sum::<f64>()
+    }
+}
+
+fn members_of(set: &[u64], out: &mut Vec<usize>) {
+    out.clear();
+    for (w, &word) in set.iter().enumerate() {
+        let mut bits = word;
+        while bits != 0 {
+            out.push(w * 64 + bits.trailing_zeros() as usize);
+            bits &= bits - 1;
+        }
+    }
+}
+
+/// Groups consecutive sizes of `sizes` into bins of at least `min` coalitions (`counts[s]`);
+/// a short last bin joins the one before.
+fn bins(n: usize, sizes: &[usize], counts: &[u64], min: u64) -> (Vec<Option<usize>>, usize) {
+    let mut bin_of = vec![None; n + 1];
+    let (mut bin, mut filled) = (0, 0);
+    for &s in sizes {
+        bin_of[s] = Some(bin);
+        filled += counts[s];
+        if filled >= min {
+            bin += 1;
+            filled = 0;
+        }
+    }
+    if filled > 0 && bin > 0 {
+        for &s in sizes {
+            if bin_of[s] == Some(bin) {
+                bin_of[s] = Some(bin - 1);
+            }
+        }
+        return (bin_of, bin);
+    }
+    (bin_of, if filled > 0 { bin + 1 } else { bin })
+}
+
+/// `total` draws over `sizes` in proportion to `weight` (largest remainders), after `floor`
+/// each.
+fn allocate(sizes: &[usize], total: u64, floor: u64, weight: impl Fn(usize) -> f64) -> Vec<(usize, u64)> {
+    let spare = total.saturating_sub(floor * sizes.len() as u64);
+    let sum: f64 = sizes.iter().map(|&s| weight(s)).sum();
+    let share = |s: usize| if sum > 0.0 { spare as f64 * weight(s) / sum } else { spare as f64 / sizes.len() as f64 };
+    let mut counts: Vec<(usize, u64)> = sizes.iter().map(|&s| (s, floor + share(s).floor() as u64)).collect();
+    let mut left = (floor * sizes.len() as u64 + spare).saturating_sub(counts.iter().map(|c| c.1).sum());
+    let mut order: Vec<usize> = (0..sizes.len()).collect();
+    order.sort_by(|&a, &b| (share(sizes[b]).fract()).total_cmp(&share(sizes[a]).fract()));
+    for &k in order.iter().cycle().take(sizes.len() * 2) {
+        if left == 0 {
+            break;
+        }
+        counts[k].1 += 1;
+        left -= 1;
+    }
+    counts
+}
+
+/// Which sizes are a census and which are sampled, from the budget left after the empty and
+/// the grand coalition: size pairs (s, n - s) from the edges inward while a pair costs at
+/// most half of what is left, or everything when all that remains fits.
+fn census_sizes(n: usize, mut left: u64) -> (Vec<usize>, Vec<usize>, u64) {
+    let mut census = Vec::new();
+    let mut low = 1;
+    while low <= n - low {
+        let high = n - low;
+        let pair = if low == high { binomial(n, low) } else { 2.0 * binomial(n, low) };
+        let rest: f64 = (low..=high).map(|s| binomial(n, s)).sum();
+        if rest <= left as f64 {
+            census.extend(low..=high);
+            return (census, Vec::new(), left - rest as u64);
+        }
+        if pair > left as f64 / 2.0 {
+            break;
+        }
+        census.push(low);
+        if high != low {
+            census.push(high);
+        }
+        left -= pair as u64;
+        low += 1;
+    }
+    (census, (low..=n - low).collect(), left)
+}
+
+fn draw(n: usize, size: usize, count: u64, rng: &mut Xoshiro256PlusPlus, into: &mut Coalitions) {
+    for _ in 0..count {
+        into.push(&random_subset(rng, n, size, into.words()));
+    }
+}
+
+fn value_all(game: &dyn Game, sets: &Coalitions) -> Result<Vec<f64>> {
+    if sets.is_empty() {
+        return Ok(Vec::new());
+    }
+    let table: CoalitionMap<f64> = value_distinct(game, sets.clone())?;
+    Ok(sets.iter().map(|set| table.get(set).copied().unwrap_or(f64::NAN)).collect())
+}
+
+/// The pilot's rule: draws of size s in proportion to 1 / sqrt(s (n - s)) (Neyman's rule for
+/// a residual of equal spread at every size).
+fn prior(n: usize, s: usize) -> f64 {
+    1.0 / ((s * (n - s)) as f64).sqrt()
+}
+
+/// The weight of a training coalition of size s: the variance of the estimate is
+/// sum_s E_s[r^2] / (s (n - s) m_s) for m_s main draws, and E_s[r^2] is estimated from the
+/// `trained` coalitions of that size.
+fn fit_weight(n: usize, s: usize, main: f64, trained: f64) -> f64 {
+    1.0 / ((s * (n - s)) as f64 * main.max(1.0) * trained.max(1.0))
+}
+
+pub fn msr(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
+    let n = game.n_players();
+    let (empty, full) = bounds(game)?;
+    let delta = full - empty;
+    if n == 1 {
+        return Ok(Estimate { values: vec![delta], stderr: vec![0.0], evaluations: 2, converged: true, exact: true });
+    }
+    let first_budget = match stopping.target_stderr {
+        Some(_) => stopping.budget.min(FIRST_ROUND.max(40 * n as u64)),
+        None => stopping.budget,
+    };
+    let (census, sampled, pool) = census_sizes(n, first_budget.saturating_sub(2));
+    let mut values = vec![delta / n as f64; n];
+    let mut evaluations = 2;
+    let mut members = Vec::with_capacity(n);
+    // The census strata: E_s[v a_i] exactly.
+    for &s in &census {
+        let mut sets = Coalitions::new(n);
+        for_each_subset(n, s, |set| sets.push(set));
+        let worth = value_all(game, &sets)?;
+        evaluations += sets.len() as u64;
+        let count = sets.len() as f64;
+        for (set, &v) in sets.iter().zip(&worth) {
+            let (inside, outside) = (v / (s as f64 * count), -v / ((n - s) as f64 * count));
+            values.iter_mut().enumerate().for_each(|(i, phi)| *phi += if contains(set, i) { inside } else { outside });
+        }
+    }
+    if sampled.is_empty() {
+        return Ok(Estimate { values, stderr: vec![0.0; n], evaluations, converged: true, exact: true });
+    }
+    let strata = sampled.len() as u64;
+    if pool < 2 * strata {
+        return Err(MasreplayError::InvalidArgument(format!(
+            "budget: {} evaluations cannot draw two coalitions of each of the {strata} sampled sizes (needs {})",
+            stopping.budget,
+            stopping.budget + 2 * strata - pool
+        )));
+    }
+    let folds = (MAX_FOLDS as u64).min((pool - pool.min((PILOT_SHARE * pool as f64) as u64)) / strata).max(2) as usize;
+    let pilot_total = ((PILOT_SHARE * pool as f64) as u64).min(pool - folds as u64 * strata);
+    // The pilot: fits the surrogates of the allocation, in two halves that value each other.
+    let pilot: Vec<Draws> = allocate(&sampled, pilot_total, 0, |s| prior(n, s))
+        .into_iter()
+        .map(|(s, count)| {
+            let mut sets = Coalitions::new(n);
+            draw(n, s, count, &mut stream(stopping.seed ^ PILOT_STREAMS, s as u64), &mut sets);
+            Draws { size: s, sets, values: Vec::new() }
+        })
+        .collect();
+    let mut pilot = pilot;
+    for draws in &mut pilot {
+        draws.values = value_all(game, &draws.sets)?;
+        evaluations += draws.values.len() as u64;
+    }
+    let weights = neyman_weights(n, &sampled, &pilot, pool - pilot_total)?;
+    // The main sample: per size its own stream, extended round by round.
+    let mut rngs: Vec<Xoshiro256PlusPlus> =
+        sampled.iter().map(|&s| stream(stopping.seed ^ MAIN_STREAMS, s as u64)).collect();
+    let mut main: Vec<Draws> = sampled.iter().map(|&s| Draws { size: s, sets: Coalitions::new(n), values: Vec::new() }).collect();
+    let mut budget = first_budget;
+    loop {
+        let main_total = budget.saturating_sub(evaluations).saturating_add(main_len(&main));
+        let targets = allocate(&sampled, main_total, folds as u64, |s| weights[s]);
+        for ((draws, rng), (_, target)) in main.iter_mut().zip(&mut rngs).zip(targets) {
+            let have = draws.values.len() as u64;
+            if target > have {
+                let mut fresh = Coalitions::new(n);
+                draw(n, draws.size, target - have, rng, &mut fresh);
+                let worth = value_all(game, &fresh)?;
+                evaluations += worth.len() as u64;
+                fresh.iter().for_each(|set| draws.sets.push(set));
+                draws.values.extend(worth);
+            }
+        }
+        let (estimate, stderr) = cross_fitted(n, &pilot, &main, folds, &mut members)?;
+        let converged = stopping.converged(&stderr);
+        if converged || budget >= stopping.budget {
+            let values = values.iter().zip(&estimate).map(|(a, b)| a + b).collect();
+            return Ok(Estimate { values, stderr, evaluations, converged, exact: false });
+        }
+        budget = budget.saturating_mul(2).min(stopping.budget);
+    }
+}
+
+fn main_len(main: &[Draws]) -> u64 {
+    main.iter().map(|d| d.values.len() as u64).sum()
+}
+
+/// Per size, the main sample's allocation weight: Neyman's rule on the pilot halves'
+/// out-of-sample residuals (pooled over bins of sizes), mixed with the pilot's rule.
+fn neyman_weights(n: usize, sampled: &[usize], pilot: &[Draws], main_total: u64) -> Result<Vec<f64>> {
+    let prior_sum: f64 = sampled.iter().map(|&s| prior(n, s)).sum();
+    let mut weights = vec![0.0; n + 1];
+    sampled.iter().for_each(|&s| weights[s] = prior(n, s) / prior_sum);
+    let mut counts = vec![0u64; n + 1];
+    pilot.iter().for_each(|d| counts[d.size] = d.values.len() as u64);
+    if counts.iter().sum::<u64>() < 4 * MIN_BIN {
+        return Ok(weights);
+    }
+    let (bin_of, n_bins) = bins(n, sampled, &counts, 2 * MIN_BIN);
+    let expected_main = |s: usize| main_total as f64 * weights[s];
+    let mut halves = [Normal::new(n), Normal::new(n)];
+    let mut members = Vec::with_capacity(n);
+    for draws in pilot {
+        let s = draws.size;
+        let weight = fit_weight(n, s, expected_main(s), draws.values.len() as f64 / 2.0);
+        for (j, (set, &v)) in draws.sets.iter().zip(&draws.values).enumerate() {
+            members_of(set, &mut members);
+            halves[j % 2].add(&members, v, weight);
+        }
+    }
+    let fits = [halves[1].solve(&bin_of, n_bins)?, halves[0].solve(&bin_of, n_bins)?];
+    let mut squares = vec![(0.0f64, 0.0f64); n_bins];
+    for draws in pilot {
+        for (j, (set, &v)) in draws.sets.iter().zip(&draws.values).enumerate() {
+            members_of(set, &mut members);
+            let r = fits[j % 2].residual(&members, v);
+            if let Some(b) = bin_of[draws.size] {
+                squares[b].0 += r * r;
+                squares[b].1 += 1.0;
+            }
+        }
+    }
+    let neyman = |s: usize| {
+        bin_of[s].map_or(0.0, |b| {
+            let (sum, count) = squares[b];
+            (sum / count.max(1.0)).sqrt() * prior(n, s)
+        })
+    };
+    let neyman_sum: f64 = sampled.iter().map(|&s| neyman(s)).sum();
+    if neyman_sum > 0.0 && neyman_sum.is_finite() {
+        sampled.iter().for_each(|&s| weights[s] = PRIOR_MIX * weights[s] + (1.0 - PRIOR_MIX) * neyman(s) / neyman_sum);
+    }
+    Ok(weights)
+}
+
+/// The sampled strata's part of the values and its standard error: each main draw's
+/// contribution with the surrogate fitted without its fold, averaged per size.
+fn cross_fitted(
+    n: usize,
+    pilot: &[Draws],
+    main: &[Draws],
+    folds: usize,
+    members: &mut Vec<usize>,
+) -> Result<(Vec<f64>, Vec<f64>)> {
+    let mut trained = vec![0u64; n + 1];
+    let mut drawn = vec![0u64; n + 1];
+    for d in main {
+        drawn[d.size] = d.values.len() as u64;
+        trained[d.size] = d.values.len() as u64;
+    }
+    pilot.iter().for_each(|d| trained[d.size] += d.values.len() as u64);
+    let sampled: Vec<usize> = main.iter().map(|d| d.size).collect();
+    let (bin_of, n_bins) = bins(n, &sampled, &trained, MIN_BIN);
+    let weight = |s: usize| fit_weight(n, s, drawn[s] as f64, trained[s] as f64);
+    let mut common = Normal::new(n);
+    for d in pilot {
+        for (set, &v) in d.sets.iter().zip(&d.values) {
+            members_of(set, members);
+            common.add(members, v, weight(d.size));
+        }
+    }
+    let mut parts = vec![Normal::new(n); folds];
+    for d in main {
+        for (j, (set, &v)) in d.sets.iter().zip(&d.values).enumerate() {
+            members_of(set, members);
+            parts[j % folds].add(members, v, weight(d.size));
+        }
+    }
+    let surrogates = (0..folds)
+        .map(|k| {
+            let mut normal = common.clone();
+            parts.iter().enumerate().filter(|&(other, _)| other != k).for_each(|(_, part)| normal.merge(part));
+            normal.solve(&bin_of, n_bins)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut values = vec![0.0; n];
+    let mut variance = vec![0.0; n];
+    let (mut sum, mut squares) = (vec![0.0; n], vec![0.0; n]);
+    for d in main {
+        let s = d.size;
+        sum.fill(0.0);
+        squares.fill(0.0);
+        for (j, (set, &v)) in d.sets.iter().zip(&d.values).enumerate() {
+            members_of(set, members);
+            let surrogate = &surrogates[j % folds];
+            let r = surrogate.residual(members, v);
+            let (inside, outside) = (r / s as f64, -r / (n - s) as f64);
+            for i in 0..n {
+                let a = if contains(set, i) { inside } else { outside };
+                let contribution = a + surrogate.surrogate_term[i];
+                sum[i] += contribution;
+                squares[i] += contribution * contribution;
+            }
+        }
+        let m = d.values.len() as f64;
+        for i in 0..n {
+            let mean = sum[i] / m;
+            values[i] += mean;
+            variance[i] += (squares[i] / m - mean * mean).max(0.0) / (m - 1.0);
+        }
+    }
+    Ok((values, variance.iter().map(|v| v.sqrt()).collect()))
+}
