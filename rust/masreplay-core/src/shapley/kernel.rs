@@ -180,7 +180,7 @@ pub(super) fn random_subset(rng: &mut rand_xoshiro::Xoshiro256PlusPlus, n: usize
     set
 }
 
-fn complement_of(set: &[u64], n: usize) -> Vec<u64> {
+pub(super) fn complement_of(set: &[u64], n: usize) -> Vec<u64> {
     let mut out: Vec<u64> = set.iter().map(|w| !w).collect();
     let tail = n % 64;
     if tail != 0 {

@@ -33,7 +33,7 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 
 use super::coalition::{CoalitionMap, Coalitions, contains};
 use super::game::{Game, bounds};
-use super::kernel::{for_each_subset, random_subset};
+use super::kernel::{complement_of, for_each_subset, random_subset};
 use super::linalg::{cholesky, solve};
 use super::precedence::value_distinct;
 use super::sampling::stream;
@@ -63,11 +63,30 @@ fn binomial(n: usize, k: usize) -> f64 {
     (0..k).fold(1.0, |acc, i| acc * (n - i) as f64 / (i + 1) as f64)
 }
 
-/// The coalitions drawn at one size, with their values.
+/// Complementary pairs drawn at one size s <= n / 2: each coalition S with the half
+/// difference (v(S) - v(N - S)) / 2 of its pair's values.
 struct Draws {
     size: usize,
     sets: Coalitions,
     values: Vec<f64>,
+}
+
+impl Draws {
+    /// Draws `count` more pairs and values both sides of each.
+    fn extend(&mut self, game: &dyn Game, count: u64, rng: &mut Xoshiro256PlusPlus) -> Result<u64> {
+        let n = game.n_players();
+        let mut fresh = Coalitions::new(n);
+        for _ in 0..count {
+            fresh.push(&random_subset(rng, n, self.size, fresh.words()));
+        }
+        let mut both = fresh.clone();
+        fresh.iter().for_each(|set| both.push(&complement_of(set, n)));
+        let worth = value_all(game, &both)?;
+        let (inside, outside) = worth.split_at(fresh.len());
+        fresh.iter().for_each(|set| self.sets.push(set));
+        self.values.extend(inside.iter().zip(outside).map(|(a, b)| (a - b) / 2.0));
+        Ok(worth.len() as u64)
+    }
 }
 
 /// Weighted normal equations of the surrogate, with the intercept sums kept per size so that
@@ -254,13 +273,7 @@ fn census_sizes(n: usize, mut left: u64) -> (Vec<usize>, Vec<usize>, u64) {
         left -= pair as u64;
         low += 1;
     }
-    (census, (low..=n - low).collect(), left)
-}
-
-fn draw(n: usize, size: usize, count: u64, rng: &mut Xoshiro256PlusPlus, into: &mut Coalitions) {
-    for _ in 0..count {
-        into.push(&random_subset(rng, n, size, into.words()));
-    }
+    (census, (low..=n / 2).collect(), left)
 }
 
 fn value_all(game: &dyn Game, sets: &Coalitions) -> Result<Vec<f64>> {
@@ -314,48 +327,41 @@ pub fn msr(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
     if sampled.is_empty() {
         return Ok(Estimate { values, stderr: vec![0.0; n], evaluations, converged: true, exact: true });
     }
+    // Budgets below are in pairs (two evaluations each).
     let strata = sampled.len() as u64;
-    if pool < 2 * strata {
+    let pairs = pool / 2;
+    if pairs < 2 * strata {
         return Err(MasreplayError::InvalidArgument(format!(
-            "budget: {} evaluations cannot draw two coalitions of each of the {strata} sampled sizes (needs {})",
+            "budget: {} evaluations cannot draw two complementary pairs of each of the {strata} sampled sizes \
+             (needs {})",
             stopping.budget,
-            stopping.budget + 2 * strata - pool
+            stopping.budget + 4 * strata - 2 * pairs
         )));
     }
-    let folds = (MAX_FOLDS as u64).min((pool - pool.min((PILOT_SHARE * pool as f64) as u64)) / strata).max(2) as usize;
-    let pilot_total = ((PILOT_SHARE * pool as f64) as u64).min(pool - folds as u64 * strata);
+    let pilot_share = (PILOT_SHARE * pairs as f64) as u64;
+    let folds = (MAX_FOLDS as u64).min((pairs - pilot_share) / strata).max(2) as usize;
+    let pilot_pairs = pilot_share.min(pairs - folds as u64 * strata);
     // The pilot: fits the surrogates of the allocation, in two halves that value each other.
-    let pilot: Vec<Draws> = allocate(&sampled, pilot_total, 0, |s| prior(n, s))
-        .into_iter()
-        .map(|(s, count)| {
-            let mut sets = Coalitions::new(n);
-            draw(n, s, count, &mut stream(stopping.seed ^ PILOT_STREAMS, s as u64), &mut sets);
-            Draws { size: s, sets, values: Vec::new() }
-        })
-        .collect();
-    let mut pilot = pilot;
-    for draws in &mut pilot {
-        draws.values = value_all(game, &draws.sets)?;
-        evaluations += draws.values.len() as u64;
+    let mut pilot: Vec<Draws> = Vec::with_capacity(sampled.len());
+    for (s, count) in allocate(&sampled, pilot_pairs, 0, |s| prior(n, s)) {
+        let mut draws = Draws { size: s, sets: Coalitions::new(n), values: Vec::new() };
+        evaluations += draws.extend(game, count, &mut stream(stopping.seed ^ PILOT_STREAMS, s as u64))?;
+        pilot.push(draws);
     }
-    let weights = neyman_weights(n, &sampled, &pilot, pool - pilot_total)?;
+    let weights = neyman_weights(n, &sampled, &pilot, pairs - pilot_pairs)?;
     // The main sample: per size its own stream, extended round by round.
     let mut rngs: Vec<Xoshiro256PlusPlus> =
         sampled.iter().map(|&s| stream(stopping.seed ^ MAIN_STREAMS, s as u64)).collect();
-    let mut main: Vec<Draws> = sampled.iter().map(|&s| Draws { size: s, sets: Coalitions::new(n), values: Vec::new() }).collect();
+    let mut main: Vec<Draws> =
+        sampled.iter().map(|&s| Draws { size: s, sets: Coalitions::new(n), values: Vec::new() }).collect();
     let mut budget = first_budget;
     loop {
-        let main_total = budget.saturating_sub(evaluations).saturating_add(main_len(&main));
-        let targets = allocate(&sampled, main_total, folds as u64, |s| weights[s]);
+        let main_pairs = budget.saturating_sub(evaluations) / 2 + main.iter().map(|d| d.values.len() as u64).sum::<u64>();
+        let targets = allocate(&sampled, main_pairs, folds as u64, |s| weights[s]);
         for ((draws, rng), (_, target)) in main.iter_mut().zip(&mut rngs).zip(targets) {
             let have = draws.values.len() as u64;
             if target > have {
-                let mut fresh = Coalitions::new(n);
-                draw(n, draws.size, target - have, rng, &mut fresh);
-                let worth = value_all(game, &fresh)?;
-                evaluations += worth.len() as u64;
-                fresh.iter().for_each(|set| draws.sets.push(set));
-                draws.values.extend(worth);
+                evaluations += draws.extend(game, target - have, rng)?;
             }
         }
         let (estimate, stderr) = cross_fitted(n, &pilot, &main, folds, &mut members)?;
@@ -368,9 +374,6 @@ pub fn msr(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
     }
 }
 
-fn main_len(main: &[Draws]) -> u64 {
-    main.iter().map(|d| d.values.len() as u64).sum()
-}
 
 /// Per size, the main sample's allocation weight: Neyman's rule on the pilot halves'
 /// out-of-sample residuals (pooled over bins of sizes), mixed with the pilot's rule.
@@ -465,16 +468,19 @@ fn cross_fitted(
     let (mut sum, mut squares) = (vec![0.0; n], vec![0.0; n]);
     for d in main {
         let s = d.size;
+        let middle = if 2 * s == n { 0.5 } else { 1.0 };
         sum.fill(0.0);
         squares.fill(0.0);
         for (j, (set, &v)) in d.sets.iter().zip(&d.values).enumerate() {
             members_of(set, members);
             let surrogate = &surrogates[j % folds];
-            let r = surrogate.residual(members, v);
+            // The pair's residual half difference counts twice (S in stratum s, N - S in
+            // n - s), its surrogate term too; the middle stratum n / 2 is its own partner.
+            let r = 2.0 * middle * surrogate.residual(members, v);
             let (inside, outside) = (r / s as f64, -r / (n - s) as f64);
             for i in 0..n {
                 let a = if contains(set, i) { inside } else { outside };
-                let contribution = a + surrogate.surrogate_term[i];
+                let contribution = a + 2.0 * middle * surrogate.surrogate_term[i];
                 sum[i] += contribution;
                 squares[i] += contribution * contribution;
             }

@@ -129,7 +129,7 @@ fn unstructured_estimators_cover_95_percent() {
     let (mut failures, mut power) = (Vec::new(), Power::default());
     for (label, game) in families() {
         let truth = exact(game.as_ref(), ShapleyOptions { method: Method::Exact, ..Default::default() });
-        for method in [Method::Permutation, Method::Kernel, Method::Stratified] {
+        for method in [Method::Permutation, Method::Kernel, Method::Stratified, Method::Msr] {
             let base = ShapleyOptions { method, budget: Some(BUDGET), ..Default::default() };
             check(label, game.as_ref(), base, &truth, &mut failures, &mut power);
         }
