@@ -169,7 +169,12 @@ pub(super) fn for_each_subset(n: usize, size: usize, mut visit: impl FnMut(&[u64
     }
 }
 
-pub(super) fn random_subset(rng: &mut rand_xoshiro::Xoshiro256PlusPlus, n: usize, size: usize, words: usize) -> Vec<u64> {
+pub(super) fn random_subset(
+    rng: &mut rand_xoshiro::Xoshiro256PlusPlus,
+    n: usize,
+    size: usize,
+    words: usize,
+) -> Vec<u64> {
     let mut set = vec![0u64; words];
     // Floyd's algorithm: `size` distinct players in O(size).
     for j in n - size..n {

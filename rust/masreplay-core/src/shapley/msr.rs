@@ -53,6 +53,10 @@ const PRIOR_MIX: f64 = 0.15;
 const MIN_BIN: u64 = 8;
 /// Ridge on the surrogate's normal equations, relative to their mean diagonal.
 const RIDGE: f64 = 1e-3;
+/// Most knots of a slope.
+const MAX_KNOTS: usize = 8;
+/// Most slopes of a surrogate.
+const MAX_PARAMETERS: usize = 512;
 /// Budget of the first round when a target standard error is given.
 const FIRST_ROUND: u64 = 4096;
 /// Stream domains: pilot and main draws of each size come from their own streams.
@@ -89,38 +93,66 @@ impl Draws {
     }
 }
 
-/// Weighted normal equations of the surrogate, with the intercept sums kept per size so that
-/// sizes can be pooled into bins when solving.
+/// The surrogate's slope of player i at size s interpolates linearly between its values at
+/// `knots` sizes spread evenly over u(s) = 1 - 2s/n in [0, 1) (the sampled sizes s <= n / 2):
+/// the slopes that fit a pair's half difference change with the size (a cubic term's share
+/// by a factor of two; a voting game's swings peak near its quota).
+fn size_basis(n: usize, s: usize, knots: usize, out: &mut Vec<f64>) {
+    out.clear();
+    out.resize(knots, 0.0);
+    if knots == 1 {
+        out[0] = 1.0;
+        return;
+    }
+    let position = (1.0 - 2.0 * s as f64 / n as f64) * (knots - 1) as f64;
+    let left = (position.floor() as usize).min(knots - 2);
+    let right_share = position - left as f64;
+    out[left] = 1.0 - right_share;
+    out[left + 1] = right_share;
+}
+
+/// Weighted normal equations of the surrogate (features x_i u(s)^q), with the intercept sums
+/// kept per size so that sizes can be pooled into bins when solving.
 #[derive(Clone)]
 struct Normal {
     n: usize,
+    knots: usize,
     xx: Vec<f64>,
     xy: Vec<f64>,
-    /// Per size s: sum of weights, of weighted memberships (n per size), of weighted values.
+    /// Per size s: sum of weights, of weighted features (n knots per size), of weighted values.
     w: Vec<f64>,
     x: Vec<f64>,
     y: Vec<f64>,
 }
 
 impl Normal {
-    fn new(n: usize) -> Self {
+    fn new(n: usize, knots: usize) -> Self {
+        let p = n * knots;
         Normal {
             n,
-            xx: vec![0.0; n * n],
-            xy: vec![0.0; n],
+            knots,
+            xx: vec![0.0; p * p],
+            xy: vec![0.0; p],
             w: vec![0.0; n + 1],
-            x: vec![0.0; (n + 1) * n],
+            x: vec![0.0; (n + 1) * p],
             y: vec![0.0; n + 1],
         }
     }
 
-    fn add(&mut self, members: &[usize], value: f64, weight: f64) {
-        let (n, s) = (self.n, members.len());
-        for &a in members {
-            self.xy[a] += weight * value;
-            self.x[s * n + a] += weight;
-            for &b in members {
-                self.xx[a * n + b] += weight;
+    fn add(&mut self, members: &[usize], value: f64, weight: f64, basis: &mut Vec<f64>) {
+        let (n, s, p) = (self.n, members.len(), self.n * self.knots);
+        size_basis(n, s, self.knots, basis);
+        for (q, &bq) in basis.iter().enumerate().filter(|(_, b)| **b != 0.0) {
+            for &a in members {
+                let row = q * n + a;
+                self.xy[row] += weight * value * bq;
+                self.x[s * p + row] += weight * bq;
+                for (r, &br) in basis.iter().enumerate().filter(|(_, b)| **b != 0.0) {
+                    let wqr = weight * bq * br;
+                    for &b in members {
+                        self.xx[row * p + r * n + b] += wqr;
+                    }
+                }
             }
         }
         self.w[s] += weight;
@@ -136,61 +168,73 @@ impl Normal {
         self.y.iter_mut().zip(&other.y).for_each(|(a, b)| *a += b);
     }
 
-    /// Fits beta and one intercept per bin (`bin_of[s]`, sizes in no bin get none): the
-    /// intercepts are profiled out by centring within each bin.
+    /// Fits the slopes and one intercept per bin (`bin_of[s]`; sizes in no bin get none):
+    /// the intercepts are profiled out by centring within each bin.
     fn solve(&self, bin_of: &[Option<usize>], n_bins: usize) -> Result<Surrogate> {
-        let n = self.n;
+        let (n, p) = (self.n, self.n * self.knots);
         let mut w = vec![0.0; n_bins];
-        let mut x = vec![0.0; n_bins * n];
+        let mut x = vec![0.0; n_bins * p];
         let mut y = vec![0.0; n_bins];
         for (s, bin) in bin_of.iter().enumerate() {
             let Some(b) = *bin else { continue };
             w[b] += self.w[s];
             y[b] += self.y[s];
-            x[b * n..(b + 1) * n].iter_mut().zip(&self.x[s * n..(s + 1) * n]).for_each(|(a, c)| *a += c);
+            x[b * p..(b + 1) * p].iter_mut().zip(&self.x[s * p..(s + 1) * p]).for_each(|(a, c)| *a += c);
         }
         let mut gram = self.xx.clone();
         let mut rhs = self.xy.clone();
         for b in (0..n_bins).filter(|&b| w[b] > 0.0) {
-            let xb = &x[b * n..(b + 1) * n];
-            for i in 0..n {
+            let xb = &x[b * p..(b + 1) * p];
+            for i in 0..p {
                 rhs[i] -= xb[i] * y[b] / w[b];
-                for j in 0..n {
-                    gram[i * n + j] -= xb[i] * xb[j] / w[b];
-                }
+                let scaled = xb[i] / w[b];
+                gram[i * p..(i + 1) * p].iter_mut().zip(xb).for_each(|(g, xj)| *g -= scaled * xj);
             }
         }
-        let mean_diagonal = (0..n).map(|i| gram[i * n + i]).sum::<f64>() / n as f64;
+        let mean_diagonal = (0..p).map(|i| gram[i * p + i]).sum::<f64>() / p as f64;
         let ridge = RIDGE * mean_diagonal.max(f64::MIN_POSITIVE);
-        (0..n).for_each(|i| gram[i * n + i] += ridge);
-        let factor = cholesky(n, gram).ok_or_else(|| {
+        (0..p).for_each(|i| gram[i * p + i] += ridge);
+        let factor = cholesky(p, gram).ok_or_else(|| {
             MasreplayError::InvalidArgument("msr: the surrogate's regression is singular (non-finite values?)".into())
         })?;
-        let beta = solve(n, &factor, &rhs);
+        let coef = solve(p, &factor, &rhs);
         let intercept_of_bin: Vec<f64> = (0..n_bins)
             .map(|b| {
-                let fitted: f64 = x[b * n..(b + 1) * n].iter().zip(&beta).map(|(a, c)| a * c).sum();
+                let fitted: f64 = x[b * p..(b + 1) * p].iter().zip(&coef).map(|(a, c)| a * c).sum();
                 if w[b] > 0.0 { (y[b] - fitted) / w[b] } else { 0.0 }
             })
             .collect();
         let intercept = bin_of.iter().map(|bin| bin.map_or(0.0, |b| intercept_of_bin[b])).collect();
-        let shift = beta.iter().sum::<f64>() / (n * (n - 1)) as f64;
-        let surrogate_term = beta.iter().map(|b| b / (n - 1) as f64 - shift).collect();
-        Ok(Surrogate { beta, intercept, surrogate_term })
+        Ok(Surrogate { n, knots: self.knots, coef, intercept })
     }
 }
 
-/// f(S) = intercept[|S|] + sum of beta over S, and its per-stratum Shapley term
-/// E_s[f a_i] = (n beta_i - sum beta) / (n (n - 1)).
+/// g_s(S) = intercept[s] + sum over i in S of the slope b_i(s), fitted to a pair's half
+/// difference; its mean against the MSR weights is known: E_s[g_s a_i] = (n b_i(s) - sum_j
+/// b_j(s)) / (n (n - 1)).
 struct Surrogate {
-    beta: Vec<f64>,
+    n: usize,
+    knots: usize,
+    coef: Vec<f64>,
     intercept: Vec<f64>,
-    surrogate_term: Vec<f64>,
 }
 
 impl Surrogate {
-    fn residual(&self, members: &[usize], value: f64) -> f64 {
-        value - self.intercept[members.len()] - members.iter().map(|&i| self.beta[i]).sum::<f64>()
+    /// The slopes b_i(s) of every player at size `s`.
+    fn slopes(&self, s: usize, basis: &mut Vec<f64>) -> Vec<f64> {
+        size_basis(self.n, s, self.knots, basis);
+        (0..self.n).map(|i| basis.iter().enumerate().map(|(q, bq)| bq * self.coef[q * self.n + i]).sum()).collect()
+    }
+
+    /// E_s[g_s a_i] for every player, from the slopes at size s.
+    fn shapley_term(&self, slopes: &[f64]) -> Vec<f64> {
+        let n = self.n as f64;
+        let total: f64 = slopes.iter().sum();
+        slopes.iter().map(|b| (n * b - total) / (n * (n - 1.0))).collect()
+    }
+
+    fn residual(&self, members: &[usize], slopes: &[f64], value: f64) -> f64 {
+        value - self.intercept[members.len()] - members.iter().map(|&i| slopes[i]).sum::<f64>()
     }
 }
 
@@ -356,7 +400,8 @@ pub fn msr(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
         sampled.iter().map(|&s| Draws { size: s, sets: Coalitions::new(n), values: Vec::new() }).collect();
     let mut budget = first_budget;
     loop {
-        let main_pairs = budget.saturating_sub(evaluations) / 2 + main.iter().map(|d| d.values.len() as u64).sum::<u64>();
+        let main_pairs =
+            budget.saturating_sub(evaluations) / 2 + main.iter().map(|d| d.values.len() as u64).sum::<u64>();
         let targets = allocate(&sampled, main_pairs, folds as u64, |s| weights[s]);
         for ((draws, rng), (_, target)) in main.iter_mut().zip(&mut rngs).zip(targets) {
             let have = draws.values.len() as u64;
@@ -374,6 +419,12 @@ pub fn msr(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
     }
 }
 
+/// Knots of the surrogate's slopes: one (a slope per player) until the training pairs
+/// number five per parameter of the next, at most [`MAX_KNOTS`] and [`MAX_PARAMETERS`] slopes
+/// in all (the fits cost the cube of that).
+fn knots_for(n: usize, training_pairs: u64) -> usize {
+    (training_pairs as usize / (5 * n)).min(MAX_PARAMETERS / n).clamp(1, MAX_KNOTS)
+}
 
 /// Per size, the main sample's allocation weight: Neyman's rule on the pilot halves'
 /// out-of-sample residuals (pooled over bins of sizes), mixed with the pilot's rule.
@@ -388,22 +439,24 @@ fn neyman_weights(n: usize, sampled: &[usize], pilot: &[Draws], main_total: u64)
     }
     let (bin_of, n_bins) = bins(n, sampled, &counts, 2 * MIN_BIN);
     let expected_main = |s: usize| main_total as f64 * weights[s];
-    let mut halves = [Normal::new(n), Normal::new(n)];
-    let mut members = Vec::with_capacity(n);
+    let knots = knots_for(n, counts.iter().sum::<u64>() / 2);
+    let mut halves = [Normal::new(n, knots), Normal::new(n, knots)];
+    let (mut members, mut basis) = (Vec::with_capacity(n), Vec::new());
     for draws in pilot {
         let s = draws.size;
         let weight = fit_weight(n, s, expected_main(s), draws.values.len() as f64 / 2.0);
         for (j, (set, &v)) in draws.sets.iter().zip(&draws.values).enumerate() {
             members_of(set, &mut members);
-            halves[j % 2].add(&members, v, weight);
+            halves[j % 2].add(&members, v, weight, &mut basis);
         }
     }
     let fits = [halves[1].solve(&bin_of, n_bins)?, halves[0].solve(&bin_of, n_bins)?];
     let mut squares = vec![(0.0f64, 0.0f64); n_bins];
     for draws in pilot {
+        let slopes = [fits[0].slopes(draws.size, &mut basis), fits[1].slopes(draws.size, &mut basis)];
         for (j, (set, &v)) in draws.sets.iter().zip(&draws.values).enumerate() {
             members_of(set, &mut members);
-            let r = fits[j % 2].residual(&members, v);
+            let r = fits[j % 2].residual(&members, &slopes[j % 2], v);
             if let Some(b) = bin_of[draws.size] {
                 squares[b].0 += r * r;
                 squares[b].1 += 1.0;
@@ -442,18 +495,20 @@ fn cross_fitted(
     let sampled: Vec<usize> = main.iter().map(|d| d.size).collect();
     let (bin_of, n_bins) = bins(n, &sampled, &trained, MIN_BIN);
     let weight = |s: usize| fit_weight(n, s, drawn[s] as f64, trained[s] as f64);
-    let mut common = Normal::new(n);
+    let knots = knots_for(n, trained.iter().sum::<u64>() * (folds as u64 - 1) / folds as u64);
+    let mut basis = Vec::new();
+    let mut common = Normal::new(n, knots);
     for d in pilot {
         for (set, &v) in d.sets.iter().zip(&d.values) {
             members_of(set, members);
-            common.add(members, v, weight(d.size));
+            common.add(members, v, weight(d.size), &mut basis);
         }
     }
-    let mut parts = vec![Normal::new(n); folds];
+    let mut parts = vec![Normal::new(n, knots); folds];
     for d in main {
         for (j, (set, &v)) in d.sets.iter().zip(&d.values).enumerate() {
             members_of(set, members);
-            parts[j % folds].add(members, v, weight(d.size));
+            parts[j % folds].add(members, v, weight(d.size), &mut basis);
         }
     }
     let surrogates = (0..folds)
@@ -471,16 +526,18 @@ fn cross_fitted(
         let middle = if 2 * s == n { 0.5 } else { 1.0 };
         sum.fill(0.0);
         squares.fill(0.0);
+        let slopes: Vec<Vec<f64>> = surrogates.iter().map(|g| g.slopes(s, &mut basis)).collect();
+        let terms: Vec<Vec<f64>> = surrogates.iter().zip(&slopes).map(|(g, b)| g.shapley_term(b)).collect();
         for (j, (set, &v)) in d.sets.iter().zip(&d.values).enumerate() {
             members_of(set, members);
-            let surrogate = &surrogates[j % folds];
+            let k = j % folds;
             // The pair's residual half difference counts twice (S in stratum s, N - S in
             // n - s), its surrogate term too; the middle stratum n / 2 is its own partner.
-            let r = 2.0 * middle * surrogate.residual(members, v);
+            let r = 2.0 * middle * surrogates[k].residual(members, &slopes[k], v);
             let (inside, outside) = (r / s as f64, -r / (n - s) as f64);
             for i in 0..n {
                 let a = if contains(set, i) { inside } else { outside };
-                let contribution = a + 2.0 * middle * surrogate.surrogate_term[i];
+                let contribution = a + 2.0 * middle * terms[k][i];
                 sum[i] += contribution;
                 squares[i] += contribution * contribution;
             }

@@ -373,9 +373,14 @@ fn mean_absolute_error(estimate: &[f64], truth: &[f64]) -> f64 {
 
 #[test]
 fn error_shrinks_with_the_budget() {
-    for (method, max_order) in
-        [(Method::Permutation, 3), (Method::Permutation, 30), (Method::Kernel, 3), (Method::Stratified, 30), (Method::Msr, 3), (Method::Msr, 30)]
-    {
+    for (method, max_order) in [
+        (Method::Permutation, 3),
+        (Method::Permutation, 30),
+        (Method::Kernel, 3),
+        (Method::Stratified, 30),
+        (Method::Msr, 3),
+        (Method::Msr, 30),
+    ] {
         let (mut small, mut large) = (0.0, 0.0);
         for seed in 0..4 {
             let game = SoumGame::random(30, 60, max_order, seed).unwrap();
@@ -528,7 +533,10 @@ fn bad_arguments_are_errors_not_panics() {
     assert!(invalid(ShapleyOptions { method: Method::Owen, ..Default::default() }));
     assert!(invalid(ShapleyOptions { method: Method::Permutation, budget: Some(3), ..Default::default() }));
     assert!(invalid(ShapleyOptions { method: Method::Msr, budget: Some(3), ..Default::default() }));
-    assert!(shapley(&big_for_msr(), &ShapleyOptions { method: Method::Msr, budget: Some(100), ..Default::default() }).is_err());
+    assert!(
+        shapley(&big_for_msr(), &ShapleyOptions { method: Method::Msr, budget: Some(100), ..Default::default() })
+            .is_err()
+    );
     assert!(invalid(ShapleyOptions { target_stderr: Some(-1.0), ..Default::default() }));
     assert!(invalid(ShapleyOptions { unions: Some(vec![Union::Player(0), Union::Player(0)]), ..Default::default() }));
     assert!(invalid(ShapleyOptions { n_threads: Some(0), ..Default::default() }));
