@@ -7,27 +7,36 @@
 //! The Shapley value splits by coalition size s (the MSR identity):
 //!   phi_i = (v(N) - v(empty)) / n + sum_{s=1}^{n-1} E_s[v(S) a_i(S)],
 //!   a_i(S) = 1/s if i in S, -1/(n - s) if not,
-//! E_s the mean over coalitions of size s. Here each size is a stratum: the smallest and
-//! largest sizes are enumerated while they are cheap (a census, no error), the others are
-//! sampled uniformly with replacement. The surrogate is f(S) = c(|S|) + sum_{i in S} beta_i
-//! (an intercept per size bin and a weight per player, fitted by weighted least squares with
-//! the weight each stratum carries in the estimate's variance). For such an f,
-//! E_s[f a_i] = (n beta_i - sum beta) / (n (n - 1)) at every size, so a sampled coalition S of
-//! size s contributes d_i = (v(S) - f(S)) a_i(S) + (n beta_i - sum beta) / (n (n - 1)), an
-//! unbiased draw of E_s[v a_i] whatever f is, provided f was fitted without S.
+//! E_s the mean over coalitions of size s. Each size is a stratum: the smallest and largest
+//! sizes are enumerated while they are cheap (a census, no error); the others are sampled
+//! uniformly with replacement, in complementary pairs (S, N - S) of sizes s <= n / 2 and
+//! n - s, in proportion to 1 / sqrt(s (n - s)). A pair informs both strata through its half
+//! difference y(S) = (v(S) - v(N - S)) / 2: strata s and n - s together contribute
+//! 2 E_s[y(S) a_i(S)]. Pairing removes the even part of the game: for a game with terms of at
+//! most two players, y is linear in the members of S.
 //!
-//! Unbiased by cross-fitting: a pilot (a fifth of the sampled budget, sizes drawn in
-//! proportion to 1 / sqrt(s (n - s))) only fits surrogates and sets the allocation; the main
-//! sample is dealt into folds and each fold's contributions use the surrogate fitted on the
-//! pilot and the other folds. The main sample is allocated by Neyman's rule on the pilot's
-//! out-of-sample residuals, m_s ~ sqrt(E_s[(v - f)^2] / (s (n - s))), mixed with the pilot's
-//! rule so that no stratum is starved. Since the a_i(S) sum to zero over the players, and so
-//! do the surrogate terms, the values sum to v(N) - v(empty) by construction.
+//! The surrogate g_s(S) = c(s) + sum_{i in S} b_i(s) fits y with an intercept per size (bins
+//! of sizes when draws are few) and slopes that vary with the size, by weighted least squares
+//! (each stratum weighted by its share of the estimate's variance). Its MSR mean is known:
+//! E_s[g_s a_i] = (n b_i(s) - sum_j b_j(s)) / (n (n - 1)). So a pair of size s contributes
+//! d_i = 2 (y(S) - g_s(S)) a_i(S) + 2 (n b_i(s) - sum_j b_j(s)) / (n (n - 1)), a draw of the
+//! strata's term whose mean is exact whatever g is, provided g was fitted without that pair.
 //!
-//! Standard error: the sample variance of the contributions within each stratum over its
-//! draws, summed over the sampled strata (the folds' surrogates differ a little; that
-//! spread is part of the contributions' variance). With a target standard error the main
-//! sample grows in rounds, doubling the budget, until every error meets it.
+//! Unbiased by cross-fitting: the pairs are dealt into folds and each fold's contributions use
+//! the surrogate fitted on the other folds. The a_i(S) sum to zero over the players, and so do
+//! the surrogate terms, so the values sum to v(N) - v(empty) by construction. Which
+//! coalitions are valued depends on the number of players, the budget and the seed only,
+//! never on the values (trace_shapley's recording pass relies on it).
+//!
+//! Standard error: the sample variance of the contributions within each stratum, summed over
+//! the sampled strata (the folds' surrogates differ a little; that spread is part of the
+//! contributions' variance). With a target standard error the sample grows in rounds,
+//! doubling the budget, until every error meets it.
+//!
+//! What differs from the paper: strata by size with a census of the edges instead of
+//! importance sampling of sizes, complementary pairs, a linear surrogate with size-varying
+//! slopes (the paper's best is a tree ensemble), and cross-fitting, which keeps the estimate
+//! exactly unbiased although the surrogate is fitted on the evaluations it adjusts.
 
 use rand_xoshiro::Xoshiro256PlusPlus;
 
@@ -40,14 +49,9 @@ use super::sampling::stream;
 use super::{Estimate, Stopping};
 use crate::error::{MasreplayError, Result};
 
-/// Share of the sampled budget spent on the pilot (surrogate and allocation only).
-const PILOT_SHARE: f64 = 0.2;
 /// Folds of the cross-fitting (fewer when the budget cannot give each fold a draw of every
 /// sampled size).
 const MAX_FOLDS: usize = 4;
-/// Share of the main sample allocated by the pilot's rule rather than Neyman's, so a stratum
-/// whose pilot residuals happened to be small still gets draws.
-const PRIOR_MIX: f64 = 0.15;
 /// Training coalitions per intercept bin of the surrogate (neighbouring sizes are pooled
 /// until they have this many).
 const MIN_BIN: u64 = 8;
@@ -59,9 +63,6 @@ const MAX_KNOTS: usize = 8;
 const MAX_PARAMETERS: usize = 512;
 /// Budget of the first round when a target standard error is given.
 const FIRST_ROUND: u64 = 4096;
-/// Stream domains: pilot and main draws of each size come from their own streams.
-const PILOT_STREAMS: u64 = 1 << 40;
-const MAIN_STREAMS: u64 = 2 << 40;
 
 fn binomial(n: usize, k: usize) -> f64 {
     (0..k).fold(1.0, |acc, i| acc * (n - i) as f64 / (i + 1) as f64)
@@ -328,17 +329,20 @@ fn value_all(game: &dyn Game, sets: &Coalitions) -> Result<Vec<f64>> {
     Ok(sets.iter().map(|set| table.get(set).copied().unwrap_or(f64::NAN)).collect())
 }
 
-/// The pilot's rule: draws of size s in proportion to 1 / sqrt(s (n - s)) (Neyman's rule for
-/// a residual of equal spread at every size).
-fn prior(n: usize, s: usize) -> f64 {
+/// Draws of size s in proportion to 1 / sqrt(s (n - s)): Neyman's rule for a residual of the
+/// same spread at every size. (Following the spreads a pilot measured, as stratified does, won
+/// on voting games and lost on SOUM games once the pilot's draws were left out of the
+/// estimate, as unbiasedness requires; and a fixed allocation asks for the same coalitions
+/// whatever the values, which a recording pass such as trace_shapley's relies on.)
+fn share(n: usize, s: usize) -> f64 {
     1.0 / ((s * (n - s)) as f64).sqrt()
 }
 
-/// The weight of a training coalition of size s: the variance of the estimate is
-/// sum_s E_s[r^2] / (s (n - s) m_s) for m_s main draws, and E_s[r^2] is estimated from the
-/// `trained` coalitions of that size.
-fn fit_weight(n: usize, s: usize, main: f64, trained: f64) -> f64 {
-    1.0 / ((s * (n - s)) as f64 * main.max(1.0) * trained.max(1.0))
+/// The weight of a training pair of size s: the variance of the estimate is
+/// sum_s E_s[r^2] / (s (n - s) m_s) for m_s pairs of size s, and E_s[r^2] is estimated by
+/// the mean over those pairs.
+fn fit_weight(n: usize, s: usize, drawn: f64) -> f64 {
+    1.0 / ((s * (n - s)) as f64 * drawn.max(1.0) * drawn.max(1.0))
 }
 
 pub fn msr(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
@@ -382,34 +386,22 @@ pub fn msr(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
             stopping.budget + 4 * strata - 2 * pairs
         )));
     }
-    let pilot_share = (PILOT_SHARE * pairs as f64) as u64;
-    let folds = (MAX_FOLDS as u64).min((pairs - pilot_share) / strata).max(2) as usize;
-    let pilot_pairs = pilot_share.min(pairs - folds as u64 * strata);
-    // The pilot: fits the surrogates of the allocation, in two halves that value each other.
-    let mut pilot: Vec<Draws> = Vec::with_capacity(sampled.len());
-    for (s, count) in allocate(&sampled, pilot_pairs, 0, |s| prior(n, s)) {
-        let mut draws = Draws { size: s, sets: Coalitions::new(n), values: Vec::new() };
-        evaluations += draws.extend(game, count, &mut stream(stopping.seed ^ PILOT_STREAMS, s as u64))?;
-        pilot.push(draws);
-    }
-    let weights = neyman_weights(n, &sampled, &pilot, pairs - pilot_pairs)?;
-    // The main sample: per size its own stream, extended round by round.
-    let mut rngs: Vec<Xoshiro256PlusPlus> =
-        sampled.iter().map(|&s| stream(stopping.seed ^ MAIN_STREAMS, s as u64)).collect();
-    let mut main: Vec<Draws> =
+    let folds = (MAX_FOLDS as u64).min(pairs / strata) as usize;
+    // Per size its own stream, extended round by round.
+    let mut rngs: Vec<Xoshiro256PlusPlus> = sampled.iter().map(|&s| stream(stopping.seed, s as u64)).collect();
+    let mut draws: Vec<Draws> =
         sampled.iter().map(|&s| Draws { size: s, sets: Coalitions::new(n), values: Vec::new() }).collect();
     let mut budget = first_budget;
     loop {
-        let main_pairs =
-            budget.saturating_sub(evaluations) / 2 + main.iter().map(|d| d.values.len() as u64).sum::<u64>();
-        let targets = allocate(&sampled, main_pairs, folds as u64, |s| weights[s]);
-        for ((draws, rng), (_, target)) in main.iter_mut().zip(&mut rngs).zip(targets) {
-            let have = draws.values.len() as u64;
+        let drawn: u64 = draws.iter().map(|d| d.values.len() as u64).sum();
+        let targets = allocate(&sampled, budget.saturating_sub(evaluations) / 2 + drawn, folds as u64, |s| share(n, s));
+        for ((stratum, rng), (_, target)) in draws.iter_mut().zip(&mut rngs).zip(targets) {
+            let have = stratum.values.len() as u64;
             if target > have {
-                evaluations += draws.extend(game, target - have, rng)?;
+                evaluations += stratum.extend(game, target - have, rng)?;
             }
         }
-        let (estimate, stderr) = cross_fitted(n, &pilot, &main, folds, &mut members)?;
+        let (estimate, stderr) = cross_fitted(n, &draws, folds, &mut members)?;
         let converged = stopping.converged(&stderr);
         if converged || budget >= stopping.budget {
             let values = values.iter().zip(&estimate).map(|(a, b)| a + b).collect();
@@ -426,86 +418,18 @@ fn knots_for(n: usize, training_pairs: u64) -> usize {
     (training_pairs as usize / (5 * n)).min(MAX_PARAMETERS / n).clamp(1, MAX_KNOTS)
 }
 
-/// Per size, the main sample's allocation weight: Neyman's rule on the pilot halves'
-/// out-of-sample residuals (pooled over bins of sizes), mixed with the pilot's rule.
-fn neyman_weights(n: usize, sampled: &[usize], pilot: &[Draws], main_total: u64) -> Result<Vec<f64>> {
-    let prior_sum: f64 = sampled.iter().map(|&s| prior(n, s)).sum();
-    let mut weights = vec![0.0; n + 1];
-    sampled.iter().for_each(|&s| weights[s] = prior(n, s) / prior_sum);
-    let mut counts = vec![0u64; n + 1];
-    pilot.iter().for_each(|d| counts[d.size] = d.values.len() as u64);
-    if counts.iter().sum::<u64>() < 4 * MIN_BIN {
-        return Ok(weights);
-    }
-    let (bin_of, n_bins) = bins(n, sampled, &counts, 2 * MIN_BIN);
-    let expected_main = |s: usize| main_total as f64 * weights[s];
-    let knots = knots_for(n, counts.iter().sum::<u64>() / 2);
-    let mut halves = [Normal::new(n, knots), Normal::new(n, knots)];
-    let (mut members, mut basis) = (Vec::with_capacity(n), Vec::new());
-    for draws in pilot {
-        let s = draws.size;
-        let weight = fit_weight(n, s, expected_main(s), draws.values.len() as f64 / 2.0);
-        for (j, (set, &v)) in draws.sets.iter().zip(&draws.values).enumerate() {
-            members_of(set, &mut members);
-            halves[j % 2].add(&members, v, weight, &mut basis);
-        }
-    }
-    let fits = [halves[1].solve(&bin_of, n_bins)?, halves[0].solve(&bin_of, n_bins)?];
-    let mut squares = vec![(0.0f64, 0.0f64); n_bins];
-    for draws in pilot {
-        let slopes = [fits[0].slopes(draws.size, &mut basis), fits[1].slopes(draws.size, &mut basis)];
-        for (j, (set, &v)) in draws.sets.iter().zip(&draws.values).enumerate() {
-            members_of(set, &mut members);
-            let r = fits[j % 2].residual(&members, &slopes[j % 2], v);
-            if let Some(b) = bin_of[draws.size] {
-                squares[b].0 += r * r;
-                squares[b].1 += 1.0;
-            }
-        }
-    }
-    let neyman = |s: usize| {
-        bin_of[s].map_or(0.0, |b| {
-            let (sum, count) = squares[b];
-            (sum / count.max(1.0)).sqrt() * prior(n, s)
-        })
-    };
-    let neyman_sum: f64 = sampled.iter().map(|&s| neyman(s)).sum();
-    if neyman_sum > 0.0 && neyman_sum.is_finite() {
-        sampled.iter().for_each(|&s| weights[s] = PRIOR_MIX * weights[s] + (1.0 - PRIOR_MIX) * neyman(s) / neyman_sum);
-    }
-    Ok(weights)
-}
-
-/// The sampled strata's part of the values and its standard error: each main draw's
-/// contribution with the surrogate fitted without its fold, averaged per size.
-fn cross_fitted(
-    n: usize,
-    pilot: &[Draws],
-    main: &[Draws],
-    folds: usize,
-    members: &mut Vec<usize>,
-) -> Result<(Vec<f64>, Vec<f64>)> {
-    let mut trained = vec![0u64; n + 1];
+/// The sampled strata's part of the values and its standard error: each pair's contribution
+/// with the surrogate fitted without its fold, averaged per size.
+fn cross_fitted(n: usize, draws: &[Draws], folds: usize, members: &mut Vec<usize>) -> Result<(Vec<f64>, Vec<f64>)> {
     let mut drawn = vec![0u64; n + 1];
-    for d in main {
-        drawn[d.size] = d.values.len() as u64;
-        trained[d.size] = d.values.len() as u64;
-    }
-    pilot.iter().for_each(|d| trained[d.size] += d.values.len() as u64);
-    let sampled: Vec<usize> = main.iter().map(|d| d.size).collect();
-    let (bin_of, n_bins) = bins(n, &sampled, &trained, MIN_BIN);
-    let weight = |s: usize| fit_weight(n, s, drawn[s] as f64, trained[s] as f64);
-    let knots = knots_for(n, trained.iter().sum::<u64>() * (folds as u64 - 1) / folds as u64);
+    draws.iter().for_each(|d| drawn[d.size] = d.values.len() as u64);
+    let sampled: Vec<usize> = draws.iter().map(|d| d.size).collect();
+    let (bin_of, n_bins) = bins(n, &sampled, &drawn, MIN_BIN);
+    let weight = |s: usize| fit_weight(n, s, drawn[s] as f64);
+    let knots = knots_for(n, drawn.iter().sum::<u64>() * (folds as u64 - 1) / folds as u64);
     let mut basis = Vec::new();
-    let mut common = Normal::new(n, knots);
-    for d in pilot {
-        for (set, &v) in d.sets.iter().zip(&d.values) {
-            members_of(set, members);
-            common.add(members, v, weight(d.size), &mut basis);
-        }
-    }
     let mut parts = vec![Normal::new(n, knots); folds];
-    for d in main {
+    for d in draws {
         for (j, (set, &v)) in d.sets.iter().zip(&d.values).enumerate() {
             members_of(set, members);
             parts[j % folds].add(members, v, weight(d.size), &mut basis);
@@ -513,7 +437,7 @@ fn cross_fitted(
     }
     let surrogates = (0..folds)
         .map(|k| {
-            let mut normal = common.clone();
+            let mut normal = Normal::new(n, knots);
             parts.iter().enumerate().filter(|&(other, _)| other != k).for_each(|(_, part)| normal.merge(part));
             normal.solve(&bin_of, n_bins)
         })
@@ -521,7 +445,7 @@ fn cross_fitted(
     let mut values = vec![0.0; n];
     let mut variance = vec![0.0; n];
     let (mut sum, mut squares) = (vec![0.0; n], vec![0.0; n]);
-    for d in main {
+    for d in draws {
         let s = d.size;
         let middle = if 2 * s == n { 0.5 } else { 1.0 };
         sum.fill(0.0);
