@@ -226,7 +226,8 @@ proptest! {
         let combined: Vec<(Vec<u32>, f64)> = v.terms().into_iter().map(|(m, c)| (m, a * c))
             .chain(w.terms().into_iter().map(|(m, c)| (m, b * c))).collect();
         let combined = SoumGame::new(n, combined).unwrap();
-        for method in [Method::Permutation, Method::Kernel, Method::Exact] {
+        // MSR too: its coalitions depend on the seed only and its surrogate is a least-squares fit.
+        for method in [Method::Permutation, Method::Kernel, Method::Msr, Method::Exact] {
             let budget = if method == Method::Exact { 1 << 20 } else { 3000 };
             if method == Method::Exact && n > 14 { continue; }
             let (pv, pw, pc) = (run(&v, method, budget, seed), run(&w, method, budget, seed), run(&combined, method, budget, seed));
