@@ -56,7 +56,7 @@ const MAX_FOLDS: usize = 4;
 /// until they have this many).
 const MIN_BIN: u64 = 8;
 /// Ridge on the surrogate's normal equations, relative to their mean diagonal.
-const RIDGE: f64 = 1e-6;
+const RIDGE: f64 = 1e-9;
 /// Most knots of a slope.
 const MAX_KNOTS: usize = 8;
 /// Most slopes of a surrogate.
