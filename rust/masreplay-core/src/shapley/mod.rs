@@ -233,11 +233,11 @@ pub fn shapley(game: &dyn Game, options: &ShapleyOptions) -> Result<ShapleyResul
 const MSR_FROM_EVALUATIONS_PER_PLAYER: u64 = 30;
 
 /// `auto` without structure, by rules measured on the benchmark families (SOUM of low and of
-/// full order, weighted voting, additive + pairwise; n = 12-100, budgets 1,000-10,000, 5
+/// full order, weighted voting, additive + pairwise; n = 12-100, budgets 1,000-10,000, 3-5
 /// seeds; benches/RESULTS.md): exact when the budget covers all 2^n coalitions; else MSR from
-/// 30 evaluations per player, where it matched the best other estimator on low-order games
-/// (within 5%), beat permutations 3x on full-order games and 4x on voting, beat KernelSHAP
-/// at n = 14-16 on all but low order (a tie), and is exact on pairwise games like
+/// 30 evaluations per player, where it came within 15% of the best estimator on low-order
+/// games (ahead at n = 30), beat permutations 3x or more on full-order and voting games, beat
+/// KernelSHAP at n = 14-16 on all but low order (a tie), and is exact on pairwise games like
 /// antithetic permutations; else antithetic permutations, which at 10 evaluations per player
 /// (n = 100, budget 1,000) won on low-order and pairwise games, where MSR's surrogate has too
 /// few pairs to fit.
