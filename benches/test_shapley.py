@@ -9,6 +9,9 @@ coalition evaluations. Truth: the closed form (SOUM), a dynamic program over wei
 the 10,000 budget); the time is the median run. Every anchor values coalitions with the same
 vectorised numpy game (a matrix product); masreplay's native game is valued in Rust.
 
+masreplay's sides: antithetic permutations, KernelSHAP, stratified, regression-adjusted MSR
+(``msr``) and ``auto``. shapiq 1.4.1 ships no RegressionMSR, so MSR has no anchor of its own.
+
 Accuracy on the same footing: ``MAE`` compares what each side's estimator produced before
 any projection onto efficiency (masreplay's returned values less its recorded
 ``efficiency_gap`` / n; the anchors' values as returned), ``MAE proj`` projects every side
@@ -175,6 +178,7 @@ SIDES = [
     Side("masreplay", masreplay_runner("permutation"), native=True),
     Side("masreplay kernel", masreplay_runner("kernel"), native=True),
     Side("masreplay stratified", masreplay_runner("stratified"), native=True),
+    Side("masreplay msr", masreplay_runner("msr"), native=True),
     Side("masreplay auto", masreplay_runner("auto"), native=True),
     Side("numpy antithetic permutation (vectorised)", numpy_antithetic),
     Side("shapiq PermutationSamplingSV", shapiq_runner("permutation"), "shapiq"),

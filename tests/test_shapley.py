@@ -16,7 +16,7 @@ import masreplay
 from masreplay import games
 from masreplay.errors import InvalidArgumentError
 
-METHODS = ["exact", "permutation", "kernel", "stratified"]
+METHODS = ["exact", "permutation", "kernel", "stratified", "msr"]
 fast = settings(max_examples=30, deadline=None)
 
 
@@ -128,7 +128,7 @@ def test_symmetry_and_null_player_in_the_sampling_regime(n, terms, game_seed, se
     base = games.soum(n, terms, 3, game_seed).terms()
     game = games.soum(n + 1, [([swap.get(p, p) for p in m], c / 2) for m, c in base] + [(m, c / 2) for m, c in base])
     budget = 1000
-    for method in ["kernel", "stratified"]:
+    for method in ["kernel", "stratified", "msr"]:
         r = masreplay.shapley(game, method=method, budget=budget, seed=seed)
         assert not r.exact
         assert within_noise(r.values[0], r.values[1], r.stderr[0], r.stderr[1]), (method, r.values, r.stderr)
@@ -145,7 +145,8 @@ def test_symmetry_and_null_player_in_the_sampling_regime(n, terms, game_seed, se
 def test_linear_under_the_same_random_stream(n, seed, a, b):
     v, w = games.soum(n, 15, 3, seed), games.soum(n, 15, n, seed + 1)
     combined = games.soum(n, [(m, a * c) for m, c in v.terms()] + [(m, b * c) for m, c in w.terms()])
-    for method in ["permutation", "kernel"]:
+    # MSR too: its coalitions depend on the seed only and its surrogate is a least-squares fit.
+    for method in ["permutation", "kernel", "msr"]:
         phi = [masreplay.shapley(g, method=method, budget=2000, seed=seed).values for g in (v, w, combined)]
         np.testing.assert_allclose(phi[2], a * phi[0] + b * phi[1], atol=1e-9)
 
@@ -201,7 +202,7 @@ def test_owen_splits_exactly_level_by_level():
     assert masreplay.shapley(game, unions=unions).method == "owen"
 
 
-@pytest.mark.parametrize("method", ["permutation", "kernel", "stratified"])
+@pytest.mark.parametrize("method", ["permutation", "kernel", "stratified", "msr"])
 def test_error_shrinks_with_budget(method):
     small, large = [], []
     for seed in range(3):
@@ -235,8 +236,29 @@ def test_same_seed_same_values_at_any_thread_count():
 
 def test_auto_says_what_it_picked():
     assert masreplay.shapley(games.soum(8, 10)).method == "exact"
-    assert masreplay.shapley(games.soum(14, 10), budget=8000).method == "kernel"
+    # MSR from 30 evaluations per player, antithetic permutations below.
+    assert masreplay.shapley(games.soum(14, 10), budget=8000).method == "msr"
+    assert masreplay.shapley(games.soum(100, 10), budget=3000).method == "msr"
     assert masreplay.shapley(games.soum(100, 10), budget=1000).method == "permutation"
+
+
+def test_msr_is_unbiased_exact_on_pairwise_games_and_meets_a_target():
+    # Unbiased: over 300 seeds the mean estimate is within four standard errors of the mean.
+    game = games.soum(12, 30, 12, seed=4)
+    truth = game.shapley_values()
+    runs = np.array([masreplay.shapley(game, method="msr", budget=300, seed=s).values for s in range(300)])
+    assert np.all(np.abs(runs.mean(axis=0) - truth) <= 4 * runs.std(axis=0, ddof=1) / np.sqrt(len(runs)) + 1e-12)
+    # Complementary pairs leave a pairwise game's linear part, which the surrogate absorbs.
+    rng = np.random.default_rng(0)
+    terms = [([i], float(rng.uniform(0, 1))) for i in range(40)]
+    terms += [([i, j], float(rng.uniform(-0.1, 0.1))) for i in range(40) for j in range(i + 1, 40)]
+    pairwise = games.soum(40, terms)
+    result = masreplay.shapley(pairwise, method="msr", budget=4000, seed=1)
+    np.testing.assert_allclose(result.values, pairwise.shapley_values(), atol=1e-4)
+    # A target standard error grows the sample in rounds until it is met.
+    full = games.soum(40, 60, 40, seed=2)
+    reached = masreplay.shapley(full, method="msr", target_stderr=0.01)
+    assert reached.converged and reached.stderr.max() <= 0.01 and reached.evaluations < 10**6
 
 
 def test_native_games():
@@ -296,7 +318,7 @@ class Counting:
         return self.game.values(masks)
 
 
-@pytest.mark.parametrize("method", ["exact", "permutation", "kernel"])
+@pytest.mark.parametrize("method", ["exact", "permutation", "kernel", "msr"])
 def test_callable_games_match_native_ones_and_are_valued_once(method):
     native = games.soum(10, 30, 4, seed=4)
     counting = Counting(native)

@@ -6,8 +6,13 @@ sampled as Leverage SHAP does, without replacement, exactly efficient), ``preced
 spawn-tree Shapley value: orderings in which every parent precedes the players it spawned;
 exact over the down-sets when they are few), ``permission`` (Shapley of the restricted game
 ``v'(S) = v(largest down-set in S)``), ``owen`` (nested unions: credit splits exactly level
-by level), and ``auto``, which picks exact when the budget covers every feasible coalition
-and the best sampler otherwise, and says which in ``result.method``.
+by level), ``msr`` (regression-adjusted maximum sample reuse, Witter, Liu & Musco 2025:
+every valued coalition informs every player; a surrogate fitted on the evaluations, with
+per-player slopes that vary with the coalition size, is a control variate; cross-fitted, so
+unbiased, and efficient by construction), and ``auto``, which picks exact when the budget
+covers every feasible coalition, ``msr`` from 30 evaluations per player and antithetic
+permutations below (rules measured on the benchmark families, see the README), and says
+which in ``result.method``.
 
 Players the caller knows about: ``fixed`` players are always present (an orchestrator, the
 harness), ``exclude`` players never; the estimators play the game among the rest,
@@ -132,9 +137,8 @@ def shapley(
 
     ``stderr`` is calibrated: value +- 1.96 stderr covers the exact value 93-97% of the time
     for every sampled method on the benchmark game families at 10,000 evaluations
-    (tests/test_shapley_calibration.py; the permission value of a weighted voting game, with
-    rare large marginals, covers about 92% there). For ``stratified`` it is the error of the
-    projected values.
+    (tests/test_shapley_calibration.py). For ``stratified`` it is the error of the projected
+    values.
     """
     canonical = None
     if isinstance(game, FunctionGame):

@@ -45,7 +45,7 @@ Sampler = Literal["uniform", "prioritized"]
 Baseline = Literal["mean", "loo"]
 #: How ``trace_shapley`` turns a player's value into its events' credit.
 EventCreditShare = Literal["split", "each"]
-ShapleyMethod = Literal["auto", "exact", "permutation", "kernel", "precedence", "permission", "owen", "stratified"]
+ShapleyMethod = Literal["auto", "exact", "permutation", "kernel", "precedence", "permission", "owen", "stratified", "msr"]
 
 ESTIMATORS: tuple[str, ...] = get_args(Estimator)
 STRATA: tuple[str, ...] = get_args(Stratum)

@@ -153,7 +153,7 @@ pub fn kernel(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
         .with_target(stopping))
 }
 
-fn for_each_subset(n: usize, size: usize, mut visit: impl FnMut(&[u64])) {
+pub(super) fn for_each_subset(n: usize, size: usize, mut visit: impl FnMut(&[u64])) {
     let mut chosen: Vec<usize> = (0..size).collect();
     let mut set = vec![0u64; super::coalition::words_for(n)];
     loop {
@@ -169,7 +169,12 @@ fn for_each_subset(n: usize, size: usize, mut visit: impl FnMut(&[u64])) {
     }
 }
 
-fn random_subset(rng: &mut rand_xoshiro::Xoshiro256PlusPlus, n: usize, size: usize, words: usize) -> Vec<u64> {
+pub(super) fn random_subset(
+    rng: &mut rand_xoshiro::Xoshiro256PlusPlus,
+    n: usize,
+    size: usize,
+    words: usize,
+) -> Vec<u64> {
     let mut set = vec![0u64; words];
     // Floyd's algorithm: `size` distinct players in O(size).
     for j in n - size..n {
@@ -180,7 +185,7 @@ fn random_subset(rng: &mut rand_xoshiro::Xoshiro256PlusPlus, n: usize, size: usi
     set
 }
 
-fn complement_of(set: &[u64], n: usize) -> Vec<u64> {
+pub(super) fn complement_of(set: &[u64], n: usize) -> Vec<u64> {
     let mut out: Vec<u64> = set.iter().map(|w| !w).collect();
     let tail = n % 64;
     if tail != 0 {

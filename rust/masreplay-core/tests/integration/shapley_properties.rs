@@ -145,7 +145,7 @@ proptest! {
         let n = game.n_players();
         let parents = tree[..n].to_vec();
         let rounding = |result: &ShapleyResult| 1e-9 * (1.0 + result.values.iter().map(|v| v.abs()).sum::<f64>());
-        for method in [Method::Exact, Method::Permutation, Method::Kernel, Method::Stratified, Method::Auto] {
+        for method in [Method::Exact, Method::Permutation, Method::Kernel, Method::Stratified, Method::Msr, Method::Auto] {
             let result = run(&game, method, if method == Method::Exact { 1 << 12 } else { 500 }, seed);
             prop_assert!(efficiency_gap(&game, &result) < 1e-9, "{method:?}");
             if method != Method::Stratified {
@@ -202,7 +202,7 @@ proptest! {
         let game = symmetrised(&game, 1);
         let n = game.n_players();
         let budget = 1000;
-        for method in [Method::Kernel, Method::Stratified] {
+        for method in [Method::Kernel, Method::Stratified, Method::Msr] {
             let r = run(&game, method, budget, seed);
             prop_assert!(!r.exact, "{method:?}");
             prop_assert!(within_noise(r.values[0], r.values[1], r.stderr[0], r.stderr[1]), "{method:?}: {:?} +- {:?}", r.values, r.stderr);
@@ -226,7 +226,8 @@ proptest! {
         let combined: Vec<(Vec<u32>, f64)> = v.terms().into_iter().map(|(m, c)| (m, a * c))
             .chain(w.terms().into_iter().map(|(m, c)| (m, b * c))).collect();
         let combined = SoumGame::new(n, combined).unwrap();
-        for method in [Method::Permutation, Method::Kernel, Method::Exact] {
+        // MSR too: its coalitions depend on the seed only and its surrogate is a least-squares fit.
+        for method in [Method::Permutation, Method::Kernel, Method::Msr, Method::Exact] {
             let budget = if method == Method::Exact { 1 << 20 } else { 3000 };
             if method == Method::Exact && n > 14 { continue; }
             let (pv, pw, pc) = (run(&v, method, budget, seed), run(&w, method, budget, seed), run(&combined, method, budget, seed));
@@ -373,9 +374,14 @@ fn mean_absolute_error(estimate: &[f64], truth: &[f64]) -> f64 {
 
 #[test]
 fn error_shrinks_with_the_budget() {
-    for (method, max_order) in
-        [(Method::Permutation, 3), (Method::Permutation, 30), (Method::Kernel, 3), (Method::Stratified, 30)]
-    {
+    for (method, max_order) in [
+        (Method::Permutation, 3),
+        (Method::Permutation, 30),
+        (Method::Kernel, 3),
+        (Method::Stratified, 30),
+        (Method::Msr, 3),
+        (Method::Msr, 30),
+    ] {
         let (mut small, mut large) = (0.0, 0.0);
         for seed in 0..4 {
             let game = SoumGame::random(30, 60, max_order, seed).unwrap();
@@ -409,6 +415,7 @@ fn same_seed_same_values_at_any_thread_count() {
     for (method, parents) in [
         (Method::Permutation, None),
         (Method::Kernel, None),
+        (Method::Msr, None),
         (Method::Precedence, Some(parents.clone())),
         (Method::Permission, Some(parents)),
     ] {
@@ -441,6 +448,46 @@ fn target_stderr_stops_early_and_is_met() {
     assert!(result.evaluations < 1_000_000);
     let truth = game.shapley_values();
     assert!(mean_absolute_error(&result.values, &truth) < 0.03);
+}
+
+#[test]
+fn msr_is_unbiased_and_meets_a_target() {
+    // Unbiased: the mean over 400 seeds at a budget of 300 (an eighth of what exhausting a
+    // 12-player game takes; the surrogate fits on few coalitions) is within four standard
+    // errors of that mean from the truth, for every player.
+    let game = SoumGame::random(12, 30, 12, 4).unwrap();
+    let truth = game.shapley_values();
+    let seeds = 400;
+    let (mut sum, mut squares) = (vec![0.0; 12], vec![0.0; 12]);
+    for seed in 0..seeds {
+        let result = run(&game, Method::Msr, 300, seed);
+        assert!(!result.exact);
+        for (i, v) in result.values.iter().enumerate() {
+            sum[i] += v;
+            squares[i] += v * v;
+        }
+    }
+    let m = seeds as f64;
+    for i in 0..12 {
+        let mean = sum[i] / m;
+        let stderr_of_mean = ((squares[i] / m - mean * mean) / (m - 1.0)).sqrt();
+        assert!((mean - truth[i]).abs() <= 4.0 * stderr_of_mean + 1e-12, "player {i}: {mean} vs {}", truth[i]);
+    }
+    // A target standard error grows the sample in rounds and stops once it is met.
+    let game = SoumGame::random(40, 60, 40, 2).unwrap();
+    let options = ShapleyOptions { method: Method::Msr, target_stderr: Some(0.01), ..Default::default() };
+    let result = with(options, &game);
+    assert!(result.converged && result.stderr.iter().all(|&e| e <= 0.01));
+    assert!(result.evaluations < 1_000_000, "{}", result.evaluations);
+    // Pairwise games: the complementary pairs' half differences are linear, the surrogate
+    // absorbs them, and the values are exact up to the surrogate's ridge.
+    let pairwise: Vec<(Vec<u32>, f64)> = (0..30u32)
+        .map(|i| (vec![i], 1.0 + i as f64 / 10.0))
+        .chain((0..30u32).flat_map(|i| (i + 1..30).map(move |j| (vec![i, j], ((i * 5 + j) % 7) as f64 / 7.0 - 0.5))))
+        .collect();
+    let game = SoumGame::new(30, pairwise).unwrap();
+    let result = run(&game, Method::Msr, 5_000, 1);
+    assert!(mean_absolute_error(&result.values, &game.shapley_values()) < 1e-3);
 }
 
 #[test]
@@ -486,6 +533,11 @@ fn bad_arguments_are_errors_not_panics() {
     assert!(invalid(ShapleyOptions { method: Method::Precedence, ..Default::default() }));
     assert!(invalid(ShapleyOptions { method: Method::Owen, ..Default::default() }));
     assert!(invalid(ShapleyOptions { method: Method::Permutation, budget: Some(3), ..Default::default() }));
+    assert!(invalid(ShapleyOptions { method: Method::Msr, budget: Some(3), ..Default::default() }));
+    assert!(
+        shapley(&big_for_msr(), &ShapleyOptions { method: Method::Msr, budget: Some(100), ..Default::default() })
+            .is_err()
+    );
     assert!(invalid(ShapleyOptions { target_stderr: Some(-1.0), ..Default::default() }));
     assert!(invalid(ShapleyOptions { unions: Some(vec![Union::Player(0), Union::Player(0)]), ..Default::default() }));
     assert!(invalid(ShapleyOptions { n_threads: Some(0), ..Default::default() }));
@@ -496,4 +548,9 @@ fn bad_arguments_are_errors_not_panics() {
     assert!(shapley(&big, &ShapleyOptions { method: Method::Exact, ..Default::default() }).is_err());
     assert!(invalid(ShapleyOptions { method: Method::Exact, budget: Some(31), ..Default::default() }));
     let _: Result<()> = Ok(());
+}
+
+/// 60 players: 100 evaluations cannot draw two pairs of each of the sizes MSR samples.
+fn big_for_msr() -> SoumGame {
+    SoumGame::random(60, 5, 2, 0).unwrap()
 }

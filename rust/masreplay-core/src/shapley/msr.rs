@@ -1,0 +1,477 @@
+//! Regression-adjusted maximum sample reuse (Witter, Liu & Musco, "Regression-adjusted Monte
+//! Carlo estimators for Shapley values and probabilistic values", NeurIPS 2025, arXiv
+//! 2506.11849): a surrogate f fitted on the valued coalitions is a control variate. Its
+//! Shapley values are known in closed form; only the residual v - f is estimated by Monte
+//! Carlo, and every valued coalition informs every player at once (maximum sample reuse).
+//!
+//! The Shapley value splits by coalition size s (the MSR identity):
+//!   phi_i = (v(N) - v(empty)) / n + sum_{s=1}^{n-1} E_s[v(S) a_i(S)],
+//!   a_i(S) = 1/s if i in S, -1/(n - s) if not,
+//! E_s the mean over coalitions of size s. Each size is a stratum: the smallest and largest
+//! sizes are enumerated while they are cheap (a census, no error); the others are sampled
+//! uniformly with replacement, in complementary pairs (S, N - S) of sizes s <= n / 2 and
+//! n - s, in proportion to 1 / sqrt(s (n - s)). A pair informs both strata through its half
+//! difference y(S) = (v(S) - v(N - S)) / 2: strata s and n - s together contribute
+//! 2 E_s[y(S) a_i(S)]. Pairing removes the even part of the game: for a game with terms of at
+//! most two players, y is linear in the members of S.
+//!
+//! The surrogate g_s(S) = c(s) + sum_{i in S} b_i(s) fits y with an intercept per size (bins
+//! of sizes when draws are few) and slopes that vary with the size, by weighted least squares
+//! (each stratum weighted by its share of the estimate's variance). Its MSR mean is known:
+//! E_s[g_s a_i] = (n b_i(s) - sum_j b_j(s)) / (n (n - 1)). So a pair of size s contributes
+//! d_i = 2 (y(S) - g_s(S)) a_i(S) + 2 (n b_i(s) - sum_j b_j(s)) / (n (n - 1)), a draw of the
+//! strata's term whose mean is exact whatever g is, provided g was fitted without that pair.
+//!
+//! Unbiased by cross-fitting: the pairs are dealt into folds and each fold's contributions use
+//! the surrogate fitted on the other folds. The a_i(S) sum to zero over the players, and so do
+//! the surrogate terms, so the values sum to v(N) - v(empty) by construction. Which
+//! coalitions are valued depends on the number of players, the budget and the seed only,
+//! never on the values (trace_shapley's recording pass relies on it).
+//!
+//! Standard error: the sample variance of the contributions within each stratum, summed over
+//! the sampled strata (the folds' surrogates differ a little; that spread is part of the
+//! contributions' variance). With a target standard error the sample grows in rounds,
+//! doubling the budget, until every error meets it.
+//!
+//! What differs from the paper: strata by size with a census of the edges instead of
+//! importance sampling of sizes, complementary pairs, a linear surrogate with size-varying
+//! slopes (the paper's best is a tree ensemble), and cross-fitting, which keeps the estimate
+//! exactly unbiased although the surrogate is fitted on the evaluations it adjusts.
+
+use rand_xoshiro::Xoshiro256PlusPlus;
+
+use super::coalition::{CoalitionMap, Coalitions, contains};
+use super::game::{Game, bounds};
+use super::kernel::{complement_of, for_each_subset, random_subset};
+use super::linalg::{cholesky, solve};
+use super::precedence::value_distinct;
+use super::sampling::stream;
+use super::{Estimate, Stopping};
+use crate::error::{MasreplayError, Result};
+
+/// Folds of the cross-fitting (fewer when the budget cannot give each fold a draw of every
+/// sampled size).
+const MAX_FOLDS: usize = 4;
+/// Training coalitions per intercept bin of the surrogate (neighbouring sizes are pooled
+/// until they have this many).
+const MIN_BIN: u64 = 8;
+/// Ridge on the surrogate's normal equations, relative to their mean diagonal.
+const RIDGE: f64 = 1e-9;
+/// Most knots of a slope.
+const MAX_KNOTS: usize = 8;
+/// Most slopes of a surrogate.
+const MAX_PARAMETERS: usize = 512;
+/// Budget of the first round when a target standard error is given.
+const FIRST_ROUND: u64 = 4096;
+
+fn binomial(n: usize, k: usize) -> f64 {
+    (0..k).fold(1.0, |acc, i| acc * (n - i) as f64 / (i + 1) as f64)
+}
+
+/// Complementary pairs drawn at one size s <= n / 2: each coalition S with the half
+/// difference (v(S) - v(N - S)) / 2 of its pair's values.
+struct Draws {
+    size: usize,
+    sets: Coalitions,
+    values: Vec<f64>,
+}
+
+impl Draws {
+    /// Draws `count` more pairs and values both sides of each.
+    fn extend(&mut self, game: &dyn Game, count: u64, rng: &mut Xoshiro256PlusPlus) -> Result<u64> {
+        let n = game.n_players();
+        let mut fresh = Coalitions::new(n);
+        for _ in 0..count {
+            fresh.push(&random_subset(rng, n, self.size, fresh.words()));
+        }
+        let mut both = fresh.clone();
+        fresh.iter().for_each(|set| both.push(&complement_of(set, n)));
+        let worth = value_all(game, &both)?;
+        let (inside, outside) = worth.split_at(fresh.len());
+        fresh.iter().for_each(|set| self.sets.push(set));
+        self.values.extend(inside.iter().zip(outside).map(|(a, b)| (a - b) / 2.0));
+        Ok(worth.len() as u64)
+    }
+}
+
+/// The surrogate's slope of player i at size s interpolates linearly between its values at
+/// `knots` sizes spread evenly over u(s) = 1 - 2s/n in [0, 1) (the sampled sizes s <= n / 2):
+/// the slopes that fit a pair's half difference change with the size (a cubic term's share
+/// by a factor of two; a voting game's swings peak near its quota).
+fn size_basis(n: usize, s: usize, knots: usize, out: &mut Vec<f64>) {
+    out.clear();
+    out.resize(knots, 0.0);
+    if knots == 1 {
+        out[0] = 1.0;
+        return;
+    }
+    let position = (1.0 - 2.0 * s as f64 / n as f64) * (knots - 1) as f64;
+    let left = (position.floor() as usize).min(knots - 2);
+    let right_share = position - left as f64;
+    out[left] = 1.0 - right_share;
+    out[left + 1] = right_share;
+}
+
+/// Weighted normal equations of the surrogate (features x_i u(s)^q), with the intercept sums
+/// kept per size so that sizes can be pooled into bins when solving.
+#[derive(Clone)]
+struct Normal {
+    n: usize,
+    knots: usize,
+    xx: Vec<f64>,
+    xy: Vec<f64>,
+    /// Per size s: sum of weights, of weighted features (n knots per size), of weighted values.
+    w: Vec<f64>,
+    x: Vec<f64>,
+    y: Vec<f64>,
+}
+
+impl Normal {
+    fn new(n: usize, knots: usize) -> Self {
+        let p = n * knots;
+        Normal {
+            n,
+            knots,
+            xx: vec![0.0; p * p],
+            xy: vec![0.0; p],
+            w: vec![0.0; n + 1],
+            x: vec![0.0; (n + 1) * p],
+            y: vec![0.0; n + 1],
+        }
+    }
+
+    fn add(&mut self, members: &[usize], value: f64, weight: f64, basis: &mut Vec<f64>) {
+        let (n, s, p) = (self.n, members.len(), self.n * self.knots);
+        size_basis(n, s, self.knots, basis);
+        for (q, &bq) in basis.iter().enumerate().filter(|(_, b)| **b != 0.0) {
+            for &a in members {
+                let row = q * n + a;
+                self.xy[row] += weight * value * bq;
+                self.x[s * p + row] += weight * bq;
+                for (r, &br) in basis.iter().enumerate().filter(|(_, b)| **b != 0.0) {
+                    let wqr = weight * bq * br;
+                    for &b in members {
+                        self.xx[row * p + r * n + b] += wqr;
+                    }
+                }
+            }
+        }
+        self.w[s] += weight;
+        self.y[s] += weight * value;
+    }
+
+    fn merge(&mut self, other: &Normal) {
+        let pairs = [(&mut self.xx, &other.xx), (&mut self.xy, &other.xy), (&mut self.w, &other.w)];
+        for (mine, theirs) in pairs {
+            mine.iter_mut().zip(theirs).for_each(|(a, b)| *a += b);
+        }
+        self.x.iter_mut().zip(&other.x).for_each(|(a, b)| *a += b);
+        self.y.iter_mut().zip(&other.y).for_each(|(a, b)| *a += b);
+    }
+
+    /// Fits the slopes and one intercept per bin (`bin_of[s]`; sizes in no bin get none):
+    /// the intercepts are profiled out by centring within each bin.
+    fn solve(&self, bin_of: &[Option<usize>], n_bins: usize) -> Result<Surrogate> {
+        let (n, p) = (self.n, self.n * self.knots);
+        let mut w = vec![0.0; n_bins];
+        let mut x = vec![0.0; n_bins * p];
+        let mut y = vec![0.0; n_bins];
+        for (s, bin) in bin_of.iter().enumerate() {
+            let Some(b) = *bin else { continue };
+            w[b] += self.w[s];
+            y[b] += self.y[s];
+            x[b * p..(b + 1) * p].iter_mut().zip(&self.x[s * p..(s + 1) * p]).for_each(|(a, c)| *a += c);
+        }
+        let mut gram = self.xx.clone();
+        let mut rhs = self.xy.clone();
+        for b in (0..n_bins).filter(|&b| w[b] > 0.0) {
+            let xb = &x[b * p..(b + 1) * p];
+            for i in 0..p {
+                rhs[i] -= xb[i] * y[b] / w[b];
+                let scaled = xb[i] / w[b];
+                gram[i * p..(i + 1) * p].iter_mut().zip(xb).for_each(|(g, xj)| *g -= scaled * xj);
+            }
+        }
+        let mean_diagonal = (0..p).map(|i| gram[i * p + i]).sum::<f64>() / p as f64;
+        let ridge = RIDGE * mean_diagonal.max(f64::MIN_POSITIVE);
+        (0..p).for_each(|i| gram[i * p + i] += ridge);
+        let factor = cholesky(p, gram).ok_or_else(|| {
+            MasreplayError::InvalidArgument("msr: the surrogate's regression is singular (non-finite values?)".into())
+        })?;
+        let coef = solve(p, &factor, &rhs);
+        let intercept_of_bin: Vec<f64> = (0..n_bins)
+            .map(|b| {
+                let fitted: f64 = x[b * p..(b + 1) * p].iter().zip(&coef).map(|(a, c)| a * c).sum();
+                if w[b] > 0.0 { (y[b] - fitted) / w[b] } else { 0.0 }
+            })
+            .collect();
+        let intercept = bin_of.iter().map(|bin| bin.map_or(0.0, |b| intercept_of_bin[b])).collect();
+        Ok(Surrogate { n, knots: self.knots, coef, intercept })
+    }
+}
+
+/// g_s(S) = intercept[s] + sum over i in S of the slope b_i(s), fitted to a pair's half
+/// difference; its mean against the MSR weights is known: E_s[g_s a_i] = (n b_i(s) - sum_j
+/// b_j(s)) / (n (n - 1)).
+struct Surrogate {
+    n: usize,
+    knots: usize,
+    coef: Vec<f64>,
+    intercept: Vec<f64>,
+}
+
+impl Surrogate {
+    /// The slopes b_i(s) of every player at size `s`.
+    fn slopes(&self, s: usize, basis: &mut Vec<f64>) -> Vec<f64> {
+        size_basis(self.n, s, self.knots, basis);
+        (0..self.n).map(|i| basis.iter().enumerate().map(|(q, bq)| bq * self.coef[q * self.n + i]).sum()).collect()
+    }
+
+    /// E_s[g_s a_i] for every player, from the slopes at size s.
+    fn shapley_term(&self, slopes: &[f64]) -> Vec<f64> {
+        let n = self.n as f64;
+        let total: f64 = slopes.iter().sum();
+        slopes.iter().map(|b| (n * b - total) / (n * (n - 1.0))).collect()
+    }
+
+    fn residual(&self, members: &[usize], slopes: &[f64], value: f64) -> f64 {
+        value - self.intercept[members.len()] - members.iter().map(|&i| slopes[i]).sum::<f64>()
+    }
+}
+
+fn members_of(set: &[u64], out: &mut Vec<usize>) {
+    out.clear();
+    for (w, &word) in set.iter().enumerate() {
+        let mut bits = word;
+        while bits != 0 {
+            out.push(w * 64 + bits.trailing_zeros() as usize);
+            bits &= bits - 1;
+        }
+    }
+}
+
+/// Groups consecutive sizes of `sizes` into bins of at least `min` coalitions (`counts[s]`);
+/// a short last bin joins the one before.
+fn bins(n: usize, sizes: &[usize], counts: &[u64], min: u64) -> (Vec<Option<usize>>, usize) {
+    let mut bin_of = vec![None; n + 1];
+    let (mut bin, mut filled) = (0, 0);
+    for &s in sizes {
+        bin_of[s] = Some(bin);
+        filled += counts[s];
+        if filled >= min {
+            bin += 1;
+            filled = 0;
+        }
+    }
+    if filled > 0 && bin > 0 {
+        for &s in sizes {
+            if bin_of[s] == Some(bin) {
+                bin_of[s] = Some(bin - 1);
+            }
+        }
+        return (bin_of, bin);
+    }
+    (bin_of, if filled > 0 { bin + 1 } else { bin })
+}
+
+/// `total` draws over `sizes` in proportion to `weight` (largest remainders), after `floor`
+/// each.
+fn allocate(sizes: &[usize], total: u64, floor: u64, weight: impl Fn(usize) -> f64) -> Vec<(usize, u64)> {
+    let spare = total.saturating_sub(floor * sizes.len() as u64);
+    let sum: f64 = sizes.iter().map(|&s| weight(s)).sum();
+    let share = |s: usize| if sum > 0.0 { spare as f64 * weight(s) / sum } else { spare as f64 / sizes.len() as f64 };
+    let mut counts: Vec<(usize, u64)> = sizes.iter().map(|&s| (s, floor + share(s).floor() as u64)).collect();
+    let mut left = (floor * sizes.len() as u64 + spare).saturating_sub(counts.iter().map(|c| c.1).sum());
+    let mut order: Vec<usize> = (0..sizes.len()).collect();
+    order.sort_by(|&a, &b| (share(sizes[b]).fract()).total_cmp(&share(sizes[a]).fract()));
+    for &k in order.iter().cycle().take(sizes.len() * 2) {
+        if left == 0 {
+            break;
+        }
+        counts[k].1 += 1;
+        left -= 1;
+    }
+    counts
+}
+
+/// Which sizes are a census and which are sampled, from the budget left after the empty and
+/// the grand coalition: size pairs (s, n - s) from the edges inward while a pair costs at
+/// most half of what is left, or everything when all that remains fits.
+fn census_sizes(n: usize, mut left: u64) -> (Vec<usize>, Vec<usize>, u64) {
+    let mut census = Vec::new();
+    let mut low = 1;
+    while low <= n - low {
+        let high = n - low;
+        let pair = if low == high { binomial(n, low) } else { 2.0 * binomial(n, low) };
+        let rest: f64 = (low..=high).map(|s| binomial(n, s)).sum();
+        if rest <= left as f64 {
+            census.extend(low..=high);
+            return (census, Vec::new(), left - rest as u64);
+        }
+        if pair > left as f64 / 2.0 {
+            break;
+        }
+        census.push(low);
+        if high != low {
+            census.push(high);
+        }
+        left -= pair as u64;
+        low += 1;
+    }
+    (census, (low..=n / 2).collect(), left)
+}
+
+fn value_all(game: &dyn Game, sets: &Coalitions) -> Result<Vec<f64>> {
+    if sets.is_empty() {
+        return Ok(Vec::new());
+    }
+    let table: CoalitionMap<f64> = value_distinct(game, sets.clone())?;
+    Ok(sets.iter().map(|set| table.get(set).copied().unwrap_or(f64::NAN)).collect())
+}
+
+/// Draws of size s in proportion to 1 / sqrt(s (n - s)): Neyman's rule for a residual of the
+/// same spread at every size. (Following the spreads a pilot measured, as stratified does, won
+/// on voting games and lost on SOUM games once the pilot's draws were left out of the
+/// estimate, as unbiasedness requires; and a fixed allocation asks for the same coalitions
+/// whatever the values, which a recording pass such as trace_shapley's relies on.)
+fn share(n: usize, s: usize) -> f64 {
+    1.0 / ((s * (n - s)) as f64).sqrt()
+}
+
+/// The weight of a training pair of size s: the variance of the estimate is
+/// sum_s E_s[r^2] / (s (n - s) m_s) for m_s pairs of size s, and E_s[r^2] is estimated by
+/// the mean over those pairs.
+fn fit_weight(n: usize, s: usize, drawn: f64) -> f64 {
+    1.0 / ((s * (n - s)) as f64 * drawn.max(1.0) * drawn.max(1.0))
+}
+
+pub fn msr(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
+    let n = game.n_players();
+    let (empty, full) = bounds(game)?;
+    let delta = full - empty;
+    if n == 1 {
+        return Ok(Estimate { values: vec![delta], stderr: vec![0.0], evaluations: 2, converged: true, exact: true });
+    }
+    let first_budget = match stopping.target_stderr {
+        Some(_) => stopping.budget.min(FIRST_ROUND.max(40 * n as u64)),
+        None => stopping.budget,
+    };
+    let (census, sampled, pool) = census_sizes(n, first_budget.saturating_sub(2));
+    let mut values = vec![delta / n as f64; n];
+    let mut evaluations = 2;
+    let mut members = Vec::with_capacity(n);
+    // The census strata: E_s[v a_i] exactly.
+    for &s in &census {
+        let mut sets = Coalitions::new(n);
+        for_each_subset(n, s, |set| sets.push(set));
+        let worth = value_all(game, &sets)?;
+        evaluations += sets.len() as u64;
+        let count = sets.len() as f64;
+        for (set, &v) in sets.iter().zip(&worth) {
+            let (inside, outside) = (v / (s as f64 * count), -v / ((n - s) as f64 * count));
+            values.iter_mut().enumerate().for_each(|(i, phi)| *phi += if contains(set, i) { inside } else { outside });
+        }
+    }
+    if sampled.is_empty() {
+        return Ok(Estimate { values, stderr: vec![0.0; n], evaluations, converged: true, exact: true });
+    }
+    // Budgets below are in pairs (two evaluations each).
+    let strata = sampled.len() as u64;
+    let pairs = pool / 2;
+    if pairs < 2 * strata {
+        return Err(MasreplayError::InvalidArgument(format!(
+            "budget: {} evaluations cannot draw two complementary pairs of each of the {strata} sampled sizes \
+             (needs {})",
+            stopping.budget,
+            stopping.budget + 4 * strata - 2 * pairs
+        )));
+    }
+    let folds = (MAX_FOLDS as u64).min(pairs / strata) as usize;
+    // Per size its own stream, extended round by round.
+    let mut rngs: Vec<Xoshiro256PlusPlus> = sampled.iter().map(|&s| stream(stopping.seed, s as u64)).collect();
+    let mut draws: Vec<Draws> =
+        sampled.iter().map(|&s| Draws { size: s, sets: Coalitions::new(n), values: Vec::new() }).collect();
+    let mut budget = first_budget;
+    loop {
+        let drawn: u64 = draws.iter().map(|d| d.values.len() as u64).sum();
+        let targets = allocate(&sampled, budget.saturating_sub(evaluations) / 2 + drawn, folds as u64, |s| share(n, s));
+        for ((stratum, rng), (_, target)) in draws.iter_mut().zip(&mut rngs).zip(targets) {
+            let have = stratum.values.len() as u64;
+            if target > have {
+                evaluations += stratum.extend(game, target - have, rng)?;
+            }
+        }
+        let (estimate, stderr) = cross_fitted(n, &draws, folds, &mut members)?;
+        let converged = stopping.converged(&stderr);
+        if converged || budget >= stopping.budget {
+            let values = values.iter().zip(&estimate).map(|(a, b)| a + b).collect();
+            return Ok(Estimate { values, stderr, evaluations, converged, exact: false });
+        }
+        budget = budget.saturating_mul(2).min(stopping.budget);
+    }
+}
+
+/// Knots of the surrogate's slopes: one (a slope per player) until the training pairs
+/// number five per parameter of the next, at most [`MAX_KNOTS`] and [`MAX_PARAMETERS`] slopes
+/// in all (the fits cost the cube of that).
+fn knots_for(n: usize, training_pairs: u64) -> usize {
+    (training_pairs as usize / (5 * n)).min(MAX_PARAMETERS / n).clamp(1, MAX_KNOTS)
+}
+
+/// The sampled strata's part of the values and its standard error: each pair's contribution
+/// with the surrogate fitted without its fold, averaged per size.
+fn cross_fitted(n: usize, draws: &[Draws], folds: usize, members: &mut Vec<usize>) -> Result<(Vec<f64>, Vec<f64>)> {
+    let mut drawn = vec![0u64; n + 1];
+    draws.iter().for_each(|d| drawn[d.size] = d.values.len() as u64);
+    let sampled: Vec<usize> = draws.iter().map(|d| d.size).collect();
+    let (bin_of, n_bins) = bins(n, &sampled, &drawn, MIN_BIN);
+    let weight = |s: usize| fit_weight(n, s, drawn[s] as f64);
+    let knots = knots_for(n, drawn.iter().sum::<u64>() * (folds as u64 - 1) / folds as u64);
+    let mut basis = Vec::new();
+    let mut parts = vec![Normal::new(n, knots); folds];
+    for d in draws {
+        for (j, (set, &v)) in d.sets.iter().zip(&d.values).enumerate() {
+            members_of(set, members);
+            parts[j % folds].add(members, v, weight(d.size), &mut basis);
+        }
+    }
+    let surrogates = (0..folds)
+        .map(|k| {
+            let mut normal = Normal::new(n, knots);
+            parts.iter().enumerate().filter(|&(other, _)| other != k).for_each(|(_, part)| normal.merge(part));
+            normal.solve(&bin_of, n_bins)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut values = vec![0.0; n];
+    let mut variance = vec![0.0; n];
+    let (mut sum, mut squares) = (vec![0.0; n], vec![0.0; n]);
+    for d in draws {
+        let s = d.size;
+        let middle = if 2 * s == n { 0.5 } else { 1.0 };
+        sum.fill(0.0);
+        squares.fill(0.0);
+        let slopes: Vec<Vec<f64>> = surrogates.iter().map(|g| g.slopes(s, &mut basis)).collect();
+        let terms: Vec<Vec<f64>> = surrogates.iter().zip(&slopes).map(|(g, b)| g.shapley_term(b)).collect();
+        for (j, (set, &v)) in d.sets.iter().zip(&d.values).enumerate() {
+            members_of(set, members);
+            let k = j % folds;
+            // The pair's residual half difference counts twice (S in stratum s, N - S in
+            // n - s), its surrogate term too; the middle stratum n / 2 is its own partner.
+            let r = 2.0 * middle * surrogates[k].residual(members, &slopes[k], v);
+            let (inside, outside) = (r / s as f64, -r / (n - s) as f64);
+            for i in 0..n {
+                let a = if contains(set, i) { inside } else { outside };
+                let contribution = a + 2.0 * middle * terms[k][i];
+                sum[i] += contribution;
+                squares[i] += contribution * contribution;
+            }
+        }
+        let m = d.values.len() as f64;
+        for i in 0..n {
+            let mean = sum[i] / m;
+            values[i] += mean;
+            variance[i] += (squares[i] / m - mean * mean).max(0.0) / (m - 1.0);
+        }
+    }
+    Ok((values, variance.iter().map(|v| v.sqrt()).collect()))
+}
