@@ -156,21 +156,20 @@ impl Gather {
             PadValue::Float(pad) => pad,
         };
         Ok(match (first.data_type(), pad) {
-            (DataType::Int64, PadValue::Int(pad)) => Some(PaddedNumbers::Int64(self.pad::<Int64Type>(name, pad))),
-            (DataType::Float64, _) => Some(PaddedNumbers::Float64(self.pad::<Float64Type>(name, float_pad))),
+            (DataType::Int64, PadValue::Int(pad)) => Some(PaddedNumbers::Int64(self.pad::<Int64Type>(&ranges, pad))),
+            (DataType::Float64, _) => Some(PaddedNumbers::Float64(self.pad::<Float64Type>(&ranges, float_pad))),
             _ => None,
         })
     }
 
-    /// The picked traces' values of a primitive event field without nulls, padded.
-    fn pad<T: ArrowPrimitiveType>(&self, name: &str, pad: T::Native) -> Padded<T::Native> {
-        let index = schema::event_fields().find(name).expect("checked by ranges").0;
+    /// The picked traces' values of a primitive event field without nulls (its `ranges`, one
+    /// per run), padded.
+    fn pad<T: ArrowPrimitiveType>(&self, ranges: &[(&ArrayRef, usize, usize)], pad: T::Native) -> Padded<T::Native> {
         let events = self.column_by_run("events");
         let mut rows = Vec::with_capacity(self.len);
-        for run in &self.runs {
-            let events = events(run).as_list::<i32>();
-            let values = events.values().as_struct().column(index).as_primitive::<T>().values();
-            let offsets = &events.value_offsets()[run.start..=run.start + run.len];
+        for (run, &(column, _, _)) in self.runs.iter().zip(ranges) {
+            let values = column.as_primitive::<T>().values();
+            let offsets = &events(run).as_list::<i32>().value_offsets()[run.start..=run.start + run.len];
             rows.extend(offsets.windows(2).map(|pair| &values[pair[0] as usize..pair[1] as usize]));
         }
         pad_rows(&rows, pad)
