@@ -9,10 +9,12 @@
   storage that takes a batch of trajectories in one write) fed TensorDicts of the same
   trajectories. The writers are Ray actors started once (rollout workers live across steps;
   a Ray task's worker process may be recycled between rounds and restart with its imports).
-  One round: give each of the 4 writers its parts, wait for all. The parts sit in Ray's object
-  store before the clock starts; each round starts from a fresh buffer, built untimed and
-  answering (``len``) before the clock starts: actors start asynchronously, and the process
-  start and imports of a new actor (torch's, masreplay's) are not adds.
+  One round: tell each of the 4 writers to add its parts, wait for all. Before the clock
+  starts, each writer holds its parts in its own memory (a rollout worker produces its
+  trajectories in its process: taking them out of Ray's object store is not an add, and
+  costs each side differently), and each round starts from a fresh buffer, built untimed and
+  answering (``len``): actors start asynchronously, and the process start and imports of a
+  new actor (torch's, masreplay's) are not adds.
   A second group sends 4 parts (256 trajectories) per call on both sides: the writer with
   ``flush_traces=256``, TorchRL extending with the 4 parts concatenated (``torch.cat``).
 * **Trainer-side sample(256)**: the same buffers, filled; masreplay returns flat tokens and
@@ -93,27 +95,32 @@ class _Writer:
     """A rollout worker: a process that lives across rounds (a task's worker process may be
     recycled between rounds, and its start and imports are not adds)."""
 
-    def masreplay(self, buffer, parts: list, per_call: int) -> int:
-        assert per_call == PART
-        return sum(buffer.add(ray.get(part)) for part in parts)
+    def hold(self, parts: list) -> int:
+        """Takes this writer's parts out of the object store into its memory (untimed)."""
+        self.parts = ray.get(parts)
+        return len(self.parts)
 
-    def masreplay_writer(self, buffer, parts: list, per_call: int) -> int:
+    def masreplay(self, buffer, per_call: int) -> int:
+        assert per_call == PART
+        return sum(buffer.add(part) for part in self.parts)
+
+    def masreplay_writer(self, buffer, per_call: int) -> int:
         # flush_traces=PART: each part is sent as it comes, as the anchor's extend sends it.
         with buffer.writer(flush_traces=per_call) as writer:
-            for part in parts:
-                writer.add(ray.get(part))
+            for part in self.parts:
+                writer.add(part)
         return writer.added
 
-    def torchrl(self, buffer, parts: list, per_call: int) -> int:
+    def torchrl(self, buffer, per_call: int) -> int:
         import torch
 
         held = []
-        for part in parts:
-            held.append(ray.get(part))
+        for part in self.parts:
+            held.append(part)
             if len(held) * PART >= per_call:
                 buffer.extend(held[0] if len(held) == 1 else torch.cat(held))
                 held = []
-        return len(parts)
+        return len(self.parts)
 
 
 @pytest.fixture(scope="module")
@@ -189,9 +196,15 @@ def _side(sides, name: str) -> SimpleNamespace:
     return sides[name]
 
 
+def _hold(side, writers) -> None:
+    """Each writer takes its parts into its memory (before the clock starts)."""
+    ray.get([w.hold.remote(parts) for w, parts in zip(writers, side.parts, strict=True)])
+
+
 def _fill(side, buffer, writers, per_call: int = PART) -> None:
+    """The timed part: every writer adds the parts it holds."""
     handle = side.handle(buffer)
-    ray.get([getattr(w, side.writer).remote(handle, parts, per_call) for w, parts in zip(writers, side.parts, strict=True)])
+    ray.get([getattr(w, side.writer).remote(handle, per_call) for w in writers])
 
 
 @pytest.mark.parametrize(
@@ -208,6 +221,7 @@ def test_ray_adds(name, per_call, sides, work, writers, measure):
             state.pop("buffer").shutdown()
         state["buffer"] = side.build()
         assert len(state["buffer"]) == 0  # every actor is up
+        _hold(side, writers)
         return (), {}
 
     measure(
@@ -228,6 +242,7 @@ def test_ray_sample(name, sides, work, writers, measure):
     workload = work[0]
     side = _side(sides, name)
     buffer = side.build()
+    _hold(side, writers)
     _fill(side, buffer, writers)
     if name == "masreplay":
         drawn = buffer.sample(BATCH, seed=3, columns=["tokens"])
