@@ -14,7 +14,10 @@
   trajectories in its process: taking them out of Ray's object store is not an add, and
   costs each side differently), and each round starts from a fresh buffer, built untimed and
   answering (``len``): actors start asynchronously, and the process start and imports of a
-  new actor (torch's, masreplay's) are not adds.
+  new actor (torch's, masreplay's) are not adds. Before the clock starts too, each side's
+  fresh buffer takes one warm-up part of 64 other trajectories from the driver (the first
+  call of a new actor process pays one-time costs, 8-10 ms of CPU per masreplay shard for its
+  first two adds, measured: imports, codecs, thread pools), as a long-lived buffer has.
   A second group sends 4 parts (256 trajectories) per call on both sides: the writer with
   ``flush_traces=256``, TorchRL extending with the 4 parts concatenated (``torch.cat``).
 * **Trainer-side sample(256)**: the same buffers, filled; masreplay returns flat tokens and
@@ -64,7 +67,8 @@ def local_ray():
 @pytest.fixture(scope="module")
 def work(dataset_type):
     n = WRITERS * PARTS * PART
-    workload = ba.token_workload(n, LENGTHS, seed=21, group_size=8)
+    # The last part's trajectories are the warm-up part (see module docs).
+    workload = ba.token_workload(n + PART, LENGTHS, seed=21, group_size=8)
     events = int(workload.offsets[-1])
     adds = {
         PART: f"ray: {WRITERS} writer tasks add {n:,} trajectories ({LENGTHS[0]}-{LENGTHS[1]} tokens) in parts of {PART}",
@@ -145,6 +149,7 @@ def sides(work, missing_anchor):
         writer="masreplay",
         handle=lambda buffer: buffer,
         parts=_writer_parts(lambda first: table.take(pa.array(np.arange(first, first + PART)))),
+        warm_up=lambda buffer: buffer.add(table.slice(workload.n - PART)),
         draw=lambda buffer: buffer.sample(BATCH, columns=["tokens"]).flat("tokens"),
     )
     writer_label = "masreplay (RayGraphBuffer, 2 shards, Arrow parts): BufferWriter"
@@ -186,6 +191,7 @@ def _torchrl_side(workload) -> SimpleNamespace:
         # The buffer object itself does not pickle; TorchRL hands writers a client.
         handle=lambda buffer: buffer.client(),
         parts=_writer_parts(lambda first: items[first : first + PART].clone()),
+        warm_up=lambda buffer: buffer.extend(items[workload.n - PART :].clone()),
         draw=lambda buffer: buffer.sample(),
     )
 
@@ -221,6 +227,7 @@ def test_ray_adds(name, per_call, sides, work, writers, measure):
             state.pop("buffer").shutdown()
         state["buffer"] = side.build()
         assert len(state["buffer"]) == 0  # every actor is up
+        side.warm_up(state["buffer"])
         _hold(side, writers)
         return (), {}
 
