@@ -9,10 +9,15 @@
   storage that takes a batch of trajectories in one write) fed TensorDicts of the same
   trajectories. The writers are Ray actors started once (rollout workers live across steps;
   a Ray task's worker process may be recycled between rounds and restart with its imports).
-  One round: give each of the 4 writers its parts, wait for all. The parts sit in Ray's object
-  store before the clock starts; each round starts from a fresh buffer, built untimed and
-  answering (``len``) before the clock starts: actors start asynchronously, and the process
-  start and imports of a new actor (torch's, masreplay's) are not adds.
+  One round: tell each of the 4 writers to add its parts, wait for all. Before the clock
+  starts, each writer holds its parts in its own memory (a rollout worker produces its
+  trajectories in its process: taking them out of Ray's object store is not an add, and
+  costs each side differently), and each round starts from a fresh buffer, built untimed and
+  answering (``len``): actors start asynchronously, and the process start and imports of a
+  new actor (torch's, masreplay's) are not adds. Before the clock starts too, each side's
+  fresh buffer takes one warm-up part of 64 other trajectories from the driver (the first
+  call of a new actor process pays one-time costs, 8-10 ms of CPU per masreplay shard for its
+  first two adds, measured: imports, codecs, thread pools), as a long-lived buffer has.
   A second group sends 4 parts (256 trajectories) per call on both sides: the writer with
   ``flush_traces=256``, TorchRL extending with the 4 parts concatenated (``torch.cat``).
 * **Trainer-side sample(256)**: the same buffers, filled; masreplay returns flat tokens and
@@ -62,7 +67,8 @@ def local_ray():
 @pytest.fixture(scope="module")
 def work(dataset_type):
     n = WRITERS * PARTS * PART
-    workload = ba.token_workload(n, LENGTHS, seed=21, group_size=8)
+    # The last part's trajectories are the warm-up part (see module docs).
+    workload = ba.token_workload(n + PART, LENGTHS, seed=21, group_size=8)
     events = int(workload.offsets[-1])
     adds = {
         PART: f"ray: {WRITERS} writer tasks add {n:,} trajectories ({LENGTHS[0]}-{LENGTHS[1]} tokens) in parts of {PART}",
@@ -93,27 +99,32 @@ class _Writer:
     """A rollout worker: a process that lives across rounds (a task's worker process may be
     recycled between rounds, and its start and imports are not adds)."""
 
-    def masreplay(self, buffer, parts: list, per_call: int) -> int:
-        assert per_call == PART
-        return sum(buffer.add(ray.get(part)) for part in parts)
+    def hold(self, parts: list) -> int:
+        """Takes this writer's parts out of the object store into its memory (untimed)."""
+        self.parts = ray.get(parts)
+        return len(self.parts)
 
-    def masreplay_writer(self, buffer, parts: list, per_call: int) -> int:
+    def masreplay(self, buffer, per_call: int) -> int:
+        assert per_call == PART
+        return sum(buffer.add(part) for part in self.parts)
+
+    def masreplay_writer(self, buffer, per_call: int) -> int:
         # flush_traces=PART: each part is sent as it comes, as the anchor's extend sends it.
         with buffer.writer(flush_traces=per_call) as writer:
-            for part in parts:
-                writer.add(ray.get(part))
+            for part in self.parts:
+                writer.add(part)
         return writer.added
 
-    def torchrl(self, buffer, parts: list, per_call: int) -> int:
+    def torchrl(self, buffer, per_call: int) -> int:
         import torch
 
         held = []
-        for part in parts:
-            held.append(ray.get(part))
+        for part in self.parts:
+            held.append(part)
             if len(held) * PART >= per_call:
                 buffer.extend(held[0] if len(held) == 1 else torch.cat(held))
                 held = []
-        return len(parts)
+        return len(self.parts)
 
 
 @pytest.fixture(scope="module")
@@ -138,6 +149,7 @@ def sides(work, missing_anchor):
         writer="masreplay",
         handle=lambda buffer: buffer,
         parts=_writer_parts(lambda first: table.take(pa.array(np.arange(first, first + PART)))),
+        warm_up=lambda buffer: buffer.add(table.slice(workload.n - PART)),
         draw=lambda buffer: buffer.sample(BATCH, columns=["tokens"]).flat("tokens"),
     )
     writer_label = "masreplay (RayGraphBuffer, 2 shards, Arrow parts): BufferWriter"
@@ -179,6 +191,7 @@ def _torchrl_side(workload) -> SimpleNamespace:
         # The buffer object itself does not pickle; TorchRL hands writers a client.
         handle=lambda buffer: buffer.client(),
         parts=_writer_parts(lambda first: items[first : first + PART].clone()),
+        warm_up=lambda buffer: buffer.extend(items[workload.n - PART :].clone()),
         draw=lambda buffer: buffer.sample(),
     )
 
@@ -189,9 +202,15 @@ def _side(sides, name: str) -> SimpleNamespace:
     return sides[name]
 
 
+def _hold(side, writers) -> None:
+    """Each writer takes its parts into its memory (before the clock starts)."""
+    ray.get([w.hold.remote(parts) for w, parts in zip(writers, side.parts, strict=True)])
+
+
 def _fill(side, buffer, writers, per_call: int = PART) -> None:
+    """The timed part: every writer adds the parts it holds."""
     handle = side.handle(buffer)
-    ray.get([getattr(w, side.writer).remote(handle, parts, per_call) for w, parts in zip(writers, side.parts, strict=True)])
+    ray.get([getattr(w, side.writer).remote(handle, per_call) for w in writers])
 
 
 @pytest.mark.parametrize(
@@ -208,6 +227,8 @@ def test_ray_adds(name, per_call, sides, work, writers, measure):
             state.pop("buffer").shutdown()
         state["buffer"] = side.build()
         assert len(state["buffer"]) == 0  # every actor is up
+        side.warm_up(state["buffer"])
+        _hold(side, writers)
         return (), {}
 
     measure(
@@ -228,6 +249,7 @@ def test_ray_sample(name, sides, work, writers, measure):
     workload = work[0]
     side = _side(sides, name)
     buffer = side.build()
+    _hold(side, writers)
     _fill(side, buffer, writers)
     if name == "masreplay":
         drawn = buffer.sample(BATCH, seed=3, columns=["tokens"])

@@ -1,8 +1,9 @@
 """An asynchronous RL loop around masreplay.ray on one machine (a local Ray).
 
 Rollout workers (Ray tasks) generate traces with the policy version they were given and add
-them to a RayGraphBuffer; the trainer samples GRPO groups no more than MAX_STALENESS versions
-old, "trains", advances the version and evicts what became too stale. Run:
+them to a RayGraphBuffer through a BufferWriter; the trainer samples GRPO groups no more than
+MAX_STALENESS versions old, "trains", advances the version and evicts what became too stale.
+Run:
 
     pip install "masreplay[ray]"
     python examples/ray_buffer.py
@@ -33,12 +34,18 @@ def replace(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
 
 @ray.remote(num_cpus=0.5)
 def rollout(buffer: RayGraphBuffer, worker: int, step: int, policy_version: int) -> int:
-    """One worker's rollouts: 4 prompts x 4 samples, tagged with the policy that made them."""
-    table = pa.table(masreplay.sim.generate(16, group_size=4, seed=1000 * step + worker))
-    # Ids and groups unique to this worker and step (the simulator numbers from 0 each call).
-    table = replace(table, "trace_id", pa.array([f"w{worker}-s{step}-{i}" for i in range(16)]))
-    table = replace(table, "group_id", pa.array([f"w{worker}-s{step}-g{i // 4}" for i in range(16)]))
-    return buffer.add(replace(table, "policy_version", pa.array([policy_version] * 16, pa.int64())))
+    """One worker's rollouts: 4 rounds of 4 prompts x 4 samples, tagged with the policy that
+    made them, added through a writer (it sends each shard's traces once 16 wait, without
+    waiting for the shards, and its exit waits until every trace has landed)."""
+    with buffer.writer(flush_traces=16) as writer:
+        for part in range(4):
+            table = pa.table(masreplay.sim.generate(16, group_size=4, seed=1000 * step + 10 * worker + part))
+            # Ids and groups unique to this worker, step and round (the simulator numbers from 0).
+            name = f"w{worker}-s{step}-r{part}"
+            table = replace(table, "trace_id", pa.array([f"{name}-{i}" for i in range(16)]))
+            table = replace(table, "group_id", pa.array([f"{name}-g{i // 4}" for i in range(16)]))
+            writer.add(replace(table, "policy_version", pa.array([policy_version] * 16, pa.int64())))
+    return writer.added
 
 
 def main() -> None:

@@ -419,3 +419,59 @@ def test_a_writer_sends_branches_where_their_held_factual_goes():
         assert shard_of[row["trace_id"]] == shard_of[row["counterfactual_of"]["trace_id"]]
     assert len(set(shard_of.values())) > 1
     buffer.shutdown()
+
+
+def _with_empty_id(table: pa.Table, row: int) -> pa.Table:
+    """The canonical table with one trace breaking a trace rule (an empty trace_id)."""
+    ids = table["trace_id"].to_pylist()
+    ids[row] = ""
+    return table.set_column(0, table.schema.field(0), pa.array(ids, pa.string()))
+
+
+def test_a_shard_trusts_only_streams_signed_with_its_buffers_key():
+    """The digest spares a shard the second validation only for bytes a handle of its buffer
+    wrote: a stream changed after signing, signed with another buffer's key or not signed is
+    checked in full and refused if invalid, and a refused add leaves the shard as it was."""
+    from masreplay.errors import DataFormatError, TraceValidationError
+
+    buffer, other = RayGraphBuffer(1000, shards=1), RayGraphBuffer(1000, shards=1)
+    shard = buffer._shards[0]
+    buffer.add(masreplay.sim.generate(4, seed=1))
+    stored = shard_tables(buffer)[0]
+    valid = masreplay.sim.generate(3, seed=2).to_arrow()
+    invalid = masreplay_ray._to_wire(_with_empty_id(valid, 1))
+    signed_valid = masreplay_ray._to_wire(valid)
+    for digest in (
+        b"",  # not signed
+        masreplay_ray._digest(buffer._key, signed_valid),  # signed, then the bytes changed
+        masreplay_ray._digest(other._key, invalid),  # signed with another buffer's key
+        bytes([masreplay_ray._digest(buffer._key, invalid)[0] ^ 1])
+        + masreplay_ray._digest(buffer._key, invalid)[1:],  # one bit off
+    ):
+        with pytest.raises(TraceValidationError, match="trace_id"):
+            ray.get(shard.add.remote(invalid, digest))
+        assert shard_tables(buffer)[0].equals(stored) and len(buffer) == 4
+    # A layout that is not canonical is refused even when signed.
+    raw = masreplay_ray._to_wire(valid.drop_columns(["n_events"]))
+    with pytest.raises(DataFormatError, match="canonical"):
+        ray.get(shard.add.remote(raw, masreplay_ray._digest(buffer._key, raw)))
+    assert shard_tables(buffer)[0].equals(stored)
+    # Valid traces under a wrong digest are checked in full and taken.
+    assert ray.get(shard.add.remote(signed_valid, b"\0" * 32)) == (3, [])
+    assert len(buffer) == 7
+    # What the digest saves: a signed stream is not checked again (only a handle that
+    # validated its traces holds the key; this one is written by hand to show it).
+    ray.get(other._shards[0].add.remote(invalid, masreplay_ray._digest(other._key, invalid)))
+    assert "" in shard_tables(other)[0]["trace_id"].to_pylist()
+    for handle in (buffer, other):
+        handle.shutdown()
+
+
+def test_a_handle_in_another_process_signs_with_its_buffers_key():
+    """A handle pickled into a Ray task keeps its buffer's key, so a rollout worker's adds
+    take the shards' signed path."""
+    buffer = RayGraphBuffer(1000, shards=2, seed=1)
+    key_in_task = ray.get(ray.remote(num_cpus=0)(lambda handle: handle._key).remote(buffer))
+    assert key_in_task == buffer._key and len(key_in_task) == 32
+    assert buffer.add(masreplay.sim.generate(20, seed=3, group_size=2)) == 20
+    buffer.shutdown()

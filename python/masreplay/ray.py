@@ -14,10 +14,12 @@ reads (``flat("tokens")`` brings the token column of the drawn traces, nothing e
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 import os
 import pathlib
+import secrets
 import tempfile
 import uuid
 import warnings
@@ -91,6 +93,13 @@ def _from_wire(data: pa.Buffer) -> pa.Table:
     return _from_ipc_table(data, _WIRE_READ, "a table from another process")
 
 
+def _digest(key: bytes, data: pa.Buffer) -> bytes:
+    """A keyed digest of a stream (HMAC-SHA256: 0.04 ms for a 64-trace stream here, keyed
+    BLAKE2b 0.06): a shard that finds it right knows the stream comes from a handle of its
+    buffer, which validated the traces before writing them."""
+    return hmac.digest(key, memoryview(data), "sha256")
+
+
 def _narrowed(values: np.ndarray) -> np.ndarray:
     """int64 values in the narrowest integer type that holds them all (token ids fit in 32
     bits): fewer bytes for Ray to move, widened back by the reader."""
@@ -143,8 +152,10 @@ class _Shard:
         max_staleness: int | None,
         state_directory: str,
         restore_from: str | None,
+        key: bytes,
     ) -> None:
         self.shard = shard
+        self.key = key
         self.ledger_path = pathlib.Path(state_directory) / f"shard-{shard:05d}.json"
         self.ledger_path.parent.mkdir(parents=True, exist_ok=True)
         ledger = json.loads(self.ledger_path.read_text()) if self.ledger_path.exists() else None
@@ -190,15 +201,22 @@ class _Shard:
             _write_json(self.ledger_path, {**ledger, "log_bytes": 0})
 
     def add(
-        self, data: pa.Buffer, counted: bool = False, earlier: Sequence[ray.ObjectRef] = ()
+        self, data: pa.Buffer, digest: bytes = b"", counted: bool = False, earlier: Sequence[ray.ObjectRef] = ()
     ) -> int | tuple[int, list[tuple[int, str | None, Exception]]]:
-        """Takes an Arrow IPC stream from a writer that validated the traces: returns how many
-        were added and the refused ones, or (``counted``) the count alone plus what the
-        ``earlier`` calls of the same add_async counted, raising the first refusal after
-        keeping the rest. Only the last shard of an add is given ``earlier`` and they all
-        have lower numbers, so no shard ever waits on one that waits."""
+        """Takes an Arrow IPC stream of traces: returns how many were added and the refused
+        ones, or (``counted``) the count alone plus what the ``earlier`` calls of the same
+        add_async counted, raising the first refusal after keeping the rest. Only the last
+        shard of an add is given ``earlier`` and they all have lower numbers, so no shard ever
+        waits on one that waits.
+
+        A stream whose ``digest`` is right for this buffer's key was written by a handle that
+        validated its traces: only its layout is checked. Any other is checked in full (bytes
+        from another process), and one that fails leaves the shard as it was."""
         table = _from_wire(data)
-        batch = _core.TraceBatch.restore(table)  # checked in full: bytes from another process
+        if digest and hmac.compare_digest(digest, _digest(self.key, data)):
+            batch = _core.TraceBatch.restore_validated(table)
+        else:
+            batch = _core.TraceBatch.restore(table)
         added, rejected = self.buffer._core.add(batch, skip_invalid=True)
         self.added_since_save += added
         os.write(self.log, f"{added} {len(self.buffer)}\n".encode())
@@ -393,6 +411,9 @@ class RayGraphBuffer:
         # restored buffer: the first attempt's effect died with the actor).
         options = {"max_restarts": 3, "max_task_retries": 3, **actor_options}
         capacity, shards = settings["capacity"], settings["shards"]
+        # The shards trust a stream only with this buffer's digest (see _Shard.add); the key
+        # travels with the handle, whose adds validate before they write.
+        self._key = secrets.token_bytes(32)
         self._shards = [
             _ShardActor.options(**options).remote(
                 shard,
@@ -402,6 +423,7 @@ class RayGraphBuffer:
                 settings["max_staleness"],
                 self._state_directory,
                 restore_from[shard],
+                self._key,
             )
             for shard in range(shards)
         ]
@@ -502,6 +524,12 @@ class RayGraphBuffer:
             for shard, start, size in zip(shards, starts, sizes, strict=True)
         ]
 
+    def _send(self, shard: int, table: pa.Table, *args: Any) -> ray.ObjectRef:
+        """Sends validated canonical traces to a shard, with the digest that spares it their
+        second validation."""
+        data = _to_wire(table)
+        return self._shards[shard].add.remote(data, _digest(self._key, data), *args)
+
     def add(self, traces: Any, *, on_error: OnError = "raise") -> int | AddReport:
         """Validates ``traces`` here (anything ``masreplay.load_traces`` accepts) and sends
         each shard its part as one Arrow IPC stream. ``on_error="raise"``: an invalid trace raises
@@ -510,7 +538,7 @@ class RayGraphBuffer:
         ``on_error="skip"``: returns an AddReport as GraphBuffer.add does."""
         batch, load_rejected = self._validated(traces, on_error)
         parts = self._parts(batch)
-        answers = ray.get([self._shards[shard].add.remote(_to_wire(part)) for shard, part, _ in parts])
+        answers = ray.get([self._send(shard, part) for shard, part, _ in parts])
         return _report(answers, [rows for _, _, rows in parts], load_rejected, on_error)
 
     def add_async(self, traces: Any) -> ray.ObjectRef:
@@ -521,9 +549,9 @@ class RayGraphBuffer:
         parts = self._parts(batch)
         if not parts:
             return ray.put(0)
-        earlier = [self._shards[shard].add.remote(_to_wire(part), True) for shard, part, _ in parts[:-1]]
+        earlier = [self._send(shard, part, True) for shard, part, _ in parts[:-1]]
         last, part, _ = parts[-1]
-        return self._shards[last].add.remote(_to_wire(part), True, earlier)
+        return self._send(last, part, True, earlier)
 
     def writer(self, *, flush_traces: int = 1, max_in_flight: int = 8, on_error: OnError = "raise") -> BufferWriter:
         """A writer for a rollout worker's stream of adds (see :class:`BufferWriter`): use it
@@ -891,7 +919,7 @@ class BufferWriter:
         held, self._held[shard] = self._held[shard], []
         if held:
             table = pa.concat_tables(held)  # chunks side by side: the stream holds one batch each
-            self._in_flight.append((self._buffer._shards[shard].add.remote(_to_wire(table)), table.num_rows))
+            self._in_flight.append((self._buffer._send(shard, table), table.num_rows))
 
     def _wait(self, limit: int) -> None:
         """Takes answers, oldest first, until at most ``limit`` calls are unanswered."""

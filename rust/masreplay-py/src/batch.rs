@@ -133,6 +133,15 @@ impl PyTraceBatch {
         Ok(PyTraceBatch { inner })
     }
 
+    /// A batch from Arrow data in the canonical layout that masreplay validated in another
+    /// process, whose bytes the caller authenticated: only the layout is checked.
+    #[staticmethod]
+    fn restore_validated(py: Python<'_>, table: Bound<'_, PyAny>) -> PyResult<Self> {
+        let batches = arrow_input(py, &table)?;
+        let inner = py.detach(|| TraceBatch::from_validated_canonical(&batches)).or_raise(py)?;
+        Ok(PyTraceBatch { inner })
+    }
+
     #[staticmethod]
     fn concat(py: Python<'_>, batches: Vec<PyRef<'_, PyTraceBatch>>) -> PyResult<Self> {
         let inner: Vec<&TraceBatch> = batches.iter().map(|b| &b.inner).collect();

@@ -76,6 +76,24 @@ impl TraceBatch {
         }
     }
 
+    /// Arrow data in the canonical layout that masreplay already validated, from a producer
+    /// the caller proved (a writer's stream authenticated by a keyed digest): only the layout
+    /// is checked (every batch has the canonical fields exactly), not the trace rules. Data of
+    /// unproven origin goes through [`Self::from_arrow_strict`].
+    pub fn from_validated_canonical(batches: &[RecordBatch]) -> Result<Self> {
+        let schema = schema::canonical_schema();
+        if batches.iter().any(|batch| batch.schema().fields() != schema.fields()) {
+            let reason = "validated traces must come in the canonical schema".to_owned();
+            return Err(MasreplayError::Arrow(arrow_schema::ArrowError::InvalidArgumentError(reason)));
+        }
+        if let [batch] = batches {
+            return Ok(Self::from_canonical(RecordBatch::try_new(schema, batch.columns().to_vec())?));
+        }
+        // Joined dictionaries may come out re-coded: back to the vocabularies' codes.
+        let joined = arrow_select::concat::concat_batches(&schema, batches)?;
+        Ok(Self::from_canonical(with_canonical_codes(&joined)?))
+    }
+
     pub fn empty() -> Self {
         Self::from_canonical(RecordBatch::new_empty(schema::canonical_schema()))
     }
