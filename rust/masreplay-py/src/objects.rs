@@ -16,9 +16,9 @@ use masreplay_core::validate::tape::Tape;
 use masreplay_core::validate::{MAX_DEPTH, ValidateOptions, depth_error, pointer_segment, trace_from_tape};
 use masreplay_core::{Trace, ValidationError};
 
-/// The nodes of one chunk's tape (about 8 MB): large enough to spread over the pool, small
-/// enough to stay in cache.
-const CHUNK_NODES: usize = 1 << 18;
+/// The nodes of one chunk's tape (about 1.5 MB, and its text): enough traces to spread over the
+/// pool, few enough to stay in cache.
+const CHUNK_NODES: usize = 1 << 16;
 
 /// Checks Python objects (each a dict shaped like a trace), in order.
 pub fn read_traces(
@@ -28,13 +28,14 @@ pub fn read_traces(
 ) -> Vec<Result<Trace, ValidationError>> {
     let mut outcomes = Vec::with_capacity(objects.len());
     let (mut filling, mut checking) = (Chunk::default(), Chunk::default());
-    let mut rest = filling.fill(objects);
+    let mut items = Items::new();
+    let mut rest = filling.fill(objects, &mut items);
     while !rest.is_empty() {
         std::mem::swap(&mut filling, &mut checking);
         let mut checked = Vec::new();
         rayon::in_place_scope(|scope| {
             scope.spawn(|_| checked = checking.check(options));
-            rest = filling.fill(rest); // on this thread, which holds the GIL
+            rest = filling.fill(rest, &mut items); // on this thread, which holds the GIL
         });
         outcomes.append(&mut checked);
     }
@@ -51,7 +52,7 @@ struct Chunk {
 
 impl Chunk {
     /// Copies objects until the tape is full; returns those left.
-    fn fill<'a, 'py>(&mut self, objects: &'a [Bound<'py, PyAny>]) -> &'a [Bound<'py, PyAny>] {
+    fn fill<'a, 'py>(&mut self, objects: &'a [Bound<'py, PyAny>], items: &mut Items<'py>) -> &'a [Bound<'py, PyAny>] {
         self.tape.clear();
         self.roots.clear();
         for (i, object) in objects.iter().enumerate() {
@@ -59,7 +60,7 @@ impl Chunk {
                 return &objects[i..];
             }
             let root = self.tape.mark();
-            let written = write_trace(object, &mut self.tape).map(|()| root).map_err(|not_json| {
+            let written = write_trace(object, &mut self.tape, items).map(|()| root).map_err(|not_json| {
                 self.tape.truncate(root);
                 ValidationError::new(trace_id_of(object).as_deref(), not_json.path, not_json.reason)
             });
@@ -111,17 +112,27 @@ impl Failure {
     }
 }
 
+/// The snapshots of the containers being read, one above the other (a dict's as key, value,
+/// key, value, ...): one buffer for all of them, so that reading a container allocates nothing.
+type Items<'py> = Vec<Bound<'py, PyAny>>;
+
 /// Writes the trace object onto `tape` (level 1 of [`MAX_DEPTH`]). On failure the tape holds a
 /// partial document, which the caller truncates.
-fn write_trace(object: &Bound<'_, PyAny>, tape: &mut Tape) -> Result<(), NotJson> {
-    write(object, tape, 1).map_err(|failure| NotJson {
+fn write_trace<'py>(object: &Bound<'py, PyAny>, tape: &mut Tape, items: &mut Items<'py>) -> Result<(), NotJson> {
+    items.clear();
+    write(object, tape, items, 1).map_err(|failure| NotJson {
         path: failure.segments.iter().rev().map(|segment| format!("/{segment}")).collect(),
         reason: failure.reason,
     })
 }
 
 /// Writes `object`, at nesting `level` (the trace object is level 1).
-fn write(object: &Bound<'_, PyAny>, tape: &mut Tape, level: usize) -> Result<(), Failure> {
+fn write<'py>(
+    object: &Bound<'py, PyAny>,
+    tape: &mut Tape,
+    items: &mut Items<'py>,
+    level: usize,
+) -> Result<(), Failure> {
     if object.is_none() {
         tape.null();
         return Ok(());
@@ -156,32 +167,41 @@ fn write(object: &Bound<'_, PyAny>, tape: &mut Tape, level: usize) -> Result<(),
     }
     if let Ok(dict) = object.cast::<PyDict>() {
         // Collecting the items runs no Python code, so nothing can change the dict meanwhile.
-        let items: Vec<(Bound<'_, PyAny>, Bound<'_, PyAny>)> = dict.iter().collect();
+        let base = items.len();
+        items.extend(dict.iter().flat_map(|(key, value)| [key, value]));
+        let len = (items.len() - base) / 2;
         let open = tape.open_object();
-        for (key, value) in &items {
+        for i in 0..len {
+            let (key, value) = (items[base + 2 * i].clone(), items[base + 2 * i + 1].clone());
             let Ok(key) = key.cast::<PyString>() else {
-                return Err(Failure::new(format!("object keys must be strings, got {}", type_name(key))));
+                return Err(Failure::new(format!("object keys must be strings, got {}", type_name(&key))));
             };
             let key = key.to_string_lossy();
             tape.str(&key);
-            write(value, tape, level + 1).map_err(|failure| failure.within(pointer_segment(&key)))?;
+            write(&value, tape, items, level + 1).map_err(|failure| failure.within(pointer_segment(&key)))?;
         }
-        tape.close(open, items.len());
+        items.truncate(base);
+        tape.close(open, len);
         return Ok(());
     }
     if container {
-        let items: Vec<Bound<'_, PyAny>> = match object.cast_exact::<PyList>() {
-            Ok(list) => list.iter().collect(),
-            Err(_) => object
-                .try_iter()
-                .and_then(|items| items.collect::<PyResult<_>>())
-                .map_err(|e| Failure::new(e.to_string()))?,
-        };
-        let open = tape.open_array();
-        for (i, item) in items.iter().enumerate() {
-            write(item, tape, level + 1).map_err(|failure| failure.within(i.to_string()))?;
+        let base = items.len();
+        match object.cast_exact::<PyList>() {
+            Ok(list) => items.extend(list.iter()),
+            Err(_) => {
+                for item in object.try_iter().map_err(|e| Failure::new(e.to_string()))? {
+                    items.push(item.map_err(|e| Failure::new(e.to_string()))?);
+                }
+            }
         }
-        tape.close(open, items.len());
+        let len = items.len() - base;
+        let open = tape.open_array();
+        for i in 0..len {
+            let item = items[base + i].clone();
+            write(&item, tape, items, level + 1).map_err(|failure| failure.within(i.to_string()))?;
+        }
+        items.truncate(base);
+        tape.close(open, len);
         return Ok(());
     }
     if object.hasattr(intern!(object.py(), "__float__")).unwrap_or(false) {
