@@ -1,11 +1,15 @@
 //! Python objects (dicts, lists, numbers, ...) -> a JSON tape (`masreplay_core::validate::tape`),
 //! with the JSON pointer of any value JSON cannot hold (NaN, infinities, non-string keys, foreign
 //! types) or that nests deeper than a trace may ([`MAX_DEPTH`], which also ends a dict or list
-//! that contains itself). The copy is made while the GIL is held and checked without it, in
-//! chunks: while the pool checks one chunk's tape, this thread copies the next (two tapes, reused,
-//! so the copies stay small and in cache). Python code runs while a value is read (`__index__`, `__float__`, `__iter__`),
-//! and it may change the containers: each dict and list is read from a snapshot of its items,
-//! taken before any of them is read, never iterated live.
+//! that contains itself).
+//!
+//! Copying needs the GIL; checking the copy does not. The objects are copied in chunks: while
+//! the pool checks one chunk's tape, this thread copies the next (two tapes, reused, so the
+//! copies stay small and in cache), and it waits for the pool with the GIL released.
+//!
+//! Python code runs while a value is read (`__index__`, `__float__`, `__iter__`), and it may
+//! change the containers: each dict and list is read from a snapshot of its items, taken
+//! before any of them is read, never iterated live.
 
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -32,10 +36,14 @@ pub fn read_traces(
     let mut rest = filling.fill(objects, &mut items);
     while !rest.is_empty() {
         std::mem::swap(&mut filling, &mut checking);
-        let mut checked = Vec::new();
-        rayon::in_place_scope(|scope| {
-            scope.spawn(|_| checked = checking.check(options));
+        let mut checked = rayon::in_place_scope(|scope| {
+            let (sender, receiver) = std::sync::mpsc::sync_channel(1);
+            let checking = &mut checking;
+            scope.spawn(move |_| _ = sender.send(checking.check(options)));
             rest = filling.fill(rest, &mut items); // on this thread, which holds the GIL
+            // Waiting for the pool does not need the GIL. (A panic there resumes when the
+            // scope ends, so an empty result is never used.)
+            py.detach(move || receiver.recv()).unwrap_or_default()
         });
         outcomes.append(&mut checked);
     }
