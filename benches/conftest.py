@@ -24,6 +24,7 @@ import pytest
 
 import masreplay
 from anchors import arrow_anchor, assert_same_table, json_anchor
+from layouts import realistic
 
 # ---- sizes (kept so that the whole suite runs in well under 3 minutes on 2 cores) ----------
 
@@ -178,6 +179,24 @@ def arrow_table() -> Dataset:
         table.nbytes,
         ARROW_GOAL,
         {"events per trace": f"{sizes.min()}-{sizes.max()}"},
+    )
+
+
+@pytest.fixture(scope="session")
+def arrow_table_realistic(arrow_table: Dataset) -> Dataset:
+    """The same traces in the layout users' data have (``layouts.realistic``: UUID ids, events
+    and edges shuffled within each trace, groups interleaved): ingest hashes every id and
+    checks graphs whose edges come in any order."""
+    table = realistic(arrow_table.source, seed=13)
+    assert_same_table(masreplay.load_traces(table).to_arrow(), arrow_anchor(table))
+    return Dataset(
+        "arrow (canonical table), 20-200 events/trace, realistic layout: UUID ids, shuffled",
+        table,
+        table.num_rows,
+        arrow_table.n_events,
+        table.nbytes,
+        ARROW_GOAL,
+        arrow_table.notes,
     )
 
 

@@ -30,13 +30,13 @@ from types import SimpleNamespace
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
 import buffer_anchors as ba
 import masreplay
 from anchors import arrow_anchor
+from layouts import realistic
 
 N_TRAJ = 10_000
 LENGTHS = (10, 2000)
@@ -185,27 +185,13 @@ ADD_SIDES = [
     "masreplay",
     "masreplay add(TraceBatch), already validated",
     "masreplay add(minimal table: optional columns absent)",
-    "masreplay add(random event ids: the hashing path)",
+    "masreplay add(realistic layout: UUID ids, events, edges and traces shuffled)",
     "pyarrow.compute + NumPy checks only (ingest anchor)",
     "numpy values+offsets (concatenate + cumsum)",
     "torchrl ListStorage.extend",
     "torchrl LazyStackStorage.extend",
     "torchrl LazyTensorStorage.extend (padded to 2000)",
 ]
-
-
-def _with_random_event_ids(table: pa.Table) -> pa.Table:
-    """The same traces with random decimal event ids: the workload's ids are counters
-    ("e0", "e1", ...), which ingest proves distinct without hashing (they increase); these
-    are not in order, so every trace's ids are hashed."""
-    events = table.column("events").combine_chunks()
-    values = events.values
-    rng = np.random.default_rng(3)
-    ids = pc.cast(pa.array(rng.integers(0, 2**63, len(values), dtype=np.uint64)), pa.string())
-    fields = [ids if field.name == "id" else values.field(i) for i, field in enumerate(values.type)]
-    structs = pa.StructArray.from_arrays(fields, fields=list(values.type))
-    index = table.schema.get_field_index("events")
-    return table.set_column(index, table.schema.field(index), pa.ListArray.from_arrays(events.offsets, structs, type=events.type))
 
 
 @pytest.mark.parametrize("side", ADD_SIDES)
@@ -219,8 +205,8 @@ def test_add(side, tokens, measure, request):
         measure(lambda b: b.add(tokens.batch), data=data, side=side, rounds=10, unit="traces/s", setup=fresh)
     elif side.startswith("masreplay add(minimal"):
         measure(lambda b: b.add(tokens.minimal), data=data, side=side, rounds=2, unit="traces/s", setup=fresh)
-    elif side.startswith("masreplay add(random"):
-        table = _with_random_event_ids(tokens.table)
+    elif side.startswith("masreplay add(realistic"):
+        table = realistic(tokens.table, seed=3)
         measure(lambda b: b.add(table), data=data, side=side, rounds=3, unit="traces/s", setup=fresh)
     elif side.startswith("pyarrow"):
         measure(lambda: arrow_anchor(tokens.table), data=data, side=side, rounds=3, unit="traces/s")
@@ -582,6 +568,7 @@ def sim(dataset_type):
 
 SIM_ADD_SIDES = [
     "masreplay",
+    "masreplay add(realistic layout: UUID ids, events, edges and traces shuffled)",
     "masreplay add(TraceBatch), already validated",
     "pyarrow.compute + NumPy checks only (ingest anchor)",
 ]
@@ -592,6 +579,9 @@ def test_sim_add(side, sim, measure):
     fresh = lambda: ((masreplay.GraphBuffer(SIM_TRACES),), {})  # noqa: E731
     if side == "masreplay":
         measure(lambda b: b.add(sim.table), data=sim.add, side=side, rounds=5, unit="traces/s", setup=fresh)
+    elif side.startswith("masreplay add(realistic"):
+        table = realistic(sim.table, seed=53)
+        measure(lambda b: b.add(table), data=sim.add, side=side, rounds=5, unit="traces/s", setup=fresh)
     elif side.startswith("masreplay"):
         measure(lambda b: b.add(sim.batch), data=sim.add, side=side, rounds=20, unit="traces/s", setup=fresh)
     else:

@@ -51,8 +51,10 @@ def test_json_ingest(dump, side, measure, request):
         assert table.num_rows == data.n_traces
 
 
+@pytest.mark.parametrize("layout", ["arrow_table_realistic", "arrow_table"])
 @pytest.mark.parametrize("side", SIDES)
-def test_arrow_ingest(side, arrow_table, measure):
+def test_arrow_ingest(side, layout, measure, request):
+    arrow_table = request.getfixturevalue(layout)
     if side == "masreplay":
         batch = measure(
             lambda: masreplay.load_traces(arrow_table.source), data=arrow_table, side=side, rounds=20, warmup_rounds=2

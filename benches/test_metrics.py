@@ -6,6 +6,10 @@ minutes on 2 cores, so ``DISTINCT`` distinct traces are simulated and the batch 
 to ``TRACES`` (a trace's metrics do not depend on its neighbours; ids repeat, which the
 metrics ignore). Set MASREPLAY_BENCH_METRICS_TRACES to change the size.
 
+Each group runs on two layouts: the simulator's (counter ids, events in time order, edges
+sorted: the in-order fast path) and the realistic one of ``layouts.realistic`` (UUID ids,
+events and edges shuffled within each trace, traces shuffled), where every goal is quoted.
+
 Two groups in the summary:
 
 * the full batch, masreplay only: ``masreplay.metrics`` computes every metric of every trace
@@ -27,6 +31,7 @@ import numpy as np
 import pytest
 
 import masreplay
+from layouts import realistic
 
 SHAPE = {"agents": (4, 8), "events_per_agent": (3, 8)}
 TRACES = int(os.environ.get("MASREPLAY_BENCH_METRICS_TRACES", 1_000_000))
@@ -34,18 +39,22 @@ DISTINCT = min(TRACES, 100_000)
 ANCHOR_TRACES = 10_000
 
 
-@pytest.fixture(scope="module")
-def distinct() -> masreplay.TraceBatch:
-    return masreplay.sim.generate(DISTINCT, seed=21, **SHAPE)
+@pytest.fixture(scope="module", params=["realistic", "simulator"])
+def distinct(request) -> tuple[masreplay.TraceBatch, str]:
+    batch = masreplay.sim.generate(DISTINCT, seed=21, **SHAPE)
+    if request.param == "realistic":
+        return masreplay.load_traces(realistic(batch.to_arrow(), seed=21)), "realistic layout: UUID ids, shuffled"
+    return batch, "simulator layout: counter ids, in time order"
 
 
 @pytest.fixture(scope="module")
 def full(distinct, dataset_type):
+    distinct, layout = distinct
     copies, rest = divmod(TRACES, DISTINCT)
     parts = [distinct] * copies + ([distinct[:rest]] if rest else [])
     batch = masreplay.TraceBatch.concat(parts) if len(parts) > 1 else distinct
     data = dataset_type(
-        f"metrics, {TRACES:,} traces (~50 events)",
+        f"metrics, {TRACES:,} traces (~50 events), {layout}",
         batch,
         len(batch),
         int(batch.num_events),
@@ -58,6 +67,7 @@ def full(distinct, dataset_type):
 
 @pytest.fixture(scope="module")
 def sample(distinct, dataset_type):
+    distinct, layout = distinct
     batch = distinct[:ANCHOR_TRACES]
     edges = batch.edges()
     src, dst = edges["src"].to_numpy(), edges["dst"].to_numpy()
@@ -68,7 +78,7 @@ def sample(distinct, dataset_type):
         for size, span in zip(sizes, spans, strict=True)
     ]
     data = dataset_type(
-        f"metrics vs networkx longest path, {len(batch):,} traces (~50 events)",
+        f"metrics vs networkx longest path, {len(batch):,} traces (~50 events), {layout}",
         batch,
         len(batch),
         int(batch.num_events),

@@ -110,37 +110,51 @@ pub fn kernel(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
     let groups = rows.iter().filter_map(|r| r.group).max().map_or(0, |g| g + 1);
     let mut parts = vec![(vec![0.0; n * n], vec![0.0; n]); groups + 1];
     let mut members = Vec::with_capacity(n);
+    let mut weighted = vec![0.0; n];
     for row in &rows {
         let (gram, rhs) = &mut parts[row.group.map_or(0, |g| g + 1)];
         members.clear();
         members.extend((0..n).filter(|&p| contains(&row.set, p)));
         let target = table[&row.set] - empty;
+        // The row's weight at its members, 0 elsewhere: adding it to a whole row of the Gram
+        // matrix is the same sum as adding the weight member by member, in a form that
+        // vectorises. Only the upper triangle is summed; it is mirrored below.
+        weighted.fill(0.0);
+        members.iter().for_each(|&b| weighted[b] = row.weight);
         for &a in &members {
             rhs[a] += row.weight * target;
-            for &b in &members {
-                gram[a * n + b] += row.weight;
-            }
+            gram[a * n + a..(a + 1) * n].iter_mut().zip(&weighted[a..]).for_each(|(g, w)| *g += w);
         }
     }
-    // The fit with the sampled part scaled by `scale` after leaving out group `left_out`.
-    let fit = |left_out: Option<usize>, scale: f64| -> Result<Vec<f64>> {
-        let (mut gram, mut rhs) = parts[0].clone();
-        for (g, (part_gram, part_rhs)) in parts[1..].iter().enumerate() {
-            if Some(g) == left_out {
-                continue;
-            }
-            gram.iter_mut().zip(part_gram).for_each(|(a, b)| *a += scale * b);
-            rhs.iter_mut().zip(part_rhs).for_each(|(a, b)| *a += scale * b);
-        }
-        constrained_least_squares(n, gram, rhs, delta)
-    };
-    let values = fit(None, 1.0)?;
+    for (gram, _) in &mut parts {
+        mirror_upper(n, gram);
+    }
+    // The enumerated part plus every sampled group: the fit, and the sum each jackknife refit
+    // takes one group out of (one subtraction per refit instead of a sum over the groups).
+    let (mut gram, mut rhs) = parts[0].clone();
+    for (part_gram, part_rhs) in &parts[1..] {
+        gram.iter_mut().zip(part_gram).for_each(|(a, b)| *a += b);
+        rhs.iter_mut().zip(part_rhs).for_each(|(a, b)| *a += b);
+    }
+    let values = constrained_least_squares(n, gram.clone(), rhs.clone(), delta)?;
     let stderr = match groups {
         0 => vec![0.0; n],
         1 => vec![f64::NAN; n],
         _ => {
             let g = groups as f64;
-            let refits = (0..groups).map(|left_out| fit(Some(left_out), g / (g - 1.0))).collect::<Result<Vec<_>>>()?;
+            let scale = g / (g - 1.0);
+            let (enumerated_gram, enumerated_rhs) = &parts[0];
+            // The sampled part without group `left_out`, scaled by g / (g - 1).
+            let refit = |left_out: usize| -> Result<Vec<f64>> {
+                let (part_gram, part_rhs) = &parts[left_out + 1];
+                let rescale = |total: &[f64], enumerated: &[f64], part: &[f64]| -> Vec<f64> {
+                    total.iter().zip(enumerated).zip(part).map(|((t, e), p)| e + scale * (t - e - p)).collect()
+                };
+                let gram = rescale(&gram, enumerated_gram, part_gram);
+                let rhs = rescale(&rhs, enumerated_rhs, part_rhs);
+                constrained_least_squares(n, gram, rhs, delta)
+            };
+            let refits = (0..groups).map(refit).collect::<Result<Vec<_>>>()?;
             (0..n)
                 .map(|i| {
                     let mean = refits.iter().map(|r| r[i]).sum::<f64>() / g;
@@ -151,6 +165,15 @@ pub fn kernel(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
     };
     Ok(Estimate { values, stderr, evaluations: 2 + table.len() as u64, converged: complete, exact: complete }
         .with_target(stopping))
+}
+
+/// Copies the upper triangle of a symmetric row-major matrix onto the lower one.
+fn mirror_upper(n: usize, matrix: &mut [f64]) {
+    for a in 0..n {
+        for b in 0..a {
+            matrix[a * n + b] = matrix[b * n + a];
+        }
+    }
 }
 
 pub(super) fn for_each_subset(n: usize, size: usize, mut visit: impl FnMut(&[u64])) {

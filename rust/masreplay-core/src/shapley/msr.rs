@@ -140,7 +140,10 @@ impl Normal {
         }
     }
 
-    fn add(&mut self, members: &[usize], value: f64, weight: f64, basis: &mut Vec<f64>) {
+    /// `indicator`: 1 at the members, 0 elsewhere (n entries): a Gram block's row gains
+    /// weight x indicator in one vectorised pass, the same sum as member by member (adding 0
+    /// changes nothing).
+    fn add(&mut self, members: &[usize], indicator: &[f64], value: f64, weight: f64, basis: &mut Vec<f64>) {
         let (n, s, p) = (self.n, members.len(), self.n * self.knots);
         size_basis(n, s, self.knots, basis);
         for (q, &bq) in basis.iter().enumerate().filter(|(_, b)| **b != 0.0) {
@@ -150,9 +153,8 @@ impl Normal {
                 self.x[s * p + row] += weight * bq;
                 for (r, &br) in basis.iter().enumerate().filter(|(_, b)| **b != 0.0) {
                     let wqr = weight * bq * br;
-                    for &b in members {
-                        self.xx[row * p + r * n + b] += wqr;
-                    }
+                    let block = &mut self.xx[row * p + r * n..row * p + (r + 1) * n];
+                    block.iter_mut().zip(indicator).for_each(|(x, i)| *x += wqr * i);
                 }
             }
         }
@@ -428,11 +430,14 @@ fn cross_fitted(n: usize, draws: &[Draws], folds: usize, members: &mut Vec<usize
     let weight = |s: usize| fit_weight(n, s, drawn[s] as f64);
     let knots = knots_for(n, drawn.iter().sum::<u64>() * (folds as u64 - 1) / folds as u64);
     let mut basis = Vec::new();
+    let mut indicator = vec![0.0; n];
     let mut parts = vec![Normal::new(n, knots); folds];
     for d in draws {
         for (j, (set, &v)) in d.sets.iter().zip(&d.values).enumerate() {
             members_of(set, members);
-            parts[j % folds].add(members, v, weight(d.size), &mut basis);
+            indicator.fill(0.0);
+            members.iter().for_each(|&i| indicator[i] = 1.0);
+            parts[j % folds].add(members, &indicator, v, weight(d.size), &mut basis);
         }
     }
     let surrogates = (0..folds)
