@@ -17,8 +17,6 @@ masreplay's. No timing is asserted here; the summary table prints the ratios.
 from __future__ import annotations
 
 import json
-import random
-import uuid
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -26,6 +24,7 @@ import pytest
 
 import masreplay
 from anchors import arrow_anchor, assert_same_table, dicts_anchor, json_anchor
+from layouts import realistic
 
 SIDES = ["masreplay", "anchor"]
 
@@ -94,31 +93,22 @@ def test_parquet_read(side, parquet_file, measure):
         assert table.num_rows == parquet_file.n_traces
 
 
-#: Small traces (2-6 agents' worth of 1-3 events each: about 5 events) as a user holds them.
+#: Small traces (1-2 agents, 2-12 events, 8 on average), as many as a training step may hand over.
 DICT_TRACES = 100_000
 
 
 @pytest.fixture(scope="module")
 def dict_traces(dataset_type):
-    """Simulated traces with UUID event ids, events and edges in shuffled order."""
-    rng = random.Random(17)
+    """Simulated traces in the realistic layout (layouts.py: UUID ids, events and edges
+    shuffled), as the dicts a user holds."""
     batch = masreplay.sim.generate(DICT_TRACES, seed=17, agents=(1, 2), events_per_agent=(1, 3))
-    traces = []
-    for trace in batch:
-        ids = {event["id"]: str(uuid.UUID(int=rng.getrandbits(128), version=4)) for event in trace["events"]}
-        for event in trace["events"]:
-            event["id"] = ids[event["id"]]
-        for edge in trace["edges"]:
-            edge["src"], edge["dst"] = ids[edge["src"]], ids[edge["dst"]]
-        rng.shuffle(trace["events"])
-        rng.shuffle(trace["edges"])
-        traces.append(trace)
+    traces = list(masreplay.load_traces(realistic(batch.to_arrow(), seed=17)))
     ours = masreplay.load_traces(traces).to_arrow()
     assert ours.equals(masreplay.load_traces(json.dumps(traces).encode()).to_arrow())
     assert_same_table(ours, dicts_anchor(traces, ours.schema))
     sizes = np.diff(batch.event_offsets)
     return dataset_type(
-        "python dicts, UUID ids, shuffled events and edges",
+        "python dicts, realistic layout (UUID ids, shuffled)",
         traces,
         len(traces),
         int(sizes.sum()),
