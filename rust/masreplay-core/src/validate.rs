@@ -8,12 +8,14 @@
 mod direct;
 mod non_finite;
 mod split;
+pub mod tape;
 #[cfg(test)]
 mod tests;
 
 use std::collections::HashMap;
 
 use rayon::prelude::*;
+use serde_core::Deserialize;
 use serde_json::{Map, Number, Value};
 
 use crate::error::ValidationError;
@@ -21,6 +23,7 @@ use crate::graph;
 use crate::trace::{
     Costs, CounterfactualKind, CounterfactualOf, Edge, EdgeType, Event, EventType, NamedNumbers, Topology, Trace,
 };
+use tape::Tape;
 
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ValidateOptions {
@@ -304,6 +307,18 @@ pub fn trace_from_json(value: &Value, options: ValidateOptions) -> Result<Trace,
     let trace_id = object.get("trace_id").and_then(Value::as_str).filter(|s| !s.is_empty());
     let reader = Reader { trace_id };
     reader.trace(object, options)
+}
+
+/// Checks the document at `root` of `tape` against the data contract and builds the trace:
+/// through the fast path when it passes, through the Reader (the words of any error) otherwise.
+pub fn trace_from_tape(tape: &Tape, root: usize, options: ValidateOptions) -> Result<Trace, ValidationError> {
+    if let Some(trace) = direct::read_document(tape.document(root), options) {
+        return Ok(trace);
+    }
+    match Value::deserialize(tape.document(root)) {
+        Ok(value) => trace_from_json(&value, options),
+        Err(error) => Err(ValidationError::new(None, "", format!("unreadable document: {error}"))),
+    }
 }
 
 fn type_name(value: &Value) -> &'static str {

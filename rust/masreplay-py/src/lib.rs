@@ -19,12 +19,11 @@ use masreplay_core::shapley::Method;
 use masreplay_core::sim::{SimConfig, generate};
 use masreplay_core::store::WellFormed;
 use masreplay_core::trace::{CounterfactualKind, EdgeType, EventType, Topology, Unit};
-use masreplay_core::validate::{ValidateOptions, parse_documents, trace_from_json};
+use masreplay_core::validate::{ValidateOptions, parse_documents};
 use masreplay_core::{MasreplayError, Named, Trace, TraceBatch, ValidationError, split_outcomes};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyString, PyTuple};
+use pyo3::types::PyTuple;
 use rayon::prelude::*;
-use serde_json::Value;
 
 use batch::PyTraceBatch;
 use errors::{OrRaise, validation_error};
@@ -77,24 +76,7 @@ fn parse_objects(
     objects: Vec<Bound<'_, PyAny>>,
     strict_seed: bool,
 ) -> PyResult<(PyTraceBatch, Rejected)> {
-    let options = ValidateOptions { strict_seed };
-    // Converting needs the GIL; checking the converted values does not, and runs in parallel.
-    let values: Vec<Result<Value, ValidationError>> = objects
-        .iter()
-        .map(|object| {
-            let trace_id = object
-                .cast::<PyDict>()
-                .ok()
-                .and_then(|dict| dict.get_item("trace_id").ok().flatten())
-                .and_then(|id| id.cast::<PyString>().ok().map(|s| s.to_string()))
-                .filter(|id| !id.is_empty());
-            objects::trace_to_json(object)
-                .map_err(|not_json| ValidationError::new(trace_id.as_deref(), not_json.path, not_json.reason))
-        })
-        .collect();
-    let outcomes = py.detach(|| {
-        values.into_par_iter().map(|value| value.and_then(|value| trace_from_json(&value, options))).collect()
-    });
+    let outcomes = objects::read_traces(py, &objects, ValidateOptions { strict_seed });
     batch_of_outcomes(py, outcomes)
 }
 

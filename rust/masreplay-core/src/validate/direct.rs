@@ -29,6 +29,11 @@ pub(super) fn read_trace(json: &[u8], options: ValidateOptions) -> Option<Trace>
     parts.into_trace()
 }
 
+/// The trace in a document of another format (a [`super::tape::Tape`]), as [`read_trace`].
+pub(super) fn read_document<'de, D: Deserializer<'de>>(document: D, options: ValidateOptions) -> Option<Trace> {
+    document.deserialize_map(TraceVisitor { options }).ok()?.into_trace()
+}
+
 /// The error that ends the fast path; its text is never shown.
 fn decline<E: de::Error>() -> E {
     E::custom("declined by the fast path")

@@ -269,6 +269,57 @@ proptest! {
     }
 }
 
+/// Writes a JSON value onto a tape, as the Python bindings write a dict.
+fn write_tape(value: &Value, tape: &mut tape::Tape) {
+    match value {
+        Value::Null => tape.null(),
+        Value::Bool(flag) => tape.bool(*flag),
+        Value::Number(n) => match (n.as_i64(), n.as_u64(), n.as_f64()) {
+            (Some(n), _, _) => tape.int(n),
+            (_, Some(n), _) => tape.uint(n),
+            (_, _, n) => tape.float(n.expect("a finite number")),
+        },
+        Value::String(text) => tape.str(text),
+        Value::Array(items) => {
+            let open = tape.open_array();
+            items.iter().for_each(|item| write_tape(item, tape));
+            tape.close(open, items.len());
+        }
+        Value::Object(map) => {
+            let open = tape.open_object();
+            for (key, item) in map {
+                tape.str(key);
+                write_tape(item, tape);
+            }
+            tape.close(open, map.len());
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(500))]
+
+    /// A document read from a tape (fast path, or the Reader on what it declines) gets the
+    /// Reader's verdict on the same value, and reads back as the value written.
+    #[test]
+    fn a_tape_gets_the_readers_verdict(seed in any::<u64>(), strict_seed in any::<bool>()) {
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
+        let values: Vec<Value> = (0..3)
+            .filter_map(|_| serde_json::from_slice(&trace_text(&mut rng, strict_seed).0).ok())
+            .collect();
+        let mut tape = tape::Tape::new();
+        let abandoned = tape.mark();
+        write_tape(&json!({"written": [1, 2], "then": "truncated"}), &mut tape);
+        tape.truncate(abandoned);
+        let roots: Vec<usize> = values.iter().map(|value| { let root = tape.mark(); write_tape(value, &mut tape); root }).collect();
+        for (value, root) in values.iter().zip(roots) {
+            prop_assert_eq!(&Value::deserialize(tape.document(root)).expect("a JSON value"), value);
+            let options = options(strict_seed);
+            prop_assert_eq!(outcome(&trace_from_tape(&tape, root, options)), outcome(&trace_from_json(value, options)), "{}", value);
+        }
+    }
+}
+
 #[test]
 fn repeated_keys_take_the_last_value_in_both_paths() {
     let text = br#"{"trace_id": "a", "task_id": "t", "trace_id": "b", "events": [{"id": "e0", "t": 0, "type": "spawn",
