@@ -63,14 +63,6 @@ impl Cell {
         self.mean = self.sum / self.n.max(1) as f64;
     }
 
-    /// A cell whose first pass ran elsewhere (`scatter`; GRPO and RLOO need no lengths),
-    /// its mean closed.
-    pub fn from_sums(n: u32, sum: f64, constant: bool) -> Cell {
-        let mut cell = Cell { n, sum, constant, ..Cell::default() };
-        cell.close_mean();
-        cell
-    }
-
     /// A value's deviation from the cell's mean (after [`Cell::close_mean`]).
     #[inline]
     pub fn deviation(&self, x: f64) -> f64 {
@@ -88,12 +80,6 @@ impl Cell {
     #[inline]
     pub fn close_std(&mut self) {
         self.std = if self.n < 2 { 0.0 } else { (self.m2 / (self.n - 1) as f64).sqrt() };
-    }
-
-    /// After a second pass that ran elsewhere and summed the squared deviations to `m2`.
-    pub fn close_std_with(&mut self, m2: f64) {
-        self.m2 = m2;
-        self.close_std();
     }
 
     /// The trainer modes' statistics from the cell's values in row order (NaN included, as

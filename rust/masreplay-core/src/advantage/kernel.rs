@@ -22,28 +22,55 @@ use crate::bail;
 use crate::error::{MasreplayError, Result};
 use crate::stamped::StampedIndex;
 
-/// Arbitrary integer keys -> dense codes `0..n`. A key range no wider than a few times the
-/// number of rows is used directly (code = key - min: no hashing); wider ranges are numbered
-/// in order of first appearance.
-pub fn dense_codes(keys: &[i64]) -> (Vec<u32>, usize) {
+/// The smallest key and the width of the keys' range (`max - min`), or None for no keys.
+#[derive(Clone, Copy)]
+pub(super) struct KeyRange {
+    pub min: i64,
+    pub span: u64,
+}
+
+pub(super) fn key_range(keys: &[i64]) -> Option<KeyRange> {
     if keys.is_empty() {
-        return (Vec::new(), 0);
+        return None;
     }
     let (min, max) = keys
         .par_chunks(1 << 16)
         .map(|chunk| chunk.iter().fold((i64::MAX, i64::MIN), |(lo, hi), &k| (lo.min(k), hi.max(k))))
         .reduce(|| (i64::MAX, i64::MIN), |a, b| (a.0.min(b.0), a.1.max(b.1)));
-    let span = (max as i128 - min as i128) as u128;
-    if span < (keys.len() as u128 * 4).max(1 << 16) {
-        let codes = keys.par_iter().map(|&k| (k as i128 - min as i128) as u32).collect();
+    Some(KeyRange { min, span: max.wrapping_sub(min) as u64 })
+}
+
+/// Whether keys spanning `span` over `n` rows are used as codes directly (`key - min`): a
+/// range no wider than a few times the number of rows.
+pub(super) fn narrow_span(span: u64, n: usize) -> bool {
+    span < (n as u64 * 4).max(1 << 16)
+}
+
+/// Arbitrary integer keys -> dense codes `0..n`. A key range no wider than a few times the
+/// number of rows is used directly (code = key - min: no hashing); wider ranges are numbered
+/// in order of first appearance.
+pub fn dense_codes(keys: &[i64]) -> (Vec<u32>, usize) {
+    let Some(KeyRange { min, span }) = key_range(keys) else {
+        return (Vec::new(), 0);
+    };
+    if narrow_span(span, keys.len()) {
+        let codes = keys.par_iter().map(|&k| k.wrapping_sub(min) as u32).collect();
         return (codes, span as usize + 1);
     }
-    let mut numbers: std::collections::HashMap<i64, u32, foldhash::fast::RandomState> = Default::default();
+    let hasher = foldhash::fast::FixedState::default();
+    let mut numbers: hashbrown::HashMap<i64, u32, _> = hashbrown::HashMap::with_hasher(hasher);
+    let mut last = None;
     let codes = keys
         .iter()
-        .map(|&k| {
-            let next = numbers.len() as u32;
-            *numbers.entry(k).or_insert(next)
+        .map(|&k| match last {
+            // Rows of a group often come together: no hashing for a repeat of the last key.
+            Some((key, code)) if key == k => code,
+            _ => {
+                let next = numbers.len() as u32;
+                let code = *numbers.entry(k).or_insert(next);
+                last = Some((k, code));
+                code
+            }
         })
         .collect();
     (codes, numbers.len())
@@ -62,19 +89,22 @@ enum Layout {
 /// `gather`: whether scattered groups are gathered (a counting sort) or left in place.
 fn layout(groups: &[u32], n_groups: usize, gather: bool) -> Layout {
     let n = groups.len();
-    let chunk = (n / (rayon::current_num_threads() * 4)).max(1 << 14);
-    let mut starts: Vec<usize> = (0..n.div_ceil(chunk))
-        .into_par_iter()
-        .flat_map_iter(|c| {
-            let (lo, hi) = (c * chunk, ((c + 1) * chunk).min(n));
-            (lo..hi).filter(|&i| i == 0 || groups[i] != groups[i - 1]).collect::<Vec<_>>()
-        })
-        .collect();
-    let mut seen = vec![false; n_groups];
-    let contiguous = starts.iter().all(|&s| !std::mem::replace(&mut seen[groups[s] as usize], true));
-    if contiguous {
-        starts.push(n);
-        return Layout::Runs(starts);
+    // Scattered groups show within the first rows: no need to look for runs then.
+    let scattered = scatter::reappears(&groups[..n.min(scatter::PROBE_ROWS)], |g| g as usize, n_groups);
+    if !scattered {
+        let chunk = (n / (rayon::current_num_threads() * 4)).max(1 << 14);
+        let mut starts: Vec<usize> = (0..n.div_ceil(chunk))
+            .into_par_iter()
+            .flat_map_iter(|c| {
+                let (lo, hi) = (c * chunk, ((c + 1) * chunk).min(n));
+                (lo..hi).filter(|&i| i == 0 || groups[i] != groups[i - 1]).collect::<Vec<_>>()
+            })
+            .collect();
+        let mut seen = vec![false; n_groups];
+        if starts.iter().all(|&s| !std::mem::replace(&mut seen[groups[s] as usize], true)) {
+            starts.push(n);
+            return Layout::Runs(starts);
+        }
     }
     if !gather {
         return Layout::Scattered;
@@ -223,7 +253,7 @@ fn normalize_group<T: AdvantageFloat>(
     }
 }
 
-fn infinite_values() -> MasreplayError {
+pub(super) fn infinite_values() -> MasreplayError {
     MasreplayError::InvalidArgument("values must be finite (NaN marks a missing reward)".to_owned())
 }
 
@@ -529,6 +559,12 @@ pub fn normalize_labels<T: AdvantageFloat>(
         let labels = strata.map_or(Labels::None, Labels::Raw);
         if let Some(done) = normalize_sorted_runs(values, groups, labels, spec) {
             return done;
+        }
+        if strata.is_none() {
+            let whole_batch = || if spec.scale == Scale::Batch { batch_std(values, spec) } else { (0.0, 0.0) };
+            if let Some(done) = scatter::normalize_keys(values, groups, spec, whole_batch) {
+                return done;
+            }
         }
     }
     let (group_codes, n_groups) = dense_codes(groups);
