@@ -90,17 +90,20 @@ impl Cell {
         &mut self,
         values: &[f32],
         lengths: &[f32],
-        compat: Compat,
+        spec: &Spec,
         threads: usize,
         scratch: &mut Vec<f32>,
     ) {
-        let n = self.n;
+        let (n, compat) = (self.n, spec.compat);
         self.sum32 = torch_sum_threads(values, true, threads);
         self.mean32 = self.sum32 / n.max(1) as f32;
-        scratch.clear();
-        scratch.extend(values.iter().zip(lengths).map(|(x, l)| l * x));
-        self.weighted_sum32 = torch_sum(scratch, true);
-        self.length_sum32 = torch_sum(lengths, false);
+        if compat == Compat::Verl && spec.estimator == Estimator::Opo {
+            // verl's OPO baseline; no other formula reads these sums.
+            scratch.clear();
+            scratch.extend(values.iter().zip(lengths).map(|(x, l)| l * x));
+            self.weighted_sum32 = torch_sum(scratch, true);
+            self.length_sum32 = torch_sum(lengths, false);
+        }
         self.std32 = match compat {
             _ if n < 2 => {
                 if compat == Compat::OpenRlhf {
@@ -221,7 +224,7 @@ pub(crate) fn batch_std(values: &[f64], spec: &Spec) -> (f64, f32) {
     if spec.compat == Compat::Trl {
         let values32: Vec<f32> = values.iter().map(|&x| x as f32).collect();
         let ones = vec![1f32; values32.len()];
-        cell.close_trainer(&values32, &ones, Compat::Trl, spec.torch_threads, &mut Vec::new());
+        cell.close_trainer(&values32, &ones, spec, spec.torch_threads, &mut Vec::new());
     }
     (cell.std, cell.std32)
 }
