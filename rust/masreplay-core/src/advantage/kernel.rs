@@ -272,9 +272,14 @@ fn normalize_group<T: AdvantageFloat>(
             // One cell, its sums in registers (through the cell table each row's update
             // would wait on the previous row's store).
             let mut cell = Cell::default();
-            (0..out.len()).filter_map(present).for_each(|i| cell.add(rows.values[i], length(i)));
-            cell.close_mean();
-            (0..out.len()).filter_map(present).for_each(|i| cell.add_deviation(rows.values[i]));
+            if matches!(spec.compat, Compat::Verl | Compat::Trl) {
+                // Their formulas read only the count of the native statistics.
+                cell.n = (0..out.len()).filter_map(present).count() as u32;
+            } else {
+                (0..out.len()).filter_map(present).for_each(|i| cell.add(rows.values[i], length(i)));
+                cell.close_mean();
+                (0..out.len()).filter_map(present).for_each(|i| cell.add_deviation(rows.values[i]));
+            }
             scratch.cells.push(cell);
             scratch.cell_of_row.resize(out.len(), 0);
         }
