@@ -241,6 +241,32 @@ def shuffled_rows():
 
 
 @pytest.fixture(scope="module")
+def wide_rows():
+    """Groups of 1-64 rows contiguous (each group's rows together, groups in no order),
+    labelled by random 62-bit integers (hashes, packed ids), and the dense codes of the same
+    groups (what bincount needs)."""
+    rng = np.random.default_rng(6)
+    sizes = rng.integers(1, 65, size=ROWS // 32 + 1)
+    codes = np.repeat(np.arange(len(sizes), dtype=np.int64), sizes)[:ROWS]
+    labels = rng.integers(0, 2**62, size=len(sizes), dtype=np.int64)[codes]
+    values = rng.normal(size=len(codes)).astype(np.float32).astype(np.float64)
+    return values, labels, codes
+
+
+@pytest.fixture(scope="module")
+def wide_data(dataset_type):
+    name = f"GRPO, {ROWS:,} rows, groups of 1-64 contiguous, random 62-bit labels"
+    goal = "goal: >= 3x numpy factorise + bincount"
+    return dataset_type(name, None, ROWS, ROWS, 0, goal, {}, suite="advantages")
+
+
+@pytest.fixture(scope="module")
+def compat_data(dataset_type):
+    name = f"GRPO trainer modes, {ROWS:,} rows, groups of 1-64 interleaved"
+    return dataset_type(name, None, ROWS, ROWS, 0, "goal: compat modes <= 2x native", {}, suite="advantages")
+
+
+@pytest.fixture(scope="module")
 def shuffled_data(dataset_type):
     name = f"GRPO, {ROWS:,} rows, groups of 1-64 interleaved (realistic layout)"
     return dataset_type(name, None, ROWS, ROWS, 0, "goal: >= 3x numpy bincount", {}, suite="advantages")
@@ -257,13 +283,55 @@ def test_shuffled_masreplay(shuffled_rows, shuffled_data, measure):
 
 
 def test_shuffled_numpy_bincount(shuffled_rows, shuffled_data, measure):
+    """The anchor is single-threaded: run the suite with RAYON_NUM_THREADS=1 for the 1-thread ratio."""
     values, groups, _ = shuffled_rows
     measure(lambda: numpy_bincount(values, groups), data=shuffled_data, side="numpy bincount", rounds=10, unit="ms")
 
 
+def test_compat_native(shuffled_rows, compat_data, measure):
+    values, groups, _ = shuffled_rows
+    measure(lambda: masreplay.group_normalize(values, groups), data=compat_data, side="masreplay native", rounds=10, unit="ms", ours=True)
+
+
+@pytest.mark.parametrize("compat", ["verl", "trl", "openrlhf"])
+def test_compat_modes(shuffled_rows, compat_data, measure, compat):
+    values, groups, _ = shuffled_rows
+    measure(
+        lambda: masreplay.group_normalize(values, groups, compat=compat),
+        data=compat_data,
+        side=f"masreplay compat={compat!r}",
+        rounds=10,
+        unit="ms",
+        ours=False,
+    )
+
+
+def test_wide_labels_masreplay(wide_rows, wide_data, measure):
+    values, labels, codes = wide_rows
+    _agree("numpy bincount", masreplay.group_normalize(values, labels), numpy_bincount(values, codes))
+    measure(lambda: masreplay.group_normalize(values, labels), data=wide_data, side="masreplay", rounds=10, unit="ms")
+
+
+def test_wide_labels_numpy_factorise_bincount(wide_rows, wide_data, measure):
+    values, labels, _ = wide_rows
+    measure(
+        lambda: numpy_bincount(values, np.unique(labels, return_inverse=True)[1].ravel()),
+        data=wide_data,
+        side="numpy unique(return_inverse) + bincount",
+        rounds=5,
+        unit="ms",
+    )
+
+
+def test_wide_labels_numpy_bincount_on_codes(wide_rows, wide_data, measure):
+    """bincount given the groups' dense codes already (the labels' factorisation for free)."""
+    values, _, codes = wide_rows
+    measure(lambda: numpy_bincount(values, codes), data=wide_data, side="numpy bincount on dense codes", rounds=10, unit="ms")
+
+
 def test_uids_masreplay(shuffled_rows, uid_data, measure):
     values, _, uids = shuffled_rows
-    measure(lambda: masreplay.group_normalize(values, uids), data=uid_data, side="masreplay (uids as given)", rounds=3, unit="ms")
+    measure(lambda: masreplay.group_normalize(values, uids), data=uid_data, side="masreplay (uids as given)", rounds=3, unit="ms", ours=True)
 
 
 def test_uids_numpy_factorise_bincount(shuffled_rows, uid_data, measure):

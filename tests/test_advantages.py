@@ -652,3 +652,28 @@ def test_labels_of_any_form_group_alike():
         np.testing.assert_array_equal(masreplay.group_normalize(values, labels, dtype="float64"), expected)
     with pytest.raises(InvalidArgumentError, match="600 entries"):
         masreplay.group_normalize(values, pa.array(names[:10]))
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 2**32), st.sampled_from(["narrow", "wide", "strings"]), st.integers(2_000, 20_000))
+def test_interleaved_groups_of_every_label_form_match_numpy(seed, form, n):
+    """Groups of 1-64 rows shuffled (the tables read in place), labelled by small integers,
+    random 62-bit integers or string uids, with offsets and near-constant groups."""
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(1, 65, size=n // 32 + 1)
+    groups = np.repeat(np.arange(len(sizes)), sizes)[:n]
+    offsets = rng.choice([0.0, 1e4, -7.0], size=len(sizes))
+    spreads = rng.choice([1.0, 1e-3, 0.0], size=len(sizes))
+    values = offsets[groups] + spreads[groups] * rng.normal(size=len(groups))
+    order = rng.permutation(len(groups))
+    groups, values = groups[order], values[order]
+    labels = {
+        "narrow": groups * 3 + 11,
+        "wide": rng.integers(-(2**62), 2**62, size=len(sizes))[groups],
+        "strings": np.array([f"{g:06x}-uid" for g in groups], dtype=object),
+    }[form]
+    out = masreplay.group_normalize(values, labels, eps=0.0, dtype="float64")
+    expected, tolerance = _two_pass_grpo(values, groups)
+    assert np.all(np.abs(out - expected) <= tolerance), form
+    # Every form of label gives the same bits (the same rows in the same order per group).
+    np.testing.assert_array_equal(masreplay.group_normalize(values, groups, eps=0.0, dtype="float64"), out)

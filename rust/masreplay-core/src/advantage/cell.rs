@@ -63,14 +63,6 @@ impl Cell {
         self.mean = self.sum / self.n.max(1) as f64;
     }
 
-    /// A cell whose first pass ran elsewhere (`scatter`; GRPO and RLOO need no lengths),
-    /// its mean closed.
-    pub fn from_sums(n: u32, sum: f64, constant: bool) -> Cell {
-        let mut cell = Cell { n, sum, constant, ..Cell::default() };
-        cell.close_mean();
-        cell
-    }
-
     /// A value's deviation from the cell's mean (after [`Cell::close_mean`]).
     #[inline]
     pub fn deviation(&self, x: f64) -> f64 {
@@ -90,12 +82,6 @@ impl Cell {
         self.std = if self.n < 2 { 0.0 } else { (self.m2 / (self.n - 1) as f64).sqrt() };
     }
 
-    /// After a second pass that ran elsewhere and summed the squared deviations to `m2`.
-    pub fn close_std_with(&mut self, m2: f64) {
-        self.m2 = m2;
-        self.close_std();
-    }
-
     /// The trainer modes' statistics from the cell's values in row order (NaN included, as
     /// the trainer's tensor holds them) and their lengths; `scratch` is a reusable buffer.
     /// Call after the two native passes.
@@ -104,17 +90,20 @@ impl Cell {
         &mut self,
         values: &[f32],
         lengths: &[f32],
-        compat: Compat,
+        spec: &Spec,
         threads: usize,
         scratch: &mut Vec<f32>,
     ) {
-        let n = self.n;
+        let (n, compat) = (self.n, spec.compat);
         self.sum32 = torch_sum_threads(values, true, threads);
         self.mean32 = self.sum32 / n.max(1) as f32;
-        scratch.clear();
-        scratch.extend(values.iter().zip(lengths).map(|(x, l)| l * x));
-        self.weighted_sum32 = torch_sum(scratch, true);
-        self.length_sum32 = torch_sum(lengths, false);
+        if compat == Compat::Verl && spec.estimator == Estimator::Opo {
+            // verl's OPO baseline; no other formula reads these sums.
+            scratch.clear();
+            scratch.extend(values.iter().zip(lengths).map(|(x, l)| l * x));
+            self.weighted_sum32 = torch_sum(scratch, true);
+            self.length_sum32 = torch_sum(lengths, false);
+        }
         self.std32 = match compat {
             _ if n < 2 => {
                 if compat == Compat::OpenRlhf {
@@ -235,7 +224,7 @@ pub(crate) fn batch_std(values: &[f64], spec: &Spec) -> (f64, f32) {
     if spec.compat == Compat::Trl {
         let values32: Vec<f32> = values.iter().map(|&x| x as f32).collect();
         let ones = vec![1f32; values32.len()];
-        cell.close_trainer(&values32, &ones, Compat::Trl, spec.torch_threads, &mut Vec::new());
+        cell.close_trainer(&values32, &ones, spec, spec.torch_threads, &mut Vec::new());
     }
     (cell.std, cell.std32)
 }

@@ -22,28 +22,55 @@ use crate::bail;
 use crate::error::{MasreplayError, Result};
 use crate::stamped::StampedIndex;
 
-/// Arbitrary integer keys -> dense codes `0..n`. A key range no wider than a few times the
-/// number of rows is used directly (code = key - min: no hashing); wider ranges are numbered
-/// in order of first appearance.
-pub fn dense_codes(keys: &[i64]) -> (Vec<u32>, usize) {
+/// The smallest key and the width of the keys' range (`max - min`), or None for no keys.
+#[derive(Clone, Copy)]
+pub(super) struct KeyRange {
+    pub min: i64,
+    pub span: u64,
+}
+
+pub(super) fn key_range(keys: &[i64]) -> Option<KeyRange> {
     if keys.is_empty() {
-        return (Vec::new(), 0);
+        return None;
     }
     let (min, max) = keys
         .par_chunks(1 << 16)
         .map(|chunk| chunk.iter().fold((i64::MAX, i64::MIN), |(lo, hi), &k| (lo.min(k), hi.max(k))))
         .reduce(|| (i64::MAX, i64::MIN), |a, b| (a.0.min(b.0), a.1.max(b.1)));
-    let span = (max as i128 - min as i128) as u128;
-    if span < (keys.len() as u128 * 4).max(1 << 16) {
-        let codes = keys.par_iter().map(|&k| (k as i128 - min as i128) as u32).collect();
+    Some(KeyRange { min, span: max.wrapping_sub(min) as u64 })
+}
+
+/// Whether keys spanning `span` over `n` rows are used as codes directly (`key - min`): a
+/// range no wider than a few times the number of rows.
+pub(super) fn narrow_span(span: u64, n: usize) -> bool {
+    span < (n as u64 * 4).max(1 << 16)
+}
+
+/// Arbitrary integer keys -> dense codes `0..n`. A key range no wider than a few times the
+/// number of rows is used directly (code = key - min: no hashing); wider ranges are numbered
+/// in order of first appearance.
+pub fn dense_codes(keys: &[i64]) -> (Vec<u32>, usize) {
+    let Some(KeyRange { min, span }) = key_range(keys) else {
+        return (Vec::new(), 0);
+    };
+    if narrow_span(span, keys.len()) {
+        let codes = keys.par_iter().map(|&k| k.wrapping_sub(min) as u32).collect();
         return (codes, span as usize + 1);
     }
-    let mut numbers: std::collections::HashMap<i64, u32, foldhash::fast::RandomState> = Default::default();
+    let hasher = foldhash::fast::FixedState::default();
+    let mut numbers: hashbrown::HashMap<i64, u32, _> = hashbrown::HashMap::with_hasher(hasher);
+    let mut last = None;
     let codes = keys
         .iter()
-        .map(|&k| {
-            let next = numbers.len() as u32;
-            *numbers.entry(k).or_insert(next)
+        .map(|&k| match last {
+            // Rows of a group often come together: no hashing for a repeat of the last key.
+            Some((key, code)) if key == k => code,
+            _ => {
+                let next = numbers.len() as u32;
+                let code = *numbers.entry(k).or_insert(next);
+                last = Some((k, code));
+                code
+            }
         })
         .collect();
     (codes, numbers.len())
@@ -53,46 +80,92 @@ pub fn dense_codes(keys: &[i64]) -> (Vec<u32>, usize) {
 enum Layout {
     /// Each group's rows are one contiguous run: run `i` is `bounds[i]..bounds[i + 1]`.
     Runs(Vec<usize>),
-    /// Rows gathered by group: group `g` holds `order[bounds[g]..bounds[g + 1]]`.
-    Gathered { bounds: Vec<usize>, order: Vec<u32> },
+    /// Rows gathered by group (see [`Gathered`]).
+    Gathered(Gathered),
     /// Groups scattered over the rows, left where they are (see [`scatter`]).
     Scattered,
 }
 
 /// `gather`: whether scattered groups are gathered (a counting sort) or left in place.
-fn layout(groups: &[u32], n_groups: usize, gather: bool) -> Layout {
-    let n = groups.len();
-    let chunk = (n / (rayon::current_num_threads() * 4)).max(1 << 14);
-    let mut starts: Vec<usize> = (0..n.div_ceil(chunk))
-        .into_par_iter()
-        .flat_map_iter(|c| {
-            let (lo, hi) = (c * chunk, ((c + 1) * chunk).min(n));
-            (lo..hi).filter(|&i| i == 0 || groups[i] != groups[i - 1]).collect::<Vec<_>>()
-        })
-        .collect();
-    let mut seen = vec![false; n_groups];
-    let contiguous = starts.iter().all(|&s| !std::mem::replace(&mut seen[groups[s] as usize], true));
-    if contiguous {
-        starts.push(n);
-        return Layout::Runs(starts);
+fn layout(rows: &Rows, gather: bool) -> Layout {
+    let (groups, n_groups, n) = (rows.groups, rows.n_groups, rows.groups.len());
+    // Scattered groups show within the first rows: no need to look for runs then.
+    let scattered = scatter::reappears(&groups[..n.min(scatter::PROBE_ROWS)], |g| g as usize, n_groups);
+    if !scattered {
+        let chunk = (n / (rayon::current_num_threads() * 4)).max(1 << 14);
+        let mut starts: Vec<usize> = (0..n.div_ceil(chunk))
+            .into_par_iter()
+            .flat_map_iter(|c| {
+                let (lo, hi) = (c * chunk, ((c + 1) * chunk).min(n));
+                (lo..hi).filter(|&i| i == 0 || groups[i] != groups[i - 1]).collect::<Vec<_>>()
+            })
+            .collect();
+        let mut seen = vec![false; n_groups];
+        if starts.iter().all(|&s| !std::mem::replace(&mut seen[groups[s] as usize], true)) {
+            starts.push(n);
+            return Layout::Runs(starts);
+        }
     }
     if !gather {
         return Layout::Scattered;
     }
-    let mut bounds = vec![0usize; n_groups + 1];
-    for &g in groups {
-        bounds[g as usize + 1] += 1;
+    Layout::Gathered(Gathered::new(rows))
+}
+
+/// The rows copied in order of group (a stable counting sort), so that each group's rows are
+/// read as one slice: group `g` is `bounds[g]..bounds[g + 1]` of `values` (and `strata`,
+/// `lengths`), row `order[k]` of the input. The rows are read in their own order and written
+/// at random (writes do not stall; reads of scattered rows would).
+struct Gathered {
+    bounds: Vec<usize>,
+    order: Vec<u32>,
+    values: Vec<f64>,
+    strata: Option<Vec<u32>>,
+    lengths: Option<Vec<f64>>,
+}
+
+impl Gathered {
+    fn new(rows: &Rows) -> Self {
+        let (groups, n_groups, n) = (rows.groups, rows.n_groups, rows.groups.len());
+        let mut bounds = vec![0usize; n_groups + 1];
+        for &g in groups {
+            bounds[g as usize + 1] += 1;
+        }
+        for g in 0..n_groups {
+            bounds[g + 1] += bounds[g];
+        }
+        let mut cursor = bounds.clone();
+        let mut order = vec![0u32; n];
+        let mut values = vec![0.0; n];
+        let mut strata = rows.strata.map(|_| vec![0u32; n]);
+        let mut lengths = rows.lengths.map(|_| vec![0.0; n]);
+        for (row, &g) in groups.iter().enumerate() {
+            let slot = cursor[g as usize];
+            cursor[g as usize] += 1;
+            order[slot] = row as u32;
+            values[slot] = rows.values[row];
+            if let (Some(to), Some((from, _))) = (strata.as_mut(), rows.strata) {
+                to[slot] = from[row];
+            }
+            if let (Some(to), Some(from)) = (lengths.as_mut(), rows.lengths) {
+                to[slot] = from[row];
+            }
+        }
+        Gathered { bounds, order, values, strata, lengths }
     }
-    for g in 0..n_groups {
-        bounds[g + 1] += bounds[g];
+
+    /// The gathered rows (group codes are not needed: groups are the slices of `bounds`).
+    fn rows<'a>(&'a self, rows: &Rows) -> Rows<'a> {
+        let strata = self.strata.as_deref().zip(rows.strata.map(|(_, count)| count));
+        Rows {
+            values: &self.values,
+            groups: &[],
+            n_groups: rows.n_groups,
+            strata,
+            lengths: self.lengths.as_deref(),
+            tokens: None,
+        }
     }
-    let mut cursor = bounds.clone();
-    let mut order = vec![0u32; n];
-    for (row, &g) in groups.iter().enumerate() {
-        order[cursor[g as usize]] = row as u32;
-        cursor[g as usize] += 1;
-    }
-    Layout::Gathered { bounds, order }
 }
 
 /// Per-thread buffers.
@@ -143,7 +216,7 @@ impl Scratch {
     }
 
     /// The trainer modes' fp32 statistics of every cell, from its rows in row order.
-    fn close_trainer(&mut self, rows: &Rows, row: &impl Fn(usize) -> usize, compat: Compat) {
+    fn close_trainer(&mut self, rows: &Rows, row: &impl Fn(usize) -> usize, spec: &Spec) {
         let n_cells = self.cells.len();
         self.cell_bounds.clear();
         self.cell_bounds.resize(n_cells + 1, 0);
@@ -171,7 +244,7 @@ impl Scratch {
             let (values, lengths) = (&self.values32[range.clone()], &self.lengths32[range]);
             // A group's sums: a dimension of TRL's (groups, G) view or verl's per-group tensor,
             // which ATen splits between threads only past 32768 rows.
-            self.cells[c].close_trainer(values, lengths, compat, 1, &mut self.buffer);
+            self.cells[c].close_trainer(values, lengths, spec, 1, &mut self.buffer);
         }
     }
 }
@@ -192,30 +265,43 @@ fn normalize_group<T: AdvantageFloat>(
         return;
     }
     let length = |i: usize| rows.lengths.map_or(1.0, |l| l[i]);
+    let present = |k: usize| Some(row(k)).filter(|&i| !rows.values[i].is_nan());
     scratch.next_group();
-    for k in 0..out.len() {
-        let i = row(k);
-        let c = match rows.strata {
-            Some((strata, _)) => scratch.cell_of(strata[i]),
-            None if k == 0 => scratch.cell_of(0),
-            None => 0,
-        };
-        scratch.cell_of_row.push(c);
-        let x = rows.values[i];
-        if !x.is_nan() {
-            scratch.cells[c as usize].add(x, length(i));
+    match rows.strata {
+        None => {
+            // One cell, its sums in registers (through the cell table each row's update
+            // would wait on the previous row's store).
+            let mut cell = Cell::default();
+            if matches!(spec.compat, Compat::Verl | Compat::Trl) {
+                // Their formulas read only the count of the native statistics.
+                cell.n = (0..out.len()).filter_map(present).count() as u32;
+            } else {
+                (0..out.len()).filter_map(present).for_each(|i| cell.add(rows.values[i], length(i)));
+                cell.close_mean();
+                (0..out.len()).filter_map(present).for_each(|i| cell.add_deviation(rows.values[i]));
+            }
+            scratch.cells.push(cell);
+            scratch.cell_of_row.resize(out.len(), 0);
         }
-    }
-    scratch.cells.iter_mut().for_each(Cell::close_mean);
-    for k in 0..out.len() {
-        let x = rows.values[row(k)];
-        if !x.is_nan() {
-            scratch.cells[scratch.cell_of_row[k] as usize].add_deviation(x);
+        Some((strata, _)) => {
+            for k in 0..out.len() {
+                let c = scratch.cell_of(strata[row(k)]);
+                scratch.cell_of_row.push(c);
+                if let Some(i) = present(k) {
+                    scratch.cells[c as usize].add(rows.values[i], length(i));
+                }
+            }
+            scratch.cells.iter_mut().for_each(Cell::close_mean);
+            for k in 0..out.len() {
+                if let Some(i) = present(k) {
+                    scratch.cells[scratch.cell_of_row[k] as usize].add_deviation(rows.values[i]);
+                }
+            }
         }
     }
     scratch.cells.iter_mut().for_each(Cell::close_std);
     if spec.compat != Compat::Native {
-        scratch.close_trainer(rows, &row, spec.compat);
+        scratch.close_trainer(rows, &row, spec);
     }
     for (k, slot) in out.iter_mut().enumerate() {
         let cell = &scratch.cells[scratch.cell_of_row[k] as usize];
@@ -223,18 +309,17 @@ fn normalize_group<T: AdvantageFloat>(
     }
 }
 
-fn infinite_values() -> MasreplayError {
+pub(super) fn infinite_values() -> MasreplayError {
     MasreplayError::InvalidArgument("values must be finite (NaN marks a missing reward)".to_owned())
 }
 
-/// One thread's walk over consecutive groups whose advantages are consecutive in `out`, which
-/// starts at row `base` of the whole output: small stratified groups wait in the thread's
-/// [`Block`] and are written several at a time, every other group at once.
+/// One thread's walk over consecutive groups, each a slice of the rows, whose advantages are
+/// consecutive in `out`, which starts at row `base` of the whole output: small stratified
+/// groups wait in the thread's [`Block`] and are written several at a time, every other group
+/// at once.
 struct Walk<'a, T> {
     rows: &'a Rows<'a>,
     labels: Labels<'a>,
-    /// Whether `row(k)` is `lo + k` (the rows of each group are a slice of `rows.values`).
-    contiguous: bool,
     spec: &'a Spec,
     batch_std: (f64, f32),
     out: &'a mut [T],
@@ -245,21 +330,16 @@ struct Walk<'a, T> {
 }
 
 impl<T: AdvantageFloat> Walk<'_, T> {
-    /// The group written to output rows `lo..hi`, its k-th row being `row(k)`; an error for
-    /// an infinite value (found only by the small paths: the others run after a check).
-    fn group(&mut self, lo: usize, hi: usize, row: impl Fn(usize) -> usize) -> Result<()> {
+    /// The group of rows `lo..hi`; an error for an infinite value (found only by the small
+    /// paths: the others run after a check).
+    fn group(&mut self, lo: usize, hi: usize) -> Result<()> {
         let (len, spec) = (hi - lo, self.spec);
         if small_path(spec) && len <= SMALL_ROWS && !matches!(self.labels, Labels::None) {
             if !self.scratch.block.fits(len) {
                 self.flush();
             }
-            // A contiguous group as slices of its own: no bounds check per row.
-            let taken = if self.contiguous {
-                self.scratch.block.add(&self.rows.values[lo..hi], self.labels.range(lo..hi), &|k| k, len)
-            } else {
-                self.scratch.block.add(self.rows.values, self.labels, &row, len)
-            };
-            match taken {
+            // The group as slices of its own: no bounds check per row.
+            match self.scratch.block.add(&self.rows.values[lo..hi], self.labels.range(lo..hi), &|k| k, len) {
                 Ok(()) => return Ok(()),
                 Err(Declined::Infinite) => return Err(infinite_values()),
                 Err(Declined::Scan) => {}
@@ -268,7 +348,7 @@ impl<T: AdvantageFloat> Walk<'_, T> {
         self.flush();
         debug_assert_eq!(self.held, lo);
         let out = &mut self.out[lo - self.base..hi - self.base];
-        let plain = self.contiguous && matches!(self.labels, Labels::None) && small_path(spec);
+        let plain = matches!(self.labels, Labels::None) && small_path(spec);
         let done = plain
             && match plain_run(&self.rows.values[lo..hi], out, spec, self.batch_std.0) {
                 Ok(()) => true,
@@ -276,7 +356,7 @@ impl<T: AdvantageFloat> Walk<'_, T> {
                 Err(Declined::Scan) => false,
             };
         if !done {
-            normalize_group(self.rows, self.labels, row, out, self.scratch, spec, self.batch_std);
+            normalize_group(self.rows, self.labels, |k| lo + k, out, self.scratch, spec, self.batch_std);
         }
         self.held = hi;
         Ok(())
@@ -314,14 +394,11 @@ fn piece_rows(n: usize) -> usize {
     (n / (rayon::current_num_threads() * 8)).max(4096)
 }
 
-/// Walks every group in parallel; `out` is in the order of `bounds`.
-#[allow(clippy::too_many_arguments)]
+/// Walks every group (group `g` is rows `bounds[g]..bounds[g + 1]`) in parallel.
 fn run_groups<T: AdvantageFloat>(
     rows: &Rows,
     labels: Labels,
-    contiguous: bool,
     bounds: &[usize],
-    row_at: impl Fn(usize) -> usize + Sync,
     out: &mut [T],
     spec: &Spec,
     batch_std: (f64, f32),
@@ -338,10 +415,9 @@ fn run_groups<T: AdvantageFloat>(
         || Scratch::new(n_strata),
         |scratch, (first, end, piece)| {
             let base = bounds[first];
-            let mut walk = Walk { rows, labels, contiguous, spec, batch_std, out: piece, base, held: base, scratch };
+            let mut walk = Walk { rows, labels, spec, batch_std, out: piece, base, held: base, scratch };
             for g in first..end {
-                let lo = bounds[g];
-                walk.group(lo, bounds[g + 1], |k| row_at(lo + k))?;
+                walk.group(bounds[g], bounds[g + 1])?;
             }
             walk.flush();
             Ok(())
@@ -375,11 +451,13 @@ fn normalize_layout<T: AdvantageFloat>(rows: &Rows, labels: Labels, layout: Layo
     let batch_std = if spec.scale == Scale::Batch { batch_std(rows.values, spec) } else { (0.0, 0.0) };
     let mut out = vec![T::default(); n];
     match layout {
-        Layout::Runs(bounds) => run_groups(rows, labels, true, &bounds, |i| i, &mut out, spec, batch_std)?,
-        Layout::Gathered { bounds, order } => {
+        Layout::Runs(bounds) => run_groups(rows, labels, &bounds, &mut out, spec, batch_std)?,
+        Layout::Gathered(by_group) => {
+            let gathered_rows = by_group.rows(rows);
+            let labels = gathered_rows.strata.map_or(Labels::None, |(codes, _)| Labels::Dense(codes));
             let mut gathered = vec![T::default(); n];
-            run_groups(rows, labels, false, &bounds, |k| order[k] as usize, &mut gathered, spec, batch_std)?;
-            for (k, &row) in order.iter().enumerate() {
+            run_groups(&gathered_rows, labels, &by_group.bounds, &mut gathered, spec, batch_std)?;
+            for (k, &row) in by_group.order.iter().enumerate() {
                 out[row as usize] = gathered[k];
             }
         }
@@ -400,7 +478,7 @@ pub fn normalize<T: AdvantageFloat>(rows: &Rows, spec: &Spec) -> Result<Vec<T>> 
     check_rows(rows)?;
     let labels = rows.strata.map_or(Labels::None, |(codes, _)| Labels::Dense(codes));
     let gather = !scatter::applies(rows, spec);
-    normalize_layout(rows, labels, layout(rows.groups, rows.n_groups, gather), spec)
+    normalize_layout(rows, labels, layout(rows, gather), spec)
 }
 
 /// Every array of `rows` has a value per row, every code is in range, every value finite
@@ -479,8 +557,7 @@ fn normalize_sorted_runs<T: AdvantageFloat>(
         || Scratch::new(1),
         |scratch, (start, end, piece)| {
             let rows = &rows;
-            let mut walk =
-                Walk { rows, labels, contiguous: true, spec, batch_std, out: piece, base: start, held: start, scratch };
+            let mut walk = Walk { rows, labels, spec, batch_std, out: piece, base: start, held: start, scratch };
             let mut lo = start;
             while lo < end {
                 let label = groups[lo];
@@ -491,7 +568,7 @@ fn normalize_sorted_runs<T: AdvantageFloat>(
                 if hi - lo > SMALL_ROWS || (hi < n && groups[hi] < label) {
                     return Err(Stop::Layout);
                 }
-                walk.group(lo, hi, |k| lo + k).map_err(Stop::Failed)?;
+                walk.group(lo, hi).map_err(Stop::Failed)?;
                 lo = hi;
             }
             walk.flush();
@@ -529,6 +606,12 @@ pub fn normalize_labels<T: AdvantageFloat>(
         let labels = strata.map_or(Labels::None, Labels::Raw);
         if let Some(done) = normalize_sorted_runs(values, groups, labels, spec) {
             return done;
+        }
+        if strata.is_none() {
+            let whole_batch = || if spec.scale == Scale::Batch { batch_std(values, spec) } else { (0.0, 0.0) };
+            if let Some(done) = scatter::normalize_keys(values, groups, spec, whole_batch) {
+                return done;
+            }
         }
     }
     let (group_codes, n_groups) = dense_codes(groups);

@@ -1,118 +1,199 @@
 //! Scattered groups for native GRPO and RLOO without strata: the layout rows have after a
 //! shuffle or a buffer sample. Instead of gathering each group's rows (a counting sort, then
-//! reads and writes in that order), the statistics accumulate in tables indexed by group
-//! code, as numpy's `bincount` does, in three passes over the rows in their own order.
+//! reads and writes in that order), the statistics accumulate in a table indexed by group
+//! code, as numpy's `bincount` does, in two passes over the rows in their own order: one
+//! takes each group's count and shifted sums (see [`Moments`]) and finds infinite values, one
+//! writes each row's advantage from its group's `(centre, scale)` ([`Affine`]: 16 bytes a
+//! group, so the table a row reads stays in cache).
 //!
-//! The rows are cut into chunks whose size depends only on the input's shape, each chunk
-//! fills its own table in parallel, and the tables are added in chunk order: the same sums
-//! in the same order at any thread count.
+//! A row's group is a dense code, or an integer key read as `key - min` where the keys span a
+//! narrow range (no codes are materialised: [`normalize_keys`]).
+//!
+//! The first pass runs in parallel over ranges of groups, each thread reading every row and
+//! keeping those of its groups: each group's values are added in row order whatever the
+//! number of threads, so the results are the same bits at any thread count, with no table
+//! per thread to merge.
 
 use rayon::prelude::*;
 
-use super::cell::Cell;
 use super::float::AdvantageFloat;
+use super::kernel::{KeyRange, infinite_values, key_range, narrow_span};
 use super::rows::Rows;
-use super::spec::Spec;
+use super::spec::{Estimator, Scale, Spec};
+use crate::error::Result;
 
-/// A group's first-pass statistics within one chunk.
+/// A group's count and the sums of `x - shift` and `(x - shift)^2` over its values, `shift`
+/// being its first value: the shifted-data variance, as accurate as two passes
+/// since `shift` is one of the group's own values, in one pass. The group is constant
+/// exactly when the squares sum to 0.
 #[derive(Clone, Copy, Default)]
-struct Sums {
+struct Moments {
     n: u32,
-    /// Whether every value so far equals `first` (such a cell normalises to 0 exactly).
-    constant: bool,
-    first: f64,
+    shift: f64,
     sum: f64,
+    squares: f64,
 }
 
-impl Sums {
-    #[inline]
+impl Moments {
+    #[inline(always)]
     fn add(&mut self, x: f64) {
-        if self.n == 0 {
-            (self.first, self.constant) = (x, true);
-        } else {
-            self.constant &= x == self.first;
-        }
+        // A select, not a branch: a group's first row comes at random.
+        let shift = std::hint::select_unpredictable(self.n == 0, x, self.shift);
+        let d = x - shift;
+        self.shift = shift;
         self.n += 1;
-        self.sum += x;
+        self.sum += d;
+        self.squares += d * d;
     }
 
-    fn merge(&mut self, later: &Sums) {
-        if later.n == 0 {
-            return;
+    /// The advantage of value `x` of this group is `(x - centre) * scale`.
+    fn affine(&self, spec: &Spec, batch_std: f64) -> Affine {
+        if self.n < 2 || self.squares == 0.0 {
+            // No comparison in the group: every advantage is 0.
+            return Affine { centre: 0.0, scale: 0.0 };
         }
-        if self.n == 0 {
-            *self = *later;
-            return;
-        }
-        self.constant &= later.constant && later.first == self.first;
-        self.n += later.n;
-        self.sum += later.sum;
+        let n = self.n as f64;
+        let centre = self.shift + self.sum / n;
+        let scale = match (spec.estimator, spec.scale) {
+            // `x - (sum - x) / (n - 1)` is `(x - mean) * n / (n - 1)`.
+            (Estimator::Rloo, _) => n / (n - 1.0),
+            (_, Scale::Group) => {
+                let m2 = (self.squares - self.sum * self.sum / n).max(0.0);
+                1.0 / ((m2 / (n - 1.0)).sqrt() + spec.eps)
+            }
+            (_, Scale::Batch) => 1.0 / (batch_std + spec.eps),
+            (_, Scale::None) => 1.0,
+        };
+        Affine { centre, scale }
     }
 }
 
-/// Rows per chunk, or None where tables of every group per chunk would outweigh the rows
-/// (most groups of one or two rows: the gathered path does better there).
-fn chunk_rows(n: usize, n_groups: usize) -> Option<usize> {
-    if n_groups > n / 2 {
-        return None;
-    }
-    // Each chunk's table costs a pass over `n_groups` entries: keep chunks several times larger.
-    Some((n_groups * 8).max(1 << 15).max(n / 16))
+#[derive(Clone, Copy, Default)]
+struct Affine {
+    centre: f64,
+    scale: f64,
+}
+
+/// Whether a table of `n_groups` entries pays for itself over `n` rows (not where most groups
+/// have one or two rows: the gathered path does better there).
+fn worth_a_table(n: usize, n_groups: usize) -> bool {
+    n_groups <= n / 2
 }
 
 /// Whether [`normalize_scattered`] computes `spec` over `rows`.
 pub(super) fn applies(rows: &Rows, spec: &Spec) -> bool {
-    super::small::small_path(spec) && rows.strata.is_none() && chunk_rows(rows.values.len(), rows.n_groups).is_some()
+    super::small::small_path(spec) && rows.strata.is_none() && worth_a_table(rows.values.len(), rows.n_groups)
 }
 
 /// Advantages of rows whose groups are scattered, in row order; NaN values are left out of
 /// the statistics and get 0. Call where [`applies`] holds, after the values were checked
 /// finite or NaN.
 pub(super) fn normalize_scattered<T: AdvantageFloat>(rows: &Rows, spec: &Spec, batch_std: (f64, f32), out: &mut [T]) {
-    let n = rows.values.len();
-    let chunk = chunk_rows(n, rows.n_groups).unwrap_or(n).max(1);
-    let pieces = || rows.values.par_chunks(chunk).zip(rows.groups.par_chunks(chunk));
+    // The values were checked: no infinite value to report.
+    let _ = two_passes(rows.values, rows.groups, |g| g as usize, rows.n_groups, spec, batch_std.0, out);
+}
 
-    let partial_sums: Vec<Vec<Sums>> = pieces()
-        .map(|(values, groups)| {
-            let mut table = vec![Sums::default(); rows.n_groups];
-            for (&x, &g) in values.iter().zip(groups) {
+/// Rows labelled by integer keys over a narrow range (`key - min` is the code: no renumbering)
+/// whose groups are scattered, for a spec of the scattered path without strata. None where
+/// that does not hold (keys spread wide, groups contiguous, most groups of one or two rows):
+/// the caller takes the general path. Finds infinite values itself.
+pub(super) fn normalize_keys<T: AdvantageFloat>(
+    values: &[f64],
+    keys: &[i64],
+    spec: &Spec,
+    batch_std: impl FnOnce() -> (f64, f32),
+) -> Option<Result<Vec<T>>> {
+    let n = values.len();
+    let KeyRange { min, span } = key_range(keys)?;
+    if !narrow_span(span, n) {
+        return None;
+    }
+    let n_groups = span as usize + 1;
+    if !worth_a_table(n, n_groups) {
+        return None;
+    }
+    let code = move |k: i64| k.wrapping_sub(min) as u64 as usize;
+    if !reappears(&keys[..n.min(PROBE_ROWS)], code, n_groups) {
+        return None;
+    }
+    let batch_std = batch_std();
+    let mut out = vec![T::default(); n];
+    Some(two_passes(values, keys, code, n_groups, spec, batch_std.0, &mut out).map(|()| out))
+}
+
+/// Rows the cheap test for scattered groups reads.
+pub(super) const PROBE_ROWS: usize = 1 << 14;
+
+/// Whether a group of `keys` comes back after another group's rows: the groups are
+/// scattered. Stops at the first such row (after a shuffle, a few hundred rows in).
+pub(super) fn reappears<K: Copy>(keys: &[K], code: impl Fn(K) -> usize, n_groups: usize) -> bool {
+    let mut seen = vec![0u64; n_groups.div_ceil(64)];
+    let mut previous = usize::MAX;
+    for &k in keys {
+        let g = code(k);
+        if g != previous {
+            let (word, bit) = (g / 64, 1u64 << (g % 64));
+            if seen[word] & bit != 0 {
+                return true;
+            }
+            seen[word] |= bit;
+            previous = g;
+        }
+    }
+    false
+}
+
+/// Slots past a thread's own groups where it adds the rows of other threads' groups
+/// (without a branch), several so that those adds do not wait on one another.
+const SINKS: usize = 8;
+
+/// The two passes over rows whose group codes are `code(keys[i])`, all below `n_groups`.
+/// An error for an infinite value, found in the first pass (nothing written then).
+fn two_passes<K: Copy + Sync, T: AdvantageFloat>(
+    values: &[f64],
+    keys: &[K],
+    code: impl Fn(K) -> usize + Sync + Copy,
+    n_groups: usize,
+    spec: &Spec,
+    batch_std: f64,
+    out: &mut [T],
+) -> Result<()> {
+    let part = n_groups.div_ceil(rayon::current_num_threads()).max(1 << 12);
+    let mut affine = vec![Affine::default(); n_groups];
+    let infinite = affine
+        .par_chunks_mut(part)
+        .enumerate()
+        .map(|(p, affine)| {
+            let (lo, len) = (p * part, affine.len());
+            let mut table = vec![Moments::default(); len + SINKS];
+            let mut infinite = false;
+            for (i, (&x, &k)) in values.iter().zip(keys).enumerate() {
                 if !x.is_nan() {
-                    table[g as usize].add(x);
+                    infinite |= x.is_infinite();
+                    let g = code(k).wrapping_sub(lo);
+                    table[std::hint::select_unpredictable(g < len, g, len + i % SINKS)].add(x);
                 }
             }
-            table
-        })
-        .collect();
-    let mut cells: Vec<Cell> = (0..rows.n_groups)
-        .into_par_iter()
-        .map(|g| {
-            let mut sums = Sums::default();
-            partial_sums.iter().for_each(|table| sums.merge(&table[g]));
-            Cell::from_sums(sums.n, sums.sum, sums.constant)
-        })
-        .collect();
-    drop(partial_sums);
-
-    let partial_m2: Vec<Vec<f64>> = pieces()
-        .map(|(values, groups)| {
-            let mut table = vec![0.0; rows.n_groups];
-            for (&x, &g) in values.iter().zip(groups) {
-                if !x.is_nan() {
-                    let d = cells[g as usize].deviation(x);
-                    table[g as usize] += d * d;
-                }
+            for (slot, moments) in affine.iter_mut().zip(&table) {
+                *slot = moments.affine(spec, batch_std);
             }
-            table
+            infinite
         })
-        .collect();
-    cells.par_iter_mut().enumerate().for_each(|(g, cell)| {
-        cell.close_std_with(partial_m2.iter().map(|table| table[g]).sum());
-    });
+        .reduce(|| false, |a, b| a || b);
+    if infinite {
+        return Err(infinite_values());
+    }
 
-    out.par_chunks_mut(chunk).zip(pieces()).for_each(|(out, (values, groups))| {
-        for ((slot, &x), &g) in out.iter_mut().zip(values).zip(groups) {
-            *slot = T::from_f64(cells[g as usize].advantage(x, spec, batch_std));
+    let chunk = (values.len() / (rayon::current_num_threads() * 4)).max(1 << 14);
+    let pieces = values.par_chunks(chunk).zip(keys.par_chunks(chunk));
+    out.par_chunks_mut(chunk).zip(pieces).for_each(|(out, (values, keys))| {
+        for ((slot, &x), &k) in out.iter_mut().zip(values).zip(keys) {
+            let Affine { centre, scale } = affine[code(k)];
+            // A NaN reward gets 0; `+ 0.0` turns the -0.0 of a constant group's negative
+            // values into 0.0 and changes nothing else.
+            let advantage = if x.is_nan() { 0.0 } else { (x - centre) * scale + 0.0 };
+            *slot = T::from_f64(advantage);
         }
     });
+    Ok(())
 }

@@ -185,6 +185,74 @@ fn scattered_groups_agree_with_gathered_at_any_thread_count() {
     }
 }
 
+/// Integer keys over a narrow range (read as `key - min`) and wide 62-bit keys (hashed), both
+/// scattered at random over 10^5 rows with groups of 1-64 rows, values far from zero and some
+/// groups constant or nearly so: the in-place tables agree with the gathered path (a trivial
+/// stratum) to 1e-12 plus the rounding of the inputs relative to the group's spread, give 0 to constant groups, NaN rows and groups of one, and
+/// the same bits at 1, 2 and 3 threads and for either form of key.
+#[test]
+fn scattered_keys_agree_with_gathered_at_any_thread_count() {
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(12);
+    let mut groups: Vec<i64> = Vec::new();
+    let mut values: Vec<f64> = Vec::new();
+    let class = |key: i64| (key + 100) / 7 % 4;
+    for g in 0..3200i64 {
+        let size = rand::RngExt::random_range(&mut rng, 1..=64);
+        let (offset, spread) = match g % 4 {
+            0 => (1e6, 1.0),
+            1 => (-3.0, 1e-7),
+            2 => (42.0, 0.0),
+            _ => (0.0, 1e3),
+        };
+        for _ in 0..size {
+            groups.push(g * 7 - 100);
+            values.push(offset + spread * rand::RngExt::random_range(&mut rng, -1.0..1.0));
+        }
+    }
+    let mut order: Vec<usize> = (0..groups.len()).collect();
+    order.shuffle(&mut rng);
+    let groups: Vec<i64> = order.iter().map(|&i| groups[i]).collect();
+    let mut values: Vec<f64> = order.iter().map(|&i| values[i]).collect();
+    values[5] = f64::NAN;
+    let wide: Vec<i64> = groups.iter().map(|&g| (g as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) as i64 >> 2).collect();
+    let one_stratum = vec![0i64; groups.len()];
+    for (estimator, scale) in
+        [(Estimator::Grpo, Scale::Group), (Estimator::Grpo, Scale::Batch), (Estimator::Rloo, Scale::Group)]
+    {
+        let spec = native(estimator, scale, 0.0);
+        let run = |keys: &[i64], strata: Option<&[i64]>| -> Vec<f64> {
+            normalize_labels(&values, keys, strata, None, None, &spec).unwrap()
+        };
+        let in_place = run(&groups, None);
+        let gathered = run(&groups, Some(&one_stratum));
+        for (i, (a, b)) in in_place.iter().zip(&gathered).enumerate() {
+            // The inputs' own rounding (max|x| 2^-52) relative to the spread (std >= 0.3 of it).
+            let inputs = [64.0 * f64::EPSILON * 1e6 / 0.3, 64.0 * f64::EPSILON * 3.0 / 0.3e-7, 0.0, 0.0]
+                [class(groups[i]) as usize];
+            assert!((a - b).abs() <= 1e-12 * (1.0 + a.abs()) + inputs, "{estimator:?} {scale:?} row {i}: {a} {b}");
+        }
+        assert_eq!(in_place[5], 0.0);
+        for (i, &x) in in_place.iter().enumerate() {
+            if class(groups[i]) == 2 {
+                assert_eq!(x.to_bits(), 0.0f64.to_bits(), "a constant group gives +0");
+            }
+        }
+        let same_bits = |other: &[f64]| other.iter().zip(&in_place).all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(same_bits(&run(&wide, None)), "hashed keys");
+        for threads in [1, 2, 3] {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            assert!(same_bits(&pool.install(|| run(&groups, None))), "{threads} threads");
+            assert!(same_bits(&pool.install(|| run(&wide, None))), "{threads} threads, hashed keys");
+        }
+    }
+    let mut infinite = values.clone();
+    infinite[100] = f64::INFINITY;
+    assert!(
+        normalize_labels::<f64>(&infinite, &groups, None, None, None, &native(Estimator::Grpo, Scale::Group, 0.0))
+            .is_err()
+    );
+}
+
 /// The trace with its events shuffled and edges renumbered; returns the new position of each
 /// old event.
 fn permuted(trace: &Trace, seed: u64) -> (Trace, Vec<usize>) {
