@@ -14,7 +14,7 @@ use arrow_array::cast::AsArray;
 use arrow_array::{Array, StringArray, StructArray};
 use rayon::prelude::*;
 
-use super::factual_index::{BLOCK, FactualIndex};
+use super::factual_index::FactualIndex;
 use super::{Credit, Entry, mean_and_variance, missing_reward};
 use crate::error::{Result, ValidationError};
 use crate::names::named_enum;
@@ -70,10 +70,11 @@ fn first_error_or_all(parts: Vec<Result<Vec<Entry>>>) -> Result<Vec<Entry>> {
 /// ids of up to eight bytes apart without reading their text again.
 fn head_word(text: &str) -> u64 {
     let bytes = text.as_bytes();
-    let mut word = [0u8; 8];
-    let n = bytes.len().min(8);
-    word[..n].copy_from_slice(&bytes[..n]);
-    u64::from_le_bytes(word)
+    match bytes.first_chunk::<8>() {
+        Some(word) => u64::from_le_bytes(*word),
+        // Byte by byte, first byte lowest: not a memcpy call into a buffer read back at once.
+        None => bytes.iter().rev().fold(0, |word, &byte| (word << 8) | u64::from(byte)),
+    }
 }
 
 /// One branch rollout as credit reads it, copied out of the batch in a sequential pass so
@@ -100,11 +101,14 @@ struct Factuals {
 
 impl Factuals {
     fn new(families: &Families) -> Self {
-        let rows: Vec<u32> =
-            (0..families.batch.len()).filter(|&row| families.is_factual(row)).map(|row| row as u32).collect();
-        let rewards = rows.iter().map(|&row| families.rewards.at(row as usize)).collect();
+        let rows: Vec<u32> = (0..families.batch.len())
+            .into_par_iter()
+            .filter(|&row| families.is_factual(row))
+            .map(|row| row as u32)
+            .collect();
+        let rewards = rows.par_iter().map(|&row| families.rewards.at(row as usize)).collect();
         let trace_id = families.columns.trace_id;
-        let index = FactualIndex::new(rows.iter().map(|&row| trace_id.value(row as usize)));
+        let index = FactualIndex::new(&rows.iter().map(|&row| trace_id.value(row as usize)).collect::<Vec<_>>());
         Factuals { rows, rewards, index }
     }
 
@@ -252,11 +256,15 @@ impl<'a> Families<'a> {
         Some(self.credit_families(&mut entries, &mut scratch, &ended).map(|()| entries))
     }
 
-    /// Loads the first event ids of these factual traces together: the cache misses of finding
-    /// each family's branched event then overlap instead of stalling family after family.
+    /// Loads the first event ids of these factual traces (offsets and text) together: the cache
+    /// misses of finding each family's branched event then overlap instead of stalling family after family.
     fn warm_events(&self, factuals: impl Iterator<Item = usize>) {
-        let id_offsets = self.event_ids.value_offsets();
-        std::hint::black_box(factuals.fold(0, |acc, factual| acc ^ id_offsets[self.event_offsets[factual] as usize]));
+        let (id_offsets, id_bytes) = (self.event_ids.value_offsets(), self.event_ids.value_data());
+        let first_byte = |factual: usize| {
+            let at = id_offsets[self.event_offsets[factual] as usize] as usize;
+            id_bytes.get(at).copied().unwrap_or(0)
+        };
+        std::hint::black_box(factuals.fold(0, |acc, factual| acc ^ first_byte(factual)));
     }
 
     /// Credits families given as (factual row, end of its branch rows), their events warmed
@@ -316,23 +324,13 @@ impl<'a> Families<'a> {
     /// The branches among `rows` whose factual trace is in the batch, binned by factual rank.
     fn bin_branches(&self, factuals: &Factuals, rows: Range<usize>, buckets: usize) -> Vec<Vec<Branch>> {
         let mut bins = vec![Vec::new(); buckets];
-        let mut branch_rows = rows.filter(|&row| !self.is_factual(row));
-        let (mut block, mut hashes) = (Vec::with_capacity(BLOCK), Vec::with_capacity(BLOCK));
-        loop {
-            block.clear();
-            block.extend(branch_rows.by_ref().take(BLOCK));
-            if block.is_empty() {
-                return bins;
+        let branches = rows.filter(|&row| !self.is_factual(row)).map(|row| (row, self.of_trace.value(row)));
+        factuals.index.find_each(branches, |row, family| {
+            if let Some(family) = family {
+                bins[family as usize / FAMILIES_PER_BUCKET].push(self.branch(row, family));
             }
-            hashes.clear();
-            hashes.extend(block.iter().map(|&row| factuals.index.hash(self.of_trace.value(row))));
-            factuals.index.warm(&hashes);
-            for (&row, &hash) in block.iter().zip(&hashes) {
-                if let Some(family) = factuals.index.find(hash, self.of_trace.value(row)) {
-                    bins[family as usize / FAMILIES_PER_BUCKET].push(self.branch(row, family));
-                }
-            }
-        }
+        });
+        bins
     }
 
     /// Credits the alternatives of one factual trace into `entries`; `branches` are in row
