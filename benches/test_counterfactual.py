@@ -1,9 +1,17 @@
-"""Branch-rollout credit against the same computation written as a Polars group-by (issue 6).
+"""Branch-rollout credit against the same computation written as a Polars group-by (issues 6, 18).
 
-Workload: ``sim.branches(FACTUAL, branches=8, branch_points=1)``: every factual trace gets 8
+Traces: ``sim.branches(FACTUAL, branches=8, branch_points=1)``: every factual trace gets 8
 branch rollouts at one of its events (900,000 traces for 100,000 factual ones; small traces,
 ``agents=(1, 2), events_per_agent=(1, 3)``, so the batch fits comfortably in memory).
-Set MASREPLAY_BENCH_CF_FACTUAL to change the size.
+Set MASREPLAY_BENCH_CF_FACTUAL to change the size. The same traces in three layouts:
+
+- ``shuffled``: the traces in a random order, so a factual trace and its branches are
+  scattered through the batch (what a sampled or merged batch looks like): the goal's layout;
+- ``two-pass buffer``: a GraphBuffer filled in two adds, every factual trace first and the
+  branches later (what a rollout service that branches after the fact stores), read back with
+  ``to_batch()`` before timing;
+- ``adjacent``: sim.branches' own order, every factual trace directly followed by its
+  branches (the layout with a special fast path), kept as an extra row.
 
 The Polars side is what a user would write: the team reward out of the rewards map, the
 branches grouped by (factual trace, event) for mean, std and count, joined to the factual
@@ -12,6 +20,8 @@ case). masreplay is timed three ways: the table of the credited events
 (``aligned=False``, the same output as the Polars query: the comparison), the table aligned
 with every event of ``batch.events()`` (the default), and the core call alone. Before
 timing, both sides must agree on every credited event to 1e-9. Nothing is asserted on times.
+
+Single-threaded ratios: run with ``RAYON_NUM_THREADS=1 POLARS_MAX_THREADS=1``.
 """
 
 from __future__ import annotations
@@ -26,22 +36,44 @@ from masreplay import _core
 
 FACTUAL = int(os.environ.get("MASREPLAY_BENCH_CF_FACTUAL", 100_000))
 BRANCHES = 8
+LAYOUTS = {
+    "shuffled": "shuffled: families scattered in random order",
+    "two-pass buffer": "GraphBuffer filled in two passes (factual traces, then branches)",
+    "adjacent": "adjacent: each factual trace directly followed by its branches (sim.branches' layout)",
+}
 
 
 @pytest.fixture(scope="module")
-def workload(dataset_type):
+def traces():
     truth = masreplay.sim.branches(FACTUAL, branches=BRANCHES, branch_points=1, agents=(1, 2), events_per_agent=(1, 3), seed=61)
-    batch = truth.batch
-    data = dataset_type(
-        f"branch credit, {FACTUAL:,} factual traces x {BRANCHES} branches",
+    return truth.batch
+
+
+def arranged(batch: masreplay.TraceBatch, layout: str) -> masreplay.TraceBatch:
+    """The traces of ``batch`` (sim.branches' order) in ``layout``."""
+    if layout == "adjacent":
+        return batch
+    if layout == "shuffled":
+        return batch[np.random.default_rng(18).permutation(len(batch)).tolist()]
+    factual = batch.to_arrow()["counterfactual_of"].is_null().to_numpy(zero_copy_only=False)
+    buffer = masreplay.GraphBuffer(len(batch))
+    buffer.add(batch[np.flatnonzero(factual).tolist()])
+    buffer.add(batch[np.flatnonzero(~factual).tolist()])
+    return buffer.to_batch()
+
+
+@pytest.fixture(scope="module", params=list(LAYOUTS))
+def workload(request, traces, dataset_type):
+    batch = arranged(traces, request.param)
+    return dataset_type(
+        f"branch credit, {FACTUAL:,} factual traces x {BRANCHES} branches, {LAYOUTS[request.param]}",
         batch,
         len(batch),
         int(batch.num_events),
         0,
-        "goal: masreplay >= 5x the Polars group-by",
+        "goal: masreplay >= 5x the Polars group-by" if request.param != "adjacent" else "extra row: the special layout",
         suite="counterfactual",
     )
-    return data
 
 
 def _polars_credit(frame):

@@ -148,6 +148,54 @@ def test_credit_ignores_trace_order_and_a_constant_reward_shift(seed, shift, ord
         assert moved[key][2] == n
 
 
+def _family_stable(batch: masreplay.TraceBatch, order: np.ndarray) -> list[int]:
+    """``order`` with each factual trace's branches put back in their original relative order,
+    in the positions ``order`` gave them: families scattered, each factual trace before or after
+    its branches, but every event's branch rewards summed in the same order (so the same bits)."""
+    factual_of = batch.to_arrow()["counterfactual_of"].combine_chunks().field("trace_id").to_pylist()
+    order = [int(row) for row in order]
+    positions: dict[str, list[int]] = {}
+    for position, row in enumerate(order):
+        if factual_of[row] is not None:
+            positions.setdefault(factual_of[row], []).append(position)
+    for family in positions.values():
+        for position, row in zip(family, sorted(order[p] for p in family), strict=True):
+            order[position] = row
+    return order
+
+
+def _assert_same_bits(got: dict, expected: dict) -> None:
+    assert got.keys() == expected.keys()
+    for key, (credit, stderr, n) in expected.items():
+        assert np.float64(got[key][0]).tobytes() == np.float64(credit).tobytes(), key
+        assert np.float64(got[key][1]).tobytes() == np.float64(stderr).tobytes(), key
+        assert got[key][2] == n, key
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 2**32), order_seed=st.integers(0, 2**32), baseline=st.sampled_from(["mean", "loo"]))
+def test_shuffled_traces_get_the_credit_of_the_adjacent_layout(seed, order_seed, baseline):
+    gt = masreplay.sim.branches(30, branches=3, branch_points=2, seed=seed)
+    expected = _keyed(masreplay.counterfactual_credit(gt.batch, baseline=baseline))
+    order = _family_stable(gt.batch, np.random.default_rng(order_seed).permutation(len(gt.batch)))
+    shuffled = gt.batch[order]
+    _assert_same_bits(_keyed(masreplay.counterfactual_credit(shuffled, baseline=baseline)), expected)
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 2**32), order_seed=st.integers(0, 2**32), baseline=st.sampled_from(["mean", "loo"]))
+def test_a_buffer_filled_in_two_passes_gets_the_credit_of_one_batch(seed, order_seed, baseline):
+    gt = masreplay.sim.branches(30, branches=3, branch_points=2, seed=seed)
+    expected = _keyed(masreplay.counterfactual_credit(gt.batch, baseline=baseline))
+    factual = gt.batch.to_arrow()["counterfactual_of"].is_null().to_numpy(zero_copy_only=False)
+    rng = np.random.default_rng(order_seed)
+    buffer = GraphBuffer(len(gt.batch))
+    buffer.add(gt.batch[rng.permutation(np.flatnonzero(factual)).tolist()])  # factual traces in any order
+    branches = _family_stable(gt.batch, rng.permutation(np.flatnonzero(~factual)))
+    buffer.add(gt.batch[branches])
+    _assert_same_bits(_keyed(masreplay.counterfactual_credit(buffer, baseline=baseline)), expected)
+
+
 # ---- same-prefix credit -------------------------------------------------------------------
 
 

@@ -8,15 +8,13 @@
 //! branch) is credited against the mean of the others, so the branches' own events (where a
 //! branch still has the event) get credit too; the factual's credit is the same either way.
 
-use std::collections::HashMap;
 use std::ops::Range;
-use std::sync::OnceLock;
 
 use arrow_array::cast::AsArray;
 use arrow_array::{Array, StringArray, StructArray};
-use foldhash::fast::RandomState;
 use rayon::prelude::*;
 
+use super::factual_index::FactualIndex;
 use super::{Credit, Entry, mean_and_variance, missing_reward};
 use crate::error::{Result, ValidationError};
 use crate::names::named_enum;
@@ -46,8 +44,13 @@ pub fn branch_credit(batch: &TraceBatch, channel: &str, baseline: Baseline) -> R
     Ok(Credit::from_entries(entries))
 }
 
-/// Families credited together by [`Families::credit_families`].
+/// Families whose events are warmed together ([`Families::warm_events`]).
 const FAMILY_BATCH: usize = 16;
+
+/// Factual traces per bucket of [`Families::credit_paired`]: a bucket's branch records (32
+/// bytes each, about 8 per family in `sim.branches`) stay within a core's L2 cache while
+/// they are sorted by family.
+const FAMILIES_PER_BUCKET: usize = 2048;
 
 /// Rows per parallel task: a few tasks per thread, none tiny.
 fn span_of(rows: usize) -> usize {
@@ -61,6 +64,82 @@ fn first_error_or_all(parts: Vec<Result<Vec<Entry>>>) -> Result<Vec<Entry>> {
         all.extend(part?);
     }
     Ok(all)
+}
+
+/// The first eight bytes of `text` as one word (zero-padded): with the length, it tells two
+/// ids of up to eight bytes apart without reading their text again.
+fn head_word(text: &str) -> u64 {
+    let bytes = text.as_bytes();
+    match bytes.first_chunk::<8>() {
+        Some(word) => u64::from_le_bytes(*word),
+        // Byte by byte, first byte lowest: not a memcpy call into a buffer read back at once.
+        None => bytes.iter().rev().fold(0, |word, &byte| (word << 8) | u64::from(byte)),
+    }
+}
+
+/// One branch rollout as credit reads it, copied out of the batch in a sequential pass so
+/// that crediting its family never returns to the branch's row.
+#[derive(Clone, Copy, Default)]
+struct Branch {
+    row: u32,
+    /// The factual trace, as its rank among the batch's factual traces (paired layout only).
+    family: u32,
+    /// NaN when the trace has no reward on the channel (an error once it is used).
+    reward: f64,
+    /// `counterfactual_of.event_id`, by length and first eight bytes (see [`head_word`]).
+    event_len: u32,
+    event_head: u64,
+}
+
+/// The factual traces of a batch, ranked in row order, with their rewards and an index from
+/// trace id to rank.
+struct Factuals {
+    rows: Vec<u32>,
+    rewards: Vec<f64>,
+    index: FactualIndex,
+}
+
+impl Factuals {
+    fn new(families: &Families) -> Self {
+        let rows: Vec<u32> = (0..families.batch.len())
+            .into_par_iter()
+            .filter(|&row| families.is_factual(row))
+            .map(|row| row as u32)
+            .collect();
+        let rewards = rows.par_iter().map(|&row| families.rewards.at(row as usize)).collect();
+        let trace_id = families.columns.trace_id;
+        let index = FactualIndex::new(&rows.iter().map(|&row| trace_id.value(row as usize)).collect::<Vec<_>>());
+        Factuals { rows, rewards, index }
+    }
+
+    fn len(&self) -> usize {
+        self.rows.len()
+    }
+}
+
+/// Sorts a bucket's branch records by family, keeping row order within each (a counting sort:
+/// the records of `parts` are in row order, part after part). Returns the records and where
+/// each of the `families` families (ranks from `first`) starts among them, plus the end.
+fn by_family<'p>(
+    parts: impl Iterator<Item = &'p [Branch]> + Clone,
+    first: usize,
+    families: usize,
+) -> (Vec<Branch>, Vec<u32>) {
+    let mut starts = vec![0u32; families + 1];
+    for branch in parts.clone().flatten() {
+        starts[branch.family as usize - first + 1] += 1;
+    }
+    for k in 1..starts.len() {
+        starts[k] += starts[k - 1];
+    }
+    let mut sorted = vec![Branch::default(); starts[families] as usize];
+    let mut next = starts.clone();
+    for branch in parts.flatten() {
+        let slot = &mut next[branch.family as usize - first];
+        sorted[*slot as usize] = *branch;
+        *slot += 1;
+    }
+    (sorted, starts)
 }
 
 /// A factual trace with its branch rollouts: the unit of branch credit.
@@ -77,10 +156,10 @@ struct Families<'a> {
     baseline: Baseline,
 }
 
-/// Per-task scratch space: one family's branch rows and one event's rewards.
+/// Per-task scratch space: one family's branches and one event's rewards.
 #[derive(Default)]
 struct Scratch {
-    rows: Vec<u32>,
+    branches: Vec<Branch>,
     rewards: Vec<f64>,
 }
 
@@ -101,26 +180,48 @@ impl<'a> Families<'a> {
         }
     }
 
-    fn reward(&self, row: usize) -> Result<f64> {
-        let reward = self.rewards.at(row);
-        if reward.is_nan() { Err(missing_reward(self.batch, row, self.channel)) } else { Ok(reward) }
-    }
-
     fn is_factual(&self, row: usize) -> bool {
         self.of.is_null(row)
     }
 
+    /// The branch of row `row` (of family `family`), read from the batch.
+    fn branch(&self, row: usize, family: u32) -> Branch {
+        let event = self.of_event.value(row);
+        Branch {
+            row: row as u32,
+            family,
+            reward: self.rewards.at(row),
+            event_len: event.len() as u32,
+            event_head: head_word(event),
+        }
+    }
+
+    fn event_of(&self, branch: &Branch) -> &'a str {
+        self.of_event.value(branch.row as usize)
+    }
+
+    /// Whether two branches branch at the same event id (their texts are read only for ids
+    /// longer than eight bytes).
+    fn same_event(&self, a: &Branch, b: &Branch) -> bool {
+        a.event_len == b.event_len
+            && a.event_head == b.event_head
+            && (a.event_len <= 8 || same_text(self.event_of(a), self.event_of(b)))
+    }
+
     /// Credit when every factual trace is directly followed by all its branches (the layout
-    /// of `sim.branches` and of GraphBuffer, which stores a branch after its factual trace):
-    /// one parallel pass, each family credited as soon as its rows end. None when a branch
-    /// sits anywhere else, for [`Self::credit_paired`] to handle.
+    /// of `sim.branches`): one parallel pass, each family credited as soon as its rows end.
+    /// None when a branch sits anywhere else, for [`Self::credit_paired`] to handle.
     fn credit_contiguous(&self) -> Result<Option<Vec<Entry>>> {
         let rows = self.batch.len();
         let span = span_of(rows);
         // Task boundaries moved forward to the next factual row, so no family straddles two.
+        // One not found within a span leaves the boundary on a branch row: that task then
+        // declines, as a layout with branches away from their factual trace must.
         let mut starts = vec![0];
         starts.extend(
-            (span..rows).step_by(span).map(|start| (start..rows).find(|&r| self.is_factual(r)).unwrap_or(rows)),
+            (span..rows)
+                .step_by(span)
+                .map(|start| (start..(start + span).min(rows)).find(|&r| self.is_factual(r)).unwrap_or(start)),
         );
         starts.push(rows);
         starts.dedup();
@@ -155,72 +256,64 @@ impl<'a> Families<'a> {
         Some(self.credit_families(&mut entries, &mut scratch, &ended).map(|()| entries))
     }
 
-    /// Credits families given as (factual row, end of its branch rows). The ids of their
-    /// factual traces' events are loaded together first: the cache misses of finding each
-    /// branched event then overlap instead of stalling family after family.
+    /// Loads the first event ids of these factual traces (offsets and text) together: the cache
+    /// misses of finding each family's branched event then overlap instead of stalling family after family.
+    fn warm_events(&self, factuals: impl Iterator<Item = usize>) {
+        let (id_offsets, id_bytes) = (self.event_ids.value_offsets(), self.event_ids.value_data());
+        let first_byte = |factual: usize| {
+            let at = id_offsets[self.event_offsets[factual] as usize] as usize;
+            id_bytes.get(at).copied().unwrap_or(0)
+        };
+        std::hint::black_box(factuals.fold(0, |acc, factual| acc ^ first_byte(factual)));
+    }
+
+    /// Credits families given as (factual row, end of its branch rows), their events warmed
+    /// together ([`Self::warm_events`]).
     fn credit_families(
         &self,
         entries: &mut Vec<Entry>,
         scratch: &mut Scratch,
         families: &[(usize, usize)],
     ) -> Result<()> {
-        let id_offsets = self.event_ids.value_offsets();
-        let touched =
-            families.iter().fold(0, |acc, &(factual, _)| acc ^ id_offsets[self.event_offsets[factual] as usize]);
-        std::hint::black_box(touched);
+        self.warm_events(families.iter().map(|&(factual, _)| factual));
         for &(factual, end) in families {
-            self.credit_family(entries, scratch, factual, (factual + 1) as u32..end as u32)?;
+            let Scratch { branches, rewards } = scratch;
+            branches.clear();
+            branches.extend((factual + 1..end).map(|row| self.branch(row, 0)));
+            self.credit_family(entries, rewards, factual, self.rewards.at(factual), branches)?;
         }
         Ok(())
     }
 
-    /// Credit for any layout: branches are paired with their factual trace by id, then each
-    /// family is credited. Branches whose factual trace is not in the batch are left out.
+    /// Credit for any layout, in two parallel passes. The first reads the branches in row
+    /// order, finds each one's factual trace by a hash of its id ([`FactualIndex`]), and copies what credit needs into records binned by
+    /// factual rank ([`FAMILIES_PER_BUCKET`] ranks a bin). The second sorts each bin by family,
+    /// keeping row order, and credits its families. Families are credited in row order of
+    /// their factual trace and their branches' rewards summed in row order: the same figures
+    /// for any task count. Branches whose factual trace is not in the batch are left out.
     fn credit_paired(&self) -> Result<Vec<Entry>> {
-        let trace_id = self.columns.trace_id;
-        // The last factual row before a branch is tried first; the id index is built only
-        // when that guess fails.
-        let index: OnceLock<HashMap<&str, u32, RandomState>> = OnceLock::new();
-        let factual_row = |id: &str| {
-            let index = index.get_or_init(|| {
-                (0..self.batch.len()).filter(|&r| self.is_factual(r)).map(|r| (trace_id.value(r), r as u32)).collect()
-            });
-            index.get(id).copied()
-        };
-        let span = span_of(self.batch.len());
-        let spans: Vec<Vec<(u32, u32)>> = (0..self.batch.len().div_ceil(span))
+        let factuals = Factuals::new(self);
+        let buckets = factuals.len().div_ceil(FAMILIES_PER_BUCKET);
+        let (rows, span) = (self.batch.len(), span_of(self.batch.len()));
+        let binned: Vec<Vec<Vec<Branch>>> = (0..rows.div_ceil(span))
             .into_par_iter()
-            .map(|part| {
-                let rows = part * span..((part + 1) * span).min(self.batch.len());
-                let mut last_factual = (0..rows.start).rev().find(|&row| self.is_factual(row));
-                let mut pairs = Vec::new();
-                for row in rows {
-                    if self.is_factual(row) {
-                        last_factual = Some(row);
-                        continue;
-                    }
-                    let factual_id = self.of_trace.value(row);
-                    let factual = match last_factual {
-                        Some(last) if same_text(trace_id.value(last), factual_id) => Some(last as u32),
-                        _ => factual_row(factual_id),
-                    };
-                    pairs.extend(factual.map(|factual| (factual, row as u32)));
-                }
-                pairs
-            })
+            .map(|part| self.bin_branches(&factuals, part * span..((part + 1) * span).min(rows), buckets))
             .collect();
-        let mut branches: Vec<(u32, u32)> = spans.concat();
-        if !branches.is_sorted_by_key(|pair| pair.0) {
-            branches.par_sort_unstable();
-        }
-        let families: Vec<&[(u32, u32)]> = branches.chunk_by(|a, b| a.0 == b.0).collect();
-        let parts: Vec<Result<Vec<Entry>>> = families
-            .par_chunks(span_of(families.len()).min(1 << 12))
-            .map(|chunk| {
-                let (mut entries, mut scratch) = (Vec::new(), Scratch::default());
-                for pairs in chunk {
-                    let branches = pairs.iter().map(|pair| pair.1);
-                    self.credit_family(&mut entries, &mut scratch, pairs[0].0 as usize, branches)?;
+        let parts: Vec<Result<Vec<Entry>>> = (0..buckets)
+            .into_par_iter()
+            .map(|bucket| {
+                let first = bucket * FAMILIES_PER_BUCKET;
+                let families = (factuals.len() - first).min(FAMILIES_PER_BUCKET);
+                let (mut sorted, starts) = by_family(binned.iter().map(|bins| &bins[bucket][..]), first, families);
+                let (mut entries, mut rewards) = (Vec::new(), Vec::new());
+                let ranks: Vec<usize> = (0..families).filter(|&k| starts[k] < starts[k + 1]).collect();
+                for group in ranks.chunks(FAMILY_BATCH) {
+                    self.warm_events(group.iter().map(|&k| factuals.rows[first + k] as usize));
+                    for &k in group {
+                        let (factual, reward) = (factuals.rows[first + k] as usize, factuals.rewards[first + k]);
+                        let branches = &mut sorted[starts[k] as usize..starts[k + 1] as usize];
+                        self.credit_family(&mut entries, &mut rewards, factual, reward, branches)?;
+                    }
                 }
                 Ok(entries)
             })
@@ -228,49 +321,63 @@ impl<'a> Families<'a> {
         first_error_or_all(parts)
     }
 
-    /// Credits the alternatives of one factual trace into `entries`.
+    /// The branches among `rows` whose factual trace is in the batch, binned by factual rank.
+    fn bin_branches(&self, factuals: &Factuals, rows: Range<usize>, buckets: usize) -> Vec<Vec<Branch>> {
+        let mut bins = vec![Vec::new(); buckets];
+        let branches = rows.filter(|&row| !self.is_factual(row)).map(|row| (row, self.of_trace.value(row)));
+        factuals.index.find_each(branches, |row, family| {
+            if let Some(family) = family {
+                bins[family as usize / FAMILIES_PER_BUCKET].push(self.branch(row, family));
+            }
+        });
+        bins
+    }
+
+    /// Credits the alternatives of one factual trace into `entries`; `branches` are in row
+    /// order.
     fn credit_family(
         &self,
         entries: &mut Vec<Entry>,
-        scratch: &mut Scratch,
+        rewards: &mut Vec<f64>,
         factual: usize,
-        branches: impl Iterator<Item = u32>,
+        factual_reward: f64,
+        branches: &mut [Branch],
     ) -> Result<()> {
-        let Scratch { rows, rewards } = scratch;
-        rows.clear();
-        rows.extend(branches);
         // Branches of one factual trace, grouped by the event they branch at.
-        let event_of = |row: u32| self.of_event.value(row as usize);
-        let first = event_of(rows[0]);
-        if !rows.iter().all(|&row| same_text(event_of(row), first)) {
-            rows.sort_by(|&a, &b| event_of(a).cmp(event_of(b)).then(a.cmp(&b)));
+        if !branches.iter().all(|branch| self.same_event(branch, &branches[0])) {
+            branches.sort_by(|a, b| self.event_of(a).cmp(self.event_of(b)).then(a.row.cmp(&b.row)));
         }
-        let factual_reward = self.reward(factual)?;
-        for group in rows.chunk_by(|&a, &b| same_text(event_of(a), event_of(b))) {
-            let event_id = event_of(group[0]);
+        if factual_reward.is_nan() {
+            return Err(missing_reward(self.batch, factual, self.channel));
+        }
+        for group in branches.chunk_by(|a, b| self.same_event(a, b)) {
+            let event_id = self.event_of(&group[0]);
             let event = event_position(self.event_ids, self.event_offsets, factual, event_id).ok_or_else(|| {
-                let branch_id = self.columns.trace_id.value(group[0] as usize);
+                let branch_id = self.columns.trace_id.value(group[0].row as usize);
                 let factual_id = self.columns.trace_id.value(factual);
                 let reason = format!("the factual trace {factual_id:?} has no event {event_id:?}");
                 ValidationError::new(Some(branch_id), "/counterfactual_of/event_id", reason)
             })?;
             rewards.clear();
-            for &branch in group {
-                rewards.push(self.reward(branch as usize)?);
+            for branch in group {
+                if branch.reward.is_nan() {
+                    return Err(missing_reward(self.batch, branch.row as usize, self.channel));
+                }
+                rewards.push(branch.reward);
             }
             let (mean, variance, n) = mean_and_variance(rewards.iter().copied());
             let stderr = (variance * (1.0 + 1.0 / n as f64)).sqrt();
             entries.push((event as u64, factual as u32, factual_reward - mean, stderr, n as u32));
             if self.baseline == Baseline::LeaveOneOut {
-                for (i, &branch) in group.iter().enumerate() {
-                    let Some(own) = event_position(self.event_ids, self.event_offsets, branch as usize, event_id)
+                for (i, branch) in group.iter().enumerate() {
+                    let Some(own) = event_position(self.event_ids, self.event_offsets, branch.row as usize, event_id)
                     else {
                         continue; // ablated: the branch has no such event to credit
                     };
                     let others = rewards.iter().enumerate().filter(|&(j, _)| j != i).map(|(_, &r)| r);
                     let (mean, variance, n_others) = mean_and_variance(others.chain([factual_reward]));
                     let stderr = (variance * (1.0 + 1.0 / n_others as f64)).sqrt();
-                    entries.push((own as u64, branch, rewards[i] - mean, stderr, n_others as u32));
+                    entries.push((own as u64, branch.row, rewards[i] - mean, stderr, n_others as u32));
                 }
             }
         }

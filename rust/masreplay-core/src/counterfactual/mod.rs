@@ -8,6 +8,7 @@
 //! aligned with the events), never an invented one.
 
 pub mod branches;
+mod factual_index;
 pub mod prefix;
 
 use rayon::prelude::*;

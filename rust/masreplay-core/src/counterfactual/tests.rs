@@ -1,3 +1,5 @@
+use arrow_array::Array;
+use arrow_array::cast::AsArray;
 use serde_json::json;
 
 use super::*;
@@ -191,4 +193,134 @@ fn only_traces_that_take_part_need_the_reward() {
         (credit.event.as_slice(), credit.trace.as_slice(), credit.credit.as_slice()),
         (&[0u64][..], &[0u32][..], &[1.0][..])
     );
+}
+
+/// `order` with the branches of each factual trace put back in their original relative order,
+/// in the positions `order` gave them: families are scattered and each factual trace may come
+/// before or after its branches, but every event's branch rewards are summed in the same order,
+/// so credit must not change by a single bit.
+fn family_stable(batch: &TraceBatch, mut order: Vec<usize>) -> Vec<usize> {
+    let columns = TraceColumns::new(batch.record_batch());
+    let of = columns.counterfactual_of;
+    let of_trace = of.column_by_name("trace_id").unwrap().as_string::<i32>();
+    let mut families: std::collections::BTreeMap<&str, Vec<usize>> = Default::default();
+    for (position, &row) in order.iter().enumerate() {
+        if of.is_valid(row) {
+            families.entry(of_trace.value(row)).or_default().push(position);
+        }
+    }
+    for positions in families.values() {
+        let mut rows: Vec<usize> = positions.iter().map(|&p| order[p]).collect();
+        rows.sort_unstable();
+        for (&position, row) in positions.iter().zip(rows) {
+            order[position] = row;
+        }
+    }
+    order
+}
+
+/// Credit keyed by (trace id, event id), compared bit for bit (NaN equal to NaN).
+fn assert_same_bits(found: &Credit, found_batch: &TraceBatch, expected: &Credit, expected_batch: &TraceBatch) {
+    let bits = |credit: &Credit, batch: &TraceBatch| {
+        keyed(credit, batch)
+            .into_iter()
+            .map(|(key, (c, s, n))| (key, (c.to_bits(), s.to_bits(), n)))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(bits(found, found_batch), bits(expected, expected_batch));
+}
+
+#[test]
+fn scattered_and_two_pass_layouts_give_the_adjacent_layouts_credit_bit_for_bit() {
+    // Over 2048 factual traces: the paired path's bins by factual rank hold more than one.
+    let config = BranchConfig {
+        base: SimConfig { n_traces: 2500, seed: 5, ..SimConfig::default() },
+        branches: 4,
+        branch_points: 2,
+        noise: 0.2,
+    };
+    let truth = generate_with_branches(&config).unwrap();
+    let adjacent = batch(&truth.traces);
+    let n = adjacent.len();
+    let scrambled: Vec<usize> = {
+        let mut rows: Vec<usize> = (0..n).collect();
+        rows.sort_by_key(|&row| (row as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(23));
+        rows
+    };
+    let shuffled = adjacent.take(&family_stable(&adjacent, scrambled)).unwrap();
+    let columns = TraceColumns::new(adjacent.record_batch());
+    let (factual, branches): (Vec<usize>, Vec<usize>) = (0..n).partition(|&row| columns.counterfactual_of.is_null(row));
+    let two_pass = adjacent.take(&[factual, branches].concat()).unwrap();
+    for baseline in [Baseline::Mean, Baseline::LeaveOneOut] {
+        let expected = branch_credit(&adjacent, "team", baseline).unwrap();
+        assert!(expected.event.len() > 4000, "most factual traces have 2 branched events");
+        for layout in [&shuffled, &two_pass] {
+            for threads in [1, 3] {
+                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+                let found = pool.install(|| branch_credit(layout, "team", baseline)).unwrap();
+                assert_same_bits(&found, layout, &expected, &adjacent);
+            }
+        }
+    }
+}
+
+/// One family for the property test: (events of the factual trace, branches as
+/// (index of the branched event, reward)), and whether the factual trace is left out of the
+/// batch (its branches are then orphans, never credited).
+type Family = (usize, Vec<(usize, f64)>, bool);
+
+/// Event ids of up to eight bytes and longer ones that share their first eight bytes, so
+/// that both ways of telling ids apart are exercised.
+fn event_name(k: usize) -> String {
+    if k % 2 == 0 { format!("e{k}") } else { format!("event-id-{k}") }
+}
+
+fn families_batch(families: &[Family]) -> (Vec<crate::Trace>, TraceBatch) {
+    let mut traces = Vec::new();
+    for (f, (n_events, branches, orphaned)) in families.iter().enumerate() {
+        let names: Vec<String> = (0..*n_events).map(event_name).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let factual = format!("factual-{f}");
+        if !orphaned {
+            traces.push(trace(&factual, f as f64 * 0.25 - 1.0, &names, None));
+        }
+        for (b, &(event, reward)) in branches.iter().enumerate() {
+            let of = Some((factual.as_str(), names[event % names.len()], "substitute"));
+            traces.push(trace(&format!("branch-{f}-{b}"), reward, &names, of));
+        }
+    }
+    let batch = batch(&traces);
+    (traces, batch)
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn any_layout_gives_the_adjacent_credit(
+        families in proptest::collection::vec(
+            (1usize..5, proptest::collection::vec((0usize..5, -3.0f64..3.0), 0..6), proptest::bool::weighted(0.1)),
+            1..12,
+        ),
+        seed in proptest::prelude::any::<u64>(),
+        two_pass in proptest::prelude::any::<bool>(),
+    ) {
+        let (traces, adjacent) = families_batch(&families);
+        let n = traces.len();
+        let order: Vec<usize> = if two_pass {
+            let (factual, branches): (Vec<usize>, Vec<usize>) =
+                (0..n).partition(|&row| traces[row].counterfactual_of.is_none());
+            [factual, branches].concat()
+        } else {
+            let mut rows: Vec<usize> = (0..n).collect();
+            rows.sort_by_key(|&row| (row as u64 ^ seed).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29));
+            family_stable(&adjacent, rows)
+        };
+        let moved = adjacent.take(&order).unwrap();
+        for baseline in [Baseline::Mean, Baseline::LeaveOneOut] {
+            let expected = branch_credit(&adjacent, "team", baseline).unwrap();
+            let found = branch_credit(&moved, "team", baseline).unwrap();
+            assert_same_bits(&found, &moved, &expected, &adjacent);
+        }
+    }
 }
