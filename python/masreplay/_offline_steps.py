@@ -10,6 +10,7 @@ import os
 import pathlib
 import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -169,9 +170,21 @@ def read_batches(files: Sequence[str], columns: list[str] | None) -> Iterator[pa
             raise StorageError(5, f"not a readable Parquet file ({error})", path) from error
 
 
+def read_ahead(batches: Iterator[pa.Table]) -> Iterator[pa.Table]:
+    """``batches`` with the next one read on a thread while the caller works on this one:
+    pyarrow decodes Parquet without the GIL, so reading overlaps validation, the credit
+    functions and the writing of parts (one more row group in memory). Errors surface in
+    order, where the read would have raised them."""
+    with ThreadPoolExecutor(1, thread_name_prefix="masreplay-read") as pool:
+        upcoming = pool.submit(next, batches, None)
+        while (batch := upcoming.result()) is not None:
+            upcoming = pool.submit(next, batches, None)
+            yield batch
+
+
 def plan_keys(files: Sequence[str]) -> pa.Table:
     """Pass 1 on one machine: the key table of the whole dump."""
-    parts = [trace_keys(batch) for batch in read_batches(files, ["keys"])]
+    parts = [trace_keys(batch) for batch in read_ahead(read_batches(files, ["keys"]))]
     return pa.concat_tables(parts) if parts else trace_keys(pa.table({"trace_id": pa.array([], pa.string())}))
 
 
@@ -249,7 +262,12 @@ def write_part(destination: pathlib.Path, part: int, traces: pa.Table, events: p
     """One part of each table, under temporary names then renamed (not yet committed)."""
     for folder, table in (("traces", traces), ("events", events)):
         target = destination / folder / PART_NAME.format(part)
-        _atomic_write(target, lambda tmp, table=table: pq.write_table(table, tmp, compression="zstd"))
+        # Dictionary pages only for the text columns (ids and agents repeat; credit values
+        # almost never do, and trying a dictionary on them costs a hash per value).
+        text = [field.name for field in table.schema if pa.types.is_string(field.type)]
+        _atomic_write(
+            target, lambda tmp, table=table, text=text: pq.write_table(table, tmp, compression="zstd", use_dictionary=text)
+        )
 
 
 # ---- the manifest ----------------------------------------------------------------------------

@@ -73,6 +73,7 @@ from masreplay._offline_steps import (
     load_bucket,
     make_plan,
     plan_keys,
+    read_ahead,
     read_batches,
     split_by_bucket,
     write_part,
@@ -320,7 +321,7 @@ def _stream_local(files: Sequence[str], plan: Plan, manifest: Manifest, options:
     shutil.rmtree(destination / SCRATCH, ignore_errors=True)  # a stopped run's spills
     buffers = _Buffers(destination / SCRATCH, limit // 3)
     position = 0
-    for table in read_batches(files, None):
+    for table in read_ahead(read_batches(files, None)):
         positions = np.arange(position, position + table.num_rows)
         position += table.num_rows
         buckets = plan.bucket[positions]
