@@ -50,6 +50,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -315,11 +316,30 @@ def _stream_local(files: Sequence[str], plan: Plan, manifest: Manifest, options:
     """Pass 2 on one machine: stream, buffer by bucket, compute and commit each bucket as
     soon as all its traces have been seen."""
     destination = manifest.path.parent
+    shutil.rmtree(destination / SCRATCH, ignore_errors=True)  # a stopped run's spills
+    buffers = _Buffers(destination / SCRATCH, limit // 3)
+    with ThreadPoolExecutor(1, thread_name_prefix="masreplay-write") as writer:
+        _stream_into(files, plan, manifest, options, buffers, bar, on_part, writer)
+    shutil.rmtree(destination / SCRATCH, ignore_errors=True)
+
+
+def _stream_into(files: Sequence[str], plan: Plan, manifest: Manifest, options: Mapping[str, Any], buffers: _Buffers,
+                 bar: Any, on_part: Callable[[int, int], None], writer: ThreadPoolExecutor) -> None:  # fmt: skip
+    """The loop of :func:`_stream_local`. A whole bucket's part is written and committed on
+    ``writer`` while the stream goes on (Parquet encoding runs without the GIL); one part at
+    a time, so parts are committed in the order they were computed and an error surfaces at
+    the next part or at the end."""
+    destination = manifest.path.parent
     done = manifest.done
     seen = np.zeros(plan.n_buckets, dtype=np.int64)
     rejected: dict[int, list[dict]] = {}
-    shutil.rmtree(destination / SCRATCH, ignore_errors=True)  # a stopped run's spills
-    buffers = _Buffers(destination / SCRATCH, limit // 3)
+    writing: Future | None = None
+
+    def commit(bucket: int, traces: pa.Table, events: pa.Table, refused: list[dict]) -> None:
+        write_part(destination, bucket, traces, events)
+        manifest.commit(bucket, traces.num_rows, events.num_rows, refused)
+        on_part(traces.num_rows, events.num_rows)
+
     position = 0
     for table in read_ahead(read_batches(files, None)):
         positions = np.arange(position, position + table.num_rows)
@@ -337,10 +357,11 @@ def _stream_local(files: Sequence[str], plan: Plan, manifest: Manifest, options:
         for bucket in np.unique(buckets[todo]) if todo.any() else ():
             if seen[bucket] == plan.expected[bucket]:
                 traces, events = compute_bucket(load_bucket(buffers.take(int(bucket))), options)
-                write_part(destination, int(bucket), traces, events)
-                manifest.commit(int(bucket), traces.num_rows, events.num_rows, rejected.pop(int(bucket), []))
-                on_part(traces.num_rows, events.num_rows)
-    shutil.rmtree(destination / SCRATCH, ignore_errors=True)
+                if writing is not None:
+                    writing.result()
+                writing = writer.submit(commit, int(bucket), traces, events, rejected.pop(int(bucket), []))
+    if writing is not None:
+        writing.result()
 
 
 def credit_dump(
