@@ -290,7 +290,14 @@ def test_shuffled_numpy_bincount(shuffled_rows, shuffled_data, measure):
 
 def test_compat_native(shuffled_rows, compat_data, measure):
     values, groups, _ = shuffled_rows
-    measure(lambda: masreplay.group_normalize(values, groups), data=compat_data, side="masreplay native", rounds=10, unit="ms", ours=True)
+    measure(
+        lambda: masreplay.group_normalize(values, groups),
+        data=compat_data,
+        side="masreplay native",
+        rounds=10,
+        unit="ms",
+        ours=True,
+    )
 
 
 @pytest.mark.parametrize("compat", ["verl", "trl", "openrlhf"])
@@ -331,7 +338,14 @@ def test_wide_labels_numpy_bincount_on_codes(wide_rows, wide_data, measure):
 
 def test_uids_masreplay(shuffled_rows, uid_data, measure):
     values, _, uids = shuffled_rows
-    measure(lambda: masreplay.group_normalize(values, uids), data=uid_data, side="masreplay (uids as given)", rounds=3, unit="ms", ours=True)
+    measure(
+        lambda: masreplay.group_normalize(values, uids),
+        data=uid_data,
+        side="masreplay (uids as given)",
+        rounds=3,
+        unit="ms",
+        ours=True,
+    )
 
 
 def test_uids_numpy_factorise_bincount(shuffled_rows, uid_data, measure):

@@ -272,7 +272,7 @@ type Family = (usize, Vec<(usize, f64)>, bool);
 /// Event ids of up to eight bytes and longer ones that share their first eight bytes, so
 /// that both ways of telling ids apart are exercised.
 fn event_name(k: usize) -> String {
-    if k % 2 == 0 { format!("e{k}") } else { format!("event-id-{k}") }
+    if k.is_multiple_of(2) { format!("e{k}") } else { format!("event-id-{k}") }
 }
 
 fn families_batch(families: &[Family]) -> (Vec<crate::Trace>, TraceBatch) {
