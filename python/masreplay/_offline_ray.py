@@ -88,7 +88,7 @@ class _Credit:
         for bucket in batch["bucket"].to_pylist():
             folder = _bucket_folder(self.destination / steps.SCRATCH, bucket)
             paths = sorted(folder.glob("*.arrow")) if folder.exists() else []
-            core = steps.load_bucket([steps._ipc_read(path) for path in paths])
+            core = steps.load_bucket([steps.Piece(steps._ipc_read(path), spilled=True) for path in paths])
             traces, events = steps.compute_bucket(core, self.options)
             steps.write_part(self.destination, bucket, traces, events)
             sizes.append({"bucket": bucket, "traces": traces.num_rows, "events": events.num_rows})

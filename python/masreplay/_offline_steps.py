@@ -96,6 +96,15 @@ class Plan:
         return len(self.expected)
 
 
+@dataclass
+class Piece:
+    """Part of a bucket waiting for the rest: a canonical table with ``_position``, and
+    whether it went through a spill file since this job validated it."""
+
+    table: pa.Table
+    spilled: bool = False
+
+
 def _find(parent: np.ndarray, i: int) -> int:
     root = i
     while parent[root] != root:
@@ -212,8 +221,10 @@ def split_by_bucket(core: _core.TraceBatch, positions: np.ndarray, buckets: np.n
     if len(buckets) and (buckets == buckets[0]).all():
         yield int(buckets[0]), table
         return
-    order = np.argsort(buckets, kind="stable")
-    table, ordered = table.take(pa.array(order)), buckets[order]
+    ordered = buckets
+    if (np.diff(buckets) < 0).any():  # else contiguous runs: slices, no copy
+        order = np.argsort(buckets, kind="stable")
+        table, ordered = table.take(pa.array(order)), buckets[order]
     bounds = np.flatnonzero(np.diff(ordered)) + 1
     for start, stop in zip(np.r_[0, bounds], np.r_[bounds, len(ordered)], strict=True):
         if stop > start:
@@ -230,10 +241,12 @@ def compute_bucket(core: _core.TraceBatch, options: Mapping[str, Any]) -> tuple[
     offsets = batch.event_offsets
     trace_index = np.repeat(np.arange(len(batch), dtype=np.int64), np.diff(offsets))
     traces: dict[str, Any] = {"trace_id": ids, "group_id": pa.array(batch._core.trace_field("group_id"), pa.string())}
+    # Repeated text as dictionary arrays: no string copied per event, and the Parquet writer
+    # stores their codes as they are (the parts are read back as plain strings).
     events: dict[str, Any] = {
-        "trace_id": ids.take(pa.array(trace_index)),
+        "trace_id": pa.DictionaryArray.from_arrays(pa.array(trace_index, pa.int32()), ids),
         "event_id": pa.array(batch._event_array("id"), pa.string()),
-        "agent": pc.cast(batch._event_array("agent"), pa.string()),
+        "agent": _in_first_seen_order(batch._event_array("agent")),
     }
     if options["advantages"] is not None:
         result = compute_advantages(batch, group_by=options["group_by"], **options["advantages"])
@@ -252,6 +265,16 @@ def compute_bucket(core: _core.TraceBatch, options: Mapping[str, Any]) -> tuple[
     return traces_table, pa.table(events)
 
 
+def _in_first_seen_order(array: pa.DictionaryArray) -> pa.DictionaryArray:
+    """``array`` with a dictionary of the values used, each once, in order of first use: the
+    same values then give the same part, byte for byte, however the bucket's pieces were cut
+    (joined pieces bring their dictionaries along, repeats included). Hashes the codes, not
+    the strings."""
+    values = pc.dictionary_encode(array.dictionary)  # a few entries: the repeats merged
+    seen = pc.dictionary_encode(pc.take(values.indices, array.indices))  # first-seen order
+    return pa.DictionaryArray.from_arrays(seen.indices, values.dictionary.take(seen.dictionary))
+
+
 def _atomic_write(path: pathlib.Path, write: Callable[[str], None]) -> None:
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     write(os.fspath(temporary))
@@ -263,11 +286,19 @@ def write_part(destination: pathlib.Path, part: int, traces: pa.Table, events: p
     for folder, table in (("traces", traces), ("events", events)):
         target = destination / folder / PART_NAME.format(part)
         # Dictionary pages only for the text columns (ids and agents repeat; credit values
-        # almost never do, and trying a dictionary on them costs a hash per value).
-        text = [field.name for field in table.schema if pa.types.is_string(field.type)]
+        # almost never do, and trying a dictionary on them costs a hash per value). Without the
+        # Arrow schema, readers see every text column as plain strings.
+        text = [field.name for field in table.schema if _is_text(field.type)]
         _atomic_write(
-            target, lambda tmp, table=table, text=text: pq.write_table(table, tmp, compression="zstd", use_dictionary=text)
+            target,
+            lambda tmp, table=table, text=text: pq.write_table(
+                table, tmp, compression="zstd", use_dictionary=text, store_schema=False
+            ),
         )
+
+
+def _is_text(kind: pa.DataType) -> bool:
+    return pa.types.is_string(kind) or (pa.types.is_dictionary(kind) and pa.types.is_string(kind.value_type))
 
 
 # ---- the manifest ----------------------------------------------------------------------------
@@ -374,19 +405,22 @@ def _ipc_read(path: pathlib.Path) -> pa.Table:
         return pa.ipc.open_stream(source).read_all()
 
 
-def _own(table: pa.Table) -> _core.TraceBatch:
-    """Traces this job spilled itself, read back: checked in full like any Arrow input
-    (the scratch folder is a file system, not memory masreplay owns)."""
-    return _core.TraceBatch.restore(table)
-
-
-def load_bucket(pieces: Sequence[pa.Table]) -> _core.TraceBatch:
+def load_bucket(pieces: Sequence[Piece]) -> _core.TraceBatch:
     """One bucket's pieces (canonical tables with a ``_position`` column, the trace's row in
-    the dump) as one batch in dump order."""
+    the dump) as one batch in dump order. Pieces this job validated in memory are taken by
+    their layout alone; spilled ones, read back from the file system (not memory masreplay
+    owns), are checked in full like any Arrow input first."""
     if not pieces:
         return _core.empty_batch()
-    core = _core.TraceBatch.concat([_own(piece.drop_columns(["_position"])) for piece in pieces])
-    positions = np.concatenate([piece["_position"].to_numpy() for piece in pieces])
+    tables = [
+        pa.table(_core.TraceBatch.restore(piece.table.drop_columns(["_position"])))
+        if piece.spilled
+        else piece.table.drop_columns(["_position"])
+        for piece in pieces
+    ]
+    # One batch of the pieces as one chunked table: cheaper than a batch per piece, then concat.
+    core = _core.TraceBatch.restore_validated(pa.concat_tables(tables))
+    positions = np.concatenate([piece.table["_position"].to_numpy() for piece in pieces])
     if (np.diff(positions) < 0).any():  # pieces from several workers
         core = core.take(np.argsort(positions, kind="stable").tolist())
     return core

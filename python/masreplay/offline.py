@@ -63,6 +63,7 @@ from masreplay._offline_steps import (
     PART_NAME,
     SCRATCH,
     Manifest,
+    Piece,
     Plan,
     _finish,
     _ipc_read,
@@ -270,10 +271,11 @@ class _Buffers:
         self.memory.clear()
         self.nbytes = 0
 
-    def take(self, bucket: int) -> list[pa.Table]:
+    def take(self, bucket: int) -> list[Piece]:
         paths = self.spilled.pop(bucket, [])
-        pieces = [_ipc_read(path) for path in paths] + self.memory.pop(bucket, [])
-        self.nbytes -= sum(t.nbytes for t in pieces[len(paths) :])
+        in_memory = self.memory.pop(bucket, [])
+        self.nbytes -= sum(table.nbytes for table in in_memory)
+        pieces = [Piece(_ipc_read(path), spilled=True) for path in paths] + [Piece(table) for table in in_memory]
         for path in paths:
             path.unlink()
         return pieces
@@ -347,7 +349,9 @@ def _stream_into(files: Sequence[str], plan: Plan, manifest: Manifest, options: 
         buckets = plan.bucket[positions]
         todo = (buckets >= 0) & ~np.isin(buckets, list(done))
         if todo.any():
-            core, kept, bad = ingest(table.filter(pa.array(todo)), positions[todo], options["on_error"])
+            # Filtering copies the whole row group: only when a resumed run skips some of it.
+            wanted = table if todo.all() else table.filter(pa.array(todo))
+            core, kept, bad = ingest(wanted, positions[todo], options["on_error"])
             for entry in bad:
                 rejected.setdefault(int(plan.bucket[entry["position"]]), []).append(entry)
             for bucket, piece in split_by_bucket(core, kept, plan.bucket[kept]):
