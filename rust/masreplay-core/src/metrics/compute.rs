@@ -81,8 +81,11 @@ impl Node {
 pub(super) struct Scratch {
     /// The trace's agents by local index, each with the metrics' own figures.
     table: TraceAgents<Agent>,
-    /// The trace's events (local indices) by (t, id).
+    /// The trace's events (local indices) by (t, id), sorted through `time_keys`.
     by_time: Vec<u32>,
+    time_keys: Vec<u64>,
+    /// Event -> its place in `by_time`, filled only where the edges need it.
+    position: Vec<u32>,
     /// Event -> local index of its author (NONE for tool results).
     author: Vec<u32>,
     nodes: Vec<Node>,
@@ -100,9 +103,9 @@ pub(super) struct Scratch {
     stage_base: Vec<u32>,
     /// Per stage of an agent, the largest critical steps among the sub-agents it spawned then.
     stage_best: Vec<u32>,
-    /// The agents' births and deaths, times as [`lifetimes::total_order_key`]s.
-    births: Vec<i64>,
-    deaths: Vec<i64>,
+    /// The agents' births and deaths, times as [`crate::trace_view::total_order_key`]s.
+    births: Vec<u64>,
+    deaths: Vec<u64>,
 }
 
 /// Flags of [`Node::error_flags`].
@@ -158,8 +161,9 @@ impl Scratch {
             spawn_depth: 0,
             spawn_branching: 0,
         };
-        view.time_order_into(trace, &mut self.by_time);
+        view.time_order_into(trace, &mut self.by_time, &mut self.time_keys);
         self.walk_events(view, trace, &mut metrics);
+        self.collect_contents(view, trace);
         if !self.contents.is_empty() {
             let distinct = self.distinct_contents(view);
             metrics.message_redundancy = Some(1.0 - distinct as f64 / self.contents.len() as f64);
@@ -172,8 +176,8 @@ impl Scratch {
     }
 
     /// The one pass over the events, in time order: steps, lifetimes, stages and spawns of
-    /// the agents, counts and tokens; returns, error sources and message contents are set
-    /// aside for the passes that need the whole trace, and the events' weights and error
+    /// the agents, counts and tokens; returns and error sources are set aside for the
+    /// passes that need the whole trace, and the events' weights and error
     /// sources for the pass over the edges.
     fn walk_events(&mut self, view: &BatchView<'_>, trace: usize, metrics: &mut TraceMetrics) {
         let (mut all_tokens, mut protocol_tokens) = (0i64, 0i64);
@@ -225,11 +229,6 @@ impl Scratch {
                         agent.despawn_t = agent.despawn_t.max(t);
                     }
                 }
-                EventType::Message => {
-                    if let Some(text) = view.content_ref(e) {
-                        self.contents.push((FixedState::default().hash_one(text), e));
-                    }
-                }
                 EventType::Return => self.returns.push(j as u32),
                 EventType::Aggregate => self.table.agents[author as usize].data.stage += 1,
                 EventType::SafetyEvent => self.mark_error_source(j),
@@ -239,6 +238,18 @@ impl Scratch {
         }
         if all_tokens > 0 {
             metrics.protocol_overhead = Some(protocol_tokens as f64 / all_tokens as f64);
+        }
+    }
+
+    /// The messages' content_refs, read in stored order: in time order, the reads of
+    /// shuffled events jump about the text buffer and wait on memory.
+    fn collect_contents(&mut self, view: &BatchView<'_>, trace: usize) {
+        for e in view.events_of(trace) {
+            if view.event_type(e) == EventType::Message
+                && let Some(text) = view.content_ref(e)
+            {
+                self.contents.push((FixedState::default().hash_one(text), e));
+            }
         }
     }
 

@@ -97,9 +97,9 @@ pub fn trace_players(batch: &TraceBatch, players: &str) -> Result<TracePlayers> 
     let per_trace: Vec<Result<OneTrace>> = (0..batch.len())
         .into_par_iter()
         .map_init(
-            || (TraceAgents::new(view.n_agent_names()), Vec::new()),
-            |(agents, order), trace| {
-                view.time_order_into(trace, order);
+            || (TraceAgents::new(view.n_agent_names()), Vec::new(), Vec::new()),
+            |(agents, order, keys), trace| {
+                view.time_order_into(trace, order, keys);
                 agents.read(&view, trace, order);
                 let one = players_of(&view, trace, &kind, agents, order);
                 check_spawn_tree(&view, trace, players, one)

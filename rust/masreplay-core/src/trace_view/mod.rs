@@ -34,6 +34,14 @@ pub use agents::{Claim, TraceAgent, TraceAgents};
 /// Marks "no event" and "no agent" in the view's index arrays.
 pub const NONE: u32 = u32::MAX;
 
+/// An integer that sorts as [`f64::total_cmp`] sorts the float: the sign bit flipped on
+/// positive numbers, every bit on negative ones.
+#[inline]
+pub fn total_order_key(x: f64) -> u64 {
+    let bits = x.to_bits();
+    if bits >> 63 == 0 { bits | 1 << 63 } else { !bits }
+}
+
 /// What an event's `role` says about its author, for finding the orchestrator.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Role {
@@ -253,24 +261,44 @@ impl<'a> BatchView<'a> {
 
     /// `order`: the trace's events (local indices) in time order. Events already stored in
     /// that order (the usual case) are only checked, not sorted, and ids only compared
-    /// where times tie.
+    /// where times tie. Otherwise they are sorted as integers, each its time's
+    /// [`total_order_key`] with the low bits replaced by its index (`keys` is the buffer):
+    /// that orders events whose times differ in the kept bits, and only the events whose
+    /// kept bits tie are then sorted by (t, id) proper.
     #[inline]
-    pub fn time_order_into(&self, trace: usize, order: &mut Vec<u32>) {
+    pub fn time_order_into(&self, trace: usize, order: &mut Vec<u32>, keys: &mut Vec<u64>) {
         let range = self.events_of(trace);
         let (start, n) = (range.start, range.len());
         order.clear();
-        order.extend(0..n as u32);
         let earlier = |a: u32, b: u32| self.earlier(start + a as usize, start + b as usize);
-        let times_increase = self.t[range].windows(2).all(|pair| pair[0] < pair[1]);
-        if !times_increase && !(1..n as u32).all(|j| earlier(j - 1, j).is_lt()) {
-            order.sort_unstable_by(|&a, &b| earlier(a, b));
+        let times = &self.t[range];
+        let times_increase = times.windows(2).all(|pair| pair[0] < pair[1]);
+        if times_increase || (1..n as u32).all(|j| earlier(j - 1, j).is_lt()) {
+            order.extend(0..n as u32);
+            return;
+        }
+        // n >= 2 here, and at most 2^32 events, so the index takes 1 to 32 bits.
+        let index_bits = u64::BITS - ((n - 1) as u64).leading_zeros();
+        let index_mask = (1u64 << index_bits) - 1;
+        keys.clear();
+        keys.extend(times.iter().zip(0u64..).map(|(&t, j)| total_order_key(t) & !index_mask | j));
+        keys.sort_unstable();
+        order.extend(keys.iter().map(|&key| (key & index_mask) as u32));
+        let mut first = 0;
+        while first < n {
+            let kept = keys[first] & !index_mask;
+            let tied = keys[first + 1..].iter().take_while(|&&key| key & !index_mask == kept).count();
+            if tied > 0 {
+                order[first..=first + tied].sort_unstable_by(|&a, &b| earlier(a, b));
+            }
+            first += tied + 1;
         }
     }
 
     /// The trace's events (local indices) in time order.
     pub fn time_order(&self, trace: usize) -> Vec<u32> {
         let mut order = Vec::new();
-        self.time_order_into(trace, &mut order);
+        self.time_order_into(trace, &mut order, &mut Vec::new());
         order
     }
 

@@ -37,7 +37,8 @@ impl Scratch {
     /// The one pass over the edges, in an order where every edge into an event comes before
     /// the edges out of it. That is the stored order when edges are sorted by source and
     /// point forward, as built traces are; the first edge that breaks it restarts the pass
-    /// out of each event in Kahn's topological order. On the way it relaxes the longest path
+    /// out of each event, in time order where every edge points forward in time (whatever
+    /// order events and edges are stored in), else in Kahn's topological order. On the way it relaxes the longest path
     /// in events and in seconds, and spreads the error sources' reach (events downstream of
     /// one, each counted once).
     pub(super) fn walk_edges(&mut self, view: &BatchView<'_>, trace: usize, metrics: &mut TraceMetrics) {
@@ -66,8 +67,14 @@ impl Scratch {
             for node in nodes.iter_mut() {
                 *node = Node { error_flags: node.error_flags & SOURCE, ..Node::new(node.weight) };
             }
-            self.topological_order(view, trace);
-            for &event in &self.order {
+            self.adjacency(view, trace);
+            let order = if self.time_order_is_topological(src, dst) {
+                &self.by_time
+            } else {
+                self.topological_order();
+                &self.order
+            };
+            for &event in order {
                 let targets = self.out_offsets[event as usize] as usize..self.out_offsets[event as usize + 1] as usize;
                 for &target in &self.out_targets[targets] {
                     relax(&mut self.nodes, event as usize, target as usize);
@@ -85,9 +92,19 @@ impl Scratch {
         }
     }
 
-    /// `order`: the events in a topological order (Kahn's).
-    fn topological_order(&mut self, view: &BatchView<'_>, trace: usize) {
-        self.adjacency(view, trace);
+    /// Whether every edge points from an earlier event to a later one in time order, as
+    /// edges of a causal record do: then the time order is a topological order, whatever
+    /// order the events and edges are stored in.
+    fn time_order_is_topological(&mut self, src: &[i32], dst: &[i32]) -> bool {
+        refill(&mut self.position, self.by_time.len(), 0);
+        for (position, &event) in self.by_time.iter().enumerate() {
+            self.position[event as usize] = position as u32;
+        }
+        src.iter().zip(dst).all(|(&source, &target)| self.position[source as usize] < self.position[target as usize])
+    }
+
+    /// `order`: the events in a topological order (Kahn's), from the successor lists.
+    fn topological_order(&mut self) {
         let n = self.out_offsets.len() - 1;
         refill(&mut self.in_degree, n, 0);
         for &target in &self.out_targets {

@@ -1,12 +1,7 @@
 //! Agent lifetimes: the most agents alive at one instant.
 
 use super::Scratch;
-
-/// An integer that sorts as `f64::total_cmp` sorts the float.
-fn total_order_key(x: f64) -> i64 {
-    let bits = x.to_bits() as i64;
-    bits ^ (((bits >> 63) as u64) >> 1) as i64
-}
+use crate::trace_view::total_order_key;
 
 impl Scratch {
     /// The largest number of agent lifetimes that overlap at one instant: the most births
