@@ -33,7 +33,16 @@ pub(crate) struct Cell {
     /// whatever rounding did to the mean).
     constant: bool,
     first: f64,
-    // The trainer modes' fp32 statistics (see `close_trainer`).
+    /// The trainer modes' fp32 statistics (see `close_trainer`).
+    pub trainer: Trainer32,
+}
+
+/// A cell's statistics in a trainer's fp32 arithmetic, and the trainer's formulas: all a
+/// trainer mode's advantage reads of its cell (24 bytes, for the per-group tables of
+/// `trainer_scatter`).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Trainer32 {
+    n: u32,
     sum32: f32,
     mean32: f32,
     std32: f32,
@@ -95,16 +104,18 @@ impl Cell {
         scratch: &mut Vec<f32>,
     ) {
         let (n, compat) = (self.n, spec.compat);
-        self.sum32 = torch_sum_threads(values, true, threads);
-        self.mean32 = self.sum32 / n.max(1) as f32;
+        let t = &mut self.trainer;
+        t.n = n;
+        t.sum32 = torch_sum_threads(values, true, threads);
+        t.mean32 = t.sum32 / n.max(1) as f32;
         if compat == Compat::Verl && spec.estimator == Estimator::Opo {
             // verl's OPO baseline; no other formula reads these sums.
             scratch.clear();
             scratch.extend(values.iter().zip(lengths).map(|(x, l)| l * x));
-            self.weighted_sum32 = torch_sum(scratch, true);
-            self.length_sum32 = torch_sum(lengths, false);
+            t.weighted_sum32 = torch_sum(scratch, true);
+            t.length_sum32 = torch_sum(lengths, false);
         }
-        self.std32 = match compat {
+        t.std32 = match compat {
             _ if n < 2 => {
                 if compat == Compat::OpenRlhf {
                     f32::NAN
@@ -114,13 +125,13 @@ impl Cell {
             }
             Compat::Native => self.std as f32,
             Compat::Verl => {
-                let mean = self.mean32 as f64;
+                let mean = t.mean32 as f64;
                 let m2: f64 = values.iter().filter(|x| !x.is_nan()).map(|&x| (x as f64 - mean).powi(2)).sum();
                 (m2 / (n - 1) as f64).sqrt() as f32
             }
             Compat::Trl => {
                 scratch.clear();
-                scratch.extend(values.iter().map(|&x| (x - self.mean32) * (x - self.mean32)));
+                scratch.extend(values.iter().map(|&x| (x - t.mean32) * (x - t.mean32)));
                 let mut variance = torch_sum_threads(scratch, true, threads) / n as f32;
                 variance *= n as f32 / (n - 1) as f32;
                 torch_sqrt(variance, SqrtKernel::detect())
@@ -138,9 +149,7 @@ impl Cell {
         }
         match spec.compat {
             Compat::Native => self.native(x, spec, batch_std.0),
-            Compat::Verl => self.verl(x as f32, spec) as f64,
-            Compat::Trl => self.trl(x as f32, spec, batch_std.1) as f64,
-            Compat::OpenRlhf => self.openrlhf(x as f32, spec) as f64,
+            _ => self.trainer.advantage(x as f32, spec, batch_std.1) as f64,
         }
     }
 
@@ -162,6 +171,45 @@ impl Cell {
             Estimator::Opo if self.length_sum > 0.0 => x - self.weighted_sum / self.length_sum,
             Estimator::Opo => x - self.mean,
         }
+    }
+}
+
+impl Trainer32 {
+    /// The advantage of fp32 value `x` of this cell in the trainer's arithmetic (0 for NaN);
+    /// `batch_std` is the batch's fp32 standard deviation under [`Scale::Batch`].
+    #[inline(always)]
+    pub fn advantage(&self, x: f32, spec: &Spec, batch_std: f32) -> f32 {
+        if x.is_nan() {
+            return 0.0;
+        }
+        match spec.compat {
+            Compat::Verl => self.verl(x, spec),
+            Compat::Trl => self.trl(x, spec, batch_std),
+            // Native cells compute in f64 and never ask (see `Cell::advantage`).
+            Compat::OpenRlhf | Compat::Native => self.openrlhf(x, spec),
+        }
+    }
+
+    /// The statistics of a group without strata from its values in row order (NaN included,
+    /// as the trainer's tensor holds them), for GRPO and RLOO (no lengths read): the same
+    /// operations as for a cell of the gathered path, the native passes OpenRLHF's std reads
+    /// then [`Cell::close_trainer`]. `values32` and `scratch` are reusable buffers.
+    pub fn of_group(values: &[f64], spec: &Spec, values32: &mut Vec<f32>, scratch: &mut Vec<f32>) -> Self {
+        debug_assert!(matches!(spec.estimator, Estimator::Grpo | Estimator::Rloo));
+        let mut cell = Cell::default();
+        let present = values.iter().copied().filter(|x| !x.is_nan());
+        if spec.compat == Compat::OpenRlhf {
+            present.clone().for_each(|x| cell.add(x, 1.0));
+            cell.close_mean();
+            present.for_each(|x| cell.add_deviation(x));
+            cell.close_std();
+        } else {
+            cell.n = present.count() as u32;
+        }
+        values32.clear();
+        values32.extend(values.iter().map(|&x| x as f32));
+        cell.close_trainer(values32, &[], spec, 1, scratch);
+        cell.trainer
     }
 
     fn verl(&self, x: f32, spec: &Spec) -> f32 {
@@ -226,5 +274,5 @@ pub(crate) fn batch_std(values: &[f64], spec: &Spec) -> (f64, f32) {
         let ones = vec![1f32; values32.len()];
         cell.close_trainer(&values32, &ones, spec, spec.torch_threads, &mut Vec::new());
     }
-    (cell.std, cell.std32)
+    (cell.std, cell.trainer.std32)
 }

@@ -2,10 +2,11 @@
 //! is normalised on its own. No sort and no hashing on the hot path. Group labels sorted
 //! ascending in small runs (the layout of GRPO rollouts) are read in place in one pass that
 //! finds the groups, checks the values and normalises them (`normalize_sorted_runs`); small
-//! groups take the paths of `small`. Native GRPO and RLOO without strata over scattered
-//! groups accumulate in place (`scatter`). Everything else (unsorted labels, large groups, the
-//! trainers' fp32 modes, OPO and REINFORCE++) goes through dense codes, a counting sort when
-//! groups are scattered, and a per-thread stamp table for the strata. Groups run in parallel
+//! groups take the paths of `small`. GRPO and RLOO without strata over scattered groups go to
+//! `scatter` (natively accumulated in place, in a trainer's fp32 arithmetic gathered by group
+//! there). Everything else (contiguous groups in the trainers' modes, strata, OPO and
+//! REINFORCE++) goes through dense codes, a counting sort when groups are scattered, and a
+//! per-thread stamp table for the strata. Groups run in parallel
 //! (rayon), and every output depends only on its own group, so results are identical at any
 //! thread count.
 
@@ -607,11 +608,11 @@ pub fn normalize_labels<T: AdvantageFloat>(
         if let Some(done) = normalize_sorted_runs(values, groups, labels, spec) {
             return done;
         }
-        if strata.is_none() {
-            let whole_batch = || if spec.scale == Scale::Batch { batch_std(values, spec) } else { (0.0, 0.0) };
-            if let Some(done) = scatter::normalize_keys(values, groups, spec, whole_batch) {
-                return done;
-            }
+    }
+    if strata.is_none() && scatter::takes(spec) {
+        let whole_batch = || if spec.scale == Scale::Batch { batch_std(values, spec) } else { (0.0, 0.0) };
+        if let Some(done) = scatter::normalize_keys(values, groups, spec, whole_batch) {
+            return done;
         }
     }
     let (group_codes, n_groups) = dense_codes(groups);

@@ -26,6 +26,7 @@ pub mod spec;
 pub mod strata;
 pub mod torch_sqrt;
 mod torch_sum;
+mod trainer_scatter;
 pub mod weights;
 
 pub use crate::store::trace_channel;

@@ -1,5 +1,6 @@
-//! Scattered groups for native GRPO and RLOO without strata: the layout rows have after a
-//! shuffle or a buffer sample. Instead of gathering each group's rows (a counting sort, then
+//! Scattered groups for GRPO and RLOO without strata: the layout rows have after a shuffle or
+//! a buffer sample. Native arithmetic here; the trainer modes' gather first
+//! ([`super::trainer_scatter`]), then write as the second pass below. Instead of gathering each group's rows (a counting sort, then
 //! reads and writes in that order), the statistics accumulate in a table indexed by group
 //! code, as numpy's `bincount` does, in two passes over the rows in their own order: one
 //! takes each group's count and shifted sums (see [`Moments`]) and finds infinite values, one
@@ -19,7 +20,8 @@ use rayon::prelude::*;
 use super::float::AdvantageFloat;
 use super::kernel::{KeyRange, infinite_values, key_range, narrow_span};
 use super::rows::Rows;
-use super::spec::{Estimator, Scale, Spec};
+use super::spec::{Compat, Estimator, Scale, Spec};
+use super::trainer_scatter::gather_then_write;
 use crate::error::Result;
 
 /// A group's count and the sums of `x - shift` and `(x - shift)^2` over its values, `shift`
@@ -80,9 +82,31 @@ fn worth_a_table(n: usize, n_groups: usize) -> bool {
     n_groups <= n / 2
 }
 
+/// Whether `spec` is computed here over rows without strata: GRPO and RLOO, natively or in a
+/// trainer's arithmetic.
+pub(super) fn takes(spec: &Spec) -> bool {
+    matches!(spec.estimator, Estimator::Grpo | Estimator::Rloo)
+}
+
 /// Whether [`normalize_scattered`] computes `spec` over `rows`.
 pub(super) fn applies(rows: &Rows, spec: &Spec) -> bool {
-    super::small::small_path(spec) && rows.strata.is_none() && worth_a_table(rows.values.len(), rows.n_groups)
+    takes(spec) && rows.strata.is_none() && worth_a_table(rows.values.len(), rows.n_groups)
+}
+
+/// Native's two passes or the trainer modes' gather and write (see the module doc).
+fn by_arithmetic<K: Copy + Sync, T: AdvantageFloat>(
+    values: &[f64],
+    keys: &[K],
+    code: impl Fn(K) -> usize + Sync + Copy,
+    n_groups: usize,
+    spec: &Spec,
+    batch_std: (f64, f32),
+    out: &mut [T],
+) -> Result<()> {
+    match spec.compat {
+        Compat::Native => two_passes(values, keys, code, n_groups, spec, batch_std.0, out),
+        _ => gather_then_write(values, keys, code, n_groups, spec, batch_std.1, out),
+    }
 }
 
 /// Advantages of rows whose groups are scattered, in row order; NaN values are left out of
@@ -90,7 +114,7 @@ pub(super) fn applies(rows: &Rows, spec: &Spec) -> bool {
 /// finite or NaN.
 pub(super) fn normalize_scattered<T: AdvantageFloat>(rows: &Rows, spec: &Spec, batch_std: (f64, f32), out: &mut [T]) {
     // The values were checked: no infinite value to report.
-    let _ = two_passes(rows.values, rows.groups, |g| g as usize, rows.n_groups, spec, batch_std.0, out);
+    let _ = by_arithmetic(rows.values, rows.groups, |g| g as usize, rows.n_groups, spec, batch_std, out);
 }
 
 /// Rows labelled by integer keys over a narrow range (`key - min` is the code: no renumbering)
@@ -118,7 +142,7 @@ pub(super) fn normalize_keys<T: AdvantageFloat>(
     }
     let batch_std = batch_std();
     let mut out = vec![T::default(); n];
-    Some(two_passes(values, keys, code, n_groups, spec, batch_std.0, &mut out).map(|()| out))
+    Some(by_arithmetic(values, keys, code, n_groups, spec, batch_std, &mut out).map(|()| out))
 }
 
 /// Rows the cheap test for scattered groups reads.

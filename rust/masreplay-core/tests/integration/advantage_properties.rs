@@ -373,3 +373,64 @@ proptest! {
         }
     }
 }
+
+/// The trainer modes over scattered groups (gathered by a counting sort in chunks of rows,
+/// then written from a table per group) give the bits of the gathered path (a trivial
+/// stratum: each cell's rows in row order, the operations of a cell), for narrow keys, wide
+/// keys and dense codes, at 1, 2 and 3 threads (1 to 3 chunks). Groups of 1-100 rows take
+/// every shape of torch's sum (fewer than 8 values, lanes with a tail, more than 64).
+#[test]
+fn trainer_modes_over_scattered_groups_give_the_gathered_bits() {
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(13);
+    let mut groups: Vec<i64> = Vec::new();
+    let mut values: Vec<f64> = Vec::new();
+    for g in 0..3000i64 {
+        let size = rand::RngExt::random_range(&mut rng, 1..=100);
+        let (offset, spread) = [(1e3, 1.0), (-3.0, 1e-4), (42.0, 0.0), (0.0, 1e2)][g as usize % 4];
+        for _ in 0..size {
+            groups.push(g * 7 - 100);
+            values.push(offset + spread * rand::RngExt::random_range(&mut rng, -1.0..1.0));
+        }
+    }
+    let mut order: Vec<usize> = (0..groups.len()).collect();
+    order.shuffle(&mut rng);
+    let groups: Vec<i64> = order.iter().map(|&i| groups[i]).collect();
+    let mut values: Vec<f64> = order.iter().map(|&i| values[i]).collect();
+    values[5] = f64::NAN;
+    values[900] = f64::NAN;
+    let wide: Vec<i64> = groups.iter().map(|&g| (g as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) as i64 >> 2).collect();
+    let (codes, _) = dense_codes(&groups);
+    let one_stratum = vec![0i64; groups.len()];
+    let same =
+        |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits() || x.is_nan() && y.is_nan());
+    let modes = [
+        (Compat::Verl, Estimator::Grpo, Scale::Group),
+        (Compat::Verl, Estimator::Grpo, Scale::None),
+        (Compat::Verl, Estimator::Rloo, Scale::Group),
+        (Compat::Trl, Estimator::Grpo, Scale::Group),
+        (Compat::Trl, Estimator::Grpo, Scale::Batch),
+        (Compat::Trl, Estimator::Grpo, Scale::None),
+        (Compat::OpenRlhf, Estimator::Grpo, Scale::Group),
+        (Compat::OpenRlhf, Estimator::Rloo, Scale::Group),
+    ];
+    for (compat, estimator, scale) in modes {
+        let spec = Spec::new(estimator, scale, None, compat).unwrap();
+        let run = |keys: &[i64], strata: Option<&[i64]>| -> Vec<f32> {
+            normalize_labels(&values, keys, strata, None, None, &spec).unwrap()
+        };
+        let gathered = run(&groups, Some(&one_stratum));
+        assert_eq!(gathered[5], 0.0);
+        for threads in [1, 2, 3] {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            let label = format!("{compat:?} {estimator:?} {scale:?}, {threads} threads");
+            assert!(same(&pool.install(|| run(&groups, None)), &gathered), "{label}");
+            assert!(same(&pool.install(|| run(&wide, None)), &gathered), "{label}, wide keys");
+            let rows = rows(&values, &codes, None);
+            assert!(same(&pool.install(|| normalize::<f32>(&rows, &spec).unwrap()), &gathered), "{label}, codes");
+        }
+    }
+    let mut infinite = values.clone();
+    infinite[100] = f64::INFINITY;
+    let spec = Spec::new(Estimator::Grpo, Scale::Group, None, Compat::Verl).unwrap();
+    assert!(normalize_labels::<f32>(&infinite, &groups, None, None, None, &spec).is_err());
+}
