@@ -42,6 +42,34 @@ def test_branch_credit_falls_within_three_standard_errors_of_the_true_effects(tr
     assert {e["kind"] for e in effects} == {"substitute", "ablate", "no_spawn"}
 
 
+def _standardized_branch_errors() -> dict[str, np.ndarray]:
+    """|credit - true effect| / stderr per branch point, by kind, over 24 simulator seeds with
+    3 to 8 branches per event (few branches: where a normal interval would be too narrow)."""
+    errors: dict[str, list[float]] = {}
+    for seed in range(24):
+        gt = masreplay.sim.branches(100, branches=3 + seed % 6, branch_points=3, noise=0.2, seed=700 + seed)
+        credited = _keyed(masreplay.counterfactual_credit(gt.batch, aligned=False))
+        for effect in gt.effects.to_pylist():
+            credit, stderr, _ = credited[(effect["trace_id"], effect["event_id"])]
+            errors.setdefault(effect["kind"], []).append(abs(credit - effect["effect"]) / stderr)
+    return {kind: np.array(values) for kind, values in errors.items()}
+
+
+def test_branch_credit_intervals_cover_the_true_effect_95_percent_of_the_time():
+    """Two-sided: where branches replicate one intervention (ablate, no_spawn), credit +- 1.96
+    stderr covers the true effect 93-97% of the time, and 1.4x wider or narrower intervals
+    leave that band. Substitute branches each draw another alternative, whose spread
+    overstates the factual reward's noise: their intervals are conservative (floor only)."""
+    errors = _standardized_branch_errors()
+    replicated = np.concatenate([errors["ablate"], errors["no_spawn"]])
+    assert replicated.size > 3000
+    coverage = {scale: float(np.mean(replicated <= 1.96 * scale)) for scale in (1.0, 1.4, 1 / 1.4)}
+    assert 0.93 <= coverage[1.0] <= 0.97, coverage
+    assert coverage[1.4] > 0.97, f"1.4x inflated errors would pass: {coverage}"
+    assert coverage[1 / 1.4] < 0.93, f"1.4x shrunk errors would pass: {coverage}"
+    assert np.mean(errors["substitute"] <= 1.96) >= 0.95
+
+
 def test_events_without_branches_get_no_credit(truth):
     table = masreplay.counterfactual_credit(truth.batch)
     uncredited = table.filter(pc.equal(table["n_branches"], 0))
@@ -91,7 +119,9 @@ def test_leave_one_out_credits_every_alternative_against_the_others():
         ]
     )
     mean = _keyed(masreplay.counterfactual_credit(batch))
-    assert mean == {("f", "e1"): (pytest.approx(0.75), pytest.approx(np.sqrt(0.125 * 1.5)), 2)}
+    # s^2 = var(0, 0.5) = 0.125 with one degree of freedom: scaled by t(1) / 1.96.
+    stderr = np.sqrt(0.125 * 1.5) * 12.706205 / 1.959964
+    assert mean == {("f", "e1"): (pytest.approx(0.75), pytest.approx(stderr), 2)}
     loo = _keyed(masreplay.counterfactual_credit(batch, baseline="loo"))
     assert loo[("f", "e1")][0] == pytest.approx(0.75)
     assert loo[("b1", "e1")][0] == pytest.approx(0.0 - 0.75)

@@ -24,7 +24,7 @@ import pyarrow as pa
 from masreplay import _core
 from masreplay.batch import TraceBatch
 from masreplay.errors import InvalidArgumentError
-from masreplay.games import FunctionGame, Game
+from masreplay.games import FunctionGame, Game, evaluate
 from masreplay.vocabulary import Baseline
 
 if TYPE_CHECKING:
@@ -89,7 +89,10 @@ def counterfactual_credit(
     """Credit of every event that has branch rollouts in the batch (or the whole buffer).
 
     ``baseline="mean"``: credit = R(factual) - mean R(branches), stderr = s * sqrt(1 + 1/n)
-    with s the branches' standard deviation (NaN below two branches). ``baseline="loo"`` (C3):
+    * t(n - 1) / 1.96 with s the branches' standard deviation (NaN below two branches): the
+    Student-t factor makes credit +- 1.96 stderr a 95% interval however few the branches
+    (calibrated where branches replicate one intervention, ``ablate``/``no_spawn``;
+    conservative for ``substitute``, whose branches' spread includes the alternatives'). ``baseline="loo"`` (C3):
     every alternative at the event is credited against the mean of the others, so a branch's
     own version of the event is credited too (an ablated event has none). Branches whose
     factual trace is not in the batch are left out; a branch naming an event its factual
@@ -132,23 +135,6 @@ def same_prefix_credit(
 GameLike = Game | FunctionGame | Callable[[np.ndarray], Any]
 
 
-def _evaluate(game: Any, masks: np.ndarray) -> np.ndarray:
-    """Values of coalitions under a native game (``masreplay.games``), a ``games.function``
-    wrapper or a plain callable on boolean masks."""
-    if isinstance(game, FunctionGame):
-        evaluate = game.f
-    elif isinstance(game, Game):
-        evaluate = game.values
-    elif callable(game):
-        evaluate = game
-    else:
-        raise InvalidArgumentError(f"a game is a masreplay game or a callable on boolean masks, got {type(game).__name__}")
-    values = np.asarray(evaluate(masks), dtype=np.float64)
-    if values.shape != (len(masks),):
-        raise InvalidArgumentError(f"the game returned shape {values.shape} for {len(masks)} coalitions")
-    return values
-
-
 def difference_rewards(
     game: GameLike,
     players: Sequence[int] | None = None,
@@ -172,8 +158,8 @@ def difference_rewards(
         raise InvalidArgumentError(f"players must be indices in [0, {n}), got {players!r}")
     without = np.ones((len(chosen), n), dtype=bool)
     without[np.arange(len(chosen)), chosen] = False
-    full = _evaluate(game, np.ones((1, n), dtype=bool))[0]
-    return full - _evaluate(replaced if replaced is not None else game, without)
+    full = evaluate(game, np.ones((1, n), dtype=bool))[0]
+    return full - evaluate(replaced if replaced is not None else game, without)
 
 
 def coma_credit(q_values: np.ndarray, probabilities: np.ndarray, chosen: np.ndarray) -> np.ndarray:

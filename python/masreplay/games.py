@@ -151,6 +151,23 @@ def function(
     return FunctionGame(f, int(n_players), int(chunk_size), canonical)
 
 
+def evaluate(game: Any, masks: np.ndarray) -> np.ndarray:
+    """Values of coalitions (boolean masks (m, n_players)) under a native game, a
+    :class:`FunctionGame` or a plain callable on masks, checked to be m numbers."""
+    if isinstance(game, FunctionGame):
+        f = game.f
+    elif isinstance(game, Game):
+        f = game.values
+    elif callable(game):
+        f = game
+    else:
+        raise InvalidArgumentError(f"a game is a masreplay game or a callable on boolean masks, got {type(game).__name__}")
+    values = np.asarray(f(masks), dtype=np.float64)
+    if values.shape != (len(masks),):
+        raise InvalidArgumentError(f"the game returned shape {values.shape} for {len(masks)} coalitions")
+    return values
+
+
 def noisy(game: Game, sigma: float, *, seed: int = 0, chunk_size: int = 1 << 16) -> FunctionGame:
     """``game`` plus Gaussian evaluation noise of standard deviation ``sigma``, each call a
     fresh draw (the way a live rollout or a judge behaves): a test bed for
@@ -171,6 +188,7 @@ __all__ = [
     "additive",
     "empirical",
     "empirical_from_traces",
+    "evaluate",
     "function",
     "noisy",
     "soum",

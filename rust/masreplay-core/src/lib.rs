@@ -13,6 +13,7 @@ pub mod shapley;
 pub mod sim;
 mod stamped;
 pub mod store;
+pub mod student_t;
 pub mod trace;
 pub mod trace_view;
 pub mod validate;

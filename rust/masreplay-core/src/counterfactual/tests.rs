@@ -55,7 +55,9 @@ fn branch_credit_by_hand() {
     let mean = aligned(branch_credit(&batch, "team", Baseline::Mean).unwrap(), &batch);
     assert!(mean.credit[0].is_nan() && mean.n_branches[0] == 0);
     assert!((mean.credit[1] - 0.7).abs() < 1e-12);
-    assert!((mean.stderr[1] - (0.02f64 * 1.5).sqrt()).abs() < 1e-12);
+    // s^2 = var(0.2, 0.4) = 0.02, one degree of freedom: scaled by t(1) / 1.96.
+    let t1_over_z = 12.706205 / crate::student_t::Z975;
+    assert!((mean.stderr[1] - (0.02f64 * 1.5).sqrt() * t1_over_z).abs() < 1e-12);
     assert_eq!(mean.n_branches[1], 2);
     assert_eq!(mean.n_branches.iter().sum::<u32>(), 2, "only the factual event is credited");
 

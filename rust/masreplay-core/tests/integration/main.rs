@@ -2,6 +2,7 @@
 //! profile links (with LTO) once instead of once per file.
 
 mod advantage_properties;
+mod counterfactual_calibration;
 mod fuzz_inputs;
 mod graph_properties;
 mod ingest_properties;
