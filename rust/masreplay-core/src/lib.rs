@@ -2,6 +2,7 @@
 //! package. Data flows one way: source -> [`validate`] -> [`store`] / [`graph`] -> [`trace_view`] -> estimators.
 
 pub mod advantage;
+pub mod convert;
 pub mod buffer;
 pub mod counterfactual;
 pub mod error;

@@ -6,7 +6,7 @@
 //! declines goes through the `Reader` over a `serde_json::Value`, which alone words errors.
 
 mod direct;
-mod non_finite;
+pub(crate) mod non_finite;
 mod split;
 pub mod tape;
 #[cfg(test)]

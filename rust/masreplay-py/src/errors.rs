@@ -21,6 +21,16 @@ pub fn validation_error(py: Python<'_>, error: &ValidationError) -> PyErr {
     exception(py, "TraceValidationError", (error.trace_id.clone(), error.path.clone(), error.reason.clone()))
 }
 
+/// The `ConversionError` instance for a record a converter cannot read, with the trace's
+/// `TraceValidationError` as its cause when the converted trace broke the data contract.
+pub fn conversion_error(py: Python<'_>, error: &masreplay_core::convert::ConversionError) -> PyErr {
+    let raised = exception(py, "ConversionError", (error.source.clone(), error.line, error.reason.clone()));
+    if let Some(cause) = &error.cause {
+        raised.set_cause(py, Some(validation_error(py, cause)));
+    }
+    raised
+}
+
 pub fn to_py(py: Python<'_>, error: MasreplayError) -> PyErr {
     let error = match error {
         // What a Python callback raised, re-raised as it was.

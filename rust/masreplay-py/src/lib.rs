@@ -4,6 +4,7 @@
 mod advantage;
 mod batch;
 mod buffer;
+mod convert;
 mod counterfactual;
 mod errors;
 mod metrics;
@@ -181,6 +182,7 @@ fn _core(module: &Bound<'_, PyModule>) -> PyResult<()> {
         read_parquet,
         empty_batch,
         simulate,
+        convert::claude_code,
         metrics::metrics,
         counterfactual::counterfactual_credit,
         counterfactual::same_prefix_credit_arrays,

@@ -13,10 +13,10 @@ use crate::trace::Trace;
 const LITERALS: [&str; 3] = ["NaN", "-Infinity", "Infinity"];
 
 /// Marks a swapped literal; the NUL makes a clash with real text implausible.
-const MARKER: &str = "\u{0}masreplay-non-finite:";
+pub(crate) const MARKER: &str = "\u{0}masreplay-non-finite:";
 
 /// The literal at the position of `error` in `bytes`, if the error is one.
-pub(super) fn literal_at(bytes: &[u8], error: &serde_json::Error) -> Option<&'static str> {
+pub(crate) fn literal_at(bytes: &[u8], error: &serde_json::Error) -> Option<&'static str> {
     // serde_json counts lines from 1 and columns (bytes) from 1, pointing at or just after
     // the first byte it could not take.
     let line_start = if error.line() <= 1 {
@@ -35,7 +35,7 @@ fn literal_starting(bytes: &[u8], start: usize) -> Option<&'static str> {
 
 /// `bytes` with every NaN / Infinity literal outside strings swapped for a marker string;
 /// `None` when there is none.
-fn with_markers(bytes: &[u8]) -> Option<Vec<u8>> {
+pub(crate) fn with_markers(bytes: &[u8]) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(bytes.len() + 64);
     let (mut in_string, mut escaped, mut swapped) = (false, false, false);
     let mut at = 0;

@@ -1,0 +1,340 @@
+//! A JSON value as a converter reads it: strings borrowed from the input where they have no
+//! escapes, objects as key lists (small, read by a few keys), and Python's view of the values
+//! (a foreign record may also come from Python objects, so its type names, truthiness and
+//! equality are Python's: the converters' errors and choices read the same either way).
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde_core::de::{self, Deserialize, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Number, Value};
+
+#[derive(Clone, Debug)]
+pub enum Json<'a> {
+    Null,
+    Bool(bool),
+    Int(i64),
+    UInt(u64),
+    Float(f64),
+    Str(Cow<'a, str>),
+    Array(Vec<Json<'a>>),
+    /// Keys are unique (a repeated key keeps its first place and its last value, as a Python
+    /// dict built from the document does).
+    Object(Vec<(Cow<'a, str>, Json<'a>)>),
+    /// A Python object with no JSON form, by its type's name (in-memory records only).
+    Other(String),
+}
+
+impl<'a> Json<'a> {
+    /// `record.get(key)` of an object: `None` when absent, or when `self` is no object.
+    pub fn get(&self, key: &str) -> Option<&Json<'a>> {
+        match self {
+            Json::Object(entries) => entries.iter().find(|(name, _)| name == key).map(|(_, value)| value),
+            _ => None,
+        }
+    }
+
+    /// `record.get(key)` with JSON null read as absent (Python's `is not None` tests).
+    pub fn field(&self, key: &str) -> Option<&Json<'a>> {
+        self.get(key).filter(|value| !matches!(value, Json::Null))
+    }
+
+    /// The text at `key`, when it is text.
+    pub fn str(&self, key: &str) -> Option<&str> {
+        self.get(key).and_then(Json::as_str)
+    }
+
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Json::Str(text) => Some(text),
+            _ => None,
+        }
+    }
+
+    pub fn is_object(&self) -> bool {
+        matches!(self, Json::Object(_))
+    }
+
+    /// Python's truthiness of the value.
+    pub fn truthy(&self) -> bool {
+        match self {
+            Json::Null => false,
+            Json::Bool(flag) => *flag,
+            Json::Int(n) => *n != 0,
+            Json::UInt(n) => *n != 0,
+            Json::Float(x) => *x != 0.0,
+            Json::Str(text) => !text.is_empty(),
+            Json::Array(items) => !items.is_empty(),
+            Json::Object(entries) => !entries.is_empty(),
+            Json::Other(_) => true,
+        }
+    }
+
+    /// `get(key)` when truthy (Python's `record.get(key) or ...`).
+    pub fn truthy_field(&self, key: &str) -> Option<&Json<'a>> {
+        self.get(key).filter(|value| value.truthy())
+    }
+
+    /// The value's JSON type in words (Python's type name for anything JSON cannot hold).
+    pub fn describe(&self) -> &str {
+        match self {
+            Json::Null => "null",
+            Json::Bool(_) => "a boolean",
+            Json::Int(_) | Json::UInt(_) | Json::Float(_) => "a number",
+            Json::Str(_) => "text",
+            Json::Array(_) => "a list",
+            Json::Object(_) => "an object",
+            Json::Other(name) => name,
+        }
+    }
+
+    /// Python's name of the value's type, as `json.loads` makes it.
+    pub fn python_type(&self) -> &str {
+        match self {
+            Json::Null => "NoneType",
+            Json::Bool(_) => "bool",
+            Json::Int(_) | Json::UInt(_) => "int",
+            Json::Float(_) => "float",
+            Json::Str(_) => "str",
+            Json::Array(_) => "list",
+            Json::Object(_) => "dict",
+            Json::Other(name) => name,
+        }
+    }
+
+    /// An integer that is not a boolean (Python's `isinstance(v, int) and not isinstance(v, bool)`).
+    pub fn as_integer(&self) -> Option<i128> {
+        match self {
+            Json::Int(n) => Some(i128::from(*n)),
+            Json::UInt(n) => Some(i128::from(*n)),
+            _ => None,
+        }
+    }
+
+    /// A number, booleans included (Python's `isinstance(v, (int, float))`).
+    pub fn as_number(&self) -> Option<f64> {
+        match self {
+            Json::Bool(flag) => Some(f64::from(u8::from(*flag))),
+            Json::Int(n) => Some(*n as f64),
+            Json::UInt(n) => Some(*n as f64),
+            Json::Float(x) => Some(*x),
+            _ => None,
+        }
+    }
+
+    /// Python's `==`: numbers compare by value across int, float and bool; objects ignore order.
+    pub fn py_eq(&self, other: &Json<'_>) -> bool {
+        match (self, other) {
+            (Json::Null, Json::Null) => true,
+            (Json::Str(a), Json::Str(b)) => a == b,
+            (Json::Array(a), Json::Array(b)) => a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.py_eq(y)),
+            (Json::Object(a), Json::Object(b)) => {
+                a.len() == b.len() && a.iter().all(|(key, x)| other.get(key).is_some_and(|y| x.py_eq(y)))
+            }
+            (Json::Other(_), _) | (_, Json::Other(_)) => false,
+            _ => match (self.as_integer_or_bool(), other.as_integer_or_bool()) {
+                (Some(a), Some(b)) => a == b,
+                _ => match (self.as_number(), other.as_number()) {
+                    (Some(a), Some(b)) => a == b,
+                    _ => false,
+                },
+            },
+        }
+    }
+
+    fn as_integer_or_bool(&self) -> Option<i128> {
+        match self {
+            Json::Bool(flag) => Some(i128::from(*flag)),
+            _ => self.as_integer(),
+        }
+    }
+
+    /// The value as serde_json holds it, for an event attribute. `Err` carries the JSON
+    /// pointer (below the value) and the reason of what a trace cannot hold.
+    pub fn to_value(&self) -> Result<Value, (String, String)> {
+        Ok(match self {
+            Json::Null => Value::Null,
+            Json::Bool(flag) => Value::Bool(*flag),
+            Json::Int(n) => Value::from(*n),
+            Json::UInt(n) => Value::from(*n),
+            Json::Float(x) => match Number::from_f64(*x) {
+                Some(number) => Value::Number(number),
+                None => return Err((String::new(), format!("{x} is not a finite number"))),
+            },
+            Json::Str(text) => Value::String(text.to_string()),
+            Json::Array(items) => Value::Array(
+                items
+                    .iter()
+                    .enumerate()
+                    .map(|(index, item)| item.to_value().map_err(|(at, why)| (format!("/{index}{at}"), why)))
+                    .collect::<Result<_, _>>()?,
+            ),
+            Json::Object(entries) => {
+                let mut map = Map::with_capacity(entries.len());
+                for (key, item) in entries {
+                    let value = item.to_value().map_err(|(at, why)| {
+                        (format!("/{}{at}", crate::validate::pointer_segment(key)), why)
+                    })?;
+                    map.insert(key.to_string(), value);
+                }
+                Value::Object(map)
+            }
+            Json::Other(name) => return Err((String::new(), format!("a Python {name} has no JSON form"))),
+        })
+    }
+
+    /// An object's entry, replacing an earlier one of the same key in its place.
+    pub fn insert(entries: &mut Vec<(Cow<'a, str>, Json<'a>)>, key: Cow<'a, str>, value: Json<'a>) {
+        match entries.iter_mut().find(|(name, _)| *name == key) {
+            Some(entry) => entry.1 = value,
+            None => entries.push((key, value)),
+        }
+    }
+}
+
+/// Python's `repr` of a string (the quote it picks, its escapes), as error messages print ids.
+pub fn repr(text: &str) -> String {
+    let quote = if text.contains('\'') && !text.contains('"') { '"' } else { '\'' };
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push(quote);
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c == quote => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if (c as u32) < 0x100 && (c.is_control() || c == '\u{a0}' || c == '\u{ad}') => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
+            c if c.is_control() || (c.is_whitespace() && c != ' ') => {
+                if (c as u32) <= 0xffff {
+                    out.push_str(&format!("\\u{:04x}", c as u32));
+                } else {
+                    out.push_str(&format!("\\U{:08x}", c as u32));
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push(quote);
+    out
+}
+
+/// Python's `repr` of an optional string (`None` when absent).
+pub fn repr_opt(text: Option<&str>) -> String {
+    text.map_or_else(|| "None".to_string(), repr)
+}
+
+/// Python's `str` of an optional string in an f-string (`None` when absent).
+pub fn str_opt(text: Option<&str>) -> &str {
+    text.unwrap_or("None")
+}
+
+// ---- reading JSON text ---------------------------------------------------------------------
+
+impl<'de> Deserialize<'de> for Json<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(JsonVisitor)
+    }
+}
+
+struct JsonVisitor;
+
+impl<'de> Visitor<'de> for JsonVisitor {
+    type Value = Json<'de>;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+        formatter.write_str("a JSON value")
+    }
+
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(Json::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<Self::Value, E> {
+        Ok(Json::Null)
+    }
+
+    fn visit_bool<E>(self, value: bool) -> Result<Self::Value, E> {
+        Ok(Json::Bool(value))
+    }
+
+    fn visit_i64<E>(self, value: i64) -> Result<Self::Value, E> {
+        Ok(Json::Int(value))
+    }
+
+    fn visit_u64<E>(self, value: u64) -> Result<Self::Value, E> {
+        Ok(i64::try_from(value).map_or(Json::UInt(value), Json::Int))
+    }
+
+    fn visit_f64<E>(self, value: f64) -> Result<Self::Value, E> {
+        Ok(Json::Float(value))
+    }
+
+    fn visit_borrowed_str<E>(self, value: &'de str) -> Result<Self::Value, E> {
+        Ok(Json::Str(Cow::Borrowed(value)))
+    }
+
+    fn visit_str<E>(self, value: &str) -> Result<Self::Value, E> {
+        Ok(Json::Str(Cow::Owned(value.to_owned())))
+    }
+
+    fn visit_string<E>(self, value: String) -> Result<Self::Value, E> {
+        Ok(Json::Str(Cow::Owned(value)))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        while let Some(item) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Json::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut entries = Vec::new();
+        while let Some(Key(key)) = map.next_key_seed(KeySeed)? {
+            let value = map.next_value()?;
+            Json::insert(&mut entries, key, value);
+        }
+        Ok(Json::Object(entries))
+    }
+}
+
+/// An object key, borrowed when it has no escapes.
+struct Key<'de>(Cow<'de, str>);
+struct KeySeed;
+
+impl<'de> DeserializeSeed<'de> for KeySeed {
+    type Value = Key<'de>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_str(KeyVisitor)
+    }
+}
+
+struct KeyVisitor;
+
+impl<'de> Visitor<'de> for KeyVisitor {
+    type Value = Key<'de>;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+        formatter.write_str("an object key")
+    }
+
+    fn visit_borrowed_str<E: de::Error>(self, value: &'de str) -> Result<Self::Value, E> {
+        Ok(Key(Cow::Borrowed(value)))
+    }
+
+    fn visit_str<E: de::Error>(self, value: &str) -> Result<Self::Value, E> {
+        Ok(Key(Cow::Owned(value.to_owned())))
+    }
+
+    fn visit_string<E: de::Error>(self, value: String) -> Result<Self::Value, E> {
+        Ok(Key(Cow::Owned(value)))
+    }
+}
