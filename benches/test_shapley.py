@@ -1,12 +1,14 @@
 """Shapley estimators against shapiq and pyDVL, measured side by side (issues 5 and 23).
 
-Cells: game families of n = 10, 30, 100 players: SOUM with 100 unanimity terms, coefficients
-uniform in [-1, 1], "low" order (term sizes 1-3) and "full" order (sizes 1..n); weighted
-voting (integer weights 1-5, quota 60% of the total); "pairwise" (an additive game plus a
-random interaction on every pair, as a SOUM of sizes 1 and 2). Budgets of 1,000 and 10,000
-coalition evaluations. Truth: the closed form (SOUM), a dynamic program over weight sums
-(voting). Each side runs seeds 0, 1, 2 (SVARM, 25-35 s a run at n = 100, runs seed 0 only at
-the 10,000 budget); the time is the median run. Every anchor values coalitions with the same
+Cells: game families of n = 10, 30, 100, 300 players: SOUM with 100 unanimity terms,
+coefficients uniform in [-1, 1], "low" order (term sizes 1-3) and "full" order (sizes 1..n);
+weighted voting (integer weights 1-5, quota 60% of the total); "pairwise" (an additive game
+plus a random interaction on every pair, as a SOUM of sizes 1 and 2; its numpy twin a
+quadratic form). Budgets of 1,000 and 10,000 coalition evaluations. Truth: the closed form
+(SOUM), a dynamic program over weight sums (voting). Each side runs seeds 0-4 (the slow shapiq
+sides, SVARM 25-35 s a run at n = 100, run seed 0 only at the 10,000 budget and at n = 300;
+kADD-SHAP, whose pairwise regression has n(n-1)/2 columns, stops at n = 100); the time is the
+median run. Every anchor values coalitions with the same
 vectorised numpy game (a matrix product); so do the masreplay sides named
 "games.function(numpy game)", the reference of the summary's speed ratios (a user's value
 function is a Python callable). The sides named "built-in game" value masreplay's native game
@@ -22,6 +24,10 @@ onto sum = v(N) - v(empty) first; ``gap`` is |sum - (v(N) - v(empty))| before pr
 (the largest over seeds); ``cover`` is the share of masreplay's value +- 1.96 stderr
 intervals that hold the truth.
 
+``test_mae_against_budget`` draws MAE against budget (1,000-10,000, n = 100, every family,
+5 seeds) for masreplay's ``auto`` and permutations and the anchors installed, and writes the
+plot to benches/shapley_mae_budget.svg (matplotlib, from benches/requirements.txt).
+
 Also measured: a batched Python callable's overhead (total time over the callable's own time,
 chunk sizes 256-4096) and per-trace credit of 10,000 traces of 8 agents. The per-cell table
 (MAE, gap, time) is printed at the end of the module; nothing is asserted on times.
@@ -32,6 +38,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -39,10 +46,10 @@ import pytest
 import masreplay
 from masreplay import games
 
-SEEDS = (0, 1, 2)
+SEEDS = (0, 1, 2, 3, 4)
 N_TERMS = 100
 FAMILIES = ("low", "full", "voting", "pairwise")
-CELLS = [(n, family, budget) for n in (10, 30, 100) for family in FAMILIES for budget in (1_000, 10_000)]
+CELLS = [(n, family, budget) for n in (10, 30, 100, 300) for family in FAMILIES for budget in (1_000, 10_000)]
 ROWS: list[dict] = []
 
 
@@ -66,6 +73,27 @@ class NumpySoum:
         return (masks @ self.members.T == self.sizes) @ self.coefficients
 
 
+class NumpyPairwise:
+    """v(S) = sum_i a_i x_i + sum_{i<j} b_ij x_i x_j as a quadratic form: at n = 300 the SOUM
+    form has 45,150 terms and makes every numpy-game side minutes slower."""
+
+    def __init__(self, game: masreplay.games.Game) -> None:
+        self.n = game.n_players
+        self.linear = np.zeros(self.n)
+        self.pairs = np.zeros((self.n, self.n))
+        for players, c in game.terms():
+            if len(players) == 1:
+                self.linear[players[0]] += c
+            else:
+                self.pairs[players[0], players[1]] += c
+        self.evaluations = 0
+
+    def __call__(self, masks: np.ndarray) -> np.ndarray:
+        x = np.asarray(masks, dtype=np.float64).reshape(-1, self.n)
+        self.evaluations += len(x)
+        return x @ self.linear + ((x @ self.pairs) * x).sum(axis=1)
+
+
 class NumpyVoting:
     """v(S) = 1 when the weights of S reach the quota: one matrix-vector product."""
 
@@ -82,11 +110,13 @@ class NumpyVoting:
 def voting_shapley(weights: np.ndarray, quota: float) -> np.ndarray:
     """Exact Shapley values of a weighted voting game with integer weights: for each player,
     count the coalitions of each size and weight sum without it (a knapsack table), and sum
-    the Shapley weights of those it swings."""
+    the Shapley weights of those it swings. Players of equal weight are symmetric, so one of
+    each weight is counted (five tables at n = 300, not 300)."""
     n, total = len(weights), int(weights.sum())
-    phi = np.zeros(n)
+    phi = np.full(n, np.nan)
     weight_of_size = np.array([math.factorial(s) * math.factorial(n - s - 1) / math.factorial(n) for s in range(n)])
-    for i in range(n):
+    for w_i in np.unique(weights):
+        i = int(np.flatnonzero(weights == w_i)[0])
         counts = np.zeros((n, total + 1))  # counts[size, weight sum] over coalitions without i
         counts[0, 0] = 1
         for j in (j for j in range(n) if j != i):
@@ -94,7 +124,7 @@ def voting_shapley(weights: np.ndarray, quota: float) -> np.ndarray:
             counts[1:, w:] += counts[:-1, : total + 1 - w].copy()
         swing = np.arange(total + 1)
         swings = (swing < quota) & (swing + weights[i] >= quota)
-        phi[i] = (counts[:, swings].sum(axis=1) * weight_of_size).sum()
+        phi[weights == w_i] = (counts[:, swings].sum(axis=1) * weight_of_size).sum()
     return phi
 
 
@@ -185,6 +215,7 @@ class Side:
     package: str | None = None  # the anchor's package, for the skip message
     native: bool = False  # runs on masreplay's native game (else on the numpy SOUM)
     slow: bool = False
+    max_n: int | None = None  # beyond it the side cannot run (memory), and says so
     reference: bool = False  # the side the summary's ratios are taken against
 
 
@@ -200,7 +231,7 @@ SIDES = [
     Side("shapiq PermutationSamplingSV", shapiq_runner("permutation"), "shapiq"),
     Side("shapiq KernelSHAP (pairing)", shapiq_runner("kernel"), "shapiq"),
     Side("shapiq UnbiasedKernelSHAP (pairing)", shapiq_runner("unbiased kernel"), "shapiq"),
-    Side("shapiq kADD-SHAP (k=2, pairing)", shapiq_runner("kadd"), "shapiq", slow=True),
+    Side("shapiq kADD-SHAP (k=2, pairing)", shapiq_runner("kadd"), "shapiq", slow=True, max_n=100),
     Side("shapiq StratifiedSamplingSV", shapiq_runner("stratified"), "shapiq", slow=True),
     Side("shapiq SVARM", shapiq_runner("svarm"), "shapiq", slow=True),
     Side("pyDVL antithetic permutation", pydvl_antithetic, "pydvl"),
@@ -218,9 +249,17 @@ def make_game(n: int, family: str, seed: int):
         terms = [([i], float(rng.uniform(0, 1))) for i in range(n)]
         terms += [([i, j], float(rng.uniform(-1, 1)) / n) for i in range(n) for j in range(i + 1, n)]
         game = games.soum(n, terms)
-    else:
-        game = games.soum(n, N_TERMS, 3 if family == "low" else n, seed=1000 + seed)
+        return game, NumpyPairwise(game), game.shapley_values()
+    game = games.soum(n, N_TERMS, 3 if family == "low" else n, seed=1000 + seed)
     return game, NumpySoum(game), game.shapley_values()
+
+
+def unprojected(output, n: int) -> np.ndarray:
+    """What an estimator produced before any projection onto efficiency: masreplay's values
+    with the projection's share taken back out, an anchor's as returned."""
+    if hasattr(output, "efficiency_gap"):
+        return output.values - output.efficiency_gap / n
+    return np.asarray(output, dtype=float)
 
 
 @pytest.fixture(scope="module")
@@ -264,7 +303,9 @@ def test_game_cell(benchmark, measure, dataset_type, missing_anchor, soums, side
         except ImportError:
             missing_anchor(side.package, "pip install -r benches/requirements-anchors.txt")
             pytest.skip(f"{side.package} is not installed (pip install -r benches/requirements-anchors.txt)")
-    seeds = SEEDS[:1] if side.slow and budget > 1_000 else SEEDS
+    if side.max_n is not None and n > side.max_n:
+        pytest.skip(f"{side.name} stops at n = {side.max_n} (a regression on every pair: n(n-1)/2 columns)")
+    seeds = SEEDS[:1] if side.slow and (budget > 1_000 or n > 100) else SEEDS
     inputs = []
     for seed in seeds:
         game, twin, truth = soums[(n, order, seed)]
@@ -296,11 +337,9 @@ def test_game_cell(benchmark, measure, dataset_type, missing_anchor, soums, side
     maes, projected, gaps, covered, evaluations = [], [], [], [], []
     for (subject, truth, _), output in zip(inputs, outputs, strict=True):
         total = float(truth.sum())  # v(N) - v(empty) = the sum of the Shapley values
-        if hasattr(output, "efficiency_gap"):  # masreplay's: the projection's share taken back out
-            raw = output.values - output.efficiency_gap / n
+        raw = unprojected(output, n)
+        if hasattr(output, "stderr"):
             covered.append(np.mean(np.abs(output.values - truth) <= 1.96 * output.stderr + 1e-12))
-        else:
-            raw = np.asarray(output, dtype=float)
         maes.append(np.abs(raw - truth).mean())
         projected.append(np.abs(raw + (total - raw.sum()) / n - truth).mean())
         gaps.append(abs(raw.sum() - total))
@@ -318,6 +357,80 @@ def test_game_cell(benchmark, measure, dataset_type, missing_anchor, soums, side
             "evaluations": int(np.median(evaluations)),
         }
     )
+
+
+# ---- MAE against budget: the plot -------------------------------------------------------------
+
+PLOT_N = 100
+PLOT_BUDGETS = (1_000, 2_000, 5_000, 10_000)
+PLOT_SIDES = (
+    "masreplay auto, built-in game",
+    "masreplay permutation, built-in game",
+    "numpy antithetic permutation (vectorised)",
+    "shapiq PermutationSamplingSV",
+    "shapiq KernelSHAP (pairing)",
+    "pyDVL antithetic permutation",
+)
+FIGURE = Path(__file__).with_name("shapley_mae_budget.svg")
+
+
+def test_mae_against_budget(measure, dataset_type, missing_anchor, soums):
+    try:
+        import matplotlib
+    except ImportError:
+        missing_anchor("matplotlib", "pip install -r benches/requirements.txt")
+        pytest.skip("matplotlib is not installed (pip install -r benches/requirements.txt)")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sides = []
+    for side in (s for s in SIDES if s.name in PLOT_SIDES):
+        if side.package is not None:
+            try:
+                __import__(side.package)
+            except ImportError:
+                missing_anchor(side.package, "pip install -r benches/requirements-anchors.txt")
+                continue
+        sides.append(side)
+    curves: dict[tuple[str, str], list[float]] = {}
+
+    def run():
+        for side in sides:
+            for family in FAMILIES:
+                for budget in PLOT_BUDGETS:
+                    maes = []
+                    for seed in SEEDS:
+                        game, twin, truth = soums[(PLOT_N, family, seed)]
+                        output = side.run(game if side.native else twin, budget, seed)
+                        maes.append(float(np.abs(unprojected(output, PLOT_N) - truth).mean()))
+                    curves.setdefault((family, side.name), []).append(float(np.mean(maes)))
+
+    data = dataset_type(f"MAE against budget, n={PLOT_N}, {len(SEEDS)} seeds", None, 0, 0, 0, goal="the plot", suite="shapley")
+    measure(run, data=data, side="every side of the plot", rounds=1, warmup_rounds=0, unit="ms")
+    figure, axes = plt.subplots(1, len(FAMILIES), figsize=(4 * len(FAMILIES), 3.6), sharex=True)
+    for ax, family in zip(axes, FAMILIES, strict=True):
+        for side in sides:
+            ax.loglog(PLOT_BUDGETS, curves[(family, side.name)], marker="o", label=side.name.replace(", built-in game", ""))
+        ax.set_title(f"{family}, n = {PLOT_N}")
+        ax.set_xlabel("coalition evaluations")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].set_ylabel(f"MAE (mean of {len(SEEDS)} seeds, before projection)")
+    axes[-1].legend(fontsize=7, loc="lower left")
+    figure.tight_layout()
+    figure.savefig(FIGURE, metadata={"Date": None})  # no timestamp: the file changes only with the figures
+    plt.close(figure)
+    for (family, name), maes in curves.items():
+        for budget, mae in zip(PLOT_BUDGETS, maes, strict=True):
+            ROWS.append(
+                {
+                    "cell": f"plot n={PLOT_N} {family} {budget}",
+                    "side": name,
+                    "mae": mae,
+                    "gap": float("nan"),
+                    "seconds": float("nan"),
+                    "evaluations": budget,
+                }
+            )
 
 
 # ---- a batched Python callable: masreplay's overhead over the callable's own time ----------

@@ -98,3 +98,5 @@ def test_bad_priors_are_refused_clearly():
         masreplay.shapley(LIVE, budget=BUDGET, prior="logs")
     with pytest.raises(InvalidArgumentError, match="shape"):
         masreplay.shapley(LIVE, budget=BUDGET, prior=lambda masks: np.zeros(3))
+    with pytest.raises(InvalidArgumentError, match="native game is deterministic"):
+        masreplay.shapley(LIVE, budget=BUDGET, prior=LIVE, noise=0.1)

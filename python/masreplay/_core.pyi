@@ -59,6 +59,7 @@ class _TraceShapleyDict(TypedDict):
     evaluations: np.ndarray  # int64 per trace
     methods: list[ShapleyMethod | None]  # per trace; None: a trace without players
     exact: list[bool]  # per trace
+    noise: np.ndarray  # float64 per trace: sigma of one evaluation under noise, else NaN
     total_evaluations: int  # rows valued by value_fn, over all traces
 
 class TraceBatch:
@@ -308,4 +309,6 @@ def trace_shapley(
     fixed: list[str],
     exclude: list[str],
     canonical: object | None,
+    noise: float | None,
+    repeats: int | None,
 ) -> _TraceShapleyDict: ...

@@ -200,6 +200,8 @@ def _with_prior(game, n_players, chunk_size, prior, prior_budget, options, noise
     """phi(game) = phi(prior) + phi(game - prior): the live evaluations go to the residual."""
     if isinstance(game, FunctionGame):
         live = game
+    elif isinstance(game, _core.Game) and noise is not None:
+        raise InvalidArgumentError("noise: a native game is deterministic; noise applies to a callable")
     elif isinstance(game, _core.Game) or callable(game):
         n = n_players if n_players is not None else getattr(game, "n_players", None)
         if n is None:
@@ -306,7 +308,8 @@ class TraceCredit:
     equally among its events, so a trace's credits sum to its players' values (v(N) -
     v(empty) without fixed players); with ``"each"`` the player's whole value on each of its
     events. ``credit`` is that column as numpy, ready to weight advantages. ``methods`` and
-    ``evaluations`` are per trace; ``event_credit`` says how events were credited.
+    ``evaluations`` are per trace; ``event_credit`` says how events were credited; ``noise``
+    (under noise only) the standard deviation of one evaluation per trace.
     """
 
     players: pa.Table
@@ -315,6 +318,7 @@ class TraceCredit:
     evaluations: np.ndarray
     total_evaluations: int
     event_credit: EventCreditShare = "split"
+    noise: np.ndarray | None = None
 
     @property
     def credit(self) -> np.ndarray:
@@ -342,6 +346,8 @@ def trace_shapley(
     exclude: Sequence[str] | None = None,
     canonical: Callable[[np.ndarray, np.ndarray], Any] | None = None,
     event_credit: EventCreditShare = "split",
+    noise: Literal["auto"] | float | None = None,
+    repeats: int | None = None,
 ) -> TraceCredit:
     """One Shapley vector per trace of ``batch``, as a credit table aligned with its events.
 
@@ -367,6 +373,11 @@ def trace_shapley(
     (default) shares it equally among them, so credits add up to the trace's total;
     ``"each"`` gives every event the player's whole value, what one decision reads as its
     agent's worth.
+
+    ``noise`` and ``repeats`` work as in :func:`shapley`: with noise, ``value_fn`` draws a
+    fresh rollout per row, a coalition asked for twice is sent twice (each a draw), the
+    stderr column holds the evaluation noise, and ``noise`` per trace is the standard
+    deviation used (given, or estimated from the repeats with ``"auto"``).
     """
     if event_credit not in EVENT_CREDIT_SHARES:
         raise InvalidArgumentError(f"event_credit must be one of {list(EVENT_CREDIT_SHARES)}, got {event_credit!r}")
@@ -388,6 +399,8 @@ def trace_shapley(
         [str(label) for label in fixed or []],
         [str(label) for label in exclude or []],
         canonical,
+        _noise(noise),
+        None if repeats is None else int(repeats),
     )
     offsets, event_player, values = raw["offsets"], raw["event_player"], raw["values"]
     table = _players_table(batch, offsets, raw["labels"], raw["parents"], event_player)
@@ -400,7 +413,8 @@ def trace_shapley(
     owners = _global_player(offsets, event_player, batch.event_offsets)
     shares = table["n_events"].to_numpy() if event_credit == "split" else np.ones(len(values), dtype=np.int32)
     events = _event_credit(batch, event_player, owners, values, shares)
-    return TraceCredit(table, events, raw["methods"], raw["evaluations"], int(raw["total_evaluations"]), event_credit)
+    noisy = raw["noise"] if noise is not None else None
+    return TraceCredit(table, events, raw["methods"], raw["evaluations"], int(raw["total_evaluations"]), event_credit, noisy)
 
 
 def _event_credit(

@@ -348,7 +348,7 @@ fn offsets_array<'py>(py: Python<'py>, offsets: &[usize]) -> Bound<'py, PyArray1
 /// Shapley values of every trace; `value_fn(trace_index, masks)` values coalitions of
 /// several traces at once. Returns the players and flat per-player results.
 #[pyfunction]
-#[pyo3(signature = (batch, value_fn, players, respect_spawn_tree, method, budget, seed, n_threads, antithetic, chunk_size, fixed, exclude, canonical))]
+#[pyo3(signature = (batch, value_fn, players, respect_spawn_tree, method, budget, seed, n_threads, antithetic, chunk_size, fixed, exclude, canonical, noise, repeats))]
 #[allow(clippy::too_many_arguments)]
 pub fn trace_shapley<'py>(
     py: Python<'py>,
@@ -365,8 +365,20 @@ pub fn trace_shapley<'py>(
     fixed: Vec<String>,
     exclude: Vec<String>,
     canonical: Option<Py<PyAny>>,
+    noise: Option<f64>,
+    repeats: Option<u64>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let options = ShapleyOptions { method: method.0, budget, seed, n_threads, antithetic, ..ShapleyOptions::default() };
+    let noise = noise.map(|sigma| if sigma.is_nan() { Noise::Auto } else { Noise::Known(sigma) });
+    let options = ShapleyOptions {
+        method: method.0,
+        budget,
+        seed,
+        n_threads,
+        antithetic,
+        noise,
+        repeats,
+        ..ShapleyOptions::default()
+    };
     let fixed = FixedPlayers { fixed, exclude };
     let inner = &batch.inner;
     let function: Py<PyAny> = value_fn.unbind();
@@ -397,6 +409,7 @@ pub fn trace_shapley<'py>(
     out.set_item("evaluations", evaluations.into_pyarray(py))?;
     out.set_item("methods", credit.methods.iter().map(|method| method.map(Method::as_str)).collect::<Vec<_>>())?;
     out.set_item("exact", credit.exact)?;
+    out.set_item("noise", credit.noise.into_pyarray(py))?;
     out.set_item("total_evaluations", credit.total_evaluations)?;
     Ok(out)
 }

@@ -15,6 +15,9 @@ pub struct CreditColumns {
     pub evaluations: Vec<u64>,
     pub methods: Vec<Option<Method>>,
     pub exact: Vec<bool>,
+    /// One per trace under noise: the standard deviation of one evaluation (given or
+    /// estimated); NaN without noise.
+    pub noise: Vec<f64>,
     /// Coalitions valued by the caller's function, over all traces.
     pub total_evaluations: u64,
 }
@@ -26,6 +29,7 @@ impl From<TraceShapley> for CreditColumns {
             evaluations: Vec::with_capacity(n_traces),
             methods: Vec::with_capacity(n_traces),
             exact: Vec::with_capacity(n_traces),
+            noise: Vec::with_capacity(n_traces),
             total_evaluations: credit.evaluations,
             ..CreditColumns::default()
         };
@@ -37,11 +41,13 @@ impl From<TraceShapley> for CreditColumns {
                     columns.evaluations.push(result.evaluations);
                     columns.methods.push(Some(result.method));
                     columns.exact.push(result.exact);
+                    columns.noise.push(result.noise.unwrap_or(f64::NAN));
                 }
                 None => {
                     columns.evaluations.push(0);
                     columns.methods.push(None);
                     columns.exact.push(true);
+                    columns.noise.push(f64::NAN);
                 }
             }
         }

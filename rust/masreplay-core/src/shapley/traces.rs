@@ -12,6 +12,11 @@
 //! first runs on a recording game that collects the coalitions it will need (estimators pick
 //! coalitions independently of the values when stopping by budget), the function values them
 //! all in a few large batches, and the estimators run again on the looked-up values.
+//!
+//! Under noise (`options.noise`: every call of the function a fresh rollout) the recording
+//! keeps every request, repeats included, in the order the estimator made them (a noisy
+//! estimator asks sequentially); the function values each row once, so a coalition asked
+//! for twice gets two draws, and the second pass replays the draws in the same order.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -172,9 +177,9 @@ struct Recorder {
 }
 
 impl Recorder {
-    /// The distinct coalitions asked for, sorted (so that [`Lookup`] can binary-search them).
-    fn distinct(self) -> Coalitions {
-        sorted_distinct(&self.asked.into_inner().unwrap_or_else(|p| p.into_inner()))
+    /// Every coalition asked for, in order.
+    fn asked(self) -> Coalitions {
+        self.asked.into_inner().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -202,6 +207,38 @@ fn sorted_distinct(all: &Coalitions) -> Coalitions {
     let mut out = Coalitions::with_capacity(all.n_players(), order.len());
     order.into_iter().for_each(|i| out.push(all.get(i)));
     out
+}
+
+/// Plays back the draws of a noisy function in the order they were recorded: the k-th
+/// coalition asked for gets the k-th draw.
+struct Replay<'a> {
+    coalitions: &'a Coalitions,
+    values: Vec<f64>,
+    next: Mutex<usize>,
+}
+
+impl Game for Replay<'_> {
+    fn n_players(&self) -> usize {
+        self.coalitions.n_players()
+    }
+
+    fn values(&self, coalitions: &Coalitions) -> Result<Vec<f64>> {
+        let mut next = self.next.lock().unwrap_or_else(|p| p.into_inner());
+        let range = *next..*next + coalitions.len();
+        let same = range.end <= self.coalitions.len()
+            && coalitions.iter().zip(range.clone()).all(|(set, k)| self.coalitions.get(k) == set);
+        if !same {
+            return Err(MasreplayError::InvalidArgument(
+                "a noisy estimator asked for coalitions in another order than it had announced".into(),
+            ));
+        }
+        *next = range.end;
+        Ok(self.values[range].to_vec())
+    }
+
+    fn sequential(&self) -> bool {
+        true
+    }
 }
 
 /// Plays back the values the caller's function gave, found by binary search in the sorted
@@ -325,6 +362,24 @@ struct Forms {
     index: Vec<Vec<usize>>,
 }
 
+impl Forms {
+    /// Each recorded coalition's form, in request order (under noise every request is a
+    /// draw of its own).
+    fn in_request_order(&self) -> Vec<Option<Coalitions>> {
+        self.distinct
+            .iter()
+            .zip(&self.index)
+            .map(|(distinct, index)| {
+                distinct.as_ref().map(|distinct| {
+                    let mut out = Coalitions::with_capacity(distinct.n_players(), index.len());
+                    index.iter().for_each(|&i| out.push(distinct.get(i)));
+                    out
+                })
+            })
+            .collect()
+    }
+}
+
 /// The canonical form of every recorded coalition, from the caller's `canonical`.
 fn canonical_forms(
     recorded: &[Option<Coalitions>],
@@ -388,11 +443,6 @@ pub fn trace_shapley(
             "trace_shapley fixes and excludes players by label: pass them as FixedPlayers".into(),
         ));
     }
-    if options.noise.is_some() {
-        return Err(MasreplayError::InvalidArgument(
-            "trace_shapley values each recorded coalition once: noise is not supported here".into(),
-        ));
-    }
     if chunk == 0 {
         return Err(MasreplayError::InvalidArgument("chunk_size must be at least 1".into()));
     }
@@ -403,6 +453,7 @@ pub fn trace_shapley(
         ));
     }
     let n_traces = players.offsets.len() - 1;
+    let noisy = options.noise.is_some();
     let options_of = |t: usize| {
         let range = players.offsets[t]..players.offsets[t + 1];
         let mut local = options.clone();
@@ -424,18 +475,23 @@ pub fn trace_shapley(
                 }
                 let recorder = Recorder { asked: Mutex::new(Coalitions::new(n)) };
                 shapley(&recorder, &options_of(t))?;
-                Ok(Some(recorder.distinct()))
+                let asked = recorder.asked();
+                Ok(Some(if noisy { asked } else { sorted_distinct(&asked) }))
             })
             .collect::<Result<_>>()
     })??;
     let forms = canonical.map(|canonical| canonical_forms(&recorded, width, chunk, canonical)).transpose()?;
-    let valued = forms.as_ref().map_or(&recorded, |forms| &forms.distinct);
-    let mut all_values = in_chunks(valued, width, chunk, 1, "value_fn", value_fn)?;
+    let valued: Cow<[Option<Coalitions>]> = match &forms {
+        None => Cow::Borrowed(&recorded),
+        Some(forms) if noisy => Cow::Owned(forms.in_request_order()),
+        Some(forms) => Cow::Borrowed(&forms.distinct),
+    };
+    let mut all_values = in_chunks(&valued, width, chunk, 1, "value_fn", value_fn)?;
     if let Some(bad) = all_values.iter().flatten().find(|v| !v.is_finite()) {
         return Err(MasreplayError::InvalidArgument(format!("value_fn returned a non-finite value ({bad})")));
     }
     let evaluations = all_values.iter().map(|values| values.len() as u64).sum();
-    if let Some(forms) = &forms {
+    if let Some(forms) = forms.as_ref().filter(|_| !noisy) {
         for (values, index) in all_values.iter_mut().zip(&forms.index) {
             *values = index.iter().map(|&i| values[i]).collect();
         }
@@ -448,7 +504,11 @@ pub fn trace_shapley(
             .enumerate()
             .map(|(t, (coalitions, values))| -> Result<Option<ShapleyResult>> {
                 let Some(coalitions) = coalitions else { return Ok(None) };
-                let mut result = shapley(&Lookup { coalitions: &coalitions, values }, &options_of(t))?;
+                let mut result = if noisy {
+                    shapley(&Replay { coalitions: &coalitions, values, next: Mutex::new(0) }, &options_of(t))?
+                } else {
+                    shapley(&Lookup { coalitions: &coalitions, values }, &options_of(t))?
+                };
                 result.evaluations = per_trace_evaluations[t];
                 Ok(Some(result))
             })
