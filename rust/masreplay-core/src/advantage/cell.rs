@@ -182,77 +182,77 @@ impl Trainer32 {
         if x.is_nan() {
             return 0.0;
         }
+        if spec.estimator == Estimator::Grpo {
+            let (centre, divisor) = self.grpo(spec, batch_std);
+            return (x - centre) / divisor;
+        }
         match spec.compat {
             Compat::Verl => self.verl(x, spec),
-            Compat::Trl => self.trl(x, spec, batch_std),
-            // Native cells compute in f64 and never ask (see `Cell::advantage`).
-            Compat::OpenRlhf | Compat::Native => self.openrlhf(x, spec),
+            // TRL has GRPO only; native cells compute in f64 and never ask (`Cell::advantage`).
+            Compat::Trl | Compat::OpenRlhf | Compat::Native => self.openrlhf(x, spec),
         }
     }
 
-    /// The statistics of a group without strata from its values in row order (NaN included,
-    /// as the trainer's tensor holds them), for GRPO and RLOO (no lengths read): the same
-    /// operations as for a cell of the gathered path, the native passes OpenRLHF's std reads
-    /// then [`Cell::close_trainer`]. `values32` and `scratch` are reusable buffers.
-    pub fn of_group(values: &[f64], spec: &Spec, values32: &mut Vec<f32>, scratch: &mut Vec<f32>) -> Self {
+    /// GRPO's advantage of `x` in every trainer is `(x - centre) / divisor` in fp32: the mean
+    /// and `std + eps`, or 1 where nothing is divided (`y / 1` is `y`, bit for bit). verl
+    /// gives a group of one mean 0 and std 1; TRL's groups of one have std 0 (advantage 0),
+    /// OpenRLHF's NaN (advantage NaN, as OpenRLHF gives).
+    #[inline(always)]
+    pub fn grpo(&self, spec: &Spec, batch_std: f32) -> (f32, f32) {
+        let eps = spec.eps as f32;
+        let verl_single = spec.compat == Compat::Verl && self.n == 1;
+        let (mean, std) = if verl_single { (0.0, 1.0) } else { (self.mean32, self.std32) };
+        let divisor = match spec.scale {
+            Scale::Group => std + eps,
+            Scale::Batch => batch_std + eps,
+            Scale::None => 1.0,
+        };
+        (mean, divisor)
+    }
+
+    /// The statistics of a group without strata from its fp32 values in row order (NaN
+    /// included, as the trainer's tensor holds them), for GRPO and RLOO (no lengths read): the
+    /// same operations as for a cell of the gathered path, the native passes OpenRLHF's std
+    /// reads (over `values`, the f64 values, given for OpenRLHF only) then
+    /// [`Cell::close_trainer`]. `scratch` is a reusable buffer.
+    pub fn of_group(values32: &[f32], values: Option<&[f64]>, spec: &Spec, scratch: &mut Vec<f32>) -> Self {
         debug_assert!(matches!(spec.estimator, Estimator::Grpo | Estimator::Rloo));
+        debug_assert_eq!(values.is_some(), spec.compat == Compat::OpenRlhf);
         let mut cell = Cell::default();
-        let present = values.iter().copied().filter(|x| !x.is_nan());
-        if spec.compat == Compat::OpenRlhf {
-            present.clone().for_each(|x| cell.add(x, 1.0));
-            cell.close_mean();
-            present.for_each(|x| cell.add_deviation(x));
-            cell.close_std();
-        } else {
-            cell.n = present.count() as u32;
+        match values {
+            Some(values) => {
+                let present = values.iter().copied().filter(|x| !x.is_nan());
+                present.clone().for_each(|x| cell.add(x, 1.0));
+                cell.close_mean();
+                present.for_each(|x| cell.add_deviation(x));
+                cell.close_std();
+            }
+            None => cell.n = values32.iter().filter(|x| !x.is_nan()).count() as u32,
         }
-        values32.clear();
-        values32.extend(values.iter().map(|&x| x as f32));
         cell.close_trainer(values32, &[], spec, 1, scratch);
         cell.trainer
     }
 
+    /// verl's estimators but GRPO (which [`Trainer32::grpo`] takes).
     fn verl(&self, x: f32, spec: &Spec) -> f32 {
-        let eps = spec.eps as f32;
         let single = self.n == 1;
         match spec.estimator {
-            Estimator::Grpo => {
-                let (mean, std) = if single { (0.0, 1.0) } else { (self.mean32, self.std32) };
-                match spec.scale {
-                    Scale::None => x - mean,
-                    _ => (x - mean) / (std + eps),
-                }
-            }
             Estimator::Rloo if single => x,
             Estimator::Rloo => {
                 let n = self.n as f32;
                 x * n / (n - 1.0) - self.mean32 * n / (n - 1.0)
             }
-            Estimator::ReinforcePpBaseline => x - if single { 0.0 } else { self.mean32 },
+            Estimator::ReinforcePpBaseline | Estimator::Grpo => x - if single { 0.0 } else { self.mean32 },
             Estimator::Opo if single => x,
             Estimator::Opo => x - self.weighted_sum32 / self.length_sum32,
         }
     }
 
-    fn trl(&self, x: f32, spec: &Spec, batch_std: f32) -> f32 {
-        let eps = spec.eps as f32;
-        let centered = x - self.mean32;
-        match spec.scale {
-            Scale::Group => centered / (self.std32 + eps),
-            Scale::Batch => centered / (batch_std + eps),
-            Scale::None => centered,
-        }
-    }
-
+    /// OpenRLHF's estimators but GRPO (which [`Trainer32::grpo`] takes).
     fn openrlhf(&self, x: f32, spec: &Spec) -> f32 {
-        let eps = spec.eps as f32;
         match spec.estimator {
-            Estimator::Grpo => match spec.scale {
-                Scale::None => x - self.mean32,
-                _ => (x - self.mean32) / (self.std32 + eps),
-            },
             Estimator::Rloo => x - (self.sum32 - x) / (self.n as f32 - 1.0),
-            Estimator::ReinforcePpBaseline | Estimator::Opo => x - self.mean32,
+            Estimator::ReinforcePpBaseline | Estimator::Opo | Estimator::Grpo => x - self.mean32,
         }
     }
 }

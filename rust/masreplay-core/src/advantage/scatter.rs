@@ -77,9 +77,10 @@ struct Affine {
 }
 
 /// Whether a table of `n_groups` entries pays for itself over `n` rows (not where most groups
-/// have one or two rows: the gathered path does better there).
+/// have one or two rows: the gathered path does better there); the trainer modes' counting
+/// sort numbers rows in u32.
 fn worth_a_table(n: usize, n_groups: usize) -> bool {
-    n_groups <= n / 2
+    n_groups <= n / 2 && u32::try_from(n).is_ok()
 }
 
 /// Whether `spec` is computed here over rows without strata: GRPO and RLOO, natively or in a

@@ -7,17 +7,23 @@
 //! rows: chunk `c`'s rows of a group go after those of chunks before it, so every group holds
 //! its values in row order whatever the chunks), each group's statistics are taken from its
 //! slice ([`Trainer32::of_group`], the gathered path's own operations), and each row's
-//! advantage is written in row order from its group's 24-byte entry, as native's second pass
-//! does. Nothing depends on the number of threads but how the work is split.
+//! advantage is written in row order from its group's entry in a table (8 bytes for GRPO), as
+//! native's second pass does. Nothing depends on the number of threads but how the work is
+//! split.
+//!
+//! Where the order is forced: torch's sum of a group and, for TRL and verl, its spread about
+//! that sum's mean read the group's values in the trainer's order, so each group's
+//! statistics are serial in its own values (groups run in parallel). The counts, the gather
+//! and the write have no order of their own: any split gives the same bits.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 
 use rayon::prelude::*;
 
 use super::cell::Trainer32;
 use super::float::AdvantageFloat;
 use super::kernel::infinite_values;
-use super::spec::Spec;
+use super::spec::{Compat, Estimator, Spec};
 use crate::error::Result;
 
 /// Groups per parallel task of the statistics pass.
@@ -39,65 +45,156 @@ pub(super) fn gather_then_write<K: Copy + Sync, T: AdvantageFloat>(
     batch_std: f32,
     out: &mut [T],
 ) -> Result<()> {
+    let (bounds, gathered) = gather(values, keys, code, n_groups, spec)?;
+    let rows = Rows { values, keys, code };
+    if spec.estimator == Estimator::Grpo {
+        // GRPO is `(x - centre) / divisor` in every trainer: 8 bytes a group.
+        let table = statistics(&bounds, &gathered, spec, |group| group.grpo(spec, batch_std));
+        rows.write(&table, out, |&(centre, divisor), x| (x - centre) / divisor);
+    } else {
+        let table = statistics(&bounds, &gathered, spec, |group| group);
+        rows.write(&table, out, |group, x| group.advantage(x, spec, batch_std));
+    }
+    Ok(())
+}
+
+/// The rows' values by group: fp32, what the trainer's tensor holds, except for OpenRLHF,
+/// whose std is torch's f64 one of the f64 values.
+enum Gathered {
+    Fp32(Vec<f32>),
+    F64(Vec<f64>),
+}
+
+/// [`Gathered`] while the chunks of rows fill it: atomics only so that they write their
+/// disjoint slots through a shared slice (relaxed stores are plain moves).
+enum Filling {
+    Fp32(Vec<AtomicU32>),
+    F64(Vec<AtomicU64>),
+}
+
+impl Filling {
+    fn new(n: usize, spec: &Spec) -> Self {
+        match spec.compat {
+            Compat::OpenRlhf => Filling::F64((0..n).map(|_| AtomicU64::new(0)).collect()),
+            _ => Filling::Fp32((0..n).map(|_| AtomicU32::new(0)).collect()),
+        }
+    }
+
+    #[inline(always)]
+    fn store(&self, slot: usize, x: f64) {
+        match self {
+            Filling::Fp32(slots) => slots[slot].store((x as f32).to_bits(), Relaxed),
+            Filling::F64(slots) => slots[slot].store(x.to_bits(), Relaxed),
+        }
+    }
+
+    fn filled(self) -> Gathered {
+        match self {
+            Filling::Fp32(slots) => Gathered::Fp32(slots.into_iter().map(|x| f32::from_bits(x.into_inner())).collect()),
+            Filling::F64(slots) => Gathered::F64(slots.into_iter().map(|x| f64::from_bits(x.into_inner())).collect()),
+        }
+    }
+}
+
+/// The rows' values by group (a stable counting sort: group `g` is slots `bounds[g]..bounds[g
+/// + 1]`, in row order); an error for an infinite value.
+fn gather<K: Copy + Sync>(
+    values: &[f64],
+    keys: &[K],
+    code: impl Fn(K) -> usize + Sync + Copy,
+    n_groups: usize,
+    spec: &Spec,
+) -> Result<(Vec<usize>, Gathered)> {
     let chunk = chunk_rows(values.len());
-    let rows = || values.par_chunks(chunk).zip(keys.par_chunks(chunk));
-    // Each chunk's count of every group, then where its rows of each group go.
-    let counted: Vec<(Vec<usize>, bool)> = rows()
-        .map(|(values, keys)| {
-            let mut count = vec![0usize; n_groups];
-            let mut infinite = false;
-            for (&x, &k) in values.iter().zip(keys) {
-                count[code(k)] += 1;
-                infinite |= x.is_infinite();
-            }
-            (count, infinite)
+    // Each chunk's count of every group, then where its rows of each group go: after the
+    // group's rows of the chunks before it (u32: half the cache a table of usize takes).
+    let mut cursors: Vec<Vec<u32>> = keys
+        .par_chunks(chunk)
+        .map(|keys| {
+            let mut count = vec![0u32; n_groups];
+            keys.iter().for_each(|&k| count[code(k)] += 1);
+            count
         })
         .collect();
-    if counted.iter().any(|(_, infinite)| *infinite) {
-        return Err(infinite_values());
-    }
-    let mut cursors: Vec<Vec<usize>> = counted.into_iter().map(|(count, _)| count).collect();
     let mut bounds = vec![0usize; n_groups + 1];
     let mut next = 0;
     for g in 0..n_groups {
-        bounds[g] = next;
+        bounds[g] = next as usize;
         for cursor in &mut cursors {
             let count = cursor[g];
             cursor[g] = next;
             next += count;
         }
     }
-    bounds[n_groups] = next;
+    bounds[n_groups] = next as usize;
+    let filling = Filling::new(values.len(), spec);
+    let infinite = values
+        .par_chunks(chunk)
+        .zip(keys.par_chunks(chunk))
+        .zip(cursors)
+        .map(|((values, keys), mut cursor)| {
+            let mut infinite = false;
+            for (&x, &k) in values.iter().zip(keys) {
+                infinite |= x.is_infinite();
+                let slot = &mut cursor[code(k)];
+                filling.store(*slot as usize, x);
+                *slot += 1;
+            }
+            infinite
+        })
+        .reduce(|| false, |a, b| a || b);
+    if infinite {
+        return Err(infinite_values());
+    }
+    Ok((bounds, filling.filled()))
+}
 
-    // The rows by group; atomics only so that chunks write their disjoint slots through a
-    // shared slice (relaxed stores and loads are plain moves).
-    let gathered: Vec<AtomicU64> = (0..values.len()).map(|_| AtomicU64::new(0)).collect();
-    rows().zip(cursors).for_each(|((values, keys), mut cursor)| {
-        for (&x, &k) in values.iter().zip(keys) {
-            let slot = &mut cursor[code(k)];
-            gathered[*slot].store(x.to_bits(), Relaxed);
-            *slot += 1;
-        }
-    });
-
-    let mut table = vec![Trainer32::default(); n_groups];
+/// Every group's entry of the table the rows are written from: `entry` of its statistics.
+fn statistics<E: Copy + Default + Send>(
+    bounds: &[usize],
+    gathered: &Gathered,
+    spec: &Spec,
+    entry: impl Fn(Trainer32) -> E + Sync,
+) -> Vec<E> {
+    let mut table = vec![E::default(); bounds.len() - 1];
     table.par_chunks_mut(GROUPS_PER_TASK).enumerate().for_each_init(
-        || (Vec::new(), Vec::new(), Vec::new()),
-        |(group, values32, scratch), (task, entries)| {
-            for (g, entry) in (task * GROUPS_PER_TASK..).zip(entries) {
-                group.clear();
-                group.extend(gathered[bounds[g]..bounds[g + 1]].iter().map(|x| f64::from_bits(x.load(Relaxed))));
-                *entry = Trainer32::of_group(group, spec, values32, scratch);
+        || (Vec::new(), Vec::new()),
+        |(values32, scratch), (task, entries)| {
+            for (g, slot) in (task * GROUPS_PER_TASK..).zip(entries) {
+                let range = bounds[g]..bounds[g + 1];
+                *slot = entry(match gathered {
+                    Gathered::Fp32(all) => Trainer32::of_group(&all[range], None, spec, scratch),
+                    Gathered::F64(all) => {
+                        values32.clear();
+                        values32.extend(all[range.clone()].iter().map(|&x| x as f32));
+                        Trainer32::of_group(values32, Some(&all[range]), spec, scratch)
+                    }
+                });
             }
         },
     );
+    table
+}
 
-    let chunk = (values.len() / (rayon::current_num_threads() * 4)).max(1 << 14);
-    let pieces = values.par_chunks(chunk).zip(keys.par_chunks(chunk));
-    out.par_chunks_mut(chunk).zip(pieces).for_each(|(out, (values, keys))| {
-        for ((slot, &x), &k) in out.iter_mut().zip(values).zip(keys) {
-            *slot = T::from_f64(table[code(k)].advantage(x as f32, spec, batch_std) as f64);
-        }
-    });
-    Ok(())
+/// The rows in their own order, and how a row's group code is read.
+struct Rows<'a, K, C> {
+    values: &'a [f64],
+    keys: &'a [K],
+    code: C,
+}
+
+impl<K: Copy + Sync, C: Fn(K) -> usize + Sync + Copy> Rows<'_, K, C> {
+    /// Each row's advantage from its group's entry: `advantage(entry, x)` for the fp32 value
+    /// `x` (a NaN value gets 0).
+    fn write<E: Sync, T: AdvantageFloat>(&self, table: &[E], out: &mut [T], advantage: impl Fn(&E, f32) -> f32 + Sync) {
+        let chunk = (self.values.len() / (rayon::current_num_threads() * 4)).max(1 << 14);
+        let pieces = self.values.par_chunks(chunk).zip(self.keys.par_chunks(chunk));
+        out.par_chunks_mut(chunk).zip(pieces).for_each(|(out, (values, keys))| {
+            for ((slot, &x), &k) in out.iter_mut().zip(values).zip(keys) {
+                let x = x as f32;
+                let advantage = advantage(&table[(self.code)(k)], x);
+                *slot = T::from_f64(if x.is_nan() { 0.0 } else { advantage as f64 });
+            }
+        });
+    }
 }
