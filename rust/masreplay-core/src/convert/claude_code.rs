@@ -799,7 +799,8 @@ impl Builder {
                     }
                 },
                 Out::Raw(None | Some(Json::Null)) => continue,
-                Out::Raw(Some(json)) => json.to_value().unwrap_or_else(|(at, why)| {
+                // An event's fields are at level 4: trace, events, event, field.
+                Out::Raw(Some(json)) => json.to_value(4).unwrap_or_else(|(at, why)| {
                     self.unfit.get_or_insert((format!("/events/{index}/{key}{at}"), why));
                     Value::Null
                 }),

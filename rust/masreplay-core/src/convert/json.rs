@@ -149,9 +149,13 @@ impl<'a> Json<'a> {
         }
     }
 
-    /// The value as serde_json holds it, for an event attribute. `Err` carries the JSON
-    /// pointer (below the value) and the reason of what a trace cannot hold.
-    pub fn to_value(&self) -> Result<Value, (String, String)> {
+    /// The value as serde_json holds it, for a trace's value at nesting `level` (the trace
+    /// object is level 1). `Err` carries the JSON pointer (below the value) and the reason of
+    /// what a trace cannot hold, as `load_traces` words it for Python objects.
+    pub fn to_value(&self, level: usize) -> Result<Value, (String, String)> {
+        if matches!(self, Json::Array(_) | Json::Object(_)) && level > crate::validate::MAX_DEPTH {
+            return Err((String::new(), crate::validate::depth_error()));
+        }
         Ok(match self {
             Json::Null => Value::Null,
             Json::Bool(flag) => Value::Bool(*flag),
@@ -166,13 +170,13 @@ impl<'a> Json<'a> {
                 items
                     .iter()
                     .enumerate()
-                    .map(|(index, item)| item.to_value().map_err(|(at, why)| (format!("/{index}{at}"), why)))
+                    .map(|(index, item)| item.to_value(level + 1).map_err(|(at, why)| (format!("/{index}{at}"), why)))
                     .collect::<Result<_, _>>()?,
             ),
             Json::Object(entries) => {
                 let mut map = Map::with_capacity(entries.len());
                 for (key, item) in entries {
-                    let value = item.to_value().map_err(|(at, why)| {
+                    let value = item.to_value(level + 1).map_err(|(at, why)| {
                         (format!("/{}{at}", crate::validate::pointer_segment(key)), why)
                     })?;
                     map.insert(key.to_string(), value);
