@@ -44,7 +44,9 @@ pub fn claude_code(
                 Err(_) => Input::Records(
                     data.try_iter()?
                         .enumerate()
-                        .map(|(index, item)| item.map(|item| Record { line: index + 1, value: json_of(&item, 0), text: None }))
+                        .map(|(index, item)| {
+                            item.map(|item| Record { line: index + 1, value: json_of(&item, 0), text: None })
+                        })
                         .collect::<PyResult<_>>()?,
                 ),
             };

@@ -46,8 +46,8 @@ type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 use serde_json::{Map, Value};
 
 use super::iso_time;
-use super::json::{Json, repr, repr_opt, str_opt};
 use super::json::Keep;
+use super::json::{Json, repr, repr_opt, str_opt};
 use super::{ConversionError, Record, Report, Source};
 use crate::trace::Trace;
 use crate::validate::{ValidateOptions, trace_from_json};
@@ -59,13 +59,15 @@ const SPAWN_TOOLS: [&str; 2] = ["Task", "Agent"];
 const USAGE_FIELDS: [&str; 4] =
     ["input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"];
 /// User text that Claude Code itself writes into the conversation, not typed by a person.
-const HARNESS_PREFIXES: [&str; 5] = ["<task-notification>", "<system-reminder>", "<command-", "<local-command-", "Caveat: "];
+const HARNESS_PREFIXES: [&str; 5] =
+    ["<task-notification>", "<system-reminder>", "<command-", "<local-command-", "Caveat: "];
 /// How the harness tells the model that a hook refused a tool call.
 const HOOK_BLOCK: &str = "hook blocking error";
 
 // Understood and deliberately not turned into events (counted in report.ignored).
 const IGNORED_LINE_TYPES: [&str; 3] = ["file-history-snapshot", "queue-operation", "summary"];
-const IGNORED_PROGRESS: [&str; 5] = ["agent_progress", "hook_progress", "bash_progress", "waiting_for_task", "mcp_progress"];
+const IGNORED_PROGRESS: [&str; 5] =
+    ["agent_progress", "hook_progress", "bash_progress", "waiting_for_task", "mcp_progress"];
 const IGNORED_SYSTEM: [&str; 1] = ["turn_duration"];
 /// agent_progress lines of a sub-agent whose own transcript is missing: the only copy of its events.
 const MISSING_SUBAGENT_PROGRESS: &str = "progress agent_progress (not repeated: sub-agent transcript missing)";
@@ -163,9 +165,14 @@ pub fn convert(sources: &[Source<'_>], options: &Options) -> Result<(Trace, Repo
     let main_source = sources.first().map_or(super::IN_MEMORY, |source| source.name.as_str());
     let session = Session::new(sources, options.folder.as_deref(), &mut report)?;
     let session_id = session.lines.iter().find_map(|line| line.record.str("sessionId"));
-    let Some(trace_id) = options.trace_id.as_deref().filter(|id| !id.is_empty()).or(session_id).filter(|id| !id.is_empty())
+    let Some(trace_id) =
+        options.trace_id.as_deref().filter(|id| !id.is_empty()).or(session_id).filter(|id| !id.is_empty())
     else {
-        return Err(Box::new(ConversionError::new(main_source, None, "no sessionId in the transcript; pass trace_id=")));
+        return Err(Box::new(ConversionError::new(
+            main_source,
+            None,
+            "no sessionId in the transcript; pass trace_id=",
+        )));
     };
     let version = session.lines.iter().find_map(|line| line.record.str("version"));
     let system = match version {
@@ -174,16 +181,25 @@ pub fn convert(sources: &[Source<'_>], options: &Options) -> Result<(Trace, Repo
     };
     let mut converter = Converter::new(&session, &mut report);
     converter.run()?;
-    let trace = converter.builder.build(trace_id, options.task_id.as_deref().filter(|id| !id.is_empty()).unwrap_or(trace_id), &system, session.end - session.start);
+    let trace = converter.builder.build(
+        trace_id,
+        options.task_id.as_deref().filter(|id| !id.is_empty()).unwrap_or(trace_id),
+        &system,
+        session.end - session.start,
+    );
     let invalid = |path: &str, reason: &str| {
         let shown = if path.is_empty() { "/" } else { path };
-        ConversionError::new(main_source, None, format!("converted trace {} is invalid at {shown}: {reason}", repr(trace_id)))
+        ConversionError::new(
+            main_source,
+            None,
+            format!("converted trace {} is invalid at {shown}: {reason}", repr(trace_id)),
+        )
     };
     let value = match trace {
         Ok(value) => value,
         Err((path, reason)) => {
             let mut error = invalid(&path, &reason);
-            error.cause = Some(crate::ValidationError::new(Some(trace_id), path, reason));
+            error.cause = Some(Box::new(crate::ValidationError::new(Some(trace_id), path, reason)));
             return Err(Box::new(error));
         }
     };
@@ -191,7 +207,7 @@ pub fn convert(sources: &[Source<'_>], options: &Options) -> Result<(Trace, Repo
         Ok(trace) => Ok((trace, report)),
         Err(cause) => {
             let mut error = invalid(&cause.path, &cause.reason);
-            error.cause = Some(cause);
+            error.cause = Some(Box::new(cause));
             Err(Box::new(error))
         }
     }
@@ -264,8 +280,9 @@ impl<'r> Line<'r> {
     fn new(source: &'r Source<'r>, whole: &'r Record<'r>) -> Self {
         let record = &whole.value;
         let stamp = match record.get("timestamp") {
-            Some(Json::Str(stamp)) => iso_time::seconds(stamp)
-                .ok_or_else(|| format!("timestamp {} is not an ISO-8601 time", repr(stamp))),
+            Some(Json::Str(stamp)) => {
+                iso_time::seconds(stamp).ok_or_else(|| format!("timestamp {} is not an ISO-8601 time", repr(stamp)))
+            }
             _ => Err("line without a timestamp".to_owned()),
         };
         Line { source, number: whole.line, record, whole, agent: MAIN_AGENT.to_owned(), stamp }
@@ -349,17 +366,18 @@ impl<'r> Line<'r> {
                 match block.field(key) {
                     None => Ok(None),
                     Some(Json::Str(value)) => Ok(Some(value)),
-                    Some(other) => Err(self.fail(format!(
-                        "message.content/{index}/{key} is {}, expected text",
-                        other.describe()
-                    ))),
+                    Some(other) => {
+                        Err(self.fail(format!("message.content/{index}/{key} is {}, expected text", other.describe())))
+                    }
                 }
             };
             let (kind, id, tool_use_id, name, text_value) =
                 (text("type")?, text("id")?, text("tool_use_id")?, text("name")?, text("text")?);
             let input = block.field("input");
             if let Some(input) = input.filter(|input| !input.is_object()) {
-                return Err(self.fail(format!("message.content/{index}/input is {}, expected an object", input.describe())));
+                return Err(
+                    self.fail(format!("message.content/{index}/input is {}, expected an object", input.describe()))
+                );
             }
             out.push(Block { kind, id, tool_use_id, name, text: text_value, input, is_error: block.get("is_error") });
         }
@@ -409,8 +427,11 @@ struct Session<'r> {
     /// compact_boundary lines (indices), by time.
     boundaries: Vec<usize>,
     compaction_agents: Ordered<Option<&'r str>, String>,
-    usage: Ordered<Option<&'r str>, Vec<(&'static str, i128)>>,
+    usage: Usage<'r>,
 }
+
+/// Token counts by usage field, per message id (or line uuid).
+type Usage<'r> = Ordered<Option<&'r str>, Vec<(&'static str, i128)>>;
 
 impl<'r> Session<'r> {
     fn new(sources: &'r [Source<'r>], folder: Option<&str>, report: &mut Report) -> Outcome<Self> {
@@ -497,7 +518,8 @@ impl<'r> Session<'r> {
             if let Some(agent) = record.str("agentId") {
                 self.lines[index].agent = agent.to_owned();
             } else if record.truthy_field("isSidechain").is_some() {
-                let parent = record.str("parentUuid").and_then(|uuid| self.by_uuid.get(uuid)).map(|&at| &self.lines[at]);
+                let parent =
+                    record.str("parentUuid").and_then(|uuid| self.by_uuid.get(uuid)).map(|&at| &self.lines[at]);
                 match parent {
                     Some(parent) if parent.record.truthy_field("isSidechain").is_some() => {
                         self.lines[index].agent = parent.agent.clone();
@@ -582,11 +604,14 @@ impl<'r> Session<'r> {
             if spawned.contains(&call) {
                 continue;
             }
-            let prompt = self.calls.get(&Some(call)).and_then(|(_, block)| block.input).and_then(|input| input.get("prompt"));
+            let prompt =
+                self.calls.get(&Some(call)).and_then(|(_, block)| block.input).and_then(|input| input.get("prompt"));
             let mut found = None;
             for (position, &(agent, root)) in unmatched.iter().enumerate() {
                 let root = &self.lines[root];
-                if root.kind() == "user" && prompt.and_then(Json::as_str) == Some(joined_text(&root.content()?).as_str()) {
+                if root.kind() == "user"
+                    && prompt.and_then(Json::as_str) == Some(joined_text(&root.content()?).as_str())
+                {
                     found = Some((position, agent));
                     break;
                 }
@@ -602,7 +627,8 @@ impl<'r> Session<'r> {
     /// The sub-agent an agent_progress line repeats an entry of.
     fn progress_agent(&self, line: &Line<'r>) -> Option<&str> {
         let named = line.record.truthy_field("data").and_then(|data| data.str("agentId"));
-        named.or_else(|| line.text_field("parentToolUseID").and_then(|call| self.spawned.get(&call)).map(String::as_str))
+        named
+            .or_else(|| line.text_field("parentToolUseID").and_then(|call| self.spawned.get(&call)).map(String::as_str))
     }
 
     /// Sub-agents that were spawned but whose own lines are not in the input: their events
@@ -610,8 +636,14 @@ impl<'r> Session<'r> {
     /// rebuild events from, so the loss is reported, never silent.
     fn report_missing_transcripts(&self, folder: Option<&str>, report: &mut Report) -> HashSet<String> {
         let present: HashSet<&str> = self.lines.iter().map(|line| line.agent.as_str()).collect();
-        let missing: HashSet<String> =
-            self.spawned.entries.iter().map(|(_, agent)| agent).filter(|agent| !present.contains(agent.as_str())).cloned().collect();
+        let missing: HashSet<String> = self
+            .spawned
+            .entries
+            .iter()
+            .map(|(_, agent)| agent)
+            .filter(|agent| !present.contains(agent.as_str()))
+            .cloned()
+            .collect();
         let mut progress: HashMap<Option<&str>, usize> = HashMap::default();
         for line in self.lines.iter().filter(|line| line.progress_kind() == Some("agent_progress")) {
             *progress.entry(self.progress_agent(line)).or_default() += 1;
@@ -691,7 +723,8 @@ impl<'r> Session<'r> {
     /// ancestors, else of the latest boundary before it.
     fn compaction_of_summary(&self, line: &Line<'r>) -> Outcome<String> {
         let mut seen = HashSet::default();
-        let mut parent = line.text_field("parentUuid").and_then(|uuid| self.by_uuid.get(uuid)).map(|&at| &self.lines[at]);
+        let mut parent =
+            line.text_field("parentUuid").and_then(|uuid| self.by_uuid.get(uuid)).map(|&at| &self.lines[at]);
         while let Some(ancestor) = parent {
             let uuid = ancestor.uuid();
             if seen.contains(&uuid) {
@@ -701,7 +734,8 @@ impl<'r> Session<'r> {
                 return Ok(agent.clone());
             }
             seen.insert(uuid);
-            parent = ancestor.text_field("parentUuid").and_then(|uuid| self.by_uuid.get(uuid)).map(|&at| &self.lines[at]);
+            parent =
+                ancestor.text_field("parentUuid").and_then(|uuid| self.by_uuid.get(uuid)).map(|&at| &self.lines[at]);
         }
         if self.boundaries.is_empty() {
             return Ok(COMPACTION.to_owned());
@@ -719,8 +753,8 @@ impl<'r> Session<'r> {
         })
     }
 
-    fn usage_per_message(&self) -> Outcome<Ordered<Option<&'r str>, Vec<(&'static str, i128)>>> {
-        let mut usage: Ordered<Option<&'r str>, Vec<(&'static str, i128)>> = Ordered::new();
+    fn usage_per_message(&self) -> Outcome<Usage<'r>> {
+        let mut usage: Usage<'r> = Ordered::new();
         for line in &self.lines {
             let Some(message) = line.record.get("message").filter(|message| message.is_object()) else { continue };
             if line.kind() != "assistant" {
@@ -794,7 +828,8 @@ impl Builder {
                 Out::Float(x) => match serde_json::Number::from_f64(x) {
                     Some(number) => Value::Number(number),
                     None => {
-                        self.unfit.get_or_insert((format!("/events/{index}/{key}"), format!("{x} is not a finite number")));
+                        self.unfit
+                            .get_or_insert((format!("/events/{index}/{key}"), format!("{x} is not a finite number")));
                         Value::Null
                     }
                 },
@@ -907,8 +942,11 @@ impl<'s, 'r> Converter<'s, 'r> {
                 "system" => self.system(index)?,
                 "progress" => self.progress(index),
                 kind => {
-                    let bucket =
-                        if IGNORED_LINE_TYPES.contains(&kind) { &mut self.report.ignored } else { &mut self.report.unknown };
+                    let bucket = if IGNORED_LINE_TYPES.contains(&kind) {
+                        &mut self.report.ignored
+                    } else {
+                        &mut self.report.unknown
+                    };
                     Report::count(bucket, &["line type ", kind]);
                 }
             }
@@ -1147,7 +1185,8 @@ impl<'s, 'r> Converter<'s, 'r> {
         let line = &self.session.lines[index];
         let record = line.record;
         let subtype = line.text_field("subtype");
-        let blocked = || record.truthy_field("preventedContinuation").is_some() || record.truthy_field("hookErrors").is_some();
+        let blocked =
+            || record.truthy_field("preventedContinuation").is_some() || record.truthy_field("hookErrors").is_some();
         match subtype {
             Some("compact_boundary") => {
                 let metadata = record.get("compactMetadata").filter(|metadata| metadata.is_object());
@@ -1205,7 +1244,12 @@ impl<'s, 'r> Converter<'s, 'r> {
     /// The last event of the nearest ancestor line that made one.
     fn event_parent(&mut self, index: usize) -> Option<usize> {
         let session = self.session;
-        let parent_of = |line: &Line<'r>| line.record.truthy_field("parentUuid").or_else(|| line.record.truthy_field("logicalParentUuid")).and_then(Json::as_str);
+        let parent_of = |line: &Line<'r>| {
+            line.record
+                .truthy_field("parentUuid")
+                .or_else(|| line.record.truthy_field("logicalParentUuid"))
+                .and_then(Json::as_str)
+        };
         let line = &session.lines[index];
         // Ancestor chains are short: a list is the cheapest set.
         let mut seen: Vec<&str> = Vec::new();

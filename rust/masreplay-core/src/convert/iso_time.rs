@@ -7,7 +7,8 @@
 /// Seconds since the Unix epoch, or `None` when `text` is no such time.
 pub fn seconds(text: &str) -> Option<f64> {
     let bytes = text.as_bytes();
-    let (date, rest) = if bytes.get(4) == Some(&b'-') { (text.get(..10)?, text.get(10..)?) } else { (text.get(..8)?, text.get(8..)?) };
+    let (date, rest) =
+        if bytes.get(4) == Some(&b'-') { (text.get(..10)?, text.get(10..)?) } else { (text.get(..8)?, text.get(8..)?) };
     let (year, month, day) = parse_date(date)?;
     let mut micros = i128::from(days_from_civil(year, month, day)) * 86_400_000_000;
     if !rest.is_empty() {

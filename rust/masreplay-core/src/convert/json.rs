@@ -176,9 +176,9 @@ impl<'a> Json<'a> {
             Json::Object(entries) => {
                 let mut map = Map::with_capacity(entries.len());
                 for (key, item) in entries {
-                    let value = item.to_value(level + 1).map_err(|(at, why)| {
-                        (format!("/{}{at}", crate::validate::pointer_segment(key)), why)
-                    })?;
+                    let value = item
+                        .to_value(level + 1)
+                        .map_err(|(at, why)| (format!("/{}{at}", crate::validate::pointer_segment(key)), why))?;
                     map.insert(key.to_string(), value);
                 }
                 Value::Object(map)

@@ -7,6 +7,8 @@
 pub mod claude_code;
 mod iso_time;
 pub mod json;
+#[cfg(test)]
+mod tests;
 
 use std::borrow::Cow;
 
@@ -25,7 +27,7 @@ pub struct ConversionError {
     pub source: String,
     pub line: Option<usize>,
     pub reason: String,
-    pub cause: Option<ValidationError>,
+    pub cause: Option<Box<ValidationError>>,
 }
 
 impl ConversionError {
