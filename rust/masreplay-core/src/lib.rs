@@ -2,8 +2,8 @@
 //! package. Data flows one way: source -> [`validate`] -> [`store`] / [`graph`] -> [`trace_view`] -> estimators.
 
 pub mod advantage;
-pub mod convert;
 pub mod buffer;
+pub mod convert;
 pub mod counterfactual;
 pub mod error;
 pub mod graph;

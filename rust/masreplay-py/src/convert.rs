@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 
 use masreplay_core::TraceBatch;
-use masreplay_core::convert::{ConversionError, Json, Report, Source, json_lines};
+use masreplay_core::convert::{ConversionError, Json, Record, Report, Source};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString};
 
@@ -34,7 +34,7 @@ pub fn claude_code(
 ) -> PyResult<Converted> {
     enum Input<'a> {
         Text(&'a [u8]),
-        Records(Vec<(usize, Json<'static>)>),
+        Records(Vec<Record<'static>>),
     }
     let inputs: Vec<(String, String, Input<'_>)> = sources
         .iter()
@@ -44,7 +44,9 @@ pub fn claude_code(
                 Err(_) => Input::Records(
                     data.try_iter()?
                         .enumerate()
-                        .map(|(index, item)| item.map(|item| (index + 1, json_of(&item, 0))))
+                        .map(|(index, item)| {
+                            item.map(|item| Record { line: index + 1, value: json_of(&item, 0), text: None })
+                        })
                         .collect::<PyResult<_>>()?,
                 ),
             };
@@ -56,7 +58,7 @@ pub fn claude_code(
         let mut read = Vec::with_capacity(inputs.len());
         for (name, label, input) in inputs {
             let records = match input {
-                Input::Text(bytes) => json_lines(&name, bytes)?,
+                Input::Text(bytes) => masreplay_core::convert::claude_code::read(&name, bytes)?,
                 Input::Records(records) => records,
             };
             read.push(Source { name, label, records });

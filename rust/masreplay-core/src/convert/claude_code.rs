@@ -37,14 +37,18 @@
 //! and its lines carry `agentId`; and 2.0.x, where sub-agent lines sit in the main file marked
 //! `isSidechain` and are matched to their Task call by prompt text.
 
-use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
+
+// Every line's uuid and each event's id is hashed a few times: foldhash, not SipHash.
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 
 use serde_json::{Map, Value};
 
 use super::iso_time;
+use super::json::Keep;
 use super::json::{Json, repr, repr_opt, str_opt};
-use super::{ConversionError, Report, Source};
+use super::{ConversionError, Record, Report, Source};
 use crate::trace::Trace;
 use crate::validate::{ValidateOptions, trace_from_json};
 
@@ -55,13 +59,15 @@ const SPAWN_TOOLS: [&str; 2] = ["Task", "Agent"];
 const USAGE_FIELDS: [&str; 4] =
     ["input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"];
 /// User text that Claude Code itself writes into the conversation, not typed by a person.
-const HARNESS_PREFIXES: [&str; 5] = ["<task-notification>", "<system-reminder>", "<command-", "<local-command-", "Caveat: "];
+const HARNESS_PREFIXES: [&str; 5] =
+    ["<task-notification>", "<system-reminder>", "<command-", "<local-command-", "Caveat: "];
 /// How the harness tells the model that a hook refused a tool call.
 const HOOK_BLOCK: &str = "hook blocking error";
 
 // Understood and deliberately not turned into events (counted in report.ignored).
 const IGNORED_LINE_TYPES: [&str; 3] = ["file-history-snapshot", "queue-operation", "summary"];
-const IGNORED_PROGRESS: [&str; 5] = ["agent_progress", "hook_progress", "bash_progress", "waiting_for_task", "mcp_progress"];
+const IGNORED_PROGRESS: [&str; 5] =
+    ["agent_progress", "hook_progress", "bash_progress", "waiting_for_task", "mcp_progress"];
 const IGNORED_SYSTEM: [&str; 1] = ["turn_duration"];
 /// agent_progress lines of a sub-agent whose own transcript is missing: the only copy of its events.
 const MISSING_SUBAGENT_PROGRESS: &str = "progress agent_progress (not repeated: sub-agent transcript missing)";
@@ -77,6 +83,69 @@ const ORCHESTRATOR: &str = "orchestrator";
 const SUB_AGENT: &str = "sub-agent";
 const COMPACTION: &str = "compaction";
 const TOOL: &str = "tool";
+
+/// The parts of a line the converter reads (everything else is skipped unread).
+const LINE: Keep = Keep::Fields(&[
+    ("type", Keep::All),
+    ("uuid", Keep::All),
+    ("parentUuid", Keep::All),
+    ("logicalParentUuid", Keep::All),
+    ("parentToolUseID", Keep::All),
+    ("subtype", Keep::All),
+    ("timestamp", Keep::All),
+    ("agentId", Keep::All),
+    ("isSidechain", Keep::All),
+    ("sessionId", Keep::All),
+    ("version", Keep::All),
+    ("isCompactSummary", Keep::All),
+    ("isMeta", Keep::All),
+    ("preventedContinuation", Keep::All),
+    ("hookErrors", Keep::All),
+    ("hookCount", Keep::All),
+    ("compactMetadata", Keep::Fields(&[("trigger", Keep::All), ("preTokens", Keep::All)])),
+    (
+        "toolUseResult",
+        Keep::Fields(&[
+            ("agentId", Keep::All),
+            ("totalDurationMs", Keep::All),
+            ("status", Keep::All),
+            ("totalTokens", Keep::All),
+            ("totalToolUseCount", Keep::All),
+        ]),
+    ),
+    ("data", Keep::Fields(&[("type", Keep::All), ("agentId", Keep::All)])),
+    (
+        "message",
+        Keep::Fields(&[
+            ("id", Keep::All),
+            ("model", Keep::All),
+            (
+                "usage",
+                Keep::Fields(&[
+                    ("input_tokens", Keep::All),
+                    ("output_tokens", Keep::All),
+                    ("cache_creation_input_tokens", Keep::All),
+                    ("cache_read_input_tokens", Keep::All),
+                ]),
+            ),
+            ("content", Keep::Items(&BLOCK)),
+        ]),
+    ),
+]);
+const BLOCK: Keep = Keep::Fields(&[
+    ("type", Keep::All),
+    ("id", Keep::All),
+    ("tool_use_id", Keep::All),
+    ("name", Keep::All),
+    ("text", Keep::All),
+    ("is_error", Keep::All),
+    ("input", Keep::Fields(&[("prompt", Keep::All), ("subagent_type", Keep::All)])),
+]);
+
+/// The records of a transcript file (JSON Lines), read for this converter.
+pub fn read<'a>(name: &str, bytes: &'a [u8]) -> Result<Vec<Record<'a>>, ConversionError> {
+    super::json_lines(name, bytes, &LINE)
+}
 
 type Failure = Box<ConversionError>;
 type Outcome<T> = Result<T, Failure>;
@@ -96,9 +165,14 @@ pub fn convert(sources: &[Source<'_>], options: &Options) -> Result<(Trace, Repo
     let main_source = sources.first().map_or(super::IN_MEMORY, |source| source.name.as_str());
     let session = Session::new(sources, options.folder.as_deref(), &mut report)?;
     let session_id = session.lines.iter().find_map(|line| line.record.str("sessionId"));
-    let Some(trace_id) = options.trace_id.as_deref().filter(|id| !id.is_empty()).or(session_id).filter(|id| !id.is_empty())
+    let Some(trace_id) =
+        options.trace_id.as_deref().filter(|id| !id.is_empty()).or(session_id).filter(|id| !id.is_empty())
     else {
-        return Err(Box::new(ConversionError::new(main_source, None, "no sessionId in the transcript; pass trace_id=")));
+        return Err(Box::new(ConversionError::new(
+            main_source,
+            None,
+            "no sessionId in the transcript; pass trace_id=",
+        )));
     };
     let version = session.lines.iter().find_map(|line| line.record.str("version"));
     let system = match version {
@@ -107,16 +181,25 @@ pub fn convert(sources: &[Source<'_>], options: &Options) -> Result<(Trace, Repo
     };
     let mut converter = Converter::new(&session, &mut report);
     converter.run()?;
-    let trace = converter.builder.build(trace_id, options.task_id.as_deref().filter(|id| !id.is_empty()).unwrap_or(trace_id), &system, session.end - session.start);
+    let trace = converter.builder.build(
+        trace_id,
+        options.task_id.as_deref().filter(|id| !id.is_empty()).unwrap_or(trace_id),
+        &system,
+        session.end - session.start,
+    );
     let invalid = |path: &str, reason: &str| {
         let shown = if path.is_empty() { "/" } else { path };
-        ConversionError::new(main_source, None, format!("converted trace {} is invalid at {shown}: {reason}", repr(trace_id)))
+        ConversionError::new(
+            main_source,
+            None,
+            format!("converted trace {} is invalid at {shown}: {reason}", repr(trace_id)),
+        )
     };
     let value = match trace {
         Ok(value) => value,
         Err((path, reason)) => {
             let mut error = invalid(&path, &reason);
-            error.cause = Some(crate::ValidationError::new(Some(trace_id), path, reason));
+            error.cause = Some(Box::new(crate::ValidationError::new(Some(trace_id), path, reason)));
             return Err(Box::new(error));
         }
     };
@@ -124,7 +207,7 @@ pub fn convert(sources: &[Source<'_>], options: &Options) -> Result<(Trace, Repo
         Ok(trace) => Ok((trace, report)),
         Err(cause) => {
             let mut error = invalid(&cause.path, &cause.reason);
-            error.cause = Some(cause);
+            error.cause = Some(Box::new(cause));
             Err(Box::new(error))
         }
     }
@@ -139,7 +222,7 @@ struct Ordered<K, V> {
 
 impl<K: Hash + Eq + Clone, V> Ordered<K, V> {
     fn new() -> Self {
-        Ordered { index: HashMap::new(), entries: Vec::new() }
+        Ordered { index: HashMap::default(), entries: Vec::new() }
     }
 
     fn insert(&mut self, key: K, value: V) {
@@ -172,7 +255,10 @@ impl<K: Hash + Eq + Clone, V> Ordered<K, V> {
 struct Line<'r> {
     source: &'r Source<'r>,
     number: usize,
+    /// What the converter reads of the record.
     record: &'r Json<'r>,
+    /// The record as given.
+    whole: &'r Record<'r>,
     agent: String,
     /// The line's time in seconds since the epoch, or why it has none.
     stamp: Result<f64, String>,
@@ -191,13 +277,15 @@ struct Block<'r> {
 }
 
 impl<'r> Line<'r> {
-    fn new(source: &'r Source<'r>, number: usize, record: &'r Json<'r>) -> Self {
+    fn new(source: &'r Source<'r>, whole: &'r Record<'r>) -> Self {
+        let record = &whole.value;
         let stamp = match record.get("timestamp") {
-            Some(Json::Str(stamp)) => iso_time::seconds(stamp)
-                .ok_or_else(|| format!("timestamp {} is not an ISO-8601 time", repr(stamp))),
+            Some(Json::Str(stamp)) => {
+                iso_time::seconds(stamp).ok_or_else(|| format!("timestamp {} is not an ISO-8601 time", repr(stamp)))
+            }
             _ => Err("line without a timestamp".to_owned()),
         };
-        Line { source, number, record, agent: MAIN_AGENT.to_owned(), stamp }
+        Line { source, number: whole.line, record, whole, agent: MAIN_AGENT.to_owned(), stamp }
     }
 
     fn fail(&self, reason: impl Into<String>) -> Failure {
@@ -278,17 +366,18 @@ impl<'r> Line<'r> {
                 match block.field(key) {
                     None => Ok(None),
                     Some(Json::Str(value)) => Ok(Some(value)),
-                    Some(other) => Err(self.fail(format!(
-                        "message.content/{index}/{key} is {}, expected text",
-                        other.describe()
-                    ))),
+                    Some(other) => {
+                        Err(self.fail(format!("message.content/{index}/{key} is {}, expected text", other.describe())))
+                    }
                 }
             };
             let (kind, id, tool_use_id, name, text_value) =
                 (text("type")?, text("id")?, text("tool_use_id")?, text("name")?, text("text")?);
             let input = block.field("input");
             if let Some(input) = input.filter(|input| !input.is_object()) {
-                return Err(self.fail(format!("message.content/{index}/input is {}, expected an object", input.describe())));
+                return Err(
+                    self.fail(format!("message.content/{index}/input is {}, expected an object", input.describe()))
+                );
             }
             out.push(Block { kind, id, tool_use_id, name, text: text_value, input, is_error: block.get("is_error") });
         }
@@ -338,16 +427,19 @@ struct Session<'r> {
     /// compact_boundary lines (indices), by time.
     boundaries: Vec<usize>,
     compaction_agents: Ordered<Option<&'r str>, String>,
-    usage: Ordered<Option<&'r str>, Vec<(&'static str, i128)>>,
+    usage: Usage<'r>,
 }
+
+/// Token counts by usage field, per message id (or line uuid).
+type Usage<'r> = Ordered<Option<&'r str>, Vec<(&'static str, i128)>>;
 
 impl<'r> Session<'r> {
     fn new(sources: &'r [Source<'r>], folder: Option<&str>, report: &mut Report) -> Outcome<Self> {
         let mut lines: Vec<Line<'r>> = Vec::new();
-        let mut by_uuid: HashMap<&'r str, usize> = HashMap::new();
+        let mut by_uuid: HashMap<&'r str, usize> = HashMap::default();
         for source in sources {
-            for (number, record) in &source.records {
-                let line = Line::new(source, *number, record);
+            for record in &source.records {
+                let line = Line::new(source, record);
                 line.check()?;
                 let Some(uuid) = line.truthy_uuid() else {
                     lines.push(line);
@@ -358,7 +450,9 @@ impl<'r> Session<'r> {
                         by_uuid.insert(uuid, lines.len());
                         lines.push(line);
                     }
-                    Some(&first) if lines[first].record.py_eq(record) => Report::count(&mut report.ignored, REPEATED_LINE),
+                    Some(&first) if lines[first].whole.whole().py_eq(&record.whole()) => {
+                        Report::count(&mut report.ignored, &[REPEATED_LINE])
+                    }
                     Some(&first) => {
                         let first = &lines[first];
                         return Err(line.fail(format!(
@@ -387,8 +481,8 @@ impl<'r> Session<'r> {
             end,
             calls: Ordered::new(),
             spawned: Ordered::new(),
-            parent_agent: HashMap::new(),
-            missing_subagents: HashSet::new(),
+            parent_agent: HashMap::default(),
+            missing_subagents: HashSet::default(),
             boundaries: Vec::new(),
             compaction_agents: Ordered::new(),
             usage: Ordered::new(),
@@ -424,7 +518,8 @@ impl<'r> Session<'r> {
             if let Some(agent) = record.str("agentId") {
                 self.lines[index].agent = agent.to_owned();
             } else if record.truthy_field("isSidechain").is_some() {
-                let parent = record.str("parentUuid").and_then(|uuid| self.by_uuid.get(uuid)).map(|&at| &self.lines[at]);
+                let parent =
+                    record.str("parentUuid").and_then(|uuid| self.by_uuid.get(uuid)).map(|&at| &self.lines[at]);
                 match parent {
                     Some(parent) if parent.record.truthy_field("isSidechain").is_some() => {
                         self.lines[index].agent = parent.agent.clone();
@@ -509,11 +604,14 @@ impl<'r> Session<'r> {
             if spawned.contains(&call) {
                 continue;
             }
-            let prompt = self.calls.get(&Some(call)).and_then(|(_, block)| block.input).and_then(|input| input.get("prompt"));
+            let prompt =
+                self.calls.get(&Some(call)).and_then(|(_, block)| block.input).and_then(|input| input.get("prompt"));
             let mut found = None;
             for (position, &(agent, root)) in unmatched.iter().enumerate() {
                 let root = &self.lines[root];
-                if root.kind() == "user" && prompt.and_then(Json::as_str) == Some(joined_text(&root.content()?).as_str()) {
+                if root.kind() == "user"
+                    && prompt.and_then(Json::as_str) == Some(joined_text(&root.content()?).as_str())
+                {
                     found = Some((position, agent));
                     break;
                 }
@@ -529,7 +627,8 @@ impl<'r> Session<'r> {
     /// The sub-agent an agent_progress line repeats an entry of.
     fn progress_agent(&self, line: &Line<'r>) -> Option<&str> {
         let named = line.record.truthy_field("data").and_then(|data| data.str("agentId"));
-        named.or_else(|| line.text_field("parentToolUseID").and_then(|call| self.spawned.get(&call)).map(String::as_str))
+        named
+            .or_else(|| line.text_field("parentToolUseID").and_then(|call| self.spawned.get(&call)).map(String::as_str))
     }
 
     /// Sub-agents that were spawned but whose own lines are not in the input: their events
@@ -537,9 +636,15 @@ impl<'r> Session<'r> {
     /// rebuild events from, so the loss is reported, never silent.
     fn report_missing_transcripts(&self, folder: Option<&str>, report: &mut Report) -> HashSet<String> {
         let present: HashSet<&str> = self.lines.iter().map(|line| line.agent.as_str()).collect();
-        let missing: HashSet<String> =
-            self.spawned.entries.iter().map(|(_, agent)| agent).filter(|agent| !present.contains(agent.as_str())).cloned().collect();
-        let mut progress: HashMap<Option<&str>, usize> = HashMap::new();
+        let missing: HashSet<String> = self
+            .spawned
+            .entries
+            .iter()
+            .map(|(_, agent)| agent)
+            .filter(|agent| !present.contains(agent.as_str()))
+            .cloned()
+            .collect();
+        let mut progress: HashMap<Option<&str>, usize> = HashMap::default();
         for line in self.lines.iter().filter(|line| line.progress_kind() == Some("agent_progress")) {
             *progress.entry(self.progress_agent(line)).or_default() += 1;
         }
@@ -617,8 +722,9 @@ impl<'r> Session<'r> {
     /// The side agent of the compaction a summary follows: that of the boundary among its
     /// ancestors, else of the latest boundary before it.
     fn compaction_of_summary(&self, line: &Line<'r>) -> Outcome<String> {
-        let mut seen = HashSet::new();
-        let mut parent = line.text_field("parentUuid").and_then(|uuid| self.by_uuid.get(uuid)).map(|&at| &self.lines[at]);
+        let mut seen = HashSet::default();
+        let mut parent =
+            line.text_field("parentUuid").and_then(|uuid| self.by_uuid.get(uuid)).map(|&at| &self.lines[at]);
         while let Some(ancestor) = parent {
             let uuid = ancestor.uuid();
             if seen.contains(&uuid) {
@@ -628,7 +734,8 @@ impl<'r> Session<'r> {
                 return Ok(agent.clone());
             }
             seen.insert(uuid);
-            parent = ancestor.text_field("parentUuid").and_then(|uuid| self.by_uuid.get(uuid)).map(|&at| &self.lines[at]);
+            parent =
+                ancestor.text_field("parentUuid").and_then(|uuid| self.by_uuid.get(uuid)).map(|&at| &self.lines[at]);
         }
         if self.boundaries.is_empty() {
             return Ok(COMPACTION.to_owned());
@@ -646,8 +753,8 @@ impl<'r> Session<'r> {
         })
     }
 
-    fn usage_per_message(&self) -> Outcome<Ordered<Option<&'r str>, Vec<(&'static str, i128)>>> {
-        let mut usage: Ordered<Option<&'r str>, Vec<(&'static str, i128)>> = Ordered::new();
+    fn usage_per_message(&self) -> Outcome<Usage<'r>> {
+        let mut usage: Usage<'r> = Ordered::new();
         for line in &self.lines {
             let Some(message) = line.record.get("message").filter(|message| message.is_object()) else { continue };
             if line.kind() != "assistant" {
@@ -696,9 +803,12 @@ enum Out<'r> {
 struct Builder {
     events: Vec<Map<String, Value>>,
     ids: Vec<String>,
+    /// Each event's id as the index of the first event with that id (edges name events by id).
+    first_with_id: Vec<usize>,
+    by_id: HashMap<String, usize>,
     tokens: i128,
     edges: Vec<Value>,
-    edge_keys: HashSet<(String, String)>,
+    edge_keys: HashSet<(usize, usize)>,
     /// The first value the trace cannot hold: its pointer and why.
     unfit: Option<(String, String)>,
 }
@@ -718,12 +828,14 @@ impl Builder {
                 Out::Float(x) => match serde_json::Number::from_f64(x) {
                     Some(number) => Value::Number(number),
                     None => {
-                        self.unfit.get_or_insert((format!("/events/{index}/{key}"), format!("{x} is not a finite number")));
+                        self.unfit
+                            .get_or_insert((format!("/events/{index}/{key}"), format!("{x} is not a finite number")));
                         Value::Null
                     }
                 },
                 Out::Raw(None | Some(Json::Null)) => continue,
-                Out::Raw(Some(json)) => json.to_value().unwrap_or_else(|(at, why)| {
+                // An event's fields are at level 4: trace, events, event, field.
+                Out::Raw(Some(json)) => json.to_value(4).unwrap_or_else(|(at, why)| {
                     self.unfit.get_or_insert((format!("/events/{index}/{key}{at}"), why));
                     Value::Null
                 }),
@@ -734,17 +846,15 @@ impl Builder {
             event.insert(key.to_owned(), value);
         }
         self.events.push(event);
+        self.first_with_id.push(*self.by_id.entry(id.clone()).or_insert(index));
         self.ids.push(id);
         index
     }
 
     fn edge(&mut self, src: Option<usize>, dst: Option<usize>, kind: &str) {
         let (Some(src), Some(dst)) = (src, dst) else { return };
-        if self.ids[src] == self.ids[dst] {
-            return;
-        }
-        // Events are told apart by id, as the trace's edges name them.
-        if self.edge_keys.insert((self.ids[src].clone(), self.ids[dst].clone())) {
+        let key = (self.first_with_id[src], self.first_with_id[dst]);
+        if key.0 != key.1 && self.edge_keys.insert(key) {
             let mut edge = Map::with_capacity(3);
             edge.insert("src".into(), Value::String(self.ids[src].clone()));
             edge.insert("dst".into(), Value::String(self.ids[dst].clone()));
@@ -808,16 +918,18 @@ impl<'s, 'r> Converter<'s, 'r> {
             builder: Builder {
                 events: Vec::new(),
                 ids: Vec::new(),
+                first_with_id: Vec::new(),
+                by_id: HashMap::default(),
                 tokens: 0,
                 edges: Vec::new(),
-                edge_keys: HashSet::new(),
+                edge_keys: HashSet::default(),
                 unfit: None,
             },
             events: vec![Vec::new(); session.lines.len()],
-            counted_messages: HashSet::new(),
+            counted_messages: HashSet::default(),
             roots: session.parent_agent.keys().map(|agent| (agent.clone(), None)).collect(),
-            call_events: HashMap::new(),
-            spawn_events: HashMap::new(),
+            call_events: HashMap::default(),
+            spawn_events: HashMap::default(),
         }
     }
 
@@ -830,9 +942,12 @@ impl<'s, 'r> Converter<'s, 'r> {
                 "system" => self.system(index)?,
                 "progress" => self.progress(index),
                 kind => {
-                    let bucket =
-                        if IGNORED_LINE_TYPES.contains(&kind) { &mut self.report.ignored } else { &mut self.report.unknown };
-                    Report::count(bucket, &format!("line type {kind}"));
+                    let bucket = if IGNORED_LINE_TYPES.contains(&kind) {
+                        &mut self.report.ignored
+                    } else {
+                        &mut self.report.unknown
+                    };
+                    Report::count(bucket, &["line type ", kind]);
                 }
             }
         }
@@ -915,7 +1030,7 @@ impl<'s, 'r> Converter<'s, 'r> {
                     };
                     self.call_events.insert(block.id, event);
                 }
-                kind => Report::count(&mut self.report.unknown, &format!("assistant content block {}", str_opt(kind))),
+                kind => Report::count(&mut self.report.unknown, &["assistant content block ", str_opt(kind)]),
             }
         }
         Ok(())
@@ -944,7 +1059,7 @@ impl<'s, 'r> Converter<'s, 'r> {
             match block.kind {
                 Some("tool_result") => self.tool_result(index, position, content.len(), block)?,
                 Some("text" | "image") => self.user_text(index, position, content.len(), block)?,
-                kind => Report::count(&mut self.report.unknown, &format!("user content block {}", str_opt(kind))),
+                kind => Report::count(&mut self.report.unknown, &["user content block ", str_opt(kind)]),
             }
         }
         Ok(())
@@ -1070,7 +1185,8 @@ impl<'s, 'r> Converter<'s, 'r> {
         let line = &self.session.lines[index];
         let record = line.record;
         let subtype = line.text_field("subtype");
-        let blocked = || record.truthy_field("preventedContinuation").is_some() || record.truthy_field("hookErrors").is_some();
+        let blocked =
+            || record.truthy_field("preventedContinuation").is_some() || record.truthy_field("hookErrors").is_some();
         match subtype {
             Some("compact_boundary") => {
                 let metadata = record.get("compactMetadata").filter(|metadata| metadata.is_object());
@@ -1084,7 +1200,7 @@ impl<'s, 'r> Converter<'s, 'r> {
             }
             Some("stop_hook_summary") if !blocked() => {
                 // The stop hooks ran and let the turn end as it would have: nothing was blocked.
-                Report::count(&mut self.report.ignored, "system subtype stop_hook_summary (hooks passed)");
+                Report::count(&mut self.report.ignored, &["system subtype stop_hook_summary (hooks passed)"]);
             }
             Some("stop_hook_summary") => {
                 let fields = vec![
@@ -1101,7 +1217,7 @@ impl<'s, 'r> Converter<'s, 'r> {
                 } else {
                     &mut self.report.unknown
                 };
-                Report::count(bucket, &format!("system subtype {}", str_opt(subtype)));
+                Report::count(bucket, &["system subtype ", str_opt(subtype)]);
             }
         }
         Ok(())
@@ -1113,7 +1229,7 @@ impl<'s, 'r> Converter<'s, 'r> {
         if kind == Some("agent_progress")
             && self.session.progress_agent(line).is_some_and(|agent| self.session.missing_subagents.contains(agent))
         {
-            Report::count(&mut self.report.ignored, MISSING_SUBAGENT_PROGRESS);
+            Report::count(&mut self.report.ignored, &[MISSING_SUBAGENT_PROGRESS]);
             return;
         }
         let bucket = if kind.is_some_and(|kind| IGNORED_PROGRESS.contains(&kind)) {
@@ -1121,19 +1237,25 @@ impl<'s, 'r> Converter<'s, 'r> {
         } else {
             &mut self.report.unknown
         };
-        Report::count(bucket, &format!("progress {}", str_opt(kind)));
+        Report::count(bucket, &["progress ", str_opt(kind)]);
     }
 
     // ---- edges ---------------------------------------------------------------------------
     /// The last event of the nearest ancestor line that made one.
     fn event_parent(&mut self, index: usize) -> Option<usize> {
         let session = self.session;
-        let parent_of = |line: &Line<'r>| line.record.truthy_field("parentUuid").or_else(|| line.record.truthy_field("logicalParentUuid")).and_then(Json::as_str);
+        let parent_of = |line: &Line<'r>| {
+            line.record
+                .truthy_field("parentUuid")
+                .or_else(|| line.record.truthy_field("logicalParentUuid"))
+                .and_then(Json::as_str)
+        };
         let line = &session.lines[index];
-        let mut seen = HashSet::new();
+        // Ancestor chains are short: a list is the cheapest set.
+        let mut seen: Vec<&str> = Vec::new();
         let mut uuid = parent_of(line);
         while let Some(current) = uuid.filter(|uuid| !seen.contains(uuid)) {
-            seen.insert(current);
+            seen.push(current);
             let Some(&parent) = session.by_uuid.get(current) else {
                 self.report.warnings.push(format!(
                     "{}:{}: parentUuid {} names no line",
@@ -1162,7 +1284,7 @@ impl<'s, 'r> Converter<'s, 'r> {
             }
         }
         by_time.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let mut last_event: HashMap<&str, usize> = HashMap::new();
+        let mut last_event: HashMap<&str, usize> = HashMap::default();
         for &(_, index) in &by_time {
             if let Some(&last) = self.events[index].last() {
                 last_event.insert(session.lines[index].agent.as_str(), last);

@@ -7,7 +7,8 @@
 /// Seconds since the Unix epoch, or `None` when `text` is no such time.
 pub fn seconds(text: &str) -> Option<f64> {
     let bytes = text.as_bytes();
-    let (date, rest) = if bytes.get(4) == Some(&b'-') { (text.get(..10)?, text.get(10..)?) } else { (text.get(..8)?, text.get(8..)?) };
+    let (date, rest) =
+        if bytes.get(4) == Some(&b'-') { (text.get(..10)?, text.get(10..)?) } else { (text.get(..8)?, text.get(8..)?) };
     let (year, month, day) = parse_date(date)?;
     let mut micros = i128::from(days_from_civil(year, month, day)) * 86_400_000_000;
     if !rest.is_empty() {
@@ -71,31 +72,37 @@ fn parse_clock(clock: &str) -> Option<i128> {
         Some(at) => (&clock[..at], Some(&clock[at + 1..])),
         None => (clock, None),
     };
-    let parts: Vec<&str> = if whole.contains(':') {
-        whole.split(':').collect()
-    } else {
-        (0..whole.len()).step_by(2).map(|at| whole.get(at..(at + 2).min(whole.len()))).collect::<Option<_>>()?
-    };
-    if parts.is_empty() || parts.len() > 3 || parts.iter().any(|part| part.len() != 2) {
+    let extended = whole.contains(':');
+    let (mut rest, mut parts, mut micros) = (whole, 0, 0i128);
+    while !rest.is_empty() {
+        if parts == 3 {
+            return None;
+        }
+        let part = rest.get(..2)?;
+        let value = digits(part)?;
+        if value > [23, 59, 59][parts] {
+            return None;
+        }
+        micros += i128::from(value) * [3_600_000_000, 60_000_000, 1_000_000][parts];
+        parts += 1;
+        rest = &rest[2..];
+        if extended && !rest.is_empty() {
+            rest = rest.strip_prefix(':').filter(|rest| !rest.is_empty())?;
+        }
+    }
+    if parts == 0 {
         return None;
     }
-    let limits = [23, 59, 59];
-    let mut micros: i128 = 0;
-    for (index, part) in parts.iter().enumerate() {
-        let value = digits(part)?;
-        if value > limits[index] {
-            return None;
-        }
-        micros += i128::from(value) * [3_600_000_000, 60_000_000, 1_000_000][index];
-    }
     if let Some(fraction) = fraction {
-        if parts.len() != 3 || !fraction.bytes().all(|b| b.is_ascii_digit()) {
+        if parts != 3 || !fraction.bytes().all(|b| b.is_ascii_digit()) {
             return None;
         }
-        let kept: String = fraction.chars().take(6).collect();
-        if !kept.is_empty() {
-            micros += i128::from(digits(&format!("{kept:0<6}"))?);
+        // Cut to microseconds: the first six digits, padded with zeros.
+        let mut value = 0i128;
+        for position in 0..6 {
+            value = value * 10 + fraction.as_bytes().get(position).map_or(0, |digit| i128::from(digit - b'0'));
         }
+        micros += value;
     }
     Some(micros)
 }

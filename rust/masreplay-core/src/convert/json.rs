@@ -6,7 +6,7 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use serde_core::de::{self, Deserialize, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_core::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 
 #[derive(Clone, Debug)]
@@ -149,9 +149,13 @@ impl<'a> Json<'a> {
         }
     }
 
-    /// The value as serde_json holds it, for an event attribute. `Err` carries the JSON
-    /// pointer (below the value) and the reason of what a trace cannot hold.
-    pub fn to_value(&self) -> Result<Value, (String, String)> {
+    /// The value as serde_json holds it, for a trace's value at nesting `level` (the trace
+    /// object is level 1). `Err` carries the JSON pointer (below the value) and the reason of
+    /// what a trace cannot hold, as `load_traces` words it for Python objects.
+    pub fn to_value(&self, level: usize) -> Result<Value, (String, String)> {
+        if matches!(self, Json::Array(_) | Json::Object(_)) && level > crate::validate::MAX_DEPTH {
+            return Err((String::new(), crate::validate::depth_error()));
+        }
         Ok(match self {
             Json::Null => Value::Null,
             Json::Bool(flag) => Value::Bool(*flag),
@@ -166,15 +170,15 @@ impl<'a> Json<'a> {
                 items
                     .iter()
                     .enumerate()
-                    .map(|(index, item)| item.to_value().map_err(|(at, why)| (format!("/{index}{at}"), why)))
+                    .map(|(index, item)| item.to_value(level + 1).map_err(|(at, why)| (format!("/{index}{at}"), why)))
                     .collect::<Result<_, _>>()?,
             ),
             Json::Object(entries) => {
                 let mut map = Map::with_capacity(entries.len());
                 for (key, item) in entries {
-                    let value = item.to_value().map_err(|(at, why)| {
-                        (format!("/{}{at}", crate::validate::pointer_segment(key)), why)
-                    })?;
+                    let value = item
+                        .to_value(level + 1)
+                        .map_err(|(at, why)| (format!("/{}{at}", crate::validate::pointer_segment(key)), why))?;
                     map.insert(key.to_string(), value);
                 }
                 Value::Object(map)
@@ -236,15 +240,79 @@ pub fn str_opt(text: Option<&str>) -> &str {
 
 // ---- reading JSON text ---------------------------------------------------------------------
 
-impl<'de> Deserialize<'de> for Json<'de> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(JsonVisitor)
+/// An object key, borrowed when it has no escapes.
+struct Key<'de>(Cow<'de, str>);
+struct KeySeed;
+
+impl<'de> DeserializeSeed<'de> for KeySeed {
+    type Value = Key<'de>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_str(KeyVisitor)
     }
 }
 
-struct JsonVisitor;
+struct KeyVisitor;
 
-impl<'de> Visitor<'de> for JsonVisitor {
+impl<'de> Visitor<'de> for KeyVisitor {
+    type Value = Key<'de>;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+        formatter.write_str("an object key")
+    }
+
+    fn visit_borrowed_str<E: de::Error>(self, value: &'de str) -> Result<Self::Value, E> {
+        Ok(Key(Cow::Borrowed(value)))
+    }
+
+    fn visit_str<E: de::Error>(self, value: &str) -> Result<Self::Value, E> {
+        Ok(Key(Cow::Owned(value.to_owned())))
+    }
+
+    fn visit_string<E: de::Error>(self, value: String) -> Result<Self::Value, E> {
+        Ok(Key(Cow::Owned(value)))
+    }
+}
+
+// ---- reading only what a converter reads ---------------------------------------------------
+
+/// Which parts of a record to keep: everything, the named keys of an object (each with what
+/// to keep of it; other keys are skipped unread), or each item of an array. A record read
+/// this way answers every question the converter asks as the whole record would; what it
+/// leaves out (long texts nobody reads, whole tool results) costs no allocation.
+#[derive(Debug)]
+pub enum Keep {
+    All,
+    Fields(&'static [(&'static str, Keep)]),
+    Items(&'static Keep),
+}
+
+/// Levels of objects and arrays a record may nest: about where Python's `json.loads` stops
+/// (its recursion limit, 1000 frames, less those of its callers).
+pub const MAX_NESTING: usize = 990;
+
+/// Reads a value at nesting `depth`, keeping what `Keep` says.
+pub struct Guided<'k>(pub &'k Keep, pub usize);
+
+impl<'de> DeserializeSeed<'de> for Guided<'_> {
+    type Value = Json<'de>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_any(GuidedVisitor(self.0, self.1))
+    }
+}
+
+struct GuidedVisitor<'k>(&'k Keep, usize);
+
+impl GuidedVisitor<'_> {
+    /// The depth of the container being read, refused past [`MAX_NESTING`] (serde_json's own
+    /// limit is off: it would stop at 128, where Python reads on).
+    fn enter<E: de::Error>(&self) -> Result<usize, E> {
+        if self.1 >= MAX_NESTING { Err(E::custom("recursion limit exceeded")) } else { Ok(self.1 + 1) }
+    }
+}
+
+impl<'de> Visitor<'de> for GuidedVisitor<'_> {
     type Value = Json<'de>;
 
     fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
@@ -288,53 +356,42 @@ impl<'de> Visitor<'de> for JsonVisitor {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
-        while let Some(item) = seq.next_element()? {
-            items.push(item);
+        let depth = self.enter()?;
+        let item = match self.0 {
+            Keep::Items(item) => item,
+            keep => keep,
+        };
+        let mut items = Vec::new();
+        while let Some(value) = seq.next_element_seed(Guided(item, depth))? {
+            items.push(value);
         }
         Ok(Json::Array(items))
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let depth = self.enter()?;
+        let fields: Option<&[(&str, Keep)]> = match self.0 {
+            Keep::All => None,
+            Keep::Fields(fields) => Some(fields),
+            // An object where items were expected: only its type is read.
+            Keep::Items(_) => Some(&[]),
+        };
         let mut entries = Vec::new();
         while let Some(Key(key)) = map.next_key_seed(KeySeed)? {
-            let value = map.next_value()?;
-            Json::insert(&mut entries, key, value);
+            let keep = match fields {
+                None => Some(&Keep::All),
+                Some(fields) => fields.iter().find(|(name, _)| *name == key).map(|(_, keep)| keep),
+            };
+            match keep {
+                Some(keep) => {
+                    let value = map.next_value_seed(Guided(keep, depth))?;
+                    Json::insert(&mut entries, key, value);
+                }
+                None => {
+                    map.next_value::<de::IgnoredAny>()?;
+                }
+            }
         }
         Ok(Json::Object(entries))
-    }
-}
-
-/// An object key, borrowed when it has no escapes.
-struct Key<'de>(Cow<'de, str>);
-struct KeySeed;
-
-impl<'de> DeserializeSeed<'de> for KeySeed {
-    type Value = Key<'de>;
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
-        deserializer.deserialize_str(KeyVisitor)
-    }
-}
-
-struct KeyVisitor;
-
-impl<'de> Visitor<'de> for KeyVisitor {
-    type Value = Key<'de>;
-
-    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
-        formatter.write_str("an object key")
-    }
-
-    fn visit_borrowed_str<E: de::Error>(self, value: &'de str) -> Result<Self::Value, E> {
-        Ok(Key(Cow::Borrowed(value)))
-    }
-
-    fn visit_str<E: de::Error>(self, value: &str) -> Result<Self::Value, E> {
-        Ok(Key(Cow::Owned(value.to_owned())))
-    }
-
-    fn visit_string<E: de::Error>(self, value: String) -> Result<Self::Value, E> {
-        Ok(Key(Cow::Owned(value)))
     }
 }

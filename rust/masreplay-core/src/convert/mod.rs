@@ -7,6 +7,8 @@
 pub mod claude_code;
 mod iso_time;
 pub mod json;
+#[cfg(test)]
+mod tests;
 
 use std::borrow::Cow;
 
@@ -14,7 +16,7 @@ use rayon::prelude::*;
 
 use crate::error::ValidationError;
 use crate::validate::non_finite;
-pub use json::Json;
+pub use json::{Json, Keep};
 
 /// The source name used in errors and reports for records given as objects.
 pub const IN_MEMORY: &str = "<object>";
@@ -25,7 +27,7 @@ pub struct ConversionError {
     pub source: String,
     pub line: Option<usize>,
     pub reason: String,
-    pub cause: Option<ValidationError>,
+    pub cause: Option<Box<ValidationError>>,
 }
 
 impl ConversionError {
@@ -45,10 +47,15 @@ pub struct Report {
 }
 
 impl Report {
-    pub(crate) fn count(counts: &mut Vec<(String, usize)>, key: &str) {
-        match counts.iter_mut().find(|(name, _)| name == key) {
+    /// Counts one more of the key spelled by `parts` (joined only when it is new).
+    pub(crate) fn count(counts: &mut Vec<(String, usize)>, parts: &[&str]) {
+        let spells = |name: &str| {
+            let mut rest = name;
+            parts.iter().all(|part| rest.strip_prefix(part).map(|tail| rest = tail).is_some()) && rest.is_empty()
+        };
+        match counts.iter_mut().find(|(name, _)| spells(name)) {
             Some(entry) => entry.1 += 1,
-            None => counts.push((key.to_owned(), 1)),
+            None => counts.push((parts.concat(), 1)),
         }
     }
 }
@@ -60,23 +67,43 @@ pub struct Source<'a> {
     pub name: String,
     /// The name `content_ref` pointers use (relative to the session folder, for instance).
     pub label: String,
-    /// Each record with its 1-based line number.
-    pub records: Vec<(usize, Json<'a>)>,
+    pub records: Vec<Record<'a>>,
+}
+
+/// One record of a source.
+#[derive(Debug)]
+pub struct Record<'a> {
+    /// 1-based, the line number in the file (or the position in the list given).
+    pub line: usize,
+    /// The record, or the parts of it the converter reads (see [`Keep`]).
+    pub value: Json<'a>,
+    /// The line's text, when the record came from one (to read it whole when needed).
+    pub text: Option<&'a [u8]>,
+}
+
+impl<'a> Record<'a> {
+    /// The whole record (read again from its text when only parts of it were kept).
+    pub fn whole(&self) -> Cow<'_, Json<'a>> {
+        match self.text.map(|text| parse_line(text, &Keep::All)) {
+            Some(Ok(value)) => Cow::Owned(value),
+            _ => Cow::Borrowed(&self.value),
+        }
+    }
 }
 
 /// The records of JSON Lines text: each non-blank line, which must hold a JSON object. Lines
 /// are parsed in parallel; the first broken one (in line order) is the error.
-pub fn json_lines<'a>(name: &str, bytes: &'a [u8]) -> Result<Vec<(usize, Json<'a>)>, ConversionError> {
+pub fn json_lines<'a>(name: &str, bytes: &'a [u8], keep: &Keep) -> Result<Vec<Record<'a>>, ConversionError> {
     let lines: Vec<(usize, &[u8])> = bytes
         .split(|&byte| byte == b'\n')
         .enumerate()
         .filter(|(_, raw)| !raw.iter().all(|byte| matches!(byte, b' ' | b'\t' | b'\r' | 0x0b | 0x0c)))
         .map(|(index, raw)| (index + 1, raw))
         .collect();
-    let parsed: Vec<Result<(usize, Json<'a>), ConversionError>> = lines
+    let parsed: Vec<Result<Record<'a>, ConversionError>> = lines
         .into_par_iter()
-        .map(|(number, raw)| match parse_line(raw) {
-            Ok(Json::Object(entries)) => Ok((number, Json::Object(entries))),
+        .map(|(number, raw)| match parse_line(raw, keep) {
+            Ok(Json::Object(entries)) => Ok(Record { line: number, value: Json::Object(entries), text: Some(raw) }),
             Ok(other) => Err(ConversionError::new(
                 name,
                 Some(number),
@@ -90,16 +117,20 @@ pub fn json_lines<'a>(name: &str, bytes: &'a [u8]) -> Result<Vec<(usize, Json<'a
 
 /// One line as Python's `json.loads` reads bytes: UTF-8 (a leading byte-order mark skipped),
 /// NaN and Infinity literals accepted; the error in the converters' words.
-fn parse_line(raw: &[u8]) -> Result<Json<'_>, String> {
-    let text = raw.strip_prefix(b"\xef\xbb\xbf").unwrap_or(raw);
-    if let Err(error) = std::str::from_utf8(text) {
-        let start = error.valid_up_to() + (raw.len() - text.len());
-        return Err(format!("not UTF-8 text (byte {start}: {})", utf8_reason(raw, start, error.error_len())));
+fn parse_line<'a>(raw: &'a [u8], keep: &Keep) -> Result<Json<'a>, String> {
+    let bytes = raw.strip_prefix(b"\xef\xbb\xbf").unwrap_or(raw);
+    // Checked whole here: serde_json does not check the text it skips.
+    let text = std::str::from_utf8(bytes).map_err(|error| {
+        let start = error.valid_up_to() + (raw.len() - bytes.len());
+        format!("not UTF-8 text (byte {start}: {})", utf8_reason(raw, start, error.error_len()))
+    })?;
+    if nests_too_deep(bytes) {
+        return Err("JSON nested too deeply to read".to_owned());
     }
-    serde_json::from_slice::<Json<'_>>(text).or_else(|error| {
-        if non_finite::literal_at(text, &error).is_some()
-            && let Some(marked) = non_finite::with_markers(text)
-            && let Ok(value) = serde_json::from_slice::<Json<'_>>(&marked)
+    read(text, keep).or_else(|error| {
+        if non_finite::literal_at(bytes, &error).is_some()
+            && let Some(marked) = non_finite::with_markers(bytes).and_then(|marked| String::from_utf8(marked).ok())
+            && let Ok(value) = read(&marked, keep)
         {
             return Ok(value.into_owned_non_finite());
         }
@@ -109,6 +140,50 @@ fn parse_line(raw: &[u8]) -> Result<Json<'_>, String> {
             format!("not valid JSON ({error})")
         })
     })
+}
+
+/// One JSON value, keeping what `keep` says.
+fn read<'a>(text: &'a str, keep: &Keep) -> Result<Json<'a>, serde_json::Error> {
+    let mut deserializer = serde_json::Deserializer::from_str(text);
+    // Kept values count their own depth (`Guided`); skipped ones are skipped without recursion.
+    deserializer.disable_recursion_limit();
+    let value = serde_core::de::DeserializeSeed::deserialize(json::Guided(keep, 0), &mut deserializer)?;
+    deserializer.end()?;
+    Ok(value)
+}
+
+/// Whether the text opens more than [`json::MAX_NESTING`] arrays and objects inside one
+/// another (Python would not read it; serde_json skips unread values at any depth). Counting
+/// the brackets first settles nearly every line without following strings.
+fn nests_too_deep(bytes: &[u8]) -> bool {
+    let opening = bytes.iter().filter(|&&byte| byte == b'[' || byte == b'{').count();
+    if opening <= json::MAX_NESTING {
+        return false;
+    }
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &byte in bytes {
+        if in_string {
+            match (escaped, byte) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match byte {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > json::MAX_NESTING {
+                    return true;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
 }
 
 /// Python's words for the first byte its UTF-8 decoder refuses.

@@ -1,0 +1,141 @@
+//! The reading of foreign records (lines, Python's view of values) and the Claude Code
+//! conversion on small sessions; the Python tests compare whole conversions with the sample.
+
+use super::json::{Json, Keep, repr};
+use super::{IN_MEMORY, Source, claude_code, json_lines};
+
+fn error_of(text: &str) -> (Option<usize>, String) {
+    let error = json_lines("f", text.as_bytes(), &Keep::All).expect_err("the text is refused");
+    (error.line, error.reason)
+}
+
+#[test]
+fn lines_are_numbered_and_blank_ones_skipped() {
+    let records = json_lines("f", b"{\"a\": 1}\n \n\n{\"b\": NaN}\r\n", &Keep::All).expect("two records");
+    assert_eq!(records.iter().map(|record| record.line).collect::<Vec<_>>(), [1, 4]);
+    assert!(matches!(records[1].value.get("b"), Some(Json::Float(x)) if x.is_nan()));
+    let bom = json_lines("f", b"\xef\xbb\xbf{\"a\": 1}", &Keep::All).expect("a BOM is skipped");
+    assert!(matches!(bom[0].value.get("a"), Some(Json::Int(1))));
+}
+
+#[test]
+fn broken_lines_are_named_in_pythons_words() {
+    assert_eq!(error_of("{}\n[1, 2]\n"), (Some(2), "expected a JSON object, got list".into()));
+    assert_eq!(error_of("\"x\""), (Some(1), "expected a JSON object, got str".into()));
+    assert_eq!(error_of("null"), (Some(1), "expected a JSON object, got NoneType".into()));
+    assert!(error_of("{}\n{\"a\": ").1.starts_with("not valid JSON ("));
+    let error = json_lines("f", b"{}\n{\"a\": \"\xff\"}", &Keep::All).expect_err("not UTF-8");
+    assert_eq!((error.line, error.reason.as_str()), (Some(2), "not UTF-8 text (byte 7: invalid start byte)"));
+    let cut = json_lines("f", b"{\"a\": \"\xe2\x82", &Keep::All).expect_err("cut short");
+    assert_eq!(cut.reason, "not UTF-8 text (byte 7: unexpected end of data)");
+    let bad = json_lines("f", b"{\"a\": \"\xe2(\"}", &Keep::All).expect_err("a bad continuation");
+    assert_eq!(bad.reason, "not UTF-8 text (byte 7: invalid continuation byte)");
+}
+
+#[test]
+fn nesting_stops_where_python_stops_even_in_skipped_values() {
+    let deep = |levels: usize| format!("{{\"skipped\": {}1{}}}", "[".repeat(levels), "]".repeat(levels));
+    let keep_nothing = Keep::Fields(&[]);
+    assert!(json_lines("f", deep(900).as_bytes(), &keep_nothing).is_ok());
+    let error = json_lines("f", deep(2000).as_bytes(), &keep_nothing).expect_err("too deep");
+    assert_eq!(error.reason, "JSON nested too deeply to read");
+    let kept = json_lines("f", deep(2000).as_bytes(), &Keep::All).expect_err("too deep");
+    assert_eq!(kept.reason, "JSON nested too deeply to read");
+    // Beyond serde_json's own limit (128), as Python reads it.
+    assert!(json_lines("f", deep(300).as_bytes(), &Keep::All).is_ok());
+    // Brackets inside strings are text.
+    let text = format!("{{\"a\": \"{}\"}}", "[".repeat(2000));
+    assert!(json_lines("f", text.as_bytes(), &Keep::All).is_ok());
+}
+
+#[test]
+fn only_the_kept_parts_are_read_and_a_repeated_key_keeps_its_last_value() {
+    const KEEP: Keep = Keep::Fields(&[("a", Keep::All), ("b", Keep::Fields(&[("c", Keep::All)]))]);
+    let records =
+        json_lines("f", br#"{"a": 1, "x": [1, {"y": 2}], "b": {"c": 3, "d": 4}, "a": 5}"#, &KEEP).expect("read");
+    let value = &records[0].value;
+    assert!(value.get("x").is_none() && value.get("b").and_then(|b| b.get("d")).is_none());
+    assert!(matches!(value.get("a"), Some(Json::Int(5))));
+    let Json::Object(entries) = value else { panic!("an object") };
+    assert_eq!(entries.iter().map(|(key, _)| key.as_ref()).collect::<Vec<_>>(), ["a", "b"]);
+    assert!(records[0].whole().get("x").is_some());
+}
+
+#[test]
+fn values_compare_and_print_as_python_does() {
+    fn read(text: &'static str) -> Json<'static> {
+        json_lines("f", text.as_bytes(), &Keep::All).expect("read").remove(0).value
+    }
+    assert!(read(r#"{"a": 1, "b": [true, 2.0]}"#).py_eq(&read(r#"{"b": [1, 2], "a": 1.0}"#)));
+    assert!(!read(r#"{"a": 1}"#).py_eq(&read(r#"{"a": "1"}"#)));
+    assert!(!read(r#"{"a": 1}"#).py_eq(&read(r#"{"a": 1, "b": null}"#)));
+    assert_eq!(repr("a'b"), "\"a'b\"");
+    assert_eq!(repr("a\"b'c\n"), "'a\"b\\'c\\n'");
+    assert_eq!(repr("\u{1}é"), "'\\x01é'");
+    assert!(!Json::Str("".into()).truthy() && Json::Float(f64::NAN).truthy() && !Json::Array(vec![]).truthy());
+}
+
+fn session(lines: &[&str]) -> Result<(crate::Trace, super::Report), Box<super::ConversionError>> {
+    let text = lines.join("\n");
+    let records = claude_code::read("s.jsonl", text.as_bytes())?;
+    let sources = [Source { name: "s.jsonl".into(), label: "s.jsonl".into(), records }];
+    claude_code::convert(&sources, &claude_code::Options::default())
+}
+
+const USER: &str = r#"{"type": "user", "uuid": "u1", "sessionId": "s", "timestamp": "2026-01-01T00:00:00Z", "message": {"content": "do it"}}"#;
+const ASSISTANT: &str = r#"{"type": "assistant", "uuid": "a1", "parentUuid": "u1", "timestamp": "2026-01-01T00:00:01Z", "message": {"id": "m", "usage": {"input_tokens": 3, "output_tokens": 4}, "content": [{"type": "thinking", "thinking": "x"}, {"type": "tool_use", "id": "t1", "name": "Bash", "input": {}}]}}"#;
+const RESULT: &str = r#"{"type": "user", "uuid": "r1", "parentUuid": "a1", "timestamp": "2026-01-01T00:00:03Z", "message": {"content": [{"type": "tool_result", "tool_use_id": "t1", "is_error": true}]}}"#;
+
+#[test]
+fn a_small_session_converts() {
+    let (trace, report) =
+        session(&[USER, ASSISTANT, RESULT, r#"{"type": "progress", "data": {"type": "hook_progress"}}"#])
+            .expect("converts");
+    let ids: Vec<&str> = trace.events.iter().map(|event| event.id.as_str()).collect();
+    assert_eq!(ids, ["u1", "a1#0", "a1#1", "r1", "r1!error"]);
+    assert_eq!(trace.events[1].tokens, Some(7));
+    assert_eq!(trace.events[3].duration_s, Some(2.0));
+    assert_eq!(trace.events[3].content_ref.as_deref(), Some("s.jsonl:3"));
+    assert_eq!(trace.system.as_deref(), Some("claude-code"));
+    let edges: Vec<(u32, u32, &str)> = trace.edges.iter().map(|e| (e.src, e.dst, e.edge_type.as_str())).collect();
+    assert_eq!(edges, [(1, 2, "causal"), (0, 1, "causal"), (3, 4, "safety_flow"), (2, 3, "return")]);
+    assert_eq!(report.records, 4);
+    assert_eq!(report.ignored, [("progress hook_progress".to_owned(), 1)]);
+}
+
+#[test]
+fn lines_that_lack_what_they_need_are_errors_naming_the_line() {
+    let reason = |lines: &[&str]| session(lines).map(|_| ()).expect_err("refused").reason;
+    let no_time = USER.replace(r#""timestamp": "2026-01-01T00:00:00Z", "#, "");
+    assert_eq!(reason(&[&no_time]), "line without a timestamp");
+    let bad_time = USER.replace("2026-01-01T00:00:00Z", "yesterday");
+    assert_eq!(reason(&[&bad_time]), "timestamp 'yesterday' is not an ISO-8601 time");
+    assert_eq!(reason(&[r#"{"uuid": "u"}"#]), "line without a string 'type'");
+    assert_eq!(reason(&[r#"{"type": "user", "uuid": ["u"]}"#]), "uuid is a list, expected text");
+    let conflict = USER.replace("do it", "other");
+    let error = session(&[USER, &conflict]).map(|_| ()).expect_err("two lines, one uuid");
+    assert_eq!(
+        (error.line, error.reason.as_str()),
+        (Some(2), "uuid 'u1' is already the uuid of s.jsonl:1, a different line")
+    );
+    let no_session = USER.replace(r#""sessionId": "s", "#, "");
+    let error = session(&[&no_session]).map(|_| ()).expect_err("no session id");
+    assert_eq!((error.source.as_str(), error.line), ("s.jsonl", None));
+    let negative = ASSISTANT.replace(r#""input_tokens": 3"#, r#""input_tokens": -3"#);
+    assert_eq!(reason(&[USER, &negative]), "message.usage.input_tokens is negative (-3)");
+}
+
+#[test]
+fn repeated_lines_are_read_once_and_what_a_trace_cannot_hold_is_named() {
+    let (trace, report) = session(&[USER, USER]).expect("converts");
+    assert_eq!(trace.events.len(), 1);
+    assert_eq!(report.ignored, [("line repeating an earlier line (same uuid and content)".to_owned(), 1)]);
+    let failed = r#"{"type": "system", "subtype": "stop_hook_summary", "uuid": "h", "timestamp": "2026-01-01T00:00:02Z", "hookErrors": [NaN]}"#;
+    let error = session(&[USER, failed]).map(|_| ()).expect_err("NaN");
+    assert_eq!(error.reason, "converted trace 's' is invalid at /events/1/hook_errors/0: NaN is not a finite number");
+    assert!(error.cause.is_some());
+    assert_eq!(
+        claude_code::convert(&[], &claude_code::Options::default()).map(|_| ()).expect_err("empty").source,
+        IN_MEMORY
+    );
+}
