@@ -99,6 +99,10 @@ pub(super) struct Scratch {
     out_targets: Vec<u32>,
     in_degree: Vec<u32>,
     order: Vec<u32>,
+    /// Fill cursors of the counting sorts (successor lists, `edges_by_time`).
+    cursor: Vec<u32>,
+    /// The edges as (source, target), by the time order of their sources.
+    edges_by_time: Vec<(u32, u32)>,
     /// Each agent's first slot in `stage_best`, one slot per stage.
     stage_base: Vec<u32>,
     /// Per stage of an agent, the largest critical steps among the sub-agents it spawned then.
@@ -161,6 +165,10 @@ impl Scratch {
             spawn_depth: 0,
             spawn_branching: 0,
         };
+        // The next trace's rows arrive while this one is measured.
+        if trace + 1 < view.n_traces() {
+            view.prefetch_events(trace + 1);
+        }
         view.time_order_into(trace, &mut self.by_time, &mut self.time_keys);
         self.walk_events(view, trace, &mut metrics);
         self.collect_contents(view, trace);
