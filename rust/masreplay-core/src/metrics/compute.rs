@@ -171,7 +171,6 @@ impl Scratch {
         }
         view.time_order_into(trace, &mut self.by_time, &mut self.time_keys);
         self.walk_events(view, trace, &mut metrics);
-        self.collect_contents(view, trace);
         if !self.contents.is_empty() {
             let distinct = self.distinct_contents(view);
             metrics.message_redundancy = Some(1.0 - distinct as f64 / self.contents.len() as f64);
@@ -184,8 +183,8 @@ impl Scratch {
     }
 
     /// The one pass over the events, in time order: steps, lifetimes, stages and spawns of
-    /// the agents, counts and tokens; returns and error sources are set aside for the
-    /// passes that need the whole trace, and the events' weights and error
+    /// the agents, counts and tokens; returns, error sources and message contents are set
+    /// aside for the passes that need the whole trace, and the events' weights and error
     /// sources for the pass over the edges.
     fn walk_events(&mut self, view: &BatchView<'_>, trace: usize, metrics: &mut TraceMetrics) {
         let (mut all_tokens, mut protocol_tokens) = (0i64, 0i64);
@@ -237,6 +236,11 @@ impl Scratch {
                         agent.despawn_t = agent.despawn_t.max(t);
                     }
                 }
+                EventType::Message => {
+                    if let Some(text) = view.content_ref(e) {
+                        self.contents.push((FixedState::default().hash_one(text), e));
+                    }
+                }
                 EventType::Return => self.returns.push(j as u32),
                 EventType::Aggregate => self.table.agents[author as usize].data.stage += 1,
                 EventType::SafetyEvent => self.mark_error_source(j),
@@ -246,18 +250,6 @@ impl Scratch {
         }
         if all_tokens > 0 {
             metrics.protocol_overhead = Some(protocol_tokens as f64 / all_tokens as f64);
-        }
-    }
-
-    /// The messages' content_refs, read in stored order: in time order, the reads of
-    /// shuffled events jump about the text buffer and wait on memory.
-    fn collect_contents(&mut self, view: &BatchView<'_>, trace: usize) {
-        for e in view.events_of(trace) {
-            if view.event_type(e) == EventType::Message
-                && let Some(text) = view.content_ref(e)
-            {
-                self.contents.push((FixedState::default().hash_one(text), e));
-            }
         }
     }
 

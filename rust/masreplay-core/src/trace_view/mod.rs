@@ -264,7 +264,10 @@ impl<'a> BatchView<'a> {
         prefetch_all(&self.to_keys[range.clone()]);
         prefetch_all(&self.role_keys[range]);
         prefetch_all(&self.events.tokens.values()[rows.clone()]);
-        prefetch_all(&self.events.duration_s.values()[rows]);
+        prefetch_all(&self.events.duration_s.values()[rows.clone()]);
+        let text = self.events.content_ref.value_offsets();
+        prefetch_all(&text[rows.clone()]);
+        prefetch_all(&self.events.content_ref.value_data()[text[rows.start] as usize..text[rows.end] as usize]);
     }
 
     /// The time order of two events: by (t, id). Ids are unique within a trace, so two
