@@ -9,6 +9,7 @@ pub mod error;
 pub mod graph;
 pub mod metrics;
 pub mod names;
+mod prefetch;
 pub mod rng;
 pub mod shapley;
 pub mod sim;

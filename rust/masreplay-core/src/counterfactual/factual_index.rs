@@ -10,6 +10,7 @@ use std::hash::BuildHasher;
 use foldhash::fast::RandomState;
 use rayon::prelude::*;
 
+use crate::prefetch::prefetch;
 use crate::store::same_text;
 
 /// Ids inserted together (their slots loaded first, see [`FactualIndex::warm`]).
@@ -17,20 +18,6 @@ const BLOCK: usize = 16;
 /// How many queries ahead a slot is prefetched, and a text (see the module comment).
 const SLOT_AHEAD: usize = 16;
 const TEXT_AHEAD: usize = 8;
-
-/// Asks the CPU to load the cache line at `at` without waiting for it.
-#[inline]
-fn prefetch<T>(at: &T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch reads nothing the program sees and cannot fault; `at` is a valid
-    // reference anyway.
-    #[allow(unused_unsafe)]
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>((at as *const T).cast::<i8>());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = at;
-}
 
 /// One slot of the open-addressing table (linear probing).
 #[derive(Clone, Copy)]

@@ -99,6 +99,10 @@ pub(super) struct Scratch {
     out_targets: Vec<u32>,
     in_degree: Vec<u32>,
     order: Vec<u32>,
+    /// Fill cursors of the counting sorts (successor lists, `edges_by_time`).
+    cursor: Vec<u32>,
+    /// The edges as (source, target), by the time order of their sources.
+    edges_by_time: Vec<(u32, u32)>,
     /// Each agent's first slot in `stage_best`, one slot per stage.
     stage_base: Vec<u32>,
     /// Per stage of an agent, the largest critical steps among the sub-agents it spawned then.
@@ -161,9 +165,12 @@ impl Scratch {
             spawn_depth: 0,
             spawn_branching: 0,
         };
+        // The next trace's rows arrive while this one is measured.
+        if trace + 1 < view.n_traces() {
+            view.prefetch_events(trace + 1);
+        }
         view.time_order_into(trace, &mut self.by_time, &mut self.time_keys);
         self.walk_events(view, trace, &mut metrics);
-        self.collect_contents(view, trace);
         if !self.contents.is_empty() {
             let distinct = self.distinct_contents(view);
             metrics.message_redundancy = Some(1.0 - distinct as f64 / self.contents.len() as f64);
@@ -176,8 +183,8 @@ impl Scratch {
     }
 
     /// The one pass over the events, in time order: steps, lifetimes, stages and spawns of
-    /// the agents, counts and tokens; returns and error sources are set aside for the
-    /// passes that need the whole trace, and the events' weights and error
+    /// the agents, counts and tokens; returns, error sources and message contents are set
+    /// aside for the passes that need the whole trace, and the events' weights and error
     /// sources for the pass over the edges.
     fn walk_events(&mut self, view: &BatchView<'_>, trace: usize, metrics: &mut TraceMetrics) {
         let (mut all_tokens, mut protocol_tokens) = (0i64, 0i64);
@@ -229,6 +236,11 @@ impl Scratch {
                         agent.despawn_t = agent.despawn_t.max(t);
                     }
                 }
+                EventType::Message => {
+                    if let Some(text) = view.content_ref(e) {
+                        self.contents.push((FixedState::default().hash_one(text), e));
+                    }
+                }
                 EventType::Return => self.returns.push(j as u32),
                 EventType::Aggregate => self.table.agents[author as usize].data.stage += 1,
                 EventType::SafetyEvent => self.mark_error_source(j),
@@ -238,18 +250,6 @@ impl Scratch {
         }
         if all_tokens > 0 {
             metrics.protocol_overhead = Some(protocol_tokens as f64 / all_tokens as f64);
-        }
-    }
-
-    /// The messages' content_refs, read in stored order: in time order, the reads of
-    /// shuffled events jump about the text buffer and wait on memory.
-    fn collect_contents(&mut self, view: &BatchView<'_>, trace: usize) {
-        for e in view.events_of(trace) {
-            if view.event_type(e) == EventType::Message
-                && let Some(text) = view.content_ref(e)
-            {
-                self.contents.push((FixedState::default().hash_one(text), e));
-            }
         }
     }
 

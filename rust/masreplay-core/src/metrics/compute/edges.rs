@@ -24,11 +24,10 @@ impl Scratch {
         }
         prefix_sums(&mut self.out_offsets);
         refill(&mut self.out_targets, src.len(), 0);
-        // `order` serves as the fill cursor; it is free until a topological order is needed.
-        self.order.clear();
-        self.order.extend_from_slice(&self.out_offsets[..n]);
+        self.cursor.clear();
+        self.cursor.extend_from_slice(&self.out_offsets[..n]);
         for (&source, &target) in src.iter().zip(dst) {
-            let slot = &mut self.order[source as usize];
+            let slot = &mut self.cursor[source as usize];
             self.out_targets[*slot as usize] = target as u32;
             *slot += 1;
         }
@@ -36,11 +35,11 @@ impl Scratch {
 
     /// The one pass over the edges, in an order where every edge into an event comes before
     /// the edges out of it. That is the stored order when edges are sorted by source and
-    /// point forward, as built traces are; the first edge that breaks it restarts the pass
-    /// out of each event, in time order where every edge points forward in time (whatever
-    /// order events and edges are stored in), else in Kahn's topological order. On the way it relaxes the longest path
-    /// in events and in seconds, and spreads the error sources' reach (events downstream of
-    /// one, each counted once).
+    /// point forward, as built traces are; the first edge that breaks it restarts the pass,
+    /// in the time order of the edges' sources where every edge points forward in time
+    /// (whatever order events and edges are stored in), else out of each event in Kahn's
+    /// topological order. On the way it relaxes the longest path in events and in seconds,
+    /// and spreads the error sources' reach (events downstream of one, each counted once).
     pub(super) fn walk_edges(&mut self, view: &BatchView<'_>, trace: usize, metrics: &mut TraceMetrics) {
         let n = metrics.n_events as usize;
         let (src, dst) = view.edge_pairs(trace);
@@ -67,17 +66,20 @@ impl Scratch {
             for node in nodes.iter_mut() {
                 *node = Node { error_flags: node.error_flags & SOURCE, ..Node::new(node.weight) };
             }
-            self.adjacency(view, trace);
-            let order = if self.time_order_is_topological(src, dst) {
-                &self.by_time
+            if self.time_order_is_topological(src, dst) {
+                self.sort_edges_by_source_time(src, dst);
+                for &(source, target) in &self.edges_by_time {
+                    relax(&mut self.nodes, source as usize, target as usize);
+                }
             } else {
+                self.adjacency(view, trace);
                 self.topological_order();
-                &self.order
-            };
-            for &event in order {
-                let targets = self.out_offsets[event as usize] as usize..self.out_offsets[event as usize + 1] as usize;
-                for &target in &self.out_targets[targets] {
-                    relax(&mut self.nodes, event as usize, target as usize);
+                for &event in &self.order {
+                    let targets =
+                        self.out_offsets[event as usize] as usize..self.out_offsets[event as usize + 1] as usize;
+                    for &target in &self.out_targets[targets] {
+                        relax(&mut self.nodes, event as usize, target as usize);
+                    }
                 }
             }
         }
@@ -101,6 +103,24 @@ impl Scratch {
             self.position[event as usize] = position as u32;
         }
         src.iter().zip(dst).all(|(&source, &target)| self.position[source as usize] < self.position[target as usize])
+    }
+
+    /// `edges_by_time`: the edges as (source, target), by their source's place in time
+    /// order (a counting sort). One flat loop over them relaxes every edge into an event
+    /// before any out of it, without the successor lists' short inner loops, whose ends the
+    /// CPU mispredicts.
+    fn sort_edges_by_source_time(&mut self, src: &[i32], dst: &[i32]) {
+        refill(&mut self.cursor, self.by_time.len() + 1, 0);
+        for &source in src {
+            self.cursor[self.position[source as usize] as usize + 1] += 1;
+        }
+        prefix_sums(&mut self.cursor);
+        refill(&mut self.edges_by_time, src.len(), (0, 0));
+        for (&source, &target) in src.iter().zip(dst) {
+            let slot = &mut self.cursor[self.position[source as usize] as usize];
+            self.edges_by_time[*slot as usize] = (source as u32, target as u32);
+            *slot += 1;
+        }
     }
 
     /// `order`: the events in a topological order (Kahn's), from the successor lists.
