@@ -312,3 +312,13 @@ def trace_shapley(
     noise: float | None,
     repeats: int | None,
 ) -> _TraceShapleyDict: ...
+def convert_claude_code(
+    sources: list[tuple[str, str, bytes | list[dict[str, object]]]],
+    *,
+    folder: str | None = None,
+    trace_id: str | None = None,
+    task_id: str | None = None,
+) -> tuple[TraceBatch, int, list[tuple[str, int]], list[tuple[str, int]], list[str]]:
+    """(batch, records read, ignored counts, unknown counts, warnings) of a Claude Code session:
+    (name, content-reference label, JSON Lines bytes or records) per source, main transcript
+    first; raises ConversionError naming the file and line."""

@@ -1,6 +1,6 @@
 //! Calibrated error bars for branch credit: over a fixed set of simulator seeds, with 3 to 8
 //! branches per event, credit +- 1.96 stderr covers the true effect (E[R | the factual event]
-//! - E[R | its alternatives], from the simulator's ground truth) between 93% and 97% of the
+//! minus E[R | its alternatives], from the simulator's ground truth) between 93% and 97% of the
 //! time where the branches replicate one intervention (`ablate`, `no_spawn`). Two-sided:
 //! intervals 1.4x wider or narrower must leave the band, and the test checks that they do.
 //! `substitute` branches each draw another alternative, so their spread overstates the
