@@ -30,7 +30,7 @@ whole dump (``std="batch"``, ``estimator="reinforce_pp_baseline"``, TRL's
 
 Working memory is about ``memory_limit``: the read batch, the buffers (a third), and one
 bucket in flight with its results. Beside it the plan keeps every trace's id and bucket
-(about 170 bytes a trace: 1.38 GB peak at 10^8 events in 3.7 million traces with a 1 GB
+(about 170 bytes a trace: 1.25 GB peak at 10^8 events in 3.7 million traces with a 1 GB
 limit), and a single component (one GRPO group with its branches) larger than a bucket is
 processed alone and may exceed the limit.
 
