@@ -185,6 +185,22 @@ fn scattered_groups_agree_with_gathered_at_any_thread_count() {
     }
 }
 
+/// `n_groups` groups of 1 to `max_size` rows (keys `g * 7 - 100`), group g's values drawn
+/// around `cells[g % 4]` = (offset, spread), rows shuffled: groups interleaved at random.
+fn shuffled_groups(seed: u64, n_groups: i64, max_size: usize, cells: &[(f64, f64); 4]) -> (Vec<i64>, Vec<f64>) {
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
+    let mut rows: Vec<(i64, f64)> = Vec::new();
+    for g in 0..n_groups {
+        let size = rand::RngExt::random_range(&mut rng, 1..=max_size);
+        let (offset, spread) = cells[g as usize % 4];
+        for _ in 0..size {
+            rows.push((g * 7 - 100, offset + spread * rand::RngExt::random_range(&mut rng, -1.0..1.0)));
+        }
+    }
+    rows.shuffle(&mut rng);
+    rows.into_iter().unzip()
+}
+
 /// Integer keys over a narrow range (read as `key - min`) and wide 62-bit keys (hashed), both
 /// scattered at random over 10^5 rows with groups of 1-64 rows, values far from zero and some
 /// groups constant or nearly so: the in-place tables agree with the gathered path (a trivial
@@ -192,27 +208,9 @@ fn scattered_groups_agree_with_gathered_at_any_thread_count() {
 /// the same bits at 1, 2 and 3 threads and for either form of key.
 #[test]
 fn scattered_keys_agree_with_gathered_at_any_thread_count() {
-    let mut rng = Xoshiro256PlusPlus::seed_from_u64(12);
-    let mut groups: Vec<i64> = Vec::new();
-    let mut values: Vec<f64> = Vec::new();
     let class = |key: i64| (key + 100) / 7 % 4;
-    for g in 0..3200i64 {
-        let size = rand::RngExt::random_range(&mut rng, 1..=64);
-        let (offset, spread) = match g % 4 {
-            0 => (1e6, 1.0),
-            1 => (-3.0, 1e-7),
-            2 => (42.0, 0.0),
-            _ => (0.0, 1e3),
-        };
-        for _ in 0..size {
-            groups.push(g * 7 - 100);
-            values.push(offset + spread * rand::RngExt::random_range(&mut rng, -1.0..1.0));
-        }
-    }
-    let mut order: Vec<usize> = (0..groups.len()).collect();
-    order.shuffle(&mut rng);
-    let groups: Vec<i64> = order.iter().map(|&i| groups[i]).collect();
-    let mut values: Vec<f64> = order.iter().map(|&i| values[i]).collect();
+    let cells = [(1e6, 1.0), (-3.0, 1e-7), (42.0, 0.0), (0.0, 1e3)];
+    let (groups, mut values) = shuffled_groups(12, 3200, 64, &cells);
     values[5] = f64::NAN;
     let wide: Vec<i64> = groups.iter().map(|&g| (g as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) as i64 >> 2).collect();
     let one_stratum = vec![0i64; groups.len()];
@@ -381,21 +379,8 @@ proptest! {
 /// every shape of torch's sum (fewer than 8 values, lanes with a tail, more than 64).
 #[test]
 fn trainer_modes_over_scattered_groups_give_the_gathered_bits() {
-    let mut rng = Xoshiro256PlusPlus::seed_from_u64(13);
-    let mut groups: Vec<i64> = Vec::new();
-    let mut values: Vec<f64> = Vec::new();
-    for g in 0..3000i64 {
-        let size = rand::RngExt::random_range(&mut rng, 1..=100);
-        let (offset, spread) = [(1e3, 1.0), (-3.0, 1e-4), (42.0, 0.0), (0.0, 1e2)][g as usize % 4];
-        for _ in 0..size {
-            groups.push(g * 7 - 100);
-            values.push(offset + spread * rand::RngExt::random_range(&mut rng, -1.0..1.0));
-        }
-    }
-    let mut order: Vec<usize> = (0..groups.len()).collect();
-    order.shuffle(&mut rng);
-    let groups: Vec<i64> = order.iter().map(|&i| groups[i]).collect();
-    let mut values: Vec<f64> = order.iter().map(|&i| values[i]).collect();
+    let cells = [(1e3, 1.0), (-3.0, 1e-4), (42.0, 0.0), (0.0, 1e2)];
+    let (groups, mut values) = shuffled_groups(13, 3000, 100, &cells);
     values[5] = f64::NAN;
     values[900] = f64::NAN;
     let wide: Vec<i64> = groups.iter().map(|&g| (g as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) as i64 >> 2).collect();
