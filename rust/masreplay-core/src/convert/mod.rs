@@ -160,19 +160,12 @@ fn nests_too_deep(bytes: &[u8]) -> bool {
     if opening <= json::MAX_NESTING {
         return false;
     }
-    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    let (mut depth, mut strings) = (0usize, non_finite::JsonStrings::default());
     for &byte in bytes {
-        if in_string {
-            match (escaped, byte) {
-                (true, _) => escaped = false,
-                (false, b'\\') => escaped = true,
-                (false, b'"') => in_string = false,
-                _ => {}
-            }
+        if strings.holds(byte) {
             continue;
         }
         match byte {
-            b'"' => in_string = true,
             b'[' | b'{' => {
                 depth += 1;
                 if depth > json::MAX_NESTING {

@@ -33,24 +33,43 @@ fn literal_starting(bytes: &[u8], start: usize) -> Option<&'static str> {
     LITERALS.into_iter().find(|literal| rest.starts_with(literal.as_bytes()))
 }
 
+/// Follows JSON text byte by byte to tell which bytes belong to a string literal.
+#[derive(Default)]
+pub(crate) struct JsonStrings {
+    in_string: bool,
+    escaped: bool,
+}
+
+impl JsonStrings {
+    /// Whether `byte`, the next byte of the text, belongs to a string (its quotes included).
+    pub(crate) fn holds(&mut self, byte: u8) -> bool {
+        if self.in_string {
+            match (self.escaped, byte) {
+                (true, _) => self.escaped = false,
+                (false, b'\\') => self.escaped = true,
+                (false, b'"') => self.in_string = false,
+                _ => {}
+            }
+            true
+        } else {
+            self.in_string = byte == b'"';
+            self.in_string
+        }
+    }
+}
+
 /// `bytes` with every NaN / Infinity literal outside strings swapped for a marker string;
 /// `None` when there is none.
 pub(crate) fn with_markers(bytes: &[u8]) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(bytes.len() + 64);
-    let (mut in_string, mut escaped, mut swapped) = (false, false, false);
+    let (mut strings, mut swapped) = (JsonStrings::default(), false);
     let mut at = 0;
     while at < bytes.len() {
         let byte = bytes[at];
-        if in_string {
-            match (escaped, byte) {
-                (true, _) => escaped = false,
-                (false, b'\\') => escaped = true,
-                (false, b'"') => in_string = false,
-                _ => {}
-            }
-        } else if byte == b'"' {
-            in_string = true;
-        } else if let Some(literal) = literal_starting(bytes, at) {
+        // A literal holds no quote: skipping its bytes leaves the string state as it is.
+        if !strings.holds(byte)
+            && let Some(literal) = literal_starting(bytes, at)
+        {
             out.extend_from_slice(format!("\"\\u0000{}{literal}\"", &MARKER[1..]).as_bytes());
             at += literal.len();
             swapped = true;
