@@ -288,6 +288,66 @@ def test_importance_weighting_removes_the_behaviour_policys_bias():
     assert plain.mean() == pytest.approx(0.08, abs=0.03)
 
 
+#: Alternatives of a fork: (name, probability of being taken, mean reward).
+FORKS = ([("spawn", 0.6, 0.3), ("answer", 0.4, 0.0)], [("search", 0.5, 0.2), ("ask", 0.3, -0.1), ("stop", 0.2, 0.0)])
+
+
+def _standardized_fork_errors(importance_weighting: bool, groups: int = 1000, seed: int = 40) -> np.ndarray:
+    """|credit - planted effect| / stderr, one per (group, alternative) taken: groups of 6-16
+    traces fork once among two or three alternatives with planted mean rewards (noise 0.2);
+    the planted effect is mu(alternative) minus the (importance-weighted) mean of mu over the
+    group's traces."""
+    rng = np.random.default_rng(seed + importance_weighting)
+    traces, planted, alternative_of = [], {}, {}
+    for g in range(groups):
+        fork = FORKS[g % 2]
+        probabilities = np.array([p for _, p, _ in fork])
+        taken = rng.choice(len(fork), size=int(rng.integers(6, 17)), p=probabilities)
+        weights = 1 / probabilities[taken] if importance_weighting else np.ones(len(taken))
+        means = np.array([mean for _, _, mean in fork])
+        mix = float(weights @ means[taken] / weights.sum())
+        for k, choice in enumerate(taken.tolist()):
+            name, p, mean = fork[choice]
+            decision = {"id": "e1", "t": 1.0, "type": "orchestrator_decision", "agent": "orch", "content_ref": name}
+            traces.append(
+                {
+                    "trace_id": f"g{g}-{k}",
+                    "task_id": f"g{g}",
+                    "events": [
+                        {"id": "e0", "t": 0.0, "type": "orchestrator_decision", "agent": "orch"},
+                        {**decision, "logprob": float(np.log(p))},
+                        {"id": "e9", "t": 9.0, "type": "aggregate", "agent": "orch"},
+                    ],
+                    "edges": [],
+                    "rewards": {"team": mean + rng.normal(0, 0.2)},
+                    "costs": {"tokens": 0, "wall_clock_s": 0},
+                }
+            )
+            planted[(f"g{g}", name)] = mean - mix
+            alternative_of[f"g{g}-{k}"] = (f"g{g}", name)
+    table = masreplay.same_prefix_credit(
+        masreplay.load_traces(traces), importance_weighting=importance_weighting, aligned=False
+    ).to_pylist()
+    # Every trace of an alternative carries the same interval: one error per alternative.
+    errors = {
+        alternative_of[row["trace_id"]]: abs(row["credit"] - planted[alternative_of[row["trace_id"]]]) / row["stderr"]
+        for row in table
+    }
+    return np.array(list(errors.values()))
+
+
+@pytest.mark.parametrize("importance_weighting", [False, True])
+def test_same_prefix_intervals_cover_the_planted_effect_95_percent_of_the_time(importance_weighting):
+    """Two-sided, as for branch credit: credit +- 1.96 stderr covers the planted effect 93-97%
+    of the time, and 1.4x wider or narrower intervals leave that band."""
+    errors = _standardized_fork_errors(importance_weighting)
+    assert errors.size > 2000
+    coverage = {scale: float(np.mean(errors <= 1.96 * scale)) for scale in (1.0, 1.4, 1 / 1.4)}
+    assert 0.93 <= coverage[1.0] <= 0.97, coverage
+    assert coverage[1.4] > 0.97, f"1.4x inflated errors would pass: {coverage}"
+    assert coverage[1 / 1.4] < 0.93, f"1.4x shrunk errors would pass: {coverage}"
+
+
 def test_same_prefix_signature_is_configurable_and_checked():
     batch = _spawn_groups(3, 4, p_spawn=0.5, effect=0.3, seed=4, logprob=False)
     # Matching on the agent alone, the fork at e1 (same author) disappears; e2 vs e9 remains.

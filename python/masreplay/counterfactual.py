@@ -118,9 +118,14 @@ def same_prefix_credit(
     "content_ref")``; any of those plus ``from`` and ``to``). At a divergence, the first event
     of each branch gets Q(branch) - V: the mean reward below the branch minus the mean over
     every trace through the node; ``n_branches`` is the number of sibling traces (the others
-    through the node) and stderr is s * sqrt(1/n_branch - 1/n_node). When every diverging
-    event logs ``logprob`` and ``importance_weighting`` is on, traces are weighted by
-    1 / p(decision) in V, removing the behaviour policy's preference from the baseline.
+    through the node). When every diverging event logs ``logprob`` and ``importance_weighting``
+    is on, traces are weighted by 1 / p(decision) in V, removing the behaviour policy's
+    preference from the baseline. The credit is a weighted sum of the node's rewards,
+    sum a_i R_i (without weights a_i = 1/n_branch - 1/n_node inside the branch, -1/n_node
+    outside); stderr is s * sqrt(sum a_i^2) * t(dof) / 1.96, with s the reward noise pooled
+    within the node's alternatives (dof = traces - alternatives), so credit +- 1.96 stderr is
+    a 95% interval. When every alternative was taken once, the spread over the node stands in
+    (wider).
     ``aligned=False`` keeps only the credited events.
     """
     batch = _batch_of(batch)

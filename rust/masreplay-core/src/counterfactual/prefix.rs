@@ -24,6 +24,7 @@ use super::{Credit, Entry, mean_and_variance, trace_rewards};
 use crate::error::{MasreplayError, Result};
 use crate::store::TraceBatch;
 use crate::store::schema::TraceColumns;
+use crate::student_t::z_scale;
 
 /// The event fields that make two events "the same step" when building the prefix tree.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -132,21 +133,24 @@ pub fn same_prefix_credit(
             let position = offsets[row] as usize + depth;
             (position < offsets[row + 1] as usize).then_some(position)
         };
+        // Each alternative: its event's signature (None: the traces that stop here) and its
+        // traces, as positions in `rows`.
         let mut children: Vec<(Option<u64>, Vec<usize>)> = Vec::new();
-        for &row in &rows {
+        for (position, &row) in rows.iter().enumerate() {
             let key = event_of(row).map(|k| hashes[k]);
             match children.iter_mut().find(|(k, _)| *k == key) {
-                Some((_, members)) => members.push(row),
-                None => children.push((key, vec![row])),
+                Some((_, members)) => members.push(position),
+                None => children.push((key, vec![position])),
             }
         }
+        let reward_at = |position: &usize| rewards[rows[*position]];
         if children.len() >= 2 {
-            let decisions: Vec<Option<f64>> = rows
+            let logprobs: Vec<Option<f64>> = rows
                 .iter()
                 .map(|&row| event_of(row).filter(|&k| logprob.is_valid(k)).map(|k| logprob.value(k)))
                 .collect();
-            let weighted = importance_weighting && decisions.iter().all(Option::is_some);
-            let weights: Vec<f64> = decisions
+            let weighted = importance_weighting && logprobs.iter().all(Option::is_some);
+            let weights: Vec<f64> = logprobs
                 .iter()
                 .map(|d| match d {
                     Some(logprob) if weighted => (-logprob).exp(),
@@ -155,24 +159,56 @@ pub fn same_prefix_credit(
                 .collect();
             let total: f64 = weights.iter().sum();
             let baseline = rows.iter().zip(&weights).map(|(&row, w)| w * rewards[row]).sum::<f64>() / total;
-            let (_, variance, n) = mean_and_variance(rows.iter().map(|&row| rewards[row]));
+            let squared_shares = weights.iter().map(|w| w * w).sum::<f64>() / (total * total);
+            let (noise, dof) = reward_noise(&children, reward_at);
+            let z_scale = z_scale(dof);
             for (key, members) in &children {
                 if key.is_none() {
                     continue; // traces that stop here have no event to credit
                 }
-                let (mean, _, n_child) = mean_and_variance(members.iter().map(|&row| rewards[row]));
-                let stderr = (variance * (1.0 / n_child as f64 - 1.0 / n as f64)).sqrt();
-                for &row in members {
-                    let event = event_of(row).expect("a child with a key has an event here");
-                    entries.push((event as u64, row as u32, mean - baseline, stderr, (n - 1) as u32));
+                let (mean, _, n_child) = mean_and_variance(members.iter().map(reward_at));
+                let n_child = n_child as f64;
+                // Q - V is a weighted sum of the node's rewards, sum_i a_i r_i with
+                // a_i = [i in child] / n_child - w_i / W: its variance is noise * sum_i a_i^2.
+                let child_share = members.iter().map(|&position| weights[position]).sum::<f64>() / total;
+                let coefficients = 1.0 / n_child - 2.0 * child_share / n_child + squared_shares;
+                let stderr = (noise * coefficients.max(0.0)).sqrt() * z_scale;
+                for &position in members {
+                    let (row, event) =
+                        (rows[position], event_of(rows[position]).expect("a child with a key has an event"));
+                    entries.push((event as u64, row as u32, mean - baseline, stderr, (rows.len() - 1) as u32));
                 }
             }
         }
         for (key, members) in children {
             if key.is_some() && members.len() >= 2 {
-                nodes.push((members, depth + 1));
+                nodes.push((members.into_iter().map(|position| rows[position]).collect(), depth + 1));
             }
         }
     }
     Ok(Credit::from_entries(entries))
+}
+
+/// The variance of one reward around its alternative's mean, and its degrees of freedom: pooled
+/// within the node's alternatives (a difference between alternatives is the effect being
+/// measured, not noise). When every alternative was taken once there is nothing within to pool,
+/// and the spread over the whole node stands in: it holds the effects too, so it can only widen
+/// the bar.
+fn reward_noise(children: &[(Option<u64>, Vec<usize>)], reward_at: impl Fn(&usize) -> f64 + Copy) -> (f64, usize) {
+    let n = children.iter().map(|(_, members)| members.len()).sum::<usize>();
+    let dof = n - children.len();
+    if dof == 0 {
+        let (_, variance, n) =
+            mean_and_variance(children.iter().flat_map(|(_, members)| members.iter().map(reward_at)));
+        return (variance, n - 1);
+    }
+    let within: f64 = children
+        .iter()
+        .filter(|(_, members)| members.len() >= 2)
+        .map(|(_, members)| {
+            let (_, variance, n) = mean_and_variance(members.iter().map(reward_at));
+            variance * (n - 1) as f64
+        })
+        .sum();
+    (within / dof as f64, dof)
 }

@@ -130,8 +130,11 @@ fn same_prefix_credits_where_siblings_diverge() {
     assert_eq!([credit.credit[1], credit.credit[3], credit.credit[5], credit.credit[7]], [1.0, 1.0, -1.0, -1.0]);
     assert!(credit.credit[0].is_nan() && credit.n_branches[0] == 0);
     assert_eq!(credit.n_branches[1], 3);
-    // s^2 = var(1, 3, 0, 0) = 2; stderr = sqrt(2 * (1/2 - 1/4)).
-    assert!((credit.stderr[1] - (2.0f64 * 0.25).sqrt()).abs() < 1e-12);
+    // Noise pooled within the alternatives: (var(1, 3) + var(0, 0)) / 2 = 1 with 4 - 2 degrees
+    // of freedom; stderr = sqrt(1 * (1/2 - 1/4)), scaled by t(2) / 1.96.
+    let t2_over_z = 4.302653 / crate::student_t::Z975;
+    assert!((credit.stderr[1] - 0.25f64.sqrt() * t2_over_z).abs() < 1e-12);
+    assert_eq!(credit.stderr[1], credit.stderr[5], "one noise for every alternative of a node");
     assert!(Signature::new(vec!["colour".into()]).is_err());
 }
 

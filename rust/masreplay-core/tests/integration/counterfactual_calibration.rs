@@ -5,14 +5,24 @@
 //! intervals 1.4x wider or narrower must leave the band, and the test checks that they do.
 //! `substitute` branches each draw another alternative, so their spread overstates the
 //! factual reward's noise: those intervals are conservative and only their floor is checked.
+//!
+//! The same two-sided rule for same-prefix credit: groups whose traces fork among two or three
+//! alternatives with planted mean rewards; each credited fork's interval is checked against
+//! mu(alternative) minus the (importance-weighted) mean of mu over the group's traces.
 
 use std::collections::HashMap;
 
-use masreplay_core::counterfactual::{Baseline, branch_credit};
+use masreplay_core::counterfactual::{Baseline, Signature, branch_credit, same_prefix_credit};
 use masreplay_core::sim::SimConfig;
 use masreplay_core::sim::branches::{BranchConfig, generate_with_branches};
 use masreplay_core::store::TraceBatch;
 use masreplay_core::trace::CounterfactualKind;
+use masreplay_core::validate::trace_from_json;
+use masreplay_core::{Trace, ValidateOptions};
+use rand::{RngExt, SeedableRng};
+use rand_distr::StandardNormal;
+use rand_xoshiro::Xoshiro256PlusPlus;
+use serde_json::json;
 
 const SEEDS: u64 = 24;
 const TRACES: usize = 100;
@@ -69,4 +79,73 @@ fn branch_credit_intervals_cover_the_true_effect_95_percent_of_the_time() {
         errors.iter().filter(|(_, kind)| *kind == CounterfactualKind::Substitute).map(|(z, _)| *z).collect();
     let conservative = coverage(&substituted, 1.0);
     assert!(conservative >= 0.95, "substitute coverage {conservative:.3} over {}", substituted.len());
+}
+
+/// Alternatives of the fork: (name, probability of being taken, mean reward).
+const FORKS: [&[(&str, f64, f64)]; 2] =
+    [&[("spawn", 0.6, 0.3), ("answer", 0.4, 0.0)], &[("search", 0.5, 0.2), ("ask", 0.3, -0.1), ("stop", 0.2, 0.0)]];
+
+/// |credit - planted effect| / stderr for every credited fork of 3,000 groups of 6-16 traces.
+fn same_prefix_errors(importance_weighting: bool) -> Vec<f64> {
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(900 + importance_weighting as u64);
+    let (mut traces, mut planted): (Vec<Trace>, Vec<f64>) = (Vec::new(), Vec::new());
+    for group in 0..3000 {
+        let fork = FORKS[group % 2];
+        let size = rng.random_range(6..=16usize);
+        let mut taken = Vec::with_capacity(size);
+        for k in 0..size {
+            let (u, mut cumulative): (f64, f64) = (rng.random(), 0.0);
+            let choice = fork
+                .iter()
+                .position(|&(_, p, _)| {
+                    cumulative += p;
+                    u < cumulative
+                })
+                .unwrap_or(fork.len() - 1);
+            let (name, p, mean) = fork[choice];
+            let reward = mean + 0.2 * rng.sample::<f64, _>(StandardNormal);
+            let value = json!({
+                "trace_id": format!("g{group}-{k}"), "task_id": format!("g{group}"),
+                "events": [
+                    {"id": "e0", "t": 0.0, "type": "orchestrator_decision", "agent": "orch"},
+                    {"id": "e1", "t": 1.0, "type": "orchestrator_decision", "agent": "orch", "content_ref": name, "logprob": p.ln()},
+                    {"id": "e9", "t": 9.0, "type": "aggregate", "agent": "orch"}],
+                "edges": [], "rewards": {"team": reward}, "costs": {"tokens": 0, "wall_clock_s": 0}});
+            traces.push(trace_from_json(&value, ValidateOptions::default()).expect("a valid trace"));
+            taken.push(choice);
+        }
+        // The planted effect of each trace's choice against the group's (weighted) mix.
+        let weight = |c: usize| if importance_weighting { 1.0 / fork[c].1 } else { 1.0 };
+        let total: f64 = taken.iter().map(|&c| weight(c)).sum();
+        let mix = taken.iter().map(|&c| weight(c) * fork[c].2).sum::<f64>() / total;
+        planted.extend(taken.iter().map(|&c| fork[c].2 - mix));
+    }
+    let batch = TraceBatch::from_traces(&traces).unwrap();
+    let credit = same_prefix_credit(&batch, "team", &Signature::default(), importance_weighting).unwrap();
+    // One interval per (group, alternative): every trace of an alternative has the same one.
+    let mut seen = std::collections::HashSet::new();
+    credit
+        .trace
+        .iter()
+        .enumerate()
+        .filter(|&(k, _)| seen.insert((credit.credit[k].to_bits(), credit.stderr[k].to_bits())))
+        .map(|(k, &row)| (credit.credit[k] - planted[row as usize]).abs() / credit.stderr[k])
+        .collect()
+}
+
+#[test]
+fn same_prefix_intervals_cover_the_planted_effect_95_percent_of_the_time() {
+    for importance_weighting in [false, true] {
+        let errors = same_prefix_errors(importance_weighting);
+        assert!(errors.len() > 6_000, "{} credited forks", errors.len());
+        let covered = coverage(&errors, 1.0);
+        assert!(
+            (0.93..=0.97).contains(&covered),
+            "coverage {covered:.3} over {} forks ({importance_weighting})",
+            errors.len()
+        );
+        let (inflated, shrunk) = (coverage(&errors, 1.4), coverage(&errors, 1.0 / 1.4));
+        assert!(inflated > 0.97, "1.4x inflated errors would pass: {inflated:.3}");
+        assert!(shrunk < 0.93, "1.4x shrunk errors would pass: {shrunk:.3}");
+    }
 }
