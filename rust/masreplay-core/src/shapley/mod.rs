@@ -271,7 +271,10 @@ const MSR_FROM_EVALUATIONS_PER_PLAYER: u64 = 30;
 /// KernelSHAP at n = 14-16 on all but low order (a tie), and is exact on pairwise games like
 /// antithetic permutations; else antithetic permutations, which at 10 evaluations per player
 /// (n = 100, budget 1,000) won on low-order and pairwise games, where MSR's surrogate has too
-/// few pairs to fit.
+/// few pairs to fit. Not a threshold to move: on sparse low-order games (100 terms over n =
+/// 300 players) MSR stays 1.5x behind permutations from 33 to 133 evaluations per player,
+/// while at n = 300 and 33 per player it is 3x ahead on full-order and voting games; n and the
+/// budget cannot tell the two apart (benches/RESULTS.md, 2026-11-26 morning).
 fn unstructured_choice(n: usize, budget: u64) -> Method {
     if n <= MAX_EXACT_PLAYERS && exact::coalitions_needed(n) <= budget as f64 {
         Method::Exact

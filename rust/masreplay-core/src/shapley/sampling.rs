@@ -12,6 +12,7 @@ use rayon::prelude::*;
 use super::game::{Game, prefix_values};
 use super::{Estimate, Stopping};
 use crate::error::{MasreplayError, Result};
+use crate::student_t::z_scale;
 
 /// Chunks per round between two looks at the standard errors.
 const ROUND_CHUNKS: usize = 8;
@@ -21,6 +22,12 @@ const ROUND_CHUNKS: usize = 8;
 const CHUNK_COALITIONS: usize = 4096;
 /// Units drawn before a standard error is trusted for stopping.
 const MIN_UNITS_FOR_STOPPING: u64 = 16;
+/// Weight, in units, of the players' mean variance in each player's (see
+/// [`Moments::stderr`]). Measured on the families of tests/test_shapley_calibration.py
+/// (n = 16, 200 seeds): at 10 antithetic pairs, voting covered 66% without the pooling, 90%
+/// with a weight of 4, 95% with 8, 94% with 16; precedence's 20 orderings, voting: 71%, 89%,
+/// 89%, 94%. From 300 units on every weight gives the same 94-96%.
+const POOLED_DOF: usize = 16;
 
 pub use crate::rng::stream;
 
@@ -80,20 +87,34 @@ impl Moments {
         self.sum.iter().map(|s| s / self.units as f64).collect()
     }
 
-    /// Standard error of each mean (NaN below two units).
+    /// Standard error of each mean (NaN below two units), calibrated for few units: each
+    /// player's sample variance is moderated toward the players' mean variance as if that
+    /// mean came from [`POOLED_DOF`] more units (Smyth's moderated t, 2004), and the error is
+    /// scaled by t(units - 1 + POOLED_DOF) / 1.96, so that value +- 1.96 stderr is a 95%
+    /// interval. Without the pooling a player whose rare marginal contribution (a swing of a
+    /// voting game) no ordering happened to show has stderr 0 however wrong its value: five
+    /// antithetic pairs on 16 players covered 46% on weighted voting and 88-91% on SOUM
+    /// games; with it 95-97% (tests/test_shapley_calibration.py). A null player's stderr is
+    /// the floor, no longer 0.
     pub fn stderr(&self) -> Vec<f64> {
+        if self.units < 2 {
+            return vec![f64::NAN; self.sum.len()];
+        }
         let m = self.units as f64;
-        self.sum
+        let variances: Vec<f64> = self
+            .sum
             .iter()
             .zip(&self.sum_squares)
             .map(|(s, q)| {
-                if self.units < 2 {
-                    return f64::NAN;
-                }
                 let mean = s / m;
-                ((q / m - mean * mean).max(0.0) * m / (m - 1.0) / m).sqrt()
+                (q / m - mean * mean).max(0.0) * m / (m - 1.0)
             })
-            .collect()
+            .collect();
+        let pooled = variances.iter().sum::<f64>() / variances.len() as f64;
+        let dof = m - 1.0;
+        let scale = z_scale(self.units as usize - 1 + POOLED_DOF);
+        let prior = POOLED_DOF as f64;
+        variances.iter().map(|v| ((dof * v + prior * pooled) / (dof + prior) / m).sqrt() * scale).collect()
     }
 }
 
