@@ -94,11 +94,18 @@ impl<'a> Record<'a> {
 /// The records of JSON Lines text: each non-blank line, which must hold a JSON object. Lines
 /// are parsed in parallel; the first broken one (in line order) is the error.
 pub fn json_lines<'a>(name: &str, bytes: &'a [u8], keep: &Keep) -> Result<Vec<Record<'a>>, ConversionError> {
-    let lines: Vec<(usize, &[u8])> = bytes
-        .split(|&byte| byte == b'\n')
+    // memchr finds the line ends 16-32 bytes at a time (a byte-by-byte split was a tenth of a
+    // conversion).
+    let ends = memchr::memchr_iter(b'\n', bytes).chain(std::iter::once(bytes.len()));
+    let mut start = 0;
+    let lines: Vec<(usize, &[u8])> = ends
         .enumerate()
+        .map(|(index, end)| {
+            let raw = &bytes[start..end];
+            start = end + 1;
+            (index + 1, raw)
+        })
         .filter(|(_, raw)| !raw.iter().all(|byte| matches!(byte, b' ' | b'\t' | b'\r' | 0x0b | 0x0c)))
-        .map(|(index, raw)| (index + 1, raw))
         .collect();
     let parsed: Vec<Result<Record<'a>, ConversionError>> = lines
         .into_par_iter()
@@ -156,8 +163,7 @@ fn read<'a>(text: &'a str, keep: &Keep) -> Result<Json<'a>, serde_json::Error> {
 /// another (Python would not read it; serde_json skips unread values at any depth). Counting
 /// the brackets first settles nearly every line without following strings.
 fn nests_too_deep(bytes: &[u8]) -> bool {
-    let opening = bytes.iter().filter(|&&byte| byte == b'[' || byte == b'{').count();
-    if opening <= json::MAX_NESTING {
+    if opening_brackets(bytes) <= json::MAX_NESTING {
         return false;
     }
     let (mut depth, mut strings) = (0usize, non_finite::JsonStrings::default());
@@ -177,6 +183,18 @@ fn nests_too_deep(bytes: &[u8]) -> bool {
         }
     }
     false
+}
+
+/// How many `[` and `{` the bytes hold (in strings too). Counted in blocks of 255 bytes into
+/// a byte-wide sum, which the compiler turns into one compare and add per 16 bytes.
+fn opening_brackets(bytes: &[u8]) -> usize {
+    bytes
+        .chunks(255)
+        .map(|block| {
+            let count = block.iter().fold(0u8, |count, &byte| count + u8::from(byte == b'[' || byte == b'{'));
+            usize::from(count)
+        })
+        .sum()
 }
 
 /// Python's words for the first byte its UTF-8 decoder refuses.
