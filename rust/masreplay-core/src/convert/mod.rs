@@ -1,6 +1,7 @@
 //! Converters from foreign trace formats. A converter reads the source's records (JSON Lines
 //! read here with borrowed strings, or records a binding made from its own objects), builds
-//! one trace per conversion as the seed JSON form and checks it like any JSON trace. What it
+//! one trace per conversion and checks it as a JSON trace is checked (`validate::event_from_parts`,
+//! `trace_from_parts`: the same rules and words, no JSON document in between). What it
 //! set aside is counted in a [`Report`]; what it cannot read is a [`ConversionError`] naming
 //! the file and line.
 
@@ -94,32 +95,50 @@ impl<'a> Record<'a> {
 /// The records of JSON Lines text: each non-blank line, which must hold a JSON object. Lines
 /// are parsed in parallel; the first broken one (in line order) is the error.
 pub fn json_lines<'a>(name: &str, bytes: &'a [u8], keep: &Keep) -> Result<Vec<Record<'a>>, ConversionError> {
-    // memchr finds the line ends 16-32 bytes at a time (a byte-by-byte split was a tenth of a
-    // conversion).
-    let ends = memchr::memchr_iter(b'\n', bytes).chain(std::iter::once(bytes.len()));
-    let mut start = 0;
-    let lines: Vec<(usize, &[u8])> = ends
-        .enumerate()
-        .map(|(index, end)| {
-            let raw = &bytes[start..end];
-            start = end + 1;
-            (index + 1, raw)
-        })
-        .filter(|(_, raw)| !raw.iter().all(|byte| matches!(byte, b' ' | b'\t' | b'\r' | 0x0b | 0x0c)))
-        .collect();
-    let parsed: Vec<Result<Record<'a>, ConversionError>> = lines
+    Ok(json_lines_of(&[(name, bytes)], keep)?.pop().unwrap_or_default())
+}
+
+/// The records of several JSON Lines files (name, text), as [`json_lines`] reads each. The
+/// lines of all of them are parsed in one parallel pass (one wait for the thread pool, not
+/// one per file); the first broken line, in file then line order, is the error.
+pub fn json_lines_of<'a>(files: &[(&str, &'a [u8])], keep: &Keep) -> Result<Vec<Vec<Record<'a>>>, ConversionError> {
+    let mut lines: Vec<(usize, usize, &[u8])> = Vec::new();
+    for (file, (_, bytes)) in files.iter().enumerate() {
+        // memchr finds the line ends 16-32 bytes at a time (a byte-by-byte split was a tenth
+        // of a conversion).
+        let ends = memchr::memchr_iter(b'\n', bytes).chain(std::iter::once(bytes.len()));
+        let mut start = 0;
+        lines.extend(
+            ends.enumerate()
+                .map(|(index, end)| {
+                    let raw = &bytes[start..end];
+                    start = end + 1;
+                    (file, index + 1, raw)
+                })
+                .filter(|(_, _, raw)| !raw.iter().all(|byte| matches!(byte, b' ' | b'\t' | b'\r' | 0x0b | 0x0c))),
+        );
+    }
+    let parsed: Vec<(usize, Result<Record<'a>, ConversionError>)> = lines
         .into_par_iter()
-        .map(|(number, raw)| match parse_line(raw, keep) {
-            Ok(Json::Object(entries)) => Ok(Record { line: number, value: Json::Object(entries), text: Some(raw) }),
-            Ok(other) => Err(ConversionError::new(
-                name,
-                Some(number),
-                format!("expected a JSON object, got {}", other.python_type()),
-            )),
-            Err(reason) => Err(ConversionError::new(name, Some(number), reason)),
+        .map(|(file, number, raw)| {
+            let name = files[file].0;
+            let record = match parse_line(raw, keep) {
+                Ok(Json::Object(entries)) => Ok(Record { line: number, value: Json::Object(entries), text: Some(raw) }),
+                Ok(other) => Err(ConversionError::new(
+                    name,
+                    Some(number),
+                    format!("expected a JSON object, got {}", other.python_type()),
+                )),
+                Err(reason) => Err(ConversionError::new(name, Some(number), reason)),
+            };
+            (file, record)
         })
         .collect();
-    parsed.into_iter().collect()
+    let mut records: Vec<Vec<Record<'a>>> = files.iter().map(|_| Vec::new()).collect();
+    for (file, record) in parsed {
+        records[file].push(record?);
+    }
+    Ok(records)
 }
 
 /// One line as Python's `json.loads` reads bytes: UTF-8 (a leading byte-order mark skipped),
