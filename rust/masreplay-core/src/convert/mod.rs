@@ -13,7 +13,8 @@ mod tests;
 
 use std::borrow::Cow;
 
-use rayon::prelude::*;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 use crate::error::ValidationError;
 use crate::validate::non_finite;
@@ -99,8 +100,8 @@ pub fn json_lines<'a>(name: &str, bytes: &'a [u8], keep: &Keep) -> Result<Vec<Re
 }
 
 /// The records of several JSON Lines files (name, text), as [`json_lines`] reads each. The
-/// lines of all of them are parsed in one parallel pass (one wait for the thread pool, not
-/// one per file); the first broken line, in file then line order, is the error.
+/// lines of all of them are parsed in one parallel pass ([`shared_map`]); the first broken
+/// line, in file then line order, is the error.
 pub fn json_lines_of<'a>(files: &[(&str, &'a [u8])], keep: &Keep) -> Result<Vec<Vec<Record<'a>>>, ConversionError> {
     let mut lines: Vec<(usize, usize, &[u8])> = Vec::new();
     for (file, (_, bytes)) in files.iter().enumerate() {
@@ -118,27 +119,55 @@ pub fn json_lines_of<'a>(files: &[(&str, &'a [u8])], keep: &Keep) -> Result<Vec<
                 .filter(|(_, _, raw)| !raw.iter().all(|byte| matches!(byte, b' ' | b'\t' | b'\r' | 0x0b | 0x0c))),
         );
     }
-    let parsed: Vec<(usize, Result<Record<'a>, ConversionError>)> = lines
-        .into_par_iter()
-        .map(|(file, number, raw)| {
-            let name = files[file].0;
-            let record = match parse_line(raw, keep) {
-                Ok(Json::Object(entries)) => Ok(Record { line: number, value: Json::Object(entries), text: Some(raw) }),
-                Ok(other) => Err(ConversionError::new(
-                    name,
-                    Some(number),
-                    format!("expected a JSON object, got {}", other.python_type()),
-                )),
-                Err(reason) => Err(ConversionError::new(name, Some(number), reason)),
-            };
-            (file, record)
-        })
-        .collect();
+    let parsed = shared_map(&lines, |&(file, number, raw)| {
+        let name = files[file].0;
+        let record = match parse_line(raw, keep) {
+            Ok(Json::Object(entries)) => Ok(Record { line: number, value: Json::Object(entries), text: Some(raw) }),
+            Ok(other) => Err(ConversionError::new(
+                name,
+                Some(number),
+                format!("expected a JSON object, got {}", other.python_type()),
+            )),
+            Err(reason) => Err(ConversionError::new(name, Some(number), reason)),
+        };
+        (file, record)
+    });
     let mut records: Vec<Vec<Record<'a>>> = files.iter().map(|_| Vec::new()).collect();
     for (file, record) in parsed {
         records[file].push(record?);
     }
     Ok(records)
+}
+
+/// Items per share of [`shared_map`]: about 50 µs of lines, the longest the calling thread
+/// waits for a pool thread that took a share and lost its core.
+const SHARE: usize = 32;
+
+/// `items` mapped in order, by the calling thread and the pool's other threads together, each
+/// taking the next share of items until none is left. The calling thread works instead of
+/// waiting: on a machine whose cores are busy with other work, a pool thread that starts late
+/// finds nothing left (a parallel iterator would wait for the share it was given).
+fn shared_map<T: Sync, R: Send>(items: &[T], map: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let next = AtomicUsize::new(0);
+    let done: Mutex<Vec<(usize, Vec<R>)>> = Mutex::new(Vec::new());
+    let work = || {
+        let mut mine = Vec::new();
+        loop {
+            let share = next.fetch_add(1, Ordering::Relaxed);
+            let Some(part) = items.chunks(SHARE).nth(share) else { break };
+            mine.push((share, part.iter().map(&map).collect::<Vec<R>>()));
+        }
+        done.lock().unwrap_or_else(PoisonError::into_inner).extend(mine);
+    };
+    rayon::in_place_scope(|scope| {
+        for _ in 1..rayon::current_num_threads() {
+            scope.spawn(|_| work());
+        }
+        work();
+    });
+    let mut shares = done.into_inner().unwrap_or_else(PoisonError::into_inner);
+    shares.sort_unstable_by_key(|(share, _)| *share);
+    shares.into_iter().flat_map(|(_, results)| results).collect()
 }
 
 /// One line as Python's `json.loads` reads bytes: UTF-8 (a leading byte-order mark skipped),
