@@ -1,9 +1,10 @@
-"""Conversion throughput of the Claude Code sample against reading its lines with json.
+"""Conversion throughput of the real samples against reading their lines with json.
 
 ``masreplay.convert.claude_code`` (read every file of the session, build the trace, validate
-it in Rust) against the floor any converter pays: ``json.loads`` on every line of the same
-files. The ratio (json time / converter time) says how much of a json-only pass the whole
-conversion costs; below 1 means slower than the bare parse. Reads the real session in tests/data.
+it in Rust) and ``masreplay.convert.marble`` (both MARBLE result logs) against the floor any
+converter pays: ``json.loads`` on every line of the same files. The ratio (json time /
+converter time) says how much of a json-only pass the whole conversion costs; below 1 means
+slower than the bare parse. Reads the real samples in tests/data.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ import pytest
 
 from masreplay import convert
 
-SESSION = Path(__file__).resolve().parents[1] / "tests" / "data" / "claude_code" / "fa812bfe-b295-4cca-9c2f-fdf01028cb46.jsonl"
+DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
+SESSION = DATA / "claude_code" / "fa812bfe-b295-4cca-9c2f-fdf01028cb46.jsonl"
+MARBLE = sorted((DATA / "marble").glob("*.jsonl"))
 
 
 def _session_files() -> list[Path]:
@@ -58,3 +61,34 @@ def test_claude_code_conversion(side, claude_session, measure):
         files = _session_files()
         lines = measure(lambda: _json_lines(files), data=claude_session, side="json.loads per line", rounds=10, unit="MB/s")
         assert lines == claude_session.notes["lines"]
+
+
+@pytest.fixture(scope="module")
+def marble_logs(dataset_type):
+    if not MARBLE:
+        pytest.fail(f"the MARBLE samples are missing: expected them in {DATA / 'marble'}", pytrace=False)
+    events = sum(convert.marble(path).num_events for path in MARBLE)
+    lines = _json_lines(MARBLE)
+    return dataset_type(
+        f"MARBLE result logs ({len(MARBLE)} files)",
+        MARBLE,
+        lines,
+        events,
+        sum(path.stat().st_size for path in MARBLE),
+        notes={"lines": lines},
+        suite="convert",
+    )
+
+
+def _marble_all() -> int:
+    return sum(convert.marble(path).num_events for path in MARBLE)
+
+
+@pytest.mark.parametrize("side", ["masreplay", "anchor"])
+def test_marble_conversion(side, marble_logs, measure):
+    if side == "masreplay":
+        events = measure(_marble_all, data=marble_logs, side=side, rounds=10, unit="MB/s")
+        assert events == marble_logs.n_events
+    else:
+        lines = measure(lambda: _json_lines(MARBLE), data=marble_logs, side="json.loads per line", rounds=10, unit="MB/s")
+        assert lines == marble_logs.notes["lines"]

@@ -321,6 +321,71 @@ pub fn trace_from_tape(tape: &Tape, root: usize, options: ValidateOptions) -> Re
     }
 }
 
+// ---- traces built in Rust (converters): the same checks without a JSON document ----------
+
+/// An event made by a converter, checked as the Reader checks event `index` of a JSON trace
+/// with the keys id, t, type, agent, then `fields` in their order.
+pub(crate) fn event_from_parts(
+    trace_id: &str,
+    index: usize,
+    head: (String, f64, EventType, String),
+    fields: Vec<(&str, Value)>,
+) -> Result<Event, ValidationError> {
+    let reader = Reader { trace_id: Some(trace_id) };
+    let events_at = Loc::Root.key("events");
+    let at = events_at.index(index);
+    let (id, t, event_type, agent) = head;
+    reader.rule(&at.key("id"), check_non_empty(&id))?;
+    // A time JSON cannot hold is null there.
+    let t = reader.number(&Value::from(t), &at.key("t"))?;
+    reader.rule(&at.key("t"), check_non_negative(t))?;
+    reader.rule(&at.key("agent"), check_non_empty(&agent))?;
+    let mut event = Event::new(id, t, event_type, agent);
+    let mut extra = Map::new();
+    for (key, value) in fields {
+        if !reader.field(&mut event, key, &value, &at)? {
+            extra.insert(key.to_owned(), value);
+        }
+    }
+    reader.attach(event, extra, &at)
+}
+
+/// A trace a converter made of events from [`event_from_parts`] and edges between them, with
+/// the checks `trace_from_json` makes of the whole (at least one event, distinct ids, an
+/// acyclic graph) and of `costs`. The ids given are non-empty; there are no rewards.
+pub(crate) fn trace_from_parts(
+    (trace_id, task_id, system, topology): (&str, &str, &str, Topology),
+    events: Vec<Event>,
+    edges: Vec<Edge>,
+    costs: Map<String, Value>,
+) -> Result<Trace, ValidationError> {
+    let reader = Reader { trace_id: Some(trace_id) };
+    if events.is_empty() {
+        return reader.fail(&Loc::Root.key("events"), NO_EVENTS);
+    }
+    reader.distinct_ids(&events)?;
+    let pairs: Vec<(u32, u32)> = edges.iter().map(|e| (e.src, e.dst)).collect();
+    check_graph(Some(trace_id), &|i| events[i].id.clone(), events.len(), &pairs)?;
+    let costs = reader.costs(&Value::Object(costs))?;
+    Ok(Trace {
+        trace_id: trace_id.to_owned(),
+        task_id: task_id.to_owned(),
+        group_id: None,
+        system: Some(system.to_owned()),
+        topology: Some(topology),
+        policy_version: None,
+        counterfactual_of: None,
+        events,
+        edges,
+        rewards: Vec::new(),
+        costs,
+        metrics: None,
+        attributes: None,
+    })
+}
+
+const NO_EVENTS: &str = "a trace needs at least one event";
+
 fn type_name(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
@@ -551,7 +616,7 @@ impl Reader<'_> {
         let events_at = Loc::Root.key("events");
         let event_values = self.array(self.required(object, &events_at)?, &events_at)?;
         if event_values.is_empty() {
-            return self.fail(&events_at, "a trace needs at least one event");
+            return self.fail(&events_at, NO_EVENTS);
         }
         let mut events = Vec::with_capacity(event_values.len());
         for (i, value) in event_values.iter().enumerate() {
@@ -611,39 +676,50 @@ impl Reader<'_> {
         let mut event = Event::new(id, t, event_type, agent);
         let mut extra = Map::new();
         for (key, value) in object {
-            let field_at = at.key(key);
-            match key.as_str() {
-                "id" | "t" | "type" | "agent" => {}
-                "role" => event.role = Some(self.string(value, &field_at)?.to_owned()),
-                "from" => event.from = Some(self.string(value, &field_at)?.to_owned()),
-                "to" => event.to = Some(self.string(value, &field_at)?.to_owned()),
-                "tool" => event.tool = Some(self.string(value, &field_at)?.to_owned()),
-                "content_ref" => event.content_ref = Some(self.string(value, &field_at)?.to_owned()),
-                "trusted" => match value {
-                    Value::Bool(flag) => event.trusted = Some(*flag),
-                    other => return self.fail(&field_at, format!("expected a boolean, got {}", type_name(other))),
-                },
-                "reward" => event.reward = Some(self.named_numbers(value, &field_at, false)?),
-                "tokens" => {
-                    let tokens = self.integer(value, &field_at)?;
-                    self.rule(&field_at, check_non_negative(tokens as f64))?;
-                    event.tokens = Some(tokens);
-                }
-                "duration_s" => {
-                    let duration = self.number(value, &field_at)?;
-                    self.rule(&field_at, check_non_negative(duration))?;
-                    event.duration_s = Some(duration);
-                }
-                "logprob" => {
-                    let logprob = self.number(value, &field_at)?;
-                    self.rule(&field_at, check_logprob(logprob))?;
-                    event.logprob = Some(logprob);
-                }
-                _ => {
-                    extra.insert(key.clone(), value.clone());
-                }
+            if !matches!(key.as_str(), "id" | "t" | "type" | "agent") && !self.field(&mut event, key, value, at)? {
+                extra.insert(key.clone(), value.clone());
             }
         }
+        self.attach(event, extra, at)
+    }
+
+    /// Sets a field of the schema other than id, t, type and agent on `event`; `false` for a
+    /// key outside the schema (an attribute).
+    fn field(&self, event: &mut Event, key: &str, value: &Value, at: &Loc) -> Checked<bool> {
+        let field_at = at.key(key);
+        match key {
+            "role" => event.role = Some(self.string(value, &field_at)?.to_owned()),
+            "from" => event.from = Some(self.string(value, &field_at)?.to_owned()),
+            "to" => event.to = Some(self.string(value, &field_at)?.to_owned()),
+            "tool" => event.tool = Some(self.string(value, &field_at)?.to_owned()),
+            "content_ref" => event.content_ref = Some(self.string(value, &field_at)?.to_owned()),
+            "trusted" => match value {
+                Value::Bool(flag) => event.trusted = Some(*flag),
+                other => return self.fail(&field_at, format!("expected a boolean, got {}", type_name(other))),
+            },
+            "reward" => event.reward = Some(self.named_numbers(value, &field_at, false)?),
+            "tokens" => {
+                let tokens = self.integer(value, &field_at)?;
+                self.rule(&field_at, check_non_negative(tokens as f64))?;
+                event.tokens = Some(tokens);
+            }
+            "duration_s" => {
+                let duration = self.number(value, &field_at)?;
+                self.rule(&field_at, check_non_negative(duration))?;
+                event.duration_s = Some(duration);
+            }
+            "logprob" => {
+                let logprob = self.number(value, &field_at)?;
+                self.rule(&field_at, check_logprob(logprob))?;
+                event.logprob = Some(logprob);
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// The event with its attributes, which must fit in [`MAX_DEPTH`].
+    fn attach(&self, mut event: Event, extra: Map<String, Value>, at: &Loc) -> Checked<Event> {
         if let Some(key) = too_deep_attribute(&extra, 3) {
             return self.fail(&at.key(key), depth_error());
         }

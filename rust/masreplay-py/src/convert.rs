@@ -55,10 +55,18 @@ pub fn claude_code(
         .collect::<PyResult<_>>()?;
     let options = masreplay_core::convert::claude_code::Options { trace_id, task_id, folder };
     let outcome = py.detach(move || -> Result<(TraceBatch, Report), Box<ConversionError>> {
+        let texts: Vec<(&str, &[u8])> = inputs
+            .iter()
+            .filter_map(|(name, _, input)| match input {
+                Input::Text(bytes) => Some((name.as_str(), *bytes)),
+                Input::Records(_) => None,
+            })
+            .collect();
+        let mut parsed = masreplay_core::convert::claude_code::read_files(&texts)?.into_iter();
         let mut read = Vec::with_capacity(inputs.len());
         for (name, label, input) in inputs {
             let records = match input {
-                Input::Text(bytes) => masreplay_core::convert::claude_code::read(&name, bytes)?,
+                Input::Text(_) => parsed.next().unwrap_or_default(),
                 Input::Records(records) => records,
             };
             read.push(Source { name, label, records });

@@ -49,8 +49,9 @@ use super::iso_time;
 use super::json::Keep;
 use super::json::{Json, repr, repr_opt, str_opt};
 use super::{ConversionError, Record, Report, Source};
-use crate::trace::Trace;
-use crate::validate::{ValidateOptions, trace_from_json};
+use crate::error::ValidationError;
+use crate::trace::{Edge, EdgeType, Event, EventType, Topology, Trace};
+use crate::validate;
 
 const MAIN_AGENT: &str = "main";
 const HUMAN: &str = "human";
@@ -147,6 +148,11 @@ pub fn read<'a>(name: &str, bytes: &'a [u8]) -> Result<Vec<Record<'a>>, Conversi
     super::json_lines(name, bytes, &LINE)
 }
 
+/// The records of several transcript files (name, text), parsed in one parallel pass.
+pub fn read_files<'a>(files: &[(&str, &'a [u8])]) -> Result<Vec<Vec<Record<'a>>>, ConversionError> {
+    super::json_lines_of(files, &LINE)
+}
+
 type Failure = Box<ConversionError>;
 type Outcome<T> = Result<T, Failure>;
 
@@ -179,34 +185,15 @@ pub fn convert(sources: &[Source<'_>], options: &Options) -> Result<(Trace, Repo
         Some(version) if !version.is_empty() => format!("claude-code {version}"),
         _ => "claude-code".to_owned(),
     };
-    let mut converter = Converter::new(&session, &mut report);
+    let mut converter = Converter::new(&session, trace_id, &mut report);
     converter.run()?;
-    let trace = converter.builder.build(
-        trace_id,
-        options.task_id.as_deref().filter(|id| !id.is_empty()).unwrap_or(trace_id),
-        &system,
-        session.end - session.start,
-    );
-    let invalid = |path: &str, reason: &str| {
-        let shown = if path.is_empty() { "/" } else { path };
-        ConversionError::new(
-            main_source,
-            None,
-            format!("converted trace {} is invalid at {shown}: {reason}", repr(trace_id)),
-        )
-    };
-    let value = match trace {
-        Ok(value) => value,
-        Err((path, reason)) => {
-            let mut error = invalid(&path, &reason);
-            error.cause = Some(Box::new(crate::ValidationError::new(Some(trace_id), path, reason)));
-            return Err(Box::new(error));
-        }
-    };
-    match trace_from_json(&value, ValidateOptions::default()) {
+    let task_id = options.task_id.as_deref().filter(|id| !id.is_empty()).unwrap_or(trace_id);
+    match converter.builder.build(task_id, &system, session.end - session.start) {
         Ok(trace) => Ok((trace, report)),
         Err(cause) => {
-            let mut error = invalid(&cause.path, &cause.reason);
+            let shown = if cause.path.is_empty() { "/" } else { cause.path.as_str() };
+            let reason = format!("converted trace {} is invalid at {shown}: {}", repr(trace_id), cause.reason);
+            let mut error = ConversionError::new(main_source, None, reason);
             error.cause = Some(Box::new(cause));
             Err(Box::new(error))
         }
@@ -799,28 +786,37 @@ enum Out<'r> {
     Raw(Option<&'r Json<'r>>),
 }
 
-/// Collects events and edges; drops unset optional fields and repeated or self edges.
-struct Builder {
-    events: Vec<Map<String, Value>>,
-    ids: Vec<String>,
-    /// Each event's id as the index of the first event with that id (edges name events by id).
-    first_with_id: Vec<usize>,
-    by_id: HashMap<String, usize>,
+/// Collects events and edges (checked as a JSON trace's would be); drops unset optional
+/// fields and repeated or self edges.
+struct Builder<'t> {
+    trace_id: &'t str,
+    events: Vec<Event>,
     tokens: i128,
-    edges: Vec<Value>,
+    edges: Vec<Edge>,
     edge_keys: HashSet<(usize, usize)>,
-    /// The first value the trace cannot hold: its pointer and why.
+    /// The first value the trace cannot hold (not finite, nested too deep): named before
+    /// anything else, as the seed JSON it would be written to could not hold it either.
     unfit: Option<(String, String)>,
+    /// The first event the data contract refuses.
+    invalid: Option<ValidationError>,
 }
 
-impl Builder {
-    fn event(&mut self, id: String, t: f64, kind: &str, agent: &str, fields: Vec<(&str, Out<'_>)>) -> usize {
+impl<'t> Builder<'t> {
+    fn new(trace_id: &'t str) -> Self {
+        Builder {
+            trace_id,
+            events: Vec::new(),
+            tokens: 0,
+            edges: Vec::new(),
+            edge_keys: HashSet::default(),
+            unfit: None,
+            invalid: None,
+        }
+    }
+
+    fn event(&mut self, id: String, t: f64, kind: EventType, agent: &str, fields: Vec<(&str, Out<'_>)>) -> usize {
         let index = self.events.len();
-        let mut event = Map::with_capacity(fields.len() + 4);
-        event.insert("id".into(), Value::String(id.clone()));
-        event.insert("t".into(), Value::from(t.max(0.0)));
-        event.insert("type".into(), Value::String(kind.to_owned()));
-        event.insert("agent".into(), Value::String(agent.to_owned()));
+        let mut values = Vec::with_capacity(fields.len());
         for (key, value) in fields {
             let value = match value {
                 Out::Text(text) => Value::String(text),
@@ -843,47 +839,46 @@ impl Builder {
             if key == "tokens" {
                 self.tokens += value.as_i64().map(i128::from).or_else(|| value.as_u64().map(i128::from)).unwrap_or(0);
             }
-            event.insert(key.to_owned(), value);
+            values.push((key, value));
         }
+        let head = (id, t.max(0.0), kind, agent.to_owned());
+        let event = match validate::event_from_parts(self.trace_id, index, head.clone(), values) {
+            Ok(event) => event,
+            Err(error) => {
+                // Kept in place of the event, so that the rest is built and an unfit value
+                // further on is still found.
+                self.invalid.get_or_insert(error);
+                Event::new(head.0, 0.0, kind, head.3)
+            }
+        };
         self.events.push(event);
-        self.first_with_id.push(*self.by_id.entry(id.clone()).or_insert(index));
-        self.ids.push(id);
         index
     }
 
-    fn edge(&mut self, src: Option<usize>, dst: Option<usize>, kind: &str) {
+    fn edge(&mut self, src: Option<usize>, dst: Option<usize>, kind: EdgeType) {
         let (Some(src), Some(dst)) = (src, dst) else { return };
-        let key = (self.first_with_id[src], self.first_with_id[dst]);
-        if key.0 != key.1 && self.edge_keys.insert(key) {
-            let mut edge = Map::with_capacity(3);
-            edge.insert("src".into(), Value::String(self.ids[src].clone()));
-            edge.insert("dst".into(), Value::String(self.ids[dst].clone()));
-            edge.insert("type".into(), Value::String(kind.to_owned()));
-            self.edges.push(Value::Object(edge));
+        // Events of one id make the trace invalid (`trace_from_parts`), so indices stand for ids.
+        if src != dst && self.edge_keys.insert((src, dst)) {
+            self.edges.push(Edge { src: src as u32, dst: dst as u32, edge_type: kind });
         }
     }
 
-    /// The trace as seed JSON, or the pointer and reason of a value it cannot hold.
-    fn build(self, trace_id: &str, task_id: &str, system: &str, wall_clock_s: f64) -> Result<Value, (String, String)> {
-        if let Some(unfit) = self.unfit {
-            return Err(unfit);
+    /// The trace, or the first thing in it the data contract refuses.
+    fn build(self, task_id: &str, system: &str, wall_clock_s: f64) -> Result<Trace, ValidationError> {
+        if let Some((path, reason)) = self.unfit {
+            return Err(ValidationError::new(Some(self.trace_id), path, reason));
         }
-        let count = |kind: &str| self.events.iter().filter(|event| event["type"] == kind).count();
+        if let Some(invalid) = self.invalid {
+            return Err(invalid);
+        }
+        let count = |kind: EventType| self.events.iter().filter(|event| event.event_type == kind).count();
         let mut costs = Map::new();
         costs.insert("tokens".into(), integer(self.tokens));
         costs.insert("wall_clock_s".into(), Value::from(wall_clock_s.max(0.0)));
-        costs.insert("tool_calls".into(), Value::from(count("tool_call")));
-        costs.insert("messages".into(), Value::from(count("message")));
-        let mut trace = Map::new();
-        trace.insert("trace_id".into(), Value::from(trace_id));
-        trace.insert("task_id".into(), Value::from(task_id));
-        trace.insert("system".into(), Value::from(system));
-        trace.insert("topology".into(), Value::from("centralized"));
-        trace.insert("events".into(), Value::Array(self.events.into_iter().map(Value::Object).collect()));
-        trace.insert("edges".into(), Value::Array(self.edges));
-        trace.insert("rewards".into(), Value::Object(Map::new()));
-        trace.insert("costs".into(), Value::Object(costs));
-        Ok(Value::Object(trace))
+        costs.insert("tool_calls".into(), Value::from(count(EventType::ToolCall)));
+        costs.insert("messages".into(), Value::from(count(EventType::Message)));
+        let head = (self.trace_id, task_id, system, Topology::Centralized);
+        validate::trace_from_parts(head, self.events, self.edges, costs)
     }
 }
 
@@ -900,7 +895,7 @@ fn integer(value: i128) -> Value {
 struct Converter<'s, 'r> {
     session: &'s Session<'r>,
     report: &'s mut Report,
-    builder: Builder,
+    builder: Builder<'s>,
     /// Event indices of each line (the session's lines stay shared).
     events: Vec<Vec<usize>>,
     counted_messages: HashSet<Option<&'r str>>,
@@ -911,20 +906,11 @@ struct Converter<'s, 'r> {
 }
 
 impl<'s, 'r> Converter<'s, 'r> {
-    fn new(session: &'s Session<'r>, report: &'s mut Report) -> Self {
+    fn new(session: &'s Session<'r>, trace_id: &'s str, report: &'s mut Report) -> Self {
         Converter {
             session,
             report,
-            builder: Builder {
-                events: Vec::new(),
-                ids: Vec::new(),
-                first_with_id: Vec::new(),
-                by_id: HashMap::default(),
-                tokens: 0,
-                edges: Vec::new(),
-                edge_keys: HashSet::default(),
-                unfit: None,
-            },
+            builder: Builder::new(trace_id),
             events: vec![Vec::new(); session.lines.len()],
             counted_messages: HashSet::default(),
             roots: session.parent_agent.keys().map(|agent| (agent.clone(), None)).collect(),
@@ -960,7 +946,7 @@ impl<'s, 'r> Converter<'s, 'r> {
         index: usize,
         block: usize,
         blocks: usize,
-        kind: &str,
+        kind: EventType,
         agent: &str,
         suffix: &str,
         fields: Vec<(&str, Out<'r>)>,
@@ -974,7 +960,7 @@ impl<'s, 'r> Converter<'s, 'r> {
         } else {
             (format!("{uuid}#{block}{suffix}"), format!("{}:{}#{block}", line.source.label, line.number))
         };
-        let role = if kind == "tool_result" { TOOL } else { role(agent) };
+        let role = if kind == EventType::ToolResult { TOOL } else { role(agent) };
         let t = self.session.t(line)?;
         let mut all = Vec::with_capacity(fields.len() + 2);
         all.push(("role", Out::Text(role.to_owned())));
@@ -995,11 +981,11 @@ impl<'s, 'r> Converter<'s, 'r> {
             let mut fields = self.usage_fields(index, message);
             match block.kind {
                 Some("thinking" | "redacted_thinking") => {
-                    self.new_event(index, position, content.len(), "orchestrator_decision", agent, "", fields)?;
+                    self.new_event(index, position, content.len(), EventType::OrchestratorDecision, agent, "", fields)?;
                 }
                 Some("text") => {
                     fields.insert(0, ("from", Out::Text(agent.to_owned())));
-                    self.new_event(index, position, content.len(), "message", agent, "", fields)?;
+                    self.new_event(index, position, content.len(), EventType::Message, agent, "", fields)?;
                 }
                 Some("tool_use") => {
                     let name = block.name.map(str::to_owned);
@@ -1014,7 +1000,8 @@ impl<'s, 'r> Converter<'s, 'r> {
                         ];
                         spawn.retain(|(_, value)| !matches!(value, Out::Value(Value::Null)));
                         spawn.extend(fields);
-                        let event = self.new_event(index, position, content.len(), "spawn", agent, "", spawn)?;
+                        let event =
+                            self.new_event(index, position, content.len(), EventType::Spawn, agent, "", spawn)?;
                         self.spawn_events.insert(sub.clone(), event);
                         event
                     } else {
@@ -1026,7 +1013,7 @@ impl<'s, 'r> Converter<'s, 'r> {
                             call.push(("tool_use_id", Out::Text(id.to_owned())));
                         }
                         call.extend(fields);
-                        self.new_event(index, position, content.len(), "tool_call", agent, "", call)?
+                        self.new_event(index, position, content.len(), EventType::ToolCall, agent, "", call)?
                     };
                     self.call_events.insert(block.id, event);
                 }
@@ -1101,14 +1088,14 @@ impl<'s, 'r> Converter<'s, 'r> {
                 if let Some(duration) = duration {
                     fields.push(("duration_s", Out::Float(duration)));
                 }
-                self.new_event(index, position, blocks, "tool_result", tool, "", fields)?;
+                self.new_event(index, position, blocks, EventType::ToolResult, tool, "", fields)?;
             }
         }
         if block.is_error.is_some_and(Json::truthy) {
             // A failed or interrupted sub-agent is flagged like any failed tool.
             let caller = call.map_or(line.agent.as_str(), |(call_line, _)| session.lines[*call_line].agent.as_str());
             let fields = vec![("tool", Out::Text(tool.to_owned())), ("reason", Out::Text("tool_error".to_owned()))];
-            self.new_event(index, position, blocks, "safety_event", caller, "!error", fields)?;
+            self.new_event(index, position, blocks, EventType::SafetyEvent, caller, "!error", fields)?;
         }
         Ok(())
     }
@@ -1136,7 +1123,7 @@ impl<'s, 'r> Converter<'s, 'r> {
         fields.push(("status", from_result("status")));
         fields.push(("reported_total_tokens", from_result("totalTokens")));
         fields.push(("reported_tool_uses", from_result("totalToolUseCount")));
-        self.new_event(index, position, blocks, "return", sub, "", fields)?;
+        self.new_event(index, position, blocks, EventType::Return, sub, "", fields)?;
         Ok(())
     }
 
@@ -1157,26 +1144,26 @@ impl<'s, 'r> Converter<'s, 'r> {
         if record.truthy_field("isCompactSummary").is_some() {
             let author = session.compaction_of_summary(line)?;
             let fields = message(&author, Some("compaction_summary"));
-            self.new_event(index, position, blocks, "message", &author, "", fields)?;
+            self.new_event(index, position, blocks, EventType::Message, &author, "", fields)?;
         } else if let Some(parent) = parent.filter(|_| self.roots.get(agent).is_none_or(Option::is_none)) {
             self.roots.insert(agent.to_owned(), Some(index));
-            self.new_event(index, position, blocks, "message", parent, "", message(parent, Some("prompt")))?;
+            self.new_event(index, position, blocks, EventType::Message, parent, "", message(parent, Some("prompt")))?;
         } else if text.contains(HOOK_BLOCK) {
             // Addressed to the agent whose tool call was blocked: the note may be written into
             // another agent's file (a compaction agent's, in the sample).
             let blocked = line.text_field("parentUuid").and_then(|uuid| session.by_uuid.get(uuid));
             let to = blocked.map_or(agent, |&at| session.lines[at].agent.as_str());
             let fields = vec![("to", Out::Text(to.to_owned())), ("kind", Out::Text("hook_block".to_owned()))];
-            self.new_event(index, position, blocks, "safety_event", HARNESS, "", fields)?;
+            self.new_event(index, position, blocks, EventType::SafetyEvent, HARNESS, "", fields)?;
         } else if record.truthy_field("isMeta").is_some()
             || HARNESS_PREFIXES.iter().any(|prefix| text.starts_with(prefix))
             || agent != MAIN_AGENT
         {
             // Only the session's own conversation has a person in it; a sub-agent's other
             // user text (the compaction request, reminders) comes from the harness.
-            self.new_event(index, position, blocks, "message", HARNESS, "", message(HARNESS, None))?;
+            self.new_event(index, position, blocks, EventType::Message, HARNESS, "", message(HARNESS, None))?;
         } else {
-            self.new_event(index, position, blocks, "human_intervention", HUMAN, "", message(HUMAN, None))?;
+            self.new_event(index, position, blocks, EventType::HumanIntervention, HUMAN, "", message(HUMAN, None))?;
         }
         Ok(())
     }
@@ -1196,7 +1183,7 @@ impl<'s, 'r> Converter<'s, 'r> {
                     ("trigger", Out::Raw(metadata.and_then(|metadata| metadata.get("trigger")))),
                     ("pre_tokens", Out::Raw(metadata.and_then(|metadata| metadata.get("preTokens")))),
                 ];
-                self.new_event(index, 0, 1, "aggregate", &agent, "", fields)?;
+                self.new_event(index, 0, 1, EventType::Aggregate, &agent, "", fields)?;
             }
             Some("stop_hook_summary") if !blocked() => {
                 // The stop hooks ran and let the turn end as it would have: nothing was blocked.
@@ -1209,7 +1196,7 @@ impl<'s, 'r> Converter<'s, 'r> {
                     ("hook_errors", Out::Raw(record.get("hookErrors"))),
                     ("hook_count", Out::Raw(record.get("hookCount"))),
                 ];
-                self.new_event(index, 0, 1, "safety_event", HARNESS, "", fields)?;
+                self.new_event(index, 0, 1, EventType::SafetyEvent, HARNESS, "", fields)?;
             }
             _ => {
                 let bucket = if subtype.is_some_and(|subtype| IGNORED_SYSTEM.contains(&subtype)) {
@@ -1294,7 +1281,11 @@ impl<'s, 'r> Converter<'s, 'r> {
             let line = &session.lines[index];
             let events = self.events[index].clone();
             for pair in events.windows(2) {
-                let kind = if self.builder.ids[pair[1]].ends_with("!error") { "safety_flow" } else { "causal" };
+                let kind = if self.builder.events[pair[1]].id.ends_with("!error") {
+                    EdgeType::SafetyFlow
+                } else {
+                    EdgeType::Causal
+                };
                 self.builder.edge(Some(pair[0]), Some(pair[1]), kind);
             }
             let Some(&first) = events.first() else { continue };
@@ -1302,20 +1293,20 @@ impl<'s, 'r> Converter<'s, 'r> {
                 for block in line.content()? {
                     let call_id = block.tool_use_id;
                     if let Some(sub) = call_id.and_then(|id| session.spawned.get(&id)) {
-                        self.builder.edge(last_event.get(sub.as_str()).copied(), Some(first), "return");
+                        self.builder.edge(last_event.get(sub.as_str()).copied(), Some(first), EdgeType::Return);
                     }
-                    self.builder.edge(self.call_events.get(&call_id).copied(), Some(first), "return");
+                    self.builder.edge(self.call_events.get(&call_id).copied(), Some(first), EdgeType::Return);
                 }
             }
             if line.text_field("subtype") == Some("compact_boundary") {
                 let agent = session.compaction_agents.get(&line.uuid()).map(String::as_str).unwrap_or_default();
-                self.builder.edge(last_event.get(agent).copied(), Some(first), "aggregate");
+                self.builder.edge(last_event.get(agent).copied(), Some(first), EdgeType::Aggregate);
             }
             if self.roots.get(line.agent.as_str()).copied().flatten() == Some(index) {
-                self.builder.edge(self.spawn_events.get(&line.agent).copied(), Some(first), "spawn");
+                self.builder.edge(self.spawn_events.get(&line.agent).copied(), Some(first), EdgeType::Spawn);
             }
             let parent = self.event_parent(index);
-            self.builder.edge(parent, Some(first), "causal");
+            self.builder.edge(parent, Some(first), EdgeType::Causal);
         }
         Ok(())
     }

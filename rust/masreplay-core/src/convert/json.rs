@@ -376,16 +376,31 @@ impl<'de> Visitor<'de> for GuidedVisitor<'_> {
             // An object where items were expected: only its type is read.
             Keep::Items(_) => Some(&[]),
         };
-        let mut entries = Vec::new();
+        // Room for every kept field at once; the named fields seen so far, so that only a
+        // repeated one looks for its earlier entry.
+        let mut entries = Vec::with_capacity(fields.map_or(0, <[_]>::len));
+        let mut seen = 0u64;
         while let Some(Key(key)) = map.next_key_seed(KeySeed)? {
-            let keep = match fields {
-                None => Some(&Keep::All),
-                Some(fields) => fields.iter().find(|(name, _)| *name == key).map(|(_, keep)| keep),
+            let (keep, first) = match fields {
+                None => (Some(&Keep::All), false),
+                Some(fields) => match fields.iter().position(|(name, _)| *name == key) {
+                    Some(at) => {
+                        let bit = 1u64.checked_shl(at as u32).unwrap_or(0);
+                        let first = bit != 0 && seen & bit == 0;
+                        seen |= bit;
+                        (Some(&fields[at].1), first)
+                    }
+                    None => (None, false),
+                },
             };
             match keep {
                 Some(keep) => {
                     let value = map.next_value_seed(Guided(keep, depth))?;
-                    Json::insert(&mut entries, key, value);
+                    if first {
+                        entries.push((key, value));
+                    } else {
+                        Json::insert(&mut entries, key, value);
+                    }
                 }
                 None => {
                     map.next_value::<de::IgnoredAny>()?;

@@ -139,3 +139,38 @@ fn repeated_lines_are_read_once_and_what_a_trace_cannot_hold_is_named() {
         IN_MEMORY
     );
 }
+
+#[test]
+fn the_trace_built_directly_is_checked_as_its_json_would_be() {
+    let reason = |lines: &[&str]| session(lines).map(|_| ()).expect_err("refused").reason;
+    // Two counts of 2^63: their sum is past i64, as JSON a number that is no integer.
+    let huge = ASSISTANT
+        .replace(r#""input_tokens": 3"#, r#""input_tokens": 9223372036854775808"#)
+        .replace(r#""output_tokens": 4"#, r#""output_tokens": 9223372036854775808"#);
+    assert_eq!(
+        reason(&[USER, &huge]),
+        "converted trace 's' is invalid at /events/1/tokens: expected an integer, got the number 1.8446744073709552e+19"
+    );
+    let nameless = ASSISTANT.replace(r#""parentUuid": "u1","#, r#""parentUuid": "u1", "agentId": "","#);
+    assert_eq!(
+        reason(&[USER, &nameless]),
+        "converted trace 's' is invalid at /events/1/agent: must be a non-empty string"
+    );
+    // A line whose uuid is another event's id.
+    let twin = USER.replace(r#""uuid": "u1""#, r#""uuid": "a1#0""#);
+    assert_eq!(
+        reason(&[&twin, &ASSISTANT.replace(r#""parentUuid": "u1""#, r#""parentUuid": null"#)]),
+        "converted trace 's' is invalid at /events/1/id: duplicate event id \"a1#0\" (first used by /events/0)"
+    );
+    let looped = USER.replace(r#""sessionId""#, r#""parentUuid": "a1", "sessionId""#);
+    let cycle = reason(&[&looped, ASSISTANT]);
+    assert!(cycle.starts_with("converted trace 's' is invalid at /edges/") && cycle.contains(": edges form a cycle"));
+    let only_progress = r#"{"type": "progress", "sessionId": "s", "data": {"type": "hook_progress"}}"#;
+    assert_eq!(reason(&[only_progress]), "converted trace 's' is invalid at /events: a trace needs at least one event");
+    // A value no trace can hold is named before an event refused earlier in the trace.
+    let failed = r#"{"type": "system", "subtype": "stop_hook_summary", "uuid": "h", "timestamp": "2026-01-01T00:00:02Z", "hookErrors": [NaN]}"#;
+    assert_eq!(
+        reason(&[USER, &nameless, failed]),
+        "converted trace 's' is invalid at /events/3/hook_errors/0: NaN is not a finite number"
+    );
+}
