@@ -21,7 +21,7 @@ use arrow_array::{Array, StringArray, StructArray};
 use rayon::prelude::*;
 
 use super::factual_index::FactualIndex;
-use super::{Credit, Entry, mean_and_variance, missing_reward};
+use super::{Credit, Entry, head_word, mean_and_variance, missing_reward};
 use crate::error::{Result, ValidationError};
 use crate::names::named_enum;
 use crate::prefetch::prefetch;
@@ -67,17 +67,6 @@ fn first_error_or_all(parts: Vec<Result<Vec<Entry>>>) -> Result<Vec<Entry>> {
         all.extend(part?);
     }
     Ok(all)
-}
-
-/// The first eight bytes of `text` as one word (zero-padded): with the length, it tells two
-/// ids of up to eight bytes apart without reading their text again.
-fn head_word(text: &str) -> u64 {
-    let bytes = text.as_bytes();
-    match bytes.first_chunk::<8>() {
-        Some(word) => u64::from_le_bytes(*word),
-        // Byte by byte, first byte lowest: not a memcpy call into a buffer read back at once.
-        None => bytes.iter().rev().fold(0, |word, &byte| (word << 8) | u64::from(byte)),
-    }
 }
 
 /// One branch rollout as credit reads it, copied out of the batch in a sequential pass so
