@@ -21,9 +21,10 @@ use arrow_array::{Array, StringArray, StructArray};
 use rayon::prelude::*;
 
 use super::factual_index::FactualIndex;
-use super::{Credit, Entry, mean_and_variance, missing_reward};
+use super::{Credit, Entry, head_word, mean_and_variance, missing_reward};
 use crate::error::{Result, ValidationError};
 use crate::names::named_enum;
+use crate::prefetch::prefetch;
 use crate::store::schema::TraceColumns;
 use crate::store::{ChannelReader, TraceBatch, same_text};
 use crate::student_t::z_scale;
@@ -35,11 +36,6 @@ named_enum!(
         LeaveOneOut = "loo",
     }
 );
-
-/// Position of the event `event_id` of trace `row` among the batch's events.
-fn event_position(ids: &StringArray, offsets: &[i32], row: usize, event_id: &str) -> Option<usize> {
-    (offsets[row] as usize..offsets[row + 1] as usize).find(|&k| same_text(ids.value(k), event_id))
-}
 
 pub fn branch_credit(batch: &TraceBatch, channel: &str, baseline: Baseline) -> Result<Credit> {
     let columns = TraceColumns::new(batch.record_batch());
@@ -71,17 +67,6 @@ fn first_error_or_all(parts: Vec<Result<Vec<Entry>>>) -> Result<Vec<Entry>> {
         all.extend(part?);
     }
     Ok(all)
-}
-
-/// The first eight bytes of `text` as one word (zero-padded): with the length, it tells two
-/// ids of up to eight bytes apart without reading their text again.
-fn head_word(text: &str) -> u64 {
-    let bytes = text.as_bytes();
-    match bytes.first_chunk::<8>() {
-        Some(word) => u64::from_le_bytes(*word),
-        // Byte by byte, first byte lowest: not a memcpy call into a buffer read back at once.
-        None => bytes.iter().rev().fold(0, |word, &byte| (word << 8) | u64::from(byte)),
-    }
 }
 
 /// One branch rollout as credit reads it, copied out of the batch in a sequential pass so
@@ -207,6 +192,18 @@ impl<'a> Families<'a> {
         self.of_event.value(branch.row as usize)
     }
 
+    /// Position of the event `branch` branches at among the events of trace `row`: ids
+    /// compared by length and first eight bytes, their text read only for longer ids (in a
+    /// scattered layout the branch's row is a cache miss away).
+    fn event_in(&self, row: usize, branch: &Branch) -> Option<usize> {
+        (self.event_offsets[row] as usize..self.event_offsets[row + 1] as usize).find(|&k| {
+            let id = self.event_ids.value(k);
+            id.len() == branch.event_len as usize
+                && head_word(id) == branch.event_head
+                && (id.len() <= 8 || same_text(id, self.event_of(branch)))
+        })
+    }
+
     /// Whether two branches branch at the same event id (their texts are read only for ids
     /// longer than eight bytes).
     fn same_event(&self, a: &Branch, b: &Branch) -> bool {
@@ -274,6 +271,17 @@ impl<'a> Families<'a> {
         std::hint::black_box(factuals.fold(0, |acc, factual| acc ^ first_byte(factual)));
     }
 
+    /// Loads the event ids longer than eight bytes that these branches branch at, which
+    /// [`Self::event_in`] compares by text.
+    fn warm_long_events<'b>(&self, branches: impl Iterator<Item = &'b Branch>) {
+        for branch in branches.filter(|branch| branch.event_len > 8) {
+            let at = self.of_event.value_offsets()[branch.row as usize] as usize;
+            if let Some(byte) = self.of_event.value_data().get(at) {
+                prefetch(byte);
+            }
+        }
+    }
+
     /// Credits families given as (factual row, end of its branch rows), their events warmed
     /// together ([`Self::warm_events`]).
     fn credit_families(
@@ -316,6 +324,7 @@ impl<'a> Families<'a> {
                 let ranks: Vec<usize> = (0..families).filter(|&k| starts[k] < starts[k + 1]).collect();
                 for group in ranks.chunks(FAMILY_BATCH) {
                     self.warm_events(group.iter().map(|&k| factuals.rows[first + k] as usize));
+                    self.warm_long_events(group.iter().map(|&k| &sorted[starts[k] as usize]));
                     for &k in group {
                         let (factual, reward) = (factuals.rows[first + k] as usize, factuals.rewards[first + k]);
                         let branches = &mut sorted[starts[k] as usize..starts[k + 1] as usize];
@@ -358,10 +367,10 @@ impl<'a> Families<'a> {
             return Err(missing_reward(self.batch, factual, self.channel));
         }
         for group in branches.chunk_by(|a, b| self.same_event(a, b)) {
-            let event_id = self.event_of(&group[0]);
-            let event = event_position(self.event_ids, self.event_offsets, factual, event_id).ok_or_else(|| {
+            let event = self.event_in(factual, &group[0]).ok_or_else(|| {
                 let branch_id = self.columns.trace_id.value(group[0].row as usize);
                 let factual_id = self.columns.trace_id.value(factual);
+                let event_id = self.event_of(&group[0]);
                 let reason = format!("the factual trace {factual_id:?} has no event {event_id:?}");
                 ValidationError::new(Some(branch_id), "/counterfactual_of/event_id", reason)
             })?;
@@ -377,8 +386,7 @@ impl<'a> Families<'a> {
             entries.push((event as u64, factual as u32, factual_reward - mean, stderr, n as u32));
             if self.baseline == Baseline::LeaveOneOut {
                 for (i, branch) in group.iter().enumerate() {
-                    let Some(own) = event_position(self.event_ids, self.event_offsets, branch.row as usize, event_id)
-                    else {
+                    let Some(own) = self.event_in(branch.row as usize, branch) else {
                         continue; // ablated: the branch has no such event to credit
                     };
                     let others = rewards.iter().enumerate().filter(|&(j, _)| j != i).map(|(_, &r)| r);

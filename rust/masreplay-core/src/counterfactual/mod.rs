@@ -69,6 +69,17 @@ pub(crate) fn missing_reward(batch: &TraceBatch, row: usize, channel: &str) -> M
     ValidationError::new(Some(trace_id), format!("/rewards/{channel}"), "no reward on this channel").into()
 }
 
+/// The first eight bytes of `text` as one word (zero-padded): with the length, it tells two
+/// ids of up to eight bytes apart without reading their text again.
+fn head_word(text: impl AsRef<[u8]>) -> u64 {
+    let bytes = text.as_ref();
+    match bytes.first_chunk::<8>() {
+        Some(word) => u64::from_le_bytes(*word),
+        // Byte by byte, first byte lowest: not a memcpy call into a buffer read back at once.
+        None => bytes.iter().rev().fold(0, |word, &byte| (word << 8) | u64::from(byte)),
+    }
+}
+
 /// Sample mean and unbiased variance (NaN variance below two values) of `values`.
 fn mean_and_variance(values: impl Iterator<Item = f64> + Clone) -> (f64, f64, usize) {
     let (n, sum) = values.clone().fold((0usize, 0.0), |(n, sum), v| (n + 1, sum + v));
