@@ -10,10 +10,12 @@
 //! A row's group is a dense code, or an integer key read as `key - min` where the keys span a
 //! narrow range (no codes are materialised: [`normalize_keys`]).
 //!
-//! The first pass runs in parallel over ranges of groups, each thread reading every row and
-//! keeping those of its groups: each group's values are added in row order whatever the
-//! number of threads, so the results are the same bits at any thread count, with no table
-//! per thread to merge.
+//! The first pass runs in parallel over fixed chunks of [`CHUNK_ROWS`] rows, each chunk's
+//! moments taken in a table of its own (its rows in row order) and the tables merged into
+//! the total in chunk order ([`Moments::merge`]). The chunks never depend on the number of
+//! threads (nor on the number of groups, so narrow and hashed keys agree), so the results
+//! are the same bits at any thread count; up to [`CHUNK_ROWS`] rows they are those of one
+//! plain pass over the rows.
 
 use rayon::prelude::*;
 
@@ -46,6 +48,24 @@ impl Moments {
         self.n += 1;
         self.sum += d;
         self.squares += d * d;
+    }
+
+    /// The moments of `self`'s values followed by `later`'s, about `self`'s shift (the
+    /// first value): `later`'s sums moved from its shift by `d`, as
+    /// `sum (x - s + d) = sum + n d` and `sum (x - s + d)^2 = squares + 2 d sum + n d^2`.
+    /// Exactly `later` when `self` is empty (and `self` when `later` is).
+    fn merge(&mut self, later: &Moments) {
+        if later.n == 0 {
+            return;
+        }
+        if self.n == 0 {
+            *self = *later;
+            return;
+        }
+        let (n, d) = (later.n as f64, later.shift - self.shift);
+        self.n += later.n;
+        self.sum += later.sum + n * d;
+        self.squares += later.squares + 2.0 * d * later.sum + n * d * d;
     }
 
     /// The advantage of value `x` of this group is `(x - centre) * scale`.
@@ -168,9 +188,54 @@ pub(super) fn reappears<K: Copy>(keys: &[K], code: impl Fn(K) -> usize, n_groups
     false
 }
 
-/// Slots past a thread's own groups where it adds the rows of other threads' groups
-/// (without a branch), several so that those adds do not wait on one another.
-const SINKS: usize = 8;
+/// Rows per chunk of the first pass (see the module doc): a constant, so that the results
+/// depend on the rows alone. Big enough that a chunk's table costs little beside its rows.
+const CHUNK_ROWS: usize = 1 << 19;
+
+/// The moments of every group over rows whose group codes are `code(keys[i])`, all below
+/// `n_groups` (NaN values left out): as many chunks at a time as there are threads, each
+/// into a table of its own, merged into the total in chunk order (the first chunk's table
+/// is the total).
+fn moments_by_group<K: Copy + Sync>(
+    values: &[f64],
+    keys: &[K],
+    code: impl Fn(K) -> usize + Sync + Copy,
+    n_groups: usize,
+) -> Vec<Moments> {
+    let chunks: Vec<(&[f64], &[K])> = values.chunks(CHUNK_ROWS).zip(keys.chunks(CHUNK_ROWS)).collect();
+    let mut total = Vec::new();
+    let mut tables: Vec<Vec<Moments>> = Vec::new();
+    for (wave, chunks) in chunks.chunks(rayon::current_num_threads().max(1)).enumerate() {
+        tables.resize_with(chunks.len(), Vec::new);
+        tables.par_iter_mut().zip(chunks).for_each(|(table, &(values, keys))| {
+            table.clear();
+            table.resize(n_groups, Moments::default());
+            for (&x, &k) in values.iter().zip(keys) {
+                if !x.is_nan() {
+                    table[code(k)].add(x);
+                }
+            }
+        });
+        let later = if wave == 0 {
+            total = std::mem::take(&mut tables[0]);
+            &tables[1..]
+        } else {
+            &tables[..]
+        };
+        if !later.is_empty() {
+            const PART: usize = 1 << 12;
+            total.par_chunks_mut(PART).enumerate().for_each(|(part, total)| {
+                for table in later {
+                    for (sum, later) in total.iter_mut().zip(&table[part * PART..]) {
+                        sum.merge(later);
+                    }
+                }
+            });
+        }
+    }
+    total.resize(n_groups, Moments::default()); // no rows: no chunk
+    total
+}
 
 /// The two passes over rows whose group codes are `code(keys[i])`, all below `n_groups`.
 /// An error for an infinite value, found in the first pass (nothing written then).
@@ -183,31 +248,14 @@ fn two_passes<K: Copy + Sync, T: AdvantageFloat>(
     batch_std: f64,
     out: &mut [T],
 ) -> Result<()> {
-    let part = n_groups.div_ceil(rayon::current_num_threads()).max(1 << 12);
-    let mut affine = vec![Affine::default(); n_groups];
-    let infinite = affine
-        .par_chunks_mut(part)
-        .enumerate()
-        .map(|(p, affine)| {
-            let (lo, len) = (p * part, affine.len());
-            let mut table = vec![Moments::default(); len + SINKS];
-            let mut infinite = false;
-            for (i, (&x, &k)) in values.iter().zip(keys).enumerate() {
-                if !x.is_nan() {
-                    infinite |= x.is_infinite();
-                    let g = code(k).wrapping_sub(lo);
-                    table[std::hint::select_unpredictable(g < len, g, len + i % SINKS)].add(x);
-                }
-            }
-            for (slot, moments) in affine.iter_mut().zip(&table) {
-                *slot = moments.affine(spec, batch_std);
-            }
-            infinite
-        })
-        .reduce(|| false, |a, b| a || b);
-    if infinite {
+    let moments = moments_by_group(values, keys, code, n_groups);
+    // An infinite value leaves its group's sums infinite or NaN; so do finite values whose
+    // squares overflow, which the values themselves tell apart.
+    let overflowed = moments.par_iter().any(|m| !(m.sum + m.squares).is_finite());
+    if overflowed && values.par_iter().any(|x| x.is_infinite()) {
         return Err(infinite_values());
     }
+    let affine: Vec<Affine> = moments.par_iter().map(|m| m.affine(spec, batch_std)).collect();
 
     let chunk = (values.len() / (rayon::current_num_threads() * 4)).max(1 << 14);
     let pieces = values.par_chunks(chunk).zip(keys.par_chunks(chunk));

@@ -208,10 +208,23 @@ fn shuffled_groups(seed: u64, n_groups: i64, max_size: usize, cells: &[(f64, f64
 /// the same bits at 1, 2 and 3 threads and for either form of key.
 #[test]
 fn scattered_keys_agree_with_gathered_at_any_thread_count() {
+    scattered_keys_agree(12, 3200);
+}
+
+/// The same over 1.3 million rows: three chunks of the first pass, every group's moments
+/// merged across them.
+#[test]
+fn scattered_keys_over_several_chunks_agree_with_gathered_at_any_thread_count() {
+    scattered_keys_agree(14, 40_000);
+}
+
+fn scattered_keys_agree(seed: u64, n_groups: i64) {
     let class = |key: i64| (key + 100) / 7 % 4;
     let cells = [(1e6, 1.0), (-3.0, 1e-7), (42.0, 0.0), (0.0, 1e3)];
-    let (groups, mut values) = shuffled_groups(12, 3200, 64, &cells);
+    let (groups, mut values) = shuffled_groups(seed, n_groups, 64, &cells);
+    let last = values.len() - 1;
     values[5] = f64::NAN;
+    values[last] = f64::NAN;
     let wide: Vec<i64> = groups.iter().map(|&g| (g as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) as i64 >> 2).collect();
     let one_stratum = vec![0i64; groups.len()];
     for (estimator, scale) in
@@ -229,7 +242,7 @@ fn scattered_keys_agree_with_gathered_at_any_thread_count() {
                 [class(groups[i]) as usize];
             assert!((a - b).abs() <= 1e-12 * (1.0 + a.abs()) + inputs, "{estimator:?} {scale:?} row {i}: {a} {b}");
         }
-        assert_eq!(in_place[5], 0.0);
+        assert_eq!((in_place[5], in_place[last]), (0.0, 0.0));
         for (i, &x) in in_place.iter().enumerate() {
             if class(groups[i]) == 2 {
                 assert_eq!(x.to_bits(), 0.0f64.to_bits(), "a constant group gives +0");
@@ -243,12 +256,12 @@ fn scattered_keys_agree_with_gathered_at_any_thread_count() {
             assert!(same_bits(&pool.install(|| run(&wide, None))), "{threads} threads, hashed keys");
         }
     }
-    let mut infinite = values.clone();
-    infinite[100] = f64::INFINITY;
-    assert!(
-        normalize_labels::<f64>(&infinite, &groups, None, None, None, &native(Estimator::Grpo, Scale::Group, 0.0))
-            .is_err()
-    );
+    for at in [100, last] {
+        let mut infinite = values.clone();
+        infinite[at] = f64::INFINITY;
+        let spec = native(Estimator::Grpo, Scale::Group, 0.0);
+        assert!(normalize_labels::<f64>(&infinite, &groups, None, None, None, &spec).is_err(), "row {at}");
+    }
 }
 
 /// The trace with its events shuffled and edges renumbered; returns the new position of each
