@@ -1,10 +1,12 @@
 """Conversion throughput of the real samples against reading their lines with json.
 
 ``masreplay.convert.claude_code`` (read every file of the session, build the trace, validate
-it in Rust) and ``masreplay.convert.marble`` (both MARBLE result logs) against the floor any
-converter pays: ``json.loads`` on every line of the same files. The ratio (json time /
+it in Rust), ``masreplay.convert.marble`` (both MARBLE result logs) and ``masreplay.convert.otel``
+(an OTLP JSON export of simulated traces) against the floor any converter pays: ``json.loads``
+on every line of the same files (of the whole document for OTLP). The ratio (json time /
 converter time) says how much of a json-only pass the whole conversion costs; below 1 means
-slower than the bare parse. Reads the real samples in tests/data.
+slower than the bare parse. Reads the real samples in tests/data; the OTLP export is written by
+``masreplay.convert.to_otel`` (no OpenTelemetry sample ships with the repository).
 """
 
 from __future__ import annotations
@@ -92,3 +94,44 @@ def test_marble_conversion(side, marble_logs, measure):
     else:
         lines = measure(lambda: _json_lines(MARBLE), data=marble_logs, side="json.loads per line", rounds=10, unit="MB/s")
         assert lines == marble_logs.notes["lines"]
+
+
+#: Simulated traces written as OTLP JSON by masreplay's own exporter (no OTel sample ships with
+#: the repository): agent, tool and chat spans as the GenAI conventions name them.
+OTEL_TRACES = 200
+
+
+@pytest.fixture(scope="module")
+def otel_export(dataset_type, tmp_path_factory):
+    import masreplay
+
+    path = tmp_path_factory.mktemp("otel") / "spans.json"
+    convert.to_otel(masreplay.sim.generate(OTEL_TRACES, seed=8), path)
+    batch = convert.otel(path)
+    return dataset_type(
+        f"OTLP JSON export of {OTEL_TRACES} simulated traces (masreplay.convert.to_otel)",
+        path,
+        len(batch),
+        batch.num_events,
+        path.stat().st_size,
+        suite="convert",
+    )
+
+
+def _json_document(path: Path) -> int:
+    return len(json.loads(path.read_bytes()))
+
+
+@pytest.mark.parametrize("side", ["masreplay", "anchor"])
+def test_otel_conversion(side, otel_export, measure):
+    if side == "masreplay":
+        batch = measure(lambda: convert.otel(otel_export.source), data=otel_export, side=side, rounds=10, unit="MB/s")
+        assert batch.num_events == otel_export.n_events
+    else:
+        measure(
+            lambda: _json_document(otel_export.source),
+            data=otel_export,
+            side="json.loads of the document",
+            rounds=10,
+            unit="MB/s",
+        )
