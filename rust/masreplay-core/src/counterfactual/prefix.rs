@@ -160,13 +160,15 @@ pub fn same_prefix_credit(
             let total: f64 = weights.iter().sum();
             let baseline = rows.iter().zip(&weights).map(|(&row, w)| w * rewards[row]).sum::<f64>() / total;
             let squared_shares = weights.iter().map(|w| w * w).sum::<f64>() / (total * total);
-            let (noise, dof) = reward_noise(&children, reward_at);
+            // Each alternative's (mean, variance, size), read once for the noise and the credits.
+            let alternatives: Vec<(f64, f64, usize)> =
+                children.iter().map(|(_, members)| mean_and_variance(members.iter().map(reward_at))).collect();
+            let (noise, dof) = reward_noise(&alternatives, rows.iter().map(|&row| rewards[row]));
             let z_scale = z_scale(dof);
-            for (key, members) in &children {
+            for ((key, members), &(mean, _, n_child)) in children.iter().zip(&alternatives) {
                 if key.is_none() {
                     continue; // traces that stop here have no event to credit
                 }
-                let (mean, _, n_child) = mean_and_variance(members.iter().map(reward_at));
                 let n_child = n_child as f64;
                 // Q - V is a weighted sum of the node's rewards, sum_i a_i r_i with
                 // a_i = [i in child] / n_child - w_i / W: its variance is noise * sum_i a_i^2.
@@ -194,21 +196,14 @@ pub fn same_prefix_credit(
 /// measured, not noise). When every alternative was taken once there is nothing within to pool,
 /// and the spread over the whole node stands in: it holds the effects too, so it can only widen
 /// the bar.
-fn reward_noise(children: &[(Option<u64>, Vec<usize>)], reward_at: impl Fn(&usize) -> f64 + Copy) -> (f64, usize) {
-    let n = children.iter().map(|(_, members)| members.len()).sum::<usize>();
-    let dof = n - children.len();
+fn reward_noise(alternatives: &[(f64, f64, usize)], node: impl Iterator<Item = f64> + Clone) -> (f64, usize) {
+    let n = alternatives.iter().map(|&(_, _, n)| n).sum::<usize>();
+    let dof = n - alternatives.len();
     if dof == 0 {
-        let (_, variance, n) =
-            mean_and_variance(children.iter().flat_map(|(_, members)| members.iter().map(reward_at)));
+        let (_, variance, n) = mean_and_variance(node);
         return (variance, n - 1);
     }
-    let within: f64 = children
-        .iter()
-        .filter(|(_, members)| members.len() >= 2)
-        .map(|(_, members)| {
-            let (_, variance, n) = mean_and_variance(members.iter().map(reward_at));
-            variance * (n - 1) as f64
-        })
-        .sum();
+    let within: f64 =
+        alternatives.iter().filter(|&&(_, _, n)| n >= 2).map(|&(_, variance, n)| variance * (n - 1) as f64).sum();
     (within / dof as f64, dof)
 }
