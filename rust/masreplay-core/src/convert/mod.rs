@@ -5,9 +5,11 @@
 //! set aside is counted in a [`Report`]; what it cannot read is a [`ConversionError`] naming
 //! the file and line.
 
+mod builder;
 pub mod claude_code;
 mod iso_time;
 pub mod json;
+pub mod marble;
 #[cfg(test)]
 mod tests;
 
@@ -35,6 +37,14 @@ pub struct ConversionError {
 impl ConversionError {
     pub fn new(source: &str, line: Option<usize>, reason: impl Into<String>) -> Self {
         ConversionError { source: source.to_owned(), line, reason: reason.into(), cause: None }
+    }
+
+    /// A converted trace the data contract refuses (`cause`), named by the record it came from.
+    pub fn invalid_trace(source: &str, line: Option<usize>, cause: ValidationError) -> Self {
+        let trace_id = json::repr_opt(cause.trace_id.as_deref());
+        let shown = if cause.path.is_empty() { "/" } else { cause.path.as_str() };
+        let reason = format!("converted trace {trace_id} is invalid at {shown}: {}", cause.reason);
+        ConversionError { source: source.to_owned(), line, reason, cause: Some(Box::new(cause)) }
     }
 }
 
@@ -147,7 +157,7 @@ const SHARE: usize = 32;
 /// taking the next share of items until none is left. The calling thread works instead of
 /// waiting: on a machine whose cores are busy with other work, a pool thread that starts late
 /// finds nothing left (a parallel iterator would wait for the share it was given).
-fn shared_map<T: Sync, R: Send>(items: &[T], map: impl Fn(&T) -> R + Sync) -> Vec<R> {
+pub(crate) fn shared_map<T: Sync, R: Send>(items: &[T], map: impl Fn(&T) -> R + Sync) -> Vec<R> {
     let next = AtomicUsize::new(0);
     let done: Mutex<Vec<(usize, Vec<R>)>> = Mutex::new(Vec::new());
     let work = || {
