@@ -358,8 +358,8 @@ pub(crate) fn trace_from_parts(
     (trace_id, task_id, system, topology): (&str, &str, &str, Topology),
     events: Vec<Event>,
     edges: Vec<Edge>,
-    (rewards, costs, metrics): (Map<String, Value>, Map<String, Value>, Option<Map<String, Value>>),
-    attributes: Map<String, Value>,
+    (rewards, costs, metrics): (JsonMap, JsonMap, Option<JsonMap>),
+    attributes: JsonMap,
 ) -> Result<Trace, ValidationError> {
     let reader = Reader { trace_id: Some(trace_id) };
     if let Some(key) = too_deep_attribute(&attributes, 1) {
@@ -373,8 +373,9 @@ pub(crate) fn trace_from_parts(
     check_graph(Some(trace_id), &|i| events[i].id.clone(), events.len(), &pairs)?;
     let rewards = reader.named_numbers(&Value::Object(rewards), &Loc::Root.key("rewards"), false)?;
     let costs = reader.costs(&Value::Object(costs))?;
-    let metrics =
-        metrics.map(|metrics| reader.named_numbers(&Value::Object(metrics), &Loc::Root.key("metrics"), false)).transpose()?;
+    let metrics = metrics
+        .map(|metrics| reader.named_numbers(&Value::Object(metrics), &Loc::Root.key("metrics"), false))
+        .transpose()?;
     Ok(Trace {
         trace_id: trace_id.to_owned(),
         task_id: task_id.to_owned(),
@@ -391,6 +392,8 @@ pub(crate) fn trace_from_parts(
         attributes: (!attributes.is_empty()).then_some(attributes),
     })
 }
+
+type JsonMap = Map<String, Value>;
 
 const NO_EVENTS: &str = "a trace needs at least one event";
 

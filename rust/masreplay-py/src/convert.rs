@@ -36,7 +36,9 @@ impl<'a> Input<'a> {
             Err(_) => Input::Records(
                 data.try_iter()?
                     .enumerate()
-                    .map(|(index, item)| item.map(|item| Record { line: index + 1, value: json_of(&item, 0), text: None }))
+                    .map(|(index, item)| {
+                        item.map(|item| Record { line: index + 1, value: json_of(&item, 0), text: None })
+                    })
                     .collect::<PyResult<_>>()?,
             ),
         })
@@ -106,9 +108,8 @@ pub fn marble(py: Python<'_>, source: PySource<'_>) -> PyResult<Converted> {
 
 /// The converted traces as a batch.
 fn batch_of(source: &str, traces: &[masreplay_core::Trace]) -> Result<TraceBatch, Box<ConversionError>> {
-    TraceBatch::from_traces(traces).map_err(|error| {
-        Box::new(ConversionError::new(source, None, format!("converted traces rejected: {error}")))
-    })
+    TraceBatch::from_traces(traces)
+        .map_err(|error| Box::new(ConversionError::new(source, None, format!("converted traces rejected: {error}"))))
 }
 
 /// A Python object as the JSON value `json.loads` would have made of it; what JSON cannot

@@ -169,10 +169,23 @@ fn unscored(value: &Json<'_>) -> bool {
 struct Draft<'r> {
     kind: EventType,
     agent: &'r str,
+    /// Whom a message or a return goes to (it comes from `agent`).
+    to: Option<&'r str>,
     /// The JSON pointer of what it came from, in the record.
     pointer: String,
-    fields: Vec<(&'static str, Out<'r>)>,
+    extra: Vec<(&'static str, Out<'r>)>,
     milestones: Option<f64>,
+}
+
+impl<'r> Draft<'r> {
+    fn new(kind: EventType, agent: &'r str, to: Option<&'r str>, pointer: String) -> Self {
+        Draft { kind, agent, to, pointer, extra: Vec::new(), milestones: None }
+    }
+
+    fn with(mut self, key: &'static str, value: Out<'r>) -> Self {
+        self.extra.push((key, value));
+        self
+    }
 }
 
 struct Episode<'r> {
@@ -235,34 +248,18 @@ impl<'r> Episode<'r> {
         }
     }
 
-    /// Adds an event after those of `after` (edges of type `edge`), from `route`'s sender to
-    /// its receiver when it is a message or a return; it becomes the latest of its agent and
-    /// receiver.
-    fn add(
-        &mut self,
-        pointer: String,
-        kind: EventType,
-        agent: &'r str,
-        after: &[Option<usize>],
-        edge: EdgeType,
-        route: Option<(&'r str, &'r str)>,
-        extra: Vec<(&'static str, Out<'r>)>,
-    ) -> usize {
+    /// Adds an event after those of `after` (edges of type `edge`); it becomes the latest of
+    /// its agent and of whom it goes to.
+    fn add(&mut self, draft: Draft<'r>, after: &[Option<usize>], edge: EdgeType) -> usize {
         let event = self.drafts.len();
-        let mut fields = Vec::with_capacity(extra.len() + 2);
-        if let Some((from, to)) = route {
-            fields.push(("from", Out::Text(from.to_owned())));
-            fields.push(("to", Out::Text(to.to_owned())));
-        }
-        fields.extend(extra);
-        self.drafts.push(Draft { kind, agent, pointer, fields, milestones: None });
-        self.edges.extend(after.iter().flatten().map(|&src| (src, event, edge)));
-        for name in std::iter::once(agent).chain(route.map(|(_, to)| to)) {
+        for name in std::iter::once(draft.agent).chain(draft.to) {
             match self.last.iter_mut().find(|(known, _)| *known == name) {
                 Some(entry) => entry.1 = event,
                 None => self.last.push((name, event)),
             }
         }
+        self.drafts.push(draft);
+        self.edges.extend(after.iter().flatten().map(|&src| (src, event, edge)));
         event
     }
 
@@ -289,10 +286,8 @@ impl<'r> Episode<'r> {
         if let Some(Json::Object(kpis)) = self.field(record, "agent_kpis", Kind::Object, "")? {
             for (agent, milestones) in kpis {
                 let Some(milestones) = finite(milestones) else {
-                    return Err(self.fail(format!(
-                        "/agent_kpis/{agent} is {}, expected a finite number",
-                        milestones.describe()
-                    )));
+                    return Err(self
+                        .fail(format!("/agent_kpis/{agent} is {}, expected a finite number", milestones.describe())));
                 };
                 // Kept per trace for every agent (some never return), and on the agent's last
                 // return for credit assignment.
@@ -339,10 +334,14 @@ impl<'r> Episode<'r> {
         for (index, draft) in std::mem::take(&mut self.drafts).into_iter().enumerate() {
             let role = if draft.agent == PLANNER { ORCHESTRATOR } else { SUB_AGENT };
             let content_ref = format!("{}:{}#{}", self.source.label, self.number, draft.pointer);
-            let mut fields = Vec::with_capacity(draft.fields.len() + 3);
+            let mut fields = Vec::with_capacity(draft.extra.len() + 5);
             fields.push(("role", Out::Text(role.to_owned())));
             fields.push(("content_ref", Out::Text(content_ref)));
-            fields.extend(draft.fields);
+            if let Some(to) = draft.to {
+                fields.push(("from", Out::Text(draft.agent.to_owned())));
+                fields.push(("to", Out::Text(to.to_owned())));
+            }
+            fields.extend(draft.extra);
             if let Some(milestones) = draft.milestones {
                 fields.push(("reward", Out::Value(json!({ "milestones": milestones }))));
             }
@@ -351,7 +350,9 @@ impl<'r> Episode<'r> {
         for &(src, dst, kind) in &self.edges {
             builder.edge(Some(src), Some(dst), kind);
         }
-        builder.build(head).map_err(|cause| Box::new(ConversionError::invalid_trace(&self.source.name, Some(self.number), cause)))
+        builder
+            .build(head)
+            .map_err(|cause| Box::new(ConversionError::invalid_trace(&self.source.name, Some(self.number), cause)))
     }
 
     /// Reads iteration `index`; returns the event the next iteration follows.
@@ -359,22 +360,19 @@ impl<'r> Episode<'r> {
         let at = format!("/iterations/{index}");
         self.count_unknown(iteration, &ITERATION_KEYS, "iteration");
         let assignments = self.field(iteration, "task_assignments", Kind::Object, &at)?;
-        let extra = vec![("iteration", Out::Raw(iteration.get("iteration")))];
-        let pointer = format!("{at}/task_assignments");
-        let decision =
-            self.add(pointer, EventType::OrchestratorDecision, PLANNER, &[previous], EdgeType::Causal, None, extra);
+        let decision = Draft::new(EventType::OrchestratorDecision, PLANNER, None, format!("{at}/task_assignments"))
+            .with("iteration", Out::Raw(iteration.get("iteration")));
+        let decision = self.add(decision, &[previous], EdgeType::Causal);
         if let Some(Json::Object(assignments)) = assignments {
             for (agent, _) in assignments {
                 if agent.is_empty() {
-                    return Err(self.fail(format!(
-                        "{at}/task_assignments has a key that is not an agent name: {}",
-                        repr(agent)
-                    )));
+                    return Err(self
+                        .fail(format!("{at}/task_assignments has a key that is not an agent name: {}", repr(agent))));
                 }
-                let extra = vec![("kind", Out::Text("assignment".to_owned()))];
                 let pointer = format!("{at}/task_assignments/{agent}");
-                let route = Some((PLANNER, agent.as_ref()));
-                self.add(pointer, EventType::Message, PLANNER, &[Some(decision)], EdgeType::Causal, route, extra);
+                let message = Draft::new(EventType::Message, PLANNER, Some(agent.as_ref()), pointer)
+                    .with("kind", Out::Text("assignment".to_owned()));
+                self.add(message, &[Some(decision)], EdgeType::Causal);
             }
         }
         if let Some(Json::Array(texts)) = self.field(iteration, "communications", Kind::List, &at)? {
@@ -390,8 +388,8 @@ impl<'r> Episode<'r> {
                 for &agent in &agents {
                     let pointer = if agents.len() == 1 { place.clone() } else { format!("{place}/{agent}") };
                     let after = [self.latest(agent)];
-                    let route = Some((agent, PLANNER));
-                    returns.push(self.add(pointer, EventType::Return, agent, &after, EdgeType::Causal, route, vec![]));
+                    let draft = Draft::new(EventType::Return, agent, Some(PLANNER), pointer);
+                    returns.push(self.add(draft, &after, EdgeType::Causal));
                 }
             }
         }
@@ -400,9 +398,9 @@ impl<'r> Episode<'r> {
         }
         let after: Vec<Option<usize>> =
             if returns.is_empty() { vec![Some(decision)] } else { returns.into_iter().map(Some).collect() };
-        let extra = vec![("continue_simulation", Out::Raw(iteration.get("continue_simulation")))];
-        let pointer = format!("{at}/summary");
-        Ok(Some(self.add(pointer, EventType::Aggregate, PLANNER, &after, EdgeType::Aggregate, None, extra)))
+        let summary = Draft::new(EventType::Aggregate, PLANNER, None, format!("{at}/summary"))
+            .with("continue_simulation", Out::Raw(iteration.get("continue_simulation")));
+        Ok(Some(self.add(summary, &after, EdgeType::Aggregate)))
     }
 
     /// The agents a task_results entry reports: its `agent_id`, or the keys of the
@@ -436,14 +434,14 @@ impl<'r> Episode<'r> {
         }
         for (turn, (sender, receiver)) in turns.into_iter().enumerate() {
             let after = [self.latest(sender), self.latest(receiver)];
-            let route = Some((sender, receiver));
-            self.add(format!("{at}/{turn}"), EventType::Message, sender, &after, EdgeType::Causal, route, vec![]);
+            let message = Draft::new(EventType::Message, sender, Some(receiver), format!("{at}/{turn}"));
+            self.add(message, &after, EdgeType::Causal);
         }
         Ok(())
     }
 
     /// The episode's reward channels, and the names of the scores that were not given.
-    fn scores(&self) -> Outcome<(Vec<(String, f64)>, Vec<String>)> {
+    fn scores(&self) -> Outcome<Scores> {
         let record = self.record;
         let mut rewards = Vec::new();
         let mut missing = Vec::new();
@@ -453,7 +451,9 @@ impl<'r> Episode<'r> {
                 return Err(self.fail(format!("/{key}/{index} is {}, expected a finite number", value.describe())));
             }
             let scored: Vec<&Json<'_>> = values.iter().filter(|value| !unscored(value)).collect();
-            missing.extend(values.iter().enumerate().filter(|(_, value)| unscored(value)).map(|(i, _)| format!("{key}/{i}")));
+            missing.extend(
+                values.iter().enumerate().filter(|(_, value)| unscored(value)).map(|(i, _)| format!("{key}/{i}")),
+            );
             if !scored.is_empty() {
                 set(&mut rewards, channel.to_owned(), mean(&scored));
             }
@@ -476,6 +476,9 @@ impl<'r> Episode<'r> {
         Ok((rewards, missing))
     }
 }
+
+/// Reward channels, and the names of the scores that were not given.
+type Scores = (Vec<(String, f64)>, Vec<String>);
 
 /// A reward channel set as a Python dict sets a key (a repeated one keeps its place).
 fn set(rewards: &mut Vec<(String, f64)>, channel: String, value: f64) {
