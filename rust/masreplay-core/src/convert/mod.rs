@@ -173,8 +173,11 @@ pub(crate) fn shared_map<T: Sync, R: Send>(items: &[T], share: usize, map: impl 
         }
         done.lock().unwrap_or_else(PoisonError::into_inner).extend(mine);
     };
+    // No more helpers than shares past the caller's first: the scope waits for every helper
+    // to be scheduled, which on a busy machine can take longer than a small input's work.
+    let helpers = rayon::current_num_threads().min(items.len().div_ceil(share.max(1))).saturating_sub(1);
     rayon::in_place_scope(|scope| {
-        for _ in 1..rayon::current_num_threads() {
+        for _ in 0..helpers {
             scope.spawn(|_| work());
         }
         work();
