@@ -4,8 +4,10 @@ the seed round trip and the ``masreplay convert`` command."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import pickle
+import re
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -682,6 +684,52 @@ def test_marble_planner_orchestrates(name):
     ]
     assert table["critical_steps"].to_pylist() == expected
     assert set(table["spawn_depth"].to_pylist()) == {0}
+
+
+def test_marble_reads_communications_as_python_re_splits_them(tmp_path):
+    """Speaker lines, session headers, task ids and score means computed here with Python's
+    own re, hashlib and int arithmetic: the converter (Rust) must agree on the edge cases,
+    whether the episode comes from a file or from a dict."""
+    speaker = re.compile(r"^From (\S+) to (\S+?): ", re.MULTILINE)
+    header = re.compile(r"^\s*(In Session \S+\s*)?$")
+    texts = [
+        "In Session 1 \nFrom a to b: hi\nFrom b to a:c: colon in the receiver",
+        "\x1c In Session x\x1f\nFrom a\x1cb to c: U+001C ends a name in Python",
+        "preamble\rFrom a to b: no line starts after a carriage return\r\nFrom é to ü✓: ok",
+        "From a to b:\tno space\nFrom a  to b: two spaces\nFrom a to b: From c to d: one per line",
+        "",
+    ]
+    scores = [2**62 + 1, 2**62 + 2, -1, 3]
+    task = "Développer ✓\n"
+    episode = {
+        "task": task,
+        "iterations": [{"task_assignments": {"a": "x"}, "communications": texts}],
+        "planning_scores": scores,
+        "communication_scores": [7, 2**53, 1, 1],
+        "surprise": 1,
+    }
+    path = tmp_path / "episode.jsonl"
+    path.write_text(json.dumps(episode) + "\n", encoding="utf-8")
+    from_file, from_dict = convert.marble(path), convert.marble(episode)
+    for batch in (from_file, from_dict):
+        trace = batch[0]
+        expected = [tuple(turn) for text in texts for turn in zip(*[iter(speaker.split(text)[1:])] * 3, strict=True)]
+        talk = [(e["from"], e["to"]) for e in trace["events"] if e["type"] == "message" and e.get("kind") is None]
+        assert talk == [(sender, receiver) for sender, receiver, _ in expected]
+        outside = sum(not header.match(speaker.split(text)[0]) for text in texts)
+        assert batch.conversion_report.unknown == Counter(
+            {"communication text outside 'From A to B:' lines": outside, "episode key surprise": 1}
+        )
+        assert trace["task_id"] == "marble-" + hashlib.sha256(task.encode()).hexdigest()[:16]
+        scored = [s for s in scores if s != -1]
+        assert trace["rewards"]["planning"] == sum(scored) / len(scored)  # int / int: one rounding
+        assert trace["rewards"]["communication"] == (7 + 2**53 + 1 + 1) / 4
+        assert trace["missing_scores"] == ["planning_scores/2"]
+    assert [t["events"] for t in from_file] != [] and from_file[0]["trace_id"] == "episode:1"
+    assert from_dict[0]["trace_id"] == "<object>:1"
+    assert [e["content_ref"].split("#")[1] for e in from_file[0]["events"]] == [
+        e["content_ref"].split("#")[1] for e in from_dict[0]["events"]
+    ]
 
 
 MALFORMED = {

@@ -352,21 +352,30 @@ pub(crate) fn event_from_parts(
 
 /// A trace a converter made of events from [`event_from_parts`] and edges between them, with
 /// the checks `trace_from_json` makes of the whole (at least one event, distinct ids, an
-/// acyclic graph) and of `costs`. The ids given are non-empty; there are no rewards.
+/// acyclic graph) and of its rewards, costs, metrics and attributes, in the order it makes
+/// them. The ids given are non-empty.
 pub(crate) fn trace_from_parts(
     (trace_id, task_id, system, topology): (&str, &str, &str, Topology),
     events: Vec<Event>,
     edges: Vec<Edge>,
-    costs: Map<String, Value>,
+    (rewards, costs, metrics): (JsonMap, JsonMap, Option<JsonMap>),
+    attributes: JsonMap,
 ) -> Result<Trace, ValidationError> {
     let reader = Reader { trace_id: Some(trace_id) };
+    if let Some(key) = too_deep_attribute(&attributes, 1) {
+        return reader.fail(&Loc::Root.key(key), depth_error());
+    }
     if events.is_empty() {
         return reader.fail(&Loc::Root.key("events"), NO_EVENTS);
     }
     reader.distinct_ids(&events)?;
     let pairs: Vec<(u32, u32)> = edges.iter().map(|e| (e.src, e.dst)).collect();
     check_graph(Some(trace_id), &|i| events[i].id.clone(), events.len(), &pairs)?;
+    let rewards = reader.named_numbers(&Value::Object(rewards), &Loc::Root.key("rewards"), false)?;
     let costs = reader.costs(&Value::Object(costs))?;
+    let metrics = metrics
+        .map(|metrics| reader.named_numbers(&Value::Object(metrics), &Loc::Root.key("metrics"), false))
+        .transpose()?;
     Ok(Trace {
         trace_id: trace_id.to_owned(),
         task_id: task_id.to_owned(),
@@ -377,12 +386,14 @@ pub(crate) fn trace_from_parts(
         counterfactual_of: None,
         events,
         edges,
-        rewards: Vec::new(),
+        rewards,
         costs,
-        metrics: None,
-        attributes: None,
+        metrics,
+        attributes: (!attributes.is_empty()).then_some(attributes),
     })
 }
+
+type JsonMap = Map<String, Value>;
 
 const NO_EVENTS: &str = "a trace needs at least one event";
 

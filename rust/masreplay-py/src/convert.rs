@@ -22,6 +22,36 @@ type PySource<'py> = (String, String, Bound<'py, PyAny>);
 /// (batch, records read, ignored counts, unknown counts, warnings).
 type Converted = (PyTraceBatch, usize, Vec<(String, usize)>, Vec<(String, usize)>, Vec<String>);
 
+/// A source's data as the core reads it: a file's bytes (borrowed), or records copied from
+/// Python objects (numbered from 1).
+enum Input<'a> {
+    Text(&'a [u8]),
+    Records(Vec<Record<'static>>),
+}
+
+impl<'a> Input<'a> {
+    fn of(data: &'a Bound<'_, PyAny>) -> PyResult<Self> {
+        Ok(match data.cast::<PyBytes>() {
+            Ok(bytes) => Input::Text(bytes.as_bytes()),
+            Err(_) => Input::Records(
+                data.try_iter()?
+                    .enumerate()
+                    .map(|(index, item)| {
+                        item.map(|item| Record { line: index + 1, value: json_of(&item, 0), text: None })
+                    })
+                    .collect::<PyResult<_>>()?,
+            ),
+        })
+    }
+
+    fn bytes(&self) -> Option<&'a [u8]> {
+        match self {
+            Input::Text(bytes) => Some(bytes),
+            Input::Records(_) => None,
+        }
+    }
+}
+
 /// Converts a Claude Code session: the main transcript, then each sub-agent file.
 #[pyfunction]
 #[pyo3(name = "convert_claude_code", signature = (sources, *, folder=None, trace_id=None, task_id=None))]
@@ -32,36 +62,14 @@ pub fn claude_code(
     trace_id: Option<String>,
     task_id: Option<String>,
 ) -> PyResult<Converted> {
-    enum Input<'a> {
-        Text(&'a [u8]),
-        Records(Vec<Record<'static>>),
-    }
     let inputs: Vec<(String, String, Input<'_>)> = sources
         .iter()
-        .map(|(name, label, data)| {
-            let input = match data.cast::<PyBytes>() {
-                Ok(bytes) => Input::Text(bytes.as_bytes()),
-                Err(_) => Input::Records(
-                    data.try_iter()?
-                        .enumerate()
-                        .map(|(index, item)| {
-                            item.map(|item| Record { line: index + 1, value: json_of(&item, 0), text: None })
-                        })
-                        .collect::<PyResult<_>>()?,
-                ),
-            };
-            Ok((name.clone(), label.clone(), input))
-        })
+        .map(|(name, label, data)| Ok((name.clone(), label.clone(), Input::of(data)?)))
         .collect::<PyResult<_>>()?;
     let options = masreplay_core::convert::claude_code::Options { trace_id, task_id, folder };
     let outcome = py.detach(move || -> Result<(TraceBatch, Report), Box<ConversionError>> {
-        let texts: Vec<(&str, &[u8])> = inputs
-            .iter()
-            .filter_map(|(name, _, input)| match input {
-                Input::Text(bytes) => Some((name.as_str(), *bytes)),
-                Input::Records(_) => None,
-            })
-            .collect();
+        let texts: Vec<(&str, &[u8])> =
+            inputs.iter().filter_map(|(name, _, input)| Some((name.as_str(), input.bytes()?))).collect();
         let mut parsed = masreplay_core::convert::claude_code::read_files(&texts)?.into_iter();
         let mut read = Vec::with_capacity(inputs.len());
         for (name, label, input) in inputs {
@@ -72,14 +80,36 @@ pub fn claude_code(
             read.push(Source { name, label, records });
         }
         let (trace, report) = masreplay_core::convert::claude_code::convert(&read, &options)?;
-        let batch = TraceBatch::from_traces(std::slice::from_ref(&trace)).map_err(|error| {
-            let main = read.first().map_or(masreplay_core::convert::IN_MEMORY, |source| source.name.as_str());
-            Box::new(ConversionError::new(main, None, format!("converted traces rejected: {error}")))
-        })?;
-        Ok((batch, report))
+        let main = read.first().map_or(masreplay_core::convert::IN_MEMORY, |source| source.name.as_str());
+        Ok((batch_of(main, std::slice::from_ref(&trace))?, report))
     });
     let (inner, report) = outcome.map_err(|error| conversion_error(py, &error))?;
     Ok((PyTraceBatch { inner }, report.records, report.ignored, report.unknown, report.warnings))
+}
+
+/// Converts MARBLE episodes: one result log (JSON Lines) or records, one trace per episode.
+#[pyfunction]
+#[pyo3(name = "convert_marble")]
+pub fn marble(py: Python<'_>, source: PySource<'_>) -> PyResult<Converted> {
+    let (name, label, data) = source;
+    let input = Input::of(&data)?;
+    let outcome = py.detach(move || -> Result<(TraceBatch, Report), Box<ConversionError>> {
+        let records = match input {
+            Input::Text(bytes) => masreplay_core::convert::marble::read(&name, bytes).map_err(Box::new)?,
+            Input::Records(records) => records,
+        };
+        let source = Source { name, label, records };
+        let (traces, report) = masreplay_core::convert::marble::convert(&source)?;
+        Ok((batch_of(&source.name, &traces)?, report))
+    });
+    let (inner, report) = outcome.map_err(|error| conversion_error(py, &error))?;
+    Ok((PyTraceBatch { inner }, report.records, report.ignored, report.unknown, report.warnings))
+}
+
+/// The converted traces as a batch.
+fn batch_of(source: &str, traces: &[masreplay_core::Trace]) -> Result<TraceBatch, Box<ConversionError>> {
+    TraceBatch::from_traces(traces)
+        .map_err(|error| Box::new(ConversionError::new(source, None, format!("converted traces rejected: {error}"))))
 }
 
 /// A Python object as the JSON value `json.loads` would have made of it; what JSON cannot

@@ -277,13 +277,16 @@ impl<'de> Visitor<'de> for KeyVisitor {
 // ---- reading only what a converter reads ---------------------------------------------------
 
 /// Which parts of a record to keep: everything, the named keys of an object (each with what
-/// to keep of it; other keys are skipped unread), or each item of an array. A record read
-/// this way answers every question the converter asks as the whole record would; what it
-/// leaves out (long texts nobody reads, whole tool results) costs no allocation.
+/// to keep of it; other keys are skipped unread), the same with every other key kept too but
+/// its value unread (null: for a converter that counts or names keys it does not read), or
+/// each item of an array. A record read this way answers every question the converter asks
+/// as the whole record would; what it leaves out (long texts nobody reads, whole tool
+/// results) costs no allocation.
 #[derive(Debug)]
 pub enum Keep {
     All,
     Fields(&'static [(&'static str, Keep)]),
+    Keys(&'static [(&'static str, Keep)]),
     Items(&'static Keep),
 }
 
@@ -370,11 +373,12 @@ impl<'de> Visitor<'de> for GuidedVisitor<'_> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let depth = self.enter()?;
-        let fields: Option<&[(&str, Keep)]> = match self.0 {
-            Keep::All => None,
-            Keep::Fields(fields) => Some(fields),
+        let (fields, other_keys): (Option<&[(&str, Keep)]>, bool) = match self.0 {
+            Keep::All => (None, false),
+            Keep::Fields(fields) => (Some(fields), false),
+            Keep::Keys(fields) => (Some(fields), true),
             // An object where items were expected: only its type is read.
-            Keep::Items(_) => Some(&[]),
+            Keep::Items(_) => (Some(&[]), false),
         };
         // Room for every kept field at once; the named fields seen so far, so that only a
         // repeated one looks for its earlier entry.
@@ -404,6 +408,9 @@ impl<'de> Visitor<'de> for GuidedVisitor<'_> {
                 }
                 None => {
                     map.next_value::<de::IgnoredAny>()?;
+                    if other_keys {
+                        Json::insert(&mut entries, key, Json::Null);
+                    }
                 }
             }
         }

@@ -5,9 +5,11 @@
 //! set aside is counted in a [`Report`]; what it cannot read is a [`ConversionError`] naming
 //! the file and line.
 
+mod builder;
 pub mod claude_code;
 mod iso_time;
 pub mod json;
+pub mod marble;
 #[cfg(test)]
 mod tests;
 
@@ -35,6 +37,14 @@ pub struct ConversionError {
 impl ConversionError {
     pub fn new(source: &str, line: Option<usize>, reason: impl Into<String>) -> Self {
         ConversionError { source: source.to_owned(), line, reason: reason.into(), cause: None }
+    }
+
+    /// A converted trace the data contract refuses (`cause`), named by the record it came from.
+    pub fn invalid_trace(source: &str, line: Option<usize>, cause: ValidationError) -> Self {
+        let trace_id = json::repr_opt(cause.trace_id.as_deref());
+        let shown = if cause.path.is_empty() { "/" } else { cause.path.as_str() };
+        let reason = format!("converted trace {trace_id} is invalid at {shown}: {}", cause.reason);
+        ConversionError { source: source.to_owned(), line, reason, cause: Some(Box::new(cause)) }
     }
 }
 
@@ -119,7 +129,9 @@ pub fn json_lines_of<'a>(files: &[(&str, &'a [u8])], keep: &Keep) -> Result<Vec<
                 .filter(|(_, _, raw)| !raw.iter().all(|byte| matches!(byte, b' ' | b'\t' | b'\r' | 0x0b | 0x0c))),
         );
     }
-    let parsed = shared_map(&lines, |&(file, number, raw)| {
+    let bytes: usize = lines.iter().map(|(_, _, raw)| raw.len()).sum();
+    let share = (SHARE_BYTES * lines.len() / bytes.max(1)).clamp(1, SHARE);
+    let parsed = shared_map(&lines, share, |&(file, number, raw)| {
         let name = files[file].0;
         let record = match parse_line(raw, keep) {
             Ok(Json::Object(entries)) => Ok(Record { line: number, value: Json::Object(entries), text: Some(raw) }),
@@ -139,34 +151,39 @@ pub fn json_lines_of<'a>(files: &[(&str, &'a [u8])], keep: &Keep) -> Result<Vec<
     Ok(records)
 }
 
-/// Items per share of [`shared_map`]: about 50 µs of lines, the longest the calling thread
-/// waits for a pool thread that took a share and lost its core.
+/// Lines per share of [`shared_map`] at most, and bytes of lines per share: about 50 µs of
+/// lines, the longest the calling thread waits for a pool thread that took a share and lost
+/// its core. Long lines (MARBLE episodes of 20-90 kB) make shares of fewer lines.
 const SHARE: usize = 32;
+const SHARE_BYTES: usize = 64 << 10;
 
 /// `items` mapped in order, by the calling thread and the pool's other threads together, each
-/// taking the next share of items until none is left. The calling thread works instead of
+/// taking the next `share` items until none is left. The calling thread works instead of
 /// waiting: on a machine whose cores are busy with other work, a pool thread that starts late
 /// finds nothing left (a parallel iterator would wait for the share it was given).
-fn shared_map<T: Sync, R: Send>(items: &[T], map: impl Fn(&T) -> R + Sync) -> Vec<R> {
+pub(crate) fn shared_map<T: Sync, R: Send>(items: &[T], share: usize, map: impl Fn(&T) -> R + Sync) -> Vec<R> {
     let next = AtomicUsize::new(0);
     let done: Mutex<Vec<(usize, Vec<R>)>> = Mutex::new(Vec::new());
     let work = || {
         let mut mine = Vec::new();
         loop {
-            let share = next.fetch_add(1, Ordering::Relaxed);
-            let Some(part) = items.chunks(SHARE).nth(share) else { break };
-            mine.push((share, part.iter().map(&map).collect::<Vec<R>>()));
+            let taken = next.fetch_add(1, Ordering::Relaxed);
+            let Some(part) = items.chunks(share.max(1)).nth(taken) else { break };
+            mine.push((taken, part.iter().map(&map).collect::<Vec<R>>()));
         }
         done.lock().unwrap_or_else(PoisonError::into_inner).extend(mine);
     };
+    // No more helpers than shares past the caller's first: the scope waits for every helper
+    // to be scheduled, which on a busy machine can take longer than a small input's work.
+    let helpers = rayon::current_num_threads().min(items.len().div_ceil(share.max(1))).saturating_sub(1);
     rayon::in_place_scope(|scope| {
-        for _ in 1..rayon::current_num_threads() {
+        for _ in 0..helpers {
             scope.spawn(|_| work());
         }
         work();
     });
     let mut shares = done.into_inner().unwrap_or_else(PoisonError::into_inner);
-    shares.sort_unstable_by_key(|(share, _)| *share);
+    shares.sort_unstable_by_key(|(taken, _)| *taken);
     shares.into_iter().flat_map(|(_, results)| results).collect()
 }
 

@@ -1,0 +1,159 @@
+//! The trace a converter builds: events and edges checked as a JSON trace's would be
+//! (`validate::event_from_parts`, `trace_from_parts`), with no JSON document in between.
+
+use serde_json::{Map, Value};
+
+use super::json::Json;
+use crate::error::ValidationError;
+use crate::trace::{Edge, EdgeType, Event, EventType, Topology, Trace};
+use crate::validate;
+
+type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
+
+/// A field of an event: made here, or a value of the input passed through.
+pub(crate) enum Out<'r> {
+    Text(String),
+    Value(Value),
+    Float(f64),
+    Raw(Option<&'r Json<'r>>),
+}
+
+/// What a trace holds besides its events and edges.
+pub(crate) struct Head<'a> {
+    pub task_id: &'a str,
+    pub system: &'a str,
+    pub topology: Topology,
+    pub wall_clock_s: f64,
+    /// The token cost the source states; `None`: the events' `tokens`, summed.
+    pub tokens: Option<Value>,
+    pub rewards: Vec<(String, f64)>,
+    pub metrics: Option<Vec<(String, f64)>>,
+    /// Top-level keys outside the schema, kept as the trace's attributes.
+    pub attributes: Map<String, Value>,
+}
+
+/// Collects events and edges (checked as a JSON trace's would be); drops unset optional
+/// fields and repeated or self edges.
+pub(crate) struct Builder<'t> {
+    trace_id: &'t str,
+    pub events: Vec<Event>,
+    tokens: i128,
+    edges: Vec<Edge>,
+    edge_keys: HashSet<(usize, usize)>,
+    /// The first value the trace cannot hold (not finite, nested too deep): named before
+    /// anything else, as the seed JSON it would be written to could not hold it either.
+    unfit: Option<(String, String)>,
+    /// The first event the data contract refuses.
+    invalid: Option<ValidationError>,
+}
+
+impl<'t> Builder<'t> {
+    pub fn new(trace_id: &'t str) -> Self {
+        Builder {
+            trace_id,
+            events: Vec::new(),
+            tokens: 0,
+            edges: Vec::new(),
+            edge_keys: HashSet::default(),
+            unfit: None,
+            invalid: None,
+        }
+    }
+
+    pub fn event(&mut self, id: String, t: f64, kind: EventType, agent: &str, fields: Vec<(&str, Out<'_>)>) -> usize {
+        let index = self.events.len();
+        let mut values = Vec::with_capacity(fields.len());
+        for (key, value) in fields {
+            let value = match value {
+                Out::Text(text) => Value::String(text),
+                Out::Value(value) => value,
+                Out::Float(x) => match serde_json::Number::from_f64(x) {
+                    Some(number) => Value::Number(number),
+                    None => {
+                        self.unfit
+                            .get_or_insert((format!("/events/{index}/{key}"), format!("{x} is not a finite number")));
+                        Value::Null
+                    }
+                },
+                Out::Raw(None | Some(Json::Null)) => continue,
+                // An event's fields are at level 4: trace, events, event, field.
+                Out::Raw(Some(json)) => json.to_value(4).unwrap_or_else(|(at, why)| {
+                    self.unfit.get_or_insert((format!("/events/{index}/{key}{at}"), why));
+                    Value::Null
+                }),
+            };
+            if key == "tokens" {
+                self.tokens += value.as_i64().map(i128::from).or_else(|| value.as_u64().map(i128::from)).unwrap_or(0);
+            }
+            values.push((key, value));
+        }
+        let head = (id, t.max(0.0), kind, agent.to_owned());
+        let event = match validate::event_from_parts(self.trace_id, index, head.clone(), values) {
+            Ok(event) => event,
+            Err(error) => {
+                // Kept in place of the event, so that the rest is built and an unfit value
+                // further on is still found.
+                self.invalid.get_or_insert(error);
+                Event::new(head.0, 0.0, kind, head.3)
+            }
+        };
+        self.events.push(event);
+        index
+    }
+
+    pub fn edge(&mut self, src: Option<usize>, dst: Option<usize>, kind: EdgeType) {
+        let (Some(src), Some(dst)) = (src, dst) else { return };
+        // Events of one id make the trace invalid (`trace_from_parts`), so indices stand for ids.
+        if src != dst && self.edge_keys.insert((src, dst)) {
+            self.edges.push(Edge { src: src as u32, dst: dst as u32, edge_type: kind });
+        }
+    }
+
+    /// The trace, or the first thing in it the data contract refuses.
+    pub fn build(mut self, head: Head<'_>) -> Result<Trace, ValidationError> {
+        let rewards = self.numbers("rewards", head.rewards);
+        let metrics = head.metrics.map(|metrics| self.numbers("metrics", metrics));
+        if let Some((path, reason)) = self.unfit {
+            return Err(ValidationError::new(Some(self.trace_id), path, reason));
+        }
+        if let Some(invalid) = self.invalid {
+            return Err(invalid);
+        }
+        let count = |kind: EventType| self.events.iter().filter(|event| event.event_type == kind).count();
+        let mut costs = Map::new();
+        costs.insert("tokens".into(), head.tokens.unwrap_or_else(|| integer(self.tokens)));
+        costs.insert("wall_clock_s".into(), Value::from(head.wall_clock_s.max(0.0)));
+        costs.insert("tool_calls".into(), Value::from(count(EventType::ToolCall)));
+        costs.insert("messages".into(), Value::from(count(EventType::Message)));
+        let parts = (self.trace_id, head.task_id, head.system, head.topology);
+        validate::trace_from_parts(parts, self.events, self.edges, (rewards, costs, metrics), head.attributes)
+    }
+
+    /// Named numbers as JSON (a number JSON cannot hold is the trace's first unfit value
+    /// after the events', as it comes after them in the trace).
+    fn numbers(&mut self, name: &str, numbers: Vec<(String, f64)>) -> Map<String, Value> {
+        let mut map = Map::with_capacity(numbers.len());
+        for (key, x) in numbers {
+            let value = serde_json::Number::from_f64(x).map_or_else(
+                || {
+                    self.unfit.get_or_insert((
+                        format!("/{name}/{}", validate::pointer_segment(&key)),
+                        format!("{x} is not a finite number"),
+                    ));
+                    Value::Null
+                },
+                Value::Number,
+            );
+            map.insert(key, value);
+        }
+        map
+    }
+}
+
+/// An integer as JSON: exact within 64 bits (beyond, a float the contract rejects as a count).
+pub(crate) fn integer(value: i128) -> Value {
+    i64::try_from(value)
+        .map(Value::from)
+        .or_else(|_| u64::try_from(value).map(Value::from))
+        .unwrap_or_else(|_| Value::from(value as f64))
+}
