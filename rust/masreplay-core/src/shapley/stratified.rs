@@ -8,11 +8,17 @@
 //! high-order interactions, where an ordering's marginal contributions are dominated by rare
 //! large terms; efficiency is restored by the dispatcher's projection.
 //!
-//! Standard errors are those of the projected values: each drawn coalition's influence on
-//! every player's value (the ratio means linearised), less its influence on the mean that the
-//! projection subtracts, summed in square over the sampled strata. Players' errors are
-//! strongly correlated (the same coalitions inform all of them), so the projection removes
-//! much of them; enumerated strata are a census and add none.
+//! Standard errors are those of the projected values: per sampled stratum and player, the
+//! variance of the mean with the player and of the mean without it, each cell's sample
+//! variance moderated toward the stratum's pooled one (most cells hold one or two draws), a
+//! cell with no draw charged the spread of cell means around the stratum mean it reads
+//! instead, all scaled by the share of the error the projection leaves (measured on each
+//! coalition's influence on every player's value, less its influence on the mean the
+//! projection subtracts). Players' errors are strongly correlated (the same coalitions inform
+//! all of them), so the projection removes much of them; enumerated strata are a census and
+//! add none. Not covered: the bias of the pilot's draws (kept in the means while the
+//! allocation follows their spread) and of the stratum mean read for an empty cell, which
+//! on weighted voting at n = 30-300 leaves intervals covering 50-90% (benches/RESULTS.md).
 
 use std::collections::HashMap;
 
@@ -204,43 +210,104 @@ pub fn stratified(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
         *value = total / n as f64;
     }
     let enumerated = |size: usize| enumerate_edges && edges.contains(&size);
+    let sampled: Vec<usize> = (0..strata.len()).filter(|&index| !enumerated(index + 1)).collect();
+    let cells: Vec<CellSpread> = sampled.iter().map(|&index| CellSpread::of(&strata[index], &means[index])).collect();
+    // A stratum whose cells show no spread of their own (one draw each) borrows the mean of the others'.
+    let (squares, dof) = cells.iter().fold((0.0, 0.0), |(s, d), cell| (s + cell.squares, d + cell.dof));
+    let borrowed = if dof > 0.0 { squares / dof } else { 0.0 };
     let mut variance = vec![0.0; n];
-    for (index, drawn) in strata.iter().enumerate() {
-        if !enumerated(index + 1) {
-            add_projected_variance(drawn, &means[index], &mut variance);
-        }
+    for (&index, cell) in sampled.iter().zip(&cells) {
+        let pooled = if cell.dof > 0.0 { cell.squares / cell.dof } else { borrowed };
+        add_projected_variance(&strata[index], &means[index], pooled, &mut variance);
     }
     let stderr = variance.iter().map(|v| v.sqrt()).collect();
     let evaluations = 2 + strata.iter().map(|drawn| drawn.values.len() as u64).sum::<u64>();
     Ok(Estimate { values, stderr, evaluations, converged: false, exact: false }.with_target(stopping))
 }
 
-/// Adds one sampled stratum's share of the variance of every projected value. Coalition A
-/// moves player i's value by psi_i(A) = (v(A) - mean in) / (n count in) when i is in A, by
-/// -(v(A) - mean out) / (n count out) when not; the projection subtracts the mean of psi
-/// over the players. The variance is the sum of squares of what is left, scaled for the means
-/// taken. (A side with no draw reads the stratum mean instead; its share is left out: it
-/// happens only when a stratum has fewer draws than players.)
-fn add_projected_variance(drawn: &Drawn, (mean_in, mean_out): &(Vec<f64>, Vec<f64>), variance: &mut [f64]) {
-    let n = variance.len();
-    let m = drawn.values.len();
-    if m < 2 {
-        return;
+/// Weight of a stratum's pooled spread in each cell's variance, in draws: a cell of c draws
+/// has c - 1 degrees of freedom of its own and borrows this many from the pool (a moderated
+/// variance, as sampling.rs does for orderings), so a cell of one draw, or of draws that
+/// happened to agree, still reports the stratum's spread.
+const POOLED_DRAWS: f64 = 8.0;
+
+/// The spread of a stratum's draws within cells (a player's draws with it, or without it):
+/// squared deviations from the cell means and their degrees of freedom, over every cell.
+struct CellSpread {
+    squares: f64,
+    dof: f64,
+}
+
+impl CellSpread {
+    fn of(drawn: &Drawn, (mean_in, mean_out): &(Vec<f64>, Vec<f64>)) -> Self {
+        let (mut squares, mut dof) = (0.0, 0.0);
+        let sides = drawn.stratum.plus.iter().zip(mean_in).chain(drawn.stratum.minus.iter().zip(mean_out));
+        for (&[count, sum, sum_squares], &mean) in sides {
+            if count >= 2.0 {
+                squares += (sum_squares - 2.0 * mean * sum + count * mean * mean).max(0.0);
+                dof += count - 1.0;
+            }
+        }
+        // Each player's two cells hold every draw once: per stratum, not n times over.
+        let players = drawn.stratum.plus.len() as f64;
+        CellSpread { squares: squares / players, dof: dof / players }
     }
+}
+
+/// Adds one sampled stratum's share of the variance of every projected value.
+///
+/// A cell of c draws (player i's draws with i, or without) moves i's value by its mean / n,
+/// whose variance is s^2 / (c n^2), with s^2 the cell's variance moderated toward the
+/// stratum's `pooled` one ([`POOLED_DRAWS`]; the sample variance alone is 0 for a cell of one
+/// draw). A cell with no draw reads the stratum mean instead, off by the spread of cell means
+/// around it (estimated from the other cells, less their own noise) plus that mean's noise.
+/// The projection onto efficiency subtracts the mean over players, which removes the error
+/// the players share (the same coalitions inform them all): the share it removes is measured
+/// on the draws' influences (coalition A moves i's value by +-(v(A) - cell mean) / (n c))
+/// and applied to the moderated variances.
+fn add_projected_variance(
+    drawn: &Drawn,
+    (mean_in, mean_out): &(Vec<f64>, Vec<f64>),
+    pooled: f64,
+    variance: &mut [f64],
+) {
+    let n = variance.len() as f64;
     let (plus, minus) = (&drawn.stratum.plus, &drawn.stratum.minus);
-    let mut psi = vec![0.0; n];
-    let mut squares = vec![0.0; n];
+    let moderated = |[count, sum, sum_squares]: [f64; 3], mean: f64| {
+        let own = (sum_squares - 2.0 * mean * sum + count * mean * mean).max(0.0);
+        (own + POOLED_DRAWS * pooled) / (count - 1.0 + POOLED_DRAWS)
+    };
+    let overall = stratum_mean(&drawn.stratum);
+    let (mut between, mut cells) = (0.0f64, 0.0f64);
+    for (side, means) in [(plus, mean_in), (minus, mean_out)] {
+        for (&moments, &mean) in side.iter().zip(means) {
+            if moments[0] >= 1.0 {
+                between += (mean - overall).powi(2) - moderated(moments, mean) / moments[0];
+                cells += 1.0;
+            }
+        }
+    }
+    let between = (between / cells.max(1.0)).max(0.0);
+    let draws = drawn.values.len().max(1) as f64;
+    let cell_variance = |moments: [f64; 3], mean: f64| {
+        if moments[0] >= 1.0 { moderated(moments, mean) / moments[0] } else { between + pooled / draws }
+    };
+    let (mut kept, mut all) = (0.0, 0.0);
+    let mut psi = vec![0.0; variance.len()];
     for (set, &value) in drawn.coalitions.iter().zip(&drawn.values) {
         for (i, slot) in psi.iter_mut().enumerate() {
             let (count, mean, sign) =
                 if contains(set, i) { (plus[i][0], mean_in[i], 1.0) } else { (minus[i][0], mean_out[i], -1.0) };
-            *slot = sign * (value - mean) / (n as f64 * count);
+            *slot = sign * (value - mean) / (n * count);
         }
-        let shift = psi.iter().sum::<f64>() / n as f64;
-        squares.iter_mut().zip(&psi).for_each(|(q, p)| *q += (p - shift) * (p - shift));
+        let shift = psi.iter().sum::<f64>() / n;
+        kept += psi.iter().map(|p| (p - shift) * (p - shift)).sum::<f64>();
+        all += psi.iter().map(|p| p * p).sum::<f64>();
     }
-    let scale = m as f64 / (m as f64 - 1.0);
-    variance.iter_mut().zip(&squares).for_each(|(v, q)| *v += scale * q);
+    let share = if all > 0.0 { kept / all } else { 1.0 };
+    for (i, v) in variance.iter_mut().enumerate() {
+        *v += share * (cell_variance(plus[i], mean_in[i]) + cell_variance(minus[i], mean_out[i])) / (n * n);
+    }
 }
 
 /// Mean value over every coalition drawn in a stratum (each counted once, via player 0).
