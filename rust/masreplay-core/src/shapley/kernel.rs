@@ -15,7 +15,7 @@ use rand::RngExt;
 
 use super::coalition::{CoalitionMap, Coalitions, contains};
 use super::game::{Game, bounds};
-use super::linalg::{cholesky, solve};
+use super::linalg::cholesky;
 use super::precedence::value_distinct;
 use super::sampling::stream;
 use super::{Estimate, Stopping};
@@ -230,8 +230,8 @@ fn constrained_least_squares(n: usize, mut gram: Vec<f64>, rhs: Vec<f64>, total:
     let factor = cholesky(n, gram).ok_or_else(|| {
         MasreplayError::InvalidArgument("kernel: the regression is singular (budget too small for the players)".into())
     })?;
-    let solved_b = solve(n, &factor, &rhs);
-    let solved_one = solve(n, &factor, &vec![1.0; n]);
+    let solved_b = factor.solve(&rhs);
+    let solved_one = factor.solve(&vec![1.0; n]);
     let nu = (solved_b.iter().sum::<f64>() - total) / solved_one.iter().sum::<f64>();
     Ok(solved_b.iter().zip(&solved_one).map(|(b, o)| b - nu * o).collect())
 }
