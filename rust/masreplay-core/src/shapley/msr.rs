@@ -40,7 +40,7 @@
 
 use rand_xoshiro::Xoshiro256PlusPlus;
 
-use super::coalition::{CoalitionMap, Coalitions, contains, size};
+use super::coalition::{CoalitionMap, Coalitions, contains, members_of, size};
 use super::game::{Game, bounds};
 use super::kernel::{complement_of, for_each_subset, random_subset};
 use super::linalg::cholesky;
@@ -300,17 +300,6 @@ impl Surrogate {
 
     fn residual(&self, members: &[usize], slopes: &[f64], value: f64) -> f64 {
         value - self.intercept[members.len()] - members.iter().map(|&i| slopes[i]).sum::<f64>()
-    }
-}
-
-fn members_of(set: &[u64], out: &mut Vec<usize>) {
-    out.clear();
-    for (w, &word) in set.iter().enumerate() {
-        let mut bits = word;
-        while bits != 0 {
-            out.push(w * 64 + bits.trailing_zeros() as usize);
-            bits &= bits - 1;
-        }
     }
 }
 
