@@ -23,6 +23,33 @@ pub fn size(set: &[u64]) -> usize {
     set.iter().map(|w| w.count_ones() as usize).sum()
 }
 
+/// The players of `set`, ascending, into `out`.
+pub fn members_of(set: &[u64], out: &mut Vec<usize>) {
+    out.clear();
+    for (w, &word) in set.iter().enumerate() {
+        let mut bits = word;
+        while bits != 0 {
+            out.push(w * 64 + bits.trailing_zeros() as usize);
+            bits &= bits - 1;
+        }
+    }
+}
+
+/// Each byte's bits as eight booleans, lowest first.
+const BYTE_BOOLS: [[bool; 8]; 256] = {
+    let mut table = [[false; 8]; 256];
+    let mut byte = 0;
+    while byte < 256 {
+        let mut bit = 0;
+        while bit < 8 {
+            table[byte][bit] = byte >> bit & 1 == 1;
+            bit += 1;
+        }
+        byte += 1;
+    }
+    table
+};
+
 /// `inner` is a subset of `outer`.
 pub fn is_subset(inner: &[u64], outer: &[u64]) -> bool {
     inner.iter().zip(outer).all(|(a, b)| a & !b == 0)
@@ -117,7 +144,16 @@ impl Coalitions {
     pub fn to_bools(&self) -> Vec<bool> {
         let mut out = Vec::with_capacity(self.len() * self.n_players);
         for set in self.iter() {
-            out.extend((0..self.n_players).map(|p| contains(set, p)));
+            // A byte of the set at a time (a table lookup, not a bit test per player).
+            let mut left = self.n_players;
+            for byte in set.iter().flat_map(|word| word.to_le_bytes()) {
+                let take = left.min(8);
+                out.extend_from_slice(&BYTE_BOOLS[byte as usize][..take]);
+                left -= take;
+                if left == 0 {
+                    break;
+                }
+            }
         }
         out
     }

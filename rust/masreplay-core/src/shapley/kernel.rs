@@ -13,9 +13,9 @@
 
 use rand::RngExt;
 
-use super::coalition::{CoalitionMap, Coalitions, contains};
+use super::coalition::{CoalitionMap, Coalitions, contains, members_of};
 use super::game::{Game, bounds};
-use super::linalg::{cholesky, solve};
+use super::linalg::cholesky;
 use super::precedence::value_distinct;
 use super::sampling::stream;
 use super::{Estimate, Stopping};
@@ -108,27 +108,13 @@ pub fn kernel(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
     let table = value_distinct(game, words)?;
     // Normal equations per part: the enumerated rows, and each jackknife group.
     let groups = rows.iter().filter_map(|r| r.group).max().map_or(0, |g| g + 1);
-    let mut parts = vec![(vec![0.0; n * n], vec![0.0; n]); groups + 1];
+    let mut parts = vec![Part::new(n); groups + 1];
     let mut members = Vec::with_capacity(n);
-    let mut weighted = vec![0.0; n];
     for row in &rows {
-        let (gram, rhs) = &mut parts[row.group.map_or(0, |g| g + 1)];
-        members.clear();
-        members.extend((0..n).filter(|&p| contains(&row.set, p)));
-        let target = table[&row.set] - empty;
-        // The row's weight at its members, 0 elsewhere: adding it to a whole row of the Gram
-        // matrix is the same sum as adding the weight member by member, in a form that
-        // vectorises. Only the upper triangle is summed; it is mirrored below.
-        weighted.fill(0.0);
-        members.iter().for_each(|&b| weighted[b] = row.weight);
-        for &a in &members {
-            rhs[a] += row.weight * target;
-            gram[a * n + a..(a + 1) * n].iter_mut().zip(&weighted[a..]).for_each(|(g, w)| *g += w);
-        }
+        members_of(&row.set, &mut members);
+        parts[row.group.map_or(0, |g| g + 1)].add(&row.set, &members, row.weight, table[&row.set] - empty);
     }
-    for (gram, _) in &mut parts {
-        mirror_upper(n, gram);
-    }
+    let parts: Vec<(Vec<f64>, Vec<f64>)> = parts.into_iter().map(Part::normal_equations).collect();
     // The enumerated part plus every sampled group: the fit, and the sum each jackknife refit
     // takes one group out of (one subtraction per refit instead of a sum over the groups).
     let (mut gram, mut rhs) = parts[0].clone();
@@ -165,6 +151,67 @@ pub fn kernel(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
     };
     Ok(Estimate { values, stderr, evaluations: 2 + table.len() as u64, converged: complete, exact: complete }
         .with_target(stopping))
+}
+
+/// The weighted normal equations of a set of rows. A row's outer product x x' is summed over
+/// the smaller side of its coalition: for a coalition of more than n / 2 players it is
+/// 1 1' - 1 c' - c 1' + c c' with c its complement, whose weights and weighted complements are
+/// kept apart and spread over the matrix once (a row costs min(s, n - s)^2 / 2 steps, not a
+/// row of the matrix per member).
+#[derive(Clone)]
+struct Part {
+    n: usize,
+    /// Upper triangle of the sum of w y y' over each row's smaller side y.
+    smaller: Vec<f64>,
+    rhs: Vec<f64>,
+    /// Sum of the weights of the complemented rows, and of their weighted complements.
+    complemented: f64,
+    complements: Vec<f64>,
+    side: Vec<usize>,
+}
+
+impl Part {
+    fn new(n: usize) -> Self {
+        Part {
+            n,
+            smaller: vec![0.0; n * n],
+            rhs: vec![0.0; n],
+            complemented: 0.0,
+            complements: vec![0.0; n],
+            side: Vec::new(),
+        }
+    }
+
+    /// Adds coalition `set` (players `members`, ascending) with its weight and target.
+    fn add(&mut self, set: &[u64], members: &[usize], weight: f64, target: f64) {
+        let n = self.n;
+        members.iter().for_each(|&a| self.rhs[a] += weight * target);
+        if 2 * members.len() > n {
+            members_of(&complement_of(set, n), &mut self.side);
+            self.complemented += weight;
+            self.side.iter().for_each(|&a| self.complements[a] += weight);
+        } else {
+            self.side.clear();
+            self.side.extend_from_slice(members);
+        }
+        for (k, &a) in self.side.iter().enumerate() {
+            let row = &mut self.smaller[a * n..(a + 1) * n];
+            self.side[k..].iter().for_each(|&b| row[b] += weight);
+        }
+    }
+
+    /// The Gram matrix (whole) and the right-hand side.
+    fn normal_equations(self) -> (Vec<f64>, Vec<f64>) {
+        let (n, mut gram) = (self.n, self.smaller);
+        let (total, c) = (self.complemented, &self.complements);
+        for a in 0..n {
+            for b in a..n {
+                gram[a * n + b] += total - c[a] - c[b];
+            }
+        }
+        mirror_upper(n, &mut gram);
+        (gram, self.rhs)
+    }
 }
 
 /// Copies the upper triangle of a symmetric row-major matrix onto the lower one.
@@ -230,8 +277,8 @@ fn constrained_least_squares(n: usize, mut gram: Vec<f64>, rhs: Vec<f64>, total:
     let factor = cholesky(n, gram).ok_or_else(|| {
         MasreplayError::InvalidArgument("kernel: the regression is singular (budget too small for the players)".into())
     })?;
-    let solved_b = solve(n, &factor, &rhs);
-    let solved_one = solve(n, &factor, &vec![1.0; n]);
+    let solved_b = factor.solve(&rhs);
+    let solved_one = factor.solve(&vec![1.0; n]);
     let nu = (solved_b.iter().sum::<f64>() - total) / solved_one.iter().sum::<f64>();
     Ok(solved_b.iter().zip(&solved_one).map(|(b, o)| b - nu * o).collect())
 }

@@ -20,37 +20,54 @@ fn dot(x: &[f64], y: &[f64]) -> f64 {
     lanes.iter().sum::<f64>() + tail
 }
 
-/// Lower factor L with A = L L', or None when A is not positive definite.
-pub fn cholesky(n: usize, mut a: Vec<f64>) -> Option<Vec<f64>> {
+/// The lower Cholesky factor L of A = L L' (row-major), with the column where each of its
+/// rows' nonzeros start.
+pub struct Factor {
+    n: usize,
+    l: Vec<f64>,
+    first: Vec<usize>,
+}
+
+/// Factors A, or None when it is not positive definite. Reads the lower triangle of A only.
+/// Zeros at the start of A's rows stay zeros in L (a banded Gram matrix keeps its band), so
+/// each dot product starts where both rows' nonzeros start.
+pub fn cholesky(n: usize, mut a: Vec<f64>) -> Option<Factor> {
+    let first: Vec<usize> = (0..n).map(|i| a[i * n..i * n + i].iter().position(|&v| v != 0.0).unwrap_or(i)).collect();
     for j in 0..n {
         let rest = &mut a[j * n..];
         let row_j = &rest[..n];
-        let d = row_j[j] - dot(&row_j[..j], &row_j[..j]);
+        let d = row_j[j] - dot(&row_j[first[j]..j], &row_j[first[j]..j]);
         if d <= 0.0 || !d.is_finite() {
             return None;
         }
         let d = d.sqrt();
         rest[j] = d;
         let (row_j, below) = rest.split_at_mut(n);
-        for i in 0..n - j - 1 {
+        for (i, &first_i) in first[j + 1..].iter().enumerate().filter(|&(_, &f)| f <= j) {
+            let start = first_i.max(first[j]);
             let row_i = &mut below[i * n..(i + 1) * n];
-            row_i[j] = (row_i[j] - dot(&row_i[..j], &row_j[..j])) / d;
+            row_i[j] = (row_i[j] - dot(&row_i[start..j], &row_j[start..j])) / d;
         }
     }
-    Some(a)
+    Some(Factor { n, l: a, first })
 }
 
-/// Solves L L' x = b.
-pub fn solve(n: usize, l: &[f64], b: &[f64]) -> Vec<f64> {
-    let mut y = b.to_vec();
-    for i in 0..n {
-        y[i] = (y[i] - dot(&l[i * n..i * n + i], &y[..i])) / l[i * n + i];
-    }
-    for i in (0..n).rev() {
-        for k in i + 1..n {
-            y[i] -= l[k * n + i] * y[k];
+impl Factor {
+    /// Solves L L' x = b.
+    pub fn solve(&self, b: &[f64]) -> Vec<f64> {
+        let (n, l) = (self.n, &self.l);
+        let mut y = b.to_vec();
+        for i in 0..n {
+            let f = self.first[i];
+            y[i] = (y[i] - dot(&l[i * n + f..i * n + i], &y[f..i])) / l[i * n + i];
         }
-        y[i] /= l[i * n + i];
+        // L' x = y by rows of L (the columns of L'): each x_k, once known, leaves the rows
+        // above it.
+        for k in (0..n).rev() {
+            y[k] /= l[k * n + k];
+            let (above, x_k) = (self.first[k], y[k]);
+            y[above..k].iter_mut().zip(&l[k * n + above..k * n + k]).for_each(|(y_i, l_ki)| *y_i -= l_ki * x_k);
+        }
+        y
     }
-    y
 }

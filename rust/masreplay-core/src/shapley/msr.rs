@@ -40,10 +40,10 @@
 
 use rand_xoshiro::Xoshiro256PlusPlus;
 
-use super::coalition::{CoalitionMap, Coalitions, contains};
+use super::coalition::{CoalitionMap, Coalitions, contains, members_of, size};
 use super::game::{Game, bounds};
 use super::kernel::{complement_of, for_each_subset, random_subset};
-use super::linalg::{cholesky, solve};
+use super::linalg::cholesky;
 use super::precedence::value_distinct;
 use super::sampling::stream;
 use super::{Estimate, Stopping};
@@ -76,22 +76,33 @@ struct Draws {
     values: Vec<f64>,
 }
 
-impl Draws {
-    /// Draws `count` more pairs and values both sides of each.
-    fn extend(&mut self, game: &dyn Game, count: u64, rng: &mut Xoshiro256PlusPlus) -> Result<u64> {
-        let n = game.n_players();
-        let mut fresh = Coalitions::new(n);
+/// Draws `counts[k]` more pairs of stratum k from its stream and values both sides of every
+/// pair in one batch (a callable game is called once per chunk, not once per size). Returns
+/// the evaluations asked for.
+fn extend_draws(game: &dyn Game, draws: &mut [Draws], counts: &[u64], rngs: &mut [Xoshiro256PlusPlus]) -> Result<u64> {
+    let n = game.n_players();
+    let mut batch = Coalitions::new(n);
+    // Per stratum: its fresh coalitions, then their complements.
+    for ((stratum, rng), &count) in draws.iter().zip(rngs.iter_mut()).zip(counts) {
+        let start = batch.len();
         for _ in 0..count {
-            fresh.push(&random_subset(rng, n, self.size, fresh.words()));
+            batch.push(&random_subset(rng, n, stratum.size, batch.words()));
         }
-        let mut both = fresh.clone();
-        fresh.iter().for_each(|set| both.push(&complement_of(set, n)));
-        let worth = value_all(game, &both)?;
-        let (inside, outside) = worth.split_at(fresh.len());
-        fresh.iter().for_each(|set| self.sets.push(set));
-        self.values.extend(inside.iter().zip(outside).map(|(a, b)| (a - b) / 2.0));
-        Ok(worth.len() as u64)
+        for i in start..batch.len() {
+            let complement = complement_of(batch.get(i), n);
+            batch.push(&complement);
+        }
     }
+    let worth = value_all(game, &batch)?;
+    let mut start = 0;
+    for (stratum, &count) in draws.iter_mut().zip(counts) {
+        let count = count as usize;
+        let (inside, outside) = worth[start..start + 2 * count].split_at(count);
+        (start..start + count).for_each(|i| stratum.sets.push(batch.get(i)));
+        stratum.values.extend(inside.iter().zip(outside).map(|(a, b)| (a - b) / 2.0));
+        start += 2 * count;
+    }
+    Ok(worth.len() as u64)
 }
 
 /// The surrogate's slope of player i at size s interpolates linearly between its values at
@@ -112,9 +123,58 @@ fn size_basis(n: usize, s: usize, knots: usize, out: &mut Vec<f64>) {
     out[left + 1] = right_share;
 }
 
-/// Weighted normal equations of the surrogate (features x_i u(s)^q), with the intercept sums
-/// kept per size so that sizes can be pooled into bins when solving.
+/// What the surrogate's normal equations need from coalitions of one size: how many hold each
+/// pair of players (`together`, n x n; the diagonal counts each player's coalitions), each
+/// player's sum of values, and the coalitions' count and values' sum. Every coalition of a
+/// size weighs the same in the fit, so these sums give the Gram matrix in s^2 steps per
+/// coalition instead of a row of features per member.
 #[derive(Clone)]
+struct Tally {
+    n: usize,
+    together: Vec<u32>,
+    value_sums: Vec<f64>,
+    coalitions: u64,
+    value_total: f64,
+}
+
+impl Tally {
+    fn new(n: usize) -> Self {
+        Tally { n, together: vec![0; n * n], value_sums: vec![0.0; n], coalitions: 0, value_total: 0.0 }
+    }
+
+    /// `members` ascending: only the lower triangle is counted (see [`Tally::mirrored`]).
+    fn add(&mut self, members: &[usize], value: f64) {
+        for (k, &a) in members.iter().enumerate() {
+            let row = &mut self.together[a * self.n..(a + 1) * self.n];
+            members[..=k].iter().for_each(|&b| row[b] += 1);
+            self.value_sums[a] += value;
+        }
+        self.coalitions += 1;
+        self.value_total += value;
+    }
+
+    fn merge(&mut self, other: &Tally) {
+        self.together.iter_mut().zip(&other.together).for_each(|(a, b)| *a += b);
+        self.value_sums.iter_mut().zip(&other.value_sums).for_each(|(a, b)| *a += b);
+        self.coalitions += other.coalitions;
+        self.value_total += other.value_total;
+    }
+
+    /// The counted lower triangle copied onto the upper one.
+    fn mirrored(mut self) -> Self {
+        let n = self.n;
+        for a in 0..n {
+            for b in 0..a {
+                self.together[b * n + a] = self.together[a * n + b];
+            }
+        }
+        self
+    }
+}
+
+/// Weighted normal equations of the surrogate (features x_i times the size basis), with the
+/// intercept sums kept per size so that sizes can be pooled into bins when solving. The Gram
+/// matrix holds its lower triangle only (what the Cholesky factorisation reads).
 struct Normal {
     n: usize,
     knots: usize,
@@ -140,40 +200,39 @@ impl Normal {
         }
     }
 
-    /// `indicator`: 1 at the members, 0 elsewhere (n entries): a Gram block's row gains
-    /// weight x indicator in one vectorised pass, the same sum as member by member (adding 0
-    /// changes nothing).
-    fn add(&mut self, members: &[usize], indicator: &[f64], value: f64, weight: f64, basis: &mut Vec<f64>) {
-        let (n, s, p) = (self.n, members.len(), self.n * self.knots);
+    /// Adds the coalitions of size `s` that `all` sums and `held_out` does not (both
+    /// mirrored), each of weight `weight`. A size touches the blocks of its (at most two)
+    /// knots only.
+    fn add(&mut self, s: usize, all: &Tally, held_out: &Tally, weight: f64, basis: &mut Vec<f64>, row: &mut Vec<f64>) {
+        let (n, p) = (self.n, self.n * self.knots);
         size_basis(n, s, self.knots, basis);
-        for (q, &bq) in basis.iter().enumerate().filter(|(_, b)| **b != 0.0) {
-            for &a in members {
-                let row = q * n + a;
-                self.xy[row] += weight * value * bq;
-                self.x[s * p + row] += weight * bq;
-                for (r, &br) in basis.iter().enumerate().filter(|(_, b)| **b != 0.0) {
+        let knots: Vec<(usize, f64)> = basis.iter().copied().enumerate().filter(|&(_, b)| b != 0.0).collect();
+        for a in 0..n {
+            let (mine, theirs) = (&all.together[a * n..(a + 1) * n], &held_out.together[a * n..(a + 1) * n]);
+            row.clear();
+            row.extend(mine.iter().zip(theirs).map(|(m, t)| (m - t) as f64));
+            let value_sum = all.value_sums[a] - held_out.value_sums[a];
+            for &(q, bq) in &knots {
+                let i = q * n + a;
+                self.xy[i] += weight * bq * value_sum;
+                self.x[s * p + i] += weight * bq * row[a];
+                // Lower triangle: blocks left of the diagonal block whole, the diagonal
+                // block up to its diagonal.
+                for &(r, br) in knots.iter().filter(|&&(r, _)| r <= q) {
                     let wqr = weight * bq * br;
-                    let block = &mut self.xx[row * p + r * n..row * p + (r + 1) * n];
-                    block.iter_mut().zip(indicator).for_each(|(x, i)| *x += wqr * i);
+                    let width = if r == q { a + 1 } else { n };
+                    let block = &mut self.xx[i * p + r * n..i * p + r * n + width];
+                    block.iter_mut().zip(row.iter()).for_each(|(x, c)| *x += wqr * c);
                 }
             }
         }
-        self.w[s] += weight;
-        self.y[s] += weight * value;
-    }
-
-    fn merge(&mut self, other: &Normal) {
-        let pairs = [(&mut self.xx, &other.xx), (&mut self.xy, &other.xy), (&mut self.w, &other.w)];
-        for (mine, theirs) in pairs {
-            mine.iter_mut().zip(theirs).for_each(|(a, b)| *a += b);
-        }
-        self.x.iter_mut().zip(&other.x).for_each(|(a, b)| *a += b);
-        self.y.iter_mut().zip(&other.y).for_each(|(a, b)| *a += b);
+        self.w[s] += weight * (all.coalitions - held_out.coalitions) as f64;
+        self.y[s] += weight * (all.value_total - held_out.value_total);
     }
 
     /// Fits the slopes and one intercept per bin (`bin_of[s]`; sizes in no bin get none):
     /// the intercepts are profiled out by centring within each bin.
-    fn solve(&self, bin_of: &[Option<usize>], n_bins: usize) -> Result<Surrogate> {
+    fn solve(mut self, bin_of: &[Option<usize>], n_bins: usize) -> Result<Surrogate> {
         let (n, p) = (self.n, self.n * self.knots);
         let mut w = vec![0.0; n_bins];
         let mut x = vec![0.0; n_bins * p];
@@ -184,23 +243,26 @@ impl Normal {
             y[b] += self.y[s];
             x[b * p..(b + 1) * p].iter_mut().zip(&self.x[s * p..(s + 1) * p]).for_each(|(a, c)| *a += c);
         }
-        let mut gram = self.xx.clone();
-        let mut rhs = self.xy.clone();
+        let (gram, rhs) = (&mut self.xx, &mut self.xy);
         for b in (0..n_bins).filter(|&b| w[b] > 0.0) {
             let xb = &x[b * p..(b + 1) * p];
-            for i in 0..p {
+            // A bin's features are zero outside the knots of its sizes.
+            let Some(first) = xb.iter().position(|&v| v != 0.0) else { continue };
+            let last = xb.iter().rposition(|&v| v != 0.0).unwrap_or(first);
+            for i in first..=last {
                 rhs[i] -= xb[i] * y[b] / w[b];
                 let scaled = xb[i] / w[b];
-                gram[i * p..(i + 1) * p].iter_mut().zip(xb).for_each(|(g, xj)| *g -= scaled * xj);
+                let row = &mut gram[i * p + first..=i * p + i];
+                row.iter_mut().zip(&xb[first..=i]).for_each(|(g, xj)| *g -= scaled * xj);
             }
         }
         let mean_diagonal = (0..p).map(|i| gram[i * p + i]).sum::<f64>() / p as f64;
         let ridge = RIDGE * mean_diagonal.max(f64::MIN_POSITIVE);
         (0..p).for_each(|i| gram[i * p + i] += ridge);
-        let factor = cholesky(p, gram).ok_or_else(|| {
+        let factor = cholesky(p, std::mem::take(gram)).ok_or_else(|| {
             MasreplayError::InvalidArgument("msr: the surrogate's regression is singular (non-finite values?)".into())
         })?;
-        let coef = solve(p, &factor, &rhs);
+        let coef = factor.solve(rhs);
         let intercept_of_bin: Vec<f64> = (0..n_bins)
             .map(|b| {
                 let fitted: f64 = x[b * p..(b + 1) * p].iter().zip(&coef).map(|(a, c)| a * c).sum();
@@ -238,17 +300,6 @@ impl Surrogate {
 
     fn residual(&self, members: &[usize], slopes: &[f64], value: f64) -> f64 {
         value - self.intercept[members.len()] - members.iter().map(|&i| slopes[i]).sum::<f64>()
-    }
-}
-
-fn members_of(set: &[u64], out: &mut Vec<usize>) {
-    out.clear();
-    for (w, &word) in set.iter().enumerate() {
-        let mut bits = word;
-        while bits != 0 {
-            out.push(w * 64 + bits.trailing_zeros() as usize);
-            bits &= bits - 1;
-        }
     }
 }
 
@@ -363,16 +414,17 @@ pub fn msr(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
     let mut evaluations = 2;
     let mut members = Vec::with_capacity(n);
     // The census strata: E_s[v a_i] exactly.
-    for &s in &census {
-        let mut sets = Coalitions::new(n);
-        for_each_subset(n, s, |set| sets.push(set));
-        let worth = value_all(game, &sets)?;
-        evaluations += sets.len() as u64;
-        let count = sets.len() as f64;
-        for (set, &v) in sets.iter().zip(&worth) {
-            let (inside, outside) = (v / (s as f64 * count), -v / ((n - s) as f64 * count));
-            values.iter_mut().enumerate().for_each(|(i, phi)| *phi += if contains(set, i) { inside } else { outside });
-        }
+    let mut sets = Coalitions::new(n);
+    census.iter().for_each(|&s| for_each_subset(n, s, |set| sets.push(set)));
+    let worth = value_all(game, &sets)?;
+    evaluations += sets.len() as u64;
+    let mut per_size = vec![0u64; n + 1];
+    sets.iter().for_each(|set| per_size[size(set)] += 1);
+    for (set, &v) in sets.iter().zip(&worth) {
+        let s = size(set);
+        let count = per_size[s] as f64;
+        let (inside, outside) = (v / (s as f64 * count), -v / ((n - s) as f64 * count));
+        values.iter_mut().enumerate().for_each(|(i, phi)| *phi += if contains(set, i) { inside } else { outside });
     }
     if sampled.is_empty() {
         return Ok(Estimate { values, stderr: vec![0.0; n], evaluations, converged: true, exact: true });
@@ -397,12 +449,12 @@ pub fn msr(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
     loop {
         let drawn: u64 = draws.iter().map(|d| d.values.len() as u64).sum();
         let targets = allocate(&sampled, budget.saturating_sub(evaluations) / 2 + drawn, folds as u64, |s| share(n, s));
-        for ((stratum, rng), (_, target)) in draws.iter_mut().zip(&mut rngs).zip(targets) {
-            let have = stratum.values.len() as u64;
-            if target > have {
-                evaluations += stratum.extend(game, target - have, rng)?;
-            }
-        }
+        let counts: Vec<u64> = draws
+            .iter()
+            .zip(targets)
+            .map(|(stratum, (_, target))| target.saturating_sub(stratum.values.len() as u64))
+            .collect();
+        evaluations += extend_draws(game, &mut draws, &counts, &mut rngs)?;
         let (estimate, stderr) = cross_fitted(n, &draws, folds, &mut members)?;
         let converged = stopping.converged(&stderr);
         if converged || budget >= stopping.budget {
@@ -430,23 +482,23 @@ fn cross_fitted(n: usize, draws: &[Draws], folds: usize, members: &mut Vec<usize
     let weight = |s: usize| fit_weight(n, s, drawn[s] as f64);
     let knots = knots_for(n, drawn.iter().sum::<u64>() * (folds as u64 - 1) / folds as u64);
     let mut basis = Vec::new();
-    let mut indicator = vec![0.0; n];
-    let mut parts = vec![Normal::new(n, knots); folds];
+    let mut normals: Vec<Normal> = (0..folds).map(|_| Normal::new(n, knots)).collect();
+    let mut row = Vec::with_capacity(n);
     for d in draws {
+        let mut parts = vec![Tally::new(n); folds];
         for (j, (set, &v)) in d.sets.iter().zip(&d.values).enumerate() {
             members_of(set, members);
-            indicator.fill(0.0);
-            members.iter().for_each(|&i| indicator[i] = 1.0);
-            parts[j % folds].add(members, &indicator, v, weight(d.size), &mut basis);
+            parts[j % folds].add(members, v);
+        }
+        let mut all = Tally::new(n);
+        parts.iter().for_each(|part| all.merge(part));
+        let all = all.mirrored();
+        // Fold k's surrogate is fitted on the other folds: all the draws less fold k's.
+        for (part, normal) in parts.into_iter().zip(&mut normals) {
+            normal.add(d.size, &all, &part.mirrored(), weight(d.size), &mut basis, &mut row);
         }
     }
-    let surrogates = (0..folds)
-        .map(|k| {
-            let mut normal = Normal::new(n, knots);
-            parts.iter().enumerate().filter(|&(other, _)| other != k).for_each(|(_, part)| normal.merge(part));
-            normal.solve(&bin_of, n_bins)
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let surrogates = normals.into_iter().map(|normal| normal.solve(&bin_of, n_bins)).collect::<Result<Vec<_>>>()?;
     let mut values = vec![0.0; n];
     let mut variance = vec![0.0; n];
     let (mut sum, mut squares) = (vec![0.0; n], vec![0.0; n]);

@@ -25,37 +25,46 @@ use std::collections::HashMap;
 use rand::RngExt;
 use rand_xoshiro::Xoshiro256PlusPlus;
 
-use super::coalition::{Coalitions, contains, insert};
+use super::coalition::{Coalitions, contains, insert, members_of};
 use super::game::{Game, bounds};
 use super::sampling::{map_items, stream};
 use super::{Estimate, Stopping};
 use crate::error::{MasreplayError, Result};
 
-/// Per-player sums of one stratum: in A (plus) and out of A (minus).
+/// Per-player sums of one stratum: in A (plus) and out of A (minus), each (count, sum, sum of
+/// squares). A coalition is added to its members' sums and to the stratum's (`all`); the sums
+/// out of A are what is left of the stratum's ([`Stratum::complete`]), so a coalition costs
+/// its members, not every player.
 #[derive(Clone)]
 struct Stratum {
     plus: Vec<[f64; 3]>,
     minus: Vec<[f64; 3]>,
+    all: [f64; 3],
 }
 
 impl Stratum {
     fn new(n: usize) -> Self {
-        Stratum { plus: vec![[0.0; 3]; n], minus: vec![[0.0; 3]; n] }
+        Stratum { plus: vec![[0.0; 3]; n], minus: vec![[0.0; 3]; n], all: [0.0; 3] }
     }
 
     fn merge(&mut self, other: &Stratum) {
-        let pairs = self.plus.iter_mut().zip(&other.plus).chain(self.minus.iter_mut().zip(&other.minus));
-        for (mine, theirs) in pairs {
+        for (mine, theirs) in self.plus.iter_mut().zip(&other.plus).chain([(&mut self.all, &other.all)]) {
             (0..3).for_each(|j| mine[j] += theirs[j]);
         }
     }
 
-    fn add(&mut self, set: &[u64], value: f64) {
-        for (i, (plus, minus)) in self.plus.iter_mut().zip(&mut self.minus).enumerate() {
-            let slot = if contains(set, i) { plus } else { minus };
-            slot[0] += 1.0;
-            slot[1] += value;
-            slot[2] += value * value;
+    fn add(&mut self, set: &[u64], value: f64, members: &mut Vec<usize>) {
+        let moments = [1.0, value, value * value];
+        members_of(set, members);
+        let add = |slot: &mut [f64; 3]| (0..3).for_each(|j| slot[j] += moments[j]);
+        members.iter().for_each(|&i| add(&mut self.plus[i]));
+        add(&mut self.all);
+    }
+
+    /// Fills the sums out of A, once every coalition is in.
+    fn complete(&mut self) {
+        for (minus, plus) in self.minus.iter_mut().zip(&self.plus) {
+            (0..3).for_each(|j| minus[j] = self.all[j] - plus[j]);
         }
     }
 }
@@ -102,8 +111,9 @@ fn draw(game: &dyn Game, size: usize, count: u64, enumerate: bool, mut rng: Xosh
     }
     let mut stratum = Stratum::new(n);
     let values = if batch.is_empty() { Vec::new() } else { game.values(&batch)? };
+    let mut members = Vec::with_capacity(n);
     for (set, &value) in batch.iter().zip(&values) {
-        stratum.add(set, value);
+        stratum.add(set, value, &mut members);
     }
     Ok(Drawn { stratum, coalitions: batch, values })
 }
@@ -114,11 +124,9 @@ fn mean_or(moments: [f64; 3], fallback: f64) -> f64 {
     if count == 0.0 { fallback } else { sum / count }
 }
 
-/// Standard deviation of a stratum's values (all players' sums agree on it: read player 0).
+/// Standard deviation of a stratum's values.
 fn spread_of(stratum: &Stratum) -> f64 {
-    let [count_in, sum_in, squares_in] = stratum.plus[0];
-    let [count_out, sum_out, squares_out] = stratum.minus[0];
-    let (count, sum, squares) = (count_in + count_out, sum_in + sum_out, squares_in + squares_out);
+    let [count, sum, squares] = stratum.all;
     if count < 2.0 {
         return 0.0;
     }
@@ -181,6 +189,7 @@ pub fn stratified(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
         .zip(follow)
         .map(|(mut first, second)| {
             first.stratum.merge(&second.stratum);
+            first.stratum.complete();
             second.coalitions.iter().for_each(|set| first.coalitions.push(set));
             first.values.extend(second.values);
             first
@@ -292,14 +301,18 @@ fn add_projected_variance(
     let cell_variance = |moments: [f64; 3], mean: f64| {
         if moments[0] >= 1.0 { moderated(moments, mean) / moments[0] } else { between + pooled / draws }
     };
+    // psi_i(A) = (v(A) - mean) * factor: 1 / (n count) in A, -1 / (n count) out of it.
+    let factor_in: Vec<f64> = plus.iter().map(|p| 1.0 / (n * p[0])).collect();
+    let factor_out: Vec<f64> = minus.iter().map(|p| -1.0 / (n * p[0])).collect();
     let (mut kept, mut all) = (0.0, 0.0);
     let mut psi = vec![0.0; variance.len()];
+    let mut members = Vec::with_capacity(variance.len());
     for (set, &value) in drawn.coalitions.iter().zip(&drawn.values) {
-        for (i, slot) in psi.iter_mut().enumerate() {
-            let (count, mean, sign) =
-                if contains(set, i) { (plus[i][0], mean_in[i], 1.0) } else { (minus[i][0], mean_out[i], -1.0) };
-            *slot = sign * (value - mean) / (n * count);
+        for ((slot, mean), factor) in psi.iter_mut().zip(mean_out).zip(&factor_out) {
+            *slot = (value - mean) * factor;
         }
+        members_of(set, &mut members);
+        members.iter().for_each(|&i| psi[i] = (value - mean_in[i]) * factor_in[i]);
         let shift = psi.iter().sum::<f64>() / n;
         kept += psi.iter().map(|p| (p - shift) * (p - shift)).sum::<f64>();
         all += psi.iter().map(|p| p * p).sum::<f64>();
@@ -310,9 +323,8 @@ fn add_projected_variance(
     }
 }
 
-/// Mean value over every coalition drawn in a stratum (each counted once, via player 0).
+/// Mean value over every coalition drawn in a stratum.
 fn stratum_mean(stratum: &Stratum) -> f64 {
-    let [count_in, sum_in, _] = stratum.plus[0];
-    let [count_out, sum_out, _] = stratum.minus[0];
-    (sum_in + sum_out) / (count_in + count_out).max(1.0)
+    let [count, sum, _] = stratum.all;
+    sum / count.max(1.0)
 }

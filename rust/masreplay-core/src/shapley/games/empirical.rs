@@ -10,7 +10,7 @@ use crate::bail;
 use crate::error::Result;
 use crate::shapley::coalition::{Coalitions, contains};
 use crate::shapley::game::Game;
-use crate::shapley::linalg::{cholesky, solve};
+use crate::shapley::linalg::cholesky;
 
 /// Ridge penalty, relative to the largest diagonal entry of the normal equations.
 const RIDGE: f64 = 1e-6;
@@ -71,7 +71,7 @@ impl EmpiricalGame {
         let factor = cholesky(k, gram).ok_or_else(|| {
             crate::error::MasreplayError::InvalidArgument("empirical: the regression is singular".into())
         })?;
-        game.coefficients = solve(k, &factor, &rhs);
+        game.coefficients = factor.solve(&rhs);
         Ok(game)
     }
 
