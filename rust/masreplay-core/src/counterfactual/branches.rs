@@ -83,29 +83,53 @@ struct Branch {
     event_head: u64,
 }
 
-/// The factual traces of a batch, ranked in row order, with their rewards and an index from
-/// trace id to rank.
+/// A factual trace as credit reads it.
+struct Factual {
+    row: usize,
+    /// Its events, as positions among the batch's events.
+    events: Range<usize>,
+    /// NaN when the trace has no reward on the channel (an error once it has branches).
+    reward: f64,
+}
+
+/// The factual traces of a batch, ranked in row order, and an index from trace id to rank.
+/// Read in row order here, so that crediting a family in a scattered layout needs none of
+/// the lookups that lead from a row to its events.
 struct Factuals {
-    rows: Vec<u32>,
-    rewards: Vec<f64>,
+    traces: Vec<Factual>,
+    /// Where the text of each one's first event id starts among the event ids' bytes.
+    first_event_text: Vec<usize>,
     index: FactualIndex,
 }
 
 impl Factuals {
     fn new(families: &Families) -> Self {
-        let rows: Vec<u32> = (0..families.batch.len())
-            .into_par_iter()
-            .filter(|&row| families.is_factual(row))
-            .map(|row| row as u32)
+        let rows: Vec<usize> =
+            (0..families.batch.len()).into_par_iter().filter(|&row| families.is_factual(row)).collect();
+        let traces: Vec<Factual> = rows
+            .par_iter()
+            .map(|&row| Factual { row, events: families.events_of(row), reward: families.rewards.at(row) })
             .collect();
-        let rewards = rows.par_iter().map(|&row| families.rewards.at(row as usize)).collect();
+        let id_offsets = families.event_ids.value_offsets();
+        let first_event_text = traces.par_iter().map(|factual| id_offsets[factual.events.start] as usize).collect();
         let trace_id = families.columns.trace_id;
-        let index = FactualIndex::new(&rows.iter().map(|&row| trace_id.value(row as usize)).collect::<Vec<_>>());
-        Factuals { rows, rewards, index }
+        let index = FactualIndex::new(&rows.iter().map(|&row| trace_id.value(row)).collect::<Vec<_>>());
+        Factuals { traces, first_event_text, index }
     }
 
     fn len(&self) -> usize {
-        self.rows.len()
+        self.traces.len()
+    }
+
+    /// Loads what crediting these factual traces (by rank) reads of their events.
+    fn warm_events(&self, families: &Families, ranks: impl Iterator<Item = usize>) {
+        let (id_offsets, id_bytes) = (families.event_ids.value_offsets(), families.event_ids.value_data());
+        for rank in ranks {
+            prefetch(&id_offsets[self.traces[rank].events.start]);
+            if let Some(byte) = id_bytes.get(self.first_event_text[rank]) {
+                prefetch(byte);
+            }
+        }
     }
 }
 
@@ -192,11 +216,16 @@ impl<'a> Families<'a> {
         self.of_event.value(branch.row as usize)
     }
 
-    /// Position of the event `branch` branches at among the events of trace `row`: ids
-    /// compared by length and first eight bytes, their text read only for longer ids (in a
-    /// scattered layout the branch's row is a cache miss away).
-    fn event_in(&self, row: usize, branch: &Branch) -> Option<usize> {
-        (self.event_offsets[row] as usize..self.event_offsets[row + 1] as usize).find(|&k| {
+    /// The events of trace `row`, as positions among the batch's events.
+    fn events_of(&self, row: usize) -> Range<usize> {
+        self.event_offsets[row] as usize..self.event_offsets[row + 1] as usize
+    }
+
+    /// Position of the event `branch` branches at among `events`: ids compared by length and
+    /// first eight bytes, their text read only for longer ids (in a scattered layout the
+    /// branch's row is a cache miss away).
+    fn event_in(&self, mut events: Range<usize>, branch: &Branch) -> Option<usize> {
+        events.find(|&k| {
             let id = self.event_ids.value(k);
             id.len() == branch.event_len as usize
                 && head_word(id) == branch.event_head
@@ -295,7 +324,8 @@ impl<'a> Families<'a> {
             let Scratch { branches, rewards } = scratch;
             branches.clear();
             branches.extend((factual + 1..end).map(|row| self.branch(row, 0)));
-            self.credit_family(entries, rewards, factual, self.rewards.at(factual), branches)?;
+            let factual = Factual { row: factual, events: self.events_of(factual), reward: self.rewards.at(factual) };
+            self.credit_family(entries, rewards, &factual, branches)?;
         }
         Ok(())
     }
@@ -323,12 +353,11 @@ impl<'a> Families<'a> {
                 let (mut entries, mut rewards) = (Vec::new(), Vec::new());
                 let ranks: Vec<usize> = (0..families).filter(|&k| starts[k] < starts[k + 1]).collect();
                 for group in ranks.chunks(FAMILY_BATCH) {
-                    self.warm_events(group.iter().map(|&k| factuals.rows[first + k] as usize));
+                    factuals.warm_events(self, group.iter().map(|&k| first + k));
                     self.warm_long_events(group.iter().map(|&k| &sorted[starts[k] as usize]));
                     for &k in group {
-                        let (factual, reward) = (factuals.rows[first + k] as usize, factuals.rewards[first + k]);
                         let branches = &mut sorted[starts[k] as usize..starts[k + 1] as usize];
-                        self.credit_family(&mut entries, &mut rewards, factual, reward, branches)?;
+                        self.credit_family(&mut entries, &mut rewards, &factuals.traces[first + k], branches)?;
                     }
                 }
                 Ok(entries)
@@ -355,21 +384,21 @@ impl<'a> Families<'a> {
         &self,
         entries: &mut Vec<Entry>,
         rewards: &mut Vec<f64>,
-        factual: usize,
-        factual_reward: f64,
+        factual: &Factual,
         branches: &mut [Branch],
     ) -> Result<()> {
+        let factual_reward = factual.reward;
         // Branches of one factual trace, grouped by the event they branch at.
         if !branches.iter().all(|branch| self.same_event(branch, &branches[0])) {
             branches.sort_by(|a, b| self.event_of(a).cmp(self.event_of(b)).then(a.row.cmp(&b.row)));
         }
         if factual_reward.is_nan() {
-            return Err(missing_reward(self.batch, factual, self.channel));
+            return Err(missing_reward(self.batch, factual.row, self.channel));
         }
         for group in branches.chunk_by(|a, b| self.same_event(a, b)) {
-            let event = self.event_in(factual, &group[0]).ok_or_else(|| {
+            let event = self.event_in(factual.events.clone(), &group[0]).ok_or_else(|| {
                 let branch_id = self.columns.trace_id.value(group[0].row as usize);
-                let factual_id = self.columns.trace_id.value(factual);
+                let factual_id = self.columns.trace_id.value(factual.row);
                 let event_id = self.event_of(&group[0]);
                 let reason = format!("the factual trace {factual_id:?} has no event {event_id:?}");
                 ValidationError::new(Some(branch_id), "/counterfactual_of/event_id", reason)
@@ -383,10 +412,10 @@ impl<'a> Families<'a> {
             }
             let (mean, variance, n) = mean_and_variance(rewards.iter().copied());
             let stderr = (variance * (1.0 + 1.0 / n as f64)).sqrt() * z_scale(n - 1);
-            entries.push((event as u64, factual as u32, factual_reward - mean, stderr, n as u32));
+            entries.push((event as u64, factual.row as u32, factual_reward - mean, stderr, n as u32));
             if self.baseline == Baseline::LeaveOneOut {
                 for (i, branch) in group.iter().enumerate() {
-                    let Some(own) = self.event_in(branch.row as usize, branch) else {
+                    let Some(own) = self.event_in(self.events_of(branch.row as usize), branch) else {
                         continue; // ablated: the branch has no such event to credit
                     };
                     let others = rewards.iter().enumerate().filter(|&(j, _)| j != i).map(|(_, &r)| r);

@@ -6,6 +6,7 @@
 //! [`TEXT_AHEAD`] queries before. Ids of up to [`INLINE`] bytes (counter ids such as
 //! `sim-61-027794`) are confirmed from the slot alone: one miss per lookup.
 
+use std::collections::VecDeque;
 use std::hash::BuildHasher;
 
 use foldhash::fast::RandomState;
@@ -144,33 +145,44 @@ impl FactualIndex {
     }
 
     /// `found(item, rank of the factual trace id)` for each `(item, id)` of `queries`, in
-    /// order, the lookups pipelined (see the module comment).
+    /// order, the lookups pipelined (see the module comment). A query for the same id as the
+    /// query before it (branches of one factual trace stored one after the other) takes that
+    /// answer without a hash or a probe; only the others count toward the lookahead.
     pub(super) fn find_each<'q, T: Copy>(
         &self,
         queries: impl Iterator<Item = (T, &'q str)>,
         mut found: impl FnMut(T, Option<u32>),
     ) {
-        let mut pending: std::collections::VecDeque<(T, &str, Key)> =
-            std::collections::VecDeque::with_capacity(SLOT_AHEAD + 1);
-        let mut answer = |pending: &mut std::collections::VecDeque<(T, &str, Key)>| {
+        // Queries not answered yet, with their key (None: the same id as the query before).
+        let mut pending: VecDeque<(T, &str, Option<Key>)> = VecDeque::with_capacity(2 * SLOT_AHEAD);
+        let (mut keyed, mut previous, mut answer) = (0usize, None::<&str>, None::<u32>);
+        let mut answer_first = |pending: &mut VecDeque<(T, &str, Option<Key>)>, keyed: &mut usize| {
             if let Some((item, id, key)) = pending.pop_front() {
-                let rank = self.slots[self.probe(&key, id)].rank;
-                found(item, (rank != EMPTY).then_some(rank));
+                if let Some(key) = key {
+                    let rank = self.slots[self.probe(&key, id)].rank;
+                    answer = (rank != EMPTY).then_some(rank);
+                    *keyed -= 1;
+                }
+                found(item, answer);
             }
         };
         for (item, id) in queries {
-            let key = self.key(id);
-            prefetch(&self.slots[key.hash as usize & self.mask]);
+            let key = previous.is_none_or(|previous| !same_text(previous, id)).then(|| self.key(id));
+            previous = Some(id);
+            if let Some(key) = &key {
+                prefetch(&self.slots[key.hash as usize & self.mask]);
+                keyed += 1;
+            }
             pending.push_back((item, id, key));
-            if let Some((_, _, soon)) = pending.len().checked_sub(TEXT_AHEAD + 1).and_then(|k| pending.get(k)) {
+            if let Some((_, _, Some(soon))) = pending.len().checked_sub(TEXT_AHEAD + 1).and_then(|k| pending.get(k)) {
                 self.warm_text(soon);
             }
-            if pending.len() > SLOT_AHEAD {
-                answer(&mut pending);
+            while keyed > SLOT_AHEAD {
+                answer_first(&mut pending, &mut keyed);
             }
         }
         while !pending.is_empty() {
-            answer(&mut pending);
+            answer_first(&mut pending, &mut keyed);
         }
     }
 }
@@ -192,6 +204,9 @@ mod tests {
         let mut queries: Vec<String> = ids.clone();
         queries.extend(["factual-tra", "x", long].map(String::from));
         queries.extend(ids.iter().map(|id| format!("{id}!")));
+        // Runs of one id (a factual trace's branches stored together), found and not found.
+        queries.extend(ids.iter().step_by(97).flat_map(|id| [id.clone(), id.clone(), id.clone()]));
+        queries.extend(["absent", "absent", "absent"].map(String::from));
         let mut answers = Vec::new();
         index.find_each(queries.iter().enumerate().map(|(k, id)| (k, id.as_str())), |k, rank| answers.push((k, rank)));
         assert_eq!(answers.iter().map(|&(k, _)| k).collect::<Vec<_>>(), (0..queries.len()).collect::<Vec<_>>());
