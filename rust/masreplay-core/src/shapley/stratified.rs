@@ -18,7 +18,7 @@
 //! all of them), so the projection removes much of them; enumerated strata are a census and
 //! add none. Not covered: the bias of the pilot's draws (kept in the means while the
 //! allocation follows their spread) and of the stratum mean read for an empty cell, which
-//! on weighted voting at n = 30-300 leaves intervals covering 50-90% (benches/RESULTS.md).
+//! on weighted voting at n = 30-300 leaves intervals covering 49-95% (benches/RESULTS.md).
 
 use std::collections::HashMap;
 
