@@ -352,11 +352,12 @@ pub(crate) fn event_from_parts(
 
 /// A trace a converter made of events from [`event_from_parts`] and edges between them, with
 /// the checks `trace_from_json` makes of the whole (at least one event, distinct ids, an
-/// acyclic graph) and of `costs`. The ids given are non-empty; there are no rewards.
+/// acyclic graph) and of `costs`. The ids given are non-empty; the rewards finite numbers.
 pub(crate) fn trace_from_parts(
     (trace_id, task_id, system, topology): (&str, &str, &str, Topology),
     events: Vec<Event>,
     edges: Vec<Edge>,
+    rewards: NamedNumbers,
     costs: Map<String, Value>,
 ) -> Result<Trace, ValidationError> {
     let reader = Reader { trace_id: Some(trace_id) };
@@ -377,7 +378,7 @@ pub(crate) fn trace_from_parts(
         counterfactual_of: None,
         events,
         edges,
-        rewards: Vec::new(),
+        rewards,
         costs,
         metrics: None,
         attributes: None,

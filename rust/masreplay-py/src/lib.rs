@@ -183,6 +183,7 @@ fn _core(module: &Bound<'_, PyModule>) -> PyResult<()> {
         empty_batch,
         simulate,
         convert::claude_code,
+        convert::otel,
         metrics::metrics,
         counterfactual::counterfactual_credit,
         counterfactual::same_prefix_credit_arrays,

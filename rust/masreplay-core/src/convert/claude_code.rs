@@ -43,15 +43,14 @@ use std::hash::Hash;
 type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
+use super::builder::{Builder, Out, integer};
 use super::iso_time;
 use super::json::Keep;
 use super::json::{Json, repr, repr_opt, str_opt};
 use super::{ConversionError, Record, Report, Source};
-use crate::error::ValidationError;
-use crate::trace::{Edge, EdgeType, Event, EventType, Topology, Trace};
-use crate::validate;
+use crate::trace::{EdgeType, EventType, Topology, Trace};
 
 const MAIN_AGENT: &str = "main";
 const HUMAN: &str = "human";
@@ -188,15 +187,9 @@ pub fn convert(sources: &[Source<'_>], options: &Options) -> Result<(Trace, Repo
     let mut converter = Converter::new(&session, trace_id, &mut report);
     converter.run()?;
     let task_id = options.task_id.as_deref().filter(|id| !id.is_empty()).unwrap_or(trace_id);
-    match converter.builder.build(task_id, &system, session.end - session.start) {
+    match converter.builder.build((task_id, &system, Topology::Centralized), session.end - session.start, Vec::new()) {
         Ok(trace) => Ok((trace, report)),
-        Err(cause) => {
-            let shown = if cause.path.is_empty() { "/" } else { cause.path.as_str() };
-            let reason = format!("converted trace {} is invalid at {shown}: {}", repr(trace_id), cause.reason);
-            let mut error = ConversionError::new(main_source, None, reason);
-            error.cause = Some(Box::new(cause));
-            Err(Box::new(error))
-        }
+        Err(cause) => Err(Box::new(ConversionError::invalid_trace(main_source, None, cause))),
     }
 }
 
@@ -774,120 +767,6 @@ impl<'r> Session<'r> {
 /// The key usage is merged under: the message id, else the line's uuid.
 fn message_key<'r>(line: &Line<'r>, message: &'r Json<'r>) -> Option<&'r str> {
     message.str("id").filter(|id| !id.is_empty()).or_else(|| line.uuid())
-}
-
-// ---- the trace being built -------------------------------------------------------------
-
-/// A field of an event: made here, or a value of the input passed through.
-enum Out<'r> {
-    Text(String),
-    Value(Value),
-    Float(f64),
-    Raw(Option<&'r Json<'r>>),
-}
-
-/// Collects events and edges (checked as a JSON trace's would be); drops unset optional
-/// fields and repeated or self edges.
-struct Builder<'t> {
-    trace_id: &'t str,
-    events: Vec<Event>,
-    tokens: i128,
-    edges: Vec<Edge>,
-    edge_keys: HashSet<(usize, usize)>,
-    /// The first value the trace cannot hold (not finite, nested too deep): named before
-    /// anything else, as the seed JSON it would be written to could not hold it either.
-    unfit: Option<(String, String)>,
-    /// The first event the data contract refuses.
-    invalid: Option<ValidationError>,
-}
-
-impl<'t> Builder<'t> {
-    fn new(trace_id: &'t str) -> Self {
-        Builder {
-            trace_id,
-            events: Vec::new(),
-            tokens: 0,
-            edges: Vec::new(),
-            edge_keys: HashSet::default(),
-            unfit: None,
-            invalid: None,
-        }
-    }
-
-    fn event(&mut self, id: String, t: f64, kind: EventType, agent: &str, fields: Vec<(&str, Out<'_>)>) -> usize {
-        let index = self.events.len();
-        let mut values = Vec::with_capacity(fields.len());
-        for (key, value) in fields {
-            let value = match value {
-                Out::Text(text) => Value::String(text),
-                Out::Value(value) => value,
-                Out::Float(x) => match serde_json::Number::from_f64(x) {
-                    Some(number) => Value::Number(number),
-                    None => {
-                        self.unfit
-                            .get_or_insert((format!("/events/{index}/{key}"), format!("{x} is not a finite number")));
-                        Value::Null
-                    }
-                },
-                Out::Raw(None | Some(Json::Null)) => continue,
-                // An event's fields are at level 4: trace, events, event, field.
-                Out::Raw(Some(json)) => json.to_value(4).unwrap_or_else(|(at, why)| {
-                    self.unfit.get_or_insert((format!("/events/{index}/{key}{at}"), why));
-                    Value::Null
-                }),
-            };
-            if key == "tokens" {
-                self.tokens += value.as_i64().map(i128::from).or_else(|| value.as_u64().map(i128::from)).unwrap_or(0);
-            }
-            values.push((key, value));
-        }
-        let head = (id, t.max(0.0), kind, agent.to_owned());
-        let event = match validate::event_from_parts(self.trace_id, index, head.clone(), values) {
-            Ok(event) => event,
-            Err(error) => {
-                // Kept in place of the event, so that the rest is built and an unfit value
-                // further on is still found.
-                self.invalid.get_or_insert(error);
-                Event::new(head.0, 0.0, kind, head.3)
-            }
-        };
-        self.events.push(event);
-        index
-    }
-
-    fn edge(&mut self, src: Option<usize>, dst: Option<usize>, kind: EdgeType) {
-        let (Some(src), Some(dst)) = (src, dst) else { return };
-        // Events of one id make the trace invalid (`trace_from_parts`), so indices stand for ids.
-        if src != dst && self.edge_keys.insert((src, dst)) {
-            self.edges.push(Edge { src: src as u32, dst: dst as u32, edge_type: kind });
-        }
-    }
-
-    /// The trace, or the first thing in it the data contract refuses.
-    fn build(self, task_id: &str, system: &str, wall_clock_s: f64) -> Result<Trace, ValidationError> {
-        if let Some((path, reason)) = self.unfit {
-            return Err(ValidationError::new(Some(self.trace_id), path, reason));
-        }
-        if let Some(invalid) = self.invalid {
-            return Err(invalid);
-        }
-        let count = |kind: EventType| self.events.iter().filter(|event| event.event_type == kind).count();
-        let mut costs = Map::new();
-        costs.insert("tokens".into(), integer(self.tokens));
-        costs.insert("wall_clock_s".into(), Value::from(wall_clock_s.max(0.0)));
-        costs.insert("tool_calls".into(), Value::from(count(EventType::ToolCall)));
-        costs.insert("messages".into(), Value::from(count(EventType::Message)));
-        let head = (self.trace_id, task_id, system, Topology::Centralized);
-        validate::trace_from_parts(head, self.events, self.edges, costs)
-    }
-}
-
-/// An integer as JSON: exact within 64 bits (beyond, a float the contract rejects as a count).
-fn integer(value: i128) -> Value {
-    i64::try_from(value)
-        .map(Value::from)
-        .or_else(|_| u64::try_from(value).map(Value::from))
-        .unwrap_or_else(|_| Value::from(value as f64))
 }
 
 // ---- the conversion ------------------------------------------------------------------------

@@ -1,0 +1,158 @@
+//! The trace a converter builds: events checked as a JSON trace's would be, as they come
+//! (`validate::event_from_parts`), edges between them by index, and the whole checked at the
+//! end (`validate::trace_from_parts`).
+
+// Each event's index is hashed once per edge: foldhash, not SipHash.
+type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
+
+use serde_json::{Map, Value};
+
+use super::json::Json;
+use crate::error::ValidationError;
+use crate::trace::{Edge, EdgeType, Event, EventType, NamedNumbers, Topology, Trace};
+use crate::validate;
+
+/// A field of an event: made here, or a value of the input passed through.
+pub(crate) enum Out<'r> {
+    Text(String),
+    Value(Value),
+    Float(f64),
+    Raw(Option<&'r Json<'r>>),
+    /// A value made of the input's (passed through as `Raw` is).
+    Json(Json<'r>),
+}
+
+/// Collects events and edges (checked as a JSON trace's would be); drops unset optional
+/// fields and repeated or self edges.
+pub(crate) struct Builder<'t> {
+    trace_id: &'t str,
+    pub(crate) events: Vec<Event>,
+    tokens: i128,
+    edges: Vec<Edge>,
+    edge_keys: HashSet<(usize, usize)>,
+    /// The first value the trace cannot hold (not finite, nested too deep): named before
+    /// anything else, as the seed JSON it would be written to could not hold it either.
+    unfit: Option<(String, String)>,
+    /// The first event the data contract refuses.
+    invalid: Option<ValidationError>,
+}
+
+impl<'t> Builder<'t> {
+    pub(crate) fn new(trace_id: &'t str) -> Self {
+        Builder {
+            trace_id,
+            events: Vec::new(),
+            tokens: 0,
+            edges: Vec::new(),
+            edge_keys: HashSet::default(),
+            unfit: None,
+            invalid: None,
+        }
+    }
+
+    pub(crate) fn event(
+        &mut self,
+        id: String,
+        t: f64,
+        kind: EventType,
+        agent: &str,
+        fields: Vec<(&str, Out<'_>)>,
+    ) -> usize {
+        let index = self.events.len();
+        let mut values = Vec::with_capacity(fields.len());
+        for (key, value) in fields {
+            let value = match value {
+                Out::Text(text) => Value::String(text),
+                Out::Value(value) => value,
+                Out::Float(x) => match serde_json::Number::from_f64(x) {
+                    Some(number) => Value::Number(number),
+                    None => {
+                        self.unfit
+                            .get_or_insert((format!("/events/{index}/{key}"), format!("{x} is not a finite number")));
+                        Value::Null
+                    }
+                },
+                Out::Raw(None | Some(Json::Null)) | Out::Json(Json::Null) => continue,
+                Out::Raw(Some(json)) => self.passed(index, key, json),
+                Out::Json(json) => self.passed(index, key, &json),
+            };
+            if key == "tokens" {
+                self.tokens += value.as_i64().map(i128::from).or_else(|| value.as_u64().map(i128::from)).unwrap_or(0);
+            }
+            values.push((key, value));
+        }
+        let head = (id, t.max(0.0), kind, agent.to_owned());
+        let event = match validate::event_from_parts(self.trace_id, index, head.clone(), values) {
+            Ok(event) => event,
+            Err(error) => {
+                // Kept in place of the event, so that the rest is built and an unfit value
+                // further on is still found.
+                self.invalid.get_or_insert(error);
+                Event::new(head.0, 0.0, kind, head.3)
+            }
+        };
+        self.events.push(event);
+        index
+    }
+
+    /// A value of the input as an event field, or null beside the first place that the trace
+    /// cannot hold (an event's fields are at level 4: trace, events, event, field).
+    fn passed(&mut self, index: usize, key: &str, json: &Json<'_>) -> Value {
+        json.to_value(4).unwrap_or_else(|(at, why)| {
+            self.unfit.get_or_insert((format!("/events/{index}/{key}{at}"), why));
+            Value::Null
+        })
+    }
+
+    pub(crate) fn edge(&mut self, src: Option<usize>, dst: Option<usize>, kind: EdgeType) {
+        let (Some(src), Some(dst)) = (src, dst) else { return };
+        // Events of one id make the trace invalid (`trace_from_parts`), so indices stand for ids.
+        if src != dst && self.edge_keys.insert((src, dst)) {
+            self.edges.push(Edge { src: src as u32, dst: dst as u32, edge_type: kind });
+        }
+    }
+
+    /// Sets (or adds to) event `index`'s `reward`: channels already there keep their place
+    /// and take the new value, new ones come after (a Python dict's `update`).
+    pub(crate) fn add_reward(&mut self, index: usize, rewards: &NamedNumbers) {
+        let Some(event) = self.events.get_mut(index) else { return };
+        let reward = event.reward.get_or_insert_with(Vec::new);
+        for (name, value) in rewards {
+            match reward.iter_mut().find(|(known, _)| known == name) {
+                Some(entry) => entry.1 = *value,
+                None => reward.push((name.clone(), *value)),
+            }
+        }
+    }
+
+    /// The trace, or the first thing in it the data contract refuses.
+    pub(crate) fn build(
+        self,
+        (task_id, system, topology): (&str, &str, Topology),
+        wall_clock_s: f64,
+        rewards: NamedNumbers,
+    ) -> Result<Trace, ValidationError> {
+        if let Some((path, reason)) = self.unfit {
+            return Err(ValidationError::new(Some(self.trace_id), path, reason));
+        }
+        if let Some(invalid) = self.invalid {
+            return Err(invalid);
+        }
+        let count = |kind: EventType| self.events.iter().filter(|event| event.event_type == kind).count();
+        let mut costs = Map::new();
+        costs.insert("tokens".into(), integer(self.tokens));
+        costs.insert("wall_clock_s".into(), Value::from(wall_clock_s.max(0.0)));
+        costs.insert("tool_calls".into(), Value::from(count(EventType::ToolCall)));
+        costs.insert("messages".into(), Value::from(count(EventType::Message)));
+        let head = (self.trace_id, task_id, system, topology);
+        validate::trace_from_parts(head, self.events, self.edges, rewards, costs)
+    }
+}
+
+/// An integer as JSON: exact within 64 bits (beyond, a float the contract rejects as a count).
+pub(crate) fn integer(value: i128) -> Value {
+    i64::try_from(value)
+        .map(Value::from)
+        .or_else(|_| u64::try_from(value).map(Value::from))
+        .unwrap_or_else(|_| Value::from(value as f64))
+}
