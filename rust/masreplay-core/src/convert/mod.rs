@@ -64,6 +64,18 @@ impl Report {
         Report::add(counts, parts, 1);
     }
 
+    /// Adds the counts and warnings of `other` (a part of the same conversion, made apart).
+    pub(crate) fn merge(&mut self, other: Report) {
+        for (key, n) in &other.ignored {
+            Report::add(&mut self.ignored, &[key], *n);
+        }
+        for (key, n) in &other.unknown {
+            Report::add(&mut self.unknown, &[key], *n);
+        }
+        self.records += other.records;
+        self.warnings.extend(other.warnings);
+    }
+
     /// Counts `n` more of the key spelled by `parts` (joined only when it is new).
     pub(crate) fn add(counts: &mut Vec<(String, usize)>, parts: &[&str], n: usize) {
         let spells = |name: &str| {

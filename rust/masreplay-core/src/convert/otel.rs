@@ -114,11 +114,18 @@ pub fn convert(name: &str, document: &Document<'_>) -> Outcome<(Vec<Trace>, Repo
         });
         groups[at].1.push(span);
     }
+    // Traces are made in parallel, each with a report of its own, read back in order: the
+    // first error and the merged report are those of one pass in trace order.
+    let made = super::shared_map(&groups, |(trace_id, members)| {
+        let mut own = Report::default();
+        let trace = OtelTrace::new(trace_id, members, &mut own).build();
+        (trace, own)
+    });
     let mut built = Vec::with_capacity(groups.len());
-    for (trace_id, members) in groups {
-        let line = members[0].at.line;
-        match OtelTrace::new(trace_id, &members, &mut report).build()? {
-            Some(trace) => built.push((trace, line)),
+    for ((trace_id, members), (trace, own)) in groups.iter().zip(made) {
+        report.merge(own);
+        match trace? {
+            Some(trace) => built.push((trace, members[0].at.line)),
             None => report.warnings.push(format!("{name}: trace {} has no GenAI spans; no trace made", repr(trace_id))),
         }
     }
@@ -573,7 +580,14 @@ fn token_count(count: &Json<'_>) -> Option<i128> {
     }
 }
 
-/// The spans of a document, in the order they were read.
+/// A span found in a document, read (in parallel with the others) once all are found.
+enum Found<'r> {
+    Otlp(Where<'r>, &'r Json<'r>),
+    Flat(Where<'r>, &'r Json<'r>),
+}
+
+/// The spans of a document, in the order they were read. Errors come in document order: the
+/// first broken span, or the first record or list of spans that is no object or list.
 fn spans<'r>(name: &'r str, document: &'r Document<'r>) -> Outcome<Vec<Span<'r>>> {
     let at = Where { source: name, line: None, item: None, otlp: None };
     let items: Vec<(Where<'r>, &'r Json<'r>)> = match document {
@@ -585,21 +599,32 @@ fn spans<'r>(name: &'r str, document: &'r Document<'r>) -> Outcome<Vec<Span<'r>>
             records.iter().map(|record| (Where { line: Some(record.line), ..at }, &record.value)).collect()
         }
     };
-    let mut spans = Vec::new();
+    let mut found = Vec::new();
+    let mut broken = None;
     for (at, item) in items {
-        if !item.is_object() {
-            return Err(at.fail(format_args!("expected an object, got {}", item.python_type())));
-        }
-        if item.get("resourceSpans").is_some() {
-            otlp_spans(item, at, &mut spans)?;
+        let listed = if !item.is_object() {
+            Err(at.fail(format_args!("expected an object, got {}", item.python_type())))
+        } else if item.get("resourceSpans").is_some() {
+            otlp_spans(item, at, &mut found)
         } else {
-            spans.push(flat_span(item, at)?);
+            found.push(Found::Flat(at, item));
+            Ok(())
+        };
+        if let Err(error) = listed {
+            broken = Some(error);
+            break;
         }
     }
-    Ok(spans)
+    let read = super::shared_map(&found, |found| match *found {
+        Found::Otlp(at, span) => otlp_span(span, at),
+        Found::Flat(at, record) => flat_span(record, at),
+    });
+    let spans = read.into_iter().collect::<Outcome<Vec<_>>>()?;
+    broken.map_or(Ok(spans), Err)
 }
 
-fn otlp_spans<'r>(document: &'r Json<'r>, at: Where<'r>, spans: &mut Vec<Span<'r>>) -> Outcome<()> {
+/// The spans of an OTLP export, found in order; a list that is not one of objects fails.
+fn otlp_spans<'r>(document: &'r Json<'r>, at: Where<'r>, found: &mut Vec<Found<'r>>) -> Outcome<()> {
     let root = Place::Root("/resourceSpans");
     for (r, resource) in objects(document.get("resourceSpans"), &at, &root)?.iter().enumerate() {
         let resource_at = Place::Index(&root, r);
@@ -607,8 +632,7 @@ fn otlp_spans<'r>(document: &'r Json<'r>, at: Where<'r>, spans: &mut Vec<Span<'r
         for (s, scope) in objects(resource.get("scopeSpans"), &at, &scopes_at)?.iter().enumerate() {
             let scope_at = Place::Index(&scopes_at, s);
             for (i, span) in objects(scope.get("spans"), &at, &Place::Key(&scope_at, "spans"))?.iter().enumerate() {
-                let here = Where { otlp: Some((r, s, i)), ..at };
-                spans.push(otlp_span(span, here)?);
+                found.push(Found::Otlp(Where { otlp: Some((r, s, i)), ..at }, span));
             }
         }
     }
