@@ -125,10 +125,7 @@ impl<'t> Builder<'t> {
         let Some(event) = self.events.get_mut(index) else { return };
         let reward = event.reward.get_or_insert_with(Vec::new);
         for (name, value) in rewards {
-            match reward.iter_mut().find(|(known, _)| known == name) {
-                Some(entry) => entry.1 = *value,
-                None => reward.push((name.clone(), *value)),
-            }
+            set_reward(reward, name, *value);
         }
     }
 
@@ -170,6 +167,14 @@ impl<'t> Builder<'t> {
             map.insert(key, value);
         }
         map
+    }
+}
+
+/// A reward channel set as a Python dict sets a key (a repeated one keeps its place).
+pub(crate) fn set_reward(rewards: &mut NamedNumbers, name: impl AsRef<str> + Into<String>, value: f64) {
+    match rewards.iter_mut().find(|(known, _)| known == name.as_ref()) {
+        Some(entry) => entry.1 = value,
+        None => rewards.push((name.into(), value)),
     }
 }
 

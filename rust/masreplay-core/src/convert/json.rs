@@ -122,6 +122,14 @@ impl<'a> Json<'a> {
         }
     }
 
+    /// A finite number that is not a boolean.
+    pub fn as_finite(&self) -> Option<f64> {
+        match self {
+            Json::Int(_) | Json::UInt(_) | Json::Float(_) => self.as_number().filter(|x| x.is_finite()),
+            _ => None,
+        }
+    }
+
     /// Python's `==`: numbers compare by value across int, float and bool; objects ignore order.
     pub fn py_eq(&self, other: &Json<'_>) -> bool {
         match (self, other) {

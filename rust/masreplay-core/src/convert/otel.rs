@@ -31,7 +31,7 @@ type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState
 
 use serde_json::{Map, Value};
 
-use super::builder::{Builder, Head, Out, integer};
+use super::builder::{Builder, Head, Out, integer, set_reward};
 use super::json::{Json, Keep, py_repr, py_str, repr};
 use super::{ConversionError, Document, Report, iso_time};
 use crate::error::ValidationError;
@@ -279,10 +279,7 @@ fn objects<'r>(value: Option<&'r Json<'r>>, at: &Where<'_>, place: &Place<'_>) -
 
 /// A finite number that is not a boolean.
 fn number(value: Option<&Json<'_>>) -> Option<f64> {
-    match value? {
-        Json::Bool(_) => None,
-        other => other.as_number().filter(|x| x.is_finite()),
-    }
+    value?.as_finite()
 }
 
 /// `value in (2, "STATUS_CODE_ERROR", "ERROR")`: an OpenTelemetry error status.
@@ -724,15 +721,6 @@ fn flat_span<'r>(record: &'r Json<'r>, at: Where<'r>) -> Outcome<Span<'r>> {
         .checked()
 }
 
-/// `rewards[name] = value` of a Python dict (or `setdefault` when not `replace`).
-fn set(rewards: &mut NamedNumbers, name: Cow<'_, str>, value: f64, replace: bool) {
-    match rewards.iter_mut().find(|(known, _)| *known == name) {
-        Some(entry) if replace => entry.1 = value,
-        Some(_) => {}
-        None => rewards.push((name.into_owned(), value)),
-    }
-}
-
 /// Reward channels of an Agent Lightning reward span, across its attribute conventions.
 fn rewards(span: &Span<'_>) -> Outcome<NamedNumbers> {
     let attributes = &span.attributes;
@@ -751,11 +739,11 @@ fn rewards(span: &Span<'_>) -> Outcome<NamedNumbers> {
                         .at
                         .fail(format_args!("/attributes/{key} is {}, expected a finite number", py_repr(value))));
                 };
-                set(&mut rewards, py_str(name), value, true);
+                set_reward(&mut rewards, py_str(name), value);
             } else if !rest.ends_with(".name")
                 && let Some(value) = number(Some(value))
             {
-                set(&mut rewards, Cow::Borrowed(rest), value, true);
+                set_reward(&mut rewards, rest, value);
             }
         }
     }
@@ -765,10 +753,13 @@ fn rewards(span: &Span<'_>) -> Outcome<NamedNumbers> {
         && parsed.get("type").is_some_and(|kind| kind.as_str() == Some("reward"))
         && let Some(value) = number(parsed.get("value"))
     {
-        set(&mut rewards, Cow::Borrowed("primary"), value, true);
+        set_reward(&mut rewards, "primary", value);
     }
-    if let Some(value) = number(attributes.get("reward")) {
-        set(&mut rewards, Cow::Borrowed("primary"), value, false);
+    // Python's `setdefault`: a primary channel already read keeps its value.
+    if let Some(value) = number(attributes.get("reward"))
+        && !rewards.iter().any(|(name, _)| name == "primary")
+    {
+        rewards.push(("primary".to_owned(), value));
     }
     Ok(rewards)
 }
