@@ -322,3 +322,20 @@ def convert_claude_code(
     """(batch, records read, ignored counts, unknown counts, warnings) of a Claude Code session:
     (name, content-reference label, JSON Lines bytes or records) per source, main transcript
     first; raises ConversionError naming the file and line."""
+
+def convert_marble(
+    source: tuple[str, str, bytes | list[dict[str, object]]],
+) -> tuple[TraceBatch, int, list[tuple[str, int]], list[tuple[str, int]], list[str]]:
+    """(batch, records read, ignored counts, unknown counts, warnings) of MARBLE episodes:
+    (name, content-reference label, JSON Lines bytes or records), one trace per episode;
+    raises ConversionError naming the file and line."""
+
+def convert_otel(
+    name: str,
+    document: object,
+    *,
+    text: bytes | None = None,
+) -> tuple[TraceBatch, int, list[tuple[str, int]], list[tuple[str, int]], list[str]]:
+    """(batch, spans read, ignored counts, unknown counts, warnings) of OpenTelemetry spans:
+    ``text``, a file's bytes (one JSON document or JSON Lines of them), or else ``document``,
+    the parsed objects; raises ConversionError naming the file and place."""

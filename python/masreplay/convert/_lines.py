@@ -71,25 +71,3 @@ def records(source: Any) -> tuple[str, list[tuple[int, dict[str, Any]]]]:
             raise ConversionError(IN_MEMORY, number, f"expected a dict, got {type(record).__name__}")
         numbered.append((number, record))
     return IN_MEMORY, numbered
-
-
-def json_document(source: Any) -> tuple[str, Any, list[int] | None]:
-    """A path to one JSON document (or JSON Lines, read as a list), or the parsed object
-    itself; with, for JSON Lines, the line number of each item (for errors that name it)."""
-    if not isinstance(source, (str, os.PathLike)):
-        return IN_MEMORY, source, None
-    name = local_path(source)
-    raw = _read(name)
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as error:
-        line = raw.count(b"\n", 0, error.start) + 1
-        raise ConversionError(name, line, f"not UTF-8 text (byte {error.start}: {error.reason})") from None
-    try:
-        return name, _parse(text, name, None), None
-    except ConversionError as error:
-        if "\n" not in text.strip():
-            raise error from None
-        # Not one document: JSON Lines (one span or one export per line).
-        numbered = list(json_lines(name))
-        return name, [record for _, record in numbered], [number for number, _ in numbered]

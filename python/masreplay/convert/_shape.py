@@ -47,15 +47,3 @@ def field(record: dict[Any, Any], key: str, kind: Any, fail: Fail, place: str = 
     if is_number(value) if kind is NUMBER else isinstance(value, kind) and not (isinstance(value, bool) and kind is not bool):
         return value
     raise fail(f"{place}/{key} is {describe(value)}, expected {_NAMES[kind]}")
-
-
-def objects(value: Any, fail: Fail, place: str) -> list[dict[Any, Any]]:
-    """A list of objects (None as empty); anything else fails, naming the offending item."""
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise fail(f"{place} is {describe(value)}, expected a list")
-    for index, item in enumerate(value):
-        if not isinstance(item, dict):
-            raise fail(f"{place}/{index} is {describe(item)}, expected an object")
-    return value

@@ -42,12 +42,11 @@ from __future__ import annotations
 
 import os
 import pathlib
-from collections import Counter
 from typing import Any
 
 from masreplay import _core
 from masreplay.batch import TraceBatch
-from masreplay.conversion_report import ConversionReport
+from masreplay.convert._converted import converted
 from masreplay.convert._lines import _read, local_path, records
 
 
@@ -81,18 +80,5 @@ def claude_code(source: Any, *, trace_id: str | None = None, task_id: str | None
     what its type needs, raises ConversionError naming file and line.
     """
     files, folder = _sources(source)
-    core, count, ignored, unknown, warnings = _core.convert_claude_code(
-        files, folder=folder, trace_id=trace_id or None, task_id=task_id or None
-    )
-    batch = TraceBatch(core, [])
-    batch.conversion_report = ConversionReport(
-        "claude_code",
-        sources=[name for name, _, _ in files],
-        records=count,
-        traces=1,
-        events=batch.num_events,
-        ignored=Counter(dict(ignored)),
-        unknown=Counter(dict(unknown)),
-        warnings=warnings,
-    )
-    return batch
+    result = _core.convert_claude_code(files, folder=folder, trace_id=trace_id or None, task_id=task_id or None)
+    return converted("claude_code", [name for name, _, _ in files], result)

@@ -19,12 +19,11 @@ first 16 hex digits of the task text's SHA-256. The conversion runs in the Rust 
 from __future__ import annotations
 
 import os
-from collections import Counter
 from typing import Any
 
 from masreplay import _core
 from masreplay.batch import TraceBatch
-from masreplay.conversion_report import ConversionReport
+from masreplay.convert._converted import converted
 from masreplay.convert._lines import _read, local_path, records
 
 
@@ -36,16 +35,4 @@ def marble(source: Any) -> TraceBatch:
     else:
         name, numbered = records(source)
         data = [record for _, record in numbered]
-    core, count, ignored, unknown, warnings = _core.convert_marble((name, os.path.basename(name), data))
-    batch = TraceBatch(core, [])
-    batch.conversion_report = ConversionReport(
-        "marble",
-        sources=[name],
-        records=count,
-        traces=len(batch),
-        events=batch.num_events,
-        ignored=Counter(dict(ignored)),
-        unknown=Counter(dict(unknown)),
-        warnings=warnings,
-    )
-    return batch
+    return converted("marble", [name], _core.convert_marble((name, os.path.basename(name), data)))

@@ -152,3 +152,37 @@ fn json_of(object: &Bound<'_, PyAny>, depth: usize) -> Json<'static> {
     }
     Json::Other(type_name())
 }
+
+/// Converts OpenTelemetry spans: `text`, a file's bytes (one JSON document or JSON Lines of
+/// them), or else `document`, the parsed objects themselves.
+#[pyfunction]
+#[pyo3(name = "convert_otel", signature = (name, document, *, text=None))]
+pub fn otel(
+    py: Python<'_>,
+    name: String,
+    document: &Bound<'_, PyAny>,
+    text: Option<&Bound<'_, PyBytes>>,
+) -> PyResult<Converted> {
+    use masreplay_core::convert::{Document, otel};
+    let given = match text {
+        Some(_) => None,
+        None => Some(json_of(document, 0)),
+    };
+    let bytes = text.map(|text| text.as_bytes());
+    let outcome = py.detach(move || -> Result<(TraceBatch, Report), Box<ConversionError>> {
+        let document = match (given, bytes) {
+            (Some(value), _) => Document::One(value),
+            (None, bytes) => otel::read(&name, bytes.unwrap_or_default())?,
+        };
+        let (traces, report) = otel::convert(&name, &document)?;
+        let batch = TraceBatch::from_traces(&traces).map_err(|error| {
+            Box::new(ConversionError::new(&name, None, format!("converted traces rejected: {error}")))
+        })?;
+        // The traces are in the batch now: freed on a pool thread (their many small maps took
+        // a sixth of a conversion to free) while the batch goes back to the caller.
+        rayon::spawn(move || drop(traces));
+        Ok((batch, report))
+    });
+    let (inner, report) = outcome.map_err(|error| conversion_error(py, &error))?;
+    Ok((PyTraceBatch { inner }, report.records, report.ignored, report.unknown, report.warnings))
+}

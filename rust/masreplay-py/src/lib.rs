@@ -184,6 +184,7 @@ fn _core(module: &Bound<'_, PyModule>) -> PyResult<()> {
         simulate,
         convert::claude_code,
         convert::marble,
+        convert::otel,
         metrics::metrics,
         counterfactual::counterfactual_credit,
         counterfactual::same_prefix_credit_arrays,

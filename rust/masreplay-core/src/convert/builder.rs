@@ -1,13 +1,15 @@
-//! The trace a converter builds: events and edges checked as a JSON trace's would be
-//! (`validate::event_from_parts`, `trace_from_parts`), with no JSON document in between.
+//! The trace a converter builds: events checked as a JSON trace's would be, as they come
+//! (`validate::event_from_parts`), edges between them by index, and the whole checked at the
+//! end (`validate::trace_from_parts`), with no JSON document in between.
 
 use serde_json::{Map, Value};
 
 use super::json::Json;
 use crate::error::ValidationError;
-use crate::trace::{Edge, EdgeType, Event, EventType, Topology, Trace};
+use crate::trace::{Edge, EdgeType, Event, EventType, NamedNumbers, Topology, Trace};
 use crate::validate;
 
+// Each event's index is hashed once per edge: foldhash, not SipHash.
 type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 
 /// A field of an event: made here, or a value of the input passed through.
@@ -16,6 +18,8 @@ pub(crate) enum Out<'r> {
     Value(Value),
     Float(f64),
     Raw(Option<&'r Json<'r>>),
+    /// A value made of the input's (passed through as `Raw` is).
+    Json(Json<'r>),
 }
 
 /// What a trace holds besides its events and edges.
@@ -26,8 +30,8 @@ pub(crate) struct Head<'a> {
     pub wall_clock_s: f64,
     /// The token cost the source states; `None`: the events' `tokens`, summed.
     pub tokens: Option<Value>,
-    pub rewards: Vec<(String, f64)>,
-    pub metrics: Option<Vec<(String, f64)>>,
+    pub rewards: NamedNumbers,
+    pub metrics: Option<NamedNumbers>,
     /// Top-level keys outside the schema, kept as the trace's attributes.
     pub attributes: Map<String, Value>,
 }
@@ -75,12 +79,9 @@ impl<'t> Builder<'t> {
                         Value::Null
                     }
                 },
-                Out::Raw(None | Some(Json::Null)) => continue,
-                // An event's fields are at level 4: trace, events, event, field.
-                Out::Raw(Some(json)) => json.to_value(4).unwrap_or_else(|(at, why)| {
-                    self.unfit.get_or_insert((format!("/events/{index}/{key}{at}"), why));
-                    Value::Null
-                }),
+                Out::Raw(None | Some(Json::Null)) | Out::Json(Json::Null) => continue,
+                Out::Raw(Some(json)) => self.passed(index, key, json),
+                Out::Json(json) => self.passed(index, key, &json),
             };
             if key == "tokens" {
                 self.tokens += value.as_i64().map(i128::from).or_else(|| value.as_u64().map(i128::from)).unwrap_or(0);
@@ -101,11 +102,30 @@ impl<'t> Builder<'t> {
         index
     }
 
+    /// A value of the input as an event field, or null beside the first place that the trace
+    /// cannot hold (an event's fields are at level 4: trace, events, event, field).
+    fn passed(&mut self, index: usize, key: &str, json: &Json<'_>) -> Value {
+        json.to_value(4).unwrap_or_else(|(at, why)| {
+            self.unfit.get_or_insert((format!("/events/{index}/{key}{at}"), why));
+            Value::Null
+        })
+    }
+
     pub fn edge(&mut self, src: Option<usize>, dst: Option<usize>, kind: EdgeType) {
         let (Some(src), Some(dst)) = (src, dst) else { return };
         // Events of one id make the trace invalid (`trace_from_parts`), so indices stand for ids.
         if src != dst && self.edge_keys.insert((src, dst)) {
             self.edges.push(Edge { src: src as u32, dst: dst as u32, edge_type: kind });
+        }
+    }
+
+    /// Sets (or adds to) event `index`'s `reward`: channels already there keep their place
+    /// and take the new value, new ones come after (a Python dict's `update`).
+    pub fn add_reward(&mut self, index: usize, rewards: &NamedNumbers) {
+        let Some(event) = self.events.get_mut(index) else { return };
+        let reward = event.reward.get_or_insert_with(Vec::new);
+        for (name, value) in rewards {
+            set_reward(reward, name, *value);
         }
     }
 
@@ -131,7 +151,7 @@ impl<'t> Builder<'t> {
 
     /// Named numbers as JSON (a number JSON cannot hold is the trace's first unfit value
     /// after the events', as it comes after them in the trace).
-    fn numbers(&mut self, name: &str, numbers: Vec<(String, f64)>) -> Map<String, Value> {
+    fn numbers(&mut self, name: &str, numbers: NamedNumbers) -> Map<String, Value> {
         let mut map = Map::with_capacity(numbers.len());
         for (key, x) in numbers {
             let value = serde_json::Number::from_f64(x).map_or_else(
@@ -147,6 +167,14 @@ impl<'t> Builder<'t> {
             map.insert(key, value);
         }
         map
+    }
+}
+
+/// A reward channel set as a Python dict sets a key (a repeated one keeps its place).
+pub(crate) fn set_reward(rewards: &mut NamedNumbers, name: impl AsRef<str> + Into<String>, value: f64) {
+    match rewards.iter_mut().find(|(known, _)| known == name.as_ref()) {
+        Some(entry) => entry.1 = value,
+        None => rewards.push((name.into(), value)),
     }
 }
 

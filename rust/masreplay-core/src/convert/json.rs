@@ -122,6 +122,14 @@ impl<'a> Json<'a> {
         }
     }
 
+    /// A finite number that is not a boolean.
+    pub fn as_finite(&self) -> Option<f64> {
+        match self {
+            Json::Int(_) | Json::UInt(_) | Json::Float(_) => self.as_number().filter(|x| x.is_finite()),
+            _ => None,
+        }
+    }
+
     /// Python's `==`: numbers compare by value across int, float and bool; objects ignore order.
     pub fn py_eq(&self, other: &Json<'_>) -> bool {
         match (self, other) {
@@ -194,6 +202,64 @@ impl<'a> Json<'a> {
             None => entries.push((key, value)),
         }
     }
+}
+
+/// Python's `repr` of a value as `json.loads` made it (errors quote the value they refuse).
+pub fn py_repr(value: &Json<'_>) -> String {
+    match value {
+        Json::Null => "None".to_owned(),
+        Json::Bool(true) => "True".to_owned(),
+        Json::Bool(false) => "False".to_owned(),
+        Json::Int(n) => n.to_string(),
+        Json::UInt(n) => n.to_string(),
+        Json::Float(x) => float_repr(*x),
+        Json::Str(text) => repr(text),
+        Json::Array(items) => format!("[{}]", items.iter().map(py_repr).collect::<Vec<_>>().join(", ")),
+        Json::Object(entries) => {
+            let items: Vec<String> =
+                entries.iter().map(|(key, item)| format!("{}: {}", repr(key), py_repr(item))).collect();
+            format!("{{{}}}", items.join(", "))
+        }
+        Json::Other(name) => format!("<{name} object>"),
+    }
+}
+
+/// Python's `str` of a value: text as it is, anything else as its `repr`.
+pub fn py_str<'v>(value: &'v Json<'_>) -> Cow<'v, str> {
+    match value {
+        Json::Str(text) => Cow::Borrowed(text),
+        other => Cow::Owned(py_repr(other)),
+    }
+}
+
+/// Python's `repr` of a float: the shortest digits that read back the same (as Rust finds
+/// them), written positionally for exponents -4 to 15 and as `d.dde+XX` beyond.
+pub fn float_repr(x: f64) -> String {
+    if x.is_nan() {
+        return "nan".to_owned();
+    }
+    if x.is_infinite() {
+        return if x > 0.0 { "inf" } else { "-inf" }.to_owned();
+    }
+    let scientific = format!("{:e}", x.abs());
+    let (mantissa, exponent) = scientific.split_once('e').unwrap_or((&scientific, "0"));
+    let exponent: i32 = exponent.parse().unwrap_or(0);
+    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
+    let sign = if x.is_sign_negative() { "-" } else { "" };
+    if (-4..16).contains(&exponent) {
+        let point = exponent + 1;
+        if point <= 0 {
+            return format!("{sign}0.{}{digits}", "0".repeat(point.unsigned_abs() as usize));
+        }
+        let point = point as usize;
+        if digits.len() <= point {
+            return format!("{sign}{digits}{}.0", "0".repeat(point - digits.len()));
+        }
+        return format!("{sign}{}.{}", &digits[..point], &digits[point..]);
+    }
+    let fraction = if digits.len() > 1 { format!(".{}", &digits[1..]) } else { String::new() };
+    let exponent_sign = if exponent < 0 { '-' } else { '+' };
+    format!("{sign}{}{fraction}e{exponent_sign}{:02}", &digits[..1], exponent.unsigned_abs())
 }
 
 /// Python's `repr` of a string (the quote it picks, its escapes), as error messages print ids.

@@ -20,7 +20,7 @@
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
-use super::builder::{Builder, Head, Out};
+use super::builder::{Builder, Head, Out, set_reward};
 use super::json::{Json, Keep, repr};
 use super::{ConversionError, Record, Report, Source};
 use crate::trace::{EdgeType, EventType, Topology, Trace};
@@ -138,7 +138,7 @@ impl Kind {
             Kind::Text => matches!(value, Json::Str(_)),
             Kind::Object => value.is_object(),
             Kind::List => matches!(value, Json::Array(_)),
-            Kind::Number => finite(value).is_some(),
+            Kind::Number => value.as_finite().is_some(),
         }
     }
 
@@ -149,14 +149,6 @@ impl Kind {
             Kind::List => "a list",
             Kind::Number => "a finite number",
         }
-    }
-}
-
-/// A finite number that is not a boolean.
-fn finite(value: &Json<'_>) -> Option<f64> {
-    match value {
-        Json::Int(_) | Json::UInt(_) | Json::Float(_) => value.as_number().filter(|x| x.is_finite()),
-        _ => None,
     }
 }
 
@@ -285,13 +277,13 @@ impl<'r> Episode<'r> {
         let (mut rewards, missing) = self.scores()?;
         if let Some(Json::Object(kpis)) = self.field(record, "agent_kpis", Kind::Object, "")? {
             for (agent, milestones) in kpis {
-                let Some(milestones) = finite(milestones) else {
+                let Some(milestones) = milestones.as_finite() else {
                     return Err(self
                         .fail(format!("/agent_kpis/{agent} is {}, expected a finite number", milestones.describe())));
                 };
                 // Kept per trace for every agent (some never return), and on the agent's last
                 // return for credit assignment.
-                set(&mut rewards, format!("milestones.{agent}"), milestones);
+                set_reward(&mut rewards, format!("milestones.{agent}"), milestones);
                 let last_return =
                     self.drafts.iter_mut().rev().find(|draft| draft.kind == EventType::Return && draft.agent == agent);
                 if let Some(draft) = last_return {
@@ -299,8 +291,8 @@ impl<'r> Episode<'r> {
                 }
             }
         }
-        let total = self.field(record, "total_milestones", Kind::Number, "")?.and_then(finite);
-        let tokens = self.field(record, "token_usage", Kind::Number, "")?.and_then(finite);
+        let total = self.field(record, "total_milestones", Kind::Number, "")?.and_then(Json::as_finite);
+        let tokens = self.field(record, "token_usage", Kind::Number, "")?.and_then(Json::as_finite);
         let mut attributes = Map::new();
         if let Some(mode) = self.mode {
             attributes.insert("coordination_mode".into(), Value::from(mode));
@@ -447,7 +439,7 @@ impl<'r> Episode<'r> {
         let mut missing = Vec::new();
         for (key, channel) in [("planning_scores", "planning"), ("communication_scores", "communication")] {
             let Some(Json::Array(values)) = self.field(record, key, Kind::List, "")? else { continue };
-            if let Some((index, value)) = values.iter().enumerate().find(|(_, value)| finite(value).is_none()) {
+            if let Some((index, value)) = values.iter().enumerate().find(|(_, value)| value.as_finite().is_none()) {
                 return Err(self.fail(format!("/{key}/{index} is {}, expected a finite number", value.describe())));
             }
             let scored: Vec<&Json<'_>> = values.iter().filter(|value| !unscored(value)).collect();
@@ -455,7 +447,7 @@ impl<'r> Episode<'r> {
                 values.iter().enumerate().filter(|(_, value)| unscored(value)).map(|(i, _)| format!("{key}/{i}")),
             );
             if !scored.is_empty() {
-                set(&mut rewards, channel.to_owned(), mean(&scored));
+                set_reward(&mut rewards, channel.to_owned(), mean(&scored));
             }
         }
         for key in ["task_evaluation", "code_quality"] {
@@ -468,8 +460,8 @@ impl<'r> Episode<'r> {
                 let channel = if name.is_empty() { key.to_owned() } else { format!("{key}.{name}") };
                 if unscored(score) {
                     missing.push(channel);
-                } else if let Some(score) = finite(score) {
-                    set(&mut rewards, channel, score);
+                } else if let Some(score) = score.as_finite() {
+                    set_reward(&mut rewards, channel, score);
                 }
             }
         }
@@ -479,14 +471,6 @@ impl<'r> Episode<'r> {
 
 /// Reward channels, and the names of the scores that were not given.
 type Scores = (Vec<(String, f64)>, Vec<String>);
-
-/// A reward channel set as a Python dict sets a key (a repeated one keeps its place).
-fn set(rewards: &mut Vec<(String, f64)>, channel: String, value: f64) {
-    match rewards.iter_mut().find(|(name, _)| *name == channel) {
-        Some(entry) => entry.1 = value,
-        None => rewards.push((channel, value)),
-    }
-}
 
 /// `marble-` and the first 16 hex digits of the SHA-256 of the task's UTF-8 text.
 fn task_id(task: &str) -> String {

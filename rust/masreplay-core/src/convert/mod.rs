@@ -10,6 +10,7 @@ pub mod claude_code;
 mod iso_time;
 pub mod json;
 pub mod marble;
+pub mod otel;
 #[cfg(test)]
 mod tests;
 
@@ -61,13 +62,30 @@ pub struct Report {
 impl Report {
     /// Counts one more of the key spelled by `parts` (joined only when it is new).
     pub(crate) fn count(counts: &mut Vec<(String, usize)>, parts: &[&str]) {
+        Report::add(counts, parts, 1);
+    }
+
+    /// Adds the counts and warnings of `other` (a part of the same conversion, made apart).
+    pub(crate) fn merge(&mut self, other: Report) {
+        for (key, n) in &other.ignored {
+            Report::add(&mut self.ignored, &[key], *n);
+        }
+        for (key, n) in &other.unknown {
+            Report::add(&mut self.unknown, &[key], *n);
+        }
+        self.records += other.records;
+        self.warnings.extend(other.warnings);
+    }
+
+    /// Counts `n` more of the key spelled by `parts` (joined only when it is new).
+    pub(crate) fn add(counts: &mut Vec<(String, usize)>, parts: &[&str], n: usize) {
         let spells = |name: &str| {
             let mut rest = name;
             parts.iter().all(|part| rest.strip_prefix(part).map(|tail| rest = tail).is_some()) && rest.is_empty()
         };
         match counts.iter_mut().find(|(name, _)| spells(name)) {
-            Some(entry) => entry.1 += 1,
-            None => counts.push((parts.concat(), 1)),
+            Some(entry) => entry.1 += n,
+            None => counts.push((parts.concat(), n)),
         }
     }
 }
@@ -149,6 +167,43 @@ pub fn json_lines_of<'a>(files: &[(&str, &'a [u8])], keep: &Keep) -> Result<Vec<
         records[file].push(record?);
     }
     Ok(records)
+}
+
+/// A file that holds one JSON document, or JSON Lines of them.
+#[derive(Debug)]
+pub enum Document<'a> {
+    One(Json<'a>),
+    /// Each non-blank line's object (the text was no single document).
+    Lines(Vec<Record<'a>>),
+}
+
+/// The text as one JSON document, as Python's `json.loads` of the decoded text reads it; when
+/// it is none and spans several lines, as JSON Lines (each line an object). Text that is not
+/// UTF-8 fails at the line of its first bad byte.
+pub fn json_document<'a>(name: &str, bytes: &'a [u8], keep: &Keep) -> Result<Document<'a>, ConversionError> {
+    let text = std::str::from_utf8(bytes).map_err(|error| {
+        let start = error.valid_up_to();
+        let line = memchr::memchr_iter(b'\n', &bytes[..start]).count() + 1;
+        let reason = utf8_reason(bytes, start, error.error_len());
+        ConversionError::new(name, Some(line), format!("not UTF-8 text (byte {start}: {reason})"))
+    })?;
+    // Python reads the decoded text, where a byte-order mark is an error (a line read as
+    // bytes skips it).
+    let whole = if text.starts_with('\u{feff}') {
+        Err("not valid JSON (Unexpected UTF-8 BOM (decode using utf-8-sig): line 1 column 1 (char 0))".to_owned())
+    } else {
+        parse_line(bytes, keep)
+    };
+    match whole {
+        Ok(value) => Ok(Document::One(value)),
+        // Python's str.strip: Unicode whitespace and the four ASCII separators.
+        Err(reason)
+            if !text.trim_matches(|c: char| c.is_whitespace() || ('\x1c'..='\x1f').contains(&c)).contains('\n') =>
+        {
+            Err(ConversionError::new(name, None, reason))
+        }
+        Err(_) => Ok(Document::Lines(json_lines(name, bytes, keep)?)),
+    }
 }
 
 /// Lines per share of [`shared_map`] at most, and bytes of lines per share: about 50 µs of

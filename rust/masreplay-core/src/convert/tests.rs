@@ -174,3 +174,48 @@ fn the_trace_built_directly_is_checked_as_its_json_would_be() {
         "converted trace 's' is invalid at /events/3/hook_errors/0: NaN is not a finite number"
     );
 }
+
+#[test]
+fn floats_print_as_python_prints_them() {
+    // Expected values from Python 3.11's repr().
+    let cases = [
+        (1.0, "1.0"),
+        (0.0001, "0.0001"),
+        (1e-05, "1e-05"),
+        (1e16, "1e+16"),
+        (1.5e16, "1.5e+16"),
+        (123.456, "123.456"),
+        (-0.0, "-0.0"),
+        (1e15, "1000000000000000.0"),
+        (12345678901234567.0, "1.2345678901234568e+16"),
+        (5e-324, "5e-324"),
+        (0.1, "0.1"),
+    ];
+    for (x, expected) in cases {
+        assert_eq!(super::json::float_repr(x), expected);
+    }
+}
+
+#[test]
+fn otel_spans_in_every_id_form_make_one_trace() {
+    // The same chat span with its ids in hex, base64 (protobuf's JSON mapping) and 0x-hex.
+    let otlp = br#"{"resourceSpans": [{"scopeSpans": [{"spans": [
+        {"traceId": "AAAAAAAAAAAAAAAAAAAAAQ==", "spanId": "AAAAAAAAAAI=", "name": "chat",
+         "startTimeUnixNano": "1700000000000000000", "endTimeUnixNano": 1700000001000000000,
+         "attributes": [{"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}},
+                        {"key": "gen_ai.usage.input_tokens", "value": {"intValue": "7"}}],
+         "links": [{}, {}]}]}]}]}"#;
+    let document = super::otel::read("f", otlp).expect("one document");
+    let (traces, report) = super::otel::convert("f", &document).expect("converts");
+    assert_eq!(traces.len(), 1);
+    assert_eq!(traces[0].trace_id, "00000000000000000000000000000001");
+    assert_eq!(traces[0].events[0].id, "0000000000000002");
+    assert_eq!(traces[0].events[0].tokens, Some(7));
+    assert_eq!(report.ignored, [("span link".to_owned(), 2)]);
+    let flat =
+        br#"{"name": "chat", "context": {"trace_id": "0x01", "span_id": "0x02"}, "start_time": "2026-01-01T00:00:00Z",
+        "end_time": "2026-01-01T00:00:01Z", "attributes": {"gen_ai.usage.input_tokens": -1}}"#;
+    let document = super::otel::read("f", flat).expect("one document");
+    let error = super::otel::convert("f", &document).expect_err("a negative token count");
+    assert_eq!(error.reason, "/attributes/gen_ai.usage.input_tokens is -1, expected a whole number of tokens");
+}
