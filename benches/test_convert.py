@@ -7,6 +7,11 @@ on every line of the same files (of the whole document for OTLP). The ratio (jso
 converter time) says how much of a json-only pass the whole conversion costs; below 1 means
 slower than the bare parse. Reads the real samples in tests/data; the OTLP export is written by
 ``masreplay.convert.to_otel`` (no OpenTelemetry sample ships with the repository).
+
+Both sides run with Python's cyclic garbage collector off while timed: json.loads of the 3 MB
+OTLP document allocates enough objects to trigger collections whose cost depends on what else
+the process holds (its rounds varied 2.5x, and the median ratio rode on them: 2.17x with the
+collector, 0.79x without it, on the same build).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from masreplay import convert
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 SESSION = DATA / "claude_code" / "fa812bfe-b295-4cca-9c2f-fdf01028cb46.jsonl"
 MARBLE = sorted((DATA / "marble").glob("*.jsonl"))
+pytestmark = pytest.mark.benchmark(disable_gc=True)
 
 
 def _session_files() -> list[Path]:
