@@ -713,6 +713,13 @@ def test_noisy_game(measure, dataset_type, side, n, family, budget):
             outcomes.append((NOISY_SIDES[side](game, budget, seed, sigma), truth, game.evaluations))
 
     measure(run, data=data, side=side, rounds=1, warmup_rounds=0, unit="ms", ours=side.startswith("masreplay noise='auto'"))
+    record_outcomes(f"noisy n{n} {family} {budget}", side, outcomes)
+
+
+def record_outcomes(cell: str, side: str, outcomes: list) -> None:
+    """The summary's row for one side's runs over the seeds, each (result, truth, evaluations
+    spent): MAE, interval coverage (values estimated exactly, stderr 0, count as covered up to
+    rounding) and the estimators masreplay picked."""
     maes, covered, spent, methods = [], [], [], set()
     for result, truth, evaluations in outcomes:
         values = getattr(result, "values", result)
@@ -720,10 +727,10 @@ def test_noisy_game(measure, dataset_type, side, n, family, budget):
         spent.append(evaluations)
         if hasattr(result, "stderr"):
             methods.add(result.method)
-            covered.extend(np.abs(values - truth) <= 1.96 * result.stderr)
+            covered.extend(np.abs(values - truth) <= 1.96 * result.stderr + 1e-12)
     ROWS.append(
         {
-            "cell": f"noisy n{n} {family} {budget}",
+            "cell": cell,
             "side": f"{side} [{'/'.join(sorted(methods))}]" if methods else side,
             "mae": float(np.mean(maes)),
             "coverage": float(np.mean(covered)) if covered else float("nan"),
@@ -851,21 +858,4 @@ def test_trace_game_precedence(measure, dataset_type, side, n, budget, sigma):
             outcomes.append((TRACE_SIDES[side](game, parents, budget, seed, noise), truth, game.evaluations))
 
     measure(run, data=data, side=side, rounds=1, warmup_rounds=0, unit="ms", ours=side == "masreplay precedence")
-    maes, covered, spent = [], [], []
-    for result, truth, evaluations in outcomes:
-        values = getattr(result, "values", result)
-        maes.append(float(np.abs(values - truth).mean()))
-        spent.append(evaluations)
-        if hasattr(result, "stderr"):
-            covered.extend(np.abs(values - truth) <= 1.96 * result.stderr + 1e-12)
-    ROWS.append(
-        {
-            "cell": f"trace n{n} {budget}" + (" noisy" if sigma else ""),
-            "side": side + (f" [{outcomes[0][0].method}]" if hasattr(outcomes[0][0], "method") else ""),
-            "mae": float(np.mean(maes)),
-            "coverage": float(np.mean(covered)) if covered else float("nan"),
-            "gap": float("nan"),
-            "seconds": float("nan"),
-            "evaluations": int(np.median(spent)),
-        }
-    )
+    record_outcomes(f"trace n{n} {budget}" + (" noisy" if sigma else ""), side, outcomes)

@@ -251,16 +251,21 @@ impl CellSpread {
     fn of(drawn: &Drawn, (mean_in, mean_out): &(Vec<f64>, Vec<f64>)) -> Self {
         let (mut squares, mut dof) = (0.0, 0.0);
         let sides = drawn.stratum.plus.iter().zip(mean_in).chain(drawn.stratum.minus.iter().zip(mean_out));
-        for (&[count, sum, sum_squares], &mean) in sides {
-            if count >= 2.0 {
-                squares += (sum_squares - 2.0 * mean * sum + count * mean * mean).max(0.0);
-                dof += count - 1.0;
+        for (&moments, &mean) in sides {
+            if moments[0] >= 2.0 {
+                squares += squared_deviations(moments, mean);
+                dof += moments[0] - 1.0;
             }
         }
         // Each player's two cells hold every draw once: per stratum, not n times over.
         let players = drawn.stratum.plus.len() as f64;
         CellSpread { squares: squares / players, dof: dof / players }
     }
+}
+
+/// Sum of squared deviations of a cell's draws from `mean`, from its (count, sum, sum of squares).
+fn squared_deviations([count, sum, sum_squares]: [f64; 3], mean: f64) -> f64 {
+    (sum_squares - 2.0 * mean * sum + count * mean * mean).max(0.0)
 }
 
 /// Adds one sampled stratum's share of the variance of every projected value.
@@ -282,9 +287,8 @@ fn add_projected_variance(
 ) {
     let n = variance.len() as f64;
     let (plus, minus) = (&drawn.stratum.plus, &drawn.stratum.minus);
-    let moderated = |[count, sum, sum_squares]: [f64; 3], mean: f64| {
-        let own = (sum_squares - 2.0 * mean * sum + count * mean * mean).max(0.0);
-        (own + POOLED_DRAWS * pooled) / (count - 1.0 + POOLED_DRAWS)
+    let moderated = |moments: [f64; 3], mean: f64| {
+        (squared_deviations(moments, mean) + POOLED_DRAWS * pooled) / (moments[0] - 1.0 + POOLED_DRAWS)
     };
     let overall = stratum_mean(&drawn.stratum);
     let (mut between, mut cells) = (0.0f64, 0.0f64);
