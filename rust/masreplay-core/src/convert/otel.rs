@@ -95,6 +95,8 @@ pub fn read<'a>(name: &str, bytes: &'a [u8]) -> Result<Document<'a>, ConversionE
     super::json_document(name, bytes, &RECORD)
 }
 
+mod typed;
+
 type Failure = Box<ConversionError>;
 type Outcome<T> = Result<T, Failure>;
 
@@ -103,7 +105,21 @@ type Outcome<T> = Result<T, Failure>;
 /// refuses is an error naming the record its first span came from (once every trace is made:
 /// what cannot be read at all is named first).
 pub fn convert(name: &str, document: &Document<'_>) -> Outcome<(Vec<Trace>, Report)> {
-    let spans = spans(name, document)?;
+    traces(name, spans(name, document)?)
+}
+
+/// Converts the spans of a file's text: [`convert`] of what [`read`] makes of it, with the
+/// same traces, report and errors. An OTLP export in the shape exporters write is read
+/// straight into spans, with no value tree of the whole document.
+pub fn convert_text(name: &str, bytes: &[u8]) -> Outcome<(Vec<Trace>, Report)> {
+    match typed::spans(name, bytes) {
+        Some(spans) => traces(name, spans),
+        None => convert(name, &read(name, bytes)?),
+    }
+}
+
+/// The traces of the spans read from `name`, and the report.
+fn traces(name: &str, spans: Vec<Span<'_>>) -> Outcome<(Vec<Trace>, Report)> {
     let mut report = Report { records: spans.len(), ..Report::default() };
     let mut groups: Vec<(&str, Vec<&Span<'_>>)> = Vec::new();
     let mut group_of: HashMap<&str, usize> = HashMap::default();
