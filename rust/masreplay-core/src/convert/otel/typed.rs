@@ -13,7 +13,7 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use serde_core::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_core::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
 use super::{MAX_NESTING, Span, Where, hex_id, is_error_status, seconds, whole_number};
 use crate::convert::json::Json;
@@ -22,10 +22,8 @@ use crate::convert::json::Json;
 /// when the text is not in the common shape (or holds something the converter refuses).
 pub(super) fn spans<'r>(source: &'r str, bytes: &'r [u8]) -> Option<Vec<Span<'r>>> {
     let text = std::str::from_utf8(bytes).ok()?;
-    // Skipped values are skipped at any depth, where the general reading refuses the text.
-    if crate::convert::nests_too_deep(bytes) {
-        return None;
-    }
+    // serde_json's recursion limit (128 levels) stays on: text nested deeper, which the general
+    // reading may refuse, is odd here, skipped values included (see `Skip`).
     let mut deserializer = serde_json::Deserializer::from_str(text);
     let mut found = Vec::new();
     Export { source, found: &mut found }.deserialize(&mut deserializer).ok()?;
@@ -86,7 +84,7 @@ impl<'r> Visitor<'r> for Export<'_, 'r> {
                     source: self.source,
                 })?;
             } else {
-                map.next_value::<IgnoredAny>()?;
+                map.next_value_seed(Skip)?;
             }
         }
         if seen == 0 { Err(odd()) } else { Ok(()) }
@@ -178,7 +176,7 @@ impl<'r> Visitor<'r> for Item<'_, 'r> {
                 first(&mut seen, 1)?;
                 map.next_value_seed(Nested { level: inner, at, outer: &mut *self.found, source: self.source })?;
             } else {
-                map.next_value::<IgnoredAny>()?;
+                map.next_value_seed(Skip)?;
             }
         }
         Ok(())
@@ -216,7 +214,7 @@ fn span<'r, A: MapAccess<'r>>(map: &mut A, at: Where<'r>) -> Result<Span<'r>, A:
             "events" => EVENTS,
             "links" => LINKS,
             _ => {
-                map.next_value::<IgnoredAny>()?;
+                map.next_value_seed(Skip)?;
                 continue;
             }
         };
@@ -280,7 +278,7 @@ impl<'r> Visitor<'r> for Status {
                 first(&mut seen, 1)?;
                 code = Some(map.next_value_seed(Scalar)?);
             } else {
-                map.next_value::<IgnoredAny>()?;
+                map.next_value_seed(Skip)?;
             }
         }
         Ok(is_error_status(code.as_ref()))
@@ -344,7 +342,7 @@ impl<'r> Visitor<'r> for Event {
                     attributes = map.next_value_seed(Pairs(0))?;
                 }
                 _ => {
-                    map.next_value::<IgnoredAny>()?;
+                    map.next_value_seed(Skip)?;
                 }
             }
         }
@@ -397,7 +395,9 @@ impl<'r> Visitor<'r> for Link {
     }
 
     fn visit_map<A: MapAccess<'r>>(self, mut map: A) -> Result<(), A::Error> {
-        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        while map.next_key_seed(Skip)?.is_some() {
+            map.next_value_seed(Skip)?;
+        }
         Ok(())
     }
 }
@@ -468,7 +468,7 @@ impl<'r> Visitor<'r> for Pair {
                     value = map.next_value_seed(AnyValue(self.0))?;
                 }
                 _ => {
-                    map.next_value::<IgnoredAny>()?;
+                    map.next_value_seed(Skip)?;
                 }
             }
         }
@@ -590,6 +590,62 @@ impl<'r> Visitor<'r> for Array {
             values.push(value);
         }
         Ok(values)
+    }
+}
+
+/// A value passed over unread. Unlike serde's `IgnoredAny` (which serde_json skips at any
+/// depth), each level counts against the recursion limit.
+struct Skip;
+
+impl<'r> DeserializeSeed<'r> for Skip {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'r>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'r> Visitor<'r> for Skip {
+    type Value = ();
+
+    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+        formatter.write_str("any JSON value")
+    }
+
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_seq<A: SeqAccess<'r>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element_seed(Skip)?.is_some() {}
+        Ok(())
+    }
+
+    fn visit_map<A: MapAccess<'r>>(self, mut map: A) -> Result<(), A::Error> {
+        while map.next_key_seed(Skip)?.is_some() {
+            map.next_value_seed(Skip)?;
+        }
+        Ok(())
     }
 }
 
@@ -915,6 +971,10 @@ mod tests {
                 }
             }
             1 => *text = text.replacen("1.5", "NaN", 1),
+            // Past the general reading's depth, inside a value the typed reading skips.
+            2 if rng.random_range(0..2) == 0 => {
+                *text = text.replacen("\"kind\":1", &format!("\"kind\":{}1{}", "[".repeat(995), "]".repeat(995)), 1)
+            }
             2 => text.truncate(rng.random_range(0..text.len())),
             _ => text.push_str("\n{\"resourceSpans\": []}"),
         }
