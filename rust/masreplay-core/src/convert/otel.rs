@@ -414,12 +414,13 @@ fn hex_id(value: Option<&Json<'_>>, at: &Where<'_>, place: &str) -> Outcome<Opti
         Json::UInt(n) => Cow::Owned(n.to_string()),
         other => return Err(at.fail(format_args!("{place} is {}, expected an id", other.describe()))),
     };
-    if text.is_ascii() {
-        let lower = text.to_ascii_lowercase();
-        let digits = lower.strip_prefix("0x").unwrap_or(&lower);
-        if digits.bytes().all(|byte| byte.is_ascii_hexdigit()) {
-            return Ok(Some(digits.to_owned()));
-        }
+    // Hex digits after an optional 0x (either case), lowercased in one copy.
+    let digits = match text.as_bytes() {
+        [b'0', b'x' | b'X', ..] => &text[2..],
+        _ => text.as_ref(),
+    };
+    if digits.bytes().all(|byte| byte.is_ascii_hexdigit()) {
+        return Ok(Some(digits.to_ascii_lowercase()));
     }
     Ok(Some(match base64(&text) {
         Some(raw) if raw.len() == 8 || raw.len() == 16 => raw.iter().map(|byte| format!("{byte:02x}")).collect(),

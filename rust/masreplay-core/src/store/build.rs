@@ -55,13 +55,14 @@ fn json_text_column<'a>(
     values: impl Iterator<Item = Option<&'a serde_json::Map<String, serde_json::Value>>>,
 ) -> ArrayRef {
     // Each object written straight into the column (a copy of it as a `Value` first was half
-    // the column's time); writing JSON values into memory cannot fail.
+    // the column's time); JSON values written into memory are UTF-8 and cannot fail.
     let mut texts = StringBuilder::new();
     let mut text = Vec::new();
     for object in values {
         text.clear();
-        match object.map(|object| serde_json::to_writer(&mut text, object)) {
-            Some(Ok(())) => texts.append_value(String::from_utf8_lossy(&text)),
+        let written = object.map(|object| serde_json::to_writer(&mut text, object));
+        match written.map(|written| written.ok().and_then(|()| std::str::from_utf8(&text).ok())) {
+            Some(Some(text)) => texts.append_value(text),
             _ => texts.append_null(),
         }
     }
