@@ -18,17 +18,38 @@ use serde_core::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, 
 use super::{MAX_NESTING, Span, Where, hex_id, is_error_status, seconds, whole_number};
 use crate::convert::json::Json;
 
-/// The spans of an OTLP export in `text` as the general reading would find them, or `None`
-/// when the text is not in the common shape (or holds something the converter refuses).
+/// The spans of an OTLP export in `text` (or of JSON Lines of exports, as the Collector's
+/// file exporter writes them) as the general reading would find them, or `None` when the text
+/// is not in the common shape (or holds something the converter refuses).
 pub(super) fn spans<'r>(source: &'r str, bytes: &'r [u8]) -> Option<Vec<Span<'r>>> {
     let text = std::str::from_utf8(bytes).ok()?;
+    let whole = Where { source, line: None, item: None, otlp: None };
+    let mut found = Vec::new();
+    if export(text, whole, &mut found).is_some() {
+        return Some(found);
+    }
+    // Two or more exports, one a line, are no single document: the general reading reads them
+    // as JSON Lines, numbered as `json_lines` numbers them (one line alone would have been the
+    // document itself).
+    found.clear();
+    let mut exports = 0;
+    for (index, line) in text.split('\n').enumerate() {
+        if line.bytes().all(|byte| matches!(byte, b' ' | b'\t' | b'\r' | 0x0b | 0x0c)) {
+            continue;
+        }
+        exports += 1;
+        export(line, Where { line: Some(index + 1), ..whole }, &mut found)?;
+    }
+    (exports > 1).then_some(found)
+}
+
+/// The spans of one export, added to `found`; `None` when it is not in the common shape.
+fn export<'r>(text: &'r str, at: Where<'r>, found: &mut Vec<Span<'r>>) -> Option<()> {
     // serde_json's recursion limit (128 levels) stays on: text nested deeper, which the general
     // reading may refuse, is odd here, skipped values included (see `Skip`).
     let mut deserializer = serde_json::Deserializer::from_str(text);
-    let mut found = Vec::new();
-    Export { source, found: &mut found }.deserialize(&mut deserializer).ok()?;
-    deserializer.end().ok()?;
-    Some(found)
+    Export { at, found }.deserialize(&mut deserializer).ok()?;
+    deserializer.end().ok()
 }
 
 /// Not the common shape: the general reading decides.
@@ -52,8 +73,9 @@ fn next_key<'r, A: MapAccess<'r>>(map: &mut A) -> Result<Option<&'r str>, A::Err
 
 // ---- the export's nesting: resourceSpans / scopeSpans / spans -----------------------------
 
+/// An export read from `at` (its source and line).
 struct Export<'f, 'r> {
-    source: &'r str,
+    at: Where<'r>,
     found: &'f mut Vec<Span<'r>>,
 }
 
@@ -81,7 +103,7 @@ impl<'r> Visitor<'r> for Export<'_, 'r> {
                     level: Level::Resources,
                     at: (0, 0),
                     outer: &mut *self.found,
-                    source: self.source,
+                    export: self.at,
                 })?;
             } else {
                 map.next_value_seed(Skip)?;
@@ -104,7 +126,7 @@ struct Nested<'f, 'r> {
     level: Level,
     at: (usize, usize),
     outer: &'f mut Vec<Span<'r>>,
-    source: &'r str,
+    export: Where<'r>,
 }
 
 impl<'r> DeserializeSeed<'r> for Nested<'_, 'r> {
@@ -126,7 +148,7 @@ impl<'r> Visitor<'r> for Nested<'_, 'r> {
         let (resource, scope) = self.at;
         for index in 0.. {
             let item =
-                Item { level: self.level, at: (resource, scope, index), found: &mut *self.outer, source: self.source };
+                Item { level: self.level, at: (resource, scope, index), found: &mut *self.outer, export: self.export };
             if seq.next_element_seed(item)?.is_none() {
                 break;
             }
@@ -140,7 +162,7 @@ struct Item<'f, 'r> {
     level: Level,
     at: (usize, usize, usize),
     found: &'f mut Vec<Span<'r>>,
-    source: &'r str,
+    export: Where<'r>,
 }
 
 impl<'r> DeserializeSeed<'r> for Item<'_, 'r> {
@@ -164,7 +186,7 @@ impl<'r> Visitor<'r> for Item<'_, 'r> {
             Level::Resources => ("scopeSpans", Level::Scopes, (index, 0)),
             Level::Scopes => ("spans", Level::Spans, (resource, index)),
             Level::Spans => {
-                let at = Where { source: self.source, line: None, item: None, otlp: Some((resource, scope, index)) };
+                let at = Where { otlp: Some((resource, scope, index)), ..self.export };
                 let span = span(&mut map, at)?;
                 self.found.push(span);
                 return Ok(());
@@ -174,7 +196,7 @@ impl<'r> Visitor<'r> for Item<'_, 'r> {
         while let Some(key) = next_key(&mut map)? {
             if key == list {
                 first(&mut seen, 1)?;
-                map.next_value_seed(Nested { level: inner, at, outer: &mut *self.found, source: self.source })?;
+                map.next_value_seed(Nested { level: inner, at, outer: &mut *self.found, export: self.export })?;
             } else {
                 map.next_value_seed(Skip)?;
             }
@@ -857,6 +879,13 @@ mod tests {
         let (traces, report) = convert_text("f", &bytes).expect("converts");
         assert_eq!((traces.len(), report.records), (1, 9));
         same(&bytes);
+        // The Collector's file exporter: one export a line (here one resource each).
+        let mut lines = String::new();
+        for resource in export()["resourceSpans"].as_array().expect("resources") {
+            lines += &format!("{}\r\n\n", json!({"resourceSpans": [resource]}));
+        }
+        assert!(super::spans("f", lines.as_bytes()).is_some(), "JSON Lines read the typed way");
+        same(lines.as_bytes());
     }
 
     fn paths(value: &Value, at: &mut Vec<Value>, found: &mut Vec<Vec<Value>>) {
