@@ -170,11 +170,10 @@ pub fn otel(
     };
     let bytes = text.map(|text| text.as_bytes());
     let outcome = py.detach(move || -> Result<(TraceBatch, Report), Box<ConversionError>> {
-        let document = match (given, bytes) {
-            (Some(value), _) => Document::One(value),
-            (None, bytes) => otel::read(&name, bytes.unwrap_or_default())?,
+        let (traces, report) = match given {
+            Some(value) => otel::convert(&name, &Document::One(value))?,
+            None => otel::convert_text(&name, bytes.unwrap_or_default())?,
         };
-        let (traces, report) = otel::convert(&name, &document)?;
         let batch = TraceBatch::from_traces(&traces).map_err(|error| {
             Box::new(ConversionError::new(&name, None, format!("converted traces rejected: {error}")))
         })?;

@@ -95,6 +95,8 @@ pub fn read<'a>(name: &str, bytes: &'a [u8]) -> Result<Document<'a>, ConversionE
     super::json_document(name, bytes, &RECORD)
 }
 
+mod typed;
+
 type Failure = Box<ConversionError>;
 type Outcome<T> = Result<T, Failure>;
 
@@ -103,7 +105,21 @@ type Outcome<T> = Result<T, Failure>;
 /// refuses is an error naming the record its first span came from (once every trace is made:
 /// what cannot be read at all is named first).
 pub fn convert(name: &str, document: &Document<'_>) -> Outcome<(Vec<Trace>, Report)> {
-    let spans = spans(name, document)?;
+    traces(name, spans(name, document)?)
+}
+
+/// Converts the spans of a file's text: [`convert`] of what [`read`] makes of it, with the
+/// same traces, report and errors. An OTLP export in the shape exporters write is read
+/// straight into spans, with no value tree of the whole document.
+pub fn convert_text(name: &str, bytes: &[u8]) -> Outcome<(Vec<Trace>, Report)> {
+    match typed::spans(name, bytes) {
+        Some(spans) => traces(name, spans),
+        None => convert(name, &read(name, bytes)?),
+    }
+}
+
+/// The traces of the spans read from `name`, and the report.
+fn traces(name: &str, spans: Vec<Span<'_>>) -> Outcome<(Vec<Trace>, Report)> {
     let mut report = Report { records: spans.len(), ..Report::default() };
     let mut groups: Vec<(&str, Vec<&Span<'_>>)> = Vec::new();
     let mut group_of: HashMap<&str, usize> = HashMap::default();
@@ -398,12 +414,13 @@ fn hex_id(value: Option<&Json<'_>>, at: &Where<'_>, place: &str) -> Outcome<Opti
         Json::UInt(n) => Cow::Owned(n.to_string()),
         other => return Err(at.fail(format_args!("{place} is {}, expected an id", other.describe()))),
     };
-    if text.is_ascii() {
-        let lower = text.to_ascii_lowercase();
-        let digits = lower.strip_prefix("0x").unwrap_or(&lower);
-        if digits.bytes().all(|byte| byte.is_ascii_hexdigit()) {
-            return Ok(Some(digits.to_owned()));
-        }
+    // Hex digits after an optional 0x (either case), lowercased in one copy.
+    let digits = match text.as_bytes() {
+        [b'0', b'x' | b'X', ..] => &text[2..],
+        _ => text.as_ref(),
+    };
+    if digits.bytes().all(|byte| byte.is_ascii_hexdigit()) {
+        return Ok(Some(digits.to_ascii_lowercase()));
     }
     Ok(Some(match base64(&text) {
         Some(raw) if raw.len() == 8 || raw.len() == 16 => raw.iter().map(|byte| format!("{byte:02x}")).collect(),
