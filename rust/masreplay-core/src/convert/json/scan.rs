@@ -5,7 +5,7 @@
 //! conversion.)
 //!
 //! It reads only what it is sure of: a line with a control character (JSON whitespace other
-//! than spaces included), a NaN or Infinity literal, nesting near [`MAX_NESTING`], or anything
+//! than spaces included), a NaN or Infinity literal, nesting past [`MAX_NESTING`], or anything
 //! it does not take gets `None`, and serde_json reads that line and words its error. Where it
 //! returns a value, it is the value serde_json's guided read returns: the strings that hold
 //! escapes, and the numbers, are decoded by serde_json itself.
@@ -69,7 +69,7 @@ impl<'a> Reader<'a> {
                             entries.put(key, value, bit);
                         }
                         None => {
-                            reader.skip()?;
+                            reader.skip(depth)?;
                             entries.skipped(key);
                         }
                     }
@@ -109,15 +109,21 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// Steps over the value at the current position, checking it is JSON.
-    fn skip(&mut self) -> Option<()> {
+    /// Steps over the value at the current position, at nesting `depth`, checking it is JSON.
+    fn skip(&mut self, depth: usize) -> Option<()> {
         match self.peek()? {
             b'"' => self.string_end().map(drop),
-            b'{' => self.members(b'}', |reader| {
-                reader.key_end()?;
-                reader.skip()
-            }),
-            b'[' => self.members(b']', Self::skip),
+            b'{' => {
+                let depth = enter(depth)?;
+                self.members(b'}', |reader| {
+                    reader.key_end()?;
+                    reader.skip(depth)
+                })
+            }
+            b'[' => {
+                let depth = enter(depth)?;
+                self.members(b']', |reader| reader.skip(depth))
+            }
             _ => self.skip_scalar(),
         }
     }
@@ -238,18 +244,18 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// The nesting of a container's members, refused past [`MAX_NESTING`] (unreachable: lines
-/// with more opening brackets are not read here).
+/// The nesting of a container's members; past [`MAX_NESTING`], read or skipped, the line is
+/// left to serde_json (Python would not read it).
 fn enter(depth: usize) -> Option<usize> {
     (depth < MAX_NESTING).then_some(depth + 1)
 }
 
 /// One bit per byte of `bytes`, set at each quote that opens or closes a string (one not
-/// escaped by an odd run of backslashes); `None` when the text holds a control character,
-/// an escape JSON does not have, or more than [`MAX_NESTING`] opening brackets.
+/// escaped by an odd run of backslashes); `None` when the text holds a control character or
+/// an escape JSON does not have.
 fn string_quotes(bytes: &[u8]) -> Option<Vec<u64>> {
     let mut quotes = Vec::with_capacity(bytes.len().div_ceil(64));
-    let (mut carry, mut control, mut opening) = (false, 0u64, 0usize);
+    let (mut carry, mut control) = (false, false);
     let mut padded = [b' '; 64];
     for (number, chunk) in bytes.chunks(64).enumerate() {
         let block: &[u8; 64] = match chunk.try_into() {
@@ -260,7 +266,6 @@ fn string_quotes(bytes: &[u8]) -> Option<Vec<u64>> {
             }
         };
         let masks = masks(block);
-        opening += masks.opening.count_ones() as usize;
         control |= masks.control;
         let escaped = escaped(masks.backslash, &mut carry);
         quotes.push(masks.quote & !escaped);
@@ -274,7 +279,7 @@ fn string_quotes(bytes: &[u8]) -> Option<Vec<u64>> {
             }
         }
     }
-    (control == 0 && opening <= MAX_NESTING).then_some(quotes)
+    (!control).then_some(quotes)
 }
 
 /// Whether the byte at `at`, after a backslash, makes one of JSON's escapes.
@@ -307,13 +312,13 @@ fn escaped(backslash: u64, carry: &mut bool) -> u64 {
     ((even_runs << 1) & ODD) | ((odd_runs << 1) & EVEN) | first
 }
 
-/// Where a block holds backslashes, quotes, control characters and opening brackets.
+/// Where a block holds backslashes and quotes (a bit per byte), and whether it holds a
+/// control character.
 #[derive(Debug, Default, PartialEq)]
 struct Masks {
     backslash: u64,
     quote: u64,
-    control: u64,
-    opening: u64,
+    control: bool,
 }
 
 /// The block's masks, 16 bytes at a time with SSE2 (which every x86_64 processor has).
@@ -321,23 +326,23 @@ struct Masks {
 fn masks(block: &[u8; 64]) -> Masks {
     use std::arch::x86_64::{
         __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_max_epu8, _mm_movemask_epi8, _mm_or_si128, _mm_set1_epi8,
+        _mm_setzero_si128,
     };
     let mut masks = Masks::default();
     // SAFETY: SSE2 is part of every x86_64 processor (the intrinsics need no check), and each
     // load reads 16 bytes inside the 64-byte block (unaligned loads allowed).
     unsafe {
         let (backslash, quote, control) = (_mm_set1_epi8(b'\\' as i8), _mm_set1_epi8(b'"' as i8), _mm_set1_epi8(0x1f));
-        let (case, brace) = (_mm_set1_epi8(0x20), _mm_set1_epi8(b'{' as i8));
+        let mut low = _mm_setzero_si128();
         for lane in 0..4 {
             let bytes = _mm_loadu_si128(block.as_ptr().add(16 * lane).cast::<__m128i>());
             let bits = |equal: i32| u64::from(equal as u16) << (16 * lane);
             masks.backslash |= bits(_mm_movemask_epi8(_mm_cmpeq_epi8(bytes, backslash)));
             masks.quote |= bits(_mm_movemask_epi8(_mm_cmpeq_epi8(bytes, quote)));
             // Unsigned max(byte, 0x1f) == 0x1f: the byte is at most 0x1f.
-            masks.control |= bits(_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_max_epu8(bytes, control), control)));
-            // '[' | 0x20 == '{': the two opening brackets in one compare.
-            masks.opening |= bits(_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_or_si128(bytes, case), brace)));
+            low = _mm_or_si128(low, _mm_cmpeq_epi8(_mm_max_epu8(bytes, control), control));
         }
+        masks.control = _mm_movemask_epi8(low) != 0;
     }
     masks
 }
@@ -345,16 +350,14 @@ fn masks(block: &[u8; 64]) -> Masks {
 /// The block's masks a byte at a time (where SSE2 is not there; the tests' reference).
 #[cfg(any(test, not(target_arch = "x86_64")))]
 fn masks_by_byte(block: &[u8; 64]) -> Masks {
-    let mut masks = Masks::default();
-    for (at, &byte) in block.iter().enumerate() {
-        let bit = 1u64 << at;
-        let set = |mask: &mut u64, on: bool| *mask |= if on { bit } else { 0 };
-        set(&mut masks.backslash, byte == b'\\');
-        set(&mut masks.quote, byte == b'"');
-        set(&mut masks.control, byte < 0x20);
-        set(&mut masks.opening, byte == b'[' || byte == b'{');
+    let bits = |test: fn(u8) -> bool| {
+        block.iter().enumerate().fold(0u64, |bits, (at, &byte)| bits | u64::from(test(byte)) << at)
+    };
+    Masks {
+        backslash: bits(|byte| byte == b'\\'),
+        quote: bits(|byte| byte == b'"'),
+        control: block.iter().any(|&byte| byte < 0x20),
     }
-    masks
 }
 
 #[cfg(not(target_arch = "x86_64"))]

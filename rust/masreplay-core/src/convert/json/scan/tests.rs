@@ -119,6 +119,29 @@ fn escapes_and_numbers_read_as_serde_json_reads_them() {
     }
 }
 
+/// Nesting up to the limit is read or skipped here, past it left to serde_json (which words
+/// the error), on a thread with half the stack of a rayon worker.
+#[test]
+fn nesting_past_the_limit_is_left_to_serde_json() {
+    let deep = |levels: usize, key: &str| format!("{{\"{key}\": {}1{}}}", "[".repeat(levels), "]".repeat(levels));
+    std::thread::Builder::new()
+        .stack_size(1 << 20)
+        .spawn(move || {
+            for key in ["a", "z"] {
+                for (levels, read_here) in
+                    [(MAX_NESTING - 2, true), (MAX_NESTING - 1, true), (MAX_NESTING, false), (5000, false)]
+                {
+                    for keep in KEEPS {
+                        assert_eq!(agrees(&deep(levels, key), keep), Ok(read_here), "{levels} {key}");
+                    }
+                }
+            }
+        })
+        .expect("a thread")
+        .join()
+        .expect("no overflow");
+}
+
 /// Every run length of backslashes, at every offset across a block boundary, before a quote.
 #[test]
 fn quotes_after_backslash_runs_across_blocks() {
