@@ -196,6 +196,36 @@ fn json_byte() -> impl Strategy<Value = u8> {
     prop::sample::select(&b"\\\\\\\"\"\"unbt/x0129eE.-+,:{}[] \t\x01\xc3\xa9tfalsenul"[..])
 }
 
+/// A byte replaced (0), inserted (1) or removed (2), at a place of the text.
+type Edit = (prop::sample::Index, u8, u8);
+
+fn edits(count: std::ops::Range<usize>) -> impl Strategy<Value = Vec<Edit>> {
+    prop::collection::vec((any::<prop::sample::Index>(), 0u8..3, json_byte()), count)
+}
+
+fn broken(mut bytes: Vec<u8>, edits: Vec<Edit>) -> Vec<u8> {
+    for (at, edit, byte) in edits {
+        if bytes.is_empty() {
+            break;
+        }
+        let at = at.index(bytes.len());
+        match edit {
+            0 => bytes[at] = byte,
+            1 => bytes.insert(at, byte),
+            _ => {
+                bytes.remove(at);
+            }
+        }
+    }
+    bytes
+}
+
+/// [`agrees`] for every keep, where the bytes are UTF-8 (the reader's input).
+fn agrees_for_every_keep(bytes: &[u8]) -> Result<(), String> {
+    let Ok(text) = std::str::from_utf8(bytes) else { return Ok(()) };
+    KEEPS.iter().try_for_each(|keep| agrees(text, keep).map(drop))
+}
+
 fn block() -> impl Strategy<Value = Vec<u8>> {
     prop::collection::vec(json_byte(), 64)
 }
@@ -226,63 +256,25 @@ proptest! {
 
     /// A sample line broken in a few places: never read otherwise than serde_json reads it.
     #[test]
-    fn broken_sample_lines_are_read_as_serde_json_reads_them(
-        line in 0usize..64,
-        edits in prop::collection::vec((any::<prop::sample::Index>(), 0u8..3, json_byte()), 1..4),
-    ) {
+    fn broken_sample_lines_are_read_as_serde_json_reads_them(line in 0usize..64, edits in edits(1..4)) {
         let lines = sample_lines();
-        let mut bytes = lines[line % lines.len()].as_bytes()[..].to_vec();
-        for (at, edit, byte) in edits {
-            let at = at.index(bytes.len());
-            match edit {
-                0 => bytes[at] = byte,
-                1 => bytes.insert(at, byte),
-                _ => { bytes.remove(at); }
-            }
-        }
-        if let Ok(text) = std::str::from_utf8(&bytes) {
-            for keep in KEEPS {
-                prop_assert!(agrees(text, keep).is_ok(), "{}", agrees(text, keep).unwrap_err());
-            }
-        }
+        let bytes = broken(lines[line % lines.len()].as_bytes().to_vec(), edits);
+        prop_assert_eq!(agrees_for_every_keep(&bytes), Ok(()));
     }
 
     /// Generated documents, whole and then broken: read to serde_json's value when whole.
     #[test]
-    fn documents_are_read_as_serde_json_reads_them(
-        text in document(),
-        edits in prop::collection::vec((any::<prop::sample::Index>(), 0u8..3, json_byte()), 0..3),
-    ) {
+    fn documents_are_read_as_serde_json_reads_them(text in document(), edits in edits(0..3)) {
         let whole_read = crate::convert::read(&text, &Keep::All).is_ok();
         for keep in KEEPS {
             prop_assert_eq!(agrees(&text, keep), Ok(whole_read || read(&text, keep).is_some()));
         }
-        let mut bytes = text.into_bytes();
-        for (at, edit, byte) in edits {
-            if bytes.is_empty() {
-                break;
-            }
-            let at = at.index(bytes.len());
-            match edit {
-                0 => bytes[at] = byte,
-                1 => bytes.insert(at, byte),
-                _ => { bytes.remove(at); }
-            }
-        }
-        if let Ok(text) = std::str::from_utf8(&bytes) {
-            for keep in KEEPS {
-                prop_assert!(agrees(text, keep).is_ok(), "{}", agrees(text, keep).unwrap_err());
-            }
-        }
+        prop_assert_eq!(agrees_for_every_keep(&broken(text.into_bytes(), edits)), Ok(()));
     }
 
     /// Small documents of JSON's bytes in any order: most are broken, some are not.
     #[test]
     fn short_texts_are_read_as_serde_json_reads_them(bytes in prop::collection::vec(json_byte(), 0..40)) {
-        if let Ok(text) = std::str::from_utf8(&bytes) {
-            for keep in KEEPS {
-                prop_assert!(agrees(text, keep).is_ok(), "{}", agrees(text, keep).unwrap_err());
-            }
-        }
+        prop_assert_eq!(agrees_for_every_keep(&bytes), Ok(()));
     }
 }
