@@ -246,15 +246,15 @@ pub(crate) fn shared_map<T: Sync, R: Send>(items: &[T], share: usize, map: impl 
 /// NaN and Infinity literals accepted; the error in the converters' words.
 fn parse_line<'a>(raw: &'a [u8], keep: &Keep) -> Result<Json<'a>, String> {
     let bytes = raw.strip_prefix(b"\xef\xbb\xbf").unwrap_or(raw);
-    // Most lines are read by the fast reader; it leaves the rest (and every error) to serde_json.
-    if let Some(value) = json::scan::read(bytes, keep) {
-        return Ok(value);
-    }
     // Checked whole here: serde_json does not check the text it skips.
     let text = std::str::from_utf8(bytes).map_err(|error| {
         let start = error.valid_up_to() + (raw.len() - bytes.len());
         format!("not UTF-8 text (byte {start}: {})", utf8_reason(raw, start, error.error_len()))
     })?;
+    // Most lines are read by the fast reader; it leaves the rest (and every error) to serde_json.
+    if let Some(value) = json::scan::read(text, keep) {
+        return Ok(value);
+    }
     if nests_too_deep(bytes) {
         return Err("JSON nested too deeply to read".to_owned());
     }

@@ -16,29 +16,23 @@ use serde_core::de::DeserializeSeed;
 
 use super::{Entries, Guided, Json, Keep, MAX_NESTING};
 
-/// The value of `bytes` (one JSON value in UTF-8, spaces around it allowed), read as `keep`
-/// says; `None` when this reader leaves the text to serde_json.
-pub(crate) fn read<'a>(bytes: &'a [u8], keep: &Keep) -> Option<Json<'a>> {
+/// The value of `text` (one JSON value, spaces around it allowed), read as `keep` says;
+/// `None` when this reader leaves the text to serde_json.
+pub(crate) fn read<'a>(text: &'a str, keep: &Keep) -> Option<Json<'a>> {
     if !cfg!(target_arch = "x86_64") {
         // Elsewhere the blocks would be scanned a byte at a time: slower than serde_json.
         return None;
     }
-    let (quotes, ascii) = string_quotes(bytes)?;
-    // ASCII is UTF-8; other text is checked whole (a skipped string must be UTF-8 too).
-    if !ascii {
-        std::str::from_utf8(bytes).ok()?;
-    }
-    let mut reader = Reader { bytes, quotes, at: 0 };
+    let mut reader = Reader { text, quotes: string_quotes(text.as_bytes())?, at: 0 };
     reader.space();
     let value = reader.value(keep, 0)?;
     reader.space();
-    (reader.at == bytes.len()).then_some(value)
+    (reader.at == text.len()).then_some(value)
 }
 
 /// A position in a line whose string quotes are known.
 struct Reader<'a> {
-    /// UTF-8 text: its pieces between ASCII bytes (quotes, a number's ends) are UTF-8 too.
-    bytes: &'a [u8],
+    text: &'a str,
     /// One bit per byte of the text: the quotes that open or close a string.
     quotes: Vec<u64>,
     at: usize,
@@ -46,12 +40,7 @@ struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     fn peek(&self) -> Option<u8> {
-        self.bytes.get(self.at).copied()
-    }
-
-    /// The text of `range`, which starts and ends at ASCII bytes.
-    fn text(&self, range: std::ops::Range<usize>) -> Option<&'a str> {
-        std::str::from_utf8(self.bytes.get(range)?).ok()
+        self.text.as_bytes().get(self.at).copied()
     }
 
     /// Past the spaces at the current position (the only whitespace a line read here holds).
@@ -105,16 +94,19 @@ impl<'a> Reader<'a> {
             _ => {
                 let start = self.at;
                 self.skip_scalar()?;
-                let token = self.text(start..self.at)?;
+                let token = self.text.get(start..self.at)?;
                 Some(match token {
                     "null" => Json::Null,
                     "true" => Json::Bool(true),
                     "false" => Json::Bool(false),
-                    number => {
-                        // serde_json's number, to the last bit of a float and the int/float line.
-                        let mut deserializer = serde_json::Deserializer::from_str(number);
-                        Guided(&Keep::All, depth).deserialize(&mut deserializer).ok()?
-                    }
+                    number => match small_integer(number) {
+                        Some(integer) => Json::Int(integer),
+                        None => {
+                            // serde_json's number, to the last bit of a float and the int/float line.
+                            let mut deserializer = serde_json::Deserializer::from_str(number);
+                            Guided(&Keep::All, depth).deserialize(&mut deserializer).ok()?
+                        }
+                    },
                 })
             }
         }
@@ -195,11 +187,11 @@ impl<'a> Reader<'a> {
     fn string(&mut self) -> Option<Cow<'a, str>> {
         let start = self.at;
         let end = self.string_end()?;
-        let inside = self.text(start + 1..end)?;
+        let inside = self.text.get(start + 1..end)?;
         if memchr::memchr(b'\\', inside.as_bytes()).is_none() {
             return Some(Cow::Borrowed(inside));
         }
-        serde_json::from_str::<String>(self.text(start..end + 1)?).ok().map(Cow::Owned)
+        serde_json::from_str::<String>(self.text.get(start..=end)?).ok().map(Cow::Owned)
     }
 
     /// Moves past the string whose opening quote is at the current position; returns the
@@ -220,7 +212,7 @@ impl<'a> Reader<'a> {
     /// Moves past the literal or number at the current position (JSON's grammar: no NaN,
     /// no leading zeros, digits on both sides of a point).
     fn skip_scalar(&mut self) -> Option<()> {
-        let rest = self.bytes.get(self.at..)?;
+        let rest = self.text.as_bytes().get(self.at..)?;
         if let Some(literal) = [&b"true"[..], b"false", b"null"].into_iter().find(|literal| rest.starts_with(literal)) {
             self.at += literal.len();
             return Some(());
@@ -255,6 +247,16 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// The value of a number token (JSON's grammar checked) written as an integer of at most 18
+/// digits, as serde_json reads it; `None` for the others (and for `-0`, a float to serde_json).
+fn small_integer(token: &str) -> Option<i64> {
+    let digits = token.strip_prefix('-').unwrap_or(token);
+    if digits.len() > 18 || token == "-0" || !digits.bytes().all(|byte| byte.is_ascii_digit()) {
+        return None;
+    }
+    token.parse().ok()
+}
+
 /// The nesting of a container's members; past [`MAX_NESTING`], read or skipped, the line is
 /// left to serde_json (Python would not read it).
 fn enter(depth: usize) -> Option<usize> {
@@ -262,11 +264,11 @@ fn enter(depth: usize) -> Option<usize> {
 }
 
 /// One bit per byte of `bytes`, set at each quote that opens or closes a string (one not
-/// escaped by an odd run of backslashes), and whether the bytes are all ASCII; `None` when
-/// the text holds a control character or an escape JSON does not have.
-fn string_quotes(bytes: &[u8]) -> Option<(Vec<u64>, bool)> {
+/// escaped by an odd run of backslashes); `None` when the text holds a control character or
+/// an escape JSON does not have.
+fn string_quotes(bytes: &[u8]) -> Option<Vec<u64>> {
     let mut quotes = Vec::with_capacity(bytes.len().div_ceil(64));
-    let (mut carry, mut control, mut ascii) = (false, false, true);
+    let (mut carry, mut control) = (false, false);
     let mut padded = [b' '; 64];
     for (number, chunk) in bytes.chunks(64).enumerate() {
         let block: &[u8; 64] = match chunk.try_into() {
@@ -278,7 +280,6 @@ fn string_quotes(bytes: &[u8]) -> Option<(Vec<u64>, bool)> {
         };
         let masks = masks(block);
         control |= masks.control;
-        ascii &= masks.ascii;
         let escaped = escaped(masks.backslash, &mut carry);
         quotes.push(masks.quote & !escaped);
         // An escaped quote or backslash is valid as it is; check the others one by one.
@@ -291,7 +292,7 @@ fn string_quotes(bytes: &[u8]) -> Option<(Vec<u64>, bool)> {
             }
         }
     }
-    (!control).then_some((quotes, ascii))
+    (!control).then_some(quotes)
 }
 
 /// Whether the byte at `at`, after a backslash, makes one of JSON's escapes.
@@ -324,14 +325,13 @@ fn escaped(backslash: u64, carry: &mut bool) -> u64 {
     ((even_runs << 1) & ODD) | ((odd_runs << 1) & EVEN) | first
 }
 
-/// Where a block holds backslashes and quotes (a bit per byte), whether it holds a control
-/// character, and whether it is all ASCII.
+/// Where a block holds backslashes and quotes (a bit per byte), and whether it holds a
+/// control character.
 #[derive(Debug, Default, PartialEq)]
 struct Masks {
     backslash: u64,
     quote: u64,
     control: bool,
-    ascii: bool,
 }
 
 /// The block's masks, 16 bytes at a time with SSE2 (which every x86_64 processor has).
@@ -346,7 +346,7 @@ fn masks(block: &[u8; 64]) -> Masks {
     // load reads 16 bytes inside the 64-byte block (unaligned loads allowed).
     unsafe {
         let (backslash, quote, control) = (_mm_set1_epi8(b'\\' as i8), _mm_set1_epi8(b'"' as i8), _mm_set1_epi8(0x1f));
-        let (mut low, mut high) = (_mm_setzero_si128(), _mm_setzero_si128());
+        let mut low = _mm_setzero_si128();
         for lane in 0..4 {
             let bytes = _mm_loadu_si128(block.as_ptr().add(16 * lane).cast::<__m128i>());
             let bits = |equal: i32| u64::from(equal as u16) << (16 * lane);
@@ -354,11 +354,8 @@ fn masks(block: &[u8; 64]) -> Masks {
             masks.quote |= bits(_mm_movemask_epi8(_mm_cmpeq_epi8(bytes, quote)));
             // Unsigned max(byte, 0x1f) == 0x1f: the byte is at most 0x1f.
             low = _mm_or_si128(low, _mm_cmpeq_epi8(_mm_max_epu8(bytes, control), control));
-            high = _mm_or_si128(high, bytes);
         }
         masks.control = _mm_movemask_epi8(low) != 0;
-        // The bytes' high bits: none set, all ASCII.
-        masks.ascii = _mm_movemask_epi8(high) == 0;
     }
     masks
 }
@@ -373,7 +370,6 @@ fn masks_by_byte(block: &[u8; 64]) -> Masks {
         backslash: bits(|byte| byte == b'\\'),
         quote: bits(|byte| byte == b'"'),
         control: block.iter().any(|&byte| byte < 0x20),
-        ascii: block.is_ascii(),
     }
 }
 
