@@ -9,6 +9,8 @@ use std::fmt;
 use serde_core::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 
+pub(crate) mod scan;
+
 #[derive(Clone, Debug)]
 pub enum Json<'a> {
     Null,
@@ -439,47 +441,75 @@ impl<'de> Visitor<'de> for GuidedVisitor<'_> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let depth = self.enter()?;
-        let (fields, other_keys): (Option<&[(&str, Keep)]>, bool) = match self.0 {
+        let mut entries = Entries::new(self.0);
+        while let Some(Key(key)) = map.next_key_seed(KeySeed)? {
+            match entries.slot(&key) {
+                Some((keep, bit)) => {
+                    let value = map.next_value_seed(Guided(keep, depth))?;
+                    entries.put(key, value, bit);
+                }
+                None => {
+                    map.next_value::<de::IgnoredAny>()?;
+                    entries.skipped(key);
+                }
+            }
+        }
+        Ok(Json::Object(entries.into_entries()))
+    }
+}
+
+/// The entries of an object being read as a [`Keep`] says.
+pub(crate) struct Entries<'k, 'a> {
+    /// The named fields to keep (`None`: every key, all of its value).
+    fields: Option<&'k [(&'static str, Keep)]>,
+    /// Whether a key not named is kept too, its value unread (null).
+    other_keys: bool,
+    /// The named fields seen so far (a bit each), so that only a repeated one looks for its
+    /// earlier entry.
+    seen: u64,
+    entries: Vec<(Cow<'a, str>, Json<'a>)>,
+}
+
+impl<'k, 'a> Entries<'k, 'a> {
+    pub(crate) fn new(keep: &'k Keep) -> Self {
+        let (fields, other_keys): (Option<&[(&str, Keep)]>, bool) = match keep {
             Keep::All => (None, false),
             Keep::Fields(fields) => (Some(fields), false),
             Keep::Keys(fields) => (Some(fields), true),
             // An object where items were expected: only its type is read.
             Keep::Items(_) => (Some(&[]), false),
         };
-        // Room for every kept field at once; the named fields seen so far, so that only a
-        // repeated one looks for its earlier entry.
-        let mut entries = Vec::with_capacity(fields.map_or(0, <[_]>::len));
-        let mut seen = 0u64;
-        while let Some(Key(key)) = map.next_key_seed(KeySeed)? {
-            let (keep, first) = match fields {
-                None => (Some(&Keep::All), false),
-                Some(fields) => match fields.iter().position(|(name, _)| *name == key) {
-                    Some(at) => {
-                        let bit = 1u64.checked_shl(at as u32).unwrap_or(0);
-                        let first = bit != 0 && seen & bit == 0;
-                        seen |= bit;
-                        (Some(&fields[at].1), first)
-                    }
-                    None => (None, false),
-                },
-            };
-            match keep {
-                Some(keep) => {
-                    let value = map.next_value_seed(Guided(keep, depth))?;
-                    if first {
-                        entries.push((key, value));
-                    } else {
-                        Json::insert(&mut entries, key, value);
-                    }
-                }
-                None => {
-                    map.next_value::<de::IgnoredAny>()?;
-                    if other_keys {
-                        Json::insert(&mut entries, key, Json::Null);
-                    }
-                }
-            }
+        // Room for every kept field at once.
+        Entries { fields, other_keys, seen: 0, entries: Vec::with_capacity(fields.map_or(0, <[_]>::len)) }
+    }
+
+    /// What to keep of the value at `key`, and the key's bit for [`Entries::put`]; `None`
+    /// when the value is to be skipped.
+    pub(crate) fn slot(&self, key: &str) -> Option<(&'k Keep, u64)> {
+        let Some(fields) = self.fields else { return Some((&Keep::All, 0)) };
+        let at = fields.iter().position(|(name, _)| *name == key)?;
+        Some((&fields[at].1, 1u64.checked_shl(at as u32).unwrap_or(0)))
+    }
+
+    /// The value read at `key` (its bit from [`Entries::slot`]).
+    pub(crate) fn put(&mut self, key: Cow<'a, str>, value: Json<'a>, bit: u64) {
+        let first = bit != 0 && self.seen & bit == 0;
+        self.seen |= bit;
+        if first {
+            self.entries.push((key, value));
+        } else {
+            Json::insert(&mut self.entries, key, value);
         }
-        Ok(Json::Object(entries))
+    }
+
+    /// A key whose value was skipped.
+    pub(crate) fn skipped(&mut self, key: Cow<'a, str>) {
+        if self.other_keys {
+            Json::insert(&mut self.entries, key, Json::Null);
+        }
+    }
+
+    pub(crate) fn into_entries(self) -> Vec<(Cow<'a, str>, Json<'a>)> {
+        self.entries
     }
 }

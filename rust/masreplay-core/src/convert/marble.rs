@@ -163,15 +163,15 @@ struct Draft<'r> {
     agent: &'r str,
     /// Whom a message or a return goes to (it comes from `agent`).
     to: Option<&'r str>,
-    /// The JSON pointer of what it came from, in the record.
-    pointer: String,
+    /// What it came from: the record's name and line, and the JSON pointer of the part.
+    content_ref: String,
     extra: Vec<(&'static str, Out<'r>)>,
     milestones: Option<f64>,
 }
 
 impl<'r> Draft<'r> {
-    fn new(kind: EventType, agent: &'r str, to: Option<&'r str>, pointer: String) -> Self {
-        Draft { kind, agent, to, pointer, extra: Vec::new(), milestones: None }
+    fn new(kind: EventType, agent: &'r str, to: Option<&'r str>, content_ref: String) -> Self {
+        Draft { kind, agent, to, content_ref, extra: Vec::new(), milestones: None }
     }
 
     fn with(mut self, key: &'static str, value: Out<'r>) -> Self {
@@ -184,6 +184,8 @@ struct Episode<'r> {
     source: &'r Source<'r>,
     stem: &'r str,
     number: usize,
+    /// The start of every content reference: `<label>:<line>#`.
+    origin: String,
     record: &'r Json<'r>,
     task: &'r str,
     mode: Option<&'r str>,
@@ -205,6 +207,7 @@ impl<'r> Episode<'r> {
             source,
             stem,
             number: whole.line,
+            origin: format!("{}:{}#", source.label, whole.line),
             record,
             task,
             mode: None,
@@ -215,6 +218,14 @@ impl<'r> Episode<'r> {
         };
         episode.mode = episode.field(record, "coordination_mode", Kind::Text, "")?.and_then(Json::as_str);
         Ok(episode)
+    }
+
+    /// The content reference of the part of the record at the JSON pointer spelled by `parts`.
+    fn content_ref(&self, parts: &[&str]) -> String {
+        let mut text = String::with_capacity(self.origin.len() + parts.iter().map(|part| part.len()).sum::<usize>());
+        text.push_str(&self.origin);
+        parts.iter().for_each(|part| text.push_str(part));
+        text
     }
 
     fn fail(&self, reason: impl Into<String>) -> Failure {
@@ -325,10 +336,9 @@ impl<'r> Episode<'r> {
         let mut builder = Builder::new(&trace_id);
         for (index, draft) in std::mem::take(&mut self.drafts).into_iter().enumerate() {
             let role = if draft.agent == PLANNER { ORCHESTRATOR } else { SUB_AGENT };
-            let content_ref = format!("{}:{}#{}", self.source.label, self.number, draft.pointer);
             let mut fields = Vec::with_capacity(draft.extra.len() + 5);
             fields.push(("role", Out::Text(role.to_owned())));
-            fields.push(("content_ref", Out::Text(content_ref)));
+            fields.push(("content_ref", Out::Text(draft.content_ref)));
             if let Some(to) = draft.to {
                 fields.push(("from", Out::Text(draft.agent.to_owned())));
                 fields.push(("to", Out::Text(to.to_owned())));
@@ -352,8 +362,9 @@ impl<'r> Episode<'r> {
         let at = format!("/iterations/{index}");
         self.count_unknown(iteration, &ITERATION_KEYS, "iteration");
         let assignments = self.field(iteration, "task_assignments", Kind::Object, &at)?;
-        let decision = Draft::new(EventType::OrchestratorDecision, PLANNER, None, format!("{at}/task_assignments"))
-            .with("iteration", Out::Raw(iteration.get("iteration")));
+        let decision =
+            Draft::new(EventType::OrchestratorDecision, PLANNER, None, self.content_ref(&[&at, "/task_assignments"]))
+                .with("iteration", Out::Raw(iteration.get("iteration")));
         let decision = self.add(decision, &[previous], EdgeType::Causal);
         if let Some(Json::Object(assignments)) = assignments {
             for (agent, _) in assignments {
@@ -361,8 +372,8 @@ impl<'r> Episode<'r> {
                     return Err(self
                         .fail(format!("{at}/task_assignments has a key that is not an agent name: {}", repr(agent))));
                 }
-                let pointer = format!("{at}/task_assignments/{agent}");
-                let message = Draft::new(EventType::Message, PLANNER, Some(agent.as_ref()), pointer)
+                let content_ref = self.content_ref(&[&at, "/task_assignments/", agent]);
+                let message = Draft::new(EventType::Message, PLANNER, Some(agent.as_ref()), content_ref)
                     .with("kind", Out::Text("assignment".to_owned()));
                 self.add(message, &[Some(decision)], EdgeType::Causal);
             }
@@ -378,9 +389,13 @@ impl<'r> Episode<'r> {
                 let place = format!("{at}/task_results/{number}");
                 let agents = self.result_agents(result, &place)?;
                 for &agent in &agents {
-                    let pointer = if agents.len() == 1 { place.clone() } else { format!("{place}/{agent}") };
+                    let content_ref = if agents.len() == 1 {
+                        self.content_ref(&[&place])
+                    } else {
+                        self.content_ref(&[&place, "/", agent])
+                    };
                     let after = [self.latest(agent)];
-                    let draft = Draft::new(EventType::Return, agent, Some(PLANNER), pointer);
+                    let draft = Draft::new(EventType::Return, agent, Some(PLANNER), content_ref);
                     returns.push(self.add(draft, &after, EdgeType::Causal));
                 }
             }
@@ -390,7 +405,7 @@ impl<'r> Episode<'r> {
         }
         let after: Vec<Option<usize>> =
             if returns.is_empty() { vec![Some(decision)] } else { returns.into_iter().map(Some).collect() };
-        let summary = Draft::new(EventType::Aggregate, PLANNER, None, format!("{at}/summary"))
+        let summary = Draft::new(EventType::Aggregate, PLANNER, None, self.content_ref(&[&at, "/summary"]))
             .with("continue_simulation", Out::Raw(iteration.get("continue_simulation")));
         Ok(Some(self.add(summary, &after, EdgeType::Aggregate)))
     }
@@ -426,7 +441,8 @@ impl<'r> Episode<'r> {
         }
         for (turn, (sender, receiver)) in turns.into_iter().enumerate() {
             let after = [self.latest(sender), self.latest(receiver)];
-            let message = Draft::new(EventType::Message, sender, Some(receiver), format!("{at}/{turn}"));
+            let message =
+                Draft::new(EventType::Message, sender, Some(receiver), self.content_ref(&[at, "/", &turn.to_string()]));
             self.add(message, &after, EdgeType::Causal);
         }
         Ok(())
@@ -478,7 +494,7 @@ fn task_id(task: &str) -> String {
     let mut id = String::with_capacity(23);
     id.push_str("marble-");
     for byte in &digest[..8] {
-        id.push_str(&format!("{byte:02x}"));
+        id.extend([byte >> 4, byte & 15].map(|digit| char::from(b"0123456789abcdef"[usize::from(digit)])));
     }
     id
 }

@@ -251,6 +251,10 @@ fn parse_line<'a>(raw: &'a [u8], keep: &Keep) -> Result<Json<'a>, String> {
         let start = error.valid_up_to() + (raw.len() - bytes.len());
         format!("not UTF-8 text (byte {start}: {})", utf8_reason(raw, start, error.error_len()))
     })?;
+    // Most lines are read by the fast reader; it leaves the rest (and every error) to serde_json.
+    if let Some(value) = json::scan::read(text, keep) {
+        return Ok(value);
+    }
     if nests_too_deep(bytes) {
         return Err("JSON nested too deeply to read".to_owned());
     }
