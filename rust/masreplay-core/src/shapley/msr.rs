@@ -556,19 +556,25 @@ fn stratum_contributions(n: usize, d: &Draws, surrogates: &[Surrogate], folds: u
     let (mut sum, mut squares) = (vec![0.0; n], vec![0.0; n]);
     let (mut basis, mut members) = (Vec::new(), Vec::with_capacity(n));
     let slopes: Vec<Vec<f64>> = surrogates.iter().map(|g| g.slopes(s, &mut basis)).collect();
-    let terms: Vec<Vec<f64>> = surrogates.iter().zip(&slopes).map(|(g, b)| g.shapley_term(b)).collect();
-    for (j, (set, &v)) in d.sets.iter().zip(&d.values).enumerate() {
+    // The pair's residual half difference counts twice (S in stratum s, N - S in n - s), its
+    // surrogate term too; the middle stratum n / 2 is its own partner.
+    let terms: Vec<Vec<f64>> = surrogates
+        .iter()
+        .zip(&slopes)
+        .map(|(g, b)| g.shapley_term(b).iter().map(|t| 2.0 * middle * t).collect())
+        .collect();
+    // Membership as booleans, a row per pair: the loop over players below is then branch free.
+    let inside_of = d.sets.to_bools();
+    for (j, ((set, &v), inside_row)) in d.sets.iter().zip(&d.values).zip(inside_of.chunks_exact(n)).enumerate() {
         members_of(set, &mut members);
         let k = j % folds;
-        // The pair's residual half difference counts twice (S in stratum s, N - S in
-        // n - s), its surrogate term too; the middle stratum n / 2 is its own partner.
         let r = 2.0 * middle * surrogates[k].residual(&members, &slopes[k], v);
         let (inside, outside) = (r / s as f64, -r / (n - s) as f64);
-        for i in 0..n {
-            let a = if contains(set, i) { inside } else { outside };
-            let contribution = a + 2.0 * middle * terms[k][i];
-            sum[i] += contribution;
-            squares[i] += contribution * contribution;
+        let players = sum.iter_mut().zip(squares.iter_mut()).zip(inside_row).zip(&terms[k]);
+        for (((total, total_squares), &is_inside), term) in players {
+            let contribution = if is_inside { inside } else { outside } + term;
+            *total += contribution;
+            *total_squares += contribution * contribution;
         }
     }
     let m = d.values.len() as f64;

@@ -97,7 +97,8 @@ pub fn value_streamed(game: &dyn Game, batch: &Coalitions, mut consume: impl FnM
 /// the batch the number of its coalition among them.
 fn distinct_of(batch: &Coalitions) -> (Coalitions, Vec<usize>) {
     let mut distinct = Coalitions::with_capacity(batch.n_players(), batch.len());
-    let mut number: HashMap<&[u64], usize, foldhash::fast::FixedState> = HashMap::default();
+    let mut number: HashMap<&[u64], usize, foldhash::fast::FixedState> =
+        HashMap::with_capacity_and_hasher(batch.len(), Default::default());
     let index = batch
         .iter()
         .map(|set| {
