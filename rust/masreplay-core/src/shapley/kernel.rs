@@ -17,7 +17,7 @@ use rayon::prelude::*;
 use super::coalition::{CoalitionMap, Coalitions, contains, members_of};
 use super::game::{Game, bounds};
 use super::linalg::cholesky;
-use super::pipeline::value_streamed;
+use super::pipeline::value_drawn;
 use super::sampling::stream;
 use super::{Estimate, Stopping};
 use crate::error::{MasreplayError, Result};
@@ -111,7 +111,7 @@ pub fn kernel(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
     let groups = rows.iter().filter_map(|r| r.group).max().map_or(0, |g| g + 1);
     let mut parts: Vec<Part> = (0..=groups).map(|_| Part::new(n)).collect();
     let (mut members, mut summed) = (Vec::with_capacity(n), 0);
-    let valued = value_streamed(game, &words, |worth| {
+    let valued = value_drawn(game, &words, &mut parts, |parts, _, worth| {
         for (row, &value) in rows[summed..worth.len()].iter().zip(&worth[summed..]) {
             members_of(&row.set, &mut members);
             parts[row.group.map_or(0, |g| g + 1)].add(&row.set, &members, row.weight, value - empty);

@@ -45,7 +45,7 @@ use super::coalition::{Coalitions, contains, members_of, size};
 use super::game::{Game, bounds};
 use super::kernel::{complement_of, for_each_subset, random_subset};
 use super::linalg::cholesky;
-use super::pipeline::value_streamed;
+use super::pipeline::{Sink, value_drawn, value_streamed};
 use super::sampling::stream;
 use super::{Estimate, Stopping};
 use crate::error::{MasreplayError, Result};
@@ -79,8 +79,8 @@ struct Draws {
 
 /// Draws `counts[k]` more pairs of stratum k from its stream and values both sides of every
 /// pair in one batch (a callable game is called once per chunk, not once per size). Each
-/// stratum, once all its pairs are valued, goes to `valued` (beside the game's valuation, see
-/// [`value_streamed`]), in order. Returns the evaluations asked for.
+/// stratum, once all its pairs are valued, goes to `valued`, in order (drawing and summing
+/// beside the game's valuation, see [`value_streamed`]). Returns the evaluations asked for.
 fn extend_draws(
     game: &dyn Game,
     draws: &mut [Draws],
@@ -89,26 +89,28 @@ fn extend_draws(
     mut valued: impl FnMut(&Draws) + Send,
 ) -> Result<u64> {
     let n = game.n_players();
-    let mut batch = Coalitions::new(n);
+    let planned = 2 * counts.iter().sum::<u64>() as usize;
+    let sizes: Vec<usize> = draws.iter().map(|stratum| stratum.size).collect();
     // Per stratum: its fresh coalitions, then their complements.
-    for ((stratum, rng), &count) in draws.iter_mut().zip(rngs.iter_mut()).zip(counts) {
-        let start = batch.len();
-        for _ in 0..count {
-            let set = random_subset(rng, n, stratum.size, batch.words());
-            stratum.sets.push(&set);
-            batch.push(&set);
+    let draw = |rngs: &mut &mut [Xoshiro256PlusPlus], sink: &mut Sink| {
+        for ((&size, rng), &count) in sizes.iter().zip(rngs.iter_mut()).zip(counts) {
+            let start = sink.batch().len();
+            for _ in 0..count {
+                sink.push(&random_subset(rng, n, size, sink.words()));
+            }
+            for i in start..sink.batch().len() {
+                let complement = complement_of(sink.batch().get(i), n);
+                sink.push(&complement);
+            }
         }
-        for i in start..batch.len() {
-            let complement = complement_of(batch.get(i), n);
-            batch.push(&complement);
-        }
-    }
+    };
     let (mut next, mut start) = (0, 0);
-    let valuation = value_streamed(game, &batch, |worth| {
+    let valuation = value_streamed(game, planned, &mut &mut *rngs, draw, |_, batch, worth| {
         while let Some(stratum) = draws.get_mut(next) {
             let count = counts[next] as usize;
             let Some(both) = worth.get(start..start + 2 * count) else { break };
             let (inside, outside) = both.split_at(count);
+            (start..start + count).for_each(|i| stratum.sets.push(batch.get(i)));
             stratum.values.extend(inside.iter().zip(outside).map(|(a, b)| (a - b) / 2.0));
             valued(stratum);
             (next, start) = (next + 1, start + 2 * count);
@@ -419,7 +421,7 @@ pub fn msr(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
     // The census strata: E_s[v a_i] exactly.
     let mut sets = Coalitions::new(n);
     census.iter().for_each(|&s| for_each_subset(n, s, |set| sets.push(set)));
-    let worth = value_streamed(game, &sets, |_| {})?.worth;
+    let worth = value_drawn(game, &sets, &mut (), |_, _, _| {})?.worth;
     evaluations += sets.len() as u64;
     let mut per_size = vec![0u64; n + 1];
     sets.iter().for_each(|set| per_size[size(set)] += 1);

@@ -28,7 +28,7 @@ use rayon::prelude::*;
 
 use super::coalition::{Coalitions, contains, insert, members_of};
 use super::game::{Game, bounds};
-use super::pipeline::value_streamed;
+use super::pipeline::{Sink, value_streamed};
 use super::sampling::stream;
 use super::{Estimate, Stopping};
 use crate::error::{MasreplayError, Result};
@@ -87,27 +87,31 @@ struct Drawn {
     values: Vec<f64>,
 }
 
-/// Appends `count` coalitions of `size` drawn uniformly (or, with `enumerate`, all n of size
-/// 1 or n - 1) to `batch`.
-fn push_draws(batch: &mut Coalitions, size: usize, count: u64, enumerate: bool, mut rng: Xoshiro256PlusPlus) {
-    let n = batch.n_players();
+/// Draws `count` coalitions of `size` uniformly (or, with `enumerate`, all n of size 1 or
+/// n - 1) into `sink`.
+fn push_draws(sink: &mut Sink, size: usize, count: u64, enumerate: bool, mut rng: Xoshiro256PlusPlus) {
+    let n = sink.n_players();
+    let mut set = vec![0u64; sink.words()];
     if enumerate {
         for p in 0..n {
-            let set = batch.push_empty();
+            set.fill(0);
             if size == 1 {
-                insert(set, p);
+                insert(&mut set, p);
             } else {
-                (0..n).filter(|&q| q != p).for_each(|q| insert(set, q));
+                (0..n).filter(|&q| q != p).for_each(|q| insert(&mut set, q));
             }
+            sink.push(&set);
         }
     } else {
         for _ in 0..count {
-            let set = batch.push_empty();
+            set.fill(0);
             // Floyd's algorithm: a uniform subset of `size` players.
             for j in n - size..n {
                 let t = rng.random_range(0..=j);
-                insert(set, if contains(set, t) { j } else { t });
+                let pick = if contains(&set, t) { j } else { t };
+                insert(&mut set, pick);
             }
+            sink.push(&set);
         }
     }
 }
@@ -115,26 +119,29 @@ fn push_draws(batch: &mut Coalitions, size: usize, count: u64, enumerate: bool, 
 /// One phase of draws (the pilot or the follow-up): `count(size)` coalitions of every size
 /// 1..n from the size's own stream (number `first_stream + size`), or all n where
 /// `enumerate(size)`, valued in one batch; each size's per-player sums are filled as the
-/// values come in (beside the game's valuation, see [`value_streamed`]).
+/// values come in (drawing and summing beside the game's valuation, see [`value_streamed`]).
 fn draw_phase(
     game: &dyn Game,
     seed: u64,
     first_stream: u64,
-    count: impl Fn(usize) -> u64,
-    enumerate: impl Fn(usize) -> bool,
+    count: impl Fn(usize) -> u64 + Sync,
+    enumerate: impl Fn(usize) -> bool + Sync,
 ) -> Result<Vec<Drawn>> {
     let n = game.n_players();
-    let mut batch = Coalitions::new(n);
+    let planned = (1..n).map(|size| if enumerate(size) { n as u64 } else { count(size) }).sum::<u64>() as usize;
+    // Where each size's coalitions end in the batch.
     let mut ends = Vec::with_capacity(n - 1);
-    for size in 1..n {
-        push_draws(&mut batch, size, count(size), enumerate(size), stream(seed, first_stream + size as u64));
-        ends.push(batch.len());
-    }
+    let draw = |ends: &mut Vec<usize>, sink: &mut Sink| {
+        for size in 1..n {
+            push_draws(sink, size, count(size), enumerate(size), stream(seed, first_stream + size as u64));
+            ends.push(sink.batch().len());
+        }
+    };
     let mut strata: Vec<Drawn> = (1..n)
         .map(|_| Drawn { stratum: Stratum::new(n), coalitions: Coalitions::new(n), values: Vec::new() })
         .collect();
     let (mut members, mut summed, mut index) = (Vec::with_capacity(n), 0, 0);
-    value_streamed(game, &batch, |worth| {
+    value_streamed(game, planned, &mut ends, draw, |ends, batch, worth| {
         for (position, &value) in worth.iter().enumerate().skip(summed) {
             while ends[index] <= position {
                 index += 1;
