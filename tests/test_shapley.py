@@ -214,6 +214,28 @@ def test_error_shrinks_with_budget(method):
     assert np.mean(large) < 0.4 * np.mean(small)
 
 
+def test_kernel_that_valued_every_coalition_is_exact_to_rounding():
+    game = games.soum(10, 100, 10, seed=3)
+    result = masreplay.shapley(game, method="kernel", budget=10_000, seed=1)
+    assert result.exact and result.evaluations == 2**10
+    # Exact by the Shapley weights, not by the ridge-regularised regression (1e-10 off).
+    np.testing.assert_allclose(result.values, game.shapley_values(), rtol=0, atol=1e-13)
+    assert np.all(result.stderr == 0.0)
+
+
+def test_permutation_below_two_antithetic_pairs_draws_plain_orderings():
+    game = games.soum(50, 100, 3, seed=2)
+    truth = game.shapley_values()
+    # 150 evaluations: one antithetic pair (2 + 98) or three orderings (2 + 3 x 49).
+    result = masreplay.shapley(game, method="permutation", budget=150, seed=0)
+    assert result.evaluations == 2 + 3 * 49
+    assert np.all(np.isfinite(result.stderr)) and np.all(result.stderr > 0)
+    assert np.mean(np.abs(result.values - truth) <= 1.96 * result.stderr + 1e-12) > 0.8
+    # Two pairs fit: antithetic as before (every unit a pair, so the evaluations are even past the bounds).
+    paired = masreplay.shapley(game, method="permutation", budget=2 + 4 * 49, seed=0)
+    assert paired.evaluations == 2 + 4 * 49 and np.all(np.isfinite(paired.stderr))
+
+
 def test_stderr_is_honest_and_target_stops_sampling():
     game = games.soum(30, 60, 3, seed=8)
     truth = game.shapley_values()

@@ -3,7 +3,7 @@
 //! phi_i = sum_{T contains i} w(|T| - 1) v(T) - sum_{S lacks i} w(|S|) v(S),
 //! w(s) = s! (n - s - 1)! / n!.
 
-use super::coalition::Coalitions;
+use super::coalition::{Coalitions, contains, size};
 use super::forest::ln_factorials;
 use super::game::Game;
 use super::sampling::map_items;
@@ -24,6 +24,37 @@ pub fn shapley_weights(n: usize) -> Vec<f64> {
     (0..n).map(|s| (ln[s] + ln[n - s - 1] - ln[n]).exp()).collect()
 }
 
+/// Adds one coalition's terms to every player's value: `w(size - 1) v` to its members,
+/// `-w(size) v` to the others.
+fn fold(phi: &mut [f64], weights: &[f64], size: usize, value: f64, member: impl Fn(usize) -> bool) {
+    let n = phi.len();
+    for (i, slot) in phi.iter_mut().enumerate() {
+        if member(i) {
+            *slot += weights[size - 1] * value;
+        } else if size < n {
+            *slot -= weights[size] * value;
+        }
+    }
+}
+
+/// Shapley values from the values of every coalition: the empty and the grand one, and each
+/// other coalition once (an estimator whose budget reached all 2^n, exact to rounding).
+pub fn from_every_coalition<'a>(
+    n: usize,
+    empty: f64,
+    full: f64,
+    others: impl Iterator<Item = (&'a [u64], f64)>,
+) -> Vec<f64> {
+    let weights = shapley_weights(n);
+    let mut phi = vec![0.0; n];
+    fold(&mut phi, &weights, 0, empty, |_| false);
+    fold(&mut phi, &weights, n, full, |_| true);
+    for (set, value) in others {
+        fold(&mut phi, &weights, size(set), value, |i| contains(set, i));
+    }
+    phi
+}
+
 pub fn exact(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
     let n = game.n_players();
     if n > MAX_EXACT_PLAYERS {
@@ -42,16 +73,9 @@ pub fn exact(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
         }
         let values = game.values(&batch)?;
         let mut phi = vec![0.0; n];
-        for (offset, value) in values.iter().enumerate() {
+        for (offset, &value) in values.iter().enumerate() {
             let mask = start + offset as u64;
-            let size = mask.count_ones() as usize;
-            for (i, slot) in phi.iter_mut().enumerate() {
-                if mask >> i & 1 == 1 {
-                    *slot += weights[size - 1] * value;
-                } else if size < n {
-                    *slot -= weights[size] * value;
-                }
-            }
+            fold(&mut phi, &weights, mask.count_ones() as usize, value, |i| mask >> i & 1 == 1);
         }
         Ok(phi)
     })?;

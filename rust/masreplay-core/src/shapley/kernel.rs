@@ -15,6 +15,7 @@ use rand::RngExt;
 use rayon::prelude::*;
 
 use super::coalition::{CoalitionMap, Coalitions, contains, members_of};
+use super::exact;
 use super::game::{Game, bounds};
 use super::linalg::cholesky;
 use super::pipeline::value_drawn;
@@ -126,7 +127,13 @@ pub fn kernel(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
         gram.iter_mut().zip(part_gram).for_each(|(a, b)| *a += b);
         rhs.iter_mut().zip(part_rhs).for_each(|(a, b)| *a += b);
     }
-    let values = constrained_least_squares(n, gram.clone(), rhs.clone(), delta)?;
+    // Every coalition valued: the Shapley weights give the values exactly (the regression's
+    // ridge would leave them ~1e-10 off while reporting a zero error).
+    let values = if complete {
+        exact::from_every_coalition(n, empty, full, rows.iter().map(|row| (row.set.as_slice(), table[&row.set])))
+    } else {
+        constrained_least_squares(n, gram.clone(), rhs.clone(), delta)?
+    };
     let stderr = match groups {
         0 => vec![0.0; n],
         1 => vec![f64::NAN; n],

@@ -122,13 +122,17 @@ impl Moments {
 /// spent or the largest standard error reaches the target.
 pub fn estimate_by_orderings(game: &dyn Game, sampler: &dyn OrderSampler, stopping: &Stopping) -> Result<Estimate> {
     let n = game.n_players();
-    let orders_per_unit = if sampler.antithetic() { 2 } else { 1 };
     // The empty and the grand coalition are valued once and each ordering adds n - 1 more;
     // a noisy game draws all n + 1 of every ordering afresh.
-    let (once, unit_cost) = match game.draws_per_request() {
-        None => (2, (orders_per_unit * n.saturating_sub(1)).max(1) as u64),
-        Some(repeats) => (0, (orders_per_unit * (n + 1)) as u64 * repeats),
+    let (once, order_cost) = match game.draws_per_request() {
+        None => (2, n.saturating_sub(1).max(1) as u64),
+        Some(repeats) => (0, (n + 1) as u64 * repeats),
     };
+    // Antithetic pairs only when two fit: one pair gives no standard error, and the budget
+    // left beside it (up to a pair's cost) would go unspent; plain orderings give both.
+    let pairs_fit = stopping.budget.saturating_sub(once) / (2 * order_cost) >= 2;
+    let orders_per_unit = if sampler.antithetic() && pairs_fit { 2 } else { 1 };
+    let unit_cost = orders_per_unit as u64 * order_cost;
     if stopping.budget < once + unit_cost {
         return Err(MasreplayError::InvalidArgument(format!(
             "budget: {} evaluations cannot cover one sampled {} (needs at least {})",
