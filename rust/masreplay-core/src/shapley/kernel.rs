@@ -130,7 +130,8 @@ pub fn kernel(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
     // Every coalition valued: the Shapley weights give the values exactly (the regression's
     // ridge would leave them ~1e-10 off while reporting a zero error).
     let values = if complete {
-        exact::from_every_coalition(n, empty, full, rows.iter().map(|row| (row.set.as_slice(), table[&row.set])))
+        let valued_rows = rows.iter().zip(&valued.worth).map(|(row, &value)| (row.set.as_slice(), value));
+        exact::from_every_coalition(n, empty, full, valued_rows)
     } else {
         constrained_least_squares(n, gram.clone(), rhs.clone(), delta)?
     };
