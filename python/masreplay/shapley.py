@@ -127,7 +127,9 @@ def shapley(
     ``target_stderr``, whichever comes first. ``parents[i]`` is the player that spawned i
     (-1 for a root); ``unions`` nests lists of player indices. The same ``seed`` gives the
     same values at any ``n_threads``. A callable is called with at most ``chunk_size``
-    coalitions, each distinct coalition once; ``evaluations`` counts its calls' rows.
+    coalitions, each distinct coalition once; ``evaluations`` counts its calls' rows. It is
+    called on the calling thread, one chunk at a time; ``msr``, ``kernel`` and ``stratified``
+    draw and sum on a second thread meanwhile (the same values as without it).
     ``fixed`` players are always present and ``exclude`` players never (see the module's
     docstring): values then sum to ``v(N - exclude) - v(fixed)``, those players' are 0.
 

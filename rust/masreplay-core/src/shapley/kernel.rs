@@ -12,12 +12,13 @@
 //! intervals covered about 70% instead of 95%.)
 
 use rand::RngExt;
+use rayon::prelude::*;
 
 use super::coalition::{CoalitionMap, Coalitions, contains, members_of};
 use super::exact;
 use super::game::{Game, bounds};
 use super::linalg::cholesky;
-use super::precedence::value_distinct;
+use super::pipeline::value_drawn;
 use super::sampling::stream;
 use super::{Estimate, Stopping};
 use crate::error::{MasreplayError, Result};
@@ -106,16 +107,19 @@ pub fn kernel(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
     for row in &rows {
         words.push(&row.set);
     }
-    let table = value_distinct(game, words)?;
-    // Normal equations per part: the enumerated rows, and each jackknife group.
+    // Normal equations per part: the enumerated rows, and each jackknife group, summed row
+    // by row as the values come in.
     let groups = rows.iter().filter_map(|r| r.group).max().map_or(0, |g| g + 1);
-    let mut parts = vec![Part::new(n); groups + 1];
-    let mut members = Vec::with_capacity(n);
-    for row in &rows {
-        members_of(&row.set, &mut members);
-        parts[row.group.map_or(0, |g| g + 1)].add(&row.set, &members, row.weight, table[&row.set] - empty);
-    }
-    let parts: Vec<(Vec<f64>, Vec<f64>)> = parts.into_iter().map(Part::normal_equations).collect();
+    let mut parts: Vec<Part> = (0..=groups).map(|_| Part::new(n)).collect();
+    let (mut members, mut summed) = (Vec::with_capacity(n), 0);
+    let valued = value_drawn(game, &words, &mut parts, |parts, _, worth| {
+        for (row, &value) in rows[summed..worth.len()].iter().zip(&worth[summed..]) {
+            members_of(&row.set, &mut members);
+            parts[row.group.map_or(0, |g| g + 1)].add(&row.set, &members, row.weight, value - empty);
+        }
+        summed = worth.len();
+    })?;
+    let parts: Vec<(Vec<f64>, Vec<f64>)> = parts.into_par_iter().map(Part::normal_equations).collect();
     // The enumerated part plus every sampled group: the fit, and the sum each jackknife refit
     // takes one group out of (one subtraction per refit instead of a sum over the groups).
     let (mut gram, mut rhs) = parts[0].clone();
@@ -126,7 +130,8 @@ pub fn kernel(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
     // Every coalition valued: the Shapley weights give the values exactly (the regression's
     // ridge would leave them ~1e-10 off while reporting a zero error).
     let values = if complete {
-        exact::from_every_coalition(n, empty, full, rows.iter().map(|row| (row.set.as_slice(), table[&row.set])))
+        let valued_rows = rows.iter().zip(&valued.worth).map(|(row, &value)| (row.set.as_slice(), value));
+        exact::from_every_coalition(n, empty, full, valued_rows)
     } else {
         constrained_least_squares(n, gram.clone(), rhs.clone(), delta)?
     };
@@ -147,7 +152,7 @@ pub fn kernel(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
                 let rhs = rescale(&rhs, enumerated_rhs, part_rhs);
                 constrained_least_squares(n, gram, rhs, delta)
             };
-            let refits = (0..groups).map(refit).collect::<Result<Vec<_>>>()?;
+            let refits = (0..groups).into_par_iter().map(refit).collect::<Result<Vec<_>>>()?;
             (0..n)
                 .map(|i| {
                     let mean = refits.iter().map(|r| r[i]).sum::<f64>() / g;
@@ -156,7 +161,7 @@ pub fn kernel(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
                 .collect()
         }
     };
-    Ok(Estimate { values, stderr, evaluations: 2 + table.len() as u64, converged: complete, exact: complete }
+    Ok(Estimate { values, stderr, evaluations: 2 + valued.distinct as u64, converged: complete, exact: complete }
         .with_target(stopping))
 }
 
@@ -165,7 +170,6 @@ pub fn kernel(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
 /// 1 1' - 1 c' - c 1' + c c' with c its complement, whose weights and weighted complements are
 /// kept apart and spread over the matrix once (a row costs min(s, n - s)^2 / 2 steps, not a
 /// row of the matrix per member).
-#[derive(Clone)]
 struct Part {
     n: usize,
     /// Upper triangle of the sum of w y y' over each row's smaller side y.

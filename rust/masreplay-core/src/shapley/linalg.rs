@@ -5,8 +5,26 @@
 /// vector registers (a single running sum is a chain of dependent additions it may not reorder).
 const LANES: usize = 8;
 
-/// x . y over the shorter length, summed in [`LANES`] interleaved partial sums.
+/// x . y over the shorter length, summed in [`LANES`] interleaved partial sums: with 256-bit
+/// vector registers where the processor has them (each lane's products and sums are rounded
+/// one by one either way, no fused multiply-add, so the result is the same bits).
 fn dot(x: &[f64], y: &[f64]) -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the processor has AVX2, checked just above.
+        return unsafe { dot_avx2(x, y) };
+    }
+    dot_lanes(x, y)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn dot_avx2(x: &[f64], y: &[f64]) -> f64 {
+    dot_lanes(x, y)
+}
+
+#[inline(always)]
+fn dot_lanes(x: &[f64], y: &[f64]) -> f64 {
     let len = x.len().min(y.len());
     let (x, y) = (&x[..len], &y[..len]);
     let mut lanes = [0.0; LANES];

@@ -21,6 +21,7 @@ mod msr;
 mod noise;
 mod owen;
 mod permutation;
+mod pipeline;
 mod players;
 mod precedence;
 pub mod sampling;

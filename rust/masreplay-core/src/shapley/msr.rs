@@ -39,12 +39,13 @@
 //! exactly unbiased although the surrogate is fitted on the evaluations it adjusts.
 
 use rand_xoshiro::Xoshiro256PlusPlus;
+use rayon::prelude::*;
 
-use super::coalition::{CoalitionMap, Coalitions, contains, members_of, size};
+use super::coalition::{Coalitions, contains, members_of, size};
 use super::game::{Game, bounds};
 use super::kernel::{complement_of, for_each_subset, random_subset};
 use super::linalg::cholesky;
-use super::precedence::value_distinct;
+use super::pipeline::{Sink, value_drawn, value_streamed};
 use super::sampling::stream;
 use super::{Estimate, Stopping};
 use crate::error::{MasreplayError, Result};
@@ -77,32 +78,45 @@ struct Draws {
 }
 
 /// Draws `counts[k]` more pairs of stratum k from its stream and values both sides of every
-/// pair in one batch (a callable game is called once per chunk, not once per size). Returns
-/// the evaluations asked for.
-fn extend_draws(game: &dyn Game, draws: &mut [Draws], counts: &[u64], rngs: &mut [Xoshiro256PlusPlus]) -> Result<u64> {
+/// pair in one batch (a callable game is called once per chunk, not once per size). Each
+/// stratum, once all its pairs are valued, goes to `valued`, in order (drawing and summing
+/// beside the game's valuation, see [`value_streamed`]). Returns the evaluations asked for.
+fn extend_draws(
+    game: &dyn Game,
+    draws: &mut [Draws],
+    counts: &[u64],
+    rngs: &mut [Xoshiro256PlusPlus],
+    mut valued: impl FnMut(&Draws) + Send,
+) -> Result<u64> {
     let n = game.n_players();
-    let mut batch = Coalitions::new(n);
+    let planned = 2 * counts.iter().sum::<u64>() as usize;
+    let sizes: Vec<usize> = draws.iter().map(|stratum| stratum.size).collect();
     // Per stratum: its fresh coalitions, then their complements.
-    for ((stratum, rng), &count) in draws.iter().zip(rngs.iter_mut()).zip(counts) {
-        let start = batch.len();
-        for _ in 0..count {
-            batch.push(&random_subset(rng, n, stratum.size, batch.words()));
+    let draw = |rngs: &mut &mut [Xoshiro256PlusPlus], sink: &mut Sink| {
+        for ((&size, rng), &count) in sizes.iter().zip(rngs.iter_mut()).zip(counts) {
+            let start = sink.batch().len();
+            for _ in 0..count {
+                sink.push(&random_subset(rng, n, size, sink.words()));
+            }
+            for i in start..sink.batch().len() {
+                let complement = complement_of(sink.batch().get(i), n);
+                sink.push(&complement);
+            }
         }
-        for i in start..batch.len() {
-            let complement = complement_of(batch.get(i), n);
-            batch.push(&complement);
+    };
+    let (mut next, mut start) = (0, 0);
+    let valuation = value_streamed(game, planned, &mut &mut *rngs, draw, |_, batch, worth| {
+        while let Some(stratum) = draws.get_mut(next) {
+            let count = counts[next] as usize;
+            let Some(both) = worth.get(start..start + 2 * count) else { break };
+            let (inside, outside) = both.split_at(count);
+            (start..start + count).for_each(|i| stratum.sets.push(batch.get(i)));
+            stratum.values.extend(inside.iter().zip(outside).map(|(a, b)| (a - b) / 2.0));
+            valued(stratum);
+            (next, start) = (next + 1, start + 2 * count);
         }
-    }
-    let worth = value_all(game, &batch)?;
-    let mut start = 0;
-    for (stratum, &count) in draws.iter_mut().zip(counts) {
-        let count = count as usize;
-        let (inside, outside) = worth[start..start + 2 * count].split_at(count);
-        (start..start + count).for_each(|i| stratum.sets.push(batch.get(i)));
-        stratum.values.extend(inside.iter().zip(outside).map(|(a, b)| (a - b) / 2.0));
-        start += 2 * count;
-    }
-    Ok(worth.len() as u64)
+    })?;
+    Ok(valuation.worth.len() as u64)
 }
 
 /// The surrogate's slope of player i at size s interpolates linearly between its values at
@@ -374,14 +388,6 @@ fn census_sizes(n: usize, mut left: u64) -> (Vec<usize>, Vec<usize>, u64) {
     (census, (low..=n / 2).collect(), left)
 }
 
-fn value_all(game: &dyn Game, sets: &Coalitions) -> Result<Vec<f64>> {
-    if sets.is_empty() {
-        return Ok(Vec::new());
-    }
-    let table: CoalitionMap<f64> = value_distinct(game, sets.clone())?;
-    Ok(sets.iter().map(|set| table.get(set).copied().unwrap_or(f64::NAN)).collect())
-}
-
 /// Draws of size s in proportion to 1 / sqrt(s (n - s)): Neyman's rule for a residual of the
 /// same spread at every size. (Following the spreads a pilot measured, as stratified does, won
 /// on voting games and lost on SOUM games once the pilot's draws were left out of the
@@ -412,11 +418,10 @@ pub fn msr(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
     let (census, sampled, pool) = census_sizes(n, first_budget.saturating_sub(2));
     let mut values = vec![delta / n as f64; n];
     let mut evaluations = 2;
-    let mut members = Vec::with_capacity(n);
     // The census strata: E_s[v a_i] exactly.
     let mut sets = Coalitions::new(n);
     census.iter().for_each(|&s| for_each_subset(n, s, |set| sets.push(set)));
-    let worth = value_all(game, &sets)?;
+    let worth = value_drawn(game, &sets, &mut (), |_, _, _| {})?.worth;
     evaluations += sets.len() as u64;
     let mut per_size = vec![0u64; n + 1];
     sets.iter().for_each(|set| per_size[size(set)] += 1);
@@ -454,8 +459,10 @@ pub fn msr(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
             .zip(targets)
             .map(|(stratum, (_, target))| target.saturating_sub(stratum.values.len() as u64))
             .collect();
-        evaluations += extend_draws(game, &mut draws, &counts, &mut rngs)?;
-        let (estimate, stderr) = cross_fitted(n, &draws, folds, &mut members)?;
+        let after: Vec<u64> = draws.iter().zip(&counts).map(|(d, count)| d.values.len() as u64 + count).collect();
+        let mut fit = CrossFit::new(n, &sampled, &after, folds);
+        evaluations += extend_draws(game, &mut draws, &counts, &mut rngs, |stratum| fit.add(stratum))?;
+        let (estimate, stderr) = fit.finish(&draws)?;
         let converged = stopping.converged(&stderr);
         if converged || budget >= stopping.budget {
             let values = values.iter().zip(&estimate).map(|(a, b)| a + b).collect();
@@ -472,63 +479,108 @@ fn knots_for(n: usize, training_pairs: u64) -> usize {
     (training_pairs as usize / (5 * n)).min(MAX_PARAMETERS / n).clamp(1, MAX_KNOTS)
 }
 
-/// The sampled strata's part of the values and its standard error: each pair's contribution
-/// with the surrogate fitted without its fold, averaged per size.
-fn cross_fitted(n: usize, draws: &[Draws], folds: usize, members: &mut Vec<usize>) -> Result<(Vec<f64>, Vec<f64>)> {
-    let mut drawn = vec![0u64; n + 1];
-    draws.iter().for_each(|d| drawn[d.size] = d.values.len() as u64);
-    let sampled: Vec<usize> = draws.iter().map(|d| d.size).collect();
-    let (bin_of, n_bins) = bins(n, &sampled, &drawn, MIN_BIN);
-    let weight = |s: usize| fit_weight(n, s, drawn[s] as f64);
-    let knots = knots_for(n, drawn.iter().sum::<u64>() * (folds as u64 - 1) / folds as u64);
-    let mut basis = Vec::new();
-    let mut normals: Vec<Normal> = (0..folds).map(|_| Normal::new(n, knots)).collect();
-    let mut row = Vec::with_capacity(n);
-    for d in draws {
+/// The cross-fitted estimate of the sampled strata, built stratum by stratum: each fold's
+/// surrogate's normal equations take every stratum's draws less the fold's own as the stratum
+/// comes in ([`CrossFit::add`]); [`CrossFit::finish`] solves them and sums the contributions.
+struct CrossFit {
+    n: usize,
+    folds: usize,
+    drawn: Vec<u64>,
+    bin_of: Vec<Option<usize>>,
+    n_bins: usize,
+    normals: Vec<Normal>,
+    basis: Vec<f64>,
+    row: Vec<f64>,
+    members: Vec<usize>,
+}
+
+impl CrossFit {
+    /// For strata of sizes `sizes` that will hold `drawn[k]` pairs each.
+    fn new(n: usize, sizes: &[usize], drawn: &[u64], folds: usize) -> Self {
+        let mut per_size = vec![0u64; n + 1];
+        sizes.iter().zip(drawn).for_each(|(&s, &count)| per_size[s] = count);
+        let (bin_of, n_bins) = bins(n, sizes, &per_size, MIN_BIN);
+        let knots = knots_for(n, per_size.iter().sum::<u64>() * (folds as u64 - 1) / folds as u64);
+        CrossFit {
+            n,
+            folds,
+            drawn: per_size,
+            bin_of,
+            n_bins,
+            normals: (0..folds).map(|_| Normal::new(n, knots)).collect(),
+            basis: Vec::new(),
+            row: Vec::with_capacity(n),
+            members: Vec::with_capacity(n),
+        }
+    }
+
+    /// Adds a stratum's pairs, all of them valued, to every fold's normal equations but its own.
+    fn add(&mut self, d: &Draws) {
+        let (n, folds) = (self.n, self.folds);
         let mut parts = vec![Tally::new(n); folds];
         for (j, (set, &v)) in d.sets.iter().zip(&d.values).enumerate() {
-            members_of(set, members);
-            parts[j % folds].add(members, v);
+            members_of(set, &mut self.members);
+            parts[j % folds].add(&self.members, v);
         }
         let mut all = Tally::new(n);
         parts.iter().for_each(|part| all.merge(part));
         let all = all.mirrored();
+        let weight = fit_weight(n, d.size, self.drawn[d.size] as f64);
         // Fold k's surrogate is fitted on the other folds: all the draws less fold k's.
-        for (part, normal) in parts.into_iter().zip(&mut normals) {
-            normal.add(d.size, &all, &part.mirrored(), weight(d.size), &mut basis, &mut row);
+        for (part, normal) in parts.into_iter().zip(&mut self.normals) {
+            normal.add(d.size, &all, &part.mirrored(), weight, &mut self.basis, &mut self.row);
         }
     }
-    let surrogates = normals.into_iter().map(|normal| normal.solve(&bin_of, n_bins)).collect::<Result<Vec<_>>>()?;
-    let mut values = vec![0.0; n];
-    let mut variance = vec![0.0; n];
+
+    /// The sampled strata's part of the values and its standard error: each pair's
+    /// contribution with the surrogate fitted without its fold, averaged per size. The folds'
+    /// fits, then the strata's sums, run in parallel; the strata are added in order.
+    fn finish(self, draws: &[Draws]) -> Result<(Vec<f64>, Vec<f64>)> {
+        let (n, folds, bin_of, n_bins) = (self.n, self.folds, &self.bin_of, self.n_bins);
+        let surrogates =
+            self.normals.into_par_iter().map(|normal| normal.solve(bin_of, n_bins)).collect::<Result<Vec<_>>>()?;
+        let strata: Vec<(Vec<f64>, Vec<f64>)> =
+            draws.par_iter().map(|d| stratum_contributions(n, d, &surrogates, folds)).collect();
+        let mut values = vec![0.0; n];
+        let mut variance = vec![0.0; n];
+        for (mean, spread) in &strata {
+            values.iter_mut().zip(mean).for_each(|(v, m)| *v += m);
+            variance.iter_mut().zip(spread).for_each(|(v, s)| *v += s);
+        }
+        Ok((values, variance.iter().map(|v| v.sqrt()).collect()))
+    }
+}
+
+/// One stratum's mean contribution per player and the variance of that mean.
+fn stratum_contributions(n: usize, d: &Draws, surrogates: &[Surrogate], folds: usize) -> (Vec<f64>, Vec<f64>) {
+    let s = d.size;
+    let middle = if 2 * s == n { 0.5 } else { 1.0 };
     let (mut sum, mut squares) = (vec![0.0; n], vec![0.0; n]);
-    for d in draws {
-        let s = d.size;
-        let middle = if 2 * s == n { 0.5 } else { 1.0 };
-        sum.fill(0.0);
-        squares.fill(0.0);
-        let slopes: Vec<Vec<f64>> = surrogates.iter().map(|g| g.slopes(s, &mut basis)).collect();
-        let terms: Vec<Vec<f64>> = surrogates.iter().zip(&slopes).map(|(g, b)| g.shapley_term(b)).collect();
-        for (j, (set, &v)) in d.sets.iter().zip(&d.values).enumerate() {
-            members_of(set, members);
-            let k = j % folds;
-            // The pair's residual half difference counts twice (S in stratum s, N - S in
-            // n - s), its surrogate term too; the middle stratum n / 2 is its own partner.
-            let r = 2.0 * middle * surrogates[k].residual(members, &slopes[k], v);
-            let (inside, outside) = (r / s as f64, -r / (n - s) as f64);
-            for i in 0..n {
-                let a = if contains(set, i) { inside } else { outside };
-                let contribution = a + 2.0 * middle * terms[k][i];
-                sum[i] += contribution;
-                squares[i] += contribution * contribution;
-            }
-        }
-        let m = d.values.len() as f64;
-        for i in 0..n {
-            let mean = sum[i] / m;
-            values[i] += mean;
-            variance[i] += (squares[i] / m - mean * mean).max(0.0) / (m - 1.0);
+    let (mut basis, mut members) = (Vec::new(), Vec::with_capacity(n));
+    let slopes: Vec<Vec<f64>> = surrogates.iter().map(|g| g.slopes(s, &mut basis)).collect();
+    // The pair's residual half difference counts twice (S in stratum s, N - S in n - s), its
+    // surrogate term too; the middle stratum n / 2 is its own partner.
+    let terms: Vec<Vec<f64>> = surrogates
+        .iter()
+        .zip(&slopes)
+        .map(|(g, b)| g.shapley_term(b).iter().map(|t| 2.0 * middle * t).collect())
+        .collect();
+    // Membership as booleans, a row per pair: the loop over players below is then branch free.
+    let inside_of = d.sets.to_bools();
+    for (j, ((set, &v), inside_row)) in d.sets.iter().zip(&d.values).zip(inside_of.chunks_exact(n)).enumerate() {
+        members_of(set, &mut members);
+        let k = j % folds;
+        let r = 2.0 * middle * surrogates[k].residual(&members, &slopes[k], v);
+        let (inside, outside) = (r / s as f64, -r / (n - s) as f64);
+        let players = sum.iter_mut().zip(squares.iter_mut()).zip(inside_row).zip(&terms[k]);
+        for (((total, total_squares), &is_inside), term) in players {
+            let contribution = if is_inside { inside } else { outside } + term;
+            *total += contribution;
+            *total_squares += contribution * contribution;
         }
     }
-    Ok((values, variance.iter().map(|v| v.sqrt()).collect()))
+    let m = d.values.len() as f64;
+    let mean: Vec<f64> = sum.iter().map(|total| total / m).collect();
+    let variance = mean.iter().zip(&squares).map(|(mean, q)| (q / m - mean * mean).max(0.0) / (m - 1.0)).collect();
+    (mean, variance)
 }

@@ -24,10 +24,12 @@ use std::collections::HashMap;
 
 use rand::RngExt;
 use rand_xoshiro::Xoshiro256PlusPlus;
+use rayon::prelude::*;
 
 use super::coalition::{Coalitions, contains, insert, members_of};
 use super::game::{Game, bounds};
-use super::sampling::{map_items, stream};
+use super::pipeline::{Sink, value_streamed};
+use super::sampling::stream;
 use super::{Estimate, Stopping};
 use crate::error::{MasreplayError, Result};
 
@@ -85,37 +87,73 @@ struct Drawn {
     values: Vec<f64>,
 }
 
-/// Values `count` coalitions of `size` drawn uniformly (or, with `enumerate`, all n of size
-/// 1 or n - 1) and sums them per player.
-fn draw(game: &dyn Game, size: usize, count: u64, enumerate: bool, mut rng: Xoshiro256PlusPlus) -> Result<Drawn> {
-    let n = game.n_players();
-    let mut batch = Coalitions::new(n);
+/// Draws `count` coalitions of `size` uniformly (or, with `enumerate`, all n of size 1 or
+/// n - 1) into `sink`.
+fn push_draws(sink: &mut Sink, size: usize, count: u64, enumerate: bool, mut rng: Xoshiro256PlusPlus) {
+    let n = sink.n_players();
+    let mut set = vec![0u64; sink.words()];
     if enumerate {
         for p in 0..n {
-            let set = batch.push_empty();
+            set.fill(0);
             if size == 1 {
-                insert(set, p);
+                insert(&mut set, p);
             } else {
-                (0..n).filter(|&q| q != p).for_each(|q| insert(set, q));
+                (0..n).filter(|&q| q != p).for_each(|q| insert(&mut set, q));
             }
+            sink.push(&set);
         }
     } else {
         for _ in 0..count {
-            let set = batch.push_empty();
+            set.fill(0);
             // Floyd's algorithm: a uniform subset of `size` players.
             for j in n - size..n {
                 let t = rng.random_range(0..=j);
-                insert(set, if contains(set, t) { j } else { t });
+                let pick = if contains(&set, t) { j } else { t };
+                insert(&mut set, pick);
             }
+            sink.push(&set);
         }
     }
-    let mut stratum = Stratum::new(n);
-    let values = if batch.is_empty() { Vec::new() } else { game.values(&batch)? };
-    let mut members = Vec::with_capacity(n);
-    for (set, &value) in batch.iter().zip(&values) {
-        stratum.add(set, value, &mut members);
-    }
-    Ok(Drawn { stratum, coalitions: batch, values })
+}
+
+/// One phase of draws (the pilot or the follow-up): `count(size)` coalitions of every size
+/// 1..n from the size's own stream (number `first_stream + size`), or all n where
+/// `enumerate(size)`, valued in one batch; each size's per-player sums are filled as the
+/// values come in (drawing and summing beside the game's valuation, see [`value_streamed`]).
+fn draw_phase(
+    game: &dyn Game,
+    seed: u64,
+    first_stream: u64,
+    count: impl Fn(usize) -> u64 + Sync,
+    enumerate: impl Fn(usize) -> bool + Sync,
+) -> Result<Vec<Drawn>> {
+    let n = game.n_players();
+    let planned = (1..n).map(|size| if enumerate(size) { n as u64 } else { count(size) }).sum::<u64>() as usize;
+    // Where each size's coalitions end in the batch.
+    let mut ends = Vec::with_capacity(n - 1);
+    let draw = |ends: &mut Vec<usize>, sink: &mut Sink| {
+        for size in 1..n {
+            push_draws(sink, size, count(size), enumerate(size), stream(seed, first_stream + size as u64));
+            ends.push(sink.batch().len());
+        }
+    };
+    let mut strata: Vec<Drawn> = (1..n)
+        .map(|_| Drawn { stratum: Stratum::new(n), coalitions: Coalitions::new(n), values: Vec::new() })
+        .collect();
+    let (mut members, mut summed, mut index) = (Vec::with_capacity(n), 0, 0);
+    value_streamed(game, planned, &mut ends, draw, |ends, batch, worth| {
+        for (position, &value) in worth.iter().enumerate().skip(summed) {
+            while ends[index] <= position {
+                index += 1;
+            }
+            let (drawn, set) = (&mut strata[index], batch.get(position));
+            drawn.stratum.add(set, value, &mut members);
+            drawn.coalitions.push(set);
+            drawn.values.push(value);
+        }
+        summed = worth.len();
+    })?;
+    Ok(strata)
 }
 
 /// Mean of (count, sum, sum of squares); `fallback` when empty.
@@ -164,12 +202,9 @@ pub fn stratified(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
     let balance = |k: usize| 1.0 / ((k * (n - k)) as f64).sqrt();
     let pool = (left - spent_on_edges - sampled_sizes.len() as u64) as f64;
     let pilot_counts = allocate(&sampled_sizes, pool * PILOT_SHARE, balance, 1);
-    let pilot = map_items(game.sequential(), n - 1, |index| {
-        let size = index + 1;
-        let enumerate = enumerate_edges && edges.contains(&size);
-        let count = pilot_counts.get(&size).copied().unwrap_or(0);
-        draw(game, size, count, enumerate, stream(stopping.seed, size as u64))
-    })?;
+    let pilot_count = |size: usize| pilot_counts.get(&size).copied().unwrap_or(0);
+    let enumerated = |size: usize| enumerate_edges && edges.contains(&size);
+    let pilot = draw_phase(game, stopping.seed, 0, pilot_count, enumerated)?;
     let spent: u64 = pilot.iter().map(|drawn| drawn.values.len() as u64).sum();
     let spread = |k: usize| spread_of(&pilot[k - 1].stratum);
     let rest = left.saturating_sub(spent) as f64;
@@ -179,11 +214,8 @@ pub fn stratified(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
     } else {
         allocate(&sampled_sizes, rest, balance, 0)
     };
-    let follow = map_items(game.sequential(), n - 1, |index| {
-        let size = index + 1;
-        let count = follow_counts.get(&size).copied().unwrap_or(0);
-        draw(game, size, count, false, stream(stopping.seed, (n + size) as u64))
-    })?;
+    let follow_count = |size: usize| follow_counts.get(&size).copied().unwrap_or(0);
+    let follow = draw_phase(game, stopping.seed, n as u64, follow_count, |_| false)?;
     let strata: Vec<Drawn> = pilot
         .into_iter()
         .zip(follow)
@@ -218,16 +250,22 @@ pub fn stratified(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
         }
         *value = total / n as f64;
     }
-    let enumerated = |size: usize| enumerate_edges && edges.contains(&size);
     let sampled: Vec<usize> = (0..strata.len()).filter(|&index| !enumerated(index + 1)).collect();
     let cells: Vec<CellSpread> = sampled.iter().map(|&index| CellSpread::of(&strata[index], &means[index])).collect();
     // A stratum whose cells show no spread of their own (one draw each) borrows the mean of the others'.
     let (squares, dof) = cells.iter().fold((0.0, 0.0), |(s, d), cell| (s + cell.squares, d + cell.dof));
     let borrowed = if dof > 0.0 { squares / dof } else { 0.0 };
+    let per_stratum: Vec<Vec<f64>> = sampled
+        .par_iter()
+        .zip(&cells)
+        .map(|(&index, cell)| {
+            let pooled = if cell.dof > 0.0 { cell.squares / cell.dof } else { borrowed };
+            projected_variance(&strata[index], &means[index], pooled)
+        })
+        .collect();
     let mut variance = vec![0.0; n];
-    for (&index, cell) in sampled.iter().zip(&cells) {
-        let pooled = if cell.dof > 0.0 { cell.squares / cell.dof } else { borrowed };
-        add_projected_variance(&strata[index], &means[index], pooled, &mut variance);
+    for part in &per_stratum {
+        variance.iter_mut().zip(part).for_each(|(v, p)| *v += p);
     }
     let stderr = variance.iter().map(|v| v.sqrt()).collect();
     let evaluations = 2 + strata.iter().map(|drawn| drawn.values.len() as u64).sum::<u64>();
@@ -268,7 +306,7 @@ fn squared_deviations([count, sum, sum_squares]: [f64; 3], mean: f64) -> f64 {
     (sum_squares - 2.0 * mean * sum + count * mean * mean).max(0.0)
 }
 
-/// Adds one sampled stratum's share of the variance of every projected value.
+/// One sampled stratum's share of the variance of every projected value.
 ///
 /// A cell of c draws (player i's draws with i, or without) moves i's value by its mean / n,
 /// whose variance is s^2 / (c n^2), with s^2 the cell's variance moderated toward the
@@ -279,13 +317,9 @@ fn squared_deviations([count, sum, sum_squares]: [f64; 3], mean: f64) -> f64 {
 /// the players share (the same coalitions inform them all): the share it removes is measured
 /// on the draws' influences (coalition A moves i's value by +-(v(A) - cell mean) / (n c))
 /// and applied to the moderated variances.
-fn add_projected_variance(
-    drawn: &Drawn,
-    (mean_in, mean_out): &(Vec<f64>, Vec<f64>),
-    pooled: f64,
-    variance: &mut [f64],
-) {
-    let n = variance.len() as f64;
+fn projected_variance(drawn: &Drawn, (mean_in, mean_out): &(Vec<f64>, Vec<f64>), pooled: f64) -> Vec<f64> {
+    let players = mean_in.len();
+    let n = players as f64;
     let (plus, minus) = (&drawn.stratum.plus, &drawn.stratum.minus);
     let moderated = |moments: [f64; 3], mean: f64| {
         (squared_deviations(moments, mean) + POOLED_DRAWS * pooled) / (moments[0] - 1.0 + POOLED_DRAWS)
@@ -309,8 +343,8 @@ fn add_projected_variance(
     let factor_in: Vec<f64> = plus.iter().map(|p| 1.0 / (n * p[0])).collect();
     let factor_out: Vec<f64> = minus.iter().map(|p| -1.0 / (n * p[0])).collect();
     let (mut kept, mut all) = (0.0, 0.0);
-    let mut psi = vec![0.0; variance.len()];
-    let mut members = Vec::with_capacity(variance.len());
+    let mut psi = vec![0.0; players];
+    let mut members = Vec::with_capacity(players);
     for (set, &value) in drawn.coalitions.iter().zip(&drawn.values) {
         for ((slot, mean), factor) in psi.iter_mut().zip(mean_out).zip(&factor_out) {
             *slot = (value - mean) * factor;
@@ -322,9 +356,9 @@ fn add_projected_variance(
         all += psi.iter().map(|p| p * p).sum::<f64>();
     }
     let share = if all > 0.0 { kept / all } else { 1.0 };
-    for (i, v) in variance.iter_mut().enumerate() {
-        *v += share * (cell_variance(plus[i], mean_in[i]) + cell_variance(minus[i], mean_out[i])) / (n * n);
-    }
+    (0..players)
+        .map(|i| share * (cell_variance(plus[i], mean_in[i]) + cell_variance(minus[i], mean_out[i])) / (n * n))
+        .collect()
 }
 
 /// Mean value over every coalition drawn in a stratum.

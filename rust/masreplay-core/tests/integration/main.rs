@@ -9,6 +9,7 @@ mod ingest_properties;
 mod metrics_properties;
 mod shapley_calibration;
 mod shapley_noise;
+mod shapley_pipeline;
 mod shapley_players;
 mod shapley_properties;
 mod validation;

@@ -1,0 +1,207 @@
+//! Drawing and summing coalitions while the game values them.
+//!
+//! A sequential game (a Python callable) is valued one chunk at a time on the calling thread,
+//! where it holds the interpreter lock on one core. The estimator's own work runs meanwhile
+//! on a second thread: drawing the coalitions (each chunk goes to the game as soon as it is
+//! drawn) and then summing the values of the chunks already valued (per-player sums, Gram
+//! entries). With a core to spare the wall time approaches the game's own; the CPU time does
+//! not change. The game gets the same chunks, and the estimator sees the same values in the
+//! same order, as when the whole batch is drawn and valued first: results do not depend on
+//! the pipelining. If the game fails, the worker stops and is joined before the error is
+//! returned.
+
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+
+use foldhash::fast::FixedState;
+use hashbrown::HashTable;
+
+use super::coalition::Coalitions;
+use super::game::Game;
+use super::sampling::map_items;
+use crate::bail;
+use crate::error::Result;
+
+/// The coalitions an estimator draws, in order, with the distinct ones numbered in order of
+/// first appearance and handed to the game `chunk` at a time as they fill up.
+pub struct Sink {
+    chunk: usize,
+    batch: Coalitions,
+    distinct: Coalitions,
+    numbers: HashTable<usize>,
+    hasher: FixedState,
+    /// The number of each position's coalition among the distinct ones.
+    index: Vec<usize>,
+    /// Distinct coalitions already handed out.
+    sent: usize,
+    out: Option<mpsc::Sender<Coalitions>>,
+}
+
+impl Sink {
+    fn new(n_players: usize, chunk: usize, capacity: usize, out: Option<mpsc::Sender<Coalitions>>) -> Self {
+        Sink {
+            chunk,
+            batch: Coalitions::with_capacity(n_players, capacity),
+            distinct: Coalitions::with_capacity(n_players, capacity),
+            numbers: HashTable::with_capacity(capacity),
+            hasher: FixedState::default(),
+            index: Vec::with_capacity(capacity),
+            sent: 0,
+            out,
+        }
+    }
+
+    pub fn n_players(&self) -> usize {
+        self.batch.n_players()
+    }
+
+    /// Words per coalition.
+    pub fn words(&self) -> usize {
+        self.batch.words()
+    }
+
+    /// The coalitions so far, position by position.
+    pub fn batch(&self) -> &Coalitions {
+        &self.batch
+    }
+
+    pub fn push(&mut self, set: &[u64]) {
+        let Sink { numbers, distinct, hasher, .. } = self;
+        let hash = hasher.hash_one(set);
+        let number = match numbers.find(hash, |&k| distinct.get(k) == set) {
+            Some(&k) => k,
+            None => {
+                let k = distinct.len();
+                distinct.push(set);
+                numbers.insert_unique(hash, k, |&k| hasher.hash_one(distinct.get(k)));
+                k
+            }
+        };
+        self.batch.push(set);
+        self.index.push(number);
+        if self.distinct.len() - self.sent >= self.chunk {
+            self.hand_out();
+        }
+    }
+
+    /// Sends the distinct coalitions not yet sent (when valued in a pipeline). A closed
+    /// channel means the valuation stopped: what is drawn after it is never valued.
+    fn hand_out(&mut self) {
+        if self.sent == self.distinct.len() {
+            return;
+        }
+        if let Some(out) = &self.out {
+            let mut piece = Coalitions::with_capacity(self.distinct.n_players(), self.distinct.len() - self.sent);
+            (self.sent..self.distinct.len()).for_each(|k| piece.push(self.distinct.get(k)));
+            if out.send(piece).is_err() {
+                self.out = None;
+            }
+        }
+        self.sent = self.distinct.len();
+    }
+}
+
+/// The values of a batch, position by position, and how many distinct coalitions it held.
+pub struct Valued {
+    pub worth: Vec<f64>,
+    pub distinct: usize,
+}
+
+/// Values the coalitions `draw` puts into its sink (at most about `planned` of them), each
+/// distinct one once, in chunks of the game's preferred size, and calls `consume(state,
+/// batch, worth)` with the values of a growing prefix of the batch (`worth[k]` the value of
+/// `batch.get(k)`); its last call has them all. For a sequential game of more than one chunk
+/// `draw` and `consume` run on a worker thread while the calling thread values the chunks;
+/// otherwise on the calling thread, `consume` once after the valuation.
+pub fn value_streamed<S: Send>(
+    game: &dyn Game,
+    planned: usize,
+    state: &mut S,
+    draw: impl FnOnce(&mut S, &mut Sink) + Send,
+    mut consume: impl FnMut(&mut S, &Coalitions, &[f64]) + Send,
+) -> Result<Valued> {
+    let (n, chunk) = (game.n_players(), game.preferred_batch().max(1));
+    let value_piece = |piece: &Coalitions| -> Result<Vec<f64>> {
+        let values = game.values(piece)?;
+        if values.len() != piece.len() {
+            bail!("the game returned {} values for {} coalitions", values.len(), piece.len());
+        }
+        Ok(values)
+    };
+    if !game.sequential() || planned <= chunk {
+        let mut sink = Sink::new(n, chunk, planned, None);
+        draw(state, &mut sink);
+        let pieces = sink.distinct.len().div_ceil(chunk);
+        let values: Vec<f64> = map_items(game.sequential(), pieces, |c| {
+            let mut piece = Coalitions::with_capacity(n, chunk);
+            (c * chunk..((c + 1) * chunk).min(sink.distinct.len())).for_each(|k| piece.push(sink.distinct.get(k)));
+            value_piece(&piece)
+        })?
+        .into_iter()
+        .flatten()
+        .collect();
+        let worth: Vec<f64> = sink.index.iter().map(|&k| values[k]).collect();
+        consume(state, &sink.batch, &worth);
+        return Ok(Valued { worth, distinct: sink.distinct.len() });
+    }
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let (pieces_out, pieces_in) = mpsc::channel::<Coalitions>();
+        let (values_out, values_in) = mpsc::channel::<Vec<f64>>();
+        let stop = &stop;
+        let worker = scope.spawn(move || {
+            let mut sink = Sink::new(n, chunk, planned, Some(pieces_out));
+            draw(state, &mut sink);
+            sink.hand_out();
+            // Closing the channel tells the calling thread that nothing more is coming.
+            sink.out = None;
+            let (mut values, mut worth) =
+                (Vec::with_capacity(sink.distinct.len()), Vec::with_capacity(sink.index.len()));
+            for piece in values_in {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                values.extend(piece);
+                // A position is known once its distinct coalition is: distinct coalitions are
+                // numbered in order of first appearance, so the known positions are a prefix.
+                let known = sink.index[worth.len()..].iter().map_while(|&k| values.get(k).copied());
+                worth.extend(known);
+                consume(state, &sink.batch, &worth);
+            }
+            (worth, sink.distinct.len())
+        });
+        let mut failed = None;
+        for piece in pieces_in.iter() {
+            match value_piece(&piece) {
+                Ok(values) => {
+                    // A closed channel means the worker panicked: joining it below says so.
+                    if values_out.send(values).is_err() {
+                        break;
+                    }
+                }
+                Err(error) => {
+                    stop.store(true, Ordering::Relaxed);
+                    failed = Some(error);
+                    break;
+                }
+            }
+        }
+        drop((pieces_in, values_out));
+        let (worth, distinct) = worker.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        match failed {
+            Some(error) => Err(error),
+            None => Ok(Valued { worth, distinct }),
+        }
+    })
+}
+
+/// [`value_streamed`] of a batch drawn beforehand.
+pub fn value_drawn<S: Send>(
+    game: &dyn Game,
+    batch: &Coalitions,
+    state: &mut S,
+    consume: impl FnMut(&mut S, &Coalitions, &[f64]) + Send,
+) -> Result<Valued> {
+    value_streamed(game, batch.len(), state, |_, sink| batch.iter().for_each(|set| sink.push(set)), consume)
+}
