@@ -9,7 +9,7 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 use super::coalition::{Coalitions, insert, words_for};
 use super::exact::shapley_weights;
 use super::game::Game;
-use super::precedence::value_distinct;
+use super::pipeline::value_drawn;
 use super::sampling::OrderSampler;
 use super::{Estimate, Stopping};
 use crate::error::{MasreplayError, Result};
@@ -156,11 +156,11 @@ pub fn exact_owen(game: &dyn Game, hierarchy: &Hierarchy, stopping: &Stopping) -
         insert(&mut with, *player);
         batch.push(&with);
     }
-    let table = value_distinct(game, batch.clone())?;
+    let valued = value_drawn(game, &batch, &mut (), |_, _, _| {})?;
     let mut values = vec![0.0; n];
     for (t, (player, weight, _)) in terms.iter().enumerate() {
-        values[*player] += weight * (table[batch.get(2 * t + 1)] - table[batch.get(2 * t)]);
+        values[*player] += weight * (valued.worth[2 * t + 1] - valued.worth[2 * t]);
     }
-    Ok(Estimate { values, stderr: vec![0.0; n], evaluations: table.len() as u64, converged: true, exact: true }
+    Ok(Estimate { values, stderr: vec![0.0; n], evaluations: valued.distinct as u64, converged: true, exact: true }
         .with_target(stopping))
 }

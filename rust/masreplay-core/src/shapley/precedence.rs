@@ -12,7 +12,7 @@ use std::collections::HashMap;
 
 use rand_xoshiro::Xoshiro256PlusPlus;
 
-use super::coalition::{CoalitionMap, CoalitionSet, Coalitions, contains, insert};
+use super::coalition::{Coalitions, contains, insert};
 use super::forest::{Forest, ln_factorials};
 use super::game::Game;
 use super::sampling::{OrderSampler, map_items};
@@ -28,25 +28,6 @@ impl OrderSampler for Forest {
     fn antithetic(&self) -> bool {
         false
     }
-}
-
-/// Values every coalition of `batch` once (duplicates dropped) and returns a lookup.
-pub fn value_distinct(game: &dyn Game, batch: Coalitions) -> Result<CoalitionMap<f64>> {
-    let mut distinct = Coalitions::new(batch.n_players());
-    let mut seen = CoalitionSet::default();
-    for set in batch.iter() {
-        if seen.insert(set) {
-            distinct.push(set);
-        }
-    }
-    let chunk = game.preferred_batch().max(1);
-    let pieces = distinct.len().div_ceil(chunk);
-    let values = map_items(game.sequential(), pieces, |c| {
-        let mut part = Coalitions::new(distinct.n_players());
-        (c * chunk..((c + 1) * chunk).min(distinct.len())).for_each(|i| part.push(distinct.get(i)));
-        game.values(&part)
-    })?;
-    Ok(distinct.iter().map(<[u64]>::to_vec).zip(values.into_iter().flatten()).collect())
 }
 
 /// Exact precedence values from all down-sets.

@@ -60,10 +60,10 @@ fn json_text_column<'a>(
     let mut text = Vec::new();
     for object in values {
         text.clear();
-        let written = object.map(|object| serde_json::to_writer(&mut text, object));
-        match written.map(|written| written.ok().and_then(|()| std::str::from_utf8(&text).ok())) {
-            Some(Some(text)) => texts.append_value(text),
-            _ => texts.append_null(),
+        let written = object.and_then(|object| serde_json::to_writer(&mut text, object).ok());
+        match written.and_then(|()| std::str::from_utf8(&text).ok()) {
+            Some(text) => texts.append_value(text),
+            None => texts.append_null(),
         }
     }
     Arc::new(texts.finish())
