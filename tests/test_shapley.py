@@ -259,7 +259,10 @@ def test_same_seed_same_values_at_any_thread_count():
 
 def test_auto_says_what_it_picked():
     assert masreplay.shapley(games.soum(8, 10)).method == "exact"
-    # MSR from 30 evaluations per player, antithetic permutations below.
+    # KernelSHAP from 90% of all coalitions (1,000 of 1,024), MSR from 30 evaluations per
+    # player (900 of 1,024 is below 90%), antithetic permutations below.
+    assert masreplay.shapley(games.soum(10, 10), budget=1000).method == "kernel"
+    assert masreplay.shapley(games.soum(10, 10), budget=900).method == "msr"
     assert masreplay.shapley(games.soum(14, 10), budget=8000).method == "msr"
     assert masreplay.shapley(games.soum(100, 10), budget=3000).method == "msr"
     assert masreplay.shapley(games.soum(100, 10), budget=1000).method == "permutation"
