@@ -129,8 +129,8 @@ def test_python_forms_json_has_no_name_for_read_as_their_json(seed_example):
     assert masreplay.load_traces(trace)[0] == masreplay.load_traces(json.dumps(plain))[0]
 
 
-class EmptiesList:
-    """A number whose conversion empties the list being read."""
+class Empties:
+    """A number whose conversion empties the list or dict it is given."""
 
     def __init__(self, owner: list) -> None:
         self.owner = owner
@@ -143,7 +143,7 @@ class EmptiesList:
 def test_a_value_that_empties_its_list_while_read_is_read_from_the_snapshot(seed_example):
     trace = copy.deepcopy(seed_example)
     values = [1, 2]
-    values.insert(1, EmptiesList(values))
+    values.insert(1, Empties(values))
     trace["numbers"] = values
     batch = masreplay.load_traces(trace)
     assert batch[0]["numbers"] == [1, 1.0, 2]
@@ -182,25 +182,14 @@ def test_a_string_that_is_not_utf8_is_an_error_with_its_pointer(seed_example):
     assert len(masreplay.load_traces([seed_example] * 3)) == 3
 
 
-class EmptiesDict:
-    """A number whose conversion empties the dict it is given."""
-
-    def __init__(self, owner: dict) -> None:
-        self.owner = owner
-
-    def __float__(self) -> float:
-        self.owner.clear()
-        return 1.0
-
-
 def test_a_value_that_empties_the_trace_while_read_is_read_from_the_snapshot(seed_example):
     """The trace is read in place until a value that runs Python code; then it is read again
     from snapshots, so that the code emptying the trace's own dict changes nothing read."""
     trace = copy.deepcopy(seed_example)
     expected = copy.deepcopy(seed_example)
-    trace["costs"]["late"] = EmptiesDict(trace)
+    trace["costs"]["late"] = Empties(trace)
     expected["costs"]["late"] = 1.0
-    trace["after"] = {"a": 1, "b": EmptiesDict(trace["events"][0]), "c": [3]}
+    trace["after"] = {"a": 1, "b": Empties(trace["events"][0]), "c": [3]}
     expected["after"] = {"a": 1, "b": 1.0, "c": [3]}
     assert masreplay.load_traces(trace)[0] == masreplay.load_traces(expected)[0]
     assert trace == {}
