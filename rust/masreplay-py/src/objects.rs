@@ -145,8 +145,10 @@ fn write_plain_trace(object: &Bound<'_, PyAny>, tape: &mut Tape) -> bool {
     // releases the GIL: only exact builtin types are read, with calls that neither call back into
     // Python nor allocate Python objects (which could start the collector, and a finalizer). So
     // no code can change the containers while they are read, and the borrowed references stay
-    // valid. The one call that may fail (a string's UTF-8) raises before anything else is read,
-    // and nothing borrowed is touched after it.
+    // valid. The one call that may fail (the UTF-8 of a string with lone surrogates) creates an
+    // exception, which may start the collector: the path then gives up at once, touching nothing
+    // borrowed after it. (All of this rests on the GIL: a free-threaded
+    // build would need the containers' critical sections.)
     unsafe { write_plain(object.as_ptr(), tape, 1) }
 }
 
