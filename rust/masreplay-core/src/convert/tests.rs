@@ -206,7 +206,8 @@ fn otel_spans_in_every_id_form_make_one_trace() {
                         {"key": "gen_ai.usage.input_tokens", "value": {"intValue": "7"}}],
          "links": [{}, {}]}]}]}]}"#;
     let document = super::otel::read("f", otlp).expect("one document");
-    let (traces, report) = super::otel::convert("f", &document).expect("converts");
+    let (converted, report) = super::otel::convert("f", &document).expect("converts");
+    let traces = converted.into_traces();
     assert_eq!(traces.len(), 1);
     assert_eq!(traces[0].trace_id, "00000000000000000000000000000001");
     assert_eq!(traces[0].events[0].id, "0000000000000002");
