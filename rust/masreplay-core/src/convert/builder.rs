@@ -54,6 +54,8 @@ pub(crate) struct Builder<'t> {
     /// Each event's attributes as the JSON text of one object, when they are written as the
     /// events are made (see [`Builder::writing_attributes`]); the events then hold none.
     written: Option<Vec<Option<String>>>,
+    /// The text of the event being written (reused: one copy of each event's text is kept).
+    scratch: Vec<u8>,
 }
 
 impl<'t> Builder<'t> {
@@ -67,6 +69,7 @@ impl<'t> Builder<'t> {
             unfit: None,
             invalid: None,
             written: None,
+            scratch: Vec::new(),
         }
     }
 
@@ -87,7 +90,7 @@ impl<'t> Builder<'t> {
     pub fn event(&mut self, id: String, t: f64, kind: EventType, agent: &str, fields: Vec<(&str, Out<'_>)>) -> usize {
         let index = self.events.len();
         let mut values = Vec::with_capacity(fields.len());
-        let mut text = self.written.is_some().then(Vec::new);
+        let mut text = self.written.is_some().then(|| std::mem::take(&mut self.scratch));
         for (key, value) in fields {
             if let Some(text) = text.as_mut().filter(|_| !validate::is_event_field(key)) {
                 self.write(text, index, key, value);
@@ -128,8 +131,10 @@ impl<'t> Builder<'t> {
             written.push((!text.is_empty()).then(|| {
                 text.push(b'}');
                 // Written from text and serde_json's output: UTF-8.
-                String::from_utf8(text).unwrap_or_default()
+                String::from_utf8_lossy(&text).into_owned()
             }));
+            text.clear();
+            self.scratch = text;
         }
         index
     }

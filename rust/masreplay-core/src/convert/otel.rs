@@ -157,8 +157,8 @@ fn traces(name: &str, spans: Vec<Span<'_>>) -> Outcome<(Converted, Report)> {
     let mut groups: Vec<(&str, Vec<&Span<'_>>)> = Vec::new();
     let mut group_of: HashMap<&str, usize> = HashMap::default();
     for span in &spans {
-        let at = *group_of.entry(&span.trace).or_insert_with(|| {
-            groups.push((&span.trace, Vec::new()));
+        let at = *group_of.entry(span.trace.as_ref()).or_insert_with(|| {
+            groups.push((span.trace.as_ref(), Vec::new()));
             groups.len() - 1
         });
         groups[at].1.push(span);
@@ -441,25 +441,30 @@ fn otlp_attributes<'r>(
 
 /// Trace and span ids as lowercase hex, whichever way the writer spelled them: OTLP JSON uses
 /// hex, protobuf's JSON mapping base64, the SDK's span JSON a 0x prefix. Other text is kept.
-fn hex_id(value: Option<&Json<'_>>, at: &Where<'_>, place: &str) -> Outcome<Option<String>> {
+fn hex_id<'r>(value: Option<&Json<'r>>, at: &Where<'_>, place: &str) -> Outcome<Option<Cow<'r, str>>> {
     let Some(value) = value.filter(|value| value.truthy()) else { return Ok(None) };
-    let text = match value {
-        Json::Str(text) => Cow::Borrowed(text.as_ref()),
+    let text: Cow<'r, str> = match value {
+        Json::Str(Cow::Borrowed(text)) => Cow::Borrowed(text),
+        Json::Str(Cow::Owned(text)) => Cow::Owned(text.clone()),
         Json::Int(n) => Cow::Owned(n.to_string()),
         Json::UInt(n) => Cow::Owned(n.to_string()),
         other => return Err(at.fail(format_args!("{place} is {}, expected an id", other.describe()))),
     };
-    // Hex digits after an optional 0x (either case), lowercased in one copy.
-    let digits = match text.as_bytes() {
-        [b'0', b'x' | b'X', ..] => &text[2..],
-        _ => text.as_ref(),
-    };
+    // Hex digits after an optional 0x (either case), lowercased in one copy; lowercase hex
+    // with no prefix (as OTLP exporters write ids) is kept as written.
+    let prefix = if matches!(text.as_bytes(), [b'0', b'x' | b'X', ..]) { 2 } else { 0 };
+    let digits = &text[prefix..];
     if digits.bytes().all(|byte| byte.is_ascii_hexdigit()) {
-        return Ok(Some(digits.to_ascii_lowercase()));
+        if prefix == 0 && !digits.bytes().any(|byte| byte.is_ascii_uppercase()) {
+            return Ok(Some(text));
+        }
+        return Ok(Some(Cow::Owned(digits.to_ascii_lowercase())));
     }
     Ok(Some(match base64(&text) {
-        Some(raw) if raw.len() == 8 || raw.len() == 16 => raw.iter().map(|byte| format!("{byte:02x}")).collect(),
-        _ => text.into_owned(),
+        Some(raw) if raw.len() == 8 || raw.len() == 16 => {
+            Cow::Owned(raw.iter().map(|byte| format!("{byte:02x}")).collect())
+        }
+        _ => text,
     }))
 }
 
@@ -535,9 +540,9 @@ fn in_range(seconds: f64, value: &Json<'_>, at: &Where<'_>) -> Outcome<f64> {
 // ---- spans ---------------------------------------------------------------------------------
 
 struct Span<'r> {
-    trace: String,
-    id: String,
-    parent: Option<String>,
+    trace: Cow<'r, str>,
+    id: Cow<'r, str>,
+    parent: Option<Cow<'r, str>>,
     name: &'r str,
     start: f64,
     end: f64,
@@ -741,7 +746,7 @@ fn flat_span<'r>(record: &'r Json<'r>, at: Where<'r>) -> Outcome<Span<'r>> {
     let rollout =
         typed(record, "rollout_id", Kind::Text, &at, &root)?.and_then(Json::as_str).filter(|id| !id.is_empty());
     let trace = match rollout {
-        Some(rollout) => Some(rollout.to_owned()),
+        Some(rollout) => Some(Cow::Borrowed(rollout)),
         None => hex_id(record.truthy_field("trace_id").or_else(|| context.get("trace_id")), &at, "/trace_id")?,
     };
     let id = hex_id(record.truthy_field("span_id").or_else(|| context.get("span_id")), &at, "/span_id")?;
@@ -852,7 +857,7 @@ impl<'c, 'r> OtelTrace<'c, 'r> {
         let mut by_id: HashMap<&str, &'c Span<'r>> = HashMap::default();
         let mut spans = Vec::with_capacity(members.len());
         for &span in members {
-            match by_id.get(span.id.as_str()) {
+            match by_id.get(span.id.as_ref()) {
                 Some(first) => report.warnings.push(format!(
                     "{}: span {} repeats the id of the span at {}; set aside",
                     span.at,
@@ -869,7 +874,7 @@ impl<'c, 'r> OtelTrace<'c, 'r> {
         spans.sort_by(|a, b| {
             a.start.partial_cmp(&b.start).unwrap_or(Equal).then(a.end.partial_cmp(&b.end).unwrap_or(Equal))
         });
-        let index: HashMap<&str, usize> = spans.iter().enumerate().map(|(at, span)| (span.id.as_str(), at)).collect();
+        let index: HashMap<&str, usize> = spans.iter().enumerate().map(|(at, span)| (span.id.as_ref(), at)).collect();
         let parents = spans
             .iter()
             .map(|span| {
