@@ -53,6 +53,7 @@ const IGNORED_SPANS: [&str; 4] =
     ["agentlightning.message", "agentlightning.object", "agentlightning.virtual", "agentlightning.operation"];
 const USAGE_KEYS: [&str; 2] = ["gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens"];
 const EXCEPTION_EVENT: &str = "exception";
+const TRACES_PER_SHARE: usize = 4;
 
 /// The parts of a file's records the converter reads: an OTLP export (resource and scope
 /// descriptions skipped unread) or a span as the SDK's `to_json` or Agent Lightning writes it.
@@ -165,7 +166,8 @@ fn traces(name: &str, spans: Vec<Span<'_>>) -> Outcome<(Converted, Report)> {
     }
     // Traces are made in parallel, each with a report of its own, read back in order: the
     // first error and the merged report are those of one pass in trace order.
-    let made = super::shared_map(&groups, super::SHARE, |(trace_id, members)| {
+    // A few traces a share: traces differ in size, and the threads finish together.
+    let made = super::shared_map(&groups, TRACES_PER_SHARE, |(trace_id, members)| {
         let mut own = Report::default();
         let trace = OtelTrace::new(trace_id, members, &mut own).build();
         (trace, own)
@@ -979,7 +981,8 @@ impl<'c, 'r> OtelTrace<'c, 'r> {
                 all.push(("role", Out::Str(role)));
             }
         }
-        let index = self.builder.event(format!("{}{suffix}", this.id), t - self.start, kind, agent, all);
+        let id = [this.id.as_ref(), suffix].concat();
+        let index = self.builder.event(id, t - self.start, kind, agent, all);
         self.first[span].get_or_insert(index);
         self.last[span] = Some(index);
         index
