@@ -151,9 +151,12 @@ impl<'t> Builder<'t> {
         text.push(b':');
         let start = text.len();
         let unfit = match value {
-            Out::Text(value) => Ok(write_serialized(text, &value)),
-            Out::Str(value) => Ok(write_serialized(text, value)),
-            Out::Value(value) => Ok(write_serialized(text, &value)),
+            Out::Text(value) => Json::Str(value.into()).write_json(4, text),
+            Out::Str(value) => Json::Str(value.into()).write_json(4, text),
+            Out::Value(value) => {
+                write_serialized(text, &value);
+                Ok(())
+            }
             Out::Float(x) => Json::Float(x).write_json(4, text),
             Out::Raw(json) => json.map_or(Ok(()), |json| json.write_json(4, text)),
             Out::Json(json) => json.write_json(4, text),
