@@ -33,14 +33,6 @@ fn binomial(n: usize, k: usize) -> f64 {
     (0..k).fold(1.0, |acc, i| acc * (n - i) as f64 / (i + 1) as f64)
 }
 
-/// A coalition of the design with its regression weight and its jackknife group (None:
-/// enumerated, in every fit).
-struct Row {
-    set: Vec<u64>,
-    weight: f64,
-    group: Option<usize>,
-}
-
 pub fn kernel(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
     let n = game.n_players();
     let (empty, full) = bounds(game)?;
@@ -57,8 +49,10 @@ pub fn kernel(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
     }
     let mut left = stopping.budget - 2;
     let mass = |s: usize| (n - 1) as f64 / (s * (n - s)) as f64;
-    let mut rows: Vec<Row> = Vec::new();
+    // The design, row by row: its coalitions (`words`), and per row its regression weight and
+    // its part: 0 for an enumerated row (in every fit), 1 + its jackknife group for a drawn one.
     let mut words = Coalitions::new(n);
+    let (mut weights, mut part_of): (Vec<f64>, Vec<usize>) = (Vec::new(), Vec::new());
     let mut low = 1;
     // Enumerate whole size pairs (s, n - s) while they fit.
     while low <= n - low {
@@ -69,7 +63,11 @@ pub fn kernel(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
         }
         for size in if low == high { vec![low] } else { vec![low, high] } {
             let weight = mass(size) / binomial(n, size);
-            for_each_subset(n, size, |set| rows.push(Row { set: set.to_vec(), weight, group: None }));
+            for_each_subset(n, size, |set| {
+                words.push(set);
+                weights.push(weight);
+                part_of.push(0);
+            });
         }
         left -= count as u64;
         low += 1;
@@ -79,43 +77,52 @@ pub fn kernel(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
         let sizes: Vec<usize> = (low..=n / 2).collect();
         let mut rng = stream(stopping.seed, u64::MAX);
         let mut drawn: CoalitionMap<()> = CoalitionMap::default();
-        let mut per_size = vec![Vec::new(); n];
+        // Per size its draws in order: the coalitions and their jackknife groups.
+        let mut per_size: Vec<(Coalitions, Vec<usize>)> = (0..n).map(|_| (Coalitions::new(n), Vec::new())).collect();
         let mut misses = 0;
         let mut pairs = 0usize;
         while left >= 2 && misses < MAX_REDRAWS * 16 {
             let size = sizes[rng.random_range(0..sizes.len())];
             let set = random_subset(&mut rng, n, size, words.words());
-            let complement = complement_of(&set, n);
-            if drawn.contains_key(&set) {
+            if drawn.insert(set.clone(), ()).is_some() {
                 misses += 1;
                 continue;
             }
+            let complement = complement_of(&set, n);
+            drawn.insert(complement.clone(), ());
             misses = 0;
             let group = pairs % GROUPS;
             pairs += 1;
-            drawn.insert(set.clone(), ());
-            drawn.insert(complement.clone(), ());
-            per_size[size].push((set, group));
-            per_size[n - size].push((complement, group));
+            for (side, set) in [(size, set), (n - size, complement)] {
+                per_size[side].0.push(&set);
+                per_size[side].1.push(group);
+            }
             left -= 2;
         }
-        for (size, draws) in per_size.into_iter().enumerate() {
-            let weight = if draws.is_empty() { 0.0 } else { mass(size) / draws.len() as f64 };
-            rows.extend(draws.into_iter().map(|(set, group)| Row { set, weight, group: Some(group) }));
+        for (size, (sets, groups)) in per_size.into_iter().enumerate() {
+            let weight = if groups.is_empty() { 0.0 } else { mass(size) / groups.len() as f64 };
+            sets.iter().for_each(|set| words.push(set));
+            weights.extend(std::iter::repeat_n(weight, groups.len()));
+            part_of.extend(groups.iter().map(|g| g + 1));
         }
-    }
-    for row in &rows {
-        words.push(&row.set);
     }
     // Normal equations per part: the enumerated rows, and each jackknife group, summed row
     // by row as the values come in.
-    let groups = rows.iter().filter_map(|r| r.group).max().map_or(0, |g| g + 1);
-    let mut parts: Vec<Part> = (0..=groups).map(|_| Part::new(n)).collect();
-    let (mut members, mut summed) = (Vec::with_capacity(n), 0);
+    let n_parts = part_of.iter().max().map_or(1, |p| p + 1);
+    let groups = n_parts - 1;
+    let mut parts: Vec<Part> = (0..n_parts).map(|_| Part::new(n)).collect();
+    let (mut members, mut summed, mut order) = (Vec::with_capacity(n), 0, Vec::new());
     let valued = value_drawn(game, &words, &mut parts, |parts, _, worth| {
-        for (row, &value) in rows[summed..worth.len()].iter().zip(&worth[summed..]) {
-            members_of(&row.set, &mut members);
-            parts[row.group.map_or(0, |g| g + 1)].add(&row.set, &members, row.weight, value - empty);
+        // The new rows part by part, each part's in row order (the same sums as row by row):
+        // consecutive rows belong to different groups, and a part's matrix stays in cache
+        // while its rows are added instead of each row fetching another one's.
+        order.clear();
+        order.extend(summed..worth.len());
+        order.sort_by_key(|&r| part_of[r]);
+        for &r in &order {
+            let set = words.get(r);
+            members_of(set, &mut members);
+            parts[part_of[r]].add(set, &members, weights[r], worth[r] - empty);
         }
         summed = worth.len();
     })?;
@@ -130,7 +137,7 @@ pub fn kernel(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
     // Every coalition valued: the Shapley weights give the values exactly (the regression's
     // ridge would leave them ~1e-10 off while reporting a zero error).
     let values = if complete {
-        let valued_rows = rows.iter().zip(&valued.worth).map(|(row, &value)| (row.set.as_slice(), value));
+        let valued_rows = words.iter().zip(valued.worth.iter().copied());
         exact::from_every_coalition(n, empty, full, valued_rows)
     } else {
         constrained_least_squares(n, gram.clone(), rhs.clone(), delta)?
