@@ -38,6 +38,47 @@ fn dot_lanes(x: &[f64], y: &[f64]) -> f64 {
     lanes.iter().sum::<f64>() + tail
 }
 
+/// Rows whose dot products with one row are taken together: that row is read once for
+/// all of them.
+const BLOCK: usize = 4;
+
+/// [`dot`] of each of `xs` with `y` (over `y`'s length), bit for bit.
+fn dots(xs: [&[f64]; BLOCK], y: &[f64]) -> [f64; BLOCK] {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the processor has AVX2, checked just above.
+        return unsafe { dots_avx2(xs, y) };
+    }
+    dots_lanes(xs, y)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn dots_avx2(xs: [&[f64]; BLOCK], y: &[f64]) -> [f64; BLOCK] {
+    dots_lanes(xs, y)
+}
+
+/// The sums of [`dot_lanes`], term for term and in its order, for several rows at once.
+#[inline(always)]
+fn dots_lanes(xs: [&[f64]; BLOCK], y: &[f64]) -> [f64; BLOCK] {
+    let xs = xs.map(|x| &x[..y.len()]);
+    let mut lanes = [[0.0; LANES]; BLOCK];
+    let y_chunks = y.chunks_exact(LANES);
+    let done = y.len() - y_chunks.remainder().len();
+    for (c, yc) in y_chunks.enumerate() {
+        for (sums, x) in lanes.iter_mut().zip(&xs) {
+            let xc = &x[c * LANES..(c + 1) * LANES];
+            for lane in 0..LANES {
+                sums[lane] += xc[lane] * yc[lane];
+            }
+        }
+    }
+    std::array::from_fn(|e| {
+        let tail: f64 = xs[e][done..].iter().zip(&y[done..]).map(|(a, b)| a * b).sum();
+        lanes[e].iter().sum::<f64>() + tail
+    })
+}
+
 /// The lower Cholesky factor L of A = L L' (row-major), with the column where each of its
 /// rows' nonzeros start.
 pub struct Factor {
@@ -48,9 +89,11 @@ pub struct Factor {
 
 /// Factors A, or None when it is not positive definite. Reads the lower triangle of A only.
 /// Zeros at the start of A's rows stay zeros in L (a banded Gram matrix keeps its band), so
-/// each dot product starts where both rows' nonzeros start.
+/// each dot product starts where both rows' nonzeros start. Column by column; the rows below
+/// whose dot products start at the same column are taken [`BLOCK`] at a time.
 pub fn cholesky(n: usize, mut a: Vec<f64>) -> Option<Factor> {
     let first: Vec<usize> = (0..n).map(|i| a[i * n..i * n + i].iter().position(|&v| v != 0.0).unwrap_or(i)).collect();
+    let mut rows: Vec<(usize, usize)> = Vec::with_capacity(n);
     for j in 0..n {
         let rest = &mut a[j * n..];
         let row_j = &rest[..n];
@@ -61,10 +104,30 @@ pub fn cholesky(n: usize, mut a: Vec<f64>) -> Option<Factor> {
         let d = d.sqrt();
         rest[j] = d;
         let (row_j, below) = rest.split_at_mut(n);
-        for (i, &first_i) in first[j + 1..].iter().enumerate().filter(|&(_, &f)| f <= j) {
-            let start = first_i.max(first[j]);
-            let row_i = &mut below[i * n..(i + 1) * n];
-            row_i[j] = (row_i[j] - dot(&row_i[start..j], &row_j[start..j])) / d;
+        // The rows below that reach column j, each with where its dot product starts.
+        rows.clear();
+        rows.extend(first[j + 1..].iter().enumerate().filter(|&(_, &f)| f <= j).map(|(i, &f)| (i, f.max(first[j]))));
+        let mut k = 0;
+        while k < rows.len() {
+            let start = rows[k].1;
+            let same = rows[k..].iter().take(BLOCK).take_while(|&&(_, s)| s == start).count();
+            if same == BLOCK {
+                let xs: [&[f64]; BLOCK] = std::array::from_fn(|e| {
+                    let i = rows[k + e].0;
+                    &below[i * n + start..i * n + j]
+                });
+                let sums = dots(xs, &row_j[start..j]);
+                for (e, sum) in sums.into_iter().enumerate() {
+                    let cell = &mut below[rows[k + e].0 * n + j];
+                    *cell = (*cell - sum) / d;
+                }
+            } else {
+                for &(i, start) in &rows[k..k + same] {
+                    let row_i = &mut below[i * n..(i + 1) * n];
+                    row_i[j] = (row_i[j] - dot(&row_i[start..j], &row_j[start..j])) / d;
+                }
+            }
+            k += same;
         }
     }
     Some(Factor { n, l: a, first })
