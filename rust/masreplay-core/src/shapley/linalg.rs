@@ -5,45 +5,22 @@
 /// vector registers (a single running sum is a chain of dependent additions it may not reorder).
 const LANES: usize = 8;
 
-/// x . y over the shorter length, summed in [`LANES`] interleaved partial sums: with 256-bit
-/// vector registers where the processor has them (each lane's products and sums are rounded
-/// one by one either way, no fused multiply-add, so the result is the same bits).
+/// x . y over the shorter length.
 fn dot(x: &[f64], y: &[f64]) -> f64 {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: the processor has AVX2, checked just above.
-        return unsafe { dot_avx2(x, y) };
-    }
-    dot_lanes(x, y)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn dot_avx2(x: &[f64], y: &[f64]) -> f64 {
-    dot_lanes(x, y)
-}
-
-#[inline(always)]
-fn dot_lanes(x: &[f64], y: &[f64]) -> f64 {
     let len = x.len().min(y.len());
-    let (x, y) = (&x[..len], &y[..len]);
-    let mut lanes = [0.0; LANES];
-    let (x_chunks, y_chunks) = (x.chunks_exact(LANES), y.chunks_exact(LANES));
-    let tail: f64 = x_chunks.remainder().iter().zip(y_chunks.remainder()).map(|(a, b)| a * b).sum();
-    for (xc, yc) in x_chunks.zip(y_chunks) {
-        for lane in 0..LANES {
-            lanes[lane] += xc[lane] * yc[lane];
-        }
-    }
-    lanes.iter().sum::<f64>() + tail
+    let [sum] = dots([&x[..len]], &y[..len]);
+    sum
 }
 
-/// Rows whose dot products with one row are taken together: that row is read once for
-/// all of them.
+/// Rows whose dot products with one row are taken together in the factorisation: that row
+/// is read once for all of them.
 const BLOCK: usize = 4;
 
-/// [`dot`] of each of `xs` with `y` (over `y`'s length), bit for bit.
-fn dots(xs: [&[f64]; BLOCK], y: &[f64]) -> [f64; BLOCK] {
+/// The dot product of each of `xs` with `y` (over `y`'s length; each x at least as long),
+/// summed in [`LANES`] interleaved partial sums: with 256-bit vector registers where the
+/// processor has them (each lane's products and sums are rounded one by one either way, no
+/// fused multiply-add, so the result is the same bits, and each x's the same as alone).
+fn dots<const B: usize>(xs: [&[f64]; B], y: &[f64]) -> [f64; B] {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: the processor has AVX2, checked just above.
@@ -54,15 +31,14 @@ fn dots(xs: [&[f64]; BLOCK], y: &[f64]) -> [f64; BLOCK] {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-fn dots_avx2(xs: [&[f64]; BLOCK], y: &[f64]) -> [f64; BLOCK] {
+fn dots_avx2<const B: usize>(xs: [&[f64]; B], y: &[f64]) -> [f64; B] {
     dots_lanes(xs, y)
 }
 
-/// The sums of [`dot_lanes`], term for term and in its order, for several rows at once.
 #[inline(always)]
-fn dots_lanes(xs: [&[f64]; BLOCK], y: &[f64]) -> [f64; BLOCK] {
+fn dots_lanes<const B: usize>(xs: [&[f64]; B], y: &[f64]) -> [f64; B] {
     let xs = xs.map(|x| &x[..y.len()]);
-    let mut lanes = [[0.0; LANES]; BLOCK];
+    let mut lanes = [[0.0; LANES]; B];
     let y_chunks = y.chunks_exact(LANES);
     let done = y.len() - y_chunks.remainder().len();
     for (c, yc) in y_chunks.enumerate() {
