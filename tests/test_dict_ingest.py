@@ -129,8 +129,8 @@ def test_python_forms_json_has_no_name_for_read_as_their_json(seed_example):
     assert masreplay.load_traces(trace)[0] == masreplay.load_traces(json.dumps(plain))[0]
 
 
-class EmptiesList:
-    """A number whose conversion empties the list being read."""
+class Empties:
+    """A number whose conversion empties the list or dict it is given."""
 
     def __init__(self, owner: list) -> None:
         self.owner = owner
@@ -143,7 +143,53 @@ class EmptiesList:
 def test_a_value_that_empties_its_list_while_read_is_read_from_the_snapshot(seed_example):
     trace = copy.deepcopy(seed_example)
     values = [1, 2]
-    values.insert(1, EmptiesList(values))
+    values.insert(1, Empties(values))
     trace["numbers"] = values
     batch = masreplay.load_traces(trace)
     assert batch[0]["numbers"] == [1, 1.0, 2]
+
+
+def test_plain_values_at_their_edges_are_read_as_their_json(seed_example):
+    """A trace of builtin values only is read in place (no snapshot); at every edge of that
+    path (64-bit integers, bools among ints, tuples, empty containers, non-ASCII text) it gives
+    what its JSON gives."""
+    trace = copy.deepcopy(seed_example)
+    trace["plain"] = {
+        "ints": [0, -1, 2**63 - 1, -(2**63), 2**63, 2**64 - 1, 2**64, -(2**63) - 1, 2**70],
+        "floats": [0.0, -0.0, 1e308, 5e-324, 0.1],
+        "constants": [True, False, None, 1, 0],
+        "tuple": (1, "two", (3.0, [])),
+        "texts": ["", "é", "日本語", "🙂", "nul \x00 inside"],
+        "empty": [{}, [], ()],
+        "": {"nested": {"deeper": [{"key": "value"}]}},
+    }
+    ours = masreplay.load_traces(trace)
+    theirs = masreplay.load_traces(json.dumps(trace))
+    assert ours.to_arrow().equals(theirs.to_arrow())
+    assert ours[0]["plain"] == theirs[0]["plain"]
+    assert ours[0]["plain"]["constants"] == [True, False, None, 1, 0]
+    assert [type(v) for v in ours[0]["plain"]["constants"][:2]] == [bool, bool]
+
+
+def test_a_string_that_is_not_utf8_is_an_error_with_its_pointer(seed_example):
+    trace = copy.deepcopy(seed_example)
+    trace["events"][1]["content_ref"] = "half a pair \ud800"
+    with pytest.raises(TraceValidationError, match="UTF-8") as error:
+        masreplay.load_traces(trace)
+    assert error.value.trace_id == trace["trace_id"]
+    assert error.value.path == "/events/1/content_ref"
+    # Python's error from the string was cleared, not left pending for the next call.
+    assert len(masreplay.load_traces([seed_example] * 3)) == 3
+
+
+def test_a_value_that_empties_the_trace_while_read_is_read_from_the_snapshot(seed_example):
+    """The trace is read in place until a value that runs Python code; then it is read again
+    from snapshots, so that the code emptying the trace's own dict changes nothing read."""
+    trace = copy.deepcopy(seed_example)
+    expected = copy.deepcopy(seed_example)
+    trace["costs"]["late"] = Empties(trace)
+    expected["costs"]["late"] = 1.0
+    trace["after"] = {"a": 1, "b": Empties(trace["events"][0]), "c": [3]}
+    expected["after"] = {"a": 1, "b": 1.0, "c": [3]}
+    assert masreplay.load_traces(trace)[0] == masreplay.load_traces(expected)[0]
+    assert trace == {}

@@ -223,6 +223,21 @@ def test_kernel_that_valued_every_coalition_is_exact_to_rounding():
     assert np.all(result.stderr == 0.0)
 
 
+def test_kernel_on_a_game_its_design_fits_is_exact_to_rounding():
+    # An additive + pairwise game is fitted exactly by the regression on a sampled design too
+    # (zero jackknife spread): the values must be exact to rounding, as the zero stderr says,
+    # not off by the ridge (the fit is refined once against the matrix without it).
+    rng = np.random.default_rng(3)
+    terms = [([i], float(rng.uniform(0, 1))) for i in range(10)]
+    terms += [([i, j], float(rng.uniform(-1, 1))) for i in range(10) for j in range(i + 1, 10)]
+    game = games.soum(10, terms)
+    for budget in (300, 1000):
+        result = masreplay.shapley(game, method="kernel", budget=budget, seed=2)
+        assert not result.exact
+        np.testing.assert_allclose(result.values, game.shapley_values(), rtol=0, atol=1e-13)
+        assert np.all(result.stderr < 1e-12)
+
+
 def test_permutation_below_two_antithetic_pairs_draws_plain_orderings():
     game = games.soum(50, 100, 3, seed=2)
     truth = game.shapley_values()
@@ -259,7 +274,10 @@ def test_same_seed_same_values_at_any_thread_count():
 
 def test_auto_says_what_it_picked():
     assert masreplay.shapley(games.soum(8, 10)).method == "exact"
-    # MSR from 30 evaluations per player, antithetic permutations below.
+    # KernelSHAP from 90% of all coalitions (1,000 of 1,024), MSR from 30 evaluations per
+    # player (900 of 1,024 is below 90%), antithetic permutations below.
+    assert masreplay.shapley(games.soum(10, 10), budget=1000).method == "kernel"
+    assert masreplay.shapley(games.soum(10, 10), budget=900).method == "msr"
     assert masreplay.shapley(games.soum(14, 10), budget=8000).method == "msr"
     assert masreplay.shapley(games.soum(100, 10), budget=3000).method == "msr"
     assert masreplay.shapley(games.soum(100, 10), budget=1000).method == "permutation"

@@ -10,11 +10,12 @@ by level), ``msr`` (regression-adjusted maximum sample reuse, Witter, Liu & Musc
 every valued coalition informs every player; a surrogate fitted on the evaluations, with
 per-player slopes that vary with the coalition size, is a control variate; cross-fitted, so
 unbiased, and efficient by construction), and ``auto``, which picks exact when the budget
-covers every feasible coalition, ``msr`` from 30 evaluations per player and antithetic
-permutations below (rules measured on the benchmark families, see the README), and says
-which in ``result.method``. Where most players interact with nobody (a sparse low-order
-game) permutations beat MSR at any budget (1.5x lower error at n = 300), which n and the
-budget cannot reveal: choose ``method="permutation"`` there.
+covers every feasible coalition, ``kernel`` when it covers 90% of them or more, ``msr``
+from 30 evaluations per player and antithetic permutations below (rules measured on the
+benchmark families, see the README), and says which in ``result.method``. Where most
+players interact with nobody (a sparse low-order game) permutations beat MSR at any budget
+(1.5x lower error at n = 300), which n and the budget cannot reveal: choose
+``method="permutation"`` there.
 
 Players the caller knows about: ``fixed`` players are always present (an orchestrator, the
 harness), ``exclude`` players never; the estimators play the game among the rest,

@@ -328,26 +328,55 @@ pub fn trace_from_tape(tape: &Tape, root: usize, options: ValidateOptions) -> Re
 pub(crate) fn event_from_parts(
     trace_id: &str,
     index: usize,
-    head: (String, f64, EventType, String),
+    (id, t, event_type, agent): (String, f64, EventType, &str),
     fields: Vec<(&str, Value)>,
 ) -> Result<Event, ValidationError> {
     let reader = Reader { trace_id: Some(trace_id) };
     let events_at = Loc::Root.key("events");
     let at = events_at.index(index);
-    let (id, t, event_type, agent) = head;
     reader.rule(&at.key("id"), check_non_empty(&id))?;
     // A time JSON cannot hold is null there.
     let t = reader.number(&Value::from(t), &at.key("t"))?;
     reader.rule(&at.key("t"), check_non_negative(t))?;
-    reader.rule(&at.key("agent"), check_non_empty(&agent))?;
+    reader.rule(&at.key("agent"), check_non_empty(agent))?;
     let mut event = Event::new(id, t, event_type, agent);
     let mut extra = Map::new();
     for (key, value) in fields {
+        // Text fields take the converter's text itself (the Reader copies it from a document).
+        let value = match (text_field(&mut event, key), value) {
+            (Some(field), Value::String(text)) => {
+                *field = Some(text);
+                continue;
+            }
+            (_, value) => value,
+        };
         if !reader.field(&mut event, key, &value, &at)? {
             extra.insert(key.to_owned(), value);
         }
     }
     reader.attach(event, extra, &at)
+}
+
+/// The event fields of the schema besides id, t, type and agent: what `Reader::field` sets.
+const EVENT_FIELDS: [&str; 10] =
+    ["role", "from", "to", "tool", "content_ref", "trusted", "reward", "tokens", "duration_s", "logprob"];
+
+/// Whether `key` names a field of an event's schema that [`event_from_parts`] checks and sets
+/// (any other key of its fields is one of the event's attributes).
+pub(crate) fn is_event_field(key: &str) -> bool {
+    EVENT_FIELDS.contains(&key)
+}
+
+/// The text field of `event` that `key` names, if it names one.
+fn text_field<'e>(event: &'e mut Event, key: &str) -> Option<&'e mut Option<String>> {
+    match key {
+        "role" => Some(&mut event.role),
+        "from" => Some(&mut event.from),
+        "to" => Some(&mut event.to),
+        "tool" => Some(&mut event.tool),
+        "content_ref" => Some(&mut event.content_ref),
+        _ => None,
+    }
 }
 
 /// A trace a converter made of events from [`event_from_parts`] and edges between them, with

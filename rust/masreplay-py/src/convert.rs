@@ -170,16 +170,16 @@ pub fn otel(
     };
     let bytes = text.map(|text| text.as_bytes());
     let outcome = py.detach(move || -> Result<(TraceBatch, Report), Box<ConversionError>> {
-        let (traces, report) = match given {
+        let (converted, report) = match given {
             Some(value) => otel::convert(&name, &Document::One(value))?,
             None => otel::convert_text(&name, bytes.unwrap_or_default())?,
         };
-        let batch = TraceBatch::from_traces(&traces).map_err(|error| {
+        let batch = converted.batch().map_err(|error| {
             Box::new(ConversionError::new(&name, None, format!("converted traces rejected: {error}")))
         })?;
-        // The traces are in the batch now: freed on a pool thread (their many small maps took
-        // a sixth of a conversion to free) while the batch goes back to the caller.
-        rayon::spawn(move || drop(traces));
+        // The traces are in the batch now: freed on a pool thread while the batch goes back
+        // to the caller.
+        rayon::spawn(move || drop(converted));
         Ok((batch, report))
     });
     let (inner, report) = outcome.map_err(|error| conversion_error(py, &error))?;

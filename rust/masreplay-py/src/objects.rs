@@ -9,8 +9,13 @@
 //!
 //! Python code runs while a value is read (`__index__`, `__float__`, `__iter__`), and it may
 //! change the containers: each dict and list is read from a snapshot of its items, taken
-//! before any of them is read, never iterated live.
+//! before any of them is read, never iterated live. Most traces hold only plain builtin values
+//! (no Python code can run while they are read), and those are first read in place, without a
+//! snapshot ([`write_plain_trace`]); a trace holding anything else is read again from snapshots.
 
+use std::os::raw::c_int;
+
+use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
@@ -68,6 +73,11 @@ impl Chunk {
                 return &objects[i..];
             }
             let root = self.tape.mark();
+            if write_plain_trace(object, &mut self.tape) {
+                self.roots.push(Ok(root));
+                continue;
+            }
+            self.tape.truncate(root);
             let written = write_trace(object, &mut self.tape, items).map(|()| root).map_err(|not_json| {
                 self.tape.truncate(root);
                 ValidationError::new(trace_id_of(object).as_deref(), not_json.path, not_json.reason)
@@ -123,6 +133,126 @@ impl Failure {
 /// The snapshots of the containers being read, one above the other (a dict's as key, value,
 /// key, value, ...): one buffer for all of them, so that reading a container allocates nothing.
 type Items<'py> = Vec<Bound<'py, PyAny>>;
+
+/// Writes a trace that holds only plain values, reading the objects in place: exact dicts with
+/// string keys, lists, tuples, strings, integers within 64 bits, finite floats, bools and None,
+/// at most [`MAX_DEPTH`] levels deep. Returns false at anything else (a subclass, a foreign type,
+/// NaN, a wider integer, a string that is not UTF-8, deeper nesting), the tape then holding a
+/// partial document: the caller truncates it and reads the trace with [`write_trace`], which
+/// says what is wrong, if anything.
+fn write_plain_trace(object: &Bound<'_, PyAny>, tape: &mut Tape) -> bool {
+    // SAFETY: the GIL is held (`object` is bound to it) and nothing below runs Python code or
+    // releases the GIL: only exact builtin types are read, with calls that neither call back into
+    // Python nor allocate Python objects (which could start the collector, and a finalizer). So
+    // no code can change the containers while they are read, and the borrowed references stay
+    // valid. The one call that may fail (the UTF-8 of a string with lone surrogates) creates an
+    // exception, which may start the collector: the path then gives up at once, touching nothing
+    // borrowed after it. (All of this rests on the GIL: a free-threaded
+    // build would need the containers' critical sections.)
+    unsafe { write_plain(object.as_ptr(), tape, 1) }
+}
+
+/// [`write_plain_trace`] of `object`, at nesting `level`.
+///
+/// # Safety
+/// The GIL is held and `object` is a valid reference that stays alive while this runs.
+unsafe fn write_plain(object: *mut ffi::PyObject, tape: &mut Tape, level: usize) -> bool {
+    unsafe {
+        let kind = ffi::Py_TYPE(object);
+        if kind == &raw mut ffi::PyUnicode_Type {
+            return match plain_str(object) {
+                Some(text) => {
+                    tape.str(text);
+                    true
+                }
+                None => false,
+            };
+        }
+        if kind == &raw mut ffi::PyDict_Type {
+            if level > MAX_DEPTH {
+                return false;
+            }
+            let open = tape.open_object();
+            let (mut position, mut len) = (0, 0);
+            let (mut key, mut value) = (std::ptr::null_mut(), std::ptr::null_mut());
+            while ffi::PyDict_Next(object, &mut position, &mut key, &mut value) != 0 {
+                if ffi::Py_TYPE(key) != &raw mut ffi::PyUnicode_Type {
+                    return false;
+                }
+                let Some(key) = plain_str(key) else { return false };
+                tape.str(key);
+                if !write_plain(value, tape, level + 1) {
+                    return false;
+                }
+                len += 1;
+            }
+            tape.close(open, len);
+            return true;
+        }
+        if kind == &raw mut ffi::PyList_Type || kind == &raw mut ffi::PyTuple_Type {
+            if level > MAX_DEPTH {
+                return false;
+            }
+            let (size, item): (unsafe extern "C" fn(_) -> _, unsafe extern "C" fn(_, _) -> _) =
+                if kind == &raw mut ffi::PyList_Type {
+                    (ffi::PyList_Size, ffi::PyList_GetItem)
+                } else {
+                    (ffi::PyTuple_Size, ffi::PyTuple_GetItem)
+                };
+            let len = size(object);
+            let open = tape.open_array();
+            for i in 0..len {
+                if !write_plain(item(object, i), tape, level + 1) {
+                    return false;
+                }
+            }
+            tape.close(open, len as usize);
+            return true;
+        }
+        if kind == &raw mut ffi::PyFloat_Type {
+            let value = ffi::PyFloat_AsDouble(object);
+            if !value.is_finite() {
+                return false;
+            }
+            tape.float(value);
+            return true;
+        }
+        if kind == &raw mut ffi::PyLong_Type {
+            let mut overflow: c_int = 0;
+            let value = ffi::PyLong_AsLongLongAndOverflow(object, &mut overflow);
+            if overflow != 0 {
+                return false;
+            }
+            tape.int(value);
+            return true;
+        }
+        if object == ffi::Py_None() {
+            tape.null();
+        } else if object == ffi::Py_True() || object == ffi::Py_False() {
+            tape.bool(object == ffi::Py_True());
+        } else {
+            return false;
+        }
+        true
+    }
+}
+
+/// The text of an exact str, or None (its error cleared) when it is not UTF-8 (lone surrogates).
+///
+/// # Safety
+/// The GIL is held and `text` is a valid reference to an exact str, alive while the result is used.
+unsafe fn plain_str<'a>(text: *mut ffi::PyObject) -> Option<&'a str> {
+    unsafe {
+        let mut len: ffi::Py_ssize_t = 0;
+        let data = ffi::PyUnicode_AsUTF8AndSize(text, &mut len);
+        if data.is_null() {
+            ffi::PyErr_Clear();
+            return None;
+        }
+        // Python keeps a str's UTF-8 form with the str, and it is valid UTF-8.
+        Some(std::str::from_utf8_unchecked(std::slice::from_raw_parts(data.cast::<u8>(), len as usize)))
+    }
+}
 
 /// Writes the trace object onto `tape` (level 1 of [`MAX_DEPTH`]). On failure the tape holds a
 /// partial document, which the caller truncates.

@@ -4,7 +4,7 @@
 
 use serde_json::{Map, Value};
 
-use super::json::Json;
+use super::json::{Json, write_serialized};
 use crate::error::ValidationError;
 use crate::trace::{Edge, EdgeType, Event, EventType, NamedNumbers, Topology, Trace};
 use crate::validate;
@@ -15,6 +15,8 @@ type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 /// A field of an event: made here, or a value of the input passed through.
 pub(crate) enum Out<'r> {
     Text(String),
+    /// Text of the input, copied only where the event keeps it.
+    Str(&'r str),
     Value(Value),
     Float(f64),
     Raw(Option<&'r Json<'r>>),
@@ -49,6 +51,11 @@ pub(crate) struct Builder<'t> {
     unfit: Option<(String, String)>,
     /// The first event the data contract refuses.
     invalid: Option<ValidationError>,
+    /// Each event's attributes as the JSON text of one object, when they are written as the
+    /// events are made (see [`Builder::writing_attributes`]); the events then hold none.
+    written: Option<Vec<Option<String>>>,
+    /// The text of the event being written (reused: one copy of each event's text is kept).
+    scratch: Vec<u8>,
 }
 
 impl<'t> Builder<'t> {
@@ -61,15 +68,37 @@ impl<'t> Builder<'t> {
             edge_keys: HashSet::default(),
             unfit: None,
             invalid: None,
+            written: None,
+            scratch: Vec::new(),
         }
+    }
+
+    /// A builder that writes each event's attributes as JSON text (what a batch's attributes
+    /// column stores) instead of keeping them in the event: no map made and freed per event.
+    /// The text is the one the event's map would be written as; [`Builder::take_written`]
+    /// hands it over.
+    pub fn writing_attributes(trace_id: &'t str) -> Self {
+        Builder { written: Some(Vec::new()), ..Builder::new(trace_id) }
+    }
+
+    /// The attributes written so far, one entry per event (`None`: no attributes), or `None`
+    /// for a builder that keeps them in the events.
+    pub fn take_written(&mut self) -> Option<Vec<Option<String>>> {
+        self.written.take()
     }
 
     pub fn event(&mut self, id: String, t: f64, kind: EventType, agent: &str, fields: Vec<(&str, Out<'_>)>) -> usize {
         let index = self.events.len();
         let mut values = Vec::with_capacity(fields.len());
+        let mut text = self.written.is_some().then(|| std::mem::take(&mut self.scratch));
         for (key, value) in fields {
+            if let Some(text) = text.as_mut().filter(|_| !validate::is_event_field(key)) {
+                self.write(text, index, key, value);
+                continue;
+            }
             let value = match value {
                 Out::Text(text) => Value::String(text),
+                Out::Str(text) => Value::String(text.to_owned()),
                 Out::Value(value) => value,
                 Out::Float(x) => match serde_json::Number::from_f64(x) {
                     Some(number) => Value::Number(number),
@@ -88,18 +117,55 @@ impl<'t> Builder<'t> {
             }
             values.push((key, value));
         }
-        let head = (id, t.max(0.0), kind, agent.to_owned());
-        let event = match validate::event_from_parts(self.trace_id, index, head.clone(), values) {
+        let event = match validate::event_from_parts(self.trace_id, index, (id, t.max(0.0), kind, agent), values) {
             Ok(event) => event,
             Err(error) => {
-                // Kept in place of the event, so that the rest is built and an unfit value
-                // further on is still found.
+                // A stand-in keeps the event's place, so that the rest is built and an unfit
+                // value further on is still found (the trace is refused: nothing reads it).
                 self.invalid.get_or_insert(error);
-                Event::new(head.0, 0.0, kind, head.3)
+                Event::new(String::new(), 0.0, kind, String::new())
             }
         };
         self.events.push(event);
+        if let (Some(written), Some(mut text)) = (self.written.as_mut(), text) {
+            written.push((!text.is_empty()).then(|| {
+                text.push(b'}');
+                // Written from text and serde_json's output: UTF-8.
+                String::from_utf8_lossy(&text).into_owned()
+            }));
+            text.clear();
+            self.scratch = text;
+        }
         index
+    }
+
+    /// Writes field `key` of event `index` into the JSON text of its attributes, as the
+    /// event's map would be written (a value the trace cannot hold is null beside the first
+    /// such place, as in the map).
+    fn write(&mut self, text: &mut Vec<u8>, index: usize, key: &str, value: Out<'_>) {
+        if matches!(value, Out::Raw(None | Some(Json::Null)) | Out::Json(Json::Null)) {
+            return;
+        }
+        text.push(if text.is_empty() { b'{' } else { b',' });
+        write_serialized(text, key);
+        text.push(b':');
+        let start = text.len();
+        let unfit = match value {
+            Out::Text(value) => Json::Str(value.into()).write_json(4, text),
+            Out::Str(value) => Json::Str(value.into()).write_json(4, text),
+            Out::Value(value) => {
+                write_serialized(text, &value);
+                Ok(())
+            }
+            Out::Float(x) => Json::Float(x).write_json(4, text),
+            Out::Raw(json) => json.map_or(Ok(()), |json| json.write_json(4, text)),
+            Out::Json(json) => json.write_json(4, text),
+        };
+        if let Err((at, why)) = unfit {
+            self.unfit.get_or_insert((format!("/events/{index}/{key}{at}"), why));
+            text.truncate(start);
+            text.extend_from_slice(b"null");
+        }
     }
 
     /// A value of the input as an event field, or null beside the first place that the trace

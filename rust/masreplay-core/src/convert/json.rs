@@ -197,6 +197,49 @@ impl<'a> Json<'a> {
         })
     }
 
+    /// Writes the value as JSON text, as serde_json writes what [`Json::to_value`] makes of
+    /// it; `Err` (the text then cut short) where `to_value` fails, with the same pointer and
+    /// reason.
+    pub fn write_json(&self, level: usize, text: &mut Vec<u8>) -> Result<(), (String, String)> {
+        if matches!(self, Json::Array(_) | Json::Object(_)) && level > crate::validate::MAX_DEPTH {
+            return Err((String::new(), crate::validate::depth_error()));
+        }
+        match self {
+            Json::Null => text.extend_from_slice(b"null"),
+            Json::Bool(flag) => text.extend_from_slice(if *flag { b"true" } else { b"false" }),
+            Json::Int(n) => write_serialized(text, n),
+            Json::UInt(n) => write_serialized(text, n),
+            Json::Float(x) if x.is_finite() => write_serialized(text, x),
+            Json::Float(x) => return Err((String::new(), format!("{x} is not a finite number"))),
+            Json::Str(value) => write_serialized(text, value.as_ref()),
+            Json::Array(items) => {
+                text.push(b'[');
+                for (index, item) in items.iter().enumerate() {
+                    if index > 0 {
+                        text.push(b',');
+                    }
+                    item.write_json(level + 1, text).map_err(|(at, why)| (format!("/{index}{at}"), why))?;
+                }
+                text.push(b']');
+            }
+            Json::Object(entries) => {
+                text.push(b'{');
+                for (index, (key, item)) in entries.iter().enumerate() {
+                    if index > 0 {
+                        text.push(b',');
+                    }
+                    write_serialized(text, key.as_ref());
+                    text.push(b':');
+                    item.write_json(level + 1, text)
+                        .map_err(|(at, why)| (format!("/{}{at}", crate::validate::pointer_segment(key)), why))?;
+                }
+                text.push(b'}');
+            }
+            Json::Other(name) => return Err((String::new(), format!("a Python {name} has no JSON form"))),
+        }
+        Ok(())
+    }
+
     /// An object's entry, replacing an earlier one of the same key in its place.
     pub fn insert(entries: &mut Vec<(Cow<'a, str>, Json<'a>)>, key: Cow<'a, str>, value: Json<'a>) {
         match entries.iter_mut().find(|(name, _)| *name == key) {
@@ -204,6 +247,12 @@ impl<'a> Json<'a> {
             None => entries.push((key, value)),
         }
     }
+}
+
+/// `value` as serde_json writes it, added to `text`.
+pub(crate) fn write_serialized(text: &mut Vec<u8>, value: &(impl serde_core::Serialize + ?Sized)) {
+    // Into memory, serde_json's writing of a scalar or of a value it made cannot fail.
+    let _ = serde_json::to_writer(text, value);
 }
 
 /// Python's `repr` of a value as `json.loads` made it (errors quote the value they refuse).

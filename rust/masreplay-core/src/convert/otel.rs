@@ -35,6 +35,7 @@ use super::builder::{Builder, Head, Out, integer, set_reward};
 use super::json::{Json, Keep, py_repr, py_str, repr};
 use super::{ConversionError, Document, Report, iso_time};
 use crate::error::ValidationError;
+use crate::store::TraceBatch;
 use crate::trace::{EdgeType, EventType, NamedNumbers, Topology, Trace};
 
 const USER: &str = "user";
@@ -52,6 +53,7 @@ const IGNORED_SPANS: [&str; 4] =
     ["agentlightning.message", "agentlightning.object", "agentlightning.virtual", "agentlightning.operation"];
 const USAGE_KEYS: [&str; 2] = ["gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens"];
 const EXCEPTION_EVENT: &str = "exception";
+const TRACES_PER_SHARE: usize = 4;
 
 /// The parts of a file's records the converter reads: an OTLP export (resource and scope
 /// descriptions skipped unread) or a span as the SDK's `to_json` or Agent Lightning writes it.
@@ -100,18 +102,50 @@ mod typed;
 type Failure = Box<ConversionError>;
 type Outcome<T> = Result<T, Failure>;
 
+/// Each event's attributes as the JSON text of one object (`None`: it has none), in the order
+/// of a trace's events.
+pub type Attributes = Vec<Option<String>>;
+
+/// Converted traces whose events' attributes are written beside them as JSON text (the text a
+/// batch stores; the traces' events hold none): no map made and freed per event.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Converted {
+    pub traces: Vec<Trace>,
+    /// Each trace's events' attributes.
+    pub attributes: Vec<Attributes>,
+}
+
+impl Converted {
+    /// The traces as a batch, each event with its attributes.
+    pub fn batch(&self) -> crate::error::Result<TraceBatch> {
+        TraceBatch::from_traces_and_attributes(&self.traces, &self.attributes)
+    }
+
+    /// The traces with their events' attributes in them, as a batch of them reads them back.
+    pub fn into_traces(self) -> Vec<Trace> {
+        let mut traces = self.traces;
+        for (trace, attributes) in traces.iter_mut().zip(self.attributes) {
+            for (event, text) in trace.events.iter_mut().zip(attributes) {
+                // Text written from values a trace holds: it reads back.
+                event.attributes = text.and_then(|text| serde_json::from_str(&text).ok());
+            }
+        }
+        traces
+    }
+}
+
 /// Converts the spans of `document` (read from the file or source named `name`): the traces,
 /// and the report of what was read, set aside and found suspicious. A trace the data contract
 /// refuses is an error naming the record its first span came from (once every trace is made:
 /// what cannot be read at all is named first).
-pub fn convert(name: &str, document: &Document<'_>) -> Outcome<(Vec<Trace>, Report)> {
+pub fn convert(name: &str, document: &Document<'_>) -> Outcome<(Converted, Report)> {
     traces(name, spans(name, document)?)
 }
 
 /// Converts the spans of a file's text: [`convert`] of what [`read`] makes of it, with the
 /// same traces, report and errors. An OTLP export in the shape exporters write is read
 /// straight into spans, with no value tree of the whole document.
-pub fn convert_text(name: &str, bytes: &[u8]) -> Outcome<(Vec<Trace>, Report)> {
+pub fn convert_text(name: &str, bytes: &[u8]) -> Outcome<(Converted, Report)> {
     match typed::spans(name, bytes) {
         Some(spans) => traces(name, spans),
         None => convert(name, &read(name, bytes)?),
@@ -119,20 +153,21 @@ pub fn convert_text(name: &str, bytes: &[u8]) -> Outcome<(Vec<Trace>, Report)> {
 }
 
 /// The traces of the spans read from `name`, and the report.
-fn traces(name: &str, spans: Vec<Span<'_>>) -> Outcome<(Vec<Trace>, Report)> {
+fn traces(name: &str, spans: Vec<Span<'_>>) -> Outcome<(Converted, Report)> {
     let mut report = Report { records: spans.len(), ..Report::default() };
     let mut groups: Vec<(&str, Vec<&Span<'_>>)> = Vec::new();
     let mut group_of: HashMap<&str, usize> = HashMap::default();
     for span in &spans {
-        let at = *group_of.entry(&span.trace).or_insert_with(|| {
-            groups.push((&span.trace, Vec::new()));
+        let at = *group_of.entry(span.trace.as_ref()).or_insert_with(|| {
+            groups.push((span.trace.as_ref(), Vec::new()));
             groups.len() - 1
         });
         groups[at].1.push(span);
     }
     // Traces are made in parallel, each with a report of its own, read back in order: the
     // first error and the merged report are those of one pass in trace order.
-    let made = super::shared_map(&groups, super::SHARE, |(trace_id, members)| {
+    // A few traces a share: traces differ in size, and the threads finish together.
+    let made = super::shared_map(&groups, TRACES_PER_SHARE, |(trace_id, members)| {
         let mut own = Report::default();
         let trace = OtelTrace::new(trace_id, members, &mut own).build();
         (trace, own)
@@ -145,11 +180,13 @@ fn traces(name: &str, spans: Vec<Span<'_>>) -> Outcome<(Vec<Trace>, Report)> {
             None => report.warnings.push(format!("{name}: trace {} has no GenAI spans; no trace made", repr(trace_id))),
         }
     }
-    let traces = built
-        .into_iter()
-        .map(|(trace, line)| trace.map_err(|cause| Box::new(ConversionError::invalid_trace(name, line, cause))))
-        .collect::<Outcome<_>>()?;
-    Ok((traces, report))
+    let mut converted = Converted::default();
+    for (made, line) in built {
+        let (trace, attributes) = made.map_err(|cause| Box::new(ConversionError::invalid_trace(name, line, cause)))?;
+        converted.traces.push(trace);
+        converted.attributes.push(attributes);
+    }
+    Ok((converted, report))
 }
 
 // ---- where a span was read -----------------------------------------------------------------
@@ -406,25 +443,30 @@ fn otlp_attributes<'r>(
 
 /// Trace and span ids as lowercase hex, whichever way the writer spelled them: OTLP JSON uses
 /// hex, protobuf's JSON mapping base64, the SDK's span JSON a 0x prefix. Other text is kept.
-fn hex_id(value: Option<&Json<'_>>, at: &Where<'_>, place: &str) -> Outcome<Option<String>> {
+fn hex_id<'r>(value: Option<&Json<'r>>, at: &Where<'_>, place: &str) -> Outcome<Option<Cow<'r, str>>> {
     let Some(value) = value.filter(|value| value.truthy()) else { return Ok(None) };
-    let text = match value {
-        Json::Str(text) => Cow::Borrowed(text.as_ref()),
+    let text: Cow<'r, str> = match value {
+        Json::Str(Cow::Borrowed(text)) => Cow::Borrowed(text),
+        Json::Str(Cow::Owned(text)) => Cow::Owned(text.clone()),
         Json::Int(n) => Cow::Owned(n.to_string()),
         Json::UInt(n) => Cow::Owned(n.to_string()),
         other => return Err(at.fail(format_args!("{place} is {}, expected an id", other.describe()))),
     };
-    // Hex digits after an optional 0x (either case), lowercased in one copy.
-    let digits = match text.as_bytes() {
-        [b'0', b'x' | b'X', ..] => &text[2..],
-        _ => text.as_ref(),
-    };
+    // Hex digits after an optional 0x (either case), lowercased in one copy; lowercase hex
+    // with no prefix (as OTLP exporters write ids) is kept as written.
+    let prefix = if matches!(text.as_bytes(), [b'0', b'x' | b'X', ..]) { 2 } else { 0 };
+    let digits = &text[prefix..];
     if digits.bytes().all(|byte| byte.is_ascii_hexdigit()) {
-        return Ok(Some(digits.to_ascii_lowercase()));
+        if prefix == 0 && !digits.bytes().any(|byte| byte.is_ascii_uppercase()) {
+            return Ok(Some(text));
+        }
+        return Ok(Some(Cow::Owned(digits.to_ascii_lowercase())));
     }
     Ok(Some(match base64(&text) {
-        Some(raw) if raw.len() == 8 || raw.len() == 16 => raw.iter().map(|byte| format!("{byte:02x}")).collect(),
-        _ => text.into_owned(),
+        Some(raw) if raw.len() == 8 || raw.len() == 16 => {
+            Cow::Owned(raw.iter().map(|byte| format!("{byte:02x}")).collect())
+        }
+        _ => text,
     }))
 }
 
@@ -500,9 +542,9 @@ fn in_range(seconds: f64, value: &Json<'_>, at: &Where<'_>) -> Outcome<f64> {
 // ---- spans ---------------------------------------------------------------------------------
 
 struct Span<'r> {
-    trace: String,
-    id: String,
-    parent: Option<String>,
+    trace: Cow<'r, str>,
+    id: Cow<'r, str>,
+    parent: Option<Cow<'r, str>>,
     name: &'r str,
     start: f64,
     end: f64,
@@ -706,7 +748,7 @@ fn flat_span<'r>(record: &'r Json<'r>, at: Where<'r>) -> Outcome<Span<'r>> {
     let rollout =
         typed(record, "rollout_id", Kind::Text, &at, &root)?.and_then(Json::as_str).filter(|id| !id.is_empty());
     let trace = match rollout {
-        Some(rollout) => Some(rollout.to_owned()),
+        Some(rollout) => Some(Cow::Borrowed(rollout)),
         None => hex_id(record.truthy_field("trace_id").or_else(|| context.get("trace_id")), &at, "/trace_id")?,
     };
     let id = hex_id(record.truthy_field("span_id").or_else(|| context.get("span_id")), &at, "/span_id")?;
@@ -790,6 +832,9 @@ struct OtelTrace<'c, 'r> {
     spans: Vec<&'c Span<'r>>,
     /// Each span's parent among `spans`, when the export holds it.
     parents: Vec<Option<usize>>,
+    /// The agent each invoke_agent span with an agent name runs (looked up once: ancestor
+    /// walks ask for it at every step).
+    runs: Vec<Option<Cow<'c, str>>>,
     start: f64,
     builder: Builder<'c>,
     /// Each span's first and last event.
@@ -814,7 +859,7 @@ impl<'c, 'r> OtelTrace<'c, 'r> {
         let mut by_id: HashMap<&str, &'c Span<'r>> = HashMap::default();
         let mut spans = Vec::with_capacity(members.len());
         for &span in members {
-            match by_id.get(span.id.as_str()) {
+            match by_id.get(span.id.as_ref()) {
                 Some(first) => report.warnings.push(format!(
                     "{}: span {} repeats the id of the span at {}; set aside",
                     span.at,
@@ -831,12 +876,16 @@ impl<'c, 'r> OtelTrace<'c, 'r> {
         spans.sort_by(|a, b| {
             a.start.partial_cmp(&b.start).unwrap_or(Equal).then(a.end.partial_cmp(&b.end).unwrap_or(Equal))
         });
-        let index: HashMap<&str, usize> = spans.iter().enumerate().map(|(at, span)| (span.id.as_str(), at)).collect();
+        let index: HashMap<&str, usize> = spans.iter().enumerate().map(|(at, span)| (span.id.as_ref(), at)).collect();
         let parents = spans
             .iter()
             .map(|span| {
                 span.parent.as_deref().filter(|parent| !parent.is_empty()).and_then(|parent| index.get(parent).copied())
             })
+            .collect();
+        let runs = spans
+            .iter()
+            .map(|span| span.agent_name().filter(|name| span.operation() == Some("invoke_agent") && !name.is_empty()))
             .collect();
         let start = spans.iter().map(|span| span.start).fold(f64::INFINITY, f64::min);
         let count = spans.len();
@@ -845,8 +894,9 @@ impl<'c, 'r> OtelTrace<'c, 'r> {
             report,
             spans,
             parents,
+            runs,
             start,
-            builder: Builder::new(trace_id),
+            builder: Builder::writing_attributes(trace_id),
             first: vec![None; count],
             last: vec![None; count],
             reported: vec![false; count],
@@ -886,20 +936,14 @@ impl<'c, 'r> OtelTrace<'c, 'r> {
     /// agent's, else sub-agent.
     fn agent_roles(&mut self) {
         for span in 0..self.spans.len() {
-            let runs = |trace: &Self, at: usize| {
-                let span = trace.spans[at];
-                span.operation() == Some("invoke_agent") && span.agent_name().is_some_and(|name| !name.is_empty())
-            };
-            let agent = match self.nearest(span, runs) {
-                Some(run) => self.spans[run].agent_name().map_or_else(String::new, Cow::into_owned),
+            let agent = match self.nearest(span, |trace, at| trace.runs[at].is_some()) {
+                Some(run) => self.runs[run].as_deref().unwrap_or_default().to_owned(),
                 None => USER.to_owned(),
             };
             self.agent_of.push(agent);
-            if runs(self, span)
-                && let Some(name) = self.spans[span].agent_name()
-            {
+            if let Some(name) = &self.runs[span] {
                 let top = self.agent_of[span] == USER || self.roles.get(name.as_ref()) == Some(&ORCHESTRATOR);
-                self.roles.insert(name.into_owned(), if top { ORCHESTRATOR } else { SUB_AGENT });
+                self.roles.insert(name.clone().into_owned(), if top { ORCHESTRATOR } else { SUB_AGENT });
             }
         }
     }
@@ -916,7 +960,7 @@ impl<'c, 'r> OtelTrace<'c, 'r> {
     ) -> usize {
         let this = self.spans[span];
         let mut all = Vec::with_capacity(fields.len() + 4);
-        all.push(("span_name", Out::Text(this.name.to_owned())));
+        all.push(("span_name", Out::Str(this.name)));
         all.extend(fields);
         if !self.reported[span] && suffix != ":start" {
             // The span's first event carries what the whole span reports: its token usage (on
@@ -934,10 +978,11 @@ impl<'c, 'r> OtelTrace<'c, 'r> {
         if !all.iter().any(|(key, _)| *key == "role") {
             let role = if kind == EventType::ToolResult { Some(TOOL) } else { self.roles.get(agent).copied() };
             if let Some(role) = role {
-                all.push(("role", Out::Text(role.to_owned())));
+                all.push(("role", Out::Str(role)));
             }
         }
-        let index = self.builder.event(format!("{}{suffix}", this.id), t - self.start, kind, agent, all);
+        let id = [this.id.as_ref(), suffix].concat();
+        let index = self.builder.event(id, t - self.start, kind, agent, all);
         self.first[span].get_or_insert(index);
         self.last[span] = Some(index);
         index
@@ -948,7 +993,7 @@ impl<'c, 'r> OtelTrace<'c, 'r> {
         let caller = self.agent_of[span].clone();
         let duration = Out::Float((this.end - this.start).max(0.0));
         // The caller outside every agent run is the user (or the application) asking.
-        let asking = || (caller == USER).then(|| ("role", Out::Text(USER.to_owned())));
+        let asking = || (caller == USER).then(|| ("role", Out::Str(USER)));
         let extra = || {
             let attributes = this.attributes.as_ref();
             let attributes = (attributes.truthy()).then_some(("span_attributes", Out::Raw(Some(attributes))));
@@ -973,7 +1018,7 @@ impl<'c, 'r> OtelTrace<'c, 'r> {
                 let mut fields = vec![
                     ("from", Out::Text(caller.clone())),
                     ("to", Out::Text(agent.clone())),
-                    ("kind", Out::Text("invoke_agent".to_owned())),
+                    ("kind", Out::Str("invoke_agent")),
                 ];
                 fields.extend(asking());
                 fields.extend(extra());
@@ -1005,8 +1050,7 @@ impl<'c, 'r> OtelTrace<'c, 'r> {
                 let result = self.event(span, ":result", this.end, EventType::ToolResult, &tool, fields);
                 self.builder.edge(Some(call), Some(result), EdgeType::Return);
                 if this.error {
-                    let fields =
-                        vec![("tool", Out::Text(tool.clone())), ("reason", Out::Text("tool_error".to_owned()))];
+                    let fields = vec![("tool", Out::Text(tool.clone())), ("reason", Out::Str("tool_error"))];
                     let flag = self.event(span, ":error", this.end, EventType::SafetyEvent, &caller, fields);
                     self.builder.edge(Some(result), Some(flag), EdgeType::SafetyFlow);
                 }
@@ -1021,7 +1065,7 @@ impl<'c, 'r> OtelTrace<'c, 'r> {
                 self.event(span, "", this.start, EventType::Message, &caller, fields);
             }
             Some("apply_guardrail") => {
-                let mut fields = vec![("kind", Out::Text("guardrail".to_owned())), ("duration_s", duration)];
+                let mut fields = vec![("kind", Out::Str("guardrail")), ("duration_s", duration)];
                 fields.extend(extra());
                 self.event(span, "", this.start, EventType::SafetyEvent, &caller, fields);
             }
@@ -1109,8 +1153,9 @@ impl<'c, 'r> OtelTrace<'c, 'r> {
         Ok(found)
     }
 
-    /// The trace (or what the data contract refuses in it); `None` when no span made an event.
-    fn build(mut self) -> Outcome<Option<Result<Trace, ValidationError>>> {
+    /// The trace and its events' attributes (or what the data contract refuses in the trace);
+    /// `None` when no span made an event.
+    fn build(mut self) -> Outcome<Option<Result<(Trace, Attributes), ValidationError>>> {
         for span in 0..self.spans.len() {
             self.convert_span(span);
             self.count_set_aside(span);
@@ -1131,6 +1176,7 @@ impl<'c, 'r> OtelTrace<'c, 'r> {
             metrics: None,
             attributes: Map::new(),
         };
-        Ok(Some(self.builder.build(head)))
+        let attributes = self.builder.take_written().unwrap_or_default();
+        Ok(Some(self.builder.build(head).map(|trace| (trace, attributes))))
     }
 }

@@ -206,7 +206,8 @@ fn otel_spans_in_every_id_form_make_one_trace() {
                         {"key": "gen_ai.usage.input_tokens", "value": {"intValue": "7"}}],
          "links": [{}, {}]}]}]}]}"#;
     let document = super::otel::read("f", otlp).expect("one document");
-    let (traces, report) = super::otel::convert("f", &document).expect("converts");
+    let (converted, report) = super::otel::convert("f", &document).expect("converts");
+    let traces = converted.into_traces();
     assert_eq!(traces.len(), 1);
     assert_eq!(traces[0].trace_id, "00000000000000000000000000000001");
     assert_eq!(traces[0].events[0].id, "0000000000000002");
@@ -218,4 +219,126 @@ fn otel_spans_in_every_id_form_make_one_trace() {
     let document = super::otel::read("f", flat).expect("one document");
     let error = super::otel::convert("f", &document).expect_err("a negative token count");
     assert_eq!(error.reason, "/attributes/gen_ai.usage.input_tokens is -1, expected a whole number of tokens");
+}
+
+/// Fields of every kind a converter gives an event: text made or borrowed, values, floats
+/// (one not finite), input values nested and escaped, nulls left out, and fields of the schema.
+fn every_field<'r>(
+    input: &'r Json<'r>,
+    deep: &'r Json<'r>,
+    unfit: bool,
+) -> Vec<(&'static str, super::builder::Out<'r>)> {
+    use super::builder::Out;
+    let mut fields = vec![
+        ("span_name", Out::Str("chat \"quoted\"\n\u{e9}\u{2028}")),
+        ("role", Out::Text("worker".to_owned())),
+        ("kind", Out::Text("invoke_agent".to_owned())),
+        ("tool", Out::Str("search")),
+        ("duration_s", Out::Float(1.5)),
+        ("status_error", Out::Value(serde_json::Value::Bool(true))),
+        ("tokens", Out::Value(serde_json::Value::from(12))),
+        ("ratio", Out::Float(0.1)),
+        ("span_attributes", Out::Raw(Some(input))),
+        ("absent", Out::Raw(None)),
+        ("null", Out::Json(Json::Null)),
+        ("exceptions", Out::Json(Json::Array(vec![Json::Str("ValueError".into()), Json::UInt(u64::MAX)]))),
+    ];
+    if unfit {
+        fields.push(("late", Out::Float(f64::NAN)));
+        fields.push(("deep", Out::Raw(Some(deep))));
+    }
+    fields
+}
+
+#[test]
+fn attributes_written_as_text_are_the_text_of_the_event_map() {
+    use super::builder::{Builder, Head};
+    use crate::trace::{EventType, Topology};
+    let input = Json::Object(vec![
+        ("k/~\"".into(), Json::Float(1e300)),
+        ("list".into(), Json::Array(vec![Json::Bool(false), Json::Int(-3), Json::Null, Json::Float(0.5)])),
+        ("map".into(), Json::Object(vec![("\u{1F600}".into(), Json::Str("x\ty".into()))])),
+    ]);
+    let mut deep = Json::Str("bottom".into());
+    for _ in 0..crate::validate::MAX_DEPTH {
+        deep = Json::Array(vec![deep]);
+    }
+    let head = || Head {
+        task_id: "t",
+        system: "s",
+        topology: Topology::Hierarchical,
+        wall_clock_s: 1.0,
+        tokens: None,
+        rewards: Vec::new(),
+        metrics: None,
+        attributes: serde_json::Map::new(),
+    };
+    for unfit in [false, true] {
+        let (mut kept, mut written) = (Builder::new("tr"), Builder::writing_attributes("tr"));
+        for builder in [&mut kept, &mut written] {
+            builder.event("e0".to_owned(), 0.0, EventType::Message, "a", every_field(&input, &deep, unfit));
+            builder.event(
+                "e1".to_owned(),
+                1.0,
+                EventType::ToolCall,
+                "a",
+                vec![("tool", super::builder::Out::Str("t"))],
+            );
+            builder.event("e2".to_owned(), 2.0, EventType::Message, "a", every_field(&input, &deep, false));
+        }
+        assert!(kept.take_written().is_none());
+        let texts = written.take_written().expect("written");
+        let (kept, written) = (kept.build(head()), written.build(head()));
+        if unfit {
+            let error = kept.expect_err("a NaN and a value nested too deep");
+            assert_eq!(error.path, "/events/0/late");
+            assert_eq!(written.expect_err("the same error"), error);
+            continue;
+        }
+        let (kept, written) = (kept.expect("valid"), written.expect("valid"));
+        let expected: Vec<Option<String>> = kept
+            .events
+            .iter()
+            .map(|event| event.attributes.as_ref().map(|map| serde_json::to_string(map).expect("json")))
+            .collect();
+        assert_eq!(texts, expected);
+        assert!(texts[1].is_none() && texts[0].as_deref().is_some_and(|text| text.contains(r#"chat \"quoted\"\n"#)));
+        let mut without = kept.clone();
+        without.events.iter_mut().for_each(|event| event.attributes = None);
+        assert_eq!(written, without);
+    }
+}
+
+#[test]
+fn event_fields_are_those_the_reader_sets() {
+    use crate::trace::EventType;
+    use serde_json::json;
+    let valid = |key: &str| match key {
+        "trusted" => json!(true),
+        "reward" => json!({"r": 1.0}),
+        "tokens" => json!(3),
+        "duration_s" => json!(1.5),
+        "logprob" => json!(-0.5),
+        _ => json!("text"),
+    };
+    for key in
+        ["role", "from", "to", "tool", "content_ref", "trusted", "reward", "tokens", "duration_s", "logprob", "kind"]
+    {
+        let event = crate::validate::event_from_parts(
+            "t",
+            0,
+            ("e".to_owned(), 0.0, EventType::Message, "a"),
+            vec![(key, valid(key))],
+        )
+        .expect("valid");
+        assert_eq!(event.attributes.is_none(), crate::validate::is_event_field(key), "{key}");
+    }
+    let event = crate::validate::event_from_parts(
+        "t",
+        0,
+        ("e".to_owned(), 0.0, EventType::Message, "a"),
+        vec![("from", json!("moved"))],
+    )
+    .expect("valid");
+    assert_eq!(event.from.as_deref(), Some("moved"));
 }

@@ -22,11 +22,12 @@ use super::pipeline::value_drawn;
 use super::sampling::stream;
 use super::{Estimate, Stopping};
 use crate::error::{MasreplayError, Result};
+use crate::student_t::z_scale;
 
 /// Draw attempts per wanted coalition before a size is taken as exhausted.
 const MAX_REDRAWS: usize = 64;
-/// Jackknife groups: enough degrees of freedom that value +- 1.96 stderr covers close to 95%
-/// (t with 63 degrees of freedom: 94.5%).
+/// Jackknife groups: enough degrees of freedom for a steady error (the standard error is
+/// scaled to t with groups - 1 degrees of freedom, so value +- 1.96 stderr is a 95% interval).
 const GROUPS: usize = 64;
 
 fn binomial(n: usize, k: usize) -> f64 {
@@ -73,6 +74,9 @@ pub fn kernel(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
         low += 1;
     }
     let complete = low > n - low;
+    // The share of its size's coalitions that each sampled one stands for is the least
+    // share (see `finite_population`).
+    let mut unsampled_share = 1.0f64;
     if !complete && left >= 2 {
         let sizes: Vec<usize> = (low..=n / 2).collect();
         let mut rng = stream(stopping.seed, u64::MAX);
@@ -99,6 +103,12 @@ pub fn kernel(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
             }
             left -= 2;
         }
+        unsampled_share = sizes
+            .iter()
+            .filter(|&&size| !per_size[size].1.is_empty())
+            .map(|&size| 1.0 - per_size[size].1.len() as f64 / binomial(n, size))
+            .fold(1.0, f64::min)
+            .max(0.0);
         for (size, (sets, groups)) in per_size.into_iter().enumerate() {
             let weight = if groups.is_empty() { 0.0 } else { mass(size) / groups.len() as f64 };
             sets.iter().for_each(|set| words.push(set));
@@ -160,10 +170,17 @@ pub fn kernel(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
                 constrained_least_squares(n, gram, rhs, delta)
             };
             let refits = (0..groups).into_par_iter().map(refit).collect::<Result<Vec<_>>>()?;
+            // g groups leave g - 1 degrees of freedom: value +- 1.96 stderr is the t interval.
+            let t_over_z = z_scale(groups - 1);
+            // Drawn without replacement: the jackknife's with-replacement variance shrinks by
+            // the share of each size left unsampled (the least of them, so never too far:
+            // near complete enumeration it covered 100% without it; negligible when few of
+            // a size's coalitions are drawn).
             (0..n)
                 .map(|i| {
                     let mean = refits.iter().map(|r| r[i]).sum::<f64>() / g;
-                    ((g - 1.0) / g * refits.iter().map(|r| (r[i] - mean).powi(2)).sum::<f64>()).sqrt()
+                    let jackknife = (g - 1.0) / g * refits.iter().map(|r| (r[i] - mean).powi(2)).sum::<f64>();
+                    (unsampled_share * jackknife).sqrt() * t_over_z
                 })
                 .collect()
         }
@@ -324,15 +341,29 @@ pub(super) fn complement_of(set: &[u64], n: usize) -> Vec<u64> {
 /// when the design is thin. The sum meets `total` up to rounding (the dispatcher records what
 /// is left).
 fn constrained_least_squares(n: usize, mut gram: Vec<f64>, rhs: Vec<f64>, total: f64) -> Result<Vec<f64>> {
-    let scale = (0..n).map(|i| gram[i * n + i]).fold(0.0f64, f64::max).max(1e-300);
+    let ridge = 1e-10 * (0..n).map(|i| gram[i * n + i]).fold(0.0f64, f64::max).max(1e-300);
     for i in 0..n {
-        gram[i * n + i] += 1e-10 * scale;
+        gram[i * n + i] += ridge;
     }
-    let factor = cholesky(n, gram).ok_or_else(|| {
+    let factor = cholesky(n, gram.clone()).ok_or_else(|| {
         MasreplayError::InvalidArgument("kernel: the regression is singular (budget too small for the players)".into())
     })?;
-    let solved_b = factor.solve(&rhs);
-    let solved_one = factor.solve(&vec![1.0; n]);
+    // One step of iterative refinement against the matrix without the ridge takes the ridge's
+    // pull (~1e-10 relative) out of the solution: a game the design fits exactly gets values
+    // exact to rounding, as its zero standard error says.
+    let solve = |b: &[f64]| -> Vec<f64> {
+        let mut x = factor.solve(b);
+        let residual: Vec<f64> = (0..n)
+            .map(|i| {
+                let row = &gram[i * n..(i + 1) * n];
+                b[i] - row.iter().zip(&x).map(|(a, x)| a * x).sum::<f64>() + ridge * x[i]
+            })
+            .collect();
+        x.iter_mut().zip(factor.solve(&residual)).for_each(|(x, d)| *x += d);
+        x
+    };
+    let solved_b = solve(&rhs);
+    let solved_one = solve(&vec![1.0; n]);
     let nu = (solved_b.iter().sum::<f64>() - total) / solved_one.iter().sum::<f64>();
     Ok(solved_b.iter().zip(&solved_one).map(|(b, o)| b - nu * o).collect())
 }

@@ -133,6 +133,29 @@ fn in_parallel(columns: &[&(dyn Fn() -> ArrayRef + Sync)]) -> Vec<ArrayRef> {
 
 /// Builds the canonical batch of already-validated traces.
 pub fn batch_from_traces(traces: &[Trace]) -> Result<RecordBatch, ArrowError> {
+    batch(traces, &|| json_text_column(traces.iter().flat_map(|t| t.events.iter()).map(|e| e.attributes.as_ref())))
+}
+
+/// [`batch_from_traces`] of traces whose events' attributes are given apart, as the JSON text
+/// of one object each (`attributes[trace][event]`, `None`: none), and stored as given.
+pub(crate) fn batch_from_traces_and_attributes(
+    traces: &[Trace],
+    attributes: &[Vec<Option<String>>],
+) -> Result<RecordBatch, ArrowError> {
+    let given: usize = attributes.iter().map(Vec::len).sum();
+    let events: usize = traces.iter().map(|t| t.events.len()).sum();
+    if attributes.len() != traces.len() || given != events {
+        return Err(ArrowError::InvalidArgumentError(format!(
+            "attributes given for {given} events of {} traces, the traces have {events} events in {}",
+            attributes.len(),
+            traces.len()
+        )));
+    }
+    batch(traces, &|| array(attributes.iter().flatten().map(Option::as_deref).collect::<StringArray>()))
+}
+
+/// The canonical batch of `traces`, the events' attributes column made by `event_attributes`.
+fn batch(traces: &[Trace], event_attributes: &(dyn Fn() -> ArrayRef + Sync)) -> Result<RecordBatch, ArrowError> {
     let events: Vec<_> = traces.iter().flat_map(|t| t.events.iter()).collect();
     let edges: Vec<_> = traces.iter().flat_map(|t| t.edges.iter()).collect();
 
@@ -152,7 +175,7 @@ pub fn batch_from_traces(traces: &[Trace]) -> Result<RecordBatch, ArrowError> {
             &|| array(events.iter().map(|e| e.tokens).collect::<Int64Array>()),
             &|| array(events.iter().map(|e| e.duration_s).collect::<Float64Array>()),
             &|| array(events.iter().map(|e| e.logprob).collect::<Float64Array>()),
-            &|| json_text_column(events.iter().map(|e| e.attributes.as_ref())),
+            event_attributes,
         ])
     };
     let edge_columns = || {

@@ -48,6 +48,13 @@ impl TraceBatch {
         Ok(Self::from_canonical(batch_from_traces(traces)?))
     }
 
+    /// [`Self::from_traces`] of traces whose events hold no attributes, each event's given
+    /// instead as the JSON text of one object (`attributes[trace][event]`), as a converter
+    /// wrote it.
+    pub fn from_traces_and_attributes(traces: &[Trace], attributes: &[Vec<Option<String>>]) -> Result<Self> {
+        Ok(Self::from_canonical(build::batch_from_traces_and_attributes(traces, attributes)?))
+    }
+
     /// Checks Arrow data in (or close to) the canonical layout; rejected traces are returned
     /// beside the batch of accepted ones.
     pub fn from_arrow(batches: &[RecordBatch]) -> Result<(Self, Vec<(usize, crate::error::ValidationError)>)> {

@@ -448,7 +448,8 @@ impl<'r> Visitor<'r> for Pairs {
     }
 
     fn visit_seq<A: SeqAccess<'r>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        let mut entries = Vec::with_capacity(seq.size_hint().unwrap_or(4));
+        // Spans carry a handful of attributes (serde_json gives no size hint).
+        let mut entries = Vec::with_capacity(seq.size_hint().unwrap_or(8));
         while let Some((key, value)) = seq.next_element_seed(Pair(self.0))? {
             Json::insert(&mut entries, key, value);
         }
@@ -877,8 +878,16 @@ mod tests {
         let bytes = serde_json::to_vec(&export()).expect("json");
         assert!(super::spans("f", &bytes).is_some(), "read the typed way");
         let (traces, report) = convert_text("f", &bytes).expect("converts");
-        assert_eq!((traces.len(), report.records), (1, 9));
+        assert_eq!((traces.traces.len(), report.records), (1, 9));
         same(&bytes);
+        // The events' attributes stored as written are those of the traces holding them.
+        let batch = traces.batch().expect("a batch");
+        let whole = crate::store::TraceBatch::from_traces(&traces.clone().into_traces()).expect("a batch");
+        assert_eq!(batch.record_batch(), whole.record_batch());
+        assert!(traces.into_traces()[0].events.iter().any(|event| event.attributes.is_some()));
+        let one = whole.trace(0).expect("a trace");
+        let no_attributes = super::super::Converted { traces: vec![one], attributes: Vec::new() };
+        assert!(no_attributes.batch().is_err(), "attributes for no event of one trace");
         // The Collector's file exporter: one export a line (here one resource each).
         let mut lines = String::new();
         for resource in export()["resourceSpans"].as_array().expect("resources") {
