@@ -119,6 +119,17 @@ impl Coalitions {
         self.push_empty()[0] = mask;
     }
 
+    /// A copy of the coalitions at positions `rows`.
+    pub fn slice(&self, rows: std::ops::Range<usize>) -> Coalitions {
+        let bits = self.bits[rows.start * self.words..rows.end * self.words].to_vec();
+        Coalitions { n_players: self.n_players, words: self.words, bits }
+    }
+
+    /// Keeps the first `len` coalitions.
+    pub fn truncate(&mut self, len: usize) {
+        self.bits.truncate(len * self.words);
+    }
+
     pub fn iter(&self) -> impl ExactSizeIterator<Item = &[u64]> {
         self.bits.chunks_exact(self.words)
     }

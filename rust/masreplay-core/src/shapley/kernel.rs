@@ -34,14 +34,6 @@ fn binomial(n: usize, k: usize) -> f64 {
     (0..k).fold(1.0, |acc, i| acc * (n - i) as f64 / (i + 1) as f64)
 }
 
-/// A coalition of the design with its regression weight and its jackknife group (None:
-/// enumerated, in every fit).
-struct Row {
-    set: Vec<u64>,
-    weight: f64,
-    group: Option<usize>,
-}
-
 pub fn kernel(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
     let n = game.n_players();
     let (empty, full) = bounds(game)?;
@@ -58,8 +50,10 @@ pub fn kernel(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
     }
     let mut left = stopping.budget - 2;
     let mass = |s: usize| (n - 1) as f64 / (s * (n - s)) as f64;
-    let mut rows: Vec<Row> = Vec::new();
+    // The design, row by row: its coalitions (`words`), and per row its regression weight and
+    // its part: 0 for an enumerated row (in every fit), 1 + its jackknife group for a drawn one.
     let mut words = Coalitions::new(n);
+    let (mut weights, mut part_of): (Vec<f64>, Vec<usize>) = (Vec::new(), Vec::new());
     let mut low = 1;
     // Enumerate whole size pairs (s, n - s) while they fit.
     while low <= n - low {
@@ -70,7 +64,11 @@ pub fn kernel(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
         }
         for size in if low == high { vec![low] } else { vec![low, high] } {
             let weight = mass(size) / binomial(n, size);
-            for_each_subset(n, size, |set| rows.push(Row { set: set.to_vec(), weight, group: None }));
+            for_each_subset(n, size, |set| {
+                words.push(set);
+                weights.push(weight);
+                part_of.push(0);
+            });
         }
         left -= count as u64;
         low += 1;
@@ -83,49 +81,58 @@ pub fn kernel(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
         let sizes: Vec<usize> = (low..=n / 2).collect();
         let mut rng = stream(stopping.seed, u64::MAX);
         let mut drawn: CoalitionMap<()> = CoalitionMap::default();
-        let mut per_size = vec![Vec::new(); n];
+        // Per size its draws in order: the coalitions and their jackknife groups.
+        let mut per_size: Vec<(Coalitions, Vec<usize>)> = (0..n).map(|_| (Coalitions::new(n), Vec::new())).collect();
         let mut misses = 0;
         let mut pairs = 0usize;
         while left >= 2 && misses < MAX_REDRAWS * 16 {
             let size = sizes[rng.random_range(0..sizes.len())];
             let set = random_subset(&mut rng, n, size, words.words());
-            let complement = complement_of(&set, n);
-            if drawn.contains_key(&set) {
+            if drawn.insert(set.clone(), ()).is_some() {
                 misses += 1;
                 continue;
             }
+            let complement = complement_of(&set, n);
+            drawn.insert(complement.clone(), ());
             misses = 0;
             let group = pairs % GROUPS;
             pairs += 1;
-            drawn.insert(set.clone(), ());
-            drawn.insert(complement.clone(), ());
-            per_size[size].push((set, group));
-            per_size[n - size].push((complement, group));
+            for (side, set) in [(size, set), (n - size, complement)] {
+                per_size[side].0.push(&set);
+                per_size[side].1.push(group);
+            }
             left -= 2;
         }
         unsampled_share = sizes
             .iter()
-            .filter(|&&size| !per_size[size].is_empty())
-            .map(|&size| 1.0 - per_size[size].len() as f64 / binomial(n, size))
+            .filter(|&&size| !per_size[size].1.is_empty())
+            .map(|&size| 1.0 - per_size[size].1.len() as f64 / binomial(n, size))
             .fold(1.0, f64::min)
             .max(0.0);
-        for (size, draws) in per_size.into_iter().enumerate() {
-            let weight = if draws.is_empty() { 0.0 } else { mass(size) / draws.len() as f64 };
-            rows.extend(draws.into_iter().map(|(set, group)| Row { set, weight, group: Some(group) }));
+        for (size, (sets, groups)) in per_size.into_iter().enumerate() {
+            let weight = if groups.is_empty() { 0.0 } else { mass(size) / groups.len() as f64 };
+            sets.iter().for_each(|set| words.push(set));
+            weights.extend(std::iter::repeat_n(weight, groups.len()));
+            part_of.extend(groups.iter().map(|g| g + 1));
         }
-    }
-    for row in &rows {
-        words.push(&row.set);
     }
     // Normal equations per part: the enumerated rows, and each jackknife group, summed row
     // by row as the values come in.
-    let groups = rows.iter().filter_map(|r| r.group).max().map_or(0, |g| g + 1);
-    let mut parts: Vec<Part> = (0..=groups).map(|_| Part::new(n)).collect();
-    let (mut members, mut summed) = (Vec::with_capacity(n), 0);
+    let n_parts = part_of.iter().max().map_or(1, |p| p + 1);
+    let groups = n_parts - 1;
+    let mut parts: Vec<Part> = (0..n_parts).map(|_| Part::new(n)).collect();
+    let (mut members, mut summed, mut order) = (Vec::with_capacity(n), 0, Vec::new());
     let valued = value_drawn(game, &words, &mut parts, |parts, _, worth| {
-        for (row, &value) in rows[summed..worth.len()].iter().zip(&worth[summed..]) {
-            members_of(&row.set, &mut members);
-            parts[row.group.map_or(0, |g| g + 1)].add(&row.set, &members, row.weight, value - empty);
+        // The new rows part by part, each part's in row order (the same sums as row by row):
+        // consecutive rows belong to different groups, and a part's matrix stays in cache
+        // while its rows are added instead of each row fetching another one's.
+        order.clear();
+        order.extend(summed..worth.len());
+        order.sort_by_key(|&r| part_of[r]);
+        for &r in &order {
+            let set = words.get(r);
+            members_of(set, &mut members);
+            parts[part_of[r]].add(set, &members, weights[r], worth[r] - empty);
         }
         summed = worth.len();
     })?;
@@ -140,7 +147,7 @@ pub fn kernel(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
     // Every coalition valued: the Shapley weights give the values exactly (the regression's
     // ridge would leave them ~1e-10 off while reporting a zero error).
     let values = if complete {
-        let valued_rows = rows.iter().zip(&valued.worth).map(|(row, &value)| (row.set.as_slice(), value));
+        let valued_rows = words.iter().zip(valued.worth.iter().copied());
         exact::from_every_coalition(n, empty, full, valued_rows)
     } else {
         constrained_least_squares(n, gram.clone(), rhs.clone(), delta)?
@@ -189,29 +196,52 @@ pub fn kernel(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
 /// row of the matrix per member).
 struct Part {
     n: usize,
-    /// Upper triangle of the sum of w y y' over each row's smaller side y.
+    /// Upper triangle of the sum of w y y' over each row's smaller side y, packed row after
+    /// row (see [`packed_row`]): half the bytes of a square, so that a part stays in the
+    /// first-level cache while a chunk's rows of it are added.
     smaller: Vec<f64>,
     rhs: Vec<f64>,
     /// Sum of the weights of the complemented rows, and of their weighted complements.
     complemented: f64,
     complements: Vec<f64>,
     side: Vec<usize>,
+    /// The row's weight at the players of its smaller side, 0 elsewhere.
+    spread: Vec<f64>,
 }
 
 impl Part {
     fn new(n: usize) -> Self {
         Part {
             n,
-            smaller: vec![0.0; n * n],
+            smaller: vec![0.0; n * (n + 1) / 2],
             rhs: vec![0.0; n],
             complemented: 0.0,
             complements: vec![0.0; n],
             side: Vec::new(),
+            spread: vec![0.0; n],
         }
     }
 
     /// Adds coalition `set` (players `members`, ascending) with its weight and target.
     fn add(&mut self, set: &[u64], members: &[usize], weight: f64, target: f64) {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the processor has AVX2, checked just above.
+            return unsafe { self.add_avx2(set, members, weight, target) };
+        }
+        self.add_lanes(set, members, weight, target)
+    }
+
+    /// [`Part::add`] with 256-bit vector registers (its sums are element by element: the same
+    /// bits).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    fn add_avx2(&mut self, set: &[u64], members: &[usize], weight: f64, target: f64) {
+        self.add_lanes(set, members, weight, target)
+    }
+
+    #[inline(always)]
+    fn add_lanes(&mut self, set: &[u64], members: &[usize], weight: f64, target: f64) {
         let n = self.n;
         members.iter().for_each(|&a| self.rhs[a] += weight * target);
         if 2 * members.len() > n {
@@ -222,24 +252,37 @@ impl Part {
             self.side.clear();
             self.side.extend_from_slice(members);
         }
-        for (k, &a) in self.side.iter().enumerate() {
-            let row = &mut self.smaller[a * n..(a + 1) * n];
-            self.side[k..].iter().for_each(|&b| row[b] += weight);
+        let Some(&last) = self.side.last() else { return };
+        // Each member's row gets the weight at the members from it on, +0 elsewhere (which
+        // leaves a sum of positive weights as it is): whole rows, in order, instead of one
+        // scattered cell per pair.
+        self.spread.fill(0.0);
+        self.side.iter().for_each(|&b| self.spread[b] = weight);
+        for &a in &self.side {
+            let row = &mut self.smaller[packed_row(n, a)][..=last - a];
+            row.iter_mut().zip(&self.spread[a..=last]).for_each(|(cell, w)| *cell += w);
         }
     }
 
     /// The Gram matrix (whole) and the right-hand side.
     fn normal_equations(self) -> (Vec<f64>, Vec<f64>) {
-        let (n, mut gram) = (self.n, self.smaller);
+        let n = self.n;
+        let mut gram = vec![0.0; n * n];
         let (total, c) = (self.complemented, &self.complements);
         for a in 0..n {
-            for b in a..n {
-                gram[a * n + b] += total - c[a] - c[b];
+            for (b, &smaller) in (a..n).zip(&self.smaller[packed_row(n, a)]) {
+                gram[a * n + b] = smaller + (total - c[a] - c[b]);
             }
         }
         mirror_upper(n, &mut gram);
         (gram, self.rhs)
     }
+}
+
+/// Where row `a` of a packed upper triangle (its columns a..n) lies.
+fn packed_row(n: usize, a: usize) -> std::ops::Range<usize> {
+    let start = a * (2 * n - a + 1) / 2;
+    start..start + n - a
 }
 
 /// Copies the upper triangle of a symmetric row-major matrix onto the lower one.

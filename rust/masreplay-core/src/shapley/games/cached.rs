@@ -5,12 +5,17 @@
 //! nobody).
 
 use std::borrow::Cow;
+use std::hash::BuildHasher;
+use std::ops::Range;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use foldhash::fast::FixedState;
+use hashbrown::HashTable;
+
 use crate::bail;
 use crate::error::Result;
-use crate::shapley::coalition::{CoalitionMap, CoalitionSet, Coalitions};
+use crate::shapley::coalition::Coalitions;
 use crate::shapley::game::Game;
 
 /// Maps each coalition of a batch to the coalition it plays as.
@@ -23,8 +28,48 @@ pub struct CachedCallback<'a, F> {
     canonical: Option<Canonical<'a>>,
     /// Every row a fresh evaluation, nothing cached (a noisy game).
     fresh: bool,
-    cache: Mutex<CoalitionMap<f64>>,
+    cache: Mutex<Cache>,
     evaluations: AtomicU64,
+}
+
+/// The coalitions valued so far, numbered in order, and their values: a coalition asked for
+/// is hashed once, to find its number or to give it the next one.
+struct Cache {
+    numbers: HashTable<usize>,
+    hasher: FixedState,
+    sets: Coalitions,
+    values: Vec<f64>,
+}
+
+impl Cache {
+    fn new(n_players: usize) -> Self {
+        Cache {
+            numbers: HashTable::new(),
+            hasher: FixedState::default(),
+            sets: Coalitions::new(n_players),
+            values: Vec::new(),
+        }
+    }
+
+    /// The number of `set`, numbering it next when it is new.
+    fn number(&mut self, set: &[u64]) -> usize {
+        let Cache { numbers, hasher, sets, .. } = self;
+        let hash = hasher.hash_one(set);
+        if let Some(&k) = numbers.find(hash, |&k| sets.get(k) == set) {
+            return k;
+        }
+        let k = sets.len();
+        sets.push(set);
+        numbers.insert_unique(hash, k, |&k| hasher.hash_one(sets.get(k)));
+        k
+    }
+
+    /// Forgets the coalitions numbered from `known` on (their valuation failed).
+    fn forget_from(&mut self, known: usize) {
+        self.numbers.retain(|k| *k < known);
+        self.sets.truncate(known);
+        self.values.truncate(known);
+    }
 }
 
 impl<'a, F: Fn(&Coalitions) -> Result<Vec<f64>> + Sync> CachedCallback<'a, F> {
@@ -42,7 +87,7 @@ impl<'a, F: Fn(&Coalitions) -> Result<Vec<f64>> + Sync> CachedCallback<'a, F> {
             callback,
             canonical: None,
             fresh: false,
-            cache: Mutex::new(CoalitionMap::default()),
+            cache: Mutex::new(Cache::new(n_players)),
             evaluations: AtomicU64::new(0),
         })
     }
@@ -61,14 +106,14 @@ impl<'a, F: Fn(&Coalitions) -> Result<Vec<f64>> + Sync> CachedCallback<'a, F> {
         self
     }
 
-    /// Calls the callback on `coalitions`, at most `chunk` at a time, checking what it returns.
-    fn call(&self, coalitions: &Coalitions) -> Result<Vec<f64>> {
-        let mut out = Vec::with_capacity(coalitions.len());
-        let mut start = 0;
-        while start < coalitions.len() {
-            let end = (start + self.chunk).min(coalitions.len());
-            let mut part = Coalitions::with_capacity(self.n_players, end - start);
-            (start..end).for_each(|i| part.push(coalitions.get(i)));
+    /// Calls the callback on the coalitions `rows` of `coalitions`, at most `chunk` at a time,
+    /// checking what it returns.
+    fn call(&self, coalitions: &Coalitions, rows: Range<usize>) -> Result<Vec<f64>> {
+        let mut out = Vec::with_capacity(rows.len());
+        let mut start = rows.start;
+        while start < rows.end {
+            let end = (start + self.chunk).min(rows.end);
+            let part = coalitions.slice(start..end);
             let values = (self.callback)(&part)?;
             if values.len() != part.len() {
                 bail!("the game returned {} values for {} coalitions", values.len(), part.len());
@@ -99,7 +144,7 @@ impl<'a, F: Fn(&Coalitions) -> Result<Vec<f64>> + Sync> CachedCallback<'a, F> {
         Ok(Cow::Owned(mapped))
     }
 
-    fn cache(&self) -> std::sync::MutexGuard<'_, CoalitionMap<f64>> {
+    fn cache(&self) -> std::sync::MutexGuard<'_, Cache> {
         // A panic while holding the lock cannot leave a half-written entry behind.
         self.cache.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -112,28 +157,21 @@ impl<F: Fn(&Coalitions) -> Result<Vec<f64>> + Sync> Game for CachedCallback<'_, 
 
     fn values(&self, coalitions: &Coalitions) -> Result<Vec<f64>> {
         if self.fresh {
-            return self.call(coalitions);
+            return self.call(coalitions, 0..coalitions.len());
         }
         let keys = self.keys(coalitions)?;
-        let coalitions = keys.as_ref();
-        let mut missing = Coalitions::new(self.n_players);
-        {
-            let cache = self.cache();
-            let mut queued = CoalitionSet::default();
-            for set in coalitions.iter() {
-                if !cache.contains_key(set) && queued.insert(set) {
-                    missing.push(set);
-                }
+        // Held through the valuation: batches of one game are valued one after another.
+        let mut cache = self.cache();
+        let known = cache.values.len();
+        let numbers: Vec<usize> = keys.iter().map(|set| cache.number(set)).collect();
+        match self.call(&cache.sets, known..cache.sets.len()) {
+            Ok(values) => cache.values.extend(values),
+            Err(error) => {
+                cache.forget_from(known);
+                return Err(error);
             }
         }
-        let values = self.call(&missing)?;
-        let mut cache = self.cache();
-        for (set, value) in missing.iter().zip(values) {
-            cache.insert(set.to_vec(), value);
-        }
-        drop(cache);
-        let cache = self.cache();
-        Ok(coalitions.iter().map(|set| cache[set]).collect())
+        Ok(numbers.iter().map(|&k| cache.values[k]).collect())
     }
 
     fn sequential(&self) -> bool {
