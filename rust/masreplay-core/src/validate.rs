@@ -367,7 +367,7 @@ pub(crate) fn is_event_field(key: &str) -> bool {
     EVENT_FIELDS.contains(&key)
 }
 
-/// The text field of `event` that `key` names, if it names one.
+/// The text field of `event` that `key` names, if it names one (the one list of them).
 fn text_field<'e>(event: &'e mut Event, key: &str) -> Option<&'e mut Option<String>> {
     match key {
         "role" => Some(&mut event.role),
@@ -727,12 +727,11 @@ impl Reader<'_> {
     /// key outside the schema (an attribute).
     fn field(&self, event: &mut Event, key: &str, value: &Value, at: &Loc) -> Checked<bool> {
         let field_at = at.key(key);
+        if let Some(text) = text_field(event, key) {
+            *text = Some(self.string(value, &field_at)?.to_owned());
+            return Ok(true);
+        }
         match key {
-            "role" => event.role = Some(self.string(value, &field_at)?.to_owned()),
-            "from" => event.from = Some(self.string(value, &field_at)?.to_owned()),
-            "to" => event.to = Some(self.string(value, &field_at)?.to_owned()),
-            "tool" => event.tool = Some(self.string(value, &field_at)?.to_owned()),
-            "content_ref" => event.content_ref = Some(self.string(value, &field_at)?.to_owned()),
             "trusted" => match value {
                 Value::Bool(flag) => event.trusted = Some(*flag),
                 other => return self.fail(&field_at, format!("expected a boolean, got {}", type_name(other))),

@@ -74,8 +74,8 @@ pub fn kernel(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
         low += 1;
     }
     let complete = low > n - low;
-    // The share of its size's coalitions that each sampled one stands for is the least
-    // share (see `finite_population`).
+    // The least share of a sampled size's coalitions left undrawn: the finite-population
+    // factor of the jackknife's variance (see the standard error below).
     let mut unsampled_share = 1.0f64;
     if !complete && left >= 2 {
         let sizes: Vec<usize> = (low..=n / 2).collect();
