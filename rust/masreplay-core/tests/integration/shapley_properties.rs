@@ -192,35 +192,6 @@ proptest! {
     }
 
     #[test]
-    fn symmetry_and_null_player_hold_in_the_sampling_regime(
-        game in (10usize..=13, 1usize..12, any::<u64>()).prop_map(|(n, terms, seed)| SoumGame::random(n, terms, 3, seed).unwrap()),
-        seed in any::<u64>(),
-    ) {
-        // Players 0 and 1 are symmetric, the last is null; 2^n exceeds the budget, so every
-        // estimator below samples. Terms of at most three players: a high-order term makes
-        // each nonzero value a rare draw, too unreliable in variance for a four-sigma check.
-        let game = symmetrised(&game, 1);
-        let n = game.n_players();
-        let budget = 1000;
-        for method in [Method::Kernel, Method::Stratified, Method::Msr] {
-            let r = run(&game, method, budget, seed);
-            prop_assert!(!r.exact, "{method:?}");
-            prop_assert!(within_noise(r.values[0], r.values[1], r.stderr[0], r.stderr[1]), "{method:?}: {:?} +- {:?}", r.values, r.stderr);
-            prop_assert!(within_noise(r.values[n - 1], 0.0, r.stderr[n - 1], 0.0), "{method:?}: null {} +- {}", r.values[n - 1], r.stderr[n - 1]);
-        }
-        // Spawn tree: 0, 1 and the null player are children of player 2, the rest roots.
-        let parents: Vec<i64> = (0..n).map(|i| if i < 2 || i == n - 1 { 2 } else { -1 }).collect();
-        let options = ShapleyOptions { method: Method::Precedence, budget: Some(budget), seed, parents: Some(parents), ..Default::default() };
-        let r = with(options, &game);
-        prop_assert!(!r.exact);
-        prop_assert!(within_noise(r.values[0], r.values[1], r.stderr[0], r.stderr[1]), "precedence: {:?} +- {:?}", r.values, r.stderr);
-        // Every marginal contribution of a null player is zero, in every sampled ordering: its
-        // stderr is the pooled floor, the least of any player's.
-        let least = r.stderr.iter().copied().fold(f64::INFINITY, f64::min);
-        prop_assert!(r.values[n - 1].abs() < 1e-12 && r.stderr[n - 1] <= least + 1e-15);
-    }
-
-    #[test]
     fn linear_under_the_same_random_stream(v in soum_strategy(20), w in soum_strategy(20), a in -3.0f64..3.0, b in -3.0f64..3.0, seed in any::<u64>()) {
         let n = v.n_players().max(w.n_players());
         let v = SoumGame::new(n, v.terms()).unwrap();
@@ -555,4 +526,47 @@ fn bad_arguments_are_errors_not_panics() {
 /// 60 players: 100 evaluations cannot draw two pairs of each of the sizes MSR samples.
 fn big_for_msr() -> SoumGame {
     SoumGame::random(60, 5, 2, 0).unwrap()
+}
+
+proptest! {
+    // A statistical check, so its draws are fixed (as the Python side's coverage tests fix
+    // their seeds): a four-sigma bound over some 200 estimates of sparse games, whose errors
+    // have heavier tails than a normal law, failed by chance in 2 of 60 runs that drew new
+    // games (kernel at n = 11, 3.4 and 4 of its stderr off on two null players); with fixed
+    // draws a failure is a change in an estimator.
+    #![proptest_config(ProptestConfig {
+        cases: 48,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(23),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn symmetry_and_null_player_hold_in_the_sampling_regime(
+        game in (10usize..=13, 1usize..12, any::<u64>()).prop_map(|(n, terms, seed)| SoumGame::random(n, terms, 3, seed).unwrap()),
+        seed in any::<u64>(),
+    ) {
+        // Players 0 and 1 are symmetric, the last is null; 2^n exceeds the budget, so every
+        // estimator below samples. Terms of at most three players: a high-order term makes
+        // each nonzero value a rare draw, too unreliable in variance for a four-sigma check.
+        let game = symmetrised(&game, 1);
+        let n = game.n_players();
+        let budget = 1000;
+        for method in [Method::Kernel, Method::Stratified, Method::Msr] {
+            let r = run(&game, method, budget, seed);
+            prop_assert!(!r.exact, "{method:?}");
+            prop_assert!(within_noise(r.values[0], r.values[1], r.stderr[0], r.stderr[1]), "{method:?}: {:?} +- {:?}", r.values, r.stderr);
+            prop_assert!(within_noise(r.values[n - 1], 0.0, r.stderr[n - 1], 0.0), "{method:?}: null {} +- {}", r.values[n - 1], r.stderr[n - 1]);
+        }
+        // Spawn tree: 0, 1 and the null player are children of player 2, the rest roots.
+        let parents: Vec<i64> = (0..n).map(|i| if i < 2 || i == n - 1 { 2 } else { -1 }).collect();
+        let options = ShapleyOptions { method: Method::Precedence, budget: Some(budget), seed, parents: Some(parents), ..Default::default() };
+        let r = with(options, &game);
+        prop_assert!(!r.exact);
+        prop_assert!(within_noise(r.values[0], r.values[1], r.stderr[0], r.stderr[1]), "precedence: {:?} +- {:?}", r.values, r.stderr);
+        // Every marginal contribution of a null player is zero, in every sampled ordering: its
+        // stderr is the pooled floor, the least of any player's.
+        let least = r.stderr.iter().copied().fold(f64::INFINITY, f64::min);
+        prop_assert!(r.values[n - 1].abs() < 1e-12 && r.stderr[n - 1] <= least + 1e-15);
+    }
 }
