@@ -3,8 +3,8 @@
 //! size. One valued coalition A of size k informs every player at once: for i in A it is a
 //! draw of v(S + i) with |S| = k - 1, for i outside A a draw of v(S) with |S| = k. Sizes 1
 //! and n - 1 are enumerated when the budget allows (n coalitions each); the others get a
-//! pilot share, then the rest by Neyman allocation on the pilot's spreads, so the coalitions
-//! drawn depend on the values seen (unlike every other estimator here). Best on games with
+//! pilot share, then the rest half by Neyman allocation on the pilot's spreads and half
+//! evenly ([`EVEN_SHARE`]), so the coalitions drawn depend on the values seen (unlike every other estimator here). Best on games with
 //! high-order interactions, where an ordering's marginal contributions are dominated by rare
 //! large terms; efficiency is restored by the dispatcher's projection.
 //!
@@ -17,8 +17,10 @@
 //! projection subtracts). Players' errors are strongly correlated (the same coalitions inform
 //! all of them), so the projection removes much of them; enumerated strata are a census and
 //! add none. Not covered: the bias of the pilot's draws (kept in the means while the
-//! allocation follows their spread) and of the stratum mean read for an empty cell, which
-//! on weighted voting at n = 30-300 leaves intervals covering 49-95% (benches/RESULTS.md).
+//! allocation half follows their spread) and of the stratum mean read for an empty cell; at
+//! a few evaluations per player and size, cells of one draw, intervals cover 88-91% on SOUM,
+//! pairwise and trace games at n = 100 and 1,000 evaluations, and less at n = 300
+//! (benches/RESULTS.md).
 
 use std::collections::HashMap;
 
@@ -73,6 +75,15 @@ impl Stratum {
 
 /// Share of the sampling budget spent on the pilot that measures each stratum's spread.
 const PILOT_SHARE: f64 = 0.15;
+
+/// Share of the budget after the pilot allocated as if every stratum's spread were equal, the
+/// rest by the pilot's spreads. On weighted voting a size's pilot draws often all agree
+/// (every coalition of that size wins, or one in ten loses): pure Neyman allocation then gave
+/// the size no more draws and its error no weight, and intervals covered 48-90% at n = 30-300
+/// and 10,000 evaluations; with half the budget spread evenly 0.94-0.95, at 1.4-2x the error
+/// on voting games (their spread sits in a few sizes) and the same on SOUM and trace games
+/// (benches/RESULTS.md, 2026-11-26 afternoon).
+const EVEN_SHARE: f64 = 0.5;
 
 /// `floor(total * weight_k / sum of weights)` coalitions per size, plus `floor_each`.
 fn allocate(sizes: &[usize], total: f64, weight: impl Fn(usize) -> f64, floor_each: u64) -> HashMap<usize, u64> {
@@ -198,7 +209,7 @@ pub fn stratified(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
     let spent_on_edges = if enumerate_edges { 2 * n as u64 } else { 0 };
     // Var(phi_i) ~ sum_k var_k / (m_k k (n - k)), so the best allocation (Neyman) is
     // m_k ~ sd_k / sqrt(k (n - k)). A pilot with sd_k taken equal spends PILOT_SHARE of the
-    // budget (at least one coalition per size); the rest follows the pilot's spreads.
+    // budget (at least one coalition per size); the rest half follows the pilot's spreads.
     let balance = |k: usize| 1.0 / ((k * (n - k)) as f64).sqrt();
     let pool = (left - spent_on_edges - sampled_sizes.len() as u64) as f64;
     let pilot_counts = allocate(&sampled_sizes, pool * PILOT_SHARE, balance, 1);
@@ -208,9 +219,14 @@ pub fn stratified(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
     let spent: u64 = pilot.iter().map(|drawn| drawn.values.len() as u64).sum();
     let spread = |k: usize| spread_of(&pilot[k - 1].stratum);
     let rest = left.saturating_sub(spent) as f64;
-    let total_spread: f64 = sampled_sizes.iter().map(|&k| spread(k)).sum();
-    let follow_counts = if total_spread > 0.0 {
-        allocate(&sampled_sizes, rest, |k| spread(k) * balance(k), 0)
+    // Half the rest by Neyman on the pilot's spreads, half as if the spreads were equal (a
+    // defensive mixture): a stratum whose few pilot draws happened to agree still gets draws.
+    let neyman = |k: usize| spread(k) * balance(k);
+    let neyman_total: f64 = sampled_sizes.iter().map(|&k| neyman(k)).sum();
+    let balance_total: f64 = sampled_sizes.iter().map(|&k| balance(k)).sum();
+    let follow_counts = if neyman_total > 0.0 {
+        let mixed = |k: usize| (1.0 - EVEN_SHARE) * neyman(k) / neyman_total + EVEN_SHARE * balance(k) / balance_total;
+        allocate(&sampled_sizes, rest, mixed, 0)
     } else {
         allocate(&sampled_sizes, rest, balance, 0)
     };
