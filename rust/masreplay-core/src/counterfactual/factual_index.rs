@@ -2,8 +2,8 @@
 //! large batch a lookup waits for memory: the table slot, and for an id longer than a slot
 //! holds ([`INLINE`] bytes), the id's text. Done one after the other these misses would
 //! dominate branch credit, so lookups are pipelined ([`FactualIndex::find_each`]): the slots
-//! of [`GROUP`] queries (then their long ids' texts) are requested together, one group ahead
-//! of the group being answered. Ids of up to [`INLINE`] bytes (counter ids such as
+//! of [`GROUP`] queries (then their long ids' texts) are requested together before the first
+//! is answered. Ids of up to [`INLINE`] bytes (counter ids such as
 //! `sim-61-027794`) are confirmed from the slot alone: one miss per lookup.
 
 use std::hash::BuildHasher;
@@ -51,14 +51,6 @@ impl Slot {
 }
 
 const EMPTY: u32 = u32::MAX;
-
-/// A query of [`FactualIndex::find_each`] waiting for its answer.
-struct Query<'q, T> {
-    item: T,
-    id: &'q str,
-    /// None: the same id as the query before.
-    key: Option<Key>,
-}
 
 /// The ids of a batch's factual traces, by rank (their order in the batch), and a hash index
 /// from id to rank. A repeated id names its last factual trace.
@@ -169,39 +161,41 @@ impl FactualIndex {
 
     /// `found(item, rank of the factual trace id)` for each `(item, id)` of `queries`, in
     /// order, the lookups pipelined (see the module comment): queries are taken [`GROUP`] at
-    /// a time, and a group's slots (then its long ids' texts) are requested while the group
-    /// before it is answered. A query for the same id as the query before it (branches of one
-    /// factual trace stored one after the other) takes that answer without a hash or a probe.
-    pub(super) fn find_each<'q, T: Copy>(
+    /// a time, the group's slots requested (then its long ids' texts) before the first is
+    /// answered. A query for the same id as the query before it (branches of one factual
+    /// trace stored one after the other) takes that answer without a hash or a probe.
+    pub(super) fn find_each<'q, T: Copy + Default>(
         &self,
         mut queries: impl Iterator<Item = (T, &'q str)>,
         mut found: impl FnMut(T, Option<u32>),
     ) {
-        let (mut asked, mut answering) = (Vec::with_capacity(GROUP), Vec::with_capacity(GROUP));
+        // A group's queries, and their keys (None: the same id as the query before).
+        let (mut items, mut ids, mut keys) = ([T::default(); GROUP], [""; GROUP], [None::<Key>; GROUP]);
         let (mut previous, mut answer) = (None::<&str>, None::<u32>);
         loop {
-            asked.extend(queries.by_ref().take(GROUP).map(|(item, id)| {
+            let mut asked = 0;
+            for (item, id) in queries.by_ref().take(GROUP) {
                 let key = previous.is_none_or(|previous| !same_text(previous, id)).then(|| self.key(id));
-                previous = Some(id);
-                Query { item, id, key }
-            }));
-            for key in asked.iter().filter_map(|query| query.key.as_ref()) {
-                prefetch(&self.slots[key.hash as usize & self.mask]);
-            }
-            for Query { item, id, key } in answering.drain(..) {
-                if let Some(key) = key {
-                    let rank = self.slots[self.probe(&key, id)].rank;
-                    answer = (rank != EMPTY).then_some(rank);
+                if let Some(key) = &key {
+                    prefetch(&self.slots[key.hash as usize & self.mask]);
                 }
-                found(item, answer);
+                (items[asked], ids[asked], keys[asked]) = (item, id, key);
+                previous = Some(id);
+                asked += 1;
             }
-            if asked.is_empty() {
+            if asked == 0 {
                 return;
             }
-            for key in asked.iter().filter_map(|query| query.key.as_ref()) {
+            for key in keys[..asked].iter().flatten() {
                 self.warm_text(key);
             }
-            std::mem::swap(&mut asked, &mut answering);
+            for k in 0..asked {
+                if let Some(key) = &keys[k] {
+                    let rank = self.slots[self.probe(key, ids[k])].rank;
+                    answer = (rank != EMPTY).then_some(rank);
+                }
+                found(items[k], answer);
+            }
         }
     }
 }
