@@ -42,18 +42,13 @@ pub fn branch_credit(batch: &TraceBatch, channel: &str, baseline: Baseline) -> R
     let families = Families::new(batch, &columns, channel, baseline);
     let entries = match families.credit_contiguous()? {
         Some(entries) => entries,
-        None => families.credit_paired()?,
+        None => families.credit_scattered()?,
     };
     Ok(Credit::from_entries(entries))
 }
 
 /// Families whose events are warmed together ([`Families::warm_events`]).
 const FAMILY_BATCH: usize = 16;
-
-/// Factual traces per bucket of [`Families::credit_paired`]: a bucket's branch records (32
-/// bytes each, about 8 per family in `sim.branches`) stay within a core's L2 cache while
-/// they are sorted by family.
-const FAMILIES_PER_BUCKET: usize = 2048;
 
 /// Rows per parallel task: a few tasks per thread, none tiny.
 fn span_of(rows: usize) -> usize {
@@ -74,13 +69,45 @@ fn first_error_or_all(parts: Vec<Result<Vec<Entry>>>) -> Result<Vec<Entry>> {
 #[derive(Clone, Copy, Default)]
 struct Branch {
     row: u32,
-    /// The factual trace, as its rank among the batch's factual traces (paired layout only).
-    family: u32,
     /// NaN when the trace has no reward on the channel (an error once it is used).
     reward: f64,
     /// `counterfactual_of.event_id`, by length and first eight bytes (see [`head_word`]).
     event_len: u32,
     event_head: u64,
+}
+
+/// Marks a row that is no branch of a factual trace in the batch.
+const NO_FAMILY: u32 = u32::MAX;
+
+/// Per row of the batch, what [`Families::credit_scattered`] reads of a branch.
+struct BranchRows {
+    /// The factual trace's rank, or [`NO_FAMILY`].
+    family: Vec<u32>,
+    /// NaN when the trace has no reward on the channel.
+    reward: Vec<f64>,
+}
+
+/// What [`Families::tally`] and [`Families::spread`] gather of one family's branches.
+#[derive(Clone, Copy, Default)]
+struct Tally {
+    /// Its first branch (its event is compared with the others').
+    first: Branch,
+    n: u32,
+    /// The branches' rewards summed in row order (NaN once one is missing).
+    sum: f64,
+    /// The squared deviations from the mean summed in row order.
+    squares: f64,
+    /// For a family that is gathered, where its next branch goes among the gathered.
+    next: u32,
+    /// Whether its branches are gathered and credited one by one: they branch at more than
+    /// one event, a reward is missing, or the baseline is leave-one-out.
+    gathered: bool,
+}
+
+/// The entry of an event credited against the mean of its `n` branches' rewards.
+fn mean_entry(event: usize, factual: &Factual, mean: f64, variance: f64, n: usize) -> Entry {
+    let stderr = (variance * (1.0 + 1.0 / n as f64)).sqrt() * z_scale(n - 1);
+    (event as u64, factual.row as u32, factual.reward - mean, stderr, n as u32)
 }
 
 /// A factual trace as credit reads it.
@@ -103,13 +130,12 @@ struct Factuals {
 }
 
 impl Factuals {
-    fn new(families: &Families) -> Self {
+    /// The factual traces of `families`, given every row's reward.
+    fn new(families: &Families, reward: &[f64]) -> Self {
         let rows: Vec<usize> =
             (0..families.batch.len()).into_par_iter().filter(|&row| families.is_factual(row)).collect();
-        let traces: Vec<Factual> = rows
-            .par_iter()
-            .map(|&row| Factual { row, events: families.events_of(row), reward: families.rewards.at(row) })
-            .collect();
+        let traces: Vec<Factual> =
+            rows.par_iter().map(|&row| Factual { row, events: families.events_of(row), reward: reward[row] }).collect();
         let id_offsets = families.event_ids.value_offsets();
         let first_event_text = traces.par_iter().map(|factual| id_offsets[factual.events.start] as usize).collect();
         let trace_id = families.columns.trace_id;
@@ -131,31 +157,6 @@ impl Factuals {
             }
         }
     }
-}
-
-/// Sorts a bucket's branch records by family, keeping row order within each (a counting sort:
-/// the records of `parts` are in row order, part after part). Returns the records and where
-/// each of the `families` families (ranks from `first`) starts among them, plus the end.
-fn by_family<'p>(
-    parts: impl Iterator<Item = &'p [Branch]> + Clone,
-    first: usize,
-    families: usize,
-) -> (Vec<Branch>, Vec<u32>) {
-    let mut starts = vec![0u32; families + 1];
-    for branch in parts.clone().flatten() {
-        starts[branch.family as usize - first + 1] += 1;
-    }
-    for k in 1..starts.len() {
-        starts[k] += starts[k - 1];
-    }
-    let mut sorted = vec![Branch::default(); starts[families] as usize];
-    let mut next = starts.clone();
-    for branch in parts.flatten() {
-        let slot = &mut next[branch.family as usize - first];
-        sorted[*slot as usize] = *branch;
-        *slot += 1;
-    }
-    (sorted, starts)
 }
 
 /// A factual trace with its branch rollouts: the unit of branch credit.
@@ -200,16 +201,10 @@ impl<'a> Families<'a> {
         self.of.is_null(row)
     }
 
-    /// The branch of row `row` (of family `family`), read from the batch.
-    fn branch(&self, row: usize, family: u32) -> Branch {
+    /// The branch of row `row` with reward `reward`, its event read from the batch.
+    fn branch(&self, row: usize, reward: f64) -> Branch {
         let event = self.of_event.value(row);
-        Branch {
-            row: row as u32,
-            family,
-            reward: self.rewards.at(row),
-            event_len: event.len() as u32,
-            event_head: head_word(event),
-        }
+        Branch { row: row as u32, reward, event_len: event.len() as u32, event_head: head_word(event) }
     }
 
     fn event_of(&self, branch: &Branch) -> &'a str {
@@ -243,7 +238,7 @@ impl<'a> Families<'a> {
 
     /// Credit when every factual trace is directly followed by all its branches (the layout
     /// of `sim.branches`): one parallel pass, each family credited as soon as its rows end.
-    /// None when a branch sits anywhere else, for [`Self::credit_paired`] to handle.
+    /// None when a branch sits anywhere else, for [`Self::credit_scattered`] to handle.
     fn credit_contiguous(&self) -> Result<Option<Vec<Entry>>> {
         let rows = self.batch.len();
         let span = span_of(rows);
@@ -323,59 +318,154 @@ impl<'a> Families<'a> {
         for &(factual, end) in families {
             let Scratch { branches, rewards } = scratch;
             branches.clear();
-            branches.extend((factual + 1..end).map(|row| self.branch(row, 0)));
+            branches.extend((factual + 1..end).map(|row| self.branch(row, self.rewards.at(row))));
             let factual = Factual { row: factual, events: self.events_of(factual), reward: self.rewards.at(factual) };
             self.credit_family(entries, rewards, &factual, branches)?;
         }
         Ok(())
     }
 
-    /// Credit for any layout, in two parallel passes. The first reads the branches in row
-    /// order, finds each one's factual trace by a hash of its id ([`FactualIndex`]), and copies what credit needs into records binned by
-    /// factual rank ([`FAMILIES_PER_BUCKET`] ranks a bin). The second sorts each bin by family,
-    /// keeping row order, and credits its families. Families are credited in row order of
-    /// their factual trace and their branches' rewards summed in row order: the same figures
-    /// for any task count. Branches whose factual trace is not in the batch are left out.
-    fn credit_paired(&self) -> Result<Vec<Entry>> {
-        let factuals = Factuals::new(self);
-        let buckets = factuals.len().div_ceil(FAMILIES_PER_BUCKET);
-        let (rows, span) = (self.batch.len(), span_of(self.batch.len()));
-        let binned: Vec<Vec<Vec<Branch>>> = (0..rows.div_ceil(span))
+    /// Credit for any layout. A pass over the rows (parallel by span) finds each branch's
+    /// factual trace by a hash of its id ([`FactualIndex`]) and reads its reward into two
+    /// columns by row. Then each task takes a range of factual ranks and reads those columns
+    /// twice in row order ([`Self::tally`], [`Self::spread`]): the first sums each family's
+    /// rewards, the second their squared deviations from the mean, so a family whose branches
+    /// all branch at one event is credited without its branches ever being gathered. The
+    /// others (branches at several events, a missing reward, the leave-one-out baseline) have
+    /// their branches gathered in row order and go through [`Self::credit_family`]. Rewards
+    /// are summed in row order either way: the same figures for any task count and layout
+    /// that keeps a family's branches in order. Branches whose factual trace is not in the
+    /// batch are left out.
+    fn credit_scattered(&self) -> Result<Vec<Entry>> {
+        let reward = self.reward_by_row();
+        let factuals = Factuals::new(self, &reward);
+        let rows = BranchRows { family: self.find_families(&factuals), reward };
+        let tasks = rayon::current_num_threads().min(factuals.len()).max(1);
+        let per_task = factuals.len().div_ceil(tasks).max(1);
+        let parts: Vec<Result<Vec<Entry>>> = (0..factuals.len().div_ceil(per_task))
             .into_par_iter()
-            .map(|part| self.bin_branches(&factuals, part * span..((part + 1) * span).min(rows), buckets))
-            .collect();
-        let parts: Vec<Result<Vec<Entry>>> = (0..buckets)
-            .into_par_iter()
-            .map(|bucket| {
-                let first = bucket * FAMILIES_PER_BUCKET;
-                let families = (factuals.len() - first).min(FAMILIES_PER_BUCKET);
-                let (mut sorted, starts) = by_family(binned.iter().map(|bins| &bins[bucket][..]), first, families);
-                let (mut entries, mut rewards) = (Vec::new(), Vec::new());
-                let ranks: Vec<usize> = (0..families).filter(|&k| starts[k] < starts[k + 1]).collect();
-                for group in ranks.chunks(FAMILY_BATCH) {
-                    factuals.warm_events(self, group.iter().map(|&k| first + k));
-                    self.warm_long_events(group.iter().map(|&k| &sorted[starts[k] as usize]));
-                    for &k in group {
-                        let branches = &mut sorted[starts[k] as usize..starts[k + 1] as usize];
-                        self.credit_family(&mut entries, &mut rewards, &factuals.traces[first + k], branches)?;
-                    }
-                }
-                Ok(entries)
+            .map(|task| {
+                let ranks = task * per_task..((task + 1) * per_task).min(factuals.len());
+                let mut tallies = self.tally(&factuals, &rows, ranks.clone());
+                let gathered = self.spread(&rows, ranks.start, &mut tallies);
+                self.credit_ranks(&factuals, ranks.start, &tallies, gathered)
             })
             .collect();
         first_error_or_all(parts)
     }
 
-    /// The branches among `rows` whose factual trace is in the batch, binned by factual rank.
-    fn bin_branches(&self, factuals: &Factuals, rows: Range<usize>, buckets: usize) -> Vec<Vec<Branch>> {
-        let mut bins = vec![Vec::new(); buckets];
-        let branches = rows.filter(|&row| !self.is_factual(row)).map(|row| (row, self.of_trace.value(row)));
-        factuals.index.find_each(branches, |row, family| {
-            if let Some(family) = family {
-                bins[family as usize / FAMILIES_PER_BUCKET].push(self.branch(row, family));
-            }
+    /// Every row's reward on the channel, read in one sequential pass (NaN where missing).
+    fn reward_by_row(&self) -> Vec<f64> {
+        (0..self.batch.len()).into_par_iter().map(|row| self.rewards.at(row)).collect()
+    }
+
+    /// Each row's factual rank: [`NO_FAMILY`] for factual traces and branches whose factual
+    /// trace is absent.
+    fn find_families(&self, factuals: &Factuals) -> Vec<u32> {
+        let n = self.batch.len();
+        let mut family = vec![NO_FAMILY; n];
+        let span = span_of(n);
+        family.par_chunks_mut(span).enumerate().for_each(|(part, family)| {
+            let start = part * span;
+            let branches = (start..start + family.len())
+                .filter(|&row| !self.is_factual(row))
+                .map(|row| (row, self.of_trace.value(row)));
+            factuals.index.find_each(branches, |row, rank| family[row - start] = rank.unwrap_or(NO_FAMILY));
         });
-        bins
+        family
+    }
+
+    /// First pass of a task over the rows: for factual ranks `ranks`, each family's branch
+    /// count, rewards summed in row order, and whether its branches all branch at the event
+    /// of its first one.
+    fn tally(&self, factuals: &Factuals, rows: &BranchRows, ranks: Range<usize>) -> Vec<Tally> {
+        let mut tallies = vec![Tally::default(); ranks.len()];
+        for (row, (&family, &reward)) in rows.family.iter().zip(&rows.reward).enumerate() {
+            let Some(tally) = (family as usize).checked_sub(ranks.start).and_then(|k| tallies.get_mut(k)) else {
+                continue;
+            };
+            if tally.n == 0 {
+                tally.first = self.branch(row, reward);
+            } else if !tally.gathered && !self.same_event(&tally.first, &self.branch(row, reward)) {
+                tally.gathered = true;
+            }
+            tally.n += 1;
+            tally.sum += reward;
+        }
+        for (tally, factual) in tallies.iter_mut().zip(&factuals.traces[ranks]) {
+            tally.gathered |= tally.sum.is_nan() || factual.reward.is_nan() || self.baseline == Baseline::LeaveOneOut;
+        }
+        tallies
+    }
+
+    /// Second pass of a task over the rows: each family's squared deviations from its mean
+    /// reward summed in row order, and the branches of the families [`Tally::gathered`]
+    /// marks copied out, family after family, in row order (a counting sort). Returns those
+    /// branches.
+    fn spread(&self, rows: &BranchRows, first: usize, tallies: &mut [Tally]) -> Vec<Branch> {
+        let mut total = 0;
+        for tally in tallies.iter_mut().filter(|tally| tally.gathered) {
+            tally.next = total;
+            total += tally.n;
+        }
+        let mut gathered = vec![Branch::default(); total as usize];
+        for (row, (&family, &reward)) in rows.family.iter().zip(&rows.reward).enumerate() {
+            let Some(tally) = (family as usize).checked_sub(first).and_then(|k| tallies.get_mut(k)) else {
+                continue;
+            };
+            if tally.gathered {
+                gathered[tally.next as usize] = self.branch(row, reward);
+                tally.next += 1;
+            } else {
+                let deviation = reward - tally.sum / f64::from(tally.n);
+                tally.squares += deviation * deviation;
+            }
+        }
+        gathered
+    }
+
+    /// Credits the families of factual ranks from `first` in rank order: from their tallies,
+    /// or from their `gathered` branches (see [`Self::spread`]).
+    fn credit_ranks(
+        &self,
+        factuals: &Factuals,
+        first: usize,
+        tallies: &[Tally],
+        mut gathered: Vec<Branch>,
+    ) -> Result<Vec<Entry>> {
+        let (mut entries, mut rewards) = (Vec::with_capacity(tallies.len()), Vec::new());
+        let ranks: Vec<usize> = (0..tallies.len()).filter(|&k| tallies[k].n > 0).collect();
+        let mut at = 0;
+        for group in ranks.chunks(FAMILY_BATCH) {
+            factuals.warm_events(self, group.iter().map(|&k| first + k));
+            self.warm_long_events(group.iter().map(|&k| &tallies[k].first));
+            for &k in group {
+                let (tally, factual) = (&tallies[k], &factuals.traces[first + k]);
+                let n = tally.n as usize;
+                if tally.gathered {
+                    let branches = &mut gathered[at..at + n];
+                    at += n;
+                    self.credit_family(&mut entries, &mut rewards, factual, branches)?;
+                } else {
+                    let event = self.branched_event(factual, &tally.first)?;
+                    let variance = if n >= 2 { tally.squares / (n - 1) as f64 } else { f64::NAN };
+                    entries.push(mean_entry(event, factual, tally.sum / n as f64, variance, n));
+                }
+            }
+        }
+        Ok(entries)
+    }
+
+    /// Position of the event `branch` branches at among its factual trace's events, or the
+    /// error naming the branch when the factual trace has no such event.
+    fn branched_event(&self, factual: &Factual, branch: &Branch) -> Result<usize> {
+        self.event_in(factual.events.clone(), branch).ok_or_else(|| {
+            let branch_id = self.columns.trace_id.value(branch.row as usize);
+            let factual_id = self.columns.trace_id.value(factual.row);
+            let event_id = self.event_of(branch);
+            let reason = format!("the factual trace {factual_id:?} has no event {event_id:?}");
+            ValidationError::new(Some(branch_id), "/counterfactual_of/event_id", reason).into()
+        })
     }
 
     /// Credits the alternatives of one factual trace into `entries`; `branches` are in row
@@ -396,13 +486,7 @@ impl<'a> Families<'a> {
             return Err(missing_reward(self.batch, factual.row, self.channel));
         }
         for group in branches.chunk_by(|a, b| self.same_event(a, b)) {
-            let event = self.event_in(factual.events.clone(), &group[0]).ok_or_else(|| {
-                let branch_id = self.columns.trace_id.value(group[0].row as usize);
-                let factual_id = self.columns.trace_id.value(factual.row);
-                let event_id = self.event_of(&group[0]);
-                let reason = format!("the factual trace {factual_id:?} has no event {event_id:?}");
-                ValidationError::new(Some(branch_id), "/counterfactual_of/event_id", reason)
-            })?;
+            let event = self.branched_event(factual, &group[0])?;
             rewards.clear();
             for branch in group {
                 if branch.reward.is_nan() {
@@ -411,8 +495,7 @@ impl<'a> Families<'a> {
                 rewards.push(branch.reward);
             }
             let (mean, variance, n) = mean_and_variance(rewards.iter().copied());
-            let stderr = (variance * (1.0 + 1.0 / n as f64)).sqrt() * z_scale(n - 1);
-            entries.push((event as u64, factual.row as u32, factual_reward - mean, stderr, n as u32));
+            entries.push(mean_entry(event, factual, mean, variance, n));
             if self.baseline == Baseline::LeaveOneOut {
                 for (i, branch) in group.iter().enumerate() {
                     let Some(own) = self.event_in(self.events_of(branch.row as usize), branch) else {

@@ -1,12 +1,11 @@
 //! Finding a branch's factual trace by id, for batches where branches sit anywhere. On a
 //! large batch a lookup waits for memory: the table slot, and for an id longer than a slot
 //! holds ([`INLINE`] bytes), the id's text. Done one after the other these misses would
-//! dominate branch credit, so lookups are pipelined ([`FactualIndex::find_each`]): a query's
-//! slot is prefetched [`SLOT_AHEAD`] queries before it is answered, a long id's text
-//! [`TEXT_AHEAD`] queries before. Ids of up to [`INLINE`] bytes (counter ids such as
+//! dominate branch credit, so lookups are pipelined ([`FactualIndex::find_each`]): the slots
+//! of [`GROUP`] queries (then their long ids' texts) are requested together before the first
+//! is answered. Ids of up to [`INLINE`] bytes (counter ids such as
 //! `sim-61-027794`) are confirmed from the slot alone: one miss per lookup.
 
-use std::collections::VecDeque;
 use std::hash::BuildHasher;
 
 use foldhash::fast::RandomState;
@@ -18,9 +17,10 @@ use crate::store::same_text;
 
 /// Ids inserted together (their slots loaded first, see [`FactualIndex::warm`]).
 const BLOCK: usize = 16;
-/// How many queries ahead a slot is prefetched, and a text (see the module comment).
-const SLOT_AHEAD: usize = 16;
-const TEXT_AHEAD: usize = 8;
+/// Queries whose slots are requested together (see [`FactualIndex::find_each`]).
+const GROUP: usize = 32;
+/// How many ids ahead an id's text is requested while keys are computed.
+const TEXT_AHEAD: usize = 16;
 /// Bytes of an id a slot holds: longer ids are confirmed against their text.
 const INLINE: usize = 16;
 
@@ -75,7 +75,22 @@ impl FactualIndex {
             mask: size - 1,
             hasher: RandomState::default(),
         };
-        let keys: Vec<Key> = ids.par_iter().map(|id| index.key(id)).collect();
+        // Ids of factual traces scattered through a batch are far apart: their text is
+        // requested ahead of hashing.
+        let keys: Vec<Key> = ids
+            .par_chunks(1 << 12)
+            .enumerate()
+            .flat_map_iter(|(chunk, part)| {
+                let start = chunk << 12;
+                let index = &index;
+                part.iter().enumerate().map(move |(k, id)| {
+                    if let Some(byte) = ids.get(start + k + TEXT_AHEAD).and_then(|ahead| ahead.as_bytes().first()) {
+                        prefetch(byte);
+                    }
+                    index.key(id)
+                })
+            })
+            .collect();
         for id in ids {
             index.starts.push(index.ids.len());
             index.ids.push_str(id);
@@ -145,44 +160,42 @@ impl FactualIndex {
     }
 
     /// `found(item, rank of the factual trace id)` for each `(item, id)` of `queries`, in
-    /// order, the lookups pipelined (see the module comment). A query for the same id as the
-    /// query before it (branches of one factual trace stored one after the other) takes that
-    /// answer without a hash or a probe; only the others count toward the lookahead.
-    pub(super) fn find_each<'q, T: Copy>(
+    /// order, the lookups pipelined (see the module comment): queries are taken [`GROUP`] at
+    /// a time, the group's slots requested (then its long ids' texts) before the first is
+    /// answered. A query for the same id as the query before it (branches of one factual
+    /// trace stored one after the other) takes that answer without a hash or a probe.
+    pub(super) fn find_each<'q, T: Copy + Default>(
         &self,
-        queries: impl Iterator<Item = (T, &'q str)>,
+        mut queries: impl Iterator<Item = (T, &'q str)>,
         mut found: impl FnMut(T, Option<u32>),
     ) {
-        // Queries not answered yet, with their key (None: the same id as the query before).
-        let mut pending: VecDeque<(T, &str, Option<Key>)> = VecDeque::with_capacity(2 * SLOT_AHEAD);
-        let (mut keyed, mut previous, mut answer) = (0usize, None::<&str>, None::<u32>);
-        let mut answer_first = |pending: &mut VecDeque<(T, &str, Option<Key>)>, keyed: &mut usize| {
-            if let Some((item, id, key)) = pending.pop_front() {
-                if let Some(key) = key {
-                    let rank = self.slots[self.probe(&key, id)].rank;
-                    answer = (rank != EMPTY).then_some(rank);
-                    *keyed -= 1;
+        // A group's queries, and their keys (None: the same id as the query before).
+        let (mut items, mut ids, mut keys) = ([T::default(); GROUP], [""; GROUP], [None::<Key>; GROUP]);
+        let (mut previous, mut answer) = (None::<&str>, None::<u32>);
+        loop {
+            let mut asked = 0;
+            for (item, id) in queries.by_ref().take(GROUP) {
+                let key = previous.is_none_or(|previous| !same_text(previous, id)).then(|| self.key(id));
+                if let Some(key) = &key {
+                    prefetch(&self.slots[key.hash as usize & self.mask]);
                 }
-                found(item, answer);
+                (items[asked], ids[asked], keys[asked]) = (item, id, key);
+                previous = Some(id);
+                asked += 1;
             }
-        };
-        for (item, id) in queries {
-            let key = previous.is_none_or(|previous| !same_text(previous, id)).then(|| self.key(id));
-            previous = Some(id);
-            if let Some(key) = &key {
-                prefetch(&self.slots[key.hash as usize & self.mask]);
-                keyed += 1;
+            if asked == 0 {
+                return;
             }
-            pending.push_back((item, id, key));
-            if let Some((_, _, Some(soon))) = pending.len().checked_sub(TEXT_AHEAD + 1).and_then(|k| pending.get(k)) {
-                self.warm_text(soon);
+            for key in keys[..asked].iter().flatten() {
+                self.warm_text(key);
             }
-            while keyed > SLOT_AHEAD {
-                answer_first(&mut pending, &mut keyed);
+            for k in 0..asked {
+                if let Some(key) = &keys[k] {
+                    let rank = self.slots[self.probe(key, ids[k])].rank;
+                    answer = (rank != EMPTY).then_some(rank);
+                }
+                found(items[k], answer);
             }
-        }
-        while !pending.is_empty() {
-            answer_first(&mut pending, &mut keyed);
         }
     }
 }

@@ -81,6 +81,74 @@ fn a_branch_naming_a_missing_event_is_an_error_naming_the_branch() {
     assert!(error.contains("/rewards/tool"), "{error}");
 }
 
+/// The errors of a scattered layout (each factual trace after its branches), for a family
+/// credited from its tallies (one branched event) and one whose branches are gathered (two
+/// events): the same errors, naming the same trace, as the adjacent layout reports.
+#[test]
+fn scattered_families_report_the_errors_of_the_adjacent_layout() {
+    let mut no_reward = trace("b-none", 0.0, &["e0", "e1"], Some(("f", "e1", "ablate")));
+    no_reward.rewards.clear();
+    let cases: [(&str, Vec<crate::Trace>, &[&str]); 4] = [
+        (
+            "one event, missing in the factual trace",
+            vec![
+                trace("b1", 0.0, &["e0"], Some(("f", "e0", "ablate"))),
+                trace("b2", 0.0, &["e0"], Some(("f", "e0", "ablate"))),
+            ],
+            &["\"b1\"", "/counterfactual_of/event_id", "has no event \"e0\""],
+        ),
+        (
+            "two events, one missing in the factual trace",
+            vec![
+                trace("b1", 0.0, &["e1"], Some(("f", "e1", "ablate"))),
+                trace("b2", 0.0, &["e1"], Some(("f", "e7", "ablate"))),
+            ],
+            &["\"b2\"", "/counterfactual_of/event_id", "e7"],
+        ),
+        (
+            "one event, a branch without the reward",
+            vec![trace("b1", 0.5, &["e1"], Some(("f", "e1", "ablate"))), no_reward.clone()],
+            &["\"b-none\"", "/rewards/team"],
+        ),
+        (
+            "two events, a branch without the reward",
+            vec![trace("b1", 0.5, &["e2"], Some(("f", "e2", "ablate"))), no_reward],
+            &["\"b-none\"", "/rewards/team"],
+        ),
+    ];
+    for (case, branches, expected) in cases {
+        let factual = trace("f", 1.0, &["e1", "e2"], None);
+        let adjacent = batch(&[vec![factual.clone()], branches.clone()].concat());
+        let scattered = batch(&[branches, vec![factual]].concat());
+        for layout in [&adjacent, &scattered] {
+            let error = branch_credit(layout, "team", Baseline::Mean).unwrap_err().to_string();
+            assert!(expected.iter().all(|part| error.contains(part)), "{case}: {error}");
+        }
+    }
+}
+
+/// A factual id repeated in a scattered batch names its last factual trace: every branch of
+/// that id is credited there, by tallies and by gathered branches alike.
+#[test]
+fn a_repeated_factual_id_in_a_scattered_batch_names_its_last_trace() {
+    let traces = [
+        trace("b1", 0.5, &["e0"], Some(("f", "e0", "ablate"))),
+        trace("f", 9.0, &["e0"], None),
+        trace("b2", 1.5, &["e0", "e1"], Some(("f", "e0", "ablate"))),
+        trace("f", 3.0, &["e0", "e1"], None),
+        trace("b3", 2.0, &["e1"], Some(("f", "e1", "substitute"))),
+    ];
+    // One event only (b3 left out): credited from the tallies.
+    let one_event = batch(&traces[..4]);
+    let credit = branch_credit(&one_event, "team", Baseline::Mean).unwrap();
+    assert_eq!((credit.event, credit.trace, credit.credit), (vec![4], vec![3], vec![2.0]));
+    // Two events: gathered, credited one event at a time.
+    let two_events = batch(&traces);
+    let credit = branch_credit(&two_events, "team", Baseline::Mean).unwrap();
+    assert_eq!((credit.event, credit.trace, credit.credit), (vec![4, 5], vec![3, 3], vec![2.0, 1.0]));
+    assert_eq!(credit.n_branches, vec![2, 1]);
+}
+
 #[test]
 fn branch_credit_covers_the_true_effects() {
     let config = BranchConfig {
