@@ -113,3 +113,18 @@ def test_kernel_covers_95_percent_when_it_values_nearly_every_coalition():
         inflated.append(shares[1.4])
         shrunk.append(shares[1 / 1.4])
     assert len(inflated) >= 3 and np.mean(inflated) > 0.97 and np.mean(shrunk) < 0.93, (inflated, shrunk)
+
+
+def test_msr_with_interactions_covers_95_percent_on_a_sparse_game():
+    # 40 players, 30 unanimity terms of 1-3 players: the screening keeps triple features on
+    # most folds, and the residual they leave is what the standard error measures.
+    game = games.soum(40, 30, 3, seed=21)
+    truth = game.shapley_values()
+    hits = dict.fromkeys((1.0, 1.4, 1 / 1.4), 0)
+    for seed in SEEDS:
+        result = masreplay.shapley(game, method="msr", budget=BUDGET, seed=seed, surrogate="interactions")
+        error = np.abs(result.values - truth)
+        for k in hits:
+            hits[k] += int((error <= 1.96 * k * result.stderr).sum())
+    shares = {k: h / (len(SEEDS) * game.n_players) for k, h in hits.items()}
+    assert 0.93 <= shares[1.0] <= 0.97 and shares[1.4] > 0.97 and shares[1 / 1.4] < 0.93, shares
