@@ -163,8 +163,9 @@ impl Interactions {
     }
 }
 
-/// Residual sums of squares below this share of the values' are rounding.
-const NEGLIGIBLE: f64 = 1e-20;
+/// Residual sums of squares below this share of the values' leave nothing worth a feature (a
+/// pairwise game: what is left is the linear fit's ridge and rounding).
+const NEGLIGIBLE: f64 = 1e-12;
 /// Rounds of screening.
 const ROUNDS: usize = 3;
 
