@@ -32,9 +32,14 @@ const PAIR_Z: f64 = 2.5;
 const MAX_CANDIDATES: usize = 1024;
 /// Training coalitions per kept feature, at least.
 const COALITIONS_PER_FEATURE: usize = 10;
+/// Most training coalitions screened and fitted on.
+const MAX_SAMPLES: usize = 16_384;
+/// Most features kept (the fit costs features x coalitions a pass; the bench families' sparse
+/// games hold at most a few hundred triples).
+const MAX_FEATURES: usize = 256;
 /// Most passes of coordinate descent over the kept features, and the step (relative to the
 /// largest coefficient) below which a pass ends it.
-const MAX_PASSES: usize = 50;
+const MAX_PASSES: usize = 20;
 const CONVERGED: f64 = 1e-9;
 
 /// The law of t = |T & S| for a triple T and a uniform coalition S of size s among n players
@@ -109,15 +114,23 @@ impl Interactions {
         if n < 4 {
             return Self::none();
         }
+        let training: usize = strata.iter().map(|st| (0..st.sets.len()).filter(|&j| train(j)).count()).sum();
+        // Large budgets: every stride-th training coalition (the screening and the fit cost
+        // a pass over them per candidate and per feature).
+        let stride = training.div_ceil(MAX_SAMPLES).max(1);
         let mut samples = Vec::new();
         let mut linear = Vec::new();
         let mut scale = 0.0;
+        let mut seen = 0;
         for st in strata {
             for (j, (set, (&r, &v))) in st.sets.iter().zip(st.residuals.iter().zip(st.values)).enumerate() {
                 if train(j) {
-                    samples.push(Sample { size: st.size, set, weight: st.weight });
-                    linear.push(r);
-                    scale += v * v;
+                    if seen % stride == 0 {
+                        samples.push(Sample { size: st.size, set, weight: st.weight });
+                        linear.push(r);
+                        scale += v * v;
+                    }
+                    seen += 1;
                 }
             }
         }
@@ -143,7 +156,7 @@ impl Interactions {
                 })
                 .collect();
             kept.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-            kept.truncate((samples.len() / COALITIONS_PER_FEATURE).saturating_sub(triples.len()));
+            kept.truncate((samples.len() / COALITIONS_PER_FEATURE).min(MAX_FEATURES).saturating_sub(triples.len()));
             if kept.is_empty() {
                 break;
             }
