@@ -24,7 +24,7 @@ leaves dense games as they were, at the price of the screening: tens of millisec
 n = 100 and 10,000 evaluations, against a few for the linear fit (choose ``linear`` when an
 evaluation costs microseconds). ``auto``: ``interactions`` up to 300 players, ``linear``
 beyond. Where most players interact with nobody permutations still come close to MSR
-(n = 300, 10,000 evaluations, low-order games: 0.0073 against 0.0081).
+(n = 300, 10,000 evaluations, low-order games: 0.0073 against 0.0083).
 
 Players the caller knows about: ``fixed`` players are always present (an orchestrator, the
 harness), ``exclude`` players never; the estimators play the game among the rest,

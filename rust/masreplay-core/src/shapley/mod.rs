@@ -312,8 +312,8 @@ fn unstructured_choice(n: usize, budget: u64) -> Method {
 
 /// Players up to which `surrogate="auto"` gives MSR's surrogate interaction features
 /// (measured on the benchmark families at n = 30-300, 10,000 evaluations, 5 seeds: MAE on
-/// sparse low-order SOUM 0.0084 -> 0.0025 (n = 30), 0.0108 -> 0.0057 (100), 0.0122 -> 0.0081
-/// (300); trace games 0.0061 -> 0.0017, 0.0145 -> 0.0099, 0.0285 -> 0.0243; full-order,
+/// sparse low-order SOUM 0.0083 -> 0.0024 (n = 30), 0.0108 -> 0.0057 (100), 0.0122 -> 0.0083
+/// (300); trace games 0.0061 -> 0.0017, 0.0145 -> 0.0099, 0.0286 -> 0.0253; full-order,
 /// voting and pairwise games unchanged (nothing passes the screening, or what does fits
 /// little); at 1,000 evaluations nothing changes). Beyond it the screening's pair statistics
 /// (n^2 per fold, s^2 / 2 per coalition) cost more than the fits, unmeasured: ask for

@@ -22,10 +22,16 @@
 //! a z score. Pairs past [`PAIR_Z`] are edges; two edges at a player (a wedge) make a
 //! candidate triple, scored by its own feature's z score over all the training coalitions
 //! and kept past the largest z of as many null candidates (sqrt(2 ln candidates)). The
-//! kept features' coefficients are fitted by weighted least squares (coordinate descent).
+//! kept features' coefficients are fitted by weighted least squares (coordinate descent),
+//! and the screening runs again on what they leave, three rounds in all.
 
 use super::coalition::{Coalitions, contains};
 
+/// Residual sums of squares below this share of the values' leave nothing worth a feature (a
+/// pairwise game: what is left is the linear fit's ridge and rounding).
+const NEGLIGIBLE: f64 = 1e-12;
+/// Rounds of screening.
+const ROUNDS: usize = 3;
 /// Edges of the screening: pairs whose z score is past this.
 const PAIR_Z: f64 = 2.5;
 /// Most candidate triples scored (the wedges of the strongest edges first).
@@ -175,12 +181,6 @@ impl Interactions {
         Interactions { triples, coef, psi }
     }
 }
-
-/// Residual sums of squares below this share of the values' leave nothing worth a feature (a
-/// pairwise game: what is left is the linear fit's ridge and rounding).
-const NEGLIGIBLE: f64 = 1e-12;
-/// Rounds of screening.
-const ROUNDS: usize = 3;
 
 /// How many of `triple` are in `set`.
 #[inline(always)]
