@@ -117,6 +117,18 @@ def test_kernel_covers_95_percent_when_it_values_nearly_every_coalition():
     assert len(inflated) >= 3 and np.mean(inflated) > 0.97 and np.mean(shrunk) < 0.93, (inflated, shrunk)
 
 
+def interval_shares(game, truth, seeds, **options):
+    """Share of the intervals value +- 1.96 k stderr that hold the exact value, for k = 1 and
+    1.4 either way, over every player and seed at the test budget."""
+    hits = dict.fromkeys((1.0, 1.4, 1 / 1.4), 0)
+    for seed in seeds:
+        result = masreplay.shapley(game, budget=BUDGET, seed=seed, **options)
+        error = np.abs(result.values - truth)
+        for k in hits:
+            hits[k] += int((error <= 1.96 * k * result.stderr).sum())
+    return {k: h / (len(seeds) * game.n_players) for k, h in hits.items()}
+
+
 def voting_shapley(weights: np.ndarray, quota: float) -> np.ndarray:
     """Exact Shapley values of a weighted voting game with integer weights: for each player,
     the coalitions of the others counted by size and weight sum (a dynamic program), those it
@@ -144,11 +156,14 @@ def test_stratified_covers_95_percent_on_voting_beyond_sixteen_players():
     quota = 0.6 * weights.sum()
     game = games.weighted_voting(weights.astype(float), quota)
     truth = voting_shapley(weights, quota)
-    hits = {k: 0 for k in (1.0, 1.4, 1 / 1.4)}
-    for seed in range(100):
-        result = masreplay.shapley(game, method="stratified", budget=BUDGET, seed=seed)
-        error = np.abs(result.values - truth)
-        for k in hits:
-            hits[k] += int((error <= 1.96 * k * result.stderr).sum())
-    shares = {k: h / (100 * 30) for k, h in hits.items()}
+    shares = interval_shares(game, truth, range(100), method="stratified")
+    assert 0.93 <= shares[1.0] <= 0.97 and shares[1.4] > 0.97 and shares[1 / 1.4] < 0.93, shares
+
+
+def test_msr_with_interactions_covers_95_percent_on_a_sparse_game():
+    # 40 players, 30 unanimity terms of 1-3 players: the screening keeps triple features on
+    # most folds, and the residual they leave is what the standard error measures.
+    game = games.soum(40, 30, 3, seed=21)
+    truth = game.shapley_values()
+    shares = interval_shares(game, truth, SEEDS, method="msr", surrogate="interactions")
     assert 0.93 <= shares[1.0] <= 0.97 and shares[1.4] > 0.97 and shares[1 / 1.4] < 0.93, shares

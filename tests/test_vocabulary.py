@@ -21,6 +21,7 @@ PAIRS = [
     ("SAMPLERS", vocabulary.Sampler),
     ("BASELINES", vocabulary.Baseline),
     ("SHAPLEY_METHODS", vocabulary.ShapleyMethod),
+    ("SHAPLEY_SURROGATES", vocabulary.ShapleySurrogate),
 ]
 
 

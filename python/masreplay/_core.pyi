@@ -13,6 +13,7 @@ from masreplay.vocabulary import (
     ReturnKind,
     Sampler,
     ShapleyMethod,
+    ShapleySurrogate,
     Stratum,
     Unit,
 )
@@ -30,6 +31,7 @@ RETURN_KINDS: tuple[str, ...]
 SAMPLERS: tuple[str, ...]
 BASELINES: tuple[str, ...]
 SHAPLEY_METHODS: tuple[str, ...]
+SHAPLEY_SURROGATES: tuple[str, ...]
 
 #: The traces refused: (position in the input, trace_id, the error), in input order.
 _Rejected = list[tuple[int, str | None, TraceValidationError]]
@@ -291,6 +293,7 @@ def shapley(
     canonical: object | None,
     noise: float | None,
     repeats: int | None,
+    surrogate: ShapleySurrogate,
 ) -> _ShapleyDict: ...
 def trace_players(batch: TraceBatch, players: str) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray]:
     """(offsets, labels, parents, event_player), as in trace_shapley's result."""

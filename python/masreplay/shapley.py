@@ -12,10 +12,19 @@ per-player slopes that vary with the coalition size, is a control variate; cross
 unbiased, and efficient by construction), and ``auto``, which picks exact when the budget
 covers every feasible coalition, ``kernel`` when it covers 90% of them or more, ``msr``
 from 30 evaluations per player and antithetic permutations below (rules measured on the
-benchmark families, see the README), and says which in ``result.method``. Where most
-players interact with nobody (a sparse low-order game) permutations beat MSR at any budget
-(1.5x lower error at n = 300), which n and the budget cannot reveal: choose
-``method="permutation"`` there.
+benchmark families, see the README), and says which in ``result.method``.
+
+MSR's surrogate (``surrogate=``): ``linear`` is the one above; ``interactions`` adds, per
+fold, features for triples of players screened on the linear surrogate's residuals (the
+odd part of a term of three or more players, which no linear surrogate absorbs; each
+feature is orthogonal to every affine function of the memberships at each coalition size,
+so it changes no closed-form term and the estimate stays unbiased and efficient). On sparse
+low-order games it halves MSR's error (n = 100, 10,000 evaluations: 0.0108 -> 0.0057) and
+leaves dense games as they were, at the price of the screening: tens of milliseconds at
+n = 100 and 10,000 evaluations, against a few for the linear fit (choose ``linear`` when an
+evaluation costs microseconds). ``auto``: ``interactions`` up to 300 players, ``linear``
+beyond. Where most players interact with nobody permutations still come close to MSR
+(n = 300, 10,000 evaluations, low-order games: 0.0073 against 0.0083).
 
 Players the caller knows about: ``fixed`` players are always present (an orchestrator, the
 harness), ``exclude`` players never; the estimators play the game among the rest,
@@ -37,7 +46,7 @@ from masreplay.batch import TraceBatch
 from masreplay.errors import InvalidArgumentError
 from masreplay.games import FunctionGame, evaluate
 from masreplay.io import as_batch
-from masreplay.vocabulary import EVENT_CREDIT_SHARES, EventCreditShare, ShapleyMethod
+from masreplay.vocabulary import EVENT_CREDIT_SHARES, EventCreditShare, ShapleyMethod, ShapleySurrogate
 
 
 @dataclass(frozen=True)
@@ -118,6 +127,7 @@ def shapley(
     repeats: int | None = None,
     prior: Any = None,
     prior_budget: int | None = None,
+    surrogate: ShapleySurrogate = "auto",
 ) -> ShapleyResult:
     """Shapley values of ``game``: a native game of :mod:`masreplay.games`, a
     :class:`~masreplay.games.FunctionGame`, or a callable ``f(masks) -> values`` (masks a
@@ -165,6 +175,7 @@ def shapley(
     if prior is not None:
         options = {"method": method, "budget": budget, "target_stderr": target_stderr, "seed": seed, "parents": parents}
         options.update(unions=unions, n_threads=n_threads, antithetic=antithetic, fixed=fixed, exclude=exclude)
+        options.update(surrogate=surrogate)
         return _with_prior(game, n_players, chunk_size, prior, prior_budget, options, noise, repeats)
     canonical = None
     if isinstance(game, FunctionGame):
@@ -192,6 +203,7 @@ def shapley(
         canonical,
         _noise(noise),
         None if repeats is None else int(repeats),
+        surrogate,
     )
     return ShapleyResult(**raw)
 

@@ -46,6 +46,8 @@ Baseline = Literal["mean", "loo"]
 #: How ``trace_shapley`` turns a player's value into its events' credit.
 EventCreditShare = Literal["split", "each"]
 ShapleyMethod = Literal["auto", "exact", "permutation", "kernel", "precedence", "permission", "owen", "stratified", "msr"]
+#: MSR's surrogate (``masreplay.shapley(surrogate=...)``).
+ShapleySurrogate = Literal["auto", "linear", "interactions"]
 
 ESTIMATORS: tuple[str, ...] = get_args(Estimator)
 STRATA: tuple[str, ...] = get_args(Stratum)
@@ -54,6 +56,7 @@ RETURN_KINDS: tuple[str, ...] = get_args(ReturnKind)
 SAMPLERS: tuple[str, ...] = get_args(Sampler)
 BASELINES: tuple[str, ...] = get_args(Baseline)
 SHAPLEY_METHODS: tuple[str, ...] = get_args(ShapleyMethod)
+SHAPLEY_SURROGATES: tuple[str, ...] = get_args(ShapleySurrogate)
 EVENT_CREDIT_SHARES: tuple[str, ...] = get_args(EventCreditShare)
 
 __all__ = [
@@ -66,6 +69,7 @@ __all__ = [
     "RETURN_KINDS",
     "SAMPLERS",
     "SHAPLEY_METHODS",
+    "SHAPLEY_SURROGATES",
     "STRATA",
     "TOPOLOGIES",
     "UNITS",
@@ -78,6 +82,7 @@ __all__ = [
     "ReturnKind",
     "Sampler",
     "ShapleyMethod",
+    "ShapleySurrogate",
     "Stratum",
     "Topology",
     "Unit",

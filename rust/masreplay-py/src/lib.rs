@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use masreplay_core::advantage::{Estimator, ReturnKind, Stratum};
 use masreplay_core::buffer::Sampler;
 use masreplay_core::counterfactual::Baseline;
-use masreplay_core::shapley::Method;
+use masreplay_core::shapley::{Method, MsrSurrogate};
 use masreplay_core::sim::{SimConfig, generate};
 use masreplay_core::store::WellFormed;
 use masreplay_core::trace::{CounterfactualKind, EdgeType, EventType, Topology, Unit};
@@ -176,7 +176,8 @@ fn add_vocabularies(module: &Bound<'_, PyModule>) -> PyResult<()> {
     add_names::<ReturnKind>(module, "RETURN_KINDS")?;
     add_names::<Sampler>(module, "SAMPLERS")?;
     add_names::<Baseline>(module, "BASELINES")?;
-    add_names::<Method>(module, "SHAPLEY_METHODS")
+    add_names::<Method>(module, "SHAPLEY_METHODS")?;
+    add_names::<MsrSurrogate>(module, "SHAPLEY_SURROGATES")
 }
 
 /// Adds each `#[pyfunction]` to the module.

@@ -10,7 +10,9 @@ use masreplay_core::shapley::games::{
 use masreplay_core::shapley::traces::{
     FixedPlayers, TraceCallback, trace_players as core_trace_players, trace_shapley as core_trace_shapley,
 };
-use masreplay_core::shapley::{Game, Method, Noise, ShapleyOptions, ShapleyResult, Union, shapley as core_shapley};
+use masreplay_core::shapley::{
+    Game, Method, MsrSurrogate, Noise, ShapleyOptions, ShapleyResult, Union, shapley as core_shapley,
+};
 use masreplay_core::{MasreplayError, bail, ensure};
 use numpy::{IntoPyArray, PyArray1, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2};
 use pyo3::prelude::*;
@@ -237,7 +239,7 @@ fn canonical_of(function: &Py<PyAny>) -> Canonical<'_> {
 /// Shapley values of a native `Game`, or of a Python callable `f(masks) -> values` over
 /// `n_players` players (valued in chunks of `chunk_size`, each coalition once).
 #[pyfunction]
-#[pyo3(signature = (game, n_players, method, budget, target_stderr, seed, parents, unions, n_threads, antithetic, chunk_size, fixed, exclude, canonical, noise, repeats))]
+#[pyo3(signature = (game, n_players, method, budget, target_stderr, seed, parents, unions, n_threads, antithetic, chunk_size, fixed, exclude, canonical, noise, repeats, surrogate))]
 #[allow(clippy::too_many_arguments)]
 pub fn shapley<'py>(
     py: Python<'py>,
@@ -257,6 +259,7 @@ pub fn shapley<'py>(
     canonical: Option<Py<PyAny>>,
     noise: Option<f64>,
     repeats: Option<u64>,
+    surrogate: Arg<MsrSurrogate>,
 ) -> PyResult<Bound<'py, PyDict>> {
     // NaN stands for noise="auto" (the Python layer maps it), a number for a known sigma.
     let noise = noise.map(|sigma| if sigma.is_nan() { Noise::Auto } else { Noise::Known(sigma) });
@@ -275,6 +278,7 @@ pub fn shapley<'py>(
         exclude,
         noise,
         repeats,
+        surrogate: surrogate.0,
     };
     if let Ok(native) = game.cast::<PyGame>() {
         if noise.is_some() {

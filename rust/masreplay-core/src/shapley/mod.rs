@@ -26,6 +26,7 @@ mod players;
 mod precedence;
 pub mod sampling;
 mod stratified;
+mod surrogate;
 pub mod traces;
 
 pub use coalition::Coalitions;
@@ -56,6 +57,13 @@ named_enum!(
     }
 );
 
+named_enum!(
+    /// MSR's surrogate: linear in the members with size-varying slopes, or that plus
+    /// interaction features screened on its residuals (surrogate.rs); `auto` by
+    /// [`with_interactions`].
+    MsrSurrogate as "surrogate" { Auto = "auto", Linear = "linear", Interactions = "interactions" }
+);
+
 #[derive(Clone, Debug)]
 pub struct ShapleyOptions {
     pub method: Method,
@@ -77,6 +85,8 @@ pub struct ShapleyOptions {
     /// Draws per coalition under noise (None: all the budget allows when every coalition
     /// fits it, else 1).
     pub repeats: Option<u64>,
+    /// MSR's surrogate (method `msr`, and `auto` or `permission` where they run MSR).
+    pub surrogate: MsrSurrogate,
 }
 
 impl Default for ShapleyOptions {
@@ -94,6 +104,7 @@ impl Default for ShapleyOptions {
             exclude: Vec::new(),
             noise: None,
             repeats: None,
+            surrogate: MsrSurrogate::Auto,
         }
     }
 }
@@ -219,13 +230,14 @@ pub fn shapley(game: &dyn Game, options: &ShapleyOptions) -> Result<ShapleyResul
             "budget: method='exact' values all 2^{n} coalitions, more than budget={cap}"
         )));
     }
+    let interactions = with_interactions(options.surrogate, n);
     in_pool(options.n_threads, || -> Result<ShapleyResult> {
         let estimate = match method {
             Method::Exact => exact::exact(game, &stopping)?,
             Method::Permutation => permutation_estimate(game, &stopping, options.antithetic)?,
             Method::Kernel => kernel::kernel(game, &stopping)?,
             Method::Stratified => stratified::stratified(game, &stopping)?,
-            Method::Msr => msr::msr(game, &stopping)?,
+            Method::Msr => msr::msr(game, &stopping, interactions)?,
             Method::Precedence => {
                 let forest = forest.as_ref().ok_or_else(|| needs("parents"))?;
                 match forest.downsets(budget.min(EXACT_STRUCTURE_LIMIT as u64) as usize) {
@@ -241,7 +253,7 @@ pub fn shapley(game: &dyn Game, options: &ShapleyOptions) -> Result<ShapleyResul
                 match unstructured_choice(n, budget) {
                     Method::Exact => exact::exact(&restricted, &stopping)?,
                     Method::Kernel => kernel::kernel(&restricted, &stopping)?,
-                    Method::Msr => msr::msr(&restricted, &stopping)?,
+                    Method::Msr => msr::msr(&restricted, &stopping, interactions)?,
                     _ => permutation_estimate(&restricted, &stopping, options.antithetic)?,
                 }
             }
@@ -281,7 +293,8 @@ const KERNEL_FROM_SHARE_OF_COALITIONS: f64 = 0.9;
 /// antithetic permutations; else antithetic permutations, which at 10 evaluations per player
 /// (n = 100, budget 1,000) won on low-order and pairwise games, where MSR's surrogate has too
 /// few pairs to fit. Not a threshold to move: on sparse low-order games (100 terms over n =
-/// 300 players) MSR stays 1.5x behind permutations from 33 to 133 evaluations per player,
+/// 300 players) MSR with a linear surrogate stays 1.5x behind permutations from 33 to 133
+/// evaluations per player (1.1x with interaction features, [`INTERACTIONS_UP_TO_PLAYERS`]),
 /// while at n = 300 and 33 per player it is 3x ahead on full-order and voting games; n and the
 /// budget cannot tell the two apart (benches/RESULTS.md, 2026-11-26 morning).
 fn unstructured_choice(n: usize, budget: u64) -> Method {
@@ -294,6 +307,25 @@ fn unstructured_choice(n: usize, budget: u64) -> Method {
         Method::Msr
     } else {
         Method::Permutation
+    }
+}
+
+/// Players up to which `surrogate="auto"` gives MSR's surrogate interaction features
+/// (measured on the benchmark families at n = 30-300, 10,000 evaluations, 5 seeds: MAE on
+/// sparse low-order SOUM 0.0083 -> 0.0024 (n = 30), 0.0108 -> 0.0057 (100), 0.0122 -> 0.0083
+/// (300); trace games 0.0061 -> 0.0017, 0.0145 -> 0.0099, 0.0286 -> 0.0253; full-order,
+/// voting and pairwise games unchanged (nothing passes the screening, or what does fits
+/// little); at 1,000 evaluations nothing changes). Beyond it the screening's pair statistics
+/// (n^2 per fold, s^2 / 2 per coalition) cost more than the fits, unmeasured: ask for
+/// `interactions` by name.
+const INTERACTIONS_UP_TO_PLAYERS: usize = 300;
+
+/// Whether MSR's surrogate gets interaction features (see [`INTERACTIONS_UP_TO_PLAYERS`]).
+fn with_interactions(surrogate: MsrSurrogate, n: usize) -> bool {
+    match surrogate {
+        MsrSurrogate::Auto => n <= INTERACTIONS_UP_TO_PLAYERS,
+        MsrSurrogate::Linear => false,
+        MsrSurrogate::Interactions => true,
     }
 }
 

@@ -21,6 +21,9 @@
 //! E_s[g_s a_i] = (n b_i(s) - sum_j b_j(s)) / (n (n - 1)). So a pair of size s contributes
 //! d_i = 2 (y(S) - g_s(S)) a_i(S) + 2 (n b_i(s) - sum_j b_j(s)) / (n (n - 1)), a draw of the
 //! strata's term whose mean is exact whatever g is, provided g was fitted without that pair.
+//! With interactions (surrogate.rs), g also holds features of triples of players screened on
+//! the linear fit's residuals; each is orthogonal to every affine function of the members at
+//! each size, so its MSR mean is zero: it only shrinks the residual.
 //!
 //! Unbiased by cross-fitting: the pairs are dealt into folds and each fold's contributions use
 //! the surrogate fitted on the other folds. The a_i(S) sum to zero over the players, and so do
@@ -35,8 +38,9 @@
 //!
 //! What differs from the paper: strata by size with a census of the edges instead of
 //! importance sampling of sizes, complementary pairs, a linear surrogate with size-varying
-//! slopes (the paper's best is a tree ensemble), and cross-fitting, which keeps the estimate
-//! exactly unbiased although the surrogate is fitted on the evaluations it adjusts.
+//! slopes and screened triple features (the paper's best is a tree ensemble), and
+//! cross-fitting, which keeps the estimate exactly unbiased although the surrogate (its
+//! features' selection included) is fitted on the evaluations it adjusts.
 
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rayon::prelude::*;
@@ -47,6 +51,7 @@ use super::kernel::{complement_of, for_each_subset, random_subset};
 use super::linalg::cholesky;
 use super::pipeline::{Sink, value_drawn, value_streamed};
 use super::sampling::stream;
+use super::surrogate::{Interactions, Stratum};
 use super::{Estimate, Stopping};
 use crate::error::{MasreplayError, Result};
 
@@ -413,7 +418,9 @@ fn fit_weight(n: usize, s: usize, drawn: f64) -> f64 {
     1.0 / ((s * (n - s)) as f64 * drawn.max(1.0) * drawn.max(1.0))
 }
 
-pub fn msr(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
+/// `interactions`: the surrogate screens and fits interaction features (surrogate.rs) beside
+/// its linear part.
+pub fn msr(game: &dyn Game, stopping: &Stopping, interactions: bool) -> Result<Estimate> {
     let n = game.n_players();
     let (empty, full) = bounds(game)?;
     let delta = full - empty;
@@ -469,7 +476,7 @@ pub fn msr(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
             .map(|(stratum, (_, target))| target.saturating_sub(stratum.values.len() as u64))
             .collect();
         let after: Vec<u64> = draws.iter().zip(&counts).map(|(d, count)| d.values.len() as u64 + count).collect();
-        let mut fit = CrossFit::new(n, &sampled, &after, folds);
+        let mut fit = CrossFit::new(n, &sampled, &after, folds, interactions);
         evaluations += extend_draws(game, &mut draws, &counts, &mut rngs, |stratum| fit.add(stratum))?;
         let (estimate, stderr) = fit.finish(&draws)?;
         let converged = stopping.converged(&stderr);
@@ -494,6 +501,8 @@ fn knots_for(n: usize, training_pairs: u64) -> usize {
 struct CrossFit {
     n: usize,
     folds: usize,
+    /// Whether each fold's surrogate gets interaction features.
+    interactions: bool,
     drawn: Vec<u64>,
     bin_of: Vec<Option<usize>>,
     n_bins: usize,
@@ -509,7 +518,7 @@ struct CrossFit {
 
 impl CrossFit {
     /// For strata of sizes `sizes` that will hold `drawn[k]` pairs each.
-    fn new(n: usize, sizes: &[usize], drawn: &[u64], folds: usize) -> Self {
+    fn new(n: usize, sizes: &[usize], drawn: &[u64], folds: usize, interactions: bool) -> Self {
         let mut per_size = vec![0u64; n + 1];
         sizes.iter().zip(drawn).for_each(|(&s, &count)| per_size[s] = count);
         let (bin_of, n_bins) = bins(n, sizes, &per_size, MIN_BIN);
@@ -517,6 +526,7 @@ impl CrossFit {
         CrossFit {
             n,
             folds,
+            interactions,
             drawn: per_size,
             bin_of,
             n_bins,
@@ -574,8 +584,15 @@ impl CrossFit {
         let (n, folds, bin_of, n_bins) = (self.n, self.folds, &self.bin_of, self.n_bins);
         let surrogates =
             self.normals.into_par_iter().map(|normal| normal.solve(bin_of, n_bins)).collect::<Result<Vec<_>>>()?;
+        let interactions: Vec<Interactions> = (0..folds)
+            .into_par_iter()
+            .map(|k| match self.interactions {
+                true => interactions_of(n, draws, &surrogates[k], &self.drawn, |j| j % folds != k),
+                false => Interactions::none(),
+            })
+            .collect();
         let strata: Vec<(Vec<f64>, Vec<f64>)> =
-            draws.par_iter().map(|d| stratum_contributions(n, d, &surrogates, folds)).collect();
+            draws.par_iter().map(|d| stratum_contributions(n, d, &surrogates, &interactions, folds)).collect();
         let mut values = vec![0.0; n];
         let mut variance = vec![0.0; n];
         for (mean, spread) in &strata {
@@ -586,8 +603,49 @@ impl CrossFit {
     }
 }
 
+/// A fold's interaction features (surrogate.rs), screened and fitted on the residuals of its
+/// linear surrogate over the coalitions `train` keeps (the other folds').
+fn interactions_of(
+    n: usize,
+    draws: &[Draws],
+    linear: &Surrogate,
+    drawn: &[u64],
+    train: impl Fn(usize) -> bool,
+) -> Interactions {
+    let (mut basis, mut members) = (Vec::new(), Vec::with_capacity(n));
+    let strata: Vec<Stratum> = draws
+        .iter()
+        .map(|d| {
+            let slopes = linear.slopes(d.size, &mut basis);
+            let residuals = d
+                .sets
+                .iter()
+                .zip(&d.values)
+                .map(|(set, &v)| {
+                    members_of(set, &mut members);
+                    linear.residual(&members, &slopes, v)
+                })
+                .collect();
+            Stratum {
+                size: d.size,
+                sets: &d.sets,
+                values: &d.values,
+                residuals,
+                weight: fit_weight(n, d.size, drawn[d.size] as f64),
+            }
+        })
+        .collect();
+    Interactions::fit(n, &strata, train)
+}
+
 /// One stratum's mean contribution per player and the variance of that mean.
-fn stratum_contributions(n: usize, d: &Draws, surrogates: &[Surrogate], folds: usize) -> (Vec<f64>, Vec<f64>) {
+fn stratum_contributions(
+    n: usize,
+    d: &Draws,
+    surrogates: &[Surrogate],
+    interactions: &[Interactions],
+    folds: usize,
+) -> (Vec<f64>, Vec<f64>) {
     let s = d.size;
     let middle = if 2 * s == n { 0.5 } else { 1.0 };
     let (mut sum, mut squares) = (vec![0.0; n], vec![0.0; n]);
@@ -605,7 +663,7 @@ fn stratum_contributions(n: usize, d: &Draws, surrogates: &[Surrogate], folds: u
     for (j, ((set, &v), inside_row)) in d.sets.iter().zip(&d.values).zip(inside_of.chunks_exact(n)).enumerate() {
         members_of(set, &mut members);
         let k = j % folds;
-        let r = 2.0 * middle * surrogates[k].residual(&members, &slopes[k], v);
+        let r = 2.0 * middle * (surrogates[k].residual(&members, &slopes[k], v) - interactions[k].value(set, s));
         let (inside, outside) = (r / s as f64, -r / (n - s) as f64);
         let players = sum.iter_mut().zip(squares.iter_mut()).zip(inside_row).zip(&terms[k]);
         for (((total, total_squares), &is_inside), term) in players {

@@ -4,7 +4,9 @@
 
 use masreplay_core::shapley::coalition::{Coalitions, contains, insert};
 use masreplay_core::shapley::games::{AdditiveGame, EmpiricalGame, SoumGame, TableGame};
-use masreplay_core::shapley::{Forest, Game, Method, ShapleyOptions, ShapleyResult, Union, sampling, shapley};
+use masreplay_core::shapley::{
+    Forest, Game, Method, MsrSurrogate, ShapleyOptions, ShapleyResult, Union, sampling, shapley,
+};
 use masreplay_core::{MasreplayError, Result};
 use proptest::prelude::*;
 
@@ -199,11 +201,13 @@ proptest! {
         let combined: Vec<(Vec<u32>, f64)> = v.terms().into_iter().map(|(m, c)| (m, a * c))
             .chain(w.terms().into_iter().map(|(m, c)| (m, b * c))).collect();
         let combined = SoumGame::new(n, combined).unwrap();
-        // MSR too: its coalitions depend on the seed only and its surrogate is a least-squares fit.
+        // MSR too: its coalitions depend on the seed only and its linear surrogate is a
+        // least-squares fit (interaction features are chosen by the values: not linear in them).
         for method in [Method::Permutation, Method::Kernel, Method::Msr, Method::Exact] {
             let budget = if method == Method::Exact { 1 << 20 } else { 3000 };
             if method == Method::Exact && n > 14 { continue; }
-            let (pv, pw, pc) = (run(&v, method, budget, seed), run(&w, method, budget, seed), run(&combined, method, budget, seed));
+            let options = ShapleyOptions { method, budget: Some(budget), seed, surrogate: MsrSurrogate::Linear, ..Default::default() };
+            let (pv, pw, pc) = (with(options.clone(), &v), with(options.clone(), &w), with(options, &combined));
             let expected: Vec<f64> = pv.values.iter().zip(&pw.values).map(|(x, y)| a * x + b * y).collect();
             assert_close(&pc.values, &expected, 1e-9);
         }
@@ -429,23 +433,14 @@ fn msr_is_unbiased_and_meets_a_target() {
     // 12-player game takes; the surrogate fits on few coalitions) is within four standard
     // errors of that mean from the truth, for every player.
     let game = SoumGame::random(12, 30, 12, 4).unwrap();
-    let truth = game.shapley_values();
-    let seeds = 400;
-    let (mut sum, mut squares) = (vec![0.0; 12], vec![0.0; 12]);
-    for seed in 0..seeds {
-        let result = run(&game, Method::Msr, 300, seed);
-        assert!(!result.exact);
-        for (i, v) in result.values.iter().enumerate() {
-            sum[i] += v;
-            squares[i] += v * v;
-        }
-    }
-    let m = seeds as f64;
-    for i in 0..12 {
-        let mean = sum[i] / m;
-        let stderr_of_mean = ((squares[i] / m - mean * mean) / (m - 1.0)).sqrt();
-        assert!((mean - truth[i]).abs() <= 4.0 * stderr_of_mean + 1e-12, "player {i}: {mean} vs {}", truth[i]);
-    }
+    assert_unbiased(
+        (0..400).map(|seed| {
+            let result = run(&game, Method::Msr, 300, seed);
+            assert!(!result.exact);
+            result.values
+        }),
+        &game.shapley_values(),
+    );
     // A target standard error grows the sample in rounds and stops once it is met.
     let game = SoumGame::random(40, 60, 40, 2).unwrap();
     let options = ShapleyOptions { method: Method::Msr, target_stderr: Some(0.01), ..Default::default() };
@@ -461,6 +456,57 @@ fn msr_is_unbiased_and_meets_a_target() {
     let game = SoumGame::new(30, pairwise).unwrap();
     let result = run(&game, Method::Msr, 5_000, 1);
     assert!(mean_absolute_error(&result.values, &game.shapley_values()) < 1e-3);
+}
+
+/// 40 players: a singleton each and six disjoint triples (the odd part of a triple is what a
+/// linear surrogate cannot absorb).
+fn sparse_triples() -> SoumGame {
+    let singletons = (0..40u32).map(|i| (vec![i], 0.2 + (i % 7) as f64 / 7.0));
+    let triples = (0..6u32).map(|k| (vec![k, k + 13, k + 26], if k % 2 == 0 { 0.9 } else { -0.7 }));
+    SoumGame::new(40, singletons.chain(triples).collect()).unwrap()
+}
+
+#[test]
+fn msr_interactions_fit_sparse_triples_unbiased_and_efficient() {
+    let game = sparse_triples();
+    let truth = game.shapley_values();
+    let msr = |surrogate, budget, seed| {
+        let options =
+            ShapleyOptions { method: Method::Msr, budget: Some(budget), seed, surrogate, ..Default::default() };
+        with(options, &game)
+    };
+    let mae = |surrogate| {
+        (0..5).map(|seed| mean_absolute_error(&msr(surrogate, 10_000, seed).values, &truth)).sum::<f64>() / 5.0
+    };
+    let (linear, interactions) = (mae(MsrSurrogate::Linear), mae(MsrSurrogate::Interactions));
+    assert!(interactions < linear / 2.0, "interactions {interactions} vs linear {linear}");
+    // Unbiased (the features are screened and fitted on the other folds only) and efficient
+    // before the projection (they add no closed-form term): 300 seeds at 6,000 evaluations.
+    let runs = (0..300).map(|seed| {
+        let result = msr(MsrSurrogate::Interactions, 6_000, seed);
+        assert!(result.efficiency_gap.abs() < 1e-9, "{}", result.efficiency_gap);
+        result.values
+    });
+    assert_unbiased(runs, &truth);
+}
+
+/// The mean of `runs` is within four standard errors of that mean from `truth`, player by
+/// player.
+fn assert_unbiased(runs: impl Iterator<Item = Vec<f64>>, truth: &[f64]) {
+    let n = truth.len();
+    let (mut sum, mut squares, mut m) = (vec![0.0; n], vec![0.0; n], 0.0);
+    for values in runs {
+        for (i, v) in values.iter().enumerate() {
+            sum[i] += v;
+            squares[i] += v * v;
+        }
+        m += 1.0;
+    }
+    for i in 0..n {
+        let mean = sum[i] / m;
+        let stderr_of_mean = ((squares[i] / m - mean * mean) / (m - 1.0)).sqrt();
+        assert!((mean - truth[i]).abs() <= 4.0 * stderr_of_mean + 1e-12, "player {i}: {mean} vs {}", truth[i]);
+    }
 }
 
 #[test]

@@ -1,0 +1,385 @@
+//! Interaction features for MSR's surrogate (see msr.rs): what a linear surrogate cannot
+//! absorb in a sparse game is the odd part of its terms of three or more players. A
+//! complementary pair's half difference y(S) = (v(S) - v(N - S)) / 2 of a unanimity term on
+//! T = {i, j, k} is, in the players' signs x_p = +1 (in S) / -1 (out),
+//! (x_i + x_j + x_k + x_i x_j x_k) / 8: linear, plus the odd character chi_T = x_i x_j x_k.
+//! A term of four players adds the characters of its four triples, and so on.
+//!
+//! The feature of a triple T at size s is phi_T(S) = psi_s(t), t = |T & S|: chi_T less its
+//! least-squares fit by a + b t under the uniform law of the coalitions of size s (t is
+//! hypergeometric). By symmetry that fit is also chi_T's projection on every affine function
+//! of the memberships at size s, so phi_T is orthogonal to all of them, and MSR's weight
+//! a_i(S) (1/s inside, -1/(n - s) outside) is one: E_s[phi_T a_i] = 0 for every player. The
+//! features therefore add nothing to the surrogate's closed-form Shapley term: they only
+//! shrink the residual that is estimated by Monte Carlo, and the estimate keeps MSR's
+//! promises (unbiased when fitted without the pairs it adjusts; values summing to
+//! v(N) - v(empty)).
+//!
+//! Which triples: screened on the residuals of the linear surrogate (the training folds
+//! only). A pair of players {i, j} in a term with a third shows where both are in S (t = 2,
+//! where psi_s is far from its fit): its statistic is the residuals' mean over the
+//! coalitions holding both, weighted by psi_s(2) over the residuals' variance at size s, as
+//! a z score. Pairs past [`PAIR_Z`] are edges; two edges at a player (a wedge) make a
+//! candidate triple, scored by its own feature's z score over all the training coalitions
+//! and kept past the largest z of as many null candidates (sqrt(2 ln candidates)). The
+//! kept features' coefficients are fitted by weighted least squares (coordinate descent),
+//! and the screening runs again on what they leave, three rounds in all.
+
+use super::coalition::{Coalitions, contains};
+
+/// Residual sums of squares below this share of the values' leave nothing worth a feature (a
+/// pairwise game: what is left is the linear fit's ridge and rounding).
+const NEGLIGIBLE: f64 = 1e-12;
+/// Rounds of screening.
+const ROUNDS: usize = 3;
+/// Edges of the screening: pairs whose z score is past this.
+const PAIR_Z: f64 = 2.5;
+/// Most candidate triples scored (the wedges of the strongest edges first).
+const MAX_CANDIDATES: usize = 1024;
+/// Training coalitions per kept feature, at least.
+const COALITIONS_PER_FEATURE: usize = 10;
+/// Most training coalitions screened and fitted on.
+const MAX_SAMPLES: usize = 16_384;
+/// Most features kept (the fit costs features x coalitions a pass; the bench families' sparse
+/// games hold at most a few hundred triples).
+const MAX_FEATURES: usize = 256;
+/// Most passes of coordinate descent over the kept features, and the step (relative to the
+/// largest coefficient) below which a pass ends it.
+const MAX_PASSES: usize = 20;
+const CONVERGED: f64 = 1e-9;
+
+/// The law of t = |T & S| for a triple T and a uniform coalition S of size s among n players
+/// (hypergeometric): P(t) = C(3, t) s^(t) (n - s)^(3 - t) / n^(3), x^(k) the falling power.
+fn triple_law(n: usize, s: usize) -> [f64; 4] {
+    let falling = |a: usize, k: usize| (0..k).map(|i| a as f64 - i as f64).product::<f64>();
+    let choose3 = [1.0, 3.0, 3.0, 1.0];
+    let mut p = [0.0; 4];
+    (0..4).for_each(|t| p[t] = choose3[t] * falling(s, t) * falling(n - s, 3 - t) / falling(n, 3));
+    p
+}
+
+/// psi_s(t) for t = 0..=3 at every size s (index s), for triples among `n` players: chi(t) =
+/// (-1)^(3 - t) less its least-squares line in t under the law of t ([`triple_law`]).
+fn psi_tables(n: usize) -> Vec<[f64; 4]> {
+    (0..=n)
+        .map(|s| {
+            let p = triple_law(n, s);
+            let chi = [-1.0, 1.0, -1.0, 1.0];
+            let mean_t: f64 = (0..4).map(|t| p[t] * t as f64).sum();
+            let mean_chi: f64 = (0..4).map(|t| p[t] * chi[t]).sum();
+            let var_t: f64 = (0..4).map(|t| p[t] * (t as f64 - mean_t).powi(2)).sum();
+            let cov: f64 = (0..4).map(|t| p[t] * (t as f64 - mean_t) * (chi[t] - mean_chi)).sum();
+            let slope = if var_t > 0.0 { cov / var_t } else { 0.0 };
+            let mut psi = [0.0; 4];
+            (0..4).for_each(|t| psi[t] = chi[t] - mean_chi - slope * (t as f64 - mean_t));
+            psi
+        })
+        .collect()
+}
+
+/// The coalitions of one size: `sets[j]`, its value `values[j]` (the pair's half
+/// difference) and the residual `residuals[j]` of the linear surrogate.
+pub(super) struct Stratum<'a> {
+    pub size: usize,
+    pub sets: &'a Coalitions,
+    pub values: &'a [f64],
+    pub residuals: Vec<f64>,
+    /// Weight of a coalition of this size in the fit (msr's `fit_weight`).
+    pub weight: f64,
+}
+
+/// A training coalition.
+struct Sample<'a> {
+    size: usize,
+    set: &'a [u64],
+    weight: f64,
+}
+
+/// sum over kept triples T of coef_T phi_T(S); none kept: zero.
+pub(super) struct Interactions {
+    triples: Vec<[usize; 3]>,
+    coef: Vec<f64>,
+    psi: Vec<[f64; 4]>,
+}
+
+impl Interactions {
+    pub fn none() -> Self {
+        Interactions { triples: Vec::new(), coef: Vec::new(), psi: Vec::new() }
+    }
+
+    /// The features' part of the surrogate at coalition `set` of size `s`.
+    pub fn value(&self, set: &[u64], s: usize) -> f64 {
+        let Some(psi) = self.psi.get(s) else { return 0.0 };
+        self.triples.iter().zip(&self.coef).map(|(triple, c)| c * psi[members_in(triple, set)]).sum()
+    }
+
+    /// Screens triples on `strata`'s residuals over the coalitions `train` keeps (the other
+    /// folds'), in rounds (each on the residuals the features kept so far leave), and fits
+    /// the kept features' coefficients.
+    pub fn fit(n: usize, strata: &[Stratum], train: impl Fn(usize) -> bool) -> Self {
+        if n < 4 {
+            return Self::none();
+        }
+        let training: usize = strata.iter().map(|st| (0..st.sets.len()).filter(|&j| train(j)).count()).sum();
+        // Large budgets: every stride-th training coalition (the screening and the fit cost
+        // a pass over them per candidate and per feature).
+        let stride = training.div_ceil(MAX_SAMPLES).max(1);
+        let mut samples = Vec::new();
+        let mut linear = Vec::new();
+        let mut scale = 0.0;
+        let mut seen = 0;
+        for st in strata {
+            for (j, (set, (&r, &v))) in st.sets.iter().zip(st.residuals.iter().zip(st.values)).enumerate() {
+                if train(j) {
+                    if seen % stride == 0 {
+                        samples.push(Sample { size: st.size, set, weight: st.weight });
+                        linear.push(r);
+                        scale += v * v;
+                    }
+                    seen += 1;
+                }
+            }
+        }
+        // A game the linear surrogate fits to rounding (pairwise) leaves nothing to screen.
+        let psi = psi_tables(n);
+        let (mut triples, mut coef) = (Vec::new(), Vec::new());
+        let mut residuals = linear.clone();
+        for _ in 0..ROUNDS {
+            let left: f64 = residuals.iter().map(|r| r * r).sum();
+            if !(left > NEGLIGIBLE * scale && left.is_finite()) {
+                break;
+            }
+            let spread = spreads(n, &samples, &residuals);
+            let edges = pair_edges(n, &samples, &residuals, &spread, &psi);
+            let candidates: Vec<[usize; 3]> =
+                wedges(n, &edges).into_iter().filter(|t| triples.binary_search(t).is_err()).collect();
+            let threshold = (2.0 * (candidates.len().max(2) as f64).ln()).sqrt();
+            let mut kept: Vec<(f64, [usize; 3])> = candidates
+                .iter()
+                .filter_map(|&triple| {
+                    let z = triple_z(triple, &samples, &residuals, &spread, &psi);
+                    (z > threshold).then_some((z, triple))
+                })
+                .collect();
+            kept.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+            kept.truncate((samples.len() / COALITIONS_PER_FEATURE).min(MAX_FEATURES).saturating_sub(triples.len()));
+            if kept.is_empty() {
+                break;
+            }
+            triples.extend(kept.into_iter().map(|(_, t)| t));
+            triples.sort_unstable();
+            coef = fit_coefficients(&triples, &samples, &linear, &psi);
+            residuals.clone_from(&linear);
+            for (r, sample) in residuals.iter_mut().zip(&samples) {
+                let table = &psi[sample.size];
+                *r -= triples.iter().zip(&coef).map(|(t, c)| c * table[members_in(t, sample.set)]).sum::<f64>();
+            }
+        }
+        if triples.is_empty() {
+            return Self::none();
+        }
+        Interactions { triples, coef, psi }
+    }
+}
+
+/// How many of `triple` are in `set`.
+#[inline(always)]
+fn members_in(triple: &[usize; 3], set: &[u64]) -> usize {
+    triple.iter().filter(|&&p| contains(set, p)).count()
+}
+
+/// The residuals' mean square per size.
+fn spreads(n: usize, samples: &[Sample], residuals: &[f64]) -> Vec<f64> {
+    let (mut sums, mut counts) = (vec![0.0; n + 1], vec![0usize; n + 1]);
+    for (sample, r) in samples.iter().zip(residuals) {
+        sums[sample.size] += r * r;
+        counts[sample.size] += 1;
+    }
+    sums.iter().zip(&counts).map(|(s, &c)| if c > 0 { s / c as f64 } else { 0.0 }).collect()
+}
+
+/// Pairs {i < j} whose screening z score is past [`PAIR_Z`], with that score.
+fn pair_edges(
+    n: usize,
+    samples: &[Sample],
+    residuals: &[f64],
+    spread: &[f64],
+    psi: &[[f64; 4]],
+) -> Vec<(f64, usize, usize)> {
+    let mut sums = vec![0.0; n * n];
+    let mut squares = vec![0.0; n * n];
+    let mut members = Vec::with_capacity(n);
+    for (sample, &r) in samples.iter().zip(residuals) {
+        let variance = spread[sample.size];
+        if variance <= 0.0 {
+            continue;
+        }
+        let w = psi[sample.size][2] / variance;
+        super::coalition::members_of(sample.set, &mut members);
+        let (a, b) = (w * r, w * w * r * r);
+        for (k, &p) in members.iter().enumerate() {
+            let (row_sums, row_squares) = (&mut sums[p * n..(p + 1) * n], &mut squares[p * n..(p + 1) * n]);
+            for &q in &members[k + 1..] {
+                row_sums[q] += a;
+                row_squares[q] += b;
+            }
+        }
+    }
+    let mut edges = Vec::new();
+    for i in 0..n {
+        for j in i + 1..n {
+            let (sum, square) = (sums[i * n + j], squares[i * n + j]);
+            if square > 0.0 {
+                let z = sum.abs() / square.sqrt();
+                if z > PAIR_Z {
+                    edges.push((z, i, j));
+                }
+            }
+        }
+    }
+    edges
+}
+
+/// Candidate triples: two edges meeting at a player, strongest wedges first (by their
+/// weaker edge), at most [`MAX_CANDIDATES`], sorted.
+fn wedges(n: usize, edges: &[(f64, usize, usize)]) -> Vec<[usize; 3]> {
+    let mut around: Vec<Vec<(f64, usize)>> = vec![Vec::new(); n];
+    for &(z, i, j) in edges {
+        around[i].push((z, j));
+        around[j].push((z, i));
+    }
+    let mut scored: Vec<(f64, [usize; 3])> = Vec::new();
+    for (centre, neighbours) in around.iter().enumerate() {
+        for (a, &(za, pa)) in neighbours.iter().enumerate() {
+            for &(zb, pb) in &neighbours[a + 1..] {
+                let mut triple = [pa, centre, pb];
+                triple.sort_unstable();
+                scored.push((za.min(zb), triple));
+            }
+        }
+    }
+    // A triangle is three wedges: keep each triple once, with its strongest wedge.
+    scored.sort_by(|a, b| a.1.cmp(&b.1).then(b.0.total_cmp(&a.0)));
+    scored.dedup_by(|a, b| a.1 == b.1);
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    scored.truncate(MAX_CANDIDATES);
+    let mut triples: Vec<[usize; 3]> = scored.into_iter().map(|(_, t)| t).collect();
+    triples.sort_unstable();
+    triples
+}
+
+/// The z score of a triple's feature against the residuals (each coalition weighted by one
+/// over its size's residual variance).
+fn triple_z(triple: [usize; 3], samples: &[Sample], residuals: &[f64], spread: &[f64], psi: &[[f64; 4]]) -> f64 {
+    let (mut sum, mut squares) = (0.0, 0.0);
+    for (sample, &r) in samples.iter().zip(residuals) {
+        let variance = spread[sample.size];
+        if variance > 0.0 {
+            let term = psi[sample.size][members_in(&triple, sample.set)] * r / variance;
+            sum += term;
+            squares += term * term;
+        }
+    }
+    if squares > 0.0 { sum.abs() / squares.sqrt() } else { 0.0 }
+}
+
+/// Weighted least squares of `residuals` on the features of `triples`, by coordinate
+/// descent (features of triples sharing no two players are near orthogonal: a few passes
+/// converge; those sharing two take more).
+fn fit_coefficients(triples: &[[usize; 3]], samples: &[Sample], residuals: &[f64], psi: &[[f64; 4]]) -> Vec<f64> {
+    let mut left = residuals.to_vec();
+    let features: Vec<Vec<f64>> = triples
+        .iter()
+        .map(|t| samples.iter().map(|sample| psi[sample.size][members_in(t, sample.set)]).collect())
+        .collect();
+    let norms: Vec<f64> =
+        features.iter().map(|f| f.iter().zip(samples).map(|(x, sample)| sample.weight * x * x).sum()).collect();
+    let mut coef = vec![0.0; triples.len()];
+    for _ in 0..MAX_PASSES {
+        let mut largest_step: f64 = 0.0;
+        for ((c, f), &norm) in coef.iter_mut().zip(&features).zip(&norms) {
+            if norm <= 0.0 {
+                continue;
+            }
+            let step =
+                f.iter().zip(samples).zip(&left).map(|((x, sample), r)| sample.weight * x * r).sum::<f64>() / norm;
+            *c += step;
+            largest_step = largest_step.max(step.abs());
+            left.iter_mut().zip(f).for_each(|(r, x)| *r -= step * x);
+        }
+        if largest_step <= CONVERGED * coef.iter().fold(0.0, |m: f64, c| m.max(c.abs())) {
+            break;
+        }
+    }
+    coef
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shapley::kernel::random_subset;
+    use crate::shapley::sampling::stream;
+
+    /// Residuals that are a sum of three triples' features (two sharing a player) are
+    /// recovered: those triples are kept (with others, whose coefficients come out nil), and
+    /// their part of the surrogate is reproduced on the held-out coalitions.
+    #[test]
+    fn recovers_the_triples_a_residual_is_made_of() {
+        let n = 24;
+        let truth = [([1, 5, 9], 0.8), ([1, 7, 20], -0.6), ([3, 11, 15], 0.5)];
+        let psi = psi_tables(n);
+        let mut rng = stream(7, 0);
+        let sizes: Vec<usize> = (2..=12).collect();
+        let sets: Vec<Coalitions> = sizes
+            .iter()
+            .map(|&s| {
+                let mut sets = Coalitions::new(n);
+                (0..400).for_each(|_| sets.push(&random_subset(&mut rng, n, s, 1)));
+                sets
+            })
+            .collect();
+        let made = |set: &[u64], s: usize| truth.iter().map(|(t, c)| c * psi[s][members_in(t, set)]).sum::<f64>();
+        let values: Vec<Vec<f64>> =
+            sizes.iter().zip(&sets).map(|(&s, sets)| sets.iter().map(|set| made(set, s)).collect()).collect();
+        let strata: Vec<Stratum> = sizes
+            .iter()
+            .zip(&sets)
+            .zip(&values)
+            .map(|((&size, sets), values)| Stratum { size, sets, values, residuals: values.clone(), weight: 1.0 })
+            .collect();
+        // Fitted without every fourth coalition, checked on those.
+        let fitted = Interactions::fit(n, &strata, |j| j % 4 != 0);
+        for (triple, c) in fitted.triples.iter().zip(&fitted.coef) {
+            let true_coef = truth.iter().find(|(t, _)| t == triple).map_or(0.0, |(_, c)| *c);
+            assert!((c - true_coef).abs() < 1e-6, "{triple:?}: {c} vs {true_coef}");
+        }
+        assert!(truth.iter().all(|(t, _)| fitted.triples.contains(t)));
+        for ((&s, sets), values) in sizes.iter().zip(&sets).zip(&values) {
+            for (set, v) in sets.iter().zip(values).step_by(4) {
+                assert!((fitted.value(set, s) - v).abs() < 1e-6, "size {s}: {} vs {v}", fitted.value(set, s));
+            }
+        }
+        // Nothing to find in residuals that are rounding.
+        let flat: Vec<Stratum> = strata
+            .iter()
+            .map(|st| Stratum { residuals: vec![1e-18; st.residuals.len()], values: st.values, ..*st })
+            .collect();
+        assert!(Interactions::fit(n, &flat, |j| j % 4 != 0).triples.is_empty());
+    }
+
+    /// phi_T is orthogonal to 1 and to t under the hypergeometric law at every size: the
+    /// features add nothing to MSR's closed-form term.
+    #[test]
+    fn features_are_orthogonal_to_affine_functions_of_the_memberships() {
+        for n in [4, 7, 30, 301] {
+            let psi = psi_tables(n);
+            for s in 0..=n {
+                let p = triple_law(n, s);
+                assert!((p.iter().sum::<f64>() - 1.0).abs() < 1e-12);
+                let mean: f64 = (0..4).map(|t| p[t] * psi[s][t]).sum();
+                let against_t: f64 = (0..4).map(|t| p[t] * psi[s][t] * t as f64).sum();
+                assert!(mean.abs() < 1e-12 && against_t.abs() < 1e-12, "n {n} s {s}: {mean} {against_t}");
+            }
+        }
+    }
+}
