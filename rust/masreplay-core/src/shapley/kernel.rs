@@ -68,6 +68,10 @@ pub fn kernel(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
     // Drawn on the worker while the game values the first chunks (see [`value_streamed`]),
     // summed part by part as the values come in.
     let (mut design, seed) = (Design::new(n), stopping.seed);
+    // Every part the draws can fill, allocated here rather than on the worker, whose memory
+    // is fresh (zeroed and faulted in) on every run.
+    let most_parts = 1 + (drawn / 2).min(GROUPS as u64) as usize;
+    design.parts = (0..most_parts).map(|_| Part::new(n)).collect();
     let draw = |design: &mut Design, sink: &mut Sink| {
         for &size in &enumerated {
             let weight = mass(n, size) / binomial(n, size);
@@ -76,7 +80,7 @@ pub fn kernel(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
         if drawn >= 2 {
             design.draw_pairs(sink, (low..=n / 2).collect(), drawn, seed);
         }
-        design.parts = (0..design.part_of.iter().max().map_or(1, |p| p + 1)).map(|_| Part::new(n)).collect();
+        design.parts.truncate(design.part_of.iter().max().map_or(1, |p| p + 1));
     };
     let valued =
         value_streamed(game, planned, &mut design, draw, |design, batch, worth| design.sum(batch, worth, empty))?;
