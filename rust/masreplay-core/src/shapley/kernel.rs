@@ -18,7 +18,7 @@ use super::coalition::{CoalitionMap, Coalitions, contains, members_of};
 use super::exact;
 use super::game::{Game, bounds};
 use super::linalg::cholesky;
-use super::pipeline::value_drawn;
+use super::pipeline::{Sink, value_streamed};
 use super::sampling::stream;
 use super::{Estimate, Stopping};
 use crate::error::{MasreplayError, Result};
@@ -48,128 +48,75 @@ pub fn kernel(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
             stopping.budget
         )));
     }
+    // Whole size pairs (s, n - s) are enumerated while they fit; the budget left is drawn.
     let mut left = stopping.budget - 2;
-    let mass = |s: usize| (n - 1) as f64 / (s * (n - s)) as f64;
-    // The design, row by row: its coalitions (`words`), and per row its regression weight and
-    // its part: 0 for an enumerated row (in every fit), 1 + its jackknife group for a drawn one.
-    let mut words = Coalitions::new(n);
-    let (mut weights, mut part_of): (Vec<f64>, Vec<usize>) = (Vec::new(), Vec::new());
+    let mut enumerated = Vec::new();
     let mut low = 1;
-    // Enumerate whole size pairs (s, n - s) while they fit.
     while low <= n - low {
         let high = n - low;
         let count = if low == high { binomial(n, low) } else { 2.0 * binomial(n, low) };
         if count > left as f64 {
             break;
         }
-        for size in if low == high { vec![low] } else { vec![low, high] } {
-            let weight = mass(size) / binomial(n, size);
-            for_each_subset(n, size, |set| {
-                words.push(set);
-                weights.push(weight);
-                part_of.push(0);
-            });
-        }
+        enumerated.extend(if low == high { vec![low] } else { vec![low, high] });
         left -= count as u64;
         low += 1;
     }
     let complete = low > n - low;
-    // The least share of a sampled size's coalitions left undrawn: the finite-population
-    // factor of the jackknife's variance (see the standard error below).
-    let mut unsampled_share = 1.0f64;
-    if !complete && left >= 2 {
-        let sizes: Vec<usize> = (low..=n / 2).collect();
-        let mut rng = stream(stopping.seed, u64::MAX);
-        let mut drawn: CoalitionMap<()> = CoalitionMap::default();
-        // Per size its draws in order: the coalitions and their jackknife groups.
-        let mut per_size: Vec<(Coalitions, Vec<usize>)> = (0..n).map(|_| (Coalitions::new(n), Vec::new())).collect();
-        let mut misses = 0;
-        let mut pairs = 0usize;
-        while left >= 2 && misses < MAX_REDRAWS * 16 {
-            let size = sizes[rng.random_range(0..sizes.len())];
-            let set = random_subset(&mut rng, n, size, words.words());
-            if drawn.insert(set.clone(), ()).is_some() {
-                misses += 1;
-                continue;
+    let drawn = if complete { 0 } else { left - left % 2 };
+    let planned = (stopping.budget - 2 - left + drawn) as usize;
+    // Drawn on the worker while the game values the first chunks (see [`value_streamed`]),
+    // summed part by part as the values come in.
+    let (mut design, seed) = (Design::new(n), stopping.seed);
+    // Every part the draws can fill, allocated here rather than on the worker, whose memory
+    // is fresh (zeroed and faulted in) on every run.
+    let most_parts = 1 + (drawn / 2).min(GROUPS as u64) as usize;
+    design.parts = (0..most_parts).map(|_| Part::new(n)).collect();
+    let draw = |design: &mut Design, sink: &mut Sink| {
+        for &size in &enumerated {
+            let weight = mass(n, size) / binomial(n, size);
+            for_each_subset(n, size, |set| design.push(sink, set, weight, 0, false));
+        }
+        if drawn >= 2 {
+            design.draw_pairs(sink, (low..=n / 2).collect(), drawn, seed);
+        }
+        design.parts.truncate(design.part_of.iter().max().map_or(1, |p| p + 1));
+    };
+    let valued =
+        value_streamed(game, planned, &mut design, draw, |design, batch, worth| design.sum(batch, worth, empty))?;
+    let Design { parts, unsampled_share, .. } = design;
+    let groups = parts.len() - 1;
+    // The enumerated part plus every sampled group, each cell summed part after part; a
+    // jackknife refit takes one group out of it (one subtraction per refit instead of a sum
+    // over the groups). The fit and the refits run in parallel.
+    let (total, total_rhs) = sum_parts(n, &parts);
+    let refits = if groups >= 2 { groups } else { 0 };
+    let skip_fit = usize::from(complete);
+    let mut fits = (skip_fit..=refits)
+        .into_par_iter()
+        .map(|job| match job.checked_sub(1) {
+            None => constrained_least_squares(n, total.clone(), total_rhs.clone(), delta),
+            Some(left_out) => {
+                let (gram, rhs) = without_group(n, &parts, &total, &total_rhs, left_out);
+                constrained_least_squares(n, gram, rhs, delta)
             }
-            let complement = complement_of(&set, n);
-            drawn.insert(complement.clone(), ());
-            misses = 0;
-            let group = pairs % GROUPS;
-            pairs += 1;
-            for (side, set) in [(size, set), (n - size, complement)] {
-                per_size[side].0.push(&set);
-                per_size[side].1.push(group);
-            }
-            left -= 2;
-        }
-        unsampled_share = sizes
-            .iter()
-            .filter(|&&size| !per_size[size].1.is_empty())
-            .map(|&size| 1.0 - per_size[size].1.len() as f64 / binomial(n, size))
-            .fold(1.0, f64::min)
-            .max(0.0);
-        for (size, (sets, groups)) in per_size.into_iter().enumerate() {
-            let weight = if groups.is_empty() { 0.0 } else { mass(size) / groups.len() as f64 };
-            sets.iter().for_each(|set| words.push(set));
-            weights.extend(std::iter::repeat_n(weight, groups.len()));
-            part_of.extend(groups.iter().map(|g| g + 1));
-        }
-    }
-    // Normal equations per part: the enumerated rows, and each jackknife group, summed row
-    // by row as the values come in.
-    let n_parts = part_of.iter().max().map_or(1, |p| p + 1);
-    let groups = n_parts - 1;
-    let mut parts: Vec<Part> = (0..n_parts).map(|_| Part::new(n)).collect();
-    let (mut members, mut summed, mut order) = (Vec::with_capacity(n), 0, Vec::new());
-    let valued = value_drawn(game, &words, &mut parts, |parts, _, worth| {
-        // The new rows part by part, each part's in row order (the same sums as row by row):
-        // consecutive rows belong to different groups, and a part's matrix stays in cache
-        // while its rows are added instead of each row fetching another one's.
-        order.clear();
-        order.extend(summed..worth.len());
-        order.sort_by_key(|&r| part_of[r]);
-        for &r in &order {
-            let set = words.get(r);
-            members_of(set, &mut members);
-            parts[part_of[r]].add(set, &members, weights[r], worth[r] - empty);
-        }
-        summed = worth.len();
-    })?;
-    let parts: Vec<(Vec<f64>, Vec<f64>)> = parts.into_par_iter().map(Part::normal_equations).collect();
-    // The enumerated part plus every sampled group: the fit, and the sum each jackknife refit
-    // takes one group out of (one subtraction per refit instead of a sum over the groups).
-    let (mut gram, mut rhs) = parts[0].clone();
-    for (part_gram, part_rhs) in &parts[1..] {
-        gram.iter_mut().zip(part_gram).for_each(|(a, b)| *a += b);
-        rhs.iter_mut().zip(part_rhs).for_each(|(a, b)| *a += b);
-    }
+        })
+        .collect::<Result<Vec<_>>>()?;
     // Every coalition valued: the Shapley weights give the values exactly (the regression's
     // ridge would leave them ~1e-10 off while reporting a zero error).
     let values = if complete {
-        let valued_rows = words.iter().zip(valued.worth.iter().copied());
-        exact::from_every_coalition(n, empty, full, valued_rows)
+        let mut rows = Coalitions::new(n);
+        enumerated.iter().for_each(|&size| for_each_subset(n, size, |set| rows.push(set)));
+        exact::from_every_coalition(n, empty, full, rows.iter().zip(valued.worth.iter().copied()))
     } else {
-        constrained_least_squares(n, gram.clone(), rhs.clone(), delta)?
+        fits.remove(0)
     };
+    let refits = fits;
     let stderr = match groups {
         0 => vec![0.0; n],
         1 => vec![f64::NAN; n],
         _ => {
             let g = groups as f64;
-            let scale = g / (g - 1.0);
-            let (enumerated_gram, enumerated_rhs) = &parts[0];
-            // The sampled part without group `left_out`, scaled by g / (g - 1).
-            let refit = |left_out: usize| -> Result<Vec<f64>> {
-                let (part_gram, part_rhs) = &parts[left_out + 1];
-                let rescale = |total: &[f64], enumerated: &[f64], part: &[f64]| -> Vec<f64> {
-                    total.iter().zip(enumerated).zip(part).map(|((t, e), p)| e + scale * (t - e - p)).collect()
-                };
-                let gram = rescale(&gram, enumerated_gram, part_gram);
-                let rhs = rescale(&rhs, enumerated_rhs, part_rhs);
-                constrained_least_squares(n, gram, rhs, delta)
-            };
-            let refits = (0..groups).into_par_iter().map(refit).collect::<Result<Vec<_>>>()?;
             // g groups leave g - 1 degrees of freedom: value +- 1.96 stderr is the t interval.
             let t_over_z = z_scale(groups - 1);
             // Drawn without replacement: the jackknife's with-replacement variance shrinks by
@@ -187,6 +134,159 @@ pub fn kernel(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
     };
     Ok(Estimate { values, stderr, evaluations: 2 + valued.distinct as u64, converged: complete, exact: complete }
         .with_target(stopping))
+}
+
+/// The Shapley kernel's mass of coalition size s, shared among the coalitions of that size.
+fn mass(n: usize, s: usize) -> f64 {
+    (n - 1) as f64 / (s * (n - s)) as f64
+}
+
+/// The design, row by row as drawn: per row its regression weight and its part (0 for an
+/// enumerated row, in every fit; 1 + its jackknife group for a drawn one); and each part's
+/// normal equations, summed as the values come in.
+struct Design {
+    n: usize,
+    weights: Vec<f64>,
+    part_of: Vec<usize>,
+    /// Whether a row is the smaller side of a drawn pair whose complement is the next row
+    /// (the two are summed together, see [`Part::add`]).
+    paired: Vec<bool>,
+    /// The least share of a sampled size's coalitions left undrawn: the finite-population
+    /// factor of the jackknife's variance (see the standard error in [`kernel`]).
+    unsampled_share: f64,
+    parts: Vec<Part>,
+    /// Rows summed so far, and scratch for summing more.
+    summed: usize,
+    order: Vec<usize>,
+    members: Vec<usize>,
+}
+
+impl Design {
+    fn new(n: usize) -> Self {
+        Design {
+            n,
+            weights: Vec::new(),
+            part_of: Vec::new(),
+            paired: Vec::new(),
+            unsampled_share: 1.0,
+            parts: Vec::new(),
+            summed: 0,
+            order: Vec::new(),
+            members: Vec::with_capacity(n),
+        }
+    }
+
+    fn push(&mut self, sink: &mut Sink, set: &[u64], weight: f64, part: usize, paired: bool) {
+        sink.push(set);
+        self.weights.push(weight);
+        self.part_of.push(part);
+        self.paired.push(paired);
+    }
+
+    /// Draws `budget` coalitions of the sizes `sizes` and their complements: sizes uniform,
+    /// in complementary pairs, without replacement, each pair dealt to the next of
+    /// [`GROUPS`] jackknife groups; each size's rows weigh its mass shared among its draws.
+    fn draw_pairs(&mut self, sink: &mut Sink, sizes: Vec<usize>, mut budget: u64, seed: u64) {
+        let n = self.n;
+        let mut rng = stream(seed, u64::MAX);
+        let mut drawn: CoalitionMap<()> = CoalitionMap::default();
+        let first_row = self.weights.len();
+        // Per row drawn its size; per size its draws.
+        let (mut size_of, mut per_size) = (Vec::new(), vec![0usize; n + 1]);
+        let (mut misses, mut pairs) = (0, 0usize);
+        while budget >= 2 && misses < MAX_REDRAWS * 16 {
+            let size = sizes[rng.random_range(0..sizes.len())];
+            let set = random_subset(&mut rng, n, size, sink.words());
+            if drawn.insert(set.clone(), ()).is_some() {
+                misses += 1;
+                continue;
+            }
+            let complement = complement_of(&set, n);
+            drawn.insert(complement.clone(), ());
+            misses = 0;
+            let part = 1 + pairs % GROUPS;
+            pairs += 1;
+            for (side, set) in [(size, set), (n - size, complement)] {
+                self.push(sink, &set, 0.0, part, side < n - side);
+                size_of.push(side);
+                per_size[side] += 1;
+            }
+            budget -= 2;
+        }
+        self.unsampled_share = sizes
+            .iter()
+            .filter(|&&size| per_size[size] > 0)
+            .map(|&size| 1.0 - per_size[size] as f64 / binomial(n, size))
+            .fold(1.0, f64::min)
+            .max(0.0);
+        for (weight, size) in self.weights[first_row..].iter_mut().zip(size_of) {
+            *weight = mass(n, size) / per_size[size] as f64;
+        }
+    }
+
+    /// Adds the rows valued since the last call to their parts' normal equations (a pair's
+    /// two rows together, once both are valued): part by part, each part's in row order
+    /// (consecutive pairs belong to different groups, and a part's matrix stays in cache
+    /// while its rows are added instead of each row fetching another one's).
+    fn sum(&mut self, batch: &Coalitions, worth: &[f64], empty: f64) {
+        let Design { weights, part_of, paired, parts, summed, order, members, .. } = self;
+        order.clear();
+        let mut r = *summed;
+        while r < worth.len() {
+            let rows = if paired[r] { 2 } else { 1 };
+            if r + rows > worth.len() {
+                break;
+            }
+            order.push(r);
+            r += rows;
+        }
+        *summed = r;
+        order.sort_by_key(|&r| part_of[r]);
+        for &r in order.iter() {
+            let set = batch.get(r);
+            members_of(set, members);
+            let complement_target = paired[r].then(|| worth[r + 1] - empty);
+            parts[part_of[r]].add(set, members, weights[r], worth[r] - empty, complement_target);
+        }
+    }
+}
+
+/// The normal equations of all the parts (the whole Gram matrix and right-hand side), each
+/// cell added part after part. Rows of the matrix in parallel.
+fn sum_parts(n: usize, parts: &[Part]) -> (Vec<f64>, Vec<f64>) {
+    let mut gram = vec![0.0; n * n];
+    gram.par_chunks_mut(n).enumerate().for_each(|(a, row)| {
+        let row = &mut row[a..];
+        row.iter_mut().zip(parts[0].upper_row(a)).for_each(|(cell, x)| *cell = x);
+        for part in &parts[1..] {
+            row.iter_mut().zip(part.upper_row(a)).for_each(|(cell, x)| *cell += x);
+        }
+    });
+    mirror_upper(n, &mut gram);
+    let mut rhs = parts[0].rhs.clone();
+    for part in &parts[1..] {
+        rhs.iter_mut().zip(&part.rhs).for_each(|(a, b)| *a += b);
+    }
+    (gram, rhs)
+}
+
+/// The normal equations without jackknife group `left_out`: the enumerated part plus the
+/// other groups scaled by g / (g - 1) to stand for the whole sample.
+fn without_group(n: usize, parts: &[Part], total: &[f64], total_rhs: &[f64], left_out: usize) -> (Vec<f64>, Vec<f64>) {
+    let g = (parts.len() - 1) as f64;
+    let scale = g / (g - 1.0);
+    let (enumerated, part) = (&parts[0], &parts[left_out + 1]);
+    let rescale = |t: f64, e: f64, p: f64| e + scale * (t - e - p);
+    let mut gram = vec![0.0; n * n];
+    for a in 0..n {
+        let cells = gram[a * n + a..(a + 1) * n].iter_mut().zip(&total[a * n + a..(a + 1) * n]);
+        for ((cell, &t), (e, p)) in cells.zip(enumerated.upper_row(a).zip(part.upper_row(a))) {
+            *cell = rescale(t, e, p);
+        }
+    }
+    mirror_upper(n, &mut gram);
+    let rhs = total_rhs.iter().zip(&enumerated.rhs).zip(&part.rhs).map(|((&t, &e), &p)| rescale(t, e, p)).collect();
+    (gram, rhs)
 }
 
 /// The weighted normal equations of a set of rows. A row's outer product x x' is summed over
@@ -222,29 +322,41 @@ impl Part {
         }
     }
 
-    /// Adds coalition `set` (players `members`, ascending) with its weight and target.
-    fn add(&mut self, set: &[u64], members: &[usize], weight: f64, target: f64) {
+    /// Adds coalition `set` (players `members`, ascending) with its weight and target; with
+    /// `complement_target`, its complement too, of the same weight (`set` the smaller side).
+    fn add(&mut self, set: &[u64], members: &[usize], weight: f64, target: f64, complement_target: Option<f64>) {
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: the processor has AVX2, checked just above.
-            return unsafe { self.add_avx2(set, members, weight, target) };
+            return unsafe { self.add_avx2(set, members, weight, target, complement_target) };
         }
-        self.add_lanes(set, members, weight, target)
+        self.add_lanes(set, members, weight, target, complement_target)
     }
 
     /// [`Part::add`] with 256-bit vector registers (its sums are element by element: the same
     /// bits).
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
-    fn add_avx2(&mut self, set: &[u64], members: &[usize], weight: f64, target: f64) {
-        self.add_lanes(set, members, weight, target)
+    fn add_avx2(&mut self, set: &[u64], members: &[usize], weight: f64, target: f64, complement_target: Option<f64>) {
+        self.add_lanes(set, members, weight, target, complement_target)
     }
 
     #[inline(always)]
-    fn add_lanes(&mut self, set: &[u64], members: &[usize], weight: f64, target: f64) {
+    fn add_lanes(&mut self, set: &[u64], members: &[usize], weight: f64, target: f64, complement_target: Option<f64>) {
         let n = self.n;
         members.iter().for_each(|&a| self.rhs[a] += weight * target);
-        if 2 * members.len() > n {
+        // The weight on the smaller side's outer product: a complement's row has the same
+        // smaller side, so a pair's two rows add it once, doubled.
+        let mut side_weight = weight;
+        if let Some(outside) = complement_target {
+            members_of(&complement_of(set, n), &mut self.side);
+            self.side.iter().for_each(|&a| self.rhs[a] += weight * outside);
+            self.complemented += weight;
+            members.iter().for_each(|&a| self.complements[a] += weight);
+            self.side.clear();
+            self.side.extend_from_slice(members);
+            side_weight = weight + weight;
+        } else if 2 * members.len() > n {
             members_of(&complement_of(set, n), &mut self.side);
             self.complemented += weight;
             self.side.iter().for_each(|&a| self.complements[a] += weight);
@@ -257,25 +369,20 @@ impl Part {
         // leaves a sum of positive weights as it is): whole rows, in order, instead of one
         // scattered cell per pair.
         self.spread.fill(0.0);
-        self.side.iter().for_each(|&b| self.spread[b] = weight);
+        self.side.iter().for_each(|&b| self.spread[b] = side_weight);
         for &a in &self.side {
             let row = &mut self.smaller[packed_row(n, a)][..=last - a];
             row.iter_mut().zip(&self.spread[a..=last]).for_each(|(cell, w)| *cell += w);
         }
     }
 
-    /// The Gram matrix (whole) and the right-hand side.
-    fn normal_equations(self) -> (Vec<f64>, Vec<f64>) {
-        let n = self.n;
-        let mut gram = vec![0.0; n * n];
+    /// Row `a` of the upper triangle of the Gram matrix (its columns a..n).
+    fn upper_row(&self, a: usize) -> impl Iterator<Item = f64> + '_ {
         let (total, c) = (self.complemented, &self.complements);
-        for a in 0..n {
-            for (b, &smaller) in (a..n).zip(&self.smaller[packed_row(n, a)]) {
-                gram[a * n + b] = smaller + (total - c[a] - c[b]);
-            }
-        }
-        mirror_upper(n, &mut gram);
-        (gram, self.rhs)
+        self.smaller[packed_row(self.n, a)]
+            .iter()
+            .zip(&c[a..])
+            .map(move |(&smaller, &c_b)| smaller + (total - c[a] - c_b))
     }
 }
 

@@ -506,6 +506,10 @@ struct CrossFit {
     drawn: Vec<u64>,
     bin_of: Vec<Option<usize>>,
     n_bins: usize,
+    /// Slopes' knots, and per fold its normal equations: allocated by the first stratum that
+    /// comes in, on the thread that sums the strata beside the game (a few megabytes to zero
+    /// and fault in, which would otherwise hold the game's first chunk back).
+    knots: usize,
     normals: Vec<Normal>,
     /// Per fold the tally of a stratum's draws in it, and the stratum's whole tally (reused
     /// from stratum to stratum).
@@ -530,12 +534,19 @@ impl CrossFit {
             drawn: per_size,
             bin_of,
             n_bins,
-            normals: (0..folds).map(|_| Normal::new(n, knots)).collect(),
+            knots,
+            normals: Vec::new(),
             parts: vec![Tally::new(n); folds],
             all: Tally::new(n),
             basis: Vec::new(),
             row: Vec::with_capacity(n),
             members: Vec::with_capacity(n),
+        }
+    }
+
+    fn allocate_normals(&mut self) {
+        if self.normals.is_empty() {
+            self.normals = (0..self.folds).map(|_| Normal::new(self.n, self.knots)).collect();
         }
     }
 
@@ -560,6 +571,7 @@ impl CrossFit {
     #[inline(always)]
     fn add_lanes(&mut self, d: &Draws) {
         let (n, folds) = (self.n, self.folds);
+        self.allocate_normals();
         let CrossFit { parts, all, normals, members, basis, row, .. } = self;
         parts.iter_mut().for_each(Tally::clear);
         for (j, (set, &v)) in d.sets.iter().zip(&d.values).enumerate() {
@@ -580,7 +592,8 @@ impl CrossFit {
     /// The sampled strata's part of the values and its standard error: each pair's
     /// contribution with the surrogate fitted without its fold, averaged per size. The folds'
     /// fits, then the strata's sums, run in parallel; the strata are added in order.
-    fn finish(self, draws: &[Draws]) -> Result<(Vec<f64>, Vec<f64>)> {
+    fn finish(mut self, draws: &[Draws]) -> Result<(Vec<f64>, Vec<f64>)> {
+        self.allocate_normals();
         let (n, folds, bin_of, n_bins) = (self.n, self.folds, &self.bin_of, self.n_bins);
         let surrogates =
             self.normals.into_par_iter().map(|normal| normal.solve(bin_of, n_bins)).collect::<Result<Vec<_>>>()?;

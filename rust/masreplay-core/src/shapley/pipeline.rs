@@ -38,8 +38,14 @@ pub struct Sink {
     out: Option<mpsc::Sender<Coalitions>>,
 }
 
+/// Most coalitions a sink reserves room for up front: `planned` is an upper bound (a budget
+/// far beyond what can be drawn must not reserve memory for all of it); past this the
+/// vectors grow as they fill.
+const MOST_RESERVED: usize = 1 << 20;
+
 impl Sink {
     fn new(n_players: usize, chunk: usize, capacity: usize, out: Option<mpsc::Sender<Coalitions>>) -> Self {
+        let capacity = capacity.min(MOST_RESERVED);
         Sink {
             chunk,
             batch: Coalitions::with_capacity(n_players, capacity),
