@@ -373,11 +373,11 @@ mod tests {
     fn features_are_orthogonal_to_affine_functions_of_the_memberships() {
         for n in [4, 7, 30, 301] {
             let psi = psi_tables(n);
-            for s in 0..=n {
+            for (s, psi) in psi.iter().enumerate() {
                 let p = triple_law(n, s);
                 assert!((p.iter().sum::<f64>() - 1.0).abs() < 1e-12);
-                let mean: f64 = (0..4).map(|t| p[t] * psi[s][t]).sum();
-                let against_t: f64 = (0..4).map(|t| p[t] * psi[s][t] * t as f64).sum();
+                let mean: f64 = (0..4).map(|t| p[t] * psi[t]).sum();
+                let against_t: f64 = (0..4).map(|t| p[t] * psi[t] * t as f64).sum();
                 assert!(mean.abs() < 1e-12 && against_t.abs() < 1e-12, "n {n} s {s}: {mean} {against_t}");
             }
         }
