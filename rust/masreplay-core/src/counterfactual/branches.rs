@@ -106,8 +106,13 @@ struct Tally {
 
 /// The entry of an event credited against the mean of its `n` branches' rewards.
 fn mean_entry(event: usize, factual: &Factual, mean: f64, variance: f64, n: usize) -> Entry {
-    let stderr = (variance * (1.0 + 1.0 / n as f64)).sqrt() * z_scale(n - 1);
-    (event as u64, factual.row as u32, factual.reward - mean, stderr, n as u32)
+    (event as u64, factual.row as u32, factual.reward - mean, stderr_of(variance, n), n as u32)
+}
+
+/// The standard error of a credit whose baseline is the mean of `n` rewards of sample
+/// variance `variance` (see the module comment).
+fn stderr_of(variance: f64, n: usize) -> f64 {
+    (variance * (1.0 + 1.0 / n as f64)).sqrt() * z_scale(n - 1)
 }
 
 /// A factual trace as credit reads it.
@@ -503,7 +508,7 @@ impl<'a> Families<'a> {
                     };
                     let others = rewards.iter().enumerate().filter(|&(j, _)| j != i).map(|(_, &r)| r);
                     let (mean, variance, n_others) = mean_and_variance(others.chain([factual_reward]));
-                    let stderr = (variance * (1.0 + 1.0 / n_others as f64)).sqrt() * z_scale(n_others - 1);
+                    let stderr = stderr_of(variance, n_others);
                     entries.push((own as u64, branch.row, rewards[i] - mean, stderr, n_others as u32));
                 }
             }

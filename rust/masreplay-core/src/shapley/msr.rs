@@ -599,9 +599,12 @@ impl CrossFit {
             self.normals.into_par_iter().map(|normal| normal.solve(bin_of, n_bins)).collect::<Result<Vec<_>>>()?;
         let interactions: Vec<Interactions> = (0..folds)
             .into_par_iter()
-            .map(|k| match self.interactions {
-                true => interactions_of(n, draws, &surrogates[k], &self.drawn, |j| j % folds != k),
-                false => Interactions::none(),
+            .map(|k| {
+                if self.interactions {
+                    interactions_of(n, draws, &surrogates[k], &self.drawn, |j| j % folds != k)
+                } else {
+                    Interactions::none()
+                }
             })
             .collect();
         let strata: Vec<(Vec<f64>, Vec<f64>)> =

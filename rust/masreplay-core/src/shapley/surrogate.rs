@@ -109,8 +109,7 @@ impl Interactions {
 
     /// The features' part of the surrogate at coalition `set` of size `s`.
     pub fn value(&self, set: &[u64], s: usize) -> f64 {
-        let Some(psi) = self.psi.get(s) else { return 0.0 };
-        self.triples.iter().zip(&self.coef).map(|(triple, c)| c * psi[members_in(triple, set)]).sum()
+        self.psi.get(s).map_or(0.0, |psi| feature_sum(&self.triples, &self.coef, psi, set))
     }
 
     /// Screens triples on `strata`'s residuals over the coalitions `train` keeps (the other
@@ -171,8 +170,7 @@ impl Interactions {
             coef = fit_coefficients(&triples, &samples, &linear, &psi);
             residuals.clone_from(&linear);
             for (r, sample) in residuals.iter_mut().zip(&samples) {
-                let table = &psi[sample.size];
-                *r -= triples.iter().zip(&coef).map(|(t, c)| c * table[members_in(t, sample.set)]).sum::<f64>();
+                *r -= feature_sum(&triples, &coef, &psi[sample.size], sample.set);
             }
         }
         if triples.is_empty() {
@@ -180,6 +178,11 @@ impl Interactions {
         }
         Interactions { triples, coef, psi }
     }
+}
+
+/// sum over `triples` of coef_T psi(|T & set|), psi the table of the set's size.
+fn feature_sum(triples: &[[usize; 3]], coef: &[f64], psi: &[f64; 4], set: &[u64]) -> f64 {
+    triples.iter().zip(coef).map(|(triple, c)| c * psi[members_in(triple, set)]).sum()
 }
 
 /// How many of `triple` are in `set`.
