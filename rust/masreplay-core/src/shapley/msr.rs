@@ -86,8 +86,8 @@ struct Draws {
 /// pair in one batch (a callable game is called once per chunk, not once per size). Each
 /// stratum whose pairs are all valued while the game still has coalitions to value goes to
 /// `valued`, in order (drawing and summing beside the game's valuation, see
-/// [`value_streamed`]); those the last chunk completes are left to the caller, who has both
-/// cores for them then. Returns the evaluations asked for.
+/// [`value_streamed`]); those the last chunk completes are left to the caller, who has every
+/// core for them then. Returns the evaluations asked for.
 fn extend_draws(
     game: &dyn Game,
     draws: &mut [Draws],
@@ -146,76 +146,60 @@ fn size_basis(n: usize, s: usize, knots: usize, out: &mut Vec<f64>) {
     out[left + 1] = right_share;
 }
 
-/// What one fold's surrogate's normal equations need from the coalitions of one size: how
-/// many of the coalitions outside the fold hold each pair of players (`together`, n x n; the
-/// diagonal counts each player's coalitions), and each fold's value sums per player and in
-/// all with its count of coalitions (the sums outside the fold are the whole stratum's less
-/// the fold's). Every coalition of a size weighs the same in the fit, so these sums give the
-/// Gram matrix in s^2 steps per coalition instead of a row of features per member.
+/// What the surrogate's normal equations need from coalitions of one size: how many hold each
+/// pair of players (`together`, n x n; the diagonal counts each player's coalitions), each
+/// player's sum of values, and the coalitions' count and values' sum. Every coalition of a
+/// size weighs the same in the fit, so these sums give the Gram matrix in s^2 steps per
+/// coalition instead of a row of features per member.
+#[derive(Clone)]
 struct Tally {
     n: usize,
     together: Vec<u32>,
-    /// Per fold: each player's value sum (n per fold), the values' sum and the coalitions.
     value_sums: Vec<f64>,
-    value_totals: Vec<f64>,
-    coalitions: Vec<u64>,
-    members: Vec<usize>,
+    coalitions: u64,
+    value_total: f64,
 }
 
 impl Tally {
-    fn new(n: usize, folds: usize) -> Self {
-        Tally {
-            n,
-            together: vec![0; n * n],
-            value_sums: vec![0.0; folds * n],
-            value_totals: vec![0.0; folds],
-            coalitions: vec![0; folds],
-            members: Vec::with_capacity(n),
-        }
+    fn new(n: usize) -> Self {
+        Tally { n, together: vec![0; n * n], value_sums: vec![0.0; n], coalitions: 0, value_total: 0.0 }
     }
 
-    /// Tallies stratum `d` for fold `held_out` (pair j is in fold j % folds).
-    #[inline(always)]
-    fn fill(&mut self, d: &Draws, held_out: usize) {
-        let (n, folds) = (self.n, self.coalitions.len());
+    fn clear(&mut self) {
         self.together.fill(0);
         self.value_sums.fill(0.0);
-        self.value_totals.fill(0.0);
-        self.coalitions.fill(0);
-        for (j, (set, &value)) in d.sets.iter().zip(&d.values).enumerate() {
-            let fold = j % folds;
-            members_of(set, &mut self.members);
-            let sums = &mut self.value_sums[fold * n..(fold + 1) * n];
-            self.members.iter().for_each(|&a| sums[a] += value);
-            self.value_totals[fold] += value;
-            self.coalitions[fold] += 1;
-            if fold != held_out {
-                // Members ascending: only the lower triangle is counted, then mirrored.
-                for (k, &a) in self.members.iter().enumerate() {
-                    let row = &mut self.together[a * n..(a + 1) * n];
-                    self.members[..=k].iter().for_each(|&b| row[b] += 1);
-                }
-            }
+        (self.coalitions, self.value_total) = (0, 0.0);
+    }
+
+    /// `members` ascending: only the lower triangle is counted (see [`Tally::mirror`]).
+    #[inline(always)]
+    fn add(&mut self, members: &[usize], value: f64) {
+        for (k, &a) in members.iter().enumerate() {
+            let row = &mut self.together[a * self.n..(a + 1) * self.n];
+            members[..=k].iter().for_each(|&b| row[b] += 1);
+            self.value_sums[a] += value;
         }
+        self.coalitions += 1;
+        self.value_total += value;
+    }
+
+    #[inline(always)]
+    fn merge(&mut self, other: &Tally) {
+        self.together.iter_mut().zip(&other.together).for_each(|(a, b)| *a += b);
+        self.value_sums.iter_mut().zip(&other.value_sums).for_each(|(a, b)| *a += b);
+        self.coalitions += other.coalitions;
+        self.value_total += other.value_total;
+    }
+
+    /// The counted lower triangle copied onto the upper one.
+    #[inline(always)]
+    fn mirror(&mut self) {
+        let n = self.n;
         for a in 0..n {
             for b in 0..a {
                 self.together[b * n + a] = self.together[a * n + b];
             }
         }
-    }
-
-    /// The coalitions' count, value sum of each player (`value_sums`, n) and values' sum
-    /// outside fold `held_out`: the whole stratum's (summed fold after fold) less the fold's.
-    fn outside(&self, held_out: usize, value_sums: &mut [f64]) -> (u64, f64) {
-        let n = self.n;
-        value_sums.fill(0.0);
-        for fold in self.value_sums.chunks_exact(n) {
-            value_sums.iter_mut().zip(fold).for_each(|(total, x)| *total += x);
-        }
-        let own = &self.value_sums[held_out * n..(held_out + 1) * n];
-        value_sums.iter_mut().zip(own).for_each(|(total, x)| *total -= x);
-        let total = self.value_totals.iter().fold(0.0, |total, x| total + x) - self.value_totals[held_out];
-        (self.coalitions.iter().sum::<u64>() - self.coalitions[held_out], total)
     }
 }
 
@@ -231,6 +215,9 @@ struct Normal {
     w: Vec<f64>,
     x: Vec<f64>,
     y: Vec<f64>,
+    /// Scratch of [`Normal::add`]: the size basis and a row of pair counts.
+    basis: Vec<f64>,
+    row: Vec<f64>,
 }
 
 impl Normal {
@@ -244,42 +231,81 @@ impl Normal {
             w: vec![0.0; n + 1],
             x: vec![0.0; (n + 1) * p],
             y: vec![0.0; n + 1],
+            basis: Vec::with_capacity(knots),
+            row: Vec::with_capacity(n),
         }
     }
 
-    /// Adds the coalitions of size `s` outside fold `held_out` (`tally` filled for that fold),
-    /// each of weight `weight`. A size touches the blocks of its (at most two) knots only.
+    /// Adds the coalitions of size `s` that `all` sums and `held_out` does not (both
+    /// mirrored), each of weight `weight`. A size touches the blocks of its (at most two)
+    /// knots only.
+    fn add(&mut self, s: usize, all: &Tally, held_out: &Tally, weight: f64) {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the processor has AVX2, checked just above.
+            return unsafe { self.add_avx2(s, all, held_out, weight) };
+        }
+        self.add_lanes(s, all, held_out, weight)
+    }
+
+    /// [`Normal::add`] with 256-bit vector registers: its loops are element by element, so
+    /// wider registers give the same bits (no fused multiply-add).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    fn add_avx2(&mut self, s: usize, all: &Tally, held_out: &Tally, weight: f64) {
+        self.add_lanes(s, all, held_out, weight)
+    }
+
     #[inline(always)]
-    fn add(&mut self, s: usize, tally: &Tally, held_out: usize, weight: f64, scratch: &mut Scratch) {
-        let (n, p) = (self.n, self.n * self.knots);
-        let Scratch { basis, row, value_sums } = scratch;
-        size_basis(n, s, self.knots, basis);
+    fn add_lanes(&mut self, s: usize, all: &Tally, held_out: &Tally, weight: f64) {
+        let Normal { n, knots, xx, xy, w, x, y, basis, row } = self;
+        let (n, p) = (*n, *n * *knots);
+        size_basis(n, s, *knots, basis);
         let knots: Vec<(usize, f64)> = basis.iter().copied().enumerate().filter(|&(_, b)| b != 0.0).collect();
-        let (coalitions, value_total) = tally.outside(held_out, value_sums);
         for a in 0..n {
+            let (mine, theirs) = (&all.together[a * n..(a + 1) * n], &held_out.together[a * n..(a + 1) * n]);
             row.clear();
-            row.extend(tally.together[a * n..(a + 1) * n].iter().map(|&c| c as f64));
+            row.extend(mine.iter().zip(theirs).map(|(m, t)| (m - t) as f64));
+            let value_sum = all.value_sums[a] - held_out.value_sums[a];
             for &(q, bq) in &knots {
                 let i = q * n + a;
-                self.xy[i] += weight * bq * value_sums[a];
-                self.x[s * p + i] += weight * bq * row[a];
+                xy[i] += weight * bq * value_sum;
+                x[s * p + i] += weight * bq * row[a];
                 // Lower triangle: blocks left of the diagonal block whole, the diagonal
                 // block up to its diagonal.
                 for &(r, br) in knots.iter().filter(|&&(r, _)| r <= q) {
                     let wqr = weight * bq * br;
                     let width = if r == q { a + 1 } else { n };
-                    let block = &mut self.xx[i * p + r * n..i * p + r * n + width];
+                    let block = &mut xx[i * p + r * n..i * p + r * n + width];
                     block.iter_mut().zip(row.iter()).for_each(|(x, c)| *x += wqr * c);
                 }
             }
         }
-        self.w[s] += weight * coalitions as f64;
-        self.y[s] += weight * value_total;
+        w[s] += weight * (all.coalitions - held_out.coalitions) as f64;
+        y[s] += weight * (all.value_total - held_out.value_total);
     }
 
     /// Fits the slopes and one intercept per bin (`bin_of[s]`; sizes in no bin get none):
     /// the intercepts are profiled out by centring within each bin.
-    fn solve(mut self, bin_of: &[Option<usize>], n_bins: usize) -> Result<Surrogate> {
+    fn solve(self, bin_of: &[Option<usize>], n_bins: usize) -> Result<Surrogate> {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the processor has AVX2, checked just above.
+            return unsafe { self.solve_avx2(bin_of, n_bins) };
+        }
+        self.solve_lanes(bin_of, n_bins)
+    }
+
+    /// [`Normal::solve`] with 256-bit vector registers: the centring is element by element,
+    /// so wider registers give the same bits (no fused multiply-add).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    fn solve_avx2(self, bin_of: &[Option<usize>], n_bins: usize) -> Result<Surrogate> {
+        self.solve_lanes(bin_of, n_bins)
+    }
+
+    #[inline(always)]
+    fn solve_lanes(mut self, bin_of: &[Option<usize>], n_bins: usize) -> Result<Surrogate> {
         let (n, p) = (self.n, self.n * self.knots);
         let mut w = vec![0.0; n_bins];
         let mut x = vec![0.0; n_bins * p];
@@ -496,7 +522,7 @@ pub fn msr(game: &dyn Game, stopping: &Stopping, interactions: bool) -> Result<E
             .collect();
         let after: Vec<u64> = draws.iter().zip(&counts).map(|(d, count)| d.values.len() as u64 + count).collect();
         let mut fit = CrossFit::new(n, &sampled, &after, folds, interactions);
-        evaluations += extend_draws(game, &mut draws, &counts, &mut rngs, |stratum| fit.add(stratum))?;
+        evaluations += extend_draws(game, &mut draws, &counts, &mut rngs, |stratum| fit.add(stratum, false))?;
         let (estimate, stderr) = fit.finish(&draws)?;
         let converged = stopping.converged(&stderr);
         if converged || budget >= stopping.budget {
@@ -515,10 +541,9 @@ fn knots_for(n: usize, training_pairs: u64) -> usize {
 }
 
 /// The cross-fitted estimate of the sampled strata, built stratum by stratum: each fold's
-/// surrogate's normal equations take every stratum's draws less the fold's own, as the
-/// strata come in while the game values the next ones ([`CrossFit::add`]) and, for the
-/// strata valued last, in [`CrossFit::finish`], which adds them fold by fold in parallel,
-/// solves the equations and sums the contributions.
+/// surrogate's normal equations take every stratum's draws less the fold's own as the stratum
+/// comes in, beside the game ([`CrossFit::add`]); [`CrossFit::finish`] adds the strata valued
+/// last, solves the equations and sums the contributions.
 struct CrossFit {
     n: usize,
     folds: usize,
@@ -529,10 +554,14 @@ struct CrossFit {
     n_bins: usize,
     /// Slopes' knots, and per fold its normal equations: allocated by the first stratum that
     /// comes in, on the thread that sums the strata beside the game (a few megabytes to zero
-    /// and fault in, which would otherwise hold the game's first chunk back), or by
-    /// [`CrossFit::finish`].
+    /// and fault in, which would otherwise hold the game's first chunk back).
     knots: usize,
-    fits: Vec<FoldFit>,
+    normals: Vec<Normal>,
+    /// Per fold the tally of a stratum's draws in it, and the stratum's whole tally (reused
+    /// from stratum to stratum).
+    parts: Vec<Tally>,
+    all: Tally,
+    members: Vec<usize>,
     /// Strata added so far: the first ones of the draws.
     added: usize,
 }
@@ -544,44 +573,96 @@ impl CrossFit {
         sizes.iter().zip(drawn).for_each(|(&s, &count)| per_size[s] = count);
         let (bin_of, n_bins) = bins(n, sizes, &per_size, MIN_BIN);
         let knots = knots_for(n, per_size.iter().sum::<u64>() * (folds as u64 - 1) / folds as u64);
-        CrossFit { n, folds, interactions, drawn: per_size, bin_of, n_bins, knots, fits: Vec::new(), added: 0 }
+        CrossFit {
+            n,
+            folds,
+            interactions,
+            drawn: per_size,
+            bin_of,
+            n_bins,
+            knots,
+            normals: Vec::new(),
+            parts: vec![Tally::new(n); folds],
+            all: Tally::new(n),
+            members: Vec::with_capacity(n),
+            added: 0,
+        }
+    }
+
+    fn allocate_normals(&mut self) {
+        if self.normals.is_empty() {
+            self.normals = (0..self.folds).map(|_| Normal::new(self.n, self.knots)).collect();
+        }
     }
 
     /// Adds the next stratum's pairs, all of them valued, to every fold's normal equations
-    /// but its own.
-    fn add(&mut self, d: &Draws) {
-        let (n, folds, knots) = (self.n, self.folds, self.knots);
-        if self.fits.is_empty() {
-            self.fits = (0..folds).map(|_| FoldFit::new(n, knots, folds)).collect();
+    /// but its own: the folds one after another (beside the game, which has the other core)
+    /// or `in_parallel`.
+    fn add(&mut self, d: &Draws, in_parallel: bool) {
+        self.allocate_normals();
+        self.tally(d);
+        let weight = fit_weight(self.n, d.size, self.drawn[d.size] as f64);
+        let CrossFit { parts, all, normals, .. } = self;
+        let all = &*all;
+        // Fold k's surrogate is fitted on the other folds: all the draws less fold k's.
+        let add_fold = |(part, normal): (&mut Tally, &mut Normal)| {
+            part.mirror();
+            normal.add(d.size, all, part, weight);
+        };
+        if in_parallel {
+            parts.par_iter_mut().zip(normals.par_iter_mut()).for_each(add_fold);
+        } else {
+            parts.iter_mut().zip(normals.iter_mut()).for_each(add_fold);
         }
-        let weight = fit_weight(n, d.size, self.drawn[d.size] as f64);
-        self.fits.iter_mut().enumerate().for_each(|(k, fit)| fit.add(d, k, weight));
         self.added += 1;
     }
 
+    /// Tallies a stratum's draws per fold (`parts`) and in all (`all`, mirrored).
+    fn tally(&mut self, d: &Draws) {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the processor has AVX2, checked just above.
+            return unsafe { self.tally_avx2(d) };
+        }
+        self.tally_lanes(d)
+    }
+
+    /// [`CrossFit::tally`] with 256-bit vector registers (integer counts, and value sums
+    /// added one by one: the same bits).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    fn tally_avx2(&mut self, d: &Draws) {
+        self.tally_lanes(d)
+    }
+
+    #[inline(always)]
+    fn tally_lanes(&mut self, d: &Draws) {
+        let CrossFit { parts, all, members, folds, .. } = self;
+        parts.iter_mut().for_each(Tally::clear);
+        for (j, (set, &v)) in d.sets.iter().zip(&d.values).enumerate() {
+            members_of(set, members);
+            parts[j % *folds].add(members, v);
+        }
+        all.clear();
+        parts.iter().for_each(|part| all.merge(part));
+        all.mirror();
+    }
+
     /// The sampled strata's part of the values and its standard error: each pair's
-    /// contribution with the surrogate fitted without its fold, averaged per size. The folds
-    /// (the strata not yet added, then the fit), then the strata's sums, run in parallel;
-    /// the strata are added in order.
-    fn finish(self, draws: &[Draws]) -> Result<(Vec<f64>, Vec<f64>)> {
-        let (n, folds, knots, bin_of, n_bins) = (self.n, self.folds, self.knots, &self.bin_of, self.n_bins);
-        let (drawn, pending) = (&self.drawn, &draws[self.added..]);
-        let mut fits: Vec<Option<FoldFit>> = self.fits.into_iter().map(Some).collect();
-        fits.resize_with(folds, || None);
-        let surrogates = fits
-            .into_par_iter()
-            .enumerate()
-            .map(|(k, fit)| {
-                let mut fit = fit.unwrap_or_else(|| FoldFit::new(n, knots, folds));
-                pending.iter().for_each(|d| fit.add(d, k, fit_weight(n, d.size, drawn[d.size] as f64)));
-                fit.normal.solve(bin_of, n_bins)
-            })
-            .collect::<Result<Vec<_>>>()?;
+    /// contribution with the surrogate fitted without its fold, averaged per size. The strata
+    /// not yet added (the folds of each in parallel), the folds' fits, then the strata's sums,
+    /// run in parallel; the strata are added in order.
+    fn finish(mut self, draws: &[Draws]) -> Result<(Vec<f64>, Vec<f64>)> {
+        self.allocate_normals();
+        draws[self.added..].iter().for_each(|d| self.add(d, true));
+        let (n, folds, bin_of, n_bins) = (self.n, self.folds, &self.bin_of, self.n_bins);
+        let surrogates =
+            self.normals.into_par_iter().map(|normal| normal.solve(bin_of, n_bins)).collect::<Result<Vec<_>>>()?;
         let interactions: Vec<Interactions> = (0..folds)
             .into_par_iter()
             .map(|k| {
                 if self.interactions {
-                    interactions_of(n, draws, &surrogates[k], drawn, |j| j % folds != k)
+                    interactions_of(n, draws, &surrogates[k], &self.drawn, |j| j % folds != k)
                 } else {
                     Interactions::none()
                 }
@@ -596,54 +677,6 @@ impl CrossFit {
             variance.iter_mut().zip(spread).for_each(|(v, s)| *v += s);
         }
         Ok((values, variance.iter().map(|v| v.sqrt()).collect()))
-    }
-}
-
-/// One fold's normal equations, with the tally and scratch that add a stratum to them.
-struct FoldFit {
-    normal: Normal,
-    tally: Tally,
-    scratch: Scratch,
-}
-
-/// Rows and sums reused from stratum to stratum by [`Normal::add`].
-struct Scratch {
-    basis: Vec<f64>,
-    row: Vec<f64>,
-    value_sums: Vec<f64>,
-}
-
-impl FoldFit {
-    fn new(n: usize, knots: usize, folds: usize) -> Self {
-        FoldFit {
-            normal: Normal::new(n, knots),
-            tally: Tally::new(n, folds),
-            scratch: Scratch { basis: Vec::new(), row: Vec::with_capacity(n), value_sums: vec![0.0; n] },
-        }
-    }
-
-    /// Adds stratum `d`'s pairs outside fold `fold`, each of weight `weight`.
-    fn add(&mut self, d: &Draws, fold: usize, weight: f64) {
-        #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the processor has AVX2, checked just above.
-            return unsafe { self.add_avx2(d, fold, weight) };
-        }
-        self.add_lanes(d, fold, weight)
-    }
-
-    /// [`FoldFit::add`] with 256-bit vector registers: its loops are element by element, so
-    /// wider registers give the same bits (no fused multiply-add).
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    fn add_avx2(&mut self, d: &Draws, fold: usize, weight: f64) {
-        self.add_lanes(d, fold, weight)
-    }
-
-    #[inline(always)]
-    fn add_lanes(&mut self, d: &Draws, fold: usize, weight: f64) {
-        self.tally.fill(d, fold);
-        self.normal.add(d.size, &self.tally, fold, weight, &mut self.scratch);
     }
 }
 
@@ -684,6 +717,36 @@ fn interactions_of(
 
 /// One stratum's mean contribution per player and the variance of that mean.
 fn stratum_contributions(
+    n: usize,
+    d: &Draws,
+    surrogates: &[Surrogate],
+    interactions: &[Interactions],
+    folds: usize,
+) -> (Vec<f64>, Vec<f64>) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the processor has AVX2, checked just above.
+        return unsafe { stratum_contributions_avx2(n, d, surrogates, interactions, folds) };
+    }
+    stratum_contributions_lanes(n, d, surrogates, interactions, folds)
+}
+
+/// [`stratum_contributions`] with 256-bit vector registers: its loop over the players is
+/// element by element, so wider registers give the same bits (no fused multiply-add).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn stratum_contributions_avx2(
+    n: usize,
+    d: &Draws,
+    surrogates: &[Surrogate],
+    interactions: &[Interactions],
+    folds: usize,
+) -> (Vec<f64>, Vec<f64>) {
+    stratum_contributions_lanes(n, d, surrogates, interactions, folds)
+}
+
+#[inline(always)]
+fn stratum_contributions_lanes(
     n: usize,
     d: &Draws,
     surrogates: &[Surrogate],
