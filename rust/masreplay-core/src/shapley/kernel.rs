@@ -17,7 +17,7 @@ use rayon::prelude::*;
 use super::coalition::{CoalitionMap, Coalitions, contains, members_of};
 use super::exact;
 use super::game::{Game, bounds};
-use super::linalg::cholesky;
+use super::linalg::{cholesky, symmetric_products};
 use super::pipeline::{Sink, value_streamed};
 use super::sampling::stream;
 use super::{Estimate, Stopping};
@@ -227,9 +227,10 @@ impl Design {
     /// Adds the rows valued since the last call to their parts' normal equations (a pair's
     /// two rows together, once both are valued): part by part, each part's in row order
     /// (consecutive pairs belong to different groups, and a part's matrix stays in cache
-    /// while its rows are added instead of each row fetching another one's).
+    /// while its rows are added instead of each row fetching another one's). The parts in
+    /// parallel once every row is valued (the game is done then and has left its core).
     fn sum(&mut self, batch: &Coalitions, worth: &[f64], empty: f64) {
-        let Design { weights, part_of, paired, parts, summed, order, members, .. } = self;
+        let Design { n, weights, part_of, paired, parts, summed, order, members, .. } = self;
         order.clear();
         let mut r = *summed;
         while r < worth.len() {
@@ -242,27 +243,36 @@ impl Design {
         }
         *summed = r;
         order.sort_by_key(|&r| part_of[r]);
-        for &r in order.iter() {
-            let set = batch.get(r);
-            members_of(set, members);
-            let complement_target = paired[r].then(|| worth[r + 1] - empty);
-            parts[part_of[r]].add(set, members, weights[r], worth[r] - empty, complement_target);
+        let (order, part_of) = (&*order, &*part_of);
+        let add_part = |members: &mut Vec<usize>, (p, part): (usize, &mut Part)| {
+            let rows = order.partition_point(|&r| part_of[r] < p)..order.partition_point(|&r| part_of[r] <= p);
+            for &r in &order[rows] {
+                let set = batch.get(r);
+                members_of(set, members);
+                let complement_target = paired[r].then(|| worth[r + 1] - empty);
+                part.add(set, members, weights[r], worth[r] - empty, complement_target);
+            }
+        };
+        if worth.len() == batch.len() {
+            parts.par_iter_mut().enumerate().for_each_init(|| Vec::with_capacity(*n), add_part);
+        } else {
+            parts.iter_mut().enumerate().for_each(|part| add_part(members, part));
         }
     }
 }
 
-/// The normal equations of all the parts (the whole Gram matrix and right-hand side), each
-/// cell added part after part. Rows of the matrix in parallel.
+/// The normal equations of all the parts (the Gram matrix's lower triangle, see
+/// [`constrained_least_squares`], and the right-hand side), each cell added part after part.
+/// Rows of the matrix in parallel.
 fn sum_parts(n: usize, parts: &[Part]) -> (Vec<f64>, Vec<f64>) {
     let mut gram = vec![0.0; n * n];
     gram.par_chunks_mut(n).enumerate().for_each(|(a, row)| {
-        let row = &mut row[a..];
-        row.iter_mut().zip(parts[0].upper_row(a)).for_each(|(cell, x)| *cell = x);
+        let row = &mut row[..=a];
+        row.iter_mut().zip(parts[0].lower_row(a)).for_each(|(cell, x)| *cell = x);
         for part in &parts[1..] {
-            row.iter_mut().zip(part.upper_row(a)).for_each(|(cell, x)| *cell += x);
+            row.iter_mut().zip(part.lower_row(a)).for_each(|(cell, x)| *cell += x);
         }
     });
-    mirror_upper(n, &mut gram);
     let mut rhs = parts[0].rhs.clone();
     for part in &parts[1..] {
         rhs.iter_mut().zip(&part.rhs).for_each(|(a, b)| *a += b);
@@ -279,12 +289,11 @@ fn without_group(n: usize, parts: &[Part], total: &[f64], total_rhs: &[f64], lef
     let rescale = |t: f64, e: f64, p: f64| e + scale * (t - e - p);
     let mut gram = vec![0.0; n * n];
     for a in 0..n {
-        let cells = gram[a * n + a..(a + 1) * n].iter_mut().zip(&total[a * n + a..(a + 1) * n]);
-        for ((cell, &t), (e, p)) in cells.zip(enumerated.upper_row(a).zip(part.upper_row(a))) {
+        let cells = gram[a * n..a * n + a + 1].iter_mut().zip(&total[a * n..a * n + a + 1]);
+        for ((cell, &t), (e, p)) in cells.zip(enumerated.lower_row(a).zip(part.lower_row(a))) {
             *cell = rescale(t, e, p);
         }
     }
-    mirror_upper(n, &mut gram);
     let rhs = total_rhs.iter().zip(&enumerated.rhs).zip(&part.rhs).map(|((&t, &e), &p)| rescale(t, e, p)).collect();
     (gram, rhs)
 }
@@ -296,7 +305,7 @@ fn without_group(n: usize, parts: &[Part], total: &[f64], total_rhs: &[f64], lef
 /// row of the matrix per member).
 struct Part {
     n: usize,
-    /// Upper triangle of the sum of w y y' over each row's smaller side y, packed row after
+    /// Lower triangle of the sum of w y y' over each row's smaller side y, packed row after
     /// row (see [`packed_row`]): half the bytes of a square, so that a part stays in the
     /// first-level cache while a chunk's rows of it are added.
     smaller: Vec<f64>,
@@ -364,41 +373,29 @@ impl Part {
             self.side.clear();
             self.side.extend_from_slice(members);
         }
-        let Some(&last) = self.side.last() else { return };
-        // Each member's row gets the weight at the members from it on, +0 elsewhere (which
+        let Some(&first) = self.side.first() else { return };
+        // Each member's row gets the weight at the members up to it, +0 elsewhere (which
         // leaves a sum of positive weights as it is): whole rows, in order, instead of one
         // scattered cell per pair.
         self.spread.fill(0.0);
         self.side.iter().for_each(|&b| self.spread[b] = side_weight);
         for &a in &self.side {
-            let row = &mut self.smaller[packed_row(n, a)][..=last - a];
-            row.iter_mut().zip(&self.spread[a..=last]).for_each(|(cell, w)| *cell += w);
+            let row = &mut self.smaller[packed_row(a)][first..];
+            row.iter_mut().zip(&self.spread[first..=a]).for_each(|(cell, w)| *cell += w);
         }
     }
 
-    /// Row `a` of the upper triangle of the Gram matrix (its columns a..n).
-    fn upper_row(&self, a: usize) -> impl Iterator<Item = f64> + '_ {
+    /// Row `a` of the lower triangle of the Gram matrix (its columns 0..=a).
+    fn lower_row(&self, a: usize) -> impl Iterator<Item = f64> + '_ {
         let (total, c) = (self.complemented, &self.complements);
-        self.smaller[packed_row(self.n, a)]
-            .iter()
-            .zip(&c[a..])
-            .map(move |(&smaller, &c_b)| smaller + (total - c[a] - c_b))
+        self.smaller[packed_row(a)].iter().zip(&c[..=a]).map(move |(&smaller, &c_b)| smaller + (total - c_b - c[a]))
     }
 }
 
-/// Where row `a` of a packed upper triangle (its columns a..n) lies.
-fn packed_row(n: usize, a: usize) -> std::ops::Range<usize> {
-    let start = a * (2 * n - a + 1) / 2;
-    start..start + n - a
-}
-
-/// Copies the upper triangle of a symmetric row-major matrix onto the lower one.
-fn mirror_upper(n: usize, matrix: &mut [f64]) {
-    for a in 0..n {
-        for b in 0..a {
-            matrix[a * n + b] = matrix[b * n + a];
-        }
-    }
+/// Where row `a` of a packed lower triangle (its columns 0..=a) lies.
+fn packed_row(a: usize) -> std::ops::Range<usize> {
+    let start = a * (a + 1) / 2;
+    start..start + a + 1
 }
 
 pub(super) fn for_each_subset(n: usize, size: usize, mut visit: impl FnMut(&[u64])) {
@@ -446,7 +443,8 @@ pub(super) fn complement_of(set: &[u64], n: usize) -> Vec<u64> {
 /// Minimises the weighted squared error with sum(phi) = total: with A = Z'WZ and b = Z'Wy,
 /// phi = A^-1 (b - nu 1), nu chosen to meet the constraint; a tiny ridge keeps A invertible
 /// when the design is thin. The sum meets `total` up to rounding (the dispatcher records what
-/// is left).
+/// is left). `gram` holds A's lower triangle (row-major, n x n; what the factorisation reads:
+/// the upper one is never filled).
 fn constrained_least_squares(n: usize, mut gram: Vec<f64>, rhs: Vec<f64>, total: f64) -> Result<Vec<f64>> {
     let ridge = 1e-10 * (0..n).map(|i| gram[i * n + i]).fold(0.0f64, f64::max).max(1e-300);
     for i in 0..n {
@@ -457,20 +455,15 @@ fn constrained_least_squares(n: usize, mut gram: Vec<f64>, rhs: Vec<f64>, total:
     })?;
     // One step of iterative refinement against the matrix without the ridge takes the ridge's
     // pull (~1e-10 relative) out of the solution: a game the design fits exactly gets values
-    // exact to rounding, as its zero standard error says.
-    let solve = |b: &[f64]| -> Vec<f64> {
-        let mut x = factor.solve(b);
-        let residual: Vec<f64> = (0..n)
-            .map(|i| {
-                let row = &gram[i * n..(i + 1) * n];
-                b[i] - row.iter().zip(&x).map(|(a, x)| a * x).sum::<f64>() + ridge * x[i]
-            })
-            .collect();
+    // exact to rounding, as its zero standard error says. Both right-hand sides at once.
+    let ones = vec![1.0; n];
+    let mut solved = [factor.solve(&rhs), factor.solve(&ones)];
+    let products = symmetric_products(n, &gram, [&solved[0], &solved[1]]);
+    for ((x, b), product) in solved.iter_mut().zip([&rhs, &ones]).zip(products) {
+        let residual: Vec<f64> = (0..n).map(|i| b[i] - product[i] + ridge * x[i]).collect();
         x.iter_mut().zip(factor.solve(&residual)).for_each(|(x, d)| *x += d);
-        x
-    };
-    let solved_b = solve(&rhs);
-    let solved_one = solve(&vec![1.0; n]);
+    }
+    let [solved_b, solved_one] = solved;
     let nu = (solved_b.iter().sum::<f64>() - total) / solved_one.iter().sum::<f64>();
     Ok(solved_b.iter().zip(&solved_one).map(|(b, o)| b - nu * o).collect())
 }

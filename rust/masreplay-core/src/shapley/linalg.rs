@@ -1,5 +1,6 @@
 //! The little dense linear algebra the regressions need: Cholesky factorisation of a
-//! symmetric positive definite matrix (row-major) and the two triangular solves.
+//! symmetric positive definite matrix (row-major), the two triangular solves, and products
+//! with a symmetric matrix given by its lower triangle.
 
 /// Lanes of the dot product's partial sums: independent accumulators let the compiler use
 /// vector registers (a single running sum is a chain of dependent additions it may not reorder).
@@ -188,6 +189,30 @@ impl Factor {
     }
 }
 
+/// A x for each x of `xs`, with A symmetric and given by its lower triangle (row-major,
+/// n x n; the upper one is not read). Each entry is summed over the columns in order from the
+/// value `Sum` starts from: the same bits as `.sum()` of the products along A's full row.
+/// [`ROWS`] rows are summed together, independent chains of additions that the processor
+/// overlaps (one row after another, each addition waits on the one before).
+pub fn symmetric_products<const K: usize>(n: usize, lower: &[f64], xs: [&[f64]; K]) -> [Vec<f64>; K] {
+    let start: f64 = std::iter::empty::<f64>().sum();
+    let mut out = xs.map(|_| vec![0.0; n]);
+    for top in (0..n).step_by(ROWS) {
+        let rows = top..(top + ROWS).min(n);
+        let mut sums = [[start; ROWS]; K];
+        for j in 0..n {
+            for (r, i) in rows.clone().enumerate() {
+                let a = if j <= i { lower[i * n + j] } else { lower[j * n + i] };
+                sums.iter_mut().zip(&xs).for_each(|(sum, x)| sum[r] += a * x[j]);
+            }
+        }
+        for (products, sum) in out.iter_mut().zip(&sums) {
+            products[rows.clone()].copy_from_slice(&sum[..rows.len()]);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -254,6 +279,24 @@ mod tests {
         a[6 * 10 + 6] = -1.0;
         assert!(cholesky(10, a.clone()).is_none());
         assert!(by_columns(10, a).is_none());
+    }
+
+    #[test]
+    fn symmetric_products_equal_full_row_sums_bit_for_bit() {
+        for n in [1, 2, 5, 9, 23, 100] {
+            let a = spd(n, 0, 7);
+            let mut lower = a.clone();
+            (0..n).for_each(|i| (i + 1..n).for_each(|j| lower[i * n + j] = f64::NAN));
+            let x: Vec<f64> = (0..n).map(|i| (i as f64 * 0.37).sin()).collect();
+            let y: Vec<f64> = (0..n).map(|i| 1.0 / (i as f64 + 1.5)).collect();
+            let [ax, ay] = symmetric_products(n, &lower, [&x, &y]);
+            for (v, products) in [(&x, &ax), (&y, &ay)] {
+                for i in 0..n {
+                    let full: f64 = a[i * n..(i + 1) * n].iter().zip(v.iter()).map(|(a, v)| a * v).sum();
+                    assert_eq!(full.to_bits(), products[i].to_bits(), "n {n} row {i}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -84,8 +84,10 @@ struct Draws {
 
 /// Draws `counts[k]` more pairs of stratum k from its stream and values both sides of every
 /// pair in one batch (a callable game is called once per chunk, not once per size). Each
-/// stratum, once all its pairs are valued, goes to `valued`, in order (drawing and summing
-/// beside the game's valuation, see [`value_streamed`]). Returns the evaluations asked for.
+/// stratum whose pairs are all valued while the game still has coalitions to value goes to
+/// `valued`, in order (drawing and summing beside the game's valuation, see
+/// [`value_streamed`]); those the last chunk completes are left to the caller, who has every
+/// core for them then. Returns the evaluations asked for.
 fn extend_draws(
     game: &dyn Game,
     draws: &mut [Draws],
@@ -117,7 +119,9 @@ fn extend_draws(
             let (inside, outside) = both.split_at(count);
             (start..start + count).for_each(|i| stratum.sets.push(batch.get(i)));
             stratum.values.extend(inside.iter().zip(outside).map(|(a, b)| (a - b) / 2.0));
-            valued(stratum);
+            if worth.len() < batch.len() {
+                valued(stratum);
+            }
             (next, start) = (next + 1, start + 2 * count);
         }
     })?;
@@ -211,6 +215,9 @@ struct Normal {
     w: Vec<f64>,
     x: Vec<f64>,
     y: Vec<f64>,
+    /// Scratch of [`Normal::add`]: the size basis and a row of pair counts.
+    basis: Vec<f64>,
+    row: Vec<f64>,
 }
 
 impl Normal {
@@ -224,16 +231,36 @@ impl Normal {
             w: vec![0.0; n + 1],
             x: vec![0.0; (n + 1) * p],
             y: vec![0.0; n + 1],
+            basis: Vec::with_capacity(knots),
+            row: Vec::with_capacity(n),
         }
     }
 
     /// Adds the coalitions of size `s` that `all` sums and `held_out` does not (both
     /// mirrored), each of weight `weight`. A size touches the blocks of its (at most two)
     /// knots only.
+    fn add(&mut self, s: usize, all: &Tally, held_out: &Tally, weight: f64) {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the processor has AVX2, checked just above.
+            return unsafe { self.add_avx2(s, all, held_out, weight) };
+        }
+        self.add_lanes(s, all, held_out, weight)
+    }
+
+    /// [`Normal::add`] with 256-bit vector registers: its loops are element by element, so
+    /// wider registers give the same bits (no fused multiply-add).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    fn add_avx2(&mut self, s: usize, all: &Tally, held_out: &Tally, weight: f64) {
+        self.add_lanes(s, all, held_out, weight)
+    }
+
     #[inline(always)]
-    fn add(&mut self, s: usize, all: &Tally, held_out: &Tally, weight: f64, basis: &mut Vec<f64>, row: &mut Vec<f64>) {
-        let (n, p) = (self.n, self.n * self.knots);
-        size_basis(n, s, self.knots, basis);
+    fn add_lanes(&mut self, s: usize, all: &Tally, held_out: &Tally, weight: f64) {
+        let Normal { n, knots, xx, xy, w, x, y, basis, row } = self;
+        let (n, p) = (*n, *n * *knots);
+        size_basis(n, s, *knots, basis);
         let knots: Vec<(usize, f64)> = basis.iter().copied().enumerate().filter(|&(_, b)| b != 0.0).collect();
         for a in 0..n {
             let (mine, theirs) = (&all.together[a * n..(a + 1) * n], &held_out.together[a * n..(a + 1) * n]);
@@ -242,25 +269,43 @@ impl Normal {
             let value_sum = all.value_sums[a] - held_out.value_sums[a];
             for &(q, bq) in &knots {
                 let i = q * n + a;
-                self.xy[i] += weight * bq * value_sum;
-                self.x[s * p + i] += weight * bq * row[a];
+                xy[i] += weight * bq * value_sum;
+                x[s * p + i] += weight * bq * row[a];
                 // Lower triangle: blocks left of the diagonal block whole, the diagonal
                 // block up to its diagonal.
                 for &(r, br) in knots.iter().filter(|&&(r, _)| r <= q) {
                     let wqr = weight * bq * br;
                     let width = if r == q { a + 1 } else { n };
-                    let block = &mut self.xx[i * p + r * n..i * p + r * n + width];
+                    let block = &mut xx[i * p + r * n..i * p + r * n + width];
                     block.iter_mut().zip(row.iter()).for_each(|(x, c)| *x += wqr * c);
                 }
             }
         }
-        self.w[s] += weight * (all.coalitions - held_out.coalitions) as f64;
-        self.y[s] += weight * (all.value_total - held_out.value_total);
+        w[s] += weight * (all.coalitions - held_out.coalitions) as f64;
+        y[s] += weight * (all.value_total - held_out.value_total);
     }
 
     /// Fits the slopes and one intercept per bin (`bin_of[s]`; sizes in no bin get none):
     /// the intercepts are profiled out by centring within each bin.
-    fn solve(mut self, bin_of: &[Option<usize>], n_bins: usize) -> Result<Surrogate> {
+    fn solve(self, bin_of: &[Option<usize>], n_bins: usize) -> Result<Surrogate> {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the processor has AVX2, checked just above.
+            return unsafe { self.solve_avx2(bin_of, n_bins) };
+        }
+        self.solve_lanes(bin_of, n_bins)
+    }
+
+    /// [`Normal::solve`] with 256-bit vector registers: the centring is element by element,
+    /// so wider registers give the same bits (no fused multiply-add).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    fn solve_avx2(self, bin_of: &[Option<usize>], n_bins: usize) -> Result<Surrogate> {
+        self.solve_lanes(bin_of, n_bins)
+    }
+
+    #[inline(always)]
+    fn solve_lanes(mut self, bin_of: &[Option<usize>], n_bins: usize) -> Result<Surrogate> {
         let (n, p) = (self.n, self.n * self.knots);
         let mut w = vec![0.0; n_bins];
         let mut x = vec![0.0; n_bins * p];
@@ -477,7 +522,7 @@ pub fn msr(game: &dyn Game, stopping: &Stopping, interactions: bool) -> Result<E
             .collect();
         let after: Vec<u64> = draws.iter().zip(&counts).map(|(d, count)| d.values.len() as u64 + count).collect();
         let mut fit = CrossFit::new(n, &sampled, &after, folds, interactions);
-        evaluations += extend_draws(game, &mut draws, &counts, &mut rngs, |stratum| fit.add(stratum))?;
+        evaluations += extend_draws(game, &mut draws, &counts, &mut rngs, |stratum| fit.add(stratum, false))?;
         let (estimate, stderr) = fit.finish(&draws)?;
         let converged = stopping.converged(&stderr);
         if converged || budget >= stopping.budget {
@@ -497,7 +542,8 @@ fn knots_for(n: usize, training_pairs: u64) -> usize {
 
 /// The cross-fitted estimate of the sampled strata, built stratum by stratum: each fold's
 /// surrogate's normal equations take every stratum's draws less the fold's own as the stratum
-/// comes in ([`CrossFit::add`]); [`CrossFit::finish`] solves them and sums the contributions.
+/// comes in, beside the game ([`CrossFit::add`]); [`CrossFit::finish`] adds the strata valued
+/// last, solves the equations and sums the contributions.
 struct CrossFit {
     n: usize,
     folds: usize,
@@ -515,9 +561,9 @@ struct CrossFit {
     /// from stratum to stratum).
     parts: Vec<Tally>,
     all: Tally,
-    basis: Vec<f64>,
-    row: Vec<f64>,
     members: Vec<usize>,
+    /// Strata added so far: the first ones of the draws.
+    added: usize,
 }
 
 impl CrossFit {
@@ -538,9 +584,8 @@ impl CrossFit {
             normals: Vec::new(),
             parts: vec![Tally::new(n); folds],
             all: Tally::new(n),
-            basis: Vec::new(),
-            row: Vec::with_capacity(n),
             members: Vec::with_capacity(n),
+            added: 0,
         }
     }
 
@@ -550,50 +595,66 @@ impl CrossFit {
         }
     }
 
-    /// Adds a stratum's pairs, all of them valued, to every fold's normal equations but its own.
-    fn add(&mut self, d: &Draws) {
+    /// Adds the next stratum's pairs, all of them valued, to every fold's normal equations
+    /// but its own: the folds one after another (beside the game, which has the other core)
+    /// or `in_parallel`.
+    fn add(&mut self, d: &Draws, in_parallel: bool) {
+        self.allocate_normals();
+        self.tally(d);
+        let weight = fit_weight(self.n, d.size, self.drawn[d.size] as f64);
+        let CrossFit { parts, all, normals, .. } = self;
+        let all = &*all;
+        // Fold k's surrogate is fitted on the other folds: all the draws less fold k's.
+        let add_fold = |(part, normal): (&mut Tally, &mut Normal)| {
+            part.mirror();
+            normal.add(d.size, all, part, weight);
+        };
+        if in_parallel {
+            parts.par_iter_mut().zip(normals.par_iter_mut()).for_each(add_fold);
+        } else {
+            parts.iter_mut().zip(normals.iter_mut()).for_each(add_fold);
+        }
+        self.added += 1;
+    }
+
+    /// Tallies a stratum's draws per fold (`parts`) and in all (`all`, mirrored).
+    fn tally(&mut self, d: &Draws) {
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: the processor has AVX2, checked just above.
-            return unsafe { self.add_avx2(d) };
+            return unsafe { self.tally_avx2(d) };
         }
-        self.add_lanes(d)
+        self.tally_lanes(d)
     }
 
-    /// [`CrossFit::add`] with 256-bit vector registers: its loops are element by element, so
-    /// wider registers give the same bits (no fused multiply-add).
+    /// [`CrossFit::tally`] with 256-bit vector registers (integer counts, and value sums
+    /// added one by one: the same bits).
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
-    fn add_avx2(&mut self, d: &Draws) {
-        self.add_lanes(d)
+    fn tally_avx2(&mut self, d: &Draws) {
+        self.tally_lanes(d)
     }
 
     #[inline(always)]
-    fn add_lanes(&mut self, d: &Draws) {
-        let (n, folds) = (self.n, self.folds);
-        self.allocate_normals();
-        let CrossFit { parts, all, normals, members, basis, row, .. } = self;
+    fn tally_lanes(&mut self, d: &Draws) {
+        let CrossFit { parts, all, members, folds, .. } = self;
         parts.iter_mut().for_each(Tally::clear);
         for (j, (set, &v)) in d.sets.iter().zip(&d.values).enumerate() {
             members_of(set, members);
-            parts[j % folds].add(members, v);
+            parts[j % *folds].add(members, v);
         }
         all.clear();
         parts.iter().for_each(|part| all.merge(part));
         all.mirror();
-        let weight = fit_weight(n, d.size, self.drawn[d.size] as f64);
-        // Fold k's surrogate is fitted on the other folds: all the draws less fold k's.
-        for (part, normal) in parts.iter_mut().zip(normals) {
-            part.mirror();
-            normal.add(d.size, all, part, weight, basis, row);
-        }
     }
 
     /// The sampled strata's part of the values and its standard error: each pair's
-    /// contribution with the surrogate fitted without its fold, averaged per size. The folds'
-    /// fits, then the strata's sums, run in parallel; the strata are added in order.
+    /// contribution with the surrogate fitted without its fold, averaged per size. The strata
+    /// not yet added (the folds of each in parallel), the folds' fits, then the strata's sums,
+    /// run in parallel; the strata are added in order.
     fn finish(mut self, draws: &[Draws]) -> Result<(Vec<f64>, Vec<f64>)> {
         self.allocate_normals();
+        draws[self.added..].iter().for_each(|d| self.add(d, true));
         let (n, folds, bin_of, n_bins) = (self.n, self.folds, &self.bin_of, self.n_bins);
         let surrogates =
             self.normals.into_par_iter().map(|normal| normal.solve(bin_of, n_bins)).collect::<Result<Vec<_>>>()?;
@@ -656,6 +717,36 @@ fn interactions_of(
 
 /// One stratum's mean contribution per player and the variance of that mean.
 fn stratum_contributions(
+    n: usize,
+    d: &Draws,
+    surrogates: &[Surrogate],
+    interactions: &[Interactions],
+    folds: usize,
+) -> (Vec<f64>, Vec<f64>) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the processor has AVX2, checked just above.
+        return unsafe { stratum_contributions_avx2(n, d, surrogates, interactions, folds) };
+    }
+    stratum_contributions_lanes(n, d, surrogates, interactions, folds)
+}
+
+/// [`stratum_contributions`] with 256-bit vector registers: its loop over the players is
+/// element by element, so wider registers give the same bits (no fused multiply-add).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn stratum_contributions_avx2(
+    n: usize,
+    d: &Draws,
+    surrogates: &[Surrogate],
+    interactions: &[Interactions],
+    folds: usize,
+) -> (Vec<f64>, Vec<f64>) {
+    stratum_contributions_lanes(n, d, surrogates, interactions, folds)
+}
+
+#[inline(always)]
+fn stratum_contributions_lanes(
     n: usize,
     d: &Draws,
     surrogates: &[Surrogate],

@@ -368,8 +368,13 @@ fn projected_variance(drawn: &Drawn, (mean_in, mean_out): &(Vec<f64>, Vec<f64>),
         members_of(set, &mut members);
         members.iter().for_each(|&i| psi[i] = (value - mean_in[i]) * factor_in[i]);
         let shift = psi.iter().sum::<f64>() / n;
-        kept += psi.iter().map(|p| (p - shift) * (p - shift)).sum::<f64>();
-        all += psi.iter().map(|p| p * p).sum::<f64>();
+        // Both sums in one pass: two independent chains of additions the processor overlaps,
+        // each in the order and from the start value of `.sum()` (the same bits).
+        let start: f64 = std::iter::empty::<f64>().sum();
+        let (kept_here, all_here) =
+            psi.iter().fold((start, start), |(k, a), p| (k + (p - shift) * (p - shift), a + p * p));
+        kept += kept_here;
+        all += all_here;
     }
     let share = if all > 0.0 { kept / all } else { 1.0 };
     (0..players)
