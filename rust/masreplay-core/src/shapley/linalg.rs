@@ -11,7 +11,7 @@ const ROWS: usize = 4;
 /// x . y over the shorter length, summed in [`LANES`] interleaved partial sums: with 256-bit
 /// vector registers where the processor has them (each lane's products and sums are rounded
 /// one by one either way, no fused multiply-add, so the result is the same bits).
-fn dot(x: &[f64], y: &[f64]) -> f64 {
+pub(super) fn dot(x: &[f64], y: &[f64]) -> f64 {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: the processor has AVX2, checked just above.

@@ -25,7 +25,8 @@
 //! kept features' coefficients are fitted by weighted least squares (coordinate descent),
 //! and the screening runs again on what they leave, three rounds in all.
 
-use super::coalition::{Coalitions, contains};
+use super::coalition::{Coalitions, contains, members_of};
+use super::linalg::dot;
 
 /// Residual sums of squares below this share of the values' leave nothing worth a feature (a
 /// pairwise game: what is left is the linear fit's ridge and rounding).
@@ -77,6 +78,17 @@ fn psi_tables(n: usize) -> Vec<[f64; 4]> {
         .collect()
 }
 
+/// A function f of t = |T & S| for a triple T in the basis of the binomials C(t, k), k = 0..=3
+/// (the numbers of T's members, pairs and triples inside S): f(t) = sum_k c_k C(t, k). A sum of
+/// f over coalitions then splits into sums over the coalitions holding a player, a pair and
+/// the whole triple, and the first two are shared by every triple.
+fn binomial_basis(f: [f64; 4]) -> [f64; 4] {
+    let c1 = f[1] - f[0];
+    let c2 = f[2] - f[0] - 2.0 * c1;
+    let c3 = f[3] - f[0] - 3.0 * c1 - 3.0 * c2;
+    [f[0], c1, c2, c3]
+}
+
 /// The coalitions of one size: `sets[j]`, its value `values[j]` (the pair's half
 /// difference) and the residual `residuals[j]` of the linear surrogate.
 pub(super) struct Stratum<'a> {
@@ -88,11 +100,203 @@ pub(super) struct Stratum<'a> {
     pub weight: f64,
 }
 
-/// A training coalition.
-struct Sample<'a> {
-    size: usize,
-    set: &'a [u64],
-    weight: f64,
+/// The training coalitions (samples) of a fit, with each player's membership as a column of
+/// bits (a bit per sample): a triple's counts t = |T & S| are then three columns read in
+/// order, and the samples holding a whole triple the AND of three columns.
+struct Training<'a> {
+    n: usize,
+    sets: Vec<&'a [u64]>,
+    sizes: Vec<usize>,
+    weights: Vec<f64>,
+    /// The linear surrogate's residuals.
+    linear: Vec<f64>,
+    /// The values' sum of squares.
+    scale: f64,
+    words: usize,
+    columns: Vec<u64>,
+}
+
+impl<'a> Training<'a> {
+    /// The coalitions `train` keeps, every stride-th of them at large budgets (the screening
+    /// and the fit cost a pass over them per candidate and per feature).
+    fn new(n: usize, strata: &'a [Stratum], train: impl Fn(usize) -> bool) -> Self {
+        let training: usize = strata.iter().map(|st| (0..st.sets.len()).filter(|&j| train(j)).count()).sum();
+        let stride = training.div_ceil(MAX_SAMPLES).max(1);
+        let mut samples = Training {
+            n,
+            sets: Vec::new(),
+            sizes: Vec::new(),
+            weights: Vec::new(),
+            linear: Vec::new(),
+            scale: 0.0,
+            words: 0,
+            columns: Vec::new(),
+        };
+        let mut seen = 0;
+        for st in strata {
+            for (j, (set, (&r, &v))) in st.sets.iter().zip(st.residuals.iter().zip(st.values)).enumerate() {
+                if train(j) {
+                    if seen % stride == 0 {
+                        samples.sets.push(set);
+                        samples.sizes.push(st.size);
+                        samples.weights.push(st.weight);
+                        samples.linear.push(r);
+                        samples.scale += v * v;
+                    }
+                    seen += 1;
+                }
+            }
+        }
+        samples.words = samples.sets.len().div_ceil(64);
+        samples.columns = vec![0; n * samples.words];
+        let mut members = Vec::with_capacity(n);
+        for (j, set) in samples.sets.iter().enumerate() {
+            members_of(set, &mut members);
+            members.iter().for_each(|&p| samples.columns[p * samples.words + j / 64] |= 1 << (j % 64));
+        }
+        samples
+    }
+
+    fn len(&self) -> usize {
+        self.sets.len()
+    }
+
+    fn column(&self, player: usize) -> &[u64] {
+        &self.columns[player * self.words..(player + 1) * self.words]
+    }
+
+    /// phi_T at every sample: psi of its size at t = |T & S|.
+    fn feature(&self, triple: &[usize; 3], psi: &[[f64; 4]]) -> Vec<f64> {
+        let [a, b, c] = triple.map(|p| self.column(p));
+        (0..self.len())
+            .map(|j| {
+                let (w, bit) = (j / 64, j % 64);
+                let t = (a[w] >> bit & 1) + (b[w] >> bit & 1) + (c[w] >> bit & 1);
+                psi[self.sizes[j]][t as usize]
+            })
+            .collect()
+    }
+}
+
+/// A round's screening statistics of the residuals r, each coalition weighted by one over its
+/// size's residual variance (u = r / variance): per pair of players the sums over the
+/// coalitions holding both that make its edge score, and for every triple's score the parts of
+/// sum psi_s(t) u and sum (psi_s(t) u)^2 in the binomial basis ([`binomial_basis`]) that are
+/// shared between triples (all coalitions, per player, per pair); the part over the coalitions
+/// holding the whole triple is summed per triple from `whole`.
+struct Screen {
+    n: usize,
+    /// Per sample: the C(t, 3) coefficients times u and times u^2.
+    whole: Vec<[f64; 2]>,
+    all: [f64; 2],
+    single: Vec<[f64; 2]>,
+    /// Per pair (i, j), i < j, at i * n + j: the edge's sum and sum of squares (of psi_s(2) u),
+    /// then the C(t, 2) coefficients times u and times u^2.
+    pair: Vec<[f64; 4]>,
+}
+
+impl Screen {
+    fn new(training: &Training, residuals: &[f64], psi: &[[f64; 4]], bases: &[[[f64; 4]; 2]]) -> Self {
+        let n = training.n;
+        let spread = spreads(n, &training.sizes, residuals);
+        let mut screen =
+            Screen { n, whole: Vec::new(), all: [0.0; 2], single: vec![[0.0; 2]; n], pair: vec![[0.0; 4]; n * n] };
+        let mut members = Vec::with_capacity(n);
+        for ((&set, &s), &r) in training.sets.iter().zip(&training.sizes).zip(residuals) {
+            let variance = spread[s];
+            let u = if variance > 0.0 { r / variance } else { 0.0 };
+            let ([c, d], u2) = (bases[s], u * u);
+            screen.whole.push([c[3] * u, d[3] * u2]);
+            if u == 0.0 {
+                continue;
+            }
+            screen.all[0] += c[0] * u;
+            screen.all[1] += d[0] * u2;
+            let edge = psi[s][2] * u;
+            let at_pair = [edge, edge * edge, c[2] * u, d[2] * u2];
+            members_of(set, &mut members);
+            for &p in &members {
+                screen.single[p][0] += c[1] * u;
+                screen.single[p][1] += d[1] * u2;
+            }
+            add_to_pairs(&mut screen.pair, n, &members, at_pair);
+        }
+        screen
+    }
+
+    /// Pairs {i < j} whose edge z score is past [`PAIR_Z`], with that score.
+    fn edges(&self) -> Vec<(f64, usize, usize)> {
+        let n = self.n;
+        let mut edges = Vec::new();
+        for i in 0..n {
+            for j in i + 1..n {
+                let [sum, square, ..] = self.pair[i * n + j];
+                if square > 0.0 {
+                    let z = sum.abs() / square.sqrt();
+                    if z > PAIR_Z {
+                        edges.push((z, i, j));
+                    }
+                }
+            }
+        }
+        edges
+    }
+
+    /// The z score of a triple's feature against the residuals: sum psi_s(t) u over the root
+    /// of sum (psi_s(t) u)^2.
+    fn triple_z(&self, training: &Training, triple: &[usize; 3]) -> f64 {
+        let n = self.n;
+        let [i, j, k] = *triple;
+        let mut total = self.all;
+        for part in [self.single[i], self.single[j], self.single[k]] {
+            total[0] += part[0];
+            total[1] += part[1];
+        }
+        for part in [self.pair[i * n + j], self.pair[i * n + k], self.pair[j * n + k]] {
+            total[0] += part[2];
+            total[1] += part[3];
+        }
+        let (a, b, c) = (training.column(i), training.column(j), training.column(k));
+        for (w, ((a, b), c)) in a.iter().zip(b).zip(c).enumerate() {
+            let mut bits = a & b & c;
+            while bits != 0 {
+                let [sum, square] = self.whole[w * 64 + bits.trailing_zeros() as usize];
+                total[0] += sum;
+                total[1] += square;
+                bits &= bits - 1;
+            }
+        }
+        if total[1] > 0.0 { total[0].abs() / total[1].sqrt() } else { 0.0 }
+    }
+}
+
+/// Adds `at_pair` to every pair of `members` (increasing) in the n x n table `pair`: the
+/// screening's inner loop, a 256-bit add per pair where the processor has AVX2 (element by
+/// element: the same bits either way).
+fn add_to_pairs(pair: &mut [[f64; 4]], n: usize, members: &[usize], at_pair: [f64; 4]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the processor has AVX2, checked just above.
+        return unsafe { add_to_pairs_avx2(pair, n, members, at_pair) };
+    }
+    add_to_pairs_lanes(pair, n, members, at_pair)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn add_to_pairs_avx2(pair: &mut [[f64; 4]], n: usize, members: &[usize], at_pair: [f64; 4]) {
+    add_to_pairs_lanes(pair, n, members, at_pair)
+}
+
+#[inline(always)]
+fn add_to_pairs_lanes(pair: &mut [[f64; 4]], n: usize, members: &[usize], at_pair: [f64; 4]) {
+    for (k, &p) in members.iter().enumerate() {
+        let row = &mut pair[p * n..(p + 1) * n];
+        for &q in &members[k + 1..] {
+            let cell = &mut row[q];
+            (0..4).for_each(|m| cell[m] += at_pair[m]);
+        }
+    }
 }
 
 /// sum over kept triples T of coef_T phi_T(S); none kept: zero.
@@ -119,64 +323,90 @@ impl Interactions {
         if n < 4 {
             return Self::none();
         }
-        let training: usize = strata.iter().map(|st| (0..st.sets.len()).filter(|&j| train(j)).count()).sum();
-        // Large budgets: every stride-th training coalition (the screening and the fit cost
-        // a pass over them per candidate and per feature).
-        let stride = training.div_ceil(MAX_SAMPLES).max(1);
-        let mut samples = Vec::new();
-        let mut linear = Vec::new();
-        let mut scale = 0.0;
-        let mut seen = 0;
-        for st in strata {
-            for (j, (set, (&r, &v))) in st.sets.iter().zip(st.residuals.iter().zip(st.values)).enumerate() {
-                if train(j) {
-                    if seen % stride == 0 {
-                        samples.push(Sample { size: st.size, set, weight: st.weight });
-                        linear.push(r);
-                        scale += v * v;
-                    }
-                    seen += 1;
-                }
-            }
-        }
-        // A game the linear surrogate fits to rounding (pairwise) leaves nothing to screen.
+        let training = Training::new(n, strata, train);
         let psi = psi_tables(n);
-        let (mut triples, mut coef) = (Vec::new(), Vec::new());
-        let mut residuals = linear.clone();
+        let bases: Vec<[[f64; 4]; 2]> =
+            psi.iter().map(|psi| [binomial_basis(*psi), binomial_basis(psi.map(|x| x * x))]).collect();
+        let mut model = Model::default();
+        let mut residuals = training.linear.clone();
         for _ in 0..ROUNDS {
+            // A game the linear surrogate fits to rounding (pairwise) leaves nothing to screen.
             let left: f64 = residuals.iter().map(|r| r * r).sum();
-            if !(left > NEGLIGIBLE * scale && left.is_finite()) {
+            if !(left > NEGLIGIBLE * training.scale && left.is_finite()) {
                 break;
             }
-            let spread = spreads(n, &samples, &residuals);
-            let edges = pair_edges(n, &samples, &residuals, &spread, &psi);
+            let screen = Screen::new(&training, &residuals, &psi, &bases);
             let candidates: Vec<[usize; 3]> =
-                wedges(n, &edges).into_iter().filter(|t| triples.binary_search(t).is_err()).collect();
+                wedges(n, &screen.edges()).into_iter().filter(|t| !model.triples.contains(t)).collect();
             let threshold = (2.0 * (candidates.len().max(2) as f64).ln()).sqrt();
             let mut kept: Vec<(f64, [usize; 3])> = candidates
                 .iter()
-                .filter_map(|&triple| {
-                    let z = triple_z(triple, &samples, &residuals, &spread, &psi);
-                    (z > threshold).then_some((z, triple))
+                .filter_map(|triple| {
+                    let z = screen.triple_z(&training, triple);
+                    (z > threshold).then_some((z, *triple))
                 })
                 .collect();
             kept.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-            kept.truncate((samples.len() / COALITIONS_PER_FEATURE).min(MAX_FEATURES).saturating_sub(triples.len()));
+            kept.truncate(
+                (training.len() / COALITIONS_PER_FEATURE).min(MAX_FEATURES).saturating_sub(model.triples.len()),
+            );
             if kept.is_empty() {
                 break;
             }
-            triples.extend(kept.into_iter().map(|(_, t)| t));
-            triples.sort_unstable();
-            coef = fit_coefficients(&triples, &samples, &linear, &psi);
-            residuals.clone_from(&linear);
-            for (r, sample) in residuals.iter_mut().zip(&samples) {
-                *r -= feature_sum(&triples, &coef, &psi[sample.size], sample.set);
-            }
+            kept.into_iter().for_each(|(_, triple)| model.add(triple, &training, &psi));
+            residuals = model.fit(&training);
         }
-        if triples.is_empty() {
+        if model.triples.is_empty() {
             return Self::none();
         }
-        Interactions { triples, coef, psi }
+        Interactions { triples: model.triples, coef: model.coef, psi }
+    }
+}
+
+/// The kept features of a fit: their triples, their values at the training coalitions (each
+/// computed once, when kept) and coefficients (carried from round to round).
+#[derive(Default)]
+struct Model {
+    triples: Vec<[usize; 3]>,
+    features: Vec<Vec<f64>>,
+    coef: Vec<f64>,
+}
+
+impl Model {
+    fn add(&mut self, triple: [usize; 3], training: &Training, psi: &[[f64; 4]]) {
+        self.triples.push(triple);
+        self.features.push(training.feature(&triple, psi));
+        self.coef.push(0.0);
+    }
+
+    /// Weighted least squares of the linear residuals on the features, by coordinate descent
+    /// from the coefficients so far (features of triples sharing no two players are near
+    /// orthogonal: a few passes converge; those sharing two take more). Returns the residuals
+    /// the features leave.
+    fn fit(&mut self, training: &Training) -> Vec<f64> {
+        let mut left = training.linear.clone();
+        for (f, c) in self.features.iter().zip(&self.coef) {
+            left.iter_mut().zip(f).for_each(|(r, x)| *r -= c * x);
+        }
+        let weighted: Vec<Vec<f64>> =
+            self.features.iter().map(|f| f.iter().zip(&training.weights).map(|(x, w)| w * x).collect()).collect();
+        let norms: Vec<f64> = self.features.iter().zip(&weighted).map(|(f, wf)| dot(f, wf)).collect();
+        for _ in 0..MAX_PASSES {
+            let mut largest_step: f64 = 0.0;
+            for (((c, f), wf), &norm) in self.coef.iter_mut().zip(&self.features).zip(&weighted).zip(&norms) {
+                if norm <= 0.0 {
+                    continue;
+                }
+                let step = dot(wf, &left) / norm;
+                *c += step;
+                largest_step = largest_step.max(step.abs());
+                left.iter_mut().zip(f).for_each(|(r, x)| *r -= step * x);
+            }
+            if largest_step <= CONVERGED * self.coef.iter().fold(0.0, |m: f64, c| m.max(c.abs())) {
+                break;
+            }
+        }
+        left
     }
 }
 
@@ -192,55 +422,13 @@ fn members_in(triple: &[usize; 3], set: &[u64]) -> usize {
 }
 
 /// The residuals' mean square per size.
-fn spreads(n: usize, samples: &[Sample], residuals: &[f64]) -> Vec<f64> {
+fn spreads(n: usize, sizes: &[usize], residuals: &[f64]) -> Vec<f64> {
     let (mut sums, mut counts) = (vec![0.0; n + 1], vec![0usize; n + 1]);
-    for (sample, r) in samples.iter().zip(residuals) {
-        sums[sample.size] += r * r;
-        counts[sample.size] += 1;
+    for (&s, r) in sizes.iter().zip(residuals) {
+        sums[s] += r * r;
+        counts[s] += 1;
     }
     sums.iter().zip(&counts).map(|(s, &c)| if c > 0 { s / c as f64 } else { 0.0 }).collect()
-}
-
-/// Pairs {i < j} whose screening z score is past [`PAIR_Z`], with that score.
-fn pair_edges(
-    n: usize,
-    samples: &[Sample],
-    residuals: &[f64],
-    spread: &[f64],
-    psi: &[[f64; 4]],
-) -> Vec<(f64, usize, usize)> {
-    let mut sums = vec![0.0; n * n];
-    let mut squares = vec![0.0; n * n];
-    let mut members = Vec::with_capacity(n);
-    for (sample, &r) in samples.iter().zip(residuals) {
-        let variance = spread[sample.size];
-        if variance <= 0.0 {
-            continue;
-        }
-        let w = psi[sample.size][2] / variance;
-        super::coalition::members_of(sample.set, &mut members);
-        let (a, b) = (w * r, w * w * r * r);
-        for (k, &p) in members.iter().enumerate() {
-            let (row_sums, row_squares) = (&mut sums[p * n..(p + 1) * n], &mut squares[p * n..(p + 1) * n]);
-            for &q in &members[k + 1..] {
-                row_sums[q] += a;
-                row_squares[q] += b;
-            }
-        }
-    }
-    let mut edges = Vec::new();
-    for i in 0..n {
-        for j in i + 1..n {
-            let (sum, square) = (sums[i * n + j], squares[i * n + j]);
-            if square > 0.0 {
-                let z = sum.abs() / square.sqrt();
-                if z > PAIR_Z {
-                    edges.push((z, i, j));
-                }
-            }
-        }
-    }
-    edges
 }
 
 /// Candidate triples: two edges meeting at a player, strongest wedges first (by their
@@ -269,52 +457,6 @@ fn wedges(n: usize, edges: &[(f64, usize, usize)]) -> Vec<[usize; 3]> {
     let mut triples: Vec<[usize; 3]> = scored.into_iter().map(|(_, t)| t).collect();
     triples.sort_unstable();
     triples
-}
-
-/// The z score of a triple's feature against the residuals (each coalition weighted by one
-/// over its size's residual variance).
-fn triple_z(triple: [usize; 3], samples: &[Sample], residuals: &[f64], spread: &[f64], psi: &[[f64; 4]]) -> f64 {
-    let (mut sum, mut squares) = (0.0, 0.0);
-    for (sample, &r) in samples.iter().zip(residuals) {
-        let variance = spread[sample.size];
-        if variance > 0.0 {
-            let term = psi[sample.size][members_in(&triple, sample.set)] * r / variance;
-            sum += term;
-            squares += term * term;
-        }
-    }
-    if squares > 0.0 { sum.abs() / squares.sqrt() } else { 0.0 }
-}
-
-/// Weighted least squares of `residuals` on the features of `triples`, by coordinate
-/// descent (features of triples sharing no two players are near orthogonal: a few passes
-/// converge; those sharing two take more).
-fn fit_coefficients(triples: &[[usize; 3]], samples: &[Sample], residuals: &[f64], psi: &[[f64; 4]]) -> Vec<f64> {
-    let mut left = residuals.to_vec();
-    let features: Vec<Vec<f64>> = triples
-        .iter()
-        .map(|t| samples.iter().map(|sample| psi[sample.size][members_in(t, sample.set)]).collect())
-        .collect();
-    let norms: Vec<f64> =
-        features.iter().map(|f| f.iter().zip(samples).map(|(x, sample)| sample.weight * x * x).sum()).collect();
-    let mut coef = vec![0.0; triples.len()];
-    for _ in 0..MAX_PASSES {
-        let mut largest_step: f64 = 0.0;
-        for ((c, f), &norm) in coef.iter_mut().zip(&features).zip(&norms) {
-            if norm <= 0.0 {
-                continue;
-            }
-            let step =
-                f.iter().zip(samples).zip(&left).map(|((x, sample), r)| sample.weight * x * r).sum::<f64>() / norm;
-            *c += step;
-            largest_step = largest_step.max(step.abs());
-            left.iter_mut().zip(f).for_each(|(r, x)| *r -= step * x);
-        }
-        if largest_step <= CONVERGED * coef.iter().fold(0.0, |m: f64, c| m.max(c.abs())) {
-            break;
-        }
-    }
-    coef
 }
 
 #[cfg(test)]
