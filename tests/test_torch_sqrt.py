@@ -27,7 +27,10 @@ def test_emulation_matches_captured_kernel(kernel):
     try:
         ours, name = _core.torch_sqrt(inputs, kernel)
     except InvalidArgumentError:
-        pytest.skip(f"this CPU cannot run the {kernel} emulation (mkl-generic needs x86-64, mkl-avx512 AVX-512)")
+        pytest.skip(
+            f"this CPU cannot run the {kernel} emulation (mkl-generic needs an x86-64 CPU not made by Intel, "
+            "its rsqrtps being the vendor's own; mkl-avx512 needs AVX-512)"
+        )
     assert name == kernel
     expected = FIXTURE[f"kernel:{kernel}"]
     differ = np.flatnonzero(ours.view(np.uint32) != expected)
