@@ -36,7 +36,8 @@ const ROUNDS: usize = 3;
 /// Edges of the screening: pairs whose z score is past this. With the candidates' scores cheap
 /// (a three-column AND each), a lower bar and more candidates find more of a sparse game's
 /// triples: at n = 100 and 10,000 evaluations (5 seeds) 2.0 / 4,096 lowered auto's MAE by 11%
-/// on low-order SOUM and 20% on trace games against 2.5 / 1,024, at about 1.6x the fit's CPU.
+/// on low-order SOUM and 20% on trace games against 2.5 / 1,024, for about twice the fit's CPU
+/// (about what the fit cost before the candidates' scores were made cheap).
 const PAIR_Z: f64 = 2.0;
 /// Most candidate triples scored (the wedges of the strongest edges first).
 const MAX_CANDIDATES: usize = 4096;
