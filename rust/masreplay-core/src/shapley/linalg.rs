@@ -189,13 +189,19 @@ impl Factor {
     }
 }
 
+/// The value `.sum()` of f64s starts from: a sum that must give `.sum()`'s bits in another
+/// order of loops starts here.
+pub(super) fn sum_start() -> f64 {
+    std::iter::empty::<f64>().sum()
+}
+
 /// A x for each x of `xs`, with A symmetric and given by its lower triangle (row-major,
 /// n x n; the upper one is not read). Each entry is summed over the columns in order from the
 /// value `Sum` starts from: the same bits as `.sum()` of the products along A's full row.
 /// [`ROWS`] rows are summed together, independent chains of additions that the processor
 /// overlaps (one row after another, each addition waits on the one before).
 pub fn symmetric_products<const K: usize>(n: usize, lower: &[f64], xs: [&[f64]; K]) -> [Vec<f64>; K] {
-    let start: f64 = std::iter::empty::<f64>().sum();
+    let start = sum_start();
     let mut out = xs.map(|_| vec![0.0; n]);
     for top in (0..n).step_by(ROWS) {
         let rows = top..(top + ROWS).min(n);

@@ -30,6 +30,7 @@ use rayon::prelude::*;
 
 use super::coalition::{Coalitions, contains, insert, members_of};
 use super::game::{Game, bounds};
+use super::linalg::sum_start;
 use super::pipeline::{Sink, value_streamed};
 use super::sampling::stream;
 use super::{Estimate, Stopping};
@@ -370,7 +371,7 @@ fn projected_variance(drawn: &Drawn, (mean_in, mean_out): &(Vec<f64>, Vec<f64>),
         let shift = psi.iter().sum::<f64>() / n;
         // Both sums in one pass: two independent chains of additions the processor overlaps,
         // each in the order and from the start value of `.sum()` (the same bits).
-        let start: f64 = std::iter::empty::<f64>().sum();
+        let start = sum_start();
         let (kept_here, all_here) =
             psi.iter().fold((start, start), |(k, a), p| (k + (p - shift) * (p - shift), a + p * p));
         kept += kept_here;
