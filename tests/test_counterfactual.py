@@ -488,10 +488,41 @@ def test_sampling_can_bring_the_branches_of_the_drawn_traces():
     sample = buffer.sample(6, seed=5, with_branches=True)
     drawn = buffer.sample(6, seed=5)
     assert sample.trace_ids[:6] == drawn.trace_ids
-    expected = [b for t in drawn.trace_ids for b in buffer.branches(t).trace_ids]
+    # Each stored branch once, after the draws, and none that was drawn itself.
+    expected = list(dict.fromkeys(b for t in drawn.trace_ids for b in buffer.branches(t).trace_ids if b not in drawn.trace_ids))
     assert sample.trace_ids[6:] == expected
     assert np.isnan(sample.probabilities[6:]).all() and not np.isnan(sample.probabilities[:6]).any()
     assert _branch_ids(masreplay.load_traces(list(sample))) >= set(expected)
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 2**32), draw_seed=st.integers(0, 2**32), order_seed=st.integers(0, 2**32))
+def test_a_sample_drawn_with_replacement_is_credited_row_by_row_in_any_order(seed, draw_seed, order_seed):
+    """A sample with branches holds factual traces drawn more than once and branches drawn as
+    well as brought: every copy of a factual trace gets the credit of all the branch rows of its
+    id (each row one rollout), whatever the order of the rows."""
+    gt = masreplay.sim.branches(4, branches=3, branch_points=1, seed=seed)
+    buffer = GraphBuffer(100, seed=1)
+    buffer.add(gt.batch)
+    sample = buffer.sample(12, seed=draw_seed, with_branches=True)
+    brought = [t for t, p in zip(sample.trace_ids, sample.probabilities, strict=True) if np.isnan(p)]
+    assert len(set(brought)) == len(brought) and not set(brought) & set(sample.trace_ids[: len(sample) - len(brought)])
+    records = list(sample)
+    rewards: dict[str, list[float]] = {}
+    for record in records:
+        if record.get("counterfactual_of"):
+            rewards.setdefault(record["counterfactual_of"]["trace_id"], []).append(record["rewards"]["team"])
+    factual = [r for r in records if not r.get("counterfactual_of") and r["trace_id"] in rewards]
+    for order in (np.arange(len(sample)), np.random.default_rng(order_seed).permutation(len(sample))):
+        table = masreplay.counterfactual_credit(sample[order.tolist()], aligned=False).to_pylist()
+        assert sorted(row["trace_id"] for row in table) == sorted(r["trace_id"] for r in factual)
+        for row in table:
+            branch_rewards = rewards[row["trace_id"]]
+            factual_reward = next(r["rewards"]["team"] for r in factual if r["trace_id"] == row["trace_id"])
+            assert row["n_branches"] == len(branch_rewards)
+            assert row["credit"] == pytest.approx(factual_reward - np.mean(branch_rewards), abs=1e-12)
+        stderr = {row["trace_id"]: row["stderr"] for row in table}
+        assert all(row["stderr"] == stderr[row["trace_id"]] or np.isnan(row["stderr"]) for row in table)
 
 
 def test_credit_feeds_the_advantage_estimators():

@@ -186,8 +186,10 @@ class GraphBuffer:
         priorities; ``batch.probabilities`` holds each draw's probability (for importance
         weights). ``min_events``/``max_events`` or a length ``band`` (10, 100, 1000, 10000)
         restrict the draw by shape. ``seed=None`` continues the buffer's own seeded stream.
-        ``with_branches`` appends the stored branch rollouts of every drawn trace (their
-        probability is NaN: they come with a draw, they are not drawn). ``max_staleness``
+        ``with_branches`` appends the stored branch rollouts of the drawn traces, each
+        once and none that was drawn itself (their probability is NaN: they come with a draw,
+        they are not drawn), so that ``counterfactual_credit`` of the sample counts each
+        rollout once. ``max_staleness``
         (else the buffer's own) draws only among traces with policy_version >= current -
         max_staleness, with the same rule (uniform or by priority) among them."""
         if band is not None:

@@ -97,7 +97,10 @@ def counterfactual_credit(
     own version of the event is credited too (an ablated event has none). Branches whose
     factual trace is not in the batch are left out; a branch naming an event its factual
     trace lacks is an error. Only the traces credit is measured from (factual traces with
-    branches, and their branches) need a reward on ``channel``.
+    branches, and their branches) need a reward on ``channel``. Every row of a branch is one
+    rollout. A factual trace held more than once (a sample drawn with replacement) is one
+    trace: every copy gets the credit measured against all the branches of its id, wherever
+    they are stored, and copies that differ in reward are an error naming the trace.
     """
     batch = _batch_of(batch_or_buffer)
     arrays = _core.counterfactual_credit(batch._core, channel=channel, baseline=baseline)

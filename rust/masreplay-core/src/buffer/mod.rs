@@ -635,8 +635,8 @@ impl GraphBuffer {
 
     /// Draws `batch_size` traces with replacement among those no more than `max_staleness`
     /// policy versions old (the buffer's own bound when None). With `with_branches`, the
-    /// stored branch rollouts of each drawn trace that are fresh enough follow the draws
-    /// (probability NaN: they were not drawn).
+    /// stored branch rollouts of the drawn traces that are fresh enough follow the draws, each
+    /// once and none that was drawn itself (probability NaN: they were not drawn).
     pub fn sample(
         &mut self,
         batch_size: usize,
@@ -657,11 +657,14 @@ impl GraphBuffer {
         };
         let (mut seqs, mut probabilities) = (seqs, probabilities);
         if with_branches {
+            // Each stored branch once, and none that was drawn itself: credit counts every
+            // row of a branch as one more rollout.
+            let mut present: HashSet<u64> = seqs.iter().copied().collect();
             let branches: Vec<u64> = seqs
                 .iter()
                 .flat_map(|seq| self.branch_seqs(*seq))
                 .copied()
-                .filter(|&branch| fresh(self.entry(branch).version, bound))
+                .filter(|&branch| fresh(self.entry(branch).version, bound) && present.insert(branch))
                 .collect();
             probabilities.extend(std::iter::repeat_n(f64::NAN, branches.len()));
             seqs.extend(branches);

@@ -14,6 +14,10 @@
 //! branch) is credited against the mean of the others, so the branches' own events (where a
 //! branch still has the event) get credit too; the factual's credit is the same either way.
 
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+
+use foldhash::fast::FixedState;
 use std::ops::Range;
 
 use arrow_array::cast::AsArray;
@@ -178,6 +182,14 @@ struct Families<'a> {
     baseline: Baseline,
 }
 
+/// What one task of [`Families::credit_contiguous`] found: its entries, and the factual
+/// traces it credited as (hash of the id, row).
+#[derive(Default)]
+struct SpanCredit {
+    entries: Vec<Entry>,
+    factual_ids: Vec<(u64, u32)>,
+}
+
 /// Per-task scratch space: one family's branches and one event's rewards.
 #[derive(Default)]
 struct Scratch {
@@ -258,24 +270,71 @@ impl<'a> Families<'a> {
         );
         starts.push(rows);
         starts.dedup();
-        let parts: Vec<Option<Result<Vec<Entry>>>> =
+        let parts: Vec<Option<Result<SpanCredit>>> =
             starts.par_windows(2).map(|bounds| self.credit_span(bounds[0]..bounds[1])).collect();
-        parts.into_iter().collect::<Option<Vec<_>>>().map(first_error_or_all).transpose()
+        // A task that declined makes the layout not contiguous, whatever errors others met.
+        let Some(parts) = parts.into_iter().collect::<Option<Vec<_>>>() else {
+            return Ok(None);
+        };
+        let parts = parts.into_iter().collect::<Result<Vec<SpanCredit>>>()?;
+        // Copies of a factual trace share their branches wherever these are stored, which
+        // only the scattered pass brings together.
+        if self.repeats_a_factual_id(parts.iter().flat_map(|part| &part.factual_ids)) {
+            return Ok(None);
+        }
+        let mut entries = Vec::with_capacity(parts.iter().map(|part| part.entries.len()).sum());
+        for part in parts {
+            entries.extend(part.entries);
+        }
+        Ok(Some(entries))
+    }
+
+    /// Whether two factual traces of `ids` ((hash of the id, row)) have the same id. The
+    /// hashes mark a bitmap (16 bits per id: it stays in cache where a sort or a table of ids
+    /// would not); only ids whose bit another id marked too are compared, by hash and text.
+    fn repeats_a_factual_id<'i>(&self, ids: impl Iterator<Item = &'i (u64, u32)> + Clone) -> bool {
+        let trace_id = self.columns.trace_id;
+        let mask = (16 * ids.clone().count()).next_power_of_two() - 1;
+        let place = |hash: u64| ((hash as usize & mask) / 64, 1u64 << (hash & 63));
+        let (mut marked, mut twice) = (vec![0u64; mask / 64 + 1], vec![0u64; mask / 64 + 1]);
+        for &(hash, _) in ids.clone() {
+            let (word, bit) = place(hash);
+            twice[word] |= marked[word] & bit;
+            marked[word] |= bit;
+        }
+        let mut suspects: Vec<(u64, u32)> = ids
+            .filter(|&&(hash, _)| {
+                let (word, bit) = place(hash);
+                twice[word] & bit != 0
+            })
+            .copied()
+            .collect();
+        suspects.sort_unstable();
+        suspects.chunk_by(|a, b| a.0 == b.0).any(|run| {
+            run.iter().enumerate().any(|(k, a)| {
+                run[k + 1..].iter().any(|b| same_text(trace_id.value(a.1 as usize), trace_id.value(b.1 as usize)))
+            })
+        })
     }
 
     /// [`Self::credit_contiguous`] over the rows of one task (which starts at a factual row
     /// unless it is the first).
-    fn credit_span(&self, rows: Range<usize>) -> Option<Result<Vec<Entry>>> {
-        let (mut entries, mut scratch) = (Vec::new(), Scratch::default());
+    fn credit_span(&self, rows: Range<usize>) -> Option<Result<SpanCredit>> {
+        let (mut credit, mut scratch) = (SpanCredit::default(), Scratch::default());
         // Families whose rows have ended, as (factual row, end of its branch rows).
         let mut ended: Vec<(usize, usize)> = Vec::with_capacity(FAMILY_BATCH);
         let mut family: Option<usize> = None;
         let end = rows.end;
-        for row in rows {
-            if self.is_factual(row) {
-                ended.extend(family.filter(|&factual| factual + 1 < row).map(|factual| (factual, row)));
-                if ended.len() == FAMILY_BATCH {
-                    if let Err(error) = self.credit_families(&mut entries, &mut scratch, &ended) {
+        let hasher = FixedState::default();
+        for row in rows.chain([end]) {
+            if row == end || self.is_factual(row) {
+                if let Some(factual) = family.filter(|&factual| factual + 1 < row) {
+                    ended.push((factual, row));
+                    // Its id was just compared with its branches': hashed while in cache.
+                    credit.factual_ids.push((hasher.hash_one(self.columns.trace_id.value(factual)), factual as u32));
+                }
+                if ended.len() == FAMILY_BATCH || row == end {
+                    if let Err(error) = self.credit_families(&mut credit.entries, &mut scratch, &ended) {
                         return Some(Err(error));
                     }
                     ended.clear();
@@ -285,8 +344,7 @@ impl<'a> Families<'a> {
                 return None;
             }
         }
-        ended.extend(family.filter(|&factual| factual + 1 < end).map(|factual| (factual, end)));
-        Some(self.credit_families(&mut entries, &mut scratch, &ended).map(|()| entries))
+        Some(Ok(credit))
     }
 
     /// Loads the first event ids of these factual traces (offsets and text) together: the cache
@@ -356,7 +414,59 @@ impl<'a> Families<'a> {
                 self.credit_ranks(&factuals, ranks.start, &tallies, gathered)
             })
             .collect();
-        first_error_or_all(parts)
+        let mut entries = first_error_or_all(parts)?;
+        self.credit_copies(&factuals, &mut entries)?;
+        Ok(entries)
+    }
+
+    /// A factual trace stored more than once (a sample drawn with replacement holds copies)
+    /// is one trace: its branches were tallied under its first copy, whose credit every later
+    /// copy gets at its own event of the same id. Copies that disagree on the reward, or lack
+    /// the event, are an error naming the trace.
+    fn credit_copies(&self, factuals: &Factuals, entries: &mut Vec<Entry>) -> Result<()> {
+        let repeats = factuals.index.repeats();
+        if repeats.is_empty() {
+            return Ok(());
+        }
+        // Copies by the row of the first trace with their id.
+        let mut copies: HashMap<u32, Vec<&Factual>> = HashMap::new();
+        for &(copy, first) in repeats {
+            copies.entry(factuals.traces[first as usize].row as u32).or_default().push(&factuals.traces[copy as usize]);
+        }
+        let mut credited = Vec::new();
+        for entry in entries.iter() {
+            let Some(copies) = copies.get(&entry.1) else { continue };
+            let (first_reward, first_events) = (self.rewards.at(entry.1 as usize), self.events_of(entry.1 as usize));
+            let event_id = self.event_ids.value(entry.0 as usize);
+            for copy in copies {
+                let id = self.columns.trace_id.value(copy.row);
+                if copy.reward.to_bits() != first_reward.to_bits() {
+                    let reason = format!(
+                        "the batch holds this factual trace more than once with different rewards ({first_reward} and {}): its branches cannot tell which one they branch from",
+                        copy.reward
+                    );
+                    return Err(ValidationError::new(Some(id), format!("/rewards/{}", self.channel), reason).into());
+                }
+                let offset = entry.0 as usize - first_events.start;
+                let same_place = copy.events.start + offset;
+                let event =
+                    if copy.events.contains(&same_place) && same_text(self.event_ids.value(same_place), event_id) {
+                        Some(same_place)
+                    } else {
+                        copy.events.clone().find(|&k| same_text(self.event_ids.value(k), event_id))
+                    };
+                let Some(event) = event else {
+                    let reason = format!(
+                        "the batch holds this factual trace more than once, and this copy (row {}) lacks the event {event_id:?} that its branches branch at",
+                        copy.row
+                    );
+                    return Err(ValidationError::new(Some(id), "/events", reason).into());
+                };
+                credited.push((event as u64, copy.row as u32, entry.2, entry.3, entry.4));
+            }
+        }
+        entries.extend(credited);
+        Ok(())
     }
 
     /// Every row's reward on the channel, read in one sequential pass (NaN where missing).

@@ -53,7 +53,8 @@ impl Slot {
 const EMPTY: u32 = u32::MAX;
 
 /// The ids of a batch's factual traces, by rank (their order in the batch), and a hash index
-/// from id to rank. A repeated id names its last factual trace.
+/// from id to rank. A repeated id names its first factual trace; the later ones are listed in
+/// [`FactualIndex::repeats`].
 pub(super) struct FactualIndex {
     /// Every id, one after the other, so a long id is confirmed from a compact buffer rather
     /// than the whole batch's id column; `starts[rank]` is where id `rank` begins.
@@ -62,6 +63,9 @@ pub(super) struct FactualIndex {
     slots: Vec<Slot>,
     mask: usize,
     hasher: RandomState,
+    /// (rank, rank of the first trace with its id) of every factual trace whose id an earlier
+    /// one has, in rank order.
+    repeats: Vec<(u32, u32)>,
 }
 
 impl FactualIndex {
@@ -74,6 +78,7 @@ impl FactualIndex {
             slots: vec![empty; size],
             mask: size - 1,
             hasher: RandomState::default(),
+            repeats: Vec::new(),
         };
         // Ids of factual traces scattered through a batch are far apart: their text is
         // requested ahead of hashing.
@@ -100,11 +105,21 @@ impl FactualIndex {
             for (k, key) in block.iter().enumerate() {
                 let rank = first * BLOCK + k;
                 let slot = index.probe(key, ids[rank]);
-                let Key { hash, head, len } = *key;
-                index.slots[slot] = Slot { hash, head, len, rank: rank as u32 };
+                match index.slots[slot].rank {
+                    EMPTY => {
+                        let Key { hash, head, len } = *key;
+                        index.slots[slot] = Slot { hash, head, len, rank: rank as u32 };
+                    }
+                    first => index.repeats.push((rank as u32, first)),
+                }
             }
         }
         index
+    }
+
+    /// (rank, rank of the first trace with its id) of every repeated id, in rank order.
+    pub(super) fn repeats(&self) -> &[(u32, u32)] {
+        &self.repeats
     }
 
     fn key(&self, id: &str) -> Key {
@@ -205,7 +220,8 @@ mod tests {
     use super::*;
 
     /// Ids that share their first bytes, up to and past what a slot holds, a repeated id, the
-    /// empty id and prefixes of ids: each found at its last rank, absent ones not found.
+    /// empty id and prefixes of ids: each found at its first rank, absent ones not found; the
+    /// repeated one listed with its first rank.
     #[test]
     fn finds_ids_of_every_length() {
         let long = "factual-trace-with-a-long-shared-prefix";
@@ -224,8 +240,9 @@ mod tests {
         index.find_each(queries.iter().enumerate().map(|(k, id)| (k, id.as_str())), |k, rank| answers.push((k, rank)));
         assert_eq!(answers.iter().map(|&(k, _)| k).collect::<Vec<_>>(), (0..queries.len()).collect::<Vec<_>>());
         for (k, rank) in answers {
-            let expected = ids.iter().rposition(|id| *id == queries[k]).map(|rank| rank as u32);
+            let expected = ids.iter().position(|id| *id == queries[k]).map(|rank| rank as u32);
             assert_eq!(rank, expected, "query {:?}", queries[k]);
         }
+        assert_eq!(index.repeats(), [(ids.len() as u32 - 1, 7)]);
     }
 }

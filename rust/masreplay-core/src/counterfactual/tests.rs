@@ -127,26 +127,42 @@ fn scattered_families_report_the_errors_of_the_adjacent_layout() {
     }
 }
 
-/// A factual id repeated in a scattered batch names its last factual trace: every branch of
-/// that id is credited there, by tallies and by gathered branches alike.
+/// A factual trace held twice (a draw with replacement) is one trace: both copies get the
+/// credit measured against every branch of its id, in any layout, by tallies and by gathered
+/// branches alike; copies that differ in reward or lack the event are errors naming the trace.
 #[test]
-fn a_repeated_factual_id_in_a_scattered_batch_names_its_last_trace() {
+fn every_copy_of_a_repeated_factual_trace_gets_the_credit_of_all_its_branches() {
     let traces = [
         trace("b1", 0.5, &["e0"], Some(("f", "e0", "ablate"))),
-        trace("f", 9.0, &["e0"], None),
+        trace("f", 3.0, &["e0", "e1"], None),
         trace("b2", 1.5, &["e0", "e1"], Some(("f", "e0", "ablate"))),
         trace("f", 3.0, &["e0", "e1"], None),
         trace("b3", 2.0, &["e1"], Some(("f", "e1", "substitute"))),
     ];
-    // One event only (b3 left out): credited from the tallies.
-    let one_event = batch(&traces[..4]);
-    let credit = branch_credit(&one_event, "team", Baseline::Mean).unwrap();
-    assert_eq!((credit.event, credit.trace, credit.credit), (vec![4], vec![3], vec![2.0]));
-    // Two events: gathered, credited one event at a time.
-    let two_events = batch(&traces);
-    let credit = branch_credit(&two_events, "team", Baseline::Mean).unwrap();
-    assert_eq!((credit.event, credit.trace, credit.credit), (vec![4, 5], vec![3, 3], vec![2.0, 1.0]));
-    assert_eq!(credit.n_branches, vec![2, 1]);
+    // f's events are 1..3 and 5..7.
+    let credit = branch_credit(&batch(&traces[..4]), "team", Baseline::Mean).unwrap();
+    assert_eq!((credit.event, credit.trace, credit.credit), (vec![1, 5], vec![1, 3], vec![2.0, 2.0]));
+    let credit = branch_credit(&batch(&traces), "team", Baseline::Mean).unwrap();
+    assert_eq!(
+        (&credit.event, &credit.trace, &credit.credit),
+        (&vec![1, 2, 5, 6], &vec![1, 1, 3, 3], &vec![2.0, 1.0, 2.0, 1.0])
+    );
+    assert_eq!(credit.n_branches, vec![2, 1, 2, 1]);
+    // The same traces with each copy followed by a branch (the adjacent layout's shape).
+    let adjacent = [&traces[1], &traces[0], &traces[3], &traces[2]].map(Clone::clone);
+    let credit = branch_credit(&batch(&adjacent), "team", Baseline::Mean).unwrap();
+    assert_eq!((credit.event, credit.credit, credit.n_branches), (vec![0, 3], vec![2.0, 2.0], vec![2, 2]));
+
+    let mut differ = traces.clone();
+    differ[3] = trace("f", 4.0, &["e0", "e1"], None);
+    let error = branch_credit(&batch(&differ), "team", Baseline::Mean).unwrap_err().to_string();
+    assert!(
+        error.contains("\"f\"") && error.contains("/rewards/team") && error.contains("different rewards"),
+        "{error}"
+    );
+    differ[3] = trace("f", 3.0, &["e0"], None);
+    let error = branch_credit(&batch(&differ), "team", Baseline::Mean).unwrap_err().to_string();
+    assert!(error.contains("\"f\"") && error.contains("/events") && error.contains("\"e1\""), "{error}");
 }
 
 #[test]
