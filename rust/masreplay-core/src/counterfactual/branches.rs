@@ -44,7 +44,7 @@ named_enum!(
 pub fn branch_credit(batch: &TraceBatch, channel: &str, baseline: Baseline) -> Result<Credit> {
     let columns = TraceColumns::new(batch.record_batch());
     let families = Families::new(batch, &columns, channel, baseline);
-    let entries = match families.credit_contiguous()? {
+    let entries = match families.credit_contiguous() {
         Some(entries) => entries,
         None => families.credit_scattered()?,
     };
@@ -255,8 +255,9 @@ impl<'a> Families<'a> {
 
     /// Credit when every factual trace is directly followed by all its branches (the layout
     /// of `sim.branches`): one parallel pass, each family credited as soon as its rows end.
-    /// None when a branch sits anywhere else, for [`Self::credit_scattered`] to handle.
-    fn credit_contiguous(&self) -> Result<Option<Vec<Entry>>> {
+    /// None when a branch sits anywhere else, a factual id repeats or a family fails, for
+    /// [`Self::credit_scattered`] to handle.
+    fn credit_contiguous(&self) -> Option<Vec<Entry>> {
         let rows = self.batch.len();
         let span = span_of(rows);
         // Task boundaries moved forward to the next factual row, so no family straddles two.
@@ -272,21 +273,21 @@ impl<'a> Families<'a> {
         starts.dedup();
         let parts: Vec<Option<Result<SpanCredit>>> =
             starts.par_windows(2).map(|bounds| self.credit_span(bounds[0]..bounds[1])).collect();
-        // A task that declined makes the layout not contiguous, whatever errors others met.
-        let Some(parts) = parts.into_iter().collect::<Option<Vec<_>>>() else {
-            return Ok(None);
+        // Errors are left to the scattered pass too, so that every layout reports the same
+        // one (here a copy of a factual trace could fail before its repeat is seen).
+        let Some(Ok(parts)) = parts.into_iter().collect::<Option<Result<Vec<SpanCredit>>>>() else {
+            return None;
         };
-        let parts = parts.into_iter().collect::<Result<Vec<SpanCredit>>>()?;
         // Copies of a factual trace share their branches wherever these are stored, which
         // only the scattered pass brings together.
         if self.repeats_a_factual_id(parts.iter().flat_map(|part| &part.factual_ids)) {
-            return Ok(None);
+            return None;
         }
         let mut entries = Vec::with_capacity(parts.iter().map(|part| part.entries.len()).sum());
         for part in parts {
             entries.extend(part.entries);
         }
-        Ok(Some(entries))
+        Some(entries)
     }
 
     /// Whether two factual traces of `ids` ((hash of the id, row)) have the same id. The

@@ -163,6 +163,10 @@ fn every_copy_of_a_repeated_factual_trace_gets_the_credit_of_all_its_branches() 
     differ[3] = trace("f", 3.0, &["e0"], None);
     let error = branch_credit(&batch(&differ), "team", Baseline::Mean).unwrap_err().to_string();
     assert!(error.contains("\"f\"") && error.contains("/events") && error.contains("\"e1\""), "{error}");
+    // The adjacent layout (each copy followed by a branch) reports the same error.
+    let adjacent = [&traces[1], &traces[0], &differ[3], &traces[4]].map(Clone::clone);
+    let adjacent_error = branch_credit(&batch(&adjacent), "team", Baseline::Mean).unwrap_err().to_string();
+    assert!(adjacent_error.contains("\"f\"") && adjacent_error.contains("/events"), "{adjacent_error}");
 }
 
 #[test]
