@@ -48,7 +48,7 @@ use rayon::prelude::*;
 use super::coalition::{Coalitions, contains, members_of, size};
 use super::game::{Game, bounds};
 use super::kernel::{complement_of, for_each_subset, random_subset};
-use super::linalg::cholesky;
+use super::linalg::{Factor, cholesky};
 use super::pipeline::{Sink, value_drawn, value_streamed};
 use super::sampling::stream;
 use super::surrogate::{Interactions, Stratum};
@@ -83,17 +83,18 @@ struct Draws {
 }
 
 /// Draws `counts[k]` more pairs of stratum k from its stream and values both sides of every
-/// pair in one batch (a callable game is called once per chunk, not once per size). Each
-/// stratum whose pairs are all valued while the game still has coalitions to value goes to
-/// `valued`, in order (drawing and summing beside the game's valuation, see
-/// [`value_streamed`]); those the last chunk completes are left to the caller, who has every
-/// core for them then. Returns the evaluations asked for.
+/// pair in one batch (a callable game is called once per chunk, not once per size). Once every
+/// pair is drawn, `fit` builds and factors its surrogates' Gram matrices, which depend on the
+/// coalitions only, while the game values them ([`CrossFit::prepare`], beside the game's
+/// valuation, see [`value_streamed`]); each stratum whose pairs are all valued while the game
+/// still has coalitions to value then goes to `fit` in order ([`CrossFit::add`]); those the
+/// last chunk completes are left to the caller. Returns the evaluations asked for.
 fn extend_draws(
     game: &dyn Game,
     draws: &mut [Draws],
     counts: &[u64],
     rngs: &mut [Xoshiro256PlusPlus],
-    mut valued: impl FnMut(&Draws) + Send,
+    fit: &mut CrossFit,
 ) -> Result<u64> {
     let n = game.n_players();
     let planned = 2 * counts.iter().sum::<u64>() as usize;
@@ -111,16 +112,26 @@ fn extend_draws(
             }
         }
     };
-    let (mut next, mut start) = (0, 0);
+    let (mut next, mut start, mut prepared) = (0, 0, false);
     let valuation = value_streamed(game, planned, &mut &mut *rngs, draw, |_, batch, worth| {
+        let pending = worth.len() < batch.len();
+        if !prepared {
+            // The batch is whole from the first call on.
+            let mut first = 0;
+            for (stratum, &count) in draws.iter_mut().zip(counts) {
+                (first..first + count as usize).for_each(|i| stratum.sets.push(batch.get(i)));
+                first += 2 * count as usize;
+            }
+            fit.prepare(draws, !pending);
+            prepared = true;
+        }
         while let Some(stratum) = draws.get_mut(next) {
             let count = counts[next] as usize;
             let Some(both) = worth.get(start..start + 2 * count) else { break };
             let (inside, outside) = both.split_at(count);
-            (start..start + count).for_each(|i| stratum.sets.push(batch.get(i)));
             stratum.values.extend(inside.iter().zip(outside).map(|(a, b)| (a - b) / 2.0));
-            if worth.len() < batch.len() {
-                valued(stratum);
+            if pending {
+                fit.add(stratum);
             }
             (next, start) = (next + 1, start + 2 * count);
         }
@@ -146,49 +157,42 @@ fn size_basis(n: usize, s: usize, knots: usize, out: &mut Vec<f64>) {
     out[left + 1] = right_share;
 }
 
-/// What the surrogate's normal equations need from coalitions of one size: how many hold each
-/// pair of players (`together`, n x n; the diagonal counts each player's coalitions), each
-/// player's sum of values, and the coalitions' count and values' sum. Every coalition of a
-/// size weighs the same in the fit, so these sums give the Gram matrix in s^2 steps per
-/// coalition instead of a row of features per member.
+/// Which coalitions of one size the surrogate's Gram matrix sees: how many hold each pair of
+/// players (`together`, n x n; the diagonal counts each player's coalitions) and how many
+/// there are. Every coalition of a size weighs the same in the fit, so these counts give the
+/// Gram matrix in s^2 steps per coalition instead of a row of features per member; they do
+/// not depend on the values.
 #[derive(Clone)]
-struct Tally {
+struct Counts {
     n: usize,
     together: Vec<u32>,
-    value_sums: Vec<f64>,
     coalitions: u64,
-    value_total: f64,
 }
 
-impl Tally {
+impl Counts {
     fn new(n: usize) -> Self {
-        Tally { n, together: vec![0; n * n], value_sums: vec![0.0; n], coalitions: 0, value_total: 0.0 }
+        Counts { n, together: vec![0; n * n], coalitions: 0 }
     }
 
     fn clear(&mut self) {
         self.together.fill(0);
-        self.value_sums.fill(0.0);
-        (self.coalitions, self.value_total) = (0, 0.0);
+        self.coalitions = 0;
     }
 
-    /// `members` ascending: only the lower triangle is counted (see [`Tally::mirror`]).
+    /// `members` ascending: only the lower triangle is counted (see [`Counts::mirror`]).
     #[inline(always)]
-    fn add(&mut self, members: &[usize], value: f64) {
+    fn add(&mut self, members: &[usize]) {
         for (k, &a) in members.iter().enumerate() {
             let row = &mut self.together[a * self.n..(a + 1) * self.n];
             members[..=k].iter().for_each(|&b| row[b] += 1);
-            self.value_sums[a] += value;
         }
         self.coalitions += 1;
-        self.value_total += value;
     }
 
     #[inline(always)]
-    fn merge(&mut self, other: &Tally) {
+    fn merge(&mut self, other: &Counts) {
         self.together.iter_mut().zip(&other.together).for_each(|(a, b)| *a += b);
-        self.value_sums.iter_mut().zip(&other.value_sums).for_each(|(a, b)| *a += b);
         self.coalitions += other.coalitions;
-        self.value_total += other.value_total;
     }
 
     /// The counted lower triangle copied onto the upper one.
@@ -203,43 +207,69 @@ impl Tally {
     }
 }
 
-/// Weighted normal equations of the surrogate (features x_i times the size basis), with the
-/// intercept sums kept per size so that sizes can be pooled into bins when solving. The Gram
-/// matrix holds its lower triangle only (what the Cholesky factorisation reads).
-struct Normal {
+/// What the surrogate's right-hand side needs from the values of coalitions of one size: each
+/// player's sum of values, and the values' sum.
+#[derive(Clone)]
+struct Sums {
+    players: Vec<f64>,
+    total: f64,
+}
+
+impl Sums {
+    fn new(n: usize) -> Self {
+        Sums { players: vec![0.0; n], total: 0.0 }
+    }
+
+    fn clear(&mut self) {
+        self.players.fill(0.0);
+        self.total = 0.0;
+    }
+
+    fn add(&mut self, members: &[usize], value: f64) {
+        members.iter().for_each(|&a| self.players[a] += value);
+        self.total += value;
+    }
+
+    fn merge(&mut self, other: &Sums) {
+        self.players.iter_mut().zip(&other.players).for_each(|(a, b)| *a += b);
+        self.total += other.total;
+    }
+}
+
+/// The weighted Gram side of the surrogate's normal equations (features x_i times the size
+/// basis), with the intercept's sums kept per size so that sizes can be pooled into bins when
+/// solving: it depends on the coalitions drawn, not on their values. The matrix holds its
+/// lower triangle only (what the Cholesky factorisation reads).
+struct Gram {
     n: usize,
     knots: usize,
     xx: Vec<f64>,
-    xy: Vec<f64>,
-    /// Per size s: sum of weights, of weighted features (n knots per size), of weighted values.
+    /// Per size s: sum of weights, and of weighted features (n knots per size).
     w: Vec<f64>,
     x: Vec<f64>,
-    y: Vec<f64>,
-    /// Scratch of [`Normal::add`]: the size basis and a row of pair counts.
+    /// Scratch of [`Gram::add`]: the size basis and a row of pair counts.
     basis: Vec<f64>,
     row: Vec<f64>,
 }
 
-impl Normal {
+impl Gram {
     fn new(n: usize, knots: usize) -> Self {
         let p = n * knots;
-        Normal {
+        Gram {
             n,
             knots,
             xx: vec![0.0; p * p],
-            xy: vec![0.0; p],
             w: vec![0.0; n + 1],
             x: vec![0.0; (n + 1) * p],
-            y: vec![0.0; n + 1],
             basis: Vec::with_capacity(knots),
             row: Vec::with_capacity(n),
         }
     }
 
-    /// Adds the coalitions of size `s` that `all` sums and `held_out` does not (both
+    /// Adds the coalitions of size `s` that `all` counts and `held_out` does not (both
     /// mirrored), each of weight `weight`. A size touches the blocks of its (at most two)
     /// knots only.
-    fn add(&mut self, s: usize, all: &Tally, held_out: &Tally, weight: f64) {
+    fn add(&mut self, s: usize, all: &Counts, held_out: &Counts, weight: f64) {
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: the processor has AVX2, checked just above.
@@ -248,17 +278,17 @@ impl Normal {
         self.add_lanes(s, all, held_out, weight)
     }
 
-    /// [`Normal::add`] with 256-bit vector registers: its loops are element by element, so
+    /// [`Gram::add`] with 256-bit vector registers: its loops are element by element, so
     /// wider registers give the same bits (no fused multiply-add).
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
-    fn add_avx2(&mut self, s: usize, all: &Tally, held_out: &Tally, weight: f64) {
+    fn add_avx2(&mut self, s: usize, all: &Counts, held_out: &Counts, weight: f64) {
         self.add_lanes(s, all, held_out, weight)
     }
 
     #[inline(always)]
-    fn add_lanes(&mut self, s: usize, all: &Tally, held_out: &Tally, weight: f64) {
-        let Normal { n, knots, xx, xy, w, x, y, basis, row } = self;
+    fn add_lanes(&mut self, s: usize, all: &Counts, held_out: &Counts, weight: f64) {
+        let Gram { n, knots, xx, w, x, basis, row } = self;
         let (n, p) = (*n, *n * *knots);
         size_basis(n, s, *knots, basis);
         let knots: Vec<(usize, f64)> = basis.iter().copied().enumerate().filter(|&(_, b)| b != 0.0).collect();
@@ -266,10 +296,8 @@ impl Normal {
             let (mine, theirs) = (&all.together[a * n..(a + 1) * n], &held_out.together[a * n..(a + 1) * n]);
             row.clear();
             row.extend(mine.iter().zip(theirs).map(|(m, t)| (m - t) as f64));
-            let value_sum = all.value_sums[a] - held_out.value_sums[a];
             for &(q, bq) in &knots {
                 let i = q * n + a;
-                xy[i] += weight * bq * value_sum;
                 x[s * p + i] += weight * bq * row[a];
                 // Lower triangle: blocks left of the diagonal block whole, the diagonal
                 // block up to its diagonal.
@@ -282,48 +310,50 @@ impl Normal {
             }
         }
         w[s] += weight * (all.coalitions - held_out.coalitions) as f64;
-        y[s] += weight * (all.value_total - held_out.value_total);
     }
 
-    /// Fits the slopes and one intercept per bin (`bin_of[s]`; sizes in no bin get none):
-    /// the intercepts are profiled out by centring within each bin.
-    fn solve(self, bin_of: &[Option<usize>], n_bins: usize) -> Result<Surrogate> {
+    /// Profiles out one intercept per bin (`bin_of[s]`; sizes in no bin get none) by centring
+    /// within each bin, and factors what is left.
+    fn factor(self, bin_of: &[Option<usize>], n_bins: usize) -> Result<Fit> {
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: the processor has AVX2, checked just above.
-            return unsafe { self.solve_avx2(bin_of, n_bins) };
+            return unsafe { self.factor_avx2(bin_of, n_bins) };
         }
-        self.solve_lanes(bin_of, n_bins)
+        self.factor_lanes(bin_of, n_bins)
     }
 
-    /// [`Normal::solve`] with 256-bit vector registers: the centring is element by element,
+    /// [`Gram::factor`] with 256-bit vector registers: the centring is element by element,
     /// so wider registers give the same bits (no fused multiply-add).
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
-    fn solve_avx2(self, bin_of: &[Option<usize>], n_bins: usize) -> Result<Surrogate> {
-        self.solve_lanes(bin_of, n_bins)
+    fn factor_avx2(self, bin_of: &[Option<usize>], n_bins: usize) -> Result<Fit> {
+        self.factor_lanes(bin_of, n_bins)
     }
 
     #[inline(always)]
-    fn solve_lanes(mut self, bin_of: &[Option<usize>], n_bins: usize) -> Result<Surrogate> {
+    fn factor_lanes(mut self, bin_of: &[Option<usize>], n_bins: usize) -> Result<Fit> {
         let (n, p) = (self.n, self.n * self.knots);
         let mut w = vec![0.0; n_bins];
         let mut x = vec![0.0; n_bins * p];
-        let mut y = vec![0.0; n_bins];
         for (s, bin) in bin_of.iter().enumerate() {
             let Some(b) = *bin else { continue };
             w[b] += self.w[s];
-            y[b] += self.y[s];
             x[b * p..(b + 1) * p].iter_mut().zip(&self.x[s * p..(s + 1) * p]).for_each(|(a, c)| *a += c);
         }
-        let (gram, rhs) = (&mut self.xx, &mut self.xy);
-        for b in (0..n_bins).filter(|&b| w[b] > 0.0) {
+        // A bin's features are zero outside the knots of its sizes.
+        let spans: Vec<Option<(usize, usize)>> = (0..n_bins)
+            .map(|b| {
+                let xb = &x[b * p..(b + 1) * p];
+                let first = xb.iter().position(|&v| v != 0.0).filter(|_| w[b] > 0.0)?;
+                Some((first, xb.iter().rposition(|&v| v != 0.0).unwrap_or(first)))
+            })
+            .collect();
+        let gram = &mut self.xx;
+        for (b, &span) in spans.iter().enumerate() {
+            let Some((first, last)) = span else { continue };
             let xb = &x[b * p..(b + 1) * p];
-            // A bin's features are zero outside the knots of its sizes.
-            let Some(first) = xb.iter().position(|&v| v != 0.0) else { continue };
-            let last = xb.iter().rposition(|&v| v != 0.0).unwrap_or(first);
             for i in first..=last {
-                rhs[i] -= xb[i] * y[b] / w[b];
                 let scaled = xb[i] / w[b];
                 let row = &mut gram[i * p + first..=i * p + i];
                 row.iter_mut().zip(&xb[first..=i]).for_each(|(g, xj)| *g -= scaled * xj);
@@ -335,15 +365,78 @@ impl Normal {
         let factor = cholesky(p, std::mem::take(gram)).ok_or_else(|| {
             MasreplayError::InvalidArgument("msr: the surrogate's regression is singular (non-finite values?)".into())
         })?;
-        let coef = factor.solve(rhs);
+        Ok(Fit { n, knots: self.knots, factor, w, x, spans })
+    }
+}
+
+/// The right-hand side of the surrogate's normal equations: the weighted features times the
+/// values, and per size the weighted values' sum.
+struct Moments {
+    n: usize,
+    knots: usize,
+    xy: Vec<f64>,
+    y: Vec<f64>,
+    /// Scratch of [`Moments::add`]: the size basis.
+    basis: Vec<f64>,
+}
+
+impl Moments {
+    fn new(n: usize, knots: usize) -> Self {
+        Moments { n, knots, xy: vec![0.0; n * knots], y: vec![0.0; n + 1], basis: Vec::with_capacity(knots) }
+    }
+
+    /// Adds the values of the coalitions of size `s` that `all` sums and `held_out` does
+    /// not, each of weight `weight`.
+    fn add(&mut self, s: usize, all: &Sums, held_out: &Sums, weight: f64) {
+        let Moments { n, knots, xy, y, basis } = self;
+        size_basis(*n, s, *knots, basis);
+        let knots: Vec<(usize, f64)> = basis.iter().copied().enumerate().filter(|&(_, b)| b != 0.0).collect();
+        for a in 0..*n {
+            let value_sum = all.players[a] - held_out.players[a];
+            for &(q, bq) in &knots {
+                xy[q * *n + a] += weight * bq * value_sum;
+            }
+        }
+        y[s] += weight * (all.total - held_out.total);
+    }
+}
+
+/// A surrogate's factored normal equations, the intercepts profiled out: what its fit needs
+/// beside the values.
+struct Fit {
+    n: usize,
+    knots: usize,
+    factor: Factor,
+    /// Per bin: its sum of weights, of weighted features, and the span of its nonzero features.
+    w: Vec<f64>,
+    x: Vec<f64>,
+    spans: Vec<Option<(usize, usize)>>,
+}
+
+impl Fit {
+    /// Fits the slopes and one intercept per bin (`bin_of[s]`) to the values' `moments`.
+    fn solve(&self, moments: &Moments, bin_of: &[Option<usize>]) -> Surrogate {
+        let (n_bins, p) = (self.w.len(), self.n * self.knots);
+        let mut y = vec![0.0; n_bins];
+        for (s, bin) in bin_of.iter().enumerate() {
+            let Some(b) = *bin else { continue };
+            y[b] += moments.y[s];
+        }
+        let mut rhs = moments.xy.clone();
+        for (b, &span) in self.spans.iter().enumerate() {
+            let Some((first, last)) = span else { continue };
+            let xb = &self.x[b * p..(b + 1) * p];
+            (first..=last).for_each(|i| rhs[i] -= xb[i] * y[b] / self.w[b]);
+        }
+        let coef = self.factor.solve(&rhs);
         let intercept_of_bin: Vec<f64> = (0..n_bins)
             .map(|b| {
-                let fitted: f64 = x[b * p..(b + 1) * p].iter().zip(&coef).map(|(a, c)| a * c).sum();
-                if w[b] > 0.0 { (y[b] - fitted) / w[b] } else { 0.0 }
+                let fitted: f64 = self.x[b * p..(b + 1) * p].iter().zip(&coef).map(|(a, c)| a * c).sum();
+                if self.w[b] > 0.0 { (y[b] - fitted) / self.w[b] } else { 0.0 }
             })
             .collect();
         let intercept = bin_of.iter().map(|bin| bin.map_or(0.0, |b| intercept_of_bin[b])).collect();
-        Ok(Surrogate { n, knots: self.knots, coef, intercept })
+        Surrogate { n: self.n, knots: self.knots, coef, intercept }
     }
 }
 
@@ -522,7 +615,7 @@ pub fn msr(game: &dyn Game, stopping: &Stopping, interactions: bool) -> Result<E
             .collect();
         let after: Vec<u64> = draws.iter().zip(&counts).map(|(d, count)| d.values.len() as u64 + count).collect();
         let mut fit = CrossFit::new(n, &sampled, &after, folds, interactions);
-        evaluations += extend_draws(game, &mut draws, &counts, &mut rngs, |stratum| fit.add(stratum, false))?;
+        evaluations += extend_draws(game, &mut draws, &counts, &mut rngs, &mut fit)?;
         let (estimate, stderr) = fit.finish(&draws)?;
         let converged = stopping.converged(&stderr);
         if converged || budget >= stopping.budget {
@@ -540,10 +633,11 @@ fn knots_for(n: usize, training_pairs: u64) -> usize {
     (training_pairs as usize / (5 * n)).min(MAX_PARAMETERS / n).clamp(1, MAX_KNOTS)
 }
 
-/// The cross-fitted estimate of the sampled strata, built stratum by stratum: each fold's
-/// surrogate's normal equations take every stratum's draws less the fold's own as the stratum
-/// comes in, beside the game ([`CrossFit::add`]); [`CrossFit::finish`] adds the strata valued
-/// last, solves the equations and sums the contributions.
+/// The cross-fitted estimate of the sampled strata. Each fold's surrogate is fitted on every
+/// stratum's draws less the fold's own. Its Gram matrix depends on which coalitions were drawn
+/// only: it is built and factored once they all are ([`CrossFit::prepare`], beside the game);
+/// the values' sums follow stratum by stratum as the strata come in ([`CrossFit::add`]);
+/// [`CrossFit::finish`] adds the strata valued last, solves and sums the contributions.
 struct CrossFit {
     n: usize,
     folds: usize,
@@ -552,15 +646,15 @@ struct CrossFit {
     drawn: Vec<u64>,
     bin_of: Vec<Option<usize>>,
     n_bins: usize,
-    /// Slopes' knots, and per fold its normal equations: allocated by the first stratum that
-    /// comes in, on the thread that sums the strata beside the game (a few megabytes to zero
-    /// and fault in, which would otherwise hold the game's first chunk back).
     knots: usize,
-    normals: Vec<Normal>,
-    /// Per fold the tally of a stratum's draws in it, and the stratum's whole tally (reused
-    /// from stratum to stratum).
-    parts: Vec<Tally>,
-    all: Tally,
+    /// Per fold its factored normal equations ([`CrossFit::prepare`]) and their right-hand
+    /// side.
+    fits: Option<Result<Vec<Fit>>>,
+    moments: Vec<Moments>,
+    /// Per fold the sums of a stratum's values in it, and the stratum's in all (reused from
+    /// stratum to stratum).
+    parts: Vec<Sums>,
+    all: Sums,
     members: Vec<usize>,
     /// Strata added so far: the first ones of the draws.
     added: usize,
@@ -581,83 +675,82 @@ impl CrossFit {
             bin_of,
             n_bins,
             knots,
-            normals: Vec::new(),
-            parts: vec![Tally::new(n); folds],
-            all: Tally::new(n),
+            fits: None,
+            moments: (0..folds).map(|_| Moments::new(n, knots)).collect(),
+            parts: vec![Sums::new(n); folds],
+            all: Sums::new(n),
             members: Vec::with_capacity(n),
             added: 0,
         }
     }
 
-    fn allocate_normals(&mut self) {
-        if self.normals.is_empty() {
-            self.normals = (0..self.folds).map(|_| Normal::new(self.n, self.knots)).collect();
-        }
+    /// Builds and factors each fold's Gram matrix from the strata's coalitions, all drawn (not
+    /// necessarily valued): the folds one after another (beside the game, which has the other
+    /// core; the matrices, a few megabytes, are allocated there too) or `in_parallel`.
+    fn prepare(&mut self, draws: &[Draws], in_parallel: bool) {
+        self.fits = Some(self.factored(draws, in_parallel));
     }
 
-    /// Adds the next stratum's pairs, all of them valued, to every fold's normal equations
-    /// but its own: the folds one after another (beside the game, which has the other core)
-    /// or `in_parallel`.
-    fn add(&mut self, d: &Draws, in_parallel: bool) {
-        self.allocate_normals();
-        self.tally(d);
-        let weight = fit_weight(self.n, d.size, self.drawn[d.size] as f64);
-        let CrossFit { parts, all, normals, .. } = self;
-        let all = &*all;
-        // Fold k's surrogate is fitted on the other folds: all the draws less fold k's.
-        let add_fold = |(part, normal): (&mut Tally, &mut Normal)| {
-            part.mirror();
-            normal.add(d.size, all, part, weight);
-        };
+    fn factored(&mut self, draws: &[Draws], in_parallel: bool) -> Result<Vec<Fit>> {
+        let (n, folds) = (self.n, self.folds);
+        let mut grams: Vec<Gram> = (0..folds).map(|_| Gram::new(n, self.knots)).collect();
+        let (mut parts, mut all) = (vec![Counts::new(n); folds], Counts::new(n));
+        for d in draws {
+            parts.iter_mut().for_each(Counts::clear);
+            count(d, folds, &mut parts, &mut self.members);
+            all.clear();
+            parts.iter().for_each(|part| all.merge(part));
+            all.mirror();
+            let weight = fit_weight(n, d.size, self.drawn[d.size] as f64);
+            let all = &all;
+            // Fold k's surrogate is fitted on the other folds: all the draws less fold k's.
+            let add_fold = |(part, gram): (&mut Counts, &mut Gram)| {
+                part.mirror();
+                gram.add(d.size, all, part, weight);
+            };
+            if in_parallel {
+                parts.par_iter_mut().zip(grams.par_iter_mut()).for_each(add_fold);
+            } else {
+                parts.iter_mut().zip(grams.iter_mut()).for_each(add_fold);
+            }
+        }
+        let (bin_of, n_bins) = (&self.bin_of, self.n_bins);
         if in_parallel {
-            parts.par_iter_mut().zip(normals.par_iter_mut()).for_each(add_fold);
+            grams.into_par_iter().map(|gram| gram.factor(bin_of, n_bins)).collect()
         } else {
-            parts.iter_mut().zip(normals.iter_mut()).for_each(add_fold);
+            grams.into_iter().map(|gram| gram.factor(bin_of, n_bins)).collect()
         }
-        self.added += 1;
     }
 
-    /// Tallies a stratum's draws per fold (`parts`) and in all (`all`, mirrored).
-    fn tally(&mut self, d: &Draws) {
-        #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the processor has AVX2, checked just above.
-            return unsafe { self.tally_avx2(d) };
-        }
-        self.tally_lanes(d)
-    }
-
-    /// [`CrossFit::tally`] with 256-bit vector registers (integer counts, and value sums
-    /// added one by one: the same bits).
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    fn tally_avx2(&mut self, d: &Draws) {
-        self.tally_lanes(d)
-    }
-
-    #[inline(always)]
-    fn tally_lanes(&mut self, d: &Draws) {
-        let CrossFit { parts, all, members, folds, .. } = self;
-        parts.iter_mut().for_each(Tally::clear);
+    /// Adds the next stratum's values, all of them known, to every fold's right-hand side
+    /// but its own.
+    fn add(&mut self, d: &Draws) {
+        let CrossFit { parts, all, moments, members, folds, .. } = self;
+        parts.iter_mut().for_each(Sums::clear);
         for (j, (set, &v)) in d.sets.iter().zip(&d.values).enumerate() {
             members_of(set, members);
             parts[j % *folds].add(members, v);
         }
         all.clear();
         parts.iter().for_each(|part| all.merge(part));
-        all.mirror();
+        let weight = fit_weight(self.n, d.size, self.drawn[d.size] as f64);
+        moments.iter_mut().zip(parts.iter()).for_each(|(moments, part)| moments.add(d.size, all, part, weight));
+        self.added += 1;
     }
 
     /// The sampled strata's part of the values and its standard error: each pair's
     /// contribution with the surrogate fitted without its fold, averaged per size. The strata
-    /// not yet added (the folds of each in parallel), the folds' fits, then the strata's sums,
-    /// run in parallel; the strata are added in order.
+    /// not yet added come first, in order; the folds' fits, then the strata's sums, run in
+    /// parallel.
     fn finish(mut self, draws: &[Draws]) -> Result<(Vec<f64>, Vec<f64>)> {
-        self.allocate_normals();
-        draws[self.added..].iter().for_each(|d| self.add(d, true));
-        let (n, folds, bin_of, n_bins) = (self.n, self.folds, &self.bin_of, self.n_bins);
-        let surrogates =
-            self.normals.into_par_iter().map(|normal| normal.solve(bin_of, n_bins)).collect::<Result<Vec<_>>>()?;
+        let fits = match self.fits.take() {
+            Some(fits) => fits,
+            None => self.factored(draws, true),
+        }?;
+        draws[self.added..].iter().for_each(|d| self.add(d));
+        let (n, folds, bin_of) = (self.n, self.folds, &self.bin_of);
+        let surrogates: Vec<Surrogate> =
+            fits.par_iter().zip(self.moments.par_iter()).map(|(fit, moments)| fit.solve(moments, bin_of)).collect();
         let interactions: Vec<Interactions> = (0..folds)
             .into_par_iter()
             .map(|k| {
@@ -677,6 +770,31 @@ impl CrossFit {
             variance.iter_mut().zip(spread).for_each(|(v, s)| *v += s);
         }
         Ok((values, variance.iter().map(|v| v.sqrt()).collect()))
+    }
+}
+
+/// Counts a stratum's draws per fold (`parts`, cleared before).
+fn count(d: &Draws, folds: usize, parts: &mut [Counts], members: &mut Vec<usize>) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the processor has AVX2, checked just above.
+        return unsafe { count_avx2(d, folds, parts, members) };
+    }
+    count_lanes(d, folds, parts, members)
+}
+
+/// [`count`] with 256-bit vector registers (integer counts: the same result).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn count_avx2(d: &Draws, folds: usize, parts: &mut [Counts], members: &mut Vec<usize>) {
+    count_lanes(d, folds, parts, members)
+}
+
+#[inline(always)]
+fn count_lanes(d: &Draws, folds: usize, parts: &mut [Counts], members: &mut Vec<usize>) {
+    for (j, set) in d.sets.iter().enumerate() {
+        members_of(set, members);
+        parts[j % folds].add(members);
     }
 }
 

@@ -117,9 +117,10 @@ pub struct Valued {
 /// Values the coalitions `draw` puts into its sink (at most about `planned` of them), each
 /// distinct one once, in chunks of the game's preferred size, and calls `consume(state,
 /// batch, worth)` with the values of a growing prefix of the batch (`worth[k]` the value of
-/// `batch.get(k)`); its last call has them all. For a sequential game of more than one chunk
-/// `draw` and `consume` run on a worker thread while the calling thread values the chunks;
-/// otherwise on the calling thread, `consume` once after the valuation.
+/// `batch.get(k)`); the batch is drawn in full before the first call (msr builds its Gram
+/// matrices from it then), and the last call has every value. For a sequential game of more
+/// than one chunk `draw` and `consume` run on a worker thread while the calling thread values
+/// the chunks; otherwise on the calling thread, `consume` once after the valuation.
 pub fn value_streamed<S: Send>(
     game: &dyn Game,
     planned: usize,
