@@ -91,21 +91,49 @@ struct BranchRows {
     reward: Vec<f64>,
 }
 
-/// What [`Families::tally`] and [`Families::spread`] gather of one family's branches.
+/// What [`Families::tally`] and [`Families::spread`] keep of one family while they read the
+/// rows: 32 bytes, two to a cache line, so a task's families stay in cache (L2) where the
+/// 56 bytes of a whole [`Branch`] and the bookkeeping did not. What is read once per family
+/// (its first branch's row, a gathered family's next place) lives in [`Families::tally`]'s
+/// other arrays.
 #[derive(Clone, Copy, Default)]
+#[repr(align(32))]
 struct Tally {
-    /// Its first branch (its event is compared with the others').
-    first: Branch,
-    n: u32,
     /// The branches' rewards summed in row order (NaN once one is missing).
     sum: f64,
     /// The squared deviations from the mean summed in row order.
     squares: f64,
-    /// For a family that is gathered, where its next branch goes among the gathered.
-    next: u32,
-    /// Whether its branches are gathered and credited one by one: they branch at more than
-    /// one event, a reward is missing, or the baseline is leave-one-out.
-    gathered: bool,
+    /// The event the first branch branches at, by first eight bytes and length (see
+    /// [`head_word`]); its length is [`GATHERED`] for a family whose branches are gathered.
+    event_head: u64,
+    n: u32,
+    event_len: u32,
+}
+
+/// A [`Tally::event_len`] no event id has (Arrow's offsets are `i32`): the family's branches are
+/// gathered and credited one by one, as they branch at more than one event, a reward is
+/// missing, or the baseline is leave-one-out.
+const GATHERED: u32 = u32::MAX;
+
+impl Tally {
+    fn gathered(&self) -> bool {
+        self.event_len == GATHERED
+    }
+}
+
+/// A task's families as [`Families::tally`] leaves them: the per-family state by rank from
+/// the task's first, and each family's first branch row (read once per family).
+struct Tallies {
+    tallies: Vec<Tally>,
+    first_row: Vec<u32>,
+}
+
+impl Tallies {
+    /// The first branch of family `k`, as credit reads it (its reward is not needed there).
+    fn first_branch(&self, k: usize) -> Branch {
+        let tally = &self.tallies[k];
+        Branch { row: self.first_row[k], reward: f64::NAN, event_len: tally.event_len, event_head: tally.event_head }
+    }
 }
 
 /// The entry of an event credited against the mean of its `n` branches' rewards.
@@ -361,7 +389,7 @@ impl<'a> Families<'a> {
 
     /// Loads the event ids longer than eight bytes that these branches branch at, which
     /// [`Self::event_in`] compares by text.
-    fn warm_long_events<'b>(&self, branches: impl Iterator<Item = &'b Branch>) {
+    fn warm_long_events(&self, branches: impl Iterator<Item = Branch>) {
         for branch in branches.filter(|branch| branch.event_len > 8) {
             let at = self.of_event.value_offsets()[branch.row as usize] as usize;
             if let Some(byte) = self.of_event.value_data().get(at) {
@@ -411,7 +439,7 @@ impl<'a> Families<'a> {
             .map(|task| {
                 let ranks = task * per_task..((task + 1) * per_task).min(factuals.len());
                 let mut tallies = self.tally(&factuals, &rows, ranks.clone());
-                let gathered = self.spread(&rows, ranks.start, &mut tallies);
+                let gathered = self.spread(&rows, ranks.start, &mut tallies.tallies);
                 self.credit_ranks(&factuals, ranks.start, &tallies, gathered)
             })
             .collect();
@@ -494,24 +522,35 @@ impl<'a> Families<'a> {
     /// First pass of a task over the rows: for factual ranks `ranks`, each family's branch
     /// count, rewards summed in row order, and whether its branches all branch at the event
     /// of its first one.
-    fn tally(&self, factuals: &Factuals, rows: &BranchRows, ranks: Range<usize>) -> Vec<Tally> {
+    fn tally(&self, factuals: &Factuals, rows: &BranchRows, ranks: Range<usize>) -> Tallies {
         let mut tallies = vec![Tally::default(); ranks.len()];
+        let mut first_row = vec![0; ranks.len()];
         for (row, (&family, &reward)) in rows.family.iter().zip(&rows.reward).enumerate() {
-            let Some(tally) = (family as usize).checked_sub(ranks.start).and_then(|k| tallies.get_mut(k)) else {
+            let Some(k) = (family as usize).checked_sub(ranks.start).filter(|&k| k < tallies.len()) else {
                 continue;
             };
+            let tally = &mut tallies[k];
             if tally.n == 0 {
-                tally.first = self.branch(row, reward);
-            } else if !tally.gathered && !self.same_event(&tally.first, &self.branch(row, reward)) {
-                tally.gathered = true;
+                let branch = self.branch(row, reward);
+                (tally.event_head, tally.event_len, first_row[k]) = (branch.event_head, branch.event_len, branch.row);
+            } else if !tally.gathered() {
+                let branch = self.branch(row, reward);
+                let same_head = tally.event_len == branch.event_len && tally.event_head == branch.event_head;
+                // Longer ids are told apart by their text, the first branch's row read only then.
+                let first = || self.of_event.value(first_row[k] as usize);
+                if !same_head || (branch.event_len > 8 && !same_text(first(), self.event_of(&branch))) {
+                    tally.event_len = GATHERED;
+                }
             }
             tally.n += 1;
             tally.sum += reward;
         }
         for (tally, factual) in tallies.iter_mut().zip(&factuals.traces[ranks]) {
-            tally.gathered |= tally.sum.is_nan() || factual.reward.is_nan() || self.baseline == Baseline::LeaveOneOut;
+            if tally.sum.is_nan() || factual.reward.is_nan() || self.baseline == Baseline::LeaveOneOut {
+                tally.event_len = GATHERED;
+            }
         }
-        tallies
+        Tallies { tallies, first_row }
     }
 
     /// Second pass of a task over the rows: each family's squared deviations from its mean
@@ -519,19 +558,22 @@ impl<'a> Families<'a> {
     /// marks copied out, family after family, in row order (a counting sort). Returns those
     /// branches.
     fn spread(&self, rows: &BranchRows, first: usize, tallies: &mut [Tally]) -> Vec<Branch> {
+        // Where each gathered family's next branch goes among the gathered.
+        let mut next = vec![0u32; tallies.len()];
         let mut total = 0;
-        for tally in tallies.iter_mut().filter(|tally| tally.gathered) {
-            tally.next = total;
+        for (next, tally) in next.iter_mut().zip(tallies.iter()).filter(|(_, tally)| tally.gathered()) {
+            *next = total;
             total += tally.n;
         }
         let mut gathered = vec![Branch::default(); total as usize];
         for (row, (&family, &reward)) in rows.family.iter().zip(&rows.reward).enumerate() {
-            let Some(tally) = (family as usize).checked_sub(first).and_then(|k| tallies.get_mut(k)) else {
+            let Some(k) = (family as usize).checked_sub(first).filter(|&k| k < tallies.len()) else {
                 continue;
             };
-            if tally.gathered {
-                gathered[tally.next as usize] = self.branch(row, reward);
-                tally.next += 1;
+            let tally = &mut tallies[k];
+            if tally.gathered() {
+                gathered[next[k] as usize] = self.branch(row, reward);
+                next[k] += 1;
             } else {
                 let deviation = reward - tally.sum / f64::from(tally.n);
                 tally.squares += deviation * deviation;
@@ -546,24 +588,26 @@ impl<'a> Families<'a> {
         &self,
         factuals: &Factuals,
         first: usize,
-        tallies: &[Tally],
+        tallies: &Tallies,
         mut gathered: Vec<Branch>,
     ) -> Result<Vec<Entry>> {
-        let (mut entries, mut rewards) = (Vec::with_capacity(tallies.len()), Vec::new());
-        let ranks: Vec<usize> = (0..tallies.len()).filter(|&k| tallies[k].n > 0).collect();
+        let families = &tallies.tallies;
+        let (mut entries, mut rewards) = (Vec::with_capacity(families.len()), Vec::new());
+        let ranks: Vec<usize> = (0..families.len()).filter(|&k| families[k].n > 0).collect();
         let mut at = 0;
         for group in ranks.chunks(FAMILY_BATCH) {
             factuals.warm_events(self, group.iter().map(|&k| first + k));
-            self.warm_long_events(group.iter().map(|&k| &tallies[k].first));
+            let summed = group.iter().filter(|&&k| !families[k].gathered());
+            self.warm_long_events(summed.map(|&k| tallies.first_branch(k)));
             for &k in group {
-                let (tally, factual) = (&tallies[k], &factuals.traces[first + k]);
+                let (tally, factual) = (&families[k], &factuals.traces[first + k]);
                 let n = tally.n as usize;
-                if tally.gathered {
+                if tally.gathered() {
                     let branches = &mut gathered[at..at + n];
                     at += n;
                     self.credit_family(&mut entries, &mut rewards, factual, branches)?;
                 } else {
-                    let event = self.branched_event(factual, &tally.first)?;
+                    let event = self.branched_event(factual, &tallies.first_branch(k))?;
                     let variance = if n >= 2 { tally.squares / (n - 1) as f64 } else { f64::NAN };
                     entries.push(mean_entry(event, factual, tally.sum / n as f64, variance, n));
                 }
