@@ -16,12 +16,11 @@
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
-
-use foldhash::fast::FixedState;
 use std::ops::Range;
 
 use arrow_array::cast::AsArray;
 use arrow_array::{Array, StringArray, StructArray};
+use foldhash::fast::FixedState;
 use rayon::prelude::*;
 
 use super::factual_index::FactualIndex;
@@ -119,6 +118,11 @@ impl Tally {
     fn gathered(&self) -> bool {
         self.event_len == GATHERED
     }
+
+    /// The family's first branch, of row `row`, as credit reads it (its reward is not needed).
+    fn first_branch(&self, row: u32) -> Branch {
+        Branch { row, reward: f64::NAN, event_len: self.event_len, event_head: self.event_head }
+    }
 }
 
 /// A task's families as [`Families::tally`] leaves them: the per-family state by rank from
@@ -129,10 +133,9 @@ struct Tallies {
 }
 
 impl Tallies {
-    /// The first branch of family `k`, as credit reads it (its reward is not needed there).
+    /// The first branch of family `k` (see [`Tally::first_branch`]).
     fn first_branch(&self, k: usize) -> Branch {
-        let tally = &self.tallies[k];
-        Branch { row: self.first_row[k], reward: f64::NAN, event_len: tally.event_len, event_head: tally.event_head }
+        self.tallies[k].first_branch(self.first_row[k])
     }
 }
 
@@ -533,14 +536,10 @@ impl<'a> Families<'a> {
             if tally.n == 0 {
                 let branch = self.branch(row, reward);
                 (tally.event_head, tally.event_len, first_row[k]) = (branch.event_head, branch.event_len, branch.row);
-            } else if !tally.gathered() {
-                let branch = self.branch(row, reward);
-                let same_head = tally.event_len == branch.event_len && tally.event_head == branch.event_head;
-                // Longer ids are told apart by their text, the first branch's row read only then.
-                let first = || self.of_event.value(first_row[k] as usize);
-                if !same_head || (branch.event_len > 8 && !same_text(first(), self.event_of(&branch))) {
-                    tally.event_len = GATHERED;
-                }
+            } else if !tally.gathered()
+                && !self.same_event(&tally.first_branch(first_row[k]), &self.branch(row, reward))
+            {
+                tally.event_len = GATHERED;
             }
             tally.n += 1;
             tally.sum += reward;

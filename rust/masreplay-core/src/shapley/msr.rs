@@ -157,6 +157,13 @@ fn size_basis(n: usize, s: usize, knots: usize, out: &mut Vec<f64>) {
     out[left + 1] = right_share;
 }
 
+/// The knots whose slopes size `s` interpolates (at most two), with their weights
+/// ([`size_basis`], `basis` its scratch).
+fn size_knots(n: usize, s: usize, knots: usize, basis: &mut Vec<f64>) -> Vec<(usize, f64)> {
+    size_basis(n, s, knots, basis);
+    basis.iter().copied().enumerate().filter(|&(_, b)| b != 0.0).collect()
+}
+
 /// Which coalitions of one size the surrogate's Gram matrix sees: how many hold each pair of
 /// players (`together`, n x n; the diagonal counts each player's coalitions) and how many
 /// there are. Every coalition of a size weighs the same in the fit, so these counts give the
@@ -290,8 +297,7 @@ impl Gram {
     fn add_lanes(&mut self, s: usize, all: &Counts, held_out: &Counts, weight: f64) {
         let Gram { n, knots, xx, w, x, basis, row } = self;
         let (n, p) = (*n, *n * *knots);
-        size_basis(n, s, *knots, basis);
-        let knots: Vec<(usize, f64)> = basis.iter().copied().enumerate().filter(|&(_, b)| b != 0.0).collect();
+        let knots = size_knots(n, s, *knots, basis);
         for a in 0..n {
             let (mine, theirs) = (&all.together[a * n..(a + 1) * n], &held_out.together[a * n..(a + 1) * n]);
             row.clear();
@@ -389,8 +395,7 @@ impl Moments {
     /// not, each of weight `weight`.
     fn add(&mut self, s: usize, all: &Sums, held_out: &Sums, weight: f64) {
         let Moments { n, knots, xy, y, basis } = self;
-        size_basis(*n, s, *knots, basis);
-        let knots: Vec<(usize, f64)> = basis.iter().copied().enumerate().filter(|&(_, b)| b != 0.0).collect();
+        let knots = size_knots(*n, s, *knots, basis);
         for a in 0..*n {
             let value_sum = all.players[a] - held_out.players[a];
             for &(q, bq) in &knots {
