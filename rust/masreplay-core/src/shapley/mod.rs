@@ -27,6 +27,7 @@ mod precedence;
 pub mod sampling;
 mod stratified;
 mod surrogate;
+mod threshold;
 pub mod traces;
 
 pub use coalition::Coalitions;
