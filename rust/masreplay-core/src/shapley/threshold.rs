@@ -27,8 +27,10 @@ const MAX_GRID: u32 = 64;
 /// Most cells of a law table ((n + 1) x (total weight + 1)); grids past it are not tried.
 const MAX_CELLS: usize = 1 << 22;
 /// Gradient steps of the logistic regression and their size (Adam's, on the weights).
-const STEPS: usize = 200;
+const STEPS: usize = 1000;
 const STEP: f64 = 0.05;
+/// Most moves of the search on the integer weights.
+const MAX_MOVES: usize = 256;
 /// Most training pairs the fit reads (every stride-th past it).
 const MAX_PAIRS: usize = 8192;
 
@@ -96,7 +98,10 @@ pub(super) fn fit(n: usize, outcomes: &[Outcome], low: f64, high: f64) -> Option
     if !(largest > 0.0) {
         return None;
     }
-    let mut best: Option<(usize, Threshold)> = None;
+    // The coarsest grid whose weights, after the search, misclassify no training coalition (a
+    // voting game's own weights are small integers; finer grids fit the training coalitions
+    // as well and the others worse), else the one that misclassifies the fewest.
+    let mut best: Option<(usize, u64, Search)> = None;
     for grid in 1..=MAX_GRID {
         let weights: Vec<u32> =
             direction.iter().map(|&d| (d.max(0.0) * f64::from(grid) / largest).round() as u32).collect();
@@ -104,15 +109,17 @@ pub(super) fn fit(n: usize, outcomes: &[Outcome], low: f64, high: f64) -> Option
         if (n + 1) * (total as usize + 1) > MAX_CELLS {
             break;
         }
-        let (quota, errors) = best_quota(&points, &weights, total);
-        if best.as_ref().is_none_or(|(fewest, _)| errors < *fewest) {
-            best = Some((errors, Threshold::new(weights, quota, low, high)));
+        let mut search = Search::new(n, &points, weights);
+        let (quota, errors) = search.descend(n);
+        if best.as_ref().is_none_or(|(fewest, ..)| errors < *fewest) {
+            best = Some((errors, quota, search));
         }
         if errors == 0 {
             break;
         }
     }
-    best.map(|(_, h)| h)
+    let (_, quota, search) = best?;
+    Some(Threshold::new(search.weights, quota, low, high))
 }
 
 /// The direction of a logistic regression of the outcomes on the memberships centred at 1/2
@@ -153,31 +160,124 @@ fn logistic_direction(n: usize, points: &Points) -> Vec<f64> {
     w
 }
 
-/// The quota that misclassifies the fewest training coalitions under integer `weights`
-/// (summing to `total`), and how many it misclassifies: among the best, the middle of the
-/// first run of them.
-fn best_quota(points: &Points, weights: &[u32], total: u64) -> (u64, usize) {
-    // Per weight sum t: coalitions of that weight that won, and that lost.
-    let mut won = vec![0usize; total as usize + 2];
-    let mut lost = vec![0usize; total as usize + 2];
-    for j in 0..points.len() {
-        let inside: u64 = points.members(j).iter().map(|&i| u64::from(weights[i as usize])).sum();
-        for (weight, reached) in [(inside, points.won[j][0]), (total - inside, points.won[j][1])] {
-            if reached { won[weight as usize] += 1 } else { lost[weight as usize] += 1 }
+/// Integer weights being searched, with each training coalition's weight under them, kept as
+/// counts per weight sum of the coalitions that won and lost, S's and N - S's apart (a move of
+/// one player's weight shifts N - S's whole table but S's only at the coalitions holding it).
+struct Search<'a> {
+    points: &'a Points,
+    weights: Vec<u32>,
+    total: u64,
+    /// Per pair, S's weight.
+    inside: Vec<u64>,
+    /// Per player, the pairs whose S holds it.
+    holders: Vec<Vec<u32>>,
+    /// Per weight sum t: [won, lost] among the S's, and among the N - S's.
+    tally: [Vec<[i64; 2]>; 2],
+}
+
+impl<'a> Search<'a> {
+    fn new(n: usize, points: &'a Points, weights: Vec<u32>) -> Self {
+        let mut holders = vec![Vec::new(); n];
+        for j in 0..points.len() {
+            points.members(j).iter().for_each(|&i| holders[i as usize].push(j as u32));
+        }
+        let mut search =
+            Search { points, weights, total: 0, inside: Vec::new(), holders, tally: [Vec::new(), Vec::new()] };
+        search.recount();
+        search
+    }
+
+    fn recount(&mut self) {
+        let (points, weights) = (self.points, &self.weights);
+        self.total = weights.iter().map(|&w| u64::from(w)).sum();
+        self.inside = (0..points.len())
+            .map(|j| points.members(j).iter().map(|&i| u64::from(weights[i as usize])).sum())
+            .collect();
+        let width = self.total as usize + 1;
+        self.tally = [vec![[0; 2]; width], vec![[0; 2]; width]];
+        for (j, &inside) in self.inside.iter().enumerate() {
+            for (side, weight) in [(0, inside), (1, self.total - inside)] {
+                self.tally[side][weight as usize][usize::from(!self.points.won[j][side])] += 1;
+            }
         }
     }
+
+    /// The best quota and its errors if player i's weight moved by `step` (+1 or -1).
+    fn try_move(&self, i: usize, step: i64, counts: &mut Vec<[i64; 2]>) -> (u64, usize) {
+        // counts[t + 1] for weights t = -1..=total + 1: the shifts below pass through -1 and
+        // total + 1 before the moves of the holders' coalitions bring them back.
+        let (total, after) = (self.total as i64, self.total as i64 + step);
+        counts.clear();
+        counts.resize(self.total as usize + 3, [0; 2]);
+        let [inside, outside] = &self.tally;
+        for t in 0..=total {
+            let (at, shifted) = (t as usize, (t + step + 1) as usize);
+            (0..2).for_each(|m| counts[at + 1][m] += inside[at][m]);
+            (0..2).for_each(|m| counts[shifted][m] += outside[at][m]);
+        }
+        for &j in &self.holders[i] {
+            let j = j as usize;
+            let s = self.inside[j] as i64;
+            let [won_in, won_out] = self.points.won[j];
+            // S moves with the player; N - S, shifted with the rest above, stays put.
+            for (from, to, won) in [(s, s + step, won_in), (total - s + step, total - s, won_out)] {
+                counts[(from + 1) as usize][usize::from(!won)] -= 1;
+                counts[(to + 1) as usize][usize::from(!won)] += 1;
+            }
+        }
+        fewest_errors(&counts[1..=(after + 1) as usize])
+    }
+
+    /// Greedy moves of one player's weight by one, each the one that misclassifies the fewest
+    /// training coalitions, while that number falls. Returns the quota and its errors.
+    fn descend(&mut self, n: usize) -> (u64, usize) {
+        let mut counts = Vec::new();
+        let (mut quota, mut errors) = {
+            let mut all = self.tally[0].clone();
+            all.iter_mut().zip(&self.tally[1]).for_each(|(a, b)| *a = [a[0] + b[0], a[1] + b[1]]);
+            fewest_errors(&all)
+        };
+        for _ in 0..MAX_MOVES {
+            if errors == 0 {
+                break;
+            }
+            let mut best: Option<(usize, usize, i64, u64)> = None;
+            for i in 0..n {
+                for step in [1i64, -1] {
+                    let fits = (n + 1) * (self.total as i64 + step + 1) as usize <= MAX_CELLS;
+                    if (step < 0 && self.weights[i] == 0) || !fits {
+                        continue;
+                    }
+                    let (q, e) = self.try_move(i, step, &mut counts);
+                    if e < best.map_or(errors, |b| b.0) {
+                        best = Some((e, i, step, q));
+                    }
+                }
+            }
+            let Some((e, i, step, q)) = best else { break };
+            self.weights[i] = (i64::from(self.weights[i]) + step) as u32;
+            self.recount();
+            (quota, errors) = (q, e);
+        }
+        (quota, errors)
+    }
+}
+
+/// The quota that misclassifies the fewest coalitions, given per weight sum t how many won and
+/// lost, and how many it misclassifies: among the best, the middle of the first run of them.
+fn fewest_errors(counts: &[[i64; 2]]) -> (u64, usize) {
     // Quota t misclassifies the winners below t and the losers at or above it.
-    let mut errors: usize = lost.iter().sum();
+    let mut errors: i64 = counts.iter().map(|c| c[1]).sum();
     let (mut fewest, mut first, mut last) = (errors, 0, 0);
-    for t in 1..=total as usize + 1 {
-        errors = errors + won[t - 1] - lost[t - 1];
+    for t in 1..=counts.len() {
+        errors += counts[t - 1][0] - counts[t - 1][1];
         if errors < fewest {
             (fewest, first, last) = (errors, t, t);
         } else if errors == fewest && last + 1 == t {
             last = t;
         }
     }
-    (((first + last) / 2) as u64, fewest)
+    (((first + last) / 2) as u64, fewest as usize)
 }
 
 /// h(S) = low + (high - low) [sum of `weights` over S >= quota].
