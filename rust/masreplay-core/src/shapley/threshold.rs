@@ -15,10 +15,11 @@
 //! shrinks the error it carries (see [`Laws::without`]).
 //!
 //! The fit (the training folds' coalitions only, so that MSR stays unbiased): logistic
-//! regression of the outcome on the memberships, centred at 1/2, by gradient steps; then the
-//! weights are scaled onto an integer grid (largest 1..=[`MAX_GRID`]) and rounded, and the
-//! grid and the quota that misclassify the fewest training coalitions are kept (the smallest
-//! grid among equals: its tables are the cheapest).
+//! regression of the outcome on the memberships, centred at 1/2, by gradient steps; then, grid
+//! by grid (largest weight 1..=[`MAX_GRID`]), the weights scaled and rounded, and moved one
+//! unit at a time while that misclassifies fewer training coalitions (the quota chosen anew at
+//! each move). The coarsest grid that misclassifies none is kept (a voting game's own weights
+//! are small integers), else the one that misclassifies the fewest.
 
 use super::coalition::members_of;
 
@@ -95,7 +96,7 @@ pub(super) fn fit(n: usize, outcomes: &[Outcome], low: f64, high: f64) -> Option
     let points = Points::new(outcomes, low, high)?;
     let direction = logistic_direction(n, &points);
     let largest = direction.iter().copied().fold(0.0, f64::max);
-    if !(largest > 0.0) {
+    if largest.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {
         return None;
     }
     // The coarsest grid whose weights, after the search, misclassify no training coalition (a
@@ -389,14 +390,14 @@ impl Laws {
             let (below, above) = q.split_at_mut(k * width);
             let row = &mut below[(k - 1) * width..];
             let law = &self.law[k * width..(k + 1) * width];
-            for u in 0..width {
+            for (u, cell) in row[..width].iter_mut().enumerate() {
                 let t = u + w;
-                if t >= width {
-                    row[u] = 0.0;
-                    continue;
-                }
-                let carried = if k < n { above[t] } else { 0.0 };
-                row[u] = (nf * law[t] - (n - k) as f64 * carried) / k as f64;
+                *cell = if t >= width {
+                    0.0
+                } else {
+                    let carried = if k < n { above[t] } else { 0.0 };
+                    (nf * law[t] - (n - k) as f64 * carried) / k as f64
+                };
             }
         }
         q
