@@ -816,7 +816,20 @@ impl CrossFit {
         let Some(inner) = self.step_fitted(draws, |j| train(j) && j % folds != v) else { return (linear, None) };
         let with_inner = self.stepped(draws, fit, moments, &inner, train);
         let validated = |j: usize| j % folds == v;
-        if self.left(draws, &with_inner, Some(&inner), validated) >= self.left(draws, &linear, None, validated) {
+        // A step that misclassifies any held-out pair is not kept: the rare pairs it gets wrong
+        // leave residuals too sparse for their sample variance to report the error.
+        let mut members = Vec::with_capacity(self.n);
+        let misses = draws.iter().any(|d| {
+            d.sets.iter().zip(&d.outcomes).enumerate().filter(|&(j, _)| validated(j)).any(
+                |(_, (set, &[inside, outside]))| {
+                    members_of(set, &mut members);
+                    Step::value(Some(&inner), &members) != (inside - outside) / 2.0
+                },
+            )
+        });
+        if misses
+            || self.left(draws, &with_inner, Some(&inner), validated) >= self.left(draws, &linear, None, validated)
+        {
             return (linear, None);
         }
         match self.step_fitted(draws, train) {
