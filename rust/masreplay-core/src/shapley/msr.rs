@@ -21,6 +21,9 @@
 //! E_s[g_s a_i] = (n b_i(s) - sum_j b_j(s)) / (n (n - 1)). So a pair of size s contributes
 //! d_i = 2 (y(S) - g_s(S)) a_i(S) + 2 (n b_i(s) - sum_j b_j(s)) / (n (n - 1)), a draw of the
 //! strata's term whose mean is exact whatever g is, provided g was fitted without that pair.
+//! On a game whose values are two, a step h (threshold.rs: v = low or high as a weighted sum
+//! of the members reaches a quota) may join g: the linear part then fits what h's half
+//! difference leaves, and h adds its own MSR means, exact by dynamic programming.
 //! With interactions (surrogate.rs), g also holds features of triples of players screened on
 //! the linear fit's residuals; each is orthogonal to every affine function of the members at
 //! each size, so its MSR mean is zero: it only shrinks the residual.
@@ -52,6 +55,7 @@ use super::linalg::{Factor, cholesky};
 use super::pipeline::{Sink, value_drawn, value_streamed};
 use super::sampling::stream;
 use super::surrogate::{Interactions, Stratum};
+use super::threshold::{self, Outcome, Threshold};
 use super::{Estimate, Stopping};
 use crate::error::{MasreplayError, Result};
 
@@ -75,11 +79,13 @@ fn binomial(n: usize, k: usize) -> f64 {
 }
 
 /// Complementary pairs drawn at one size s <= n / 2: each coalition S with the half
-/// difference (v(S) - v(N - S)) / 2 of its pair's values.
+/// difference (v(S) - v(N - S)) / 2 of its pair's values, and the two values (the threshold
+/// surrogate's fit reads them).
 struct Draws {
     size: usize,
     sets: Coalitions,
     values: Vec<f64>,
+    outcomes: Vec<[f64; 2]>,
 }
 
 /// Draws `counts[k]` more pairs of stratum k from its stream and values both sides of every
@@ -130,6 +136,7 @@ fn extend_draws(
             let Some(both) = worth.get(start..start + 2 * count) else { break };
             let (inside, outside) = both.split_at(count);
             stratum.values.extend(inside.iter().zip(outside).map(|(a, b)| (a - b) / 2.0));
+            stratum.outcomes.extend(inside.iter().zip(outside).map(|(&a, &b)| [a, b]));
             if pending {
                 fit.add(stratum);
             }
@@ -377,6 +384,7 @@ impl Gram {
 
 /// The right-hand side of the surrogate's normal equations: the weighted features times the
 /// values, and per size the weighted values' sum.
+#[derive(Clone)]
 struct Moments {
     n: usize,
     knots: usize,
@@ -474,6 +482,38 @@ impl Surrogate {
     }
 }
 
+/// A fold's threshold surrogate h (threshold.rs), whose half difference the linear part's
+/// fit and the Monte Carlo residual leave out, and its MSR means per size (once kept).
+struct Step {
+    h: Threshold,
+    means: Vec<Vec<f64>>,
+}
+
+impl Step {
+    fn new(h: Threshold) -> Self {
+        Step { h, means: Vec::new() }
+    }
+
+    fn with_means(mut self) -> Self {
+        self.means = self.h.size_means();
+        self
+    }
+
+    /// h's half difference at S (`members`); zero without a step.
+    fn value(step: Option<&Step>, members: &[usize]) -> f64 {
+        step.map_or(0.0, |step| step.h.half_difference(members))
+    }
+
+    /// h's closed-form part of stratum s's contributions: its means at sizes s and n - s
+    /// (the middle size, its own partner, once).
+    fn term(&self, n: usize, s: usize) -> Vec<f64> {
+        if 2 * s == n {
+            return self.means[s].clone();
+        }
+        self.means[s].iter().zip(&self.means[n - s]).map(|(a, b)| a + b).collect()
+    }
+}
+
 /// Groups consecutive sizes of `sizes` into bins of at least `min` coalitions (`counts[s]`);
 /// a short last bin joins the one before.
 fn bins(n: usize, sizes: &[usize], counts: &[u64], min: u64) -> (Vec<Option<usize>>, usize) {
@@ -561,9 +601,17 @@ fn fit_weight(n: usize, s: usize, drawn: f64) -> f64 {
     1.0 / ((s * (n - s)) as f64 * drawn.max(1.0) * drawn.max(1.0))
 }
 
-/// `interactions`: the surrogate screens and fits interaction features (surrogate.rs) beside
-/// its linear part.
-pub fn msr(game: &dyn Game, stopping: &Stopping, interactions: bool) -> Result<Estimate> {
+/// What MSR's surrogate may hold beside its linear part.
+#[derive(Clone, Copy, Debug)]
+pub struct Extras {
+    /// Interaction features screened on the linear part's residuals (surrogate.rs).
+    pub interactions: bool,
+    /// A step fitted when the game's values are two (threshold.rs), kept by a fold whose
+    /// training pairs it leaves less to than the linear part alone.
+    pub threshold: bool,
+}
+
+pub fn msr(game: &dyn Game, stopping: &Stopping, extras: Extras) -> Result<Estimate> {
     let n = game.n_players();
     let (empty, full) = bounds(game)?;
     let delta = full - empty;
@@ -607,8 +655,10 @@ pub fn msr(game: &dyn Game, stopping: &Stopping, interactions: bool) -> Result<E
     let folds = (MAX_FOLDS as u64).min(pairs / strata) as usize;
     // Per size its own stream, extended round by round.
     let mut rngs: Vec<Xoshiro256PlusPlus> = sampled.iter().map(|&s| stream(stopping.seed, s as u64)).collect();
-    let mut draws: Vec<Draws> =
-        sampled.iter().map(|&s| Draws { size: s, sets: Coalitions::new(n), values: Vec::new() }).collect();
+    let mut draws: Vec<Draws> = sampled
+        .iter()
+        .map(|&s| Draws { size: s, sets: Coalitions::new(n), values: Vec::new(), outcomes: Vec::new() })
+        .collect();
     let mut budget = first_budget;
     loop {
         let drawn: u64 = draws.iter().map(|d| d.values.len() as u64).sum();
@@ -619,7 +669,7 @@ pub fn msr(game: &dyn Game, stopping: &Stopping, interactions: bool) -> Result<E
             .map(|(stratum, (_, target))| target.saturating_sub(stratum.values.len() as u64))
             .collect();
         let after: Vec<u64> = draws.iter().zip(&counts).map(|(d, count)| d.values.len() as u64 + count).collect();
-        let mut fit = CrossFit::new(n, &sampled, &after, folds, interactions);
+        let mut fit = CrossFit::new(n, &sampled, &after, folds, extras, [empty, full]);
         evaluations += extend_draws(game, &mut draws, &counts, &mut rngs, &mut fit)?;
         let (estimate, stderr) = fit.finish(&draws)?;
         let converged = stopping.converged(&stderr);
@@ -646,8 +696,10 @@ fn knots_for(n: usize, training_pairs: u64) -> usize {
 struct CrossFit {
     n: usize,
     folds: usize,
-    /// Whether each fold's surrogate gets interaction features.
-    interactions: bool,
+    /// What each fold's surrogate may hold beside its linear part.
+    extras: Extras,
+    /// v(empty) and v(N): the two values of a two-valued game.
+    levels: [f64; 2],
     drawn: Vec<u64>,
     bin_of: Vec<Option<usize>>,
     n_bins: usize,
@@ -667,7 +719,7 @@ struct CrossFit {
 
 impl CrossFit {
     /// For strata of sizes `sizes` that will hold `drawn[k]` pairs each.
-    fn new(n: usize, sizes: &[usize], drawn: &[u64], folds: usize, interactions: bool) -> Self {
+    fn new(n: usize, sizes: &[usize], drawn: &[u64], folds: usize, extras: Extras, levels: [f64; 2]) -> Self {
         let mut per_size = vec![0u64; n + 1];
         sizes.iter().zip(drawn).for_each(|(&s, &count)| per_size[s] = count);
         let (bin_of, n_bins) = bins(n, sizes, &per_size, MIN_BIN);
@@ -675,7 +727,8 @@ impl CrossFit {
         CrossFit {
             n,
             folds,
-            interactions,
+            extras,
+            levels,
             drawn: per_size,
             bin_of,
             n_bins,
@@ -743,6 +796,104 @@ impl CrossFit {
         self.added += 1;
     }
 
+    /// Fold k's surrogate when the game may be two-valued: a step fitted on the training pairs
+    /// with the linear part refitted to what it leaves, or `linear` alone. Which, is decided
+    /// on the training folds only, by one of them (the next fold, v) held out: a step fitted
+    /// without v, with its linear part, must leave v's pairs a smaller weighted sum of squares
+    /// than `linear` does. (The training pairs' own sum cannot decide: at n = 300 a step fits
+    /// them exactly and misclassifies more of the other pairs than the linear part leaves.)
+    fn with_step(
+        &self,
+        draws: &[Draws],
+        k: usize,
+        fit: &Fit,
+        moments: &Moments,
+        linear: Surrogate,
+    ) -> (Surrogate, Option<Step>) {
+        let folds = self.folds;
+        let v = (k + 1) % folds;
+        let train = |j: usize| j % folds != k;
+        let Some(inner) = self.step_fitted(draws, |j| train(j) && j % folds != v) else { return (linear, None) };
+        let with_inner = self.stepped(draws, fit, moments, &inner, train);
+        let validated = |j: usize| j % folds == v;
+        // A step that misclassifies any held-out pair is not kept: the rare pairs it gets wrong
+        // leave residuals too sparse for their sample variance to report the error.
+        let mut members = Vec::with_capacity(self.n);
+        let misses = draws.iter().any(|d| {
+            d.sets.iter().zip(&d.outcomes).enumerate().filter(|&(j, _)| validated(j)).any(
+                |(_, (set, &[inside, outside]))| {
+                    members_of(set, &mut members);
+                    Step::value(Some(&inner), &members) != (inside - outside) / 2.0
+                },
+            )
+        });
+        if misses
+            || self.left(draws, &with_inner, Some(&inner), validated) >= self.left(draws, &linear, None, validated)
+        {
+            return (linear, None);
+        }
+        match self.step_fitted(draws, train) {
+            Some(step) => (self.stepped(draws, fit, moments, &step, train), Some(step.with_means())),
+            None => (linear, None),
+        }
+    }
+
+    /// The step fitted on the pairs `keep` takes (None when the game is not two-valued on
+    /// them).
+    fn step_fitted(&self, draws: &[Draws], keep: impl Fn(usize) -> bool) -> Option<Step> {
+        let outcomes: Vec<Outcome> = draws
+            .iter()
+            .flat_map(|d| {
+                let kept = d.sets.iter().zip(&d.outcomes).enumerate().filter(|&(j, _)| keep(j));
+                kept.map(|(_, (set, &[inside, outside]))| Outcome { set, inside, outside })
+            })
+            .collect();
+        let [low, high] = self.levels;
+        threshold::fit(self.n, &outcomes, low, high).map(Step::new)
+    }
+
+    /// The linear part fitted to what `step` leaves of the pairs `train` takes (those whose
+    /// values `moments` sum).
+    fn stepped(
+        &self,
+        draws: &[Draws],
+        fit: &Fit,
+        moments: &Moments,
+        step: &Step,
+        train: impl Fn(usize) -> bool,
+    ) -> Surrogate {
+        let n = self.n;
+        let mut less = moments.clone();
+        let (mut sums, nothing, mut members) = (Sums::new(n), Sums::new(n), Vec::with_capacity(n));
+        for d in draws {
+            sums.clear();
+            for (_, set) in d.sets.iter().enumerate().filter(|&(j, _)| train(j)) {
+                members_of(set, &mut members);
+                sums.add(&members, -Step::value(Some(step), &members));
+            }
+            less.add(d.size, &sums, &nothing, fit_weight(n, d.size, self.drawn[d.size] as f64));
+        }
+        fit.solve(&less, &self.bin_of)
+    }
+
+    /// The weighted sum of squares that `g` (and `step`) leave of the pairs `keep` takes.
+    fn left(&self, draws: &[Draws], g: &Surrogate, step: Option<&Step>, keep: impl Fn(usize) -> bool) -> f64 {
+        let n = self.n;
+        let (mut basis, mut members) = (Vec::new(), Vec::with_capacity(n));
+        let mut total = 0.0;
+        for d in draws {
+            let slopes = g.slopes(d.size, &mut basis);
+            let mut squares = 0.0;
+            for (_, (set, &v)) in d.sets.iter().zip(&d.values).enumerate().filter(|&(j, _)| keep(j)) {
+                members_of(set, &mut members);
+                let r = g.residual(&members, &slopes, v - Step::value(step, &members));
+                squares += r * r;
+            }
+            total += fit_weight(n, d.size, self.drawn[d.size] as f64) * squares;
+        }
+        total
+    }
+
     /// The sampled strata's part of the values and its standard error: each pair's
     /// contribution with the surrogate fitted without its fold, averaged per size. The strata
     /// not yet added come first, in order; the folds' fits, then the strata's sums, run in
@@ -754,20 +905,30 @@ impl CrossFit {
         }?;
         draws[self.added..].iter().for_each(|d| self.add(d));
         let (n, folds, bin_of) = (self.n, self.folds, &self.bin_of);
-        let surrogates: Vec<Surrogate> =
-            fits.par_iter().zip(self.moments.par_iter()).map(|(fit, moments)| fit.solve(moments, bin_of)).collect();
+        let (surrogates, steps): (Vec<Surrogate>, Vec<Option<Step>>) = fits
+            .par_iter()
+            .zip(self.moments.par_iter())
+            .enumerate()
+            .map(|(k, (fit, moments))| {
+                let linear = fit.solve(moments, bin_of);
+                match self.extras.threshold {
+                    true => self.with_step(draws, k, fit, moments, linear),
+                    false => (linear, None),
+                }
+            })
+            .unzip();
         let interactions: Vec<Interactions> = (0..folds)
             .into_par_iter()
             .map(|k| {
-                if self.interactions {
-                    interactions_of(n, draws, &surrogates[k], &self.drawn, |j| j % folds != k)
+                if self.extras.interactions {
+                    interactions_of(n, draws, &surrogates[k], steps[k].as_ref(), &self.drawn, |j| j % folds != k)
                 } else {
                     Interactions::none()
                 }
             })
             .collect();
         let strata: Vec<(Vec<f64>, Vec<f64>)> =
-            draws.par_iter().map(|d| stratum_contributions(n, d, &surrogates, &interactions, folds)).collect();
+            draws.par_iter().map(|d| stratum_contributions(n, d, &surrogates, &steps, &interactions, folds)).collect();
         let mut values = vec![0.0; n];
         let mut variance = vec![0.0; n];
         for (mean, spread) in &strata {
@@ -804,11 +965,12 @@ fn count_lanes(d: &Draws, folds: usize, parts: &mut [Counts], members: &mut Vec<
 }
 
 /// A fold's interaction features (surrogate.rs), screened and fitted on the residuals of its
-/// linear surrogate over the coalitions `train` keeps (the other folds').
+/// linear surrogate (and step) over the coalitions `train` keeps (the other folds').
 fn interactions_of(
     n: usize,
     draws: &[Draws],
     linear: &Surrogate,
+    step: Option<&Step>,
     drawn: &[u64],
     train: impl Fn(usize) -> bool,
 ) -> Interactions {
@@ -823,7 +985,7 @@ fn interactions_of(
                 .zip(&d.values)
                 .map(|(set, &v)| {
                     members_of(set, &mut members);
-                    linear.residual(&members, &slopes, v)
+                    linear.residual(&members, &slopes, v - Step::value(step, &members))
                 })
                 .collect();
             Stratum {
@@ -843,15 +1005,16 @@ fn stratum_contributions(
     n: usize,
     d: &Draws,
     surrogates: &[Surrogate],
+    steps: &[Option<Step>],
     interactions: &[Interactions],
     folds: usize,
 ) -> (Vec<f64>, Vec<f64>) {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: the processor has AVX2, checked just above.
-        return unsafe { stratum_contributions_avx2(n, d, surrogates, interactions, folds) };
+        return unsafe { stratum_contributions_avx2(n, d, surrogates, steps, interactions, folds) };
     }
-    stratum_contributions_lanes(n, d, surrogates, interactions, folds)
+    stratum_contributions_lanes(n, d, surrogates, steps, interactions, folds)
 }
 
 /// [`stratum_contributions`] with 256-bit vector registers: its loop over the players is
@@ -862,10 +1025,11 @@ fn stratum_contributions_avx2(
     n: usize,
     d: &Draws,
     surrogates: &[Surrogate],
+    steps: &[Option<Step>],
     interactions: &[Interactions],
     folds: usize,
 ) -> (Vec<f64>, Vec<f64>) {
-    stratum_contributions_lanes(n, d, surrogates, interactions, folds)
+    stratum_contributions_lanes(n, d, surrogates, steps, interactions, folds)
 }
 
 #[inline(always)]
@@ -873,6 +1037,7 @@ fn stratum_contributions_lanes(
     n: usize,
     d: &Draws,
     surrogates: &[Surrogate],
+    steps: &[Option<Step>],
     interactions: &[Interactions],
     folds: usize,
 ) -> (Vec<f64>, Vec<f64>) {
@@ -882,18 +1047,27 @@ fn stratum_contributions_lanes(
     let (mut basis, mut members) = (Vec::new(), Vec::with_capacity(n));
     let slopes: Vec<Vec<f64>> = surrogates.iter().map(|g| g.slopes(s, &mut basis)).collect();
     // The pair's residual half difference counts twice (S in stratum s, N - S in n - s), its
-    // surrogate term too; the middle stratum n / 2 is its own partner.
+    // surrogate term too; the middle stratum n / 2 is its own partner. A step's term is its
+    // means at both sizes (Step::term).
     let terms: Vec<Vec<f64>> = surrogates
         .iter()
         .zip(&slopes)
-        .map(|(g, b)| g.shapley_term(b).iter().map(|t| 2.0 * middle * t).collect())
+        .zip(steps)
+        .map(|((g, b), step)| {
+            let linear = g.shapley_term(b).into_iter().map(|t| 2.0 * middle * t);
+            match step {
+                Some(step) => linear.zip(step.term(n, s)).map(|(a, b)| a + b).collect(),
+                None => linear.collect(),
+            }
+        })
         .collect();
     // Membership as booleans, a row per pair: the loop over players below is then branch free.
     let inside_of = d.sets.to_bools();
     for (j, ((set, &v), inside_row)) in d.sets.iter().zip(&d.values).zip(inside_of.chunks_exact(n)).enumerate() {
         members_of(set, &mut members);
         let k = j % folds;
-        let r = 2.0 * middle * (surrogates[k].residual(&members, &slopes[k], v) - interactions[k].value(set, s));
+        let left = v - Step::value(steps[k].as_ref(), &members);
+        let r = 2.0 * middle * (surrogates[k].residual(&members, &slopes[k], left) - interactions[k].value(set, s));
         let (inside, outside) = (r / s as f64, -r / (n - s) as f64);
         let players = sum.iter_mut().zip(squares.iter_mut()).zip(inside_row).zip(&terms[k]);
         for (((total, total_squares), &is_inside), term) in players {
