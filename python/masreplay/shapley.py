@@ -23,7 +23,12 @@ low-order games it halves MSR's error (n = 100, 10,000 evaluations: 0.0108 -> 0.
 leaves dense games as they were, at the price of the screening: tens of milliseconds at
 n = 100 and 10,000 evaluations, against a few for the linear fit (choose ``linear`` when an
 evaluation costs microseconds). ``auto``: ``interactions`` up to 300 players, ``linear``
-beyond. Where most players interact with nobody permutations still come close to MSR
+beyond, and on a game whose evaluations all equal v(empty) or v(N) (a voting game, a team
+that succeeds or fails) a step low + (high - low) [u . x_S >= t] with integer weights, whose
+MSR terms are exact, kept by a fold only where it classifies every pair of a held-out training
+fold right (n = 30 voting games, 10,000 evaluations: 0.00191 -> 0.00062; a few hundred
+milliseconds of fitting; a nearly-right step is refused, since the rare pairs it gets wrong
+would leave the error bars too narrow). Where most players interact with nobody permutations still come close to MSR
 (n = 300, 10,000 evaluations, low-order games: 0.0073 against 0.0083).
 
 Players the caller knows about: ``fixed`` players are always present (an orchestrator, the
