@@ -606,8 +606,8 @@ fn fit_weight(n: usize, s: usize, drawn: f64) -> f64 {
 pub struct Extras {
     /// Interaction features screened on the linear part's residuals (surrogate.rs).
     pub interactions: bool,
-    /// A step fitted when the game's values are two (threshold.rs), kept by a fold whose
-    /// training pairs it leaves less to than the linear part alone.
+    /// A step fitted when the game's values are two (threshold.rs), kept by a fold where it
+    /// classifies every pair of a held-out training fold right (see `CrossFit::with_step`).
     pub threshold: bool,
 }
 
@@ -799,8 +799,8 @@ impl CrossFit {
     /// Fold k's surrogate when the game may be two-valued: a step fitted on the training pairs
     /// with the linear part refitted to what it leaves, or `linear` alone. Which, is decided
     /// on the training folds only, by one of them (the next fold, v) held out: a step fitted
-    /// without v, with its linear part, must leave v's pairs a smaller weighted sum of squares
-    /// than `linear` does. (The training pairs' own sum cannot decide: at n = 300 a step fits
+    /// without v must classify every pair of v right and, with its linear part, leave v's
+    /// pairs a smaller weighted sum of squares than `linear` does. (The training pairs' own sum cannot decide: at n = 300 a step fits
     /// them exactly and misclassifies more of the other pairs than the linear part leaves.)
     fn with_step(
         &self,
@@ -814,22 +814,21 @@ impl CrossFit {
         let v = (k + 1) % folds;
         let train = |j: usize| j % folds != k;
         let Some(inner) = self.step_fitted(draws, |j| train(j) && j % folds != v) else { return (linear, None) };
-        let with_inner = self.stepped(draws, fit, moments, &inner, train);
         let validated = |j: usize| j % folds == v;
         // A step that misclassifies any held-out pair is not kept: the rare pairs it gets wrong
         // leave residuals too sparse for their sample variance to report the error.
         let mut members = Vec::with_capacity(self.n);
         let misses = draws.iter().any(|d| {
-            d.sets.iter().zip(&d.outcomes).enumerate().filter(|&(j, _)| validated(j)).any(
-                |(_, (set, &[inside, outside]))| {
-                    members_of(set, &mut members);
-                    Step::value(Some(&inner), &members) != (inside - outside) / 2.0
-                },
-            )
+            d.sets.iter().zip(&d.values).enumerate().filter(|&(j, _)| validated(j)).any(|(_, (set, &y))| {
+                members_of(set, &mut members);
+                Step::value(Some(&inner), &members) != y
+            })
         });
-        if misses
-            || self.left(draws, &with_inner, Some(&inner), validated) >= self.left(draws, &linear, None, validated)
-        {
+        if misses {
+            return (linear, None);
+        }
+        let with_inner = self.stepped(draws, fit, moments, &inner, train);
+        if self.left(draws, &with_inner, Some(&inner), validated) >= self.left(draws, &linear, None, validated) {
             return (linear, None);
         }
         match self.step_fitted(draws, train) {
@@ -911,10 +910,7 @@ impl CrossFit {
             .enumerate()
             .map(|(k, (fit, moments))| {
                 let linear = fit.solve(moments, bin_of);
-                match self.extras.threshold {
-                    true => self.with_step(draws, k, fit, moments, linear),
-                    false => (linear, None),
-                }
+                if self.extras.threshold { self.with_step(draws, k, fit, moments, linear) } else { (linear, None) }
             })
             .unzip();
         let interactions: Vec<Interactions> = (0..folds)
