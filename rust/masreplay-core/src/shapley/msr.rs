@@ -685,7 +685,7 @@ pub fn msr(game: &dyn Game, stopping: &Stopping, extras: Extras) -> Result<Estim
 /// number five per parameter of the next, at most [`MAX_KNOTS`] and [`MAX_PARAMETERS`] slopes
 /// in all (the fits cost the cube of that).
 fn knots_for(n: usize, training_pairs: u64) -> usize {
-    (training_pairs as usize / (5 * n)).min(MAX_PARAMETERS / n).clamp(1, MAX_KNOTS)
+    { let k = (training_pairs as usize / (5 * n)).min(std::env::var("MAX_PARAMS").ok().and_then(|v| v.parse().ok()).unwrap_or(MAX_PARAMETERS) / n).clamp(1, MAX_KNOTS); if std::env::var_os("MSR_DEBUG").is_some() { eprintln!("knots {k}"); } k }
 }
 
 /// The cross-fitted estimate of the sampled strata. Each fold's surrogate is fitted on every
@@ -861,6 +861,19 @@ impl CrossFit {
         step: &Step,
         train: impl Fn(usize) -> bool,
     ) -> Surrogate {
+        self.refitted(draws, fit, moments, train, |members, _| Step::value(Some(step), members))
+    }
+
+    /// The linear part fitted to what `part` (of a coalition's members and set) leaves of the
+    /// pairs `train` takes (those whose values `moments` sum).
+    fn refitted(
+        &self,
+        draws: &[Draws],
+        fit: &Fit,
+        moments: &Moments,
+        train: impl Fn(usize) -> bool,
+        part: impl Fn(&[usize], &[u64]) -> f64,
+    ) -> Surrogate {
         let n = self.n;
         let mut less = moments.clone();
         let (mut sums, nothing, mut members) = (Sums::new(n), Sums::new(n), Vec::with_capacity(n));
@@ -868,11 +881,64 @@ impl CrossFit {
             sums.clear();
             for (_, set) in d.sets.iter().enumerate().filter(|&(j, _)| train(j)) {
                 members_of(set, &mut members);
-                sums.add(&members, -Step::value(Some(step), &members));
+                sums.add(&members, -part(&members, set));
             }
             less.add(d.size, &sums, &nothing, fit_weight(n, d.size, self.drawn[d.size] as f64));
         }
         fit.solve(&less, &self.bin_of)
+    }
+
+    /// Interaction features (surrogate.rs) screened on what `linear` (and `step`) leave of the
+    /// pairs `train` takes, fitted jointly with the linear part, which is refitted to what
+    /// they leave: the fold's surrogate.
+    fn with_interactions(
+        &self,
+        draws: &[Draws],
+        fit: &Fit,
+        moments: &Moments,
+        linear: Surrogate,
+        step: Option<Step>,
+        train: impl Fn(usize) -> bool + Copy,
+    ) -> (Surrogate, Option<Step>, Interactions) {
+        let n = self.n;
+        let mut linear = linear;
+        let residuals = self.residuals(draws, &linear, step.as_ref());
+        let strata: Vec<Stratum> = draws
+            .iter()
+            .zip(residuals)
+            .map(|(d, residuals)| Stratum {
+                size: d.size,
+                sets: &d.sets,
+                values: &d.values,
+                residuals,
+                weight: fit_weight(n, d.size, self.drawn[d.size] as f64),
+            })
+            .collect();
+        let features = Interactions::fit(n, &strata, train, |features| {
+            let stepped = |members: &[usize], set: &[u64]| Step::value(step.as_ref(), members) + features.value(set);
+            linear = self.refitted(draws, fit, moments, train, stepped);
+            self.residuals(draws, &linear, step.as_ref())
+        });
+        (linear, step, features)
+    }
+
+    /// What `linear` (and `step`) leave of every drawn pair's value, per stratum.
+    fn residuals(&self, draws: &[Draws], linear: &Surrogate, step: Option<&Step>) -> Vec<Vec<f64>> {
+        let (mut basis, mut members) = (Vec::new(), Vec::with_capacity(self.n));
+        draws
+            .iter()
+            .map(|d| {
+                let slopes = linear.slopes(d.size, &mut basis);
+                d.sets
+                    .iter()
+                    .zip(&d.values)
+                    .map(|(set, &v)| {
+                        members_of(set, &mut members);
+                        linear.residual(&members, &slopes, v - Step::value(step, &members))
+                    })
+                    .collect()
+            })
+            .collect()
     }
 
     /// The weighted sum of squares that `g` (and `step`) leave of the pairs `keep` takes.
@@ -904,25 +970,28 @@ impl CrossFit {
         }?;
         draws[self.added..].iter().for_each(|d| self.add(d));
         let (n, folds, bin_of) = (self.n, self.folds, &self.bin_of);
-        let (surrogates, steps): (Vec<Surrogate>, Vec<Option<Step>>) = fits
+        let fitted: Vec<(Surrogate, Option<Step>, Interactions)> = fits
             .par_iter()
             .zip(self.moments.par_iter())
             .enumerate()
             .map(|(k, (fit, moments))| {
                 let linear = fit.solve(moments, bin_of);
-                if self.extras.threshold { self.with_step(draws, k, fit, moments, linear) } else { (linear, None) }
-            })
-            .unzip();
-        let interactions: Vec<Interactions> = (0..folds)
-            .into_par_iter()
-            .map(|k| {
+                let (linear, step) =
+                    if self.extras.threshold { self.with_step(draws, k, fit, moments, linear) } else { (linear, None) };
                 if self.extras.interactions {
-                    interactions_of(n, draws, &surrogates[k], steps[k].as_ref(), &self.drawn, |j| j % folds != k)
+                    self.with_interactions(draws, fit, moments, linear, step, |j| j % folds != k)
                 } else {
-                    Interactions::none()
+                    (linear, step, Interactions::none())
                 }
             })
             .collect();
+        let mut surrogates = Vec::with_capacity(folds);
+        let (mut steps, mut interactions) = (Vec::with_capacity(folds), Vec::with_capacity(folds));
+        for (g, step, features) in fitted {
+            surrogates.push(g);
+            steps.push(step);
+            interactions.push(features);
+        }
         let strata: Vec<(Vec<f64>, Vec<f64>)> =
             draws.par_iter().map(|d| stratum_contributions(n, d, &surrogates, &steps, &interactions, folds)).collect();
         let mut values = vec![0.0; n];
@@ -958,42 +1027,6 @@ fn count_lanes(d: &Draws, folds: usize, parts: &mut [Counts], members: &mut Vec<
         members_of(set, members);
         parts[j % folds].add(members);
     }
-}
-
-/// A fold's interaction features (surrogate.rs), screened and fitted on the residuals of its
-/// linear surrogate (and step) over the coalitions `train` keeps (the other folds').
-fn interactions_of(
-    n: usize,
-    draws: &[Draws],
-    linear: &Surrogate,
-    step: Option<&Step>,
-    drawn: &[u64],
-    train: impl Fn(usize) -> bool,
-) -> Interactions {
-    let (mut basis, mut members) = (Vec::new(), Vec::with_capacity(n));
-    let strata: Vec<Stratum> = draws
-        .iter()
-        .map(|d| {
-            let slopes = linear.slopes(d.size, &mut basis);
-            let residuals = d
-                .sets
-                .iter()
-                .zip(&d.values)
-                .map(|(set, &v)| {
-                    members_of(set, &mut members);
-                    linear.residual(&members, &slopes, v - Step::value(step, &members))
-                })
-                .collect();
-            Stratum {
-                size: d.size,
-                sets: &d.sets,
-                values: &d.values,
-                residuals,
-                weight: fit_weight(n, d.size, drawn[d.size] as f64),
-            }
-        })
-        .collect();
-    Interactions::fit(n, &strata, train)
 }
 
 /// One stratum's mean contribution per player and the variance of that mean.
@@ -1045,7 +1078,7 @@ fn stratum_contributions_lanes(
     // The pair's residual half difference counts twice (S in stratum s, N - S in n - s), its
     // surrogate term too; the middle stratum n / 2 is its own partner. A step's term is its
     // means at both sizes (Step::term).
-    let terms: Vec<Vec<f64>> = surrogates
+    let mut terms: Vec<Vec<f64>> = surrogates
         .iter()
         .zip(&slopes)
         .zip(steps)
@@ -1057,13 +1090,14 @@ fn stratum_contributions_lanes(
             }
         })
         .collect();
+    terms.iter_mut().zip(interactions).for_each(|(terms, features)| features.add_terms(n, s, 2.0 * middle, terms));
     // Membership as booleans, a row per pair: the loop over players below is then branch free.
     let inside_of = d.sets.to_bools();
     for (j, ((set, &v), inside_row)) in d.sets.iter().zip(&d.values).zip(inside_of.chunks_exact(n)).enumerate() {
         members_of(set, &mut members);
         let k = j % folds;
         let left = v - Step::value(steps[k].as_ref(), &members);
-        let r = 2.0 * middle * (surrogates[k].residual(&members, &slopes[k], left) - interactions[k].value(set, s));
+        let r = 2.0 * middle * (surrogates[k].residual(&members, &slopes[k], left) - interactions[k].value(set));
         let (inside, outside) = (r / s as f64, -r / (n - s) as f64);
         let players = sum.iter_mut().zip(squares.iter_mut()).zip(inside_row).zip(&terms[k]);
         for (((total, total_squares), &is_inside), term) in players {

@@ -33,12 +33,16 @@ use super::linalg::dot;
 const NEGLIGIBLE: f64 = 1e-12;
 /// Rounds of screening.
 const ROUNDS: usize = 3;
+/// Turns of the joint fit of the features' characters and the linear part.
+const BACKFITS: usize = 4;
 /// Edges of the screening: pairs whose z score is past this. With the candidates' scores cheap
 /// (a three-column AND each), a lower bar and more candidates find more of a sparse game's
 /// triples: at n = 100 and 10,000 evaluations (5 seeds) 2.0 / 4,096 lowered auto's MAE by 11%
 /// on low-order SOUM and 20% on trace games against 2.5 / 1,024, for about twice the fit's CPU
 /// (about what the fit cost before the candidates' scores were made cheap).
 const PAIR_Z: f64 = 2.0;
+fn pair_z() -> f64 { std::env::var("PAIR_Z").ok().and_then(|v| v.parse().ok()).unwrap_or(PAIR_Z) }
+fn max_edges(n: usize) -> usize { std::env::var("EDGES_PER_PLAYER").ok().and_then(|v| v.parse::<f64>().ok()).map_or(n, |f| (f * n as f64) as usize) }
 /// Most candidate triples scored (the wedges of the strongest edges first).
 const MAX_CANDIDATES: usize = 4096;
 /// Training coalitions per kept feature, at least.
@@ -110,6 +114,8 @@ pub(super) struct Stratum<'a> {
 struct Training<'a> {
     n: usize,
     sets: Vec<&'a [u64]>,
+    /// Per sample its stratum and its place there.
+    origin: Vec<(usize, usize)>,
     sizes: Vec<usize>,
     weights: Vec<f64>,
     /// The linear surrogate's residuals.
@@ -129,6 +135,7 @@ impl<'a> Training<'a> {
         let mut samples = Training {
             n,
             sets: Vec::new(),
+            origin: Vec::new(),
             sizes: Vec::new(),
             weights: Vec::new(),
             linear: Vec::new(),
@@ -137,11 +144,12 @@ impl<'a> Training<'a> {
             columns: Vec::new(),
         };
         let mut seen = 0;
-        for st in strata {
+        for (k, st) in strata.iter().enumerate() {
             for (j, (set, (&r, &v))) in st.sets.iter().zip(st.residuals.iter().zip(st.values)).enumerate() {
                 if train(j) {
                     if seen % stride == 0 {
                         samples.sets.push(set);
+                        samples.origin.push((k, j));
                         samples.sizes.push(st.size);
                         samples.weights.push(st.weight);
                         samples.linear.push(r);
@@ -167,6 +175,16 @@ impl<'a> Training<'a> {
 
     fn column(&self, player: usize) -> &[u64] {
         &self.columns[player * self.words..(player + 1) * self.words]
+    }
+
+    /// The linear part's residuals refitted (per stratum, every coalition), at the samples.
+    fn set_linear(&mut self, residuals: &[Vec<f64>]) {
+        self.linear = self.origin.iter().map(|&(k, j)| residuals[k][j]).collect();
+    }
+
+    /// chi_T at every sample.
+    fn parity(&self, triple: &[usize; 3]) -> Vec<f64> {
+        self.sets.iter().map(|set| parity(triple, set)).collect()
     }
 
     /// phi_T at every sample: psi of its size at t = |T & S|.
@@ -228,7 +246,8 @@ impl Screen {
         screen
     }
 
-    /// Pairs {i < j} whose edge z score is past [`PAIR_Z`], with that score.
+    /// Pairs {i < j} whose edge z score is past [`PAIR_Z`], with that score, strongest first,
+    /// at most [`MAX_EDGES`].
     fn edges(&self) -> Vec<(f64, usize, usize)> {
         let n = self.n;
         let mut edges = Vec::new();
@@ -237,38 +256,64 @@ impl Screen {
                 let [sum, square, ..] = self.pair[i * n + j];
                 if square > 0.0 {
                     let z = sum.abs() / square.sqrt();
-                    if z > PAIR_Z {
+                    if z > pair_z() {
                         edges.push((z, i, j));
                     }
                 }
             }
         }
+        edges.sort_by(|a, b| b.0.total_cmp(&a.0).then((a.1, a.2).cmp(&(b.1, b.2))));
+        edges.truncate(max_edges(n));
         edges
     }
 
-    /// The z score of a triple's feature against the residuals: sum psi_s(t) u over the root
-    /// of sum (psi_s(t) u)^2.
-    fn triple_z(&self, training: &Training, triple: &[usize; 3]) -> f64 {
+    /// Candidate triples with their z scores ([`Screen::z_of`]): each of `edges` with every
+    /// third player. The part over the coalitions holding a whole triple is summed for every
+    /// third player at once, from the coalitions holding the edge.
+    fn extensions(&self, training: &Training, edges: &[(f64, usize, usize)]) -> Vec<(f64, [usize; 3])> {
+        let n = self.n;
+        let (mut whole, mut members) = (vec![[0.0; 2]; n], Vec::with_capacity(n));
+        let mut scored = Vec::with_capacity(edges.len() * n);
+        for &(_, i, j) in edges {
+            whole.fill([0.0; 2]);
+            for (w, (a, b)) in training.column(i).iter().zip(training.column(j)).enumerate() {
+                let mut bits = a & b;
+                while bits != 0 {
+                    let sample = w * 64 + bits.trailing_zeros() as usize;
+                    let [sum, square] = self.whole[sample];
+                    members_of(training.sets[sample], &mut members);
+                    members.iter().for_each(|&k| {
+                        whole[k][0] += sum;
+                        whole[k][1] += square;
+                    });
+                    bits &= bits - 1;
+                }
+            }
+            for (k, &part) in whole.iter().enumerate().filter(|&(k, _)| k != i && k != j) {
+                let mut triple = [i, j, k];
+                triple.sort_unstable();
+                scored.push((self.z_of(&triple, part), triple));
+            }
+        }
+        // A triple reached from two or three of its edges has the same score each time.
+        scored.sort_by(|a, b| a.1.cmp(&b.1));
+        scored.dedup_by(|a, b| a.1 == b.1);
+        scored
+    }
+
+    /// The z score of a triple's feature against the residuals, sum psi_s(t) u over the root
+    /// of sum (psi_s(t) u)^2, given the part of those sums over the coalitions holding it whole.
+    fn z_of(&self, triple: &[usize; 3], whole: [f64; 2]) -> f64 {
         let n = self.n;
         let [i, j, k] = *triple;
         let mut total = self.all;
-        for part in [self.single[i], self.single[j], self.single[k]] {
+        for part in [self.single[i], self.single[j], self.single[k], whole] {
             total[0] += part[0];
             total[1] += part[1];
         }
         for part in [self.pair[i * n + j], self.pair[i * n + k], self.pair[j * n + k]] {
             total[0] += part[2];
             total[1] += part[3];
-        }
-        let (a, b, c) = (training.column(i), training.column(j), training.column(k));
-        for (w, ((a, b), c)) in a.iter().zip(b).zip(c).enumerate() {
-            let mut bits = a & b & c;
-            while bits != 0 {
-                let [sum, square] = self.whole[w * 64 + bits.trailing_zeros() as usize];
-                total[0] += sum;
-                total[1] += square;
-                bits &= bits - 1;
-            }
         }
         if total[1] > 0.0 { total[0].abs() / total[1].sqrt() } else { 0.0 }
     }
@@ -303,68 +348,134 @@ fn add_to_pairs_lanes(pair: &mut [[f64; 4]], n: usize, members: &[usize], at_pai
     }
 }
 
-/// sum over kept triples T of coef_T phi_T(S); none kept: zero.
+/// sum over kept triples T of coef_T chi_T(S); none kept: zero.
 pub(super) struct Interactions {
     triples: Vec<[usize; 3]>,
     coef: Vec<f64>,
-    psi: Vec<[f64; 4]>,
 }
 
 impl Interactions {
     pub fn none() -> Self {
-        Interactions { triples: Vec::new(), coef: Vec::new(), psi: Vec::new() }
+        Interactions { triples: Vec::new(), coef: Vec::new() }
     }
 
-    /// The features' part of the surrogate at coalition `set` of size `s`.
-    pub fn value(&self, set: &[u64], s: usize) -> f64 {
-        self.psi.get(s).map_or(0.0, |psi| feature_sum(&self.triples, &self.coef, psi, set))
+    /// The features' part of the surrogate at coalition `set`.
+    pub fn value(&self, set: &[u64]) -> f64 {
+        self.triples.iter().zip(&self.coef).map(|(triple, c)| c * parity(triple, set)).sum()
+    }
+
+    /// E_s[g a_i] of the features' part g for every player, added to `terms` times `scale`.
+    /// For a triple T, E_s[chi_T a_i] = (E[chi_T | i in S] - E[chi_T | i out]) / n: the
+    /// same for the three members and the same for everyone else, and those sum to zero.
+    pub fn add_terms(&self, n: usize, s: usize, scale: f64, terms: &mut [f64]) {
+        if self.triples.is_empty() {
+            return;
+        }
+        let (member, other) = parity_means(n, s);
+        let total: f64 = self.coef.iter().sum();
+        terms.iter_mut().for_each(|t| *t += scale * other * total);
+        for (triple, c) in self.triples.iter().zip(&self.coef) {
+            triple.iter().for_each(|&p| terms[p] += scale * (member - other) * c);
+        }
     }
 
     /// Screens triples on `strata`'s residuals over the coalitions `train` keeps (the other
-    /// folds'), in rounds (each on the residuals the features kept so far leave), and fits
-    /// the kept features' coefficients.
-    pub fn fit(n: usize, strata: &[Stratum], train: impl Fn(usize) -> bool) -> Self {
+    /// folds'), in rounds (each on the residuals the features kept so far leave), then fits
+    /// their characters chi_T jointly with the linear part: by turns, the features on what the
+    /// linear part leaves and the linear part (`refit`: its residuals, per stratum, once the
+    /// features' part is taken out of the values) on what the features leave.
+    pub fn fit(
+        n: usize,
+        strata: &[Stratum],
+        train: impl Fn(usize) -> bool,
+        mut refit: impl FnMut(&Interactions) -> Vec<Vec<f64>>,
+    ) -> Self {
         if n < 4 {
             return Self::none();
         }
-        let training = Training::new(n, strata, train);
-        let psi = psi_tables(n);
-        let bases: Vec<[[f64; 4]; 2]> =
-            psi.iter().map(|psi| [binomial_basis(*psi), binomial_basis(psi.map(|x| x * x))]).collect();
-        let mut model = Model::default();
-        let mut residuals = training.linear.clone();
-        for _ in 0..ROUNDS {
-            // A game the linear surrogate fits to rounding (pairwise) leaves nothing to screen.
-            let left: f64 = residuals.iter().map(|r| r * r).sum();
-            if !(left > NEGLIGIBLE * training.scale && left.is_finite()) {
-                break;
-            }
-            let screen = Screen::new(&training, &residuals, &psi, &bases);
-            let candidates: Vec<[usize; 3]> =
-                wedges(n, &screen.edges()).into_iter().filter(|t| !model.triples.contains(t)).collect();
-            let threshold = (2.0 * (candidates.len().max(2) as f64).ln()).sqrt();
-            let mut kept: Vec<(f64, [usize; 3])> = candidates
-                .iter()
-                .filter_map(|triple| {
-                    let z = screen.triple_z(&training, triple);
-                    (z > threshold).then_some((z, *triple))
-                })
-                .collect();
-            kept.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-            kept.truncate(
-                (training.len() / COALITIONS_PER_FEATURE).min(MAX_FEATURES).saturating_sub(model.triples.len()),
-            );
-            if kept.is_empty() {
-                break;
-            }
-            kept.into_iter().for_each(|(_, triple)| model.add(triple, &training, &psi));
-            residuals = model.fit(&training);
-        }
-        if model.triples.is_empty() {
+        let mut training = Training::new(n, strata, train);
+        let triples = screened(&training);
+        if triples.is_empty() {
             return Self::none();
         }
-        Interactions { triples: model.triples, coef: model.coef, psi }
+        let mut model = Model::default();
+        triples.into_iter().for_each(|triple| model.add(triple, training.parity(&triple)));
+        let mut fitted = Interactions::none();
+        for _ in 0..BACKFITS {
+            model.fit(&training);
+            fitted = Interactions { triples: model.triples.clone(), coef: model.coef.clone() };
+            training.set_linear(&refit(&fitted));
+        }
+        fitted
     }
+}
+
+/// The triples screened on the training samples' linear residuals in rounds: each round's
+/// z scores on what the features phi_T kept so far leave.
+fn screened(training: &Training) -> Vec<[usize; 3]> {
+    let n = training.n;
+    let psi = psi_tables(n);
+    let bases: Vec<[[f64; 4]; 2]> =
+        psi.iter().map(|psi| [binomial_basis(*psi), binomial_basis(psi.map(|x| x * x))]).collect();
+    let mut model = Model::default();
+    let mut residuals = training.linear.clone();
+    for _ in 0..ROUNDS {
+        // A game the linear surrogate fits to rounding (pairwise) leaves nothing to screen.
+        let left: f64 = residuals.iter().map(|r| r * r).sum();
+        if !(left > NEGLIGIBLE * training.scale && left.is_finite()) {
+            break;
+        }
+        let screen = Screen::new(training, &residuals, &psi, &bases);
+        let candidates = screen.extensions(training, &screen.edges());
+        let threshold = (2.0 * (candidates.len().max(2) as f64).ln()).sqrt();
+        let mut kept: Vec<(f64, [usize; 3])> =
+            candidates.into_iter().filter(|(z, t)| *z > threshold && !model.triples.contains(t)).collect();
+        kept.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        kept.truncate(
+            (training.len() / COALITIONS_PER_FEATURE).min(MAX_FEATURES).saturating_sub(model.triples.len()),
+        );
+        if std::env::var_os("MSR_DEBUG").is_some() {
+            eprintln!("round edges {} threshold {:.2} kept {} model {} samples {}", screen.edges().len(), threshold, kept.len(), model.triples.len(), training.len());
+        }
+        if kept.is_empty() {
+            break;
+        }
+        kept.into_iter().for_each(|(_, triple)| model.add(triple, training.feature(&triple, &psi)));
+        residuals = model.fit(training);
+    }
+    if std::env::var_os("MSR_DEBUG").is_some() {
+        eprintln!("TRIPLES {:?}", model.triples.iter().zip(&model.coef).map(|(t, c)| (t, (c * 1000.0).round() / 1000.0)).collect::<Vec<_>>());
+    }
+    model.triples
+}
+
+/// chi_T(S) = x_i x_j x_k, x = +1 in S and -1 out: -1, 1, -1, 1 for 0-3 members inside.
+#[inline(always)]
+fn parity(triple: &[usize; 3], set: &[u64]) -> f64 {
+    if members_in(triple, set) % 2 == 1 { 1.0 } else { -1.0 }
+}
+
+/// E[x_a x_b] and E[x_a x_b x_c] for given players among `n` when `s` of them are drawn
+/// uniformly (hypergeometric).
+fn parity_mean(order: usize, n: usize, s: usize) -> f64 {
+    let falling = |a: usize, k: usize| (0..k).map(|i| a as f64 - i as f64).product::<f64>();
+    let choose = |k: usize, t: usize| falling(k, t) / falling(t, t);
+    (0..=order)
+        .map(|t| {
+            let p = choose(order, t) * falling(s, t) * falling(n - s, order - t) / falling(n, order);
+            if (order - t) % 2 == 0 { p } else { -p }
+        })
+        .sum()
+}
+
+/// E_s[chi_T a_i] for a member i of T and for a player outside it (see
+/// [`Interactions::add_terms`]): given i in S the others are drawn s - 1 among n - 1, given
+/// i out s among n - 1, and chi_T is x_i times the other two's product.
+fn parity_means(n: usize, s: usize) -> (f64, f64) {
+    let nf = n as f64;
+    let member = (parity_mean(2, n - 1, s - 1) + parity_mean(2, n - 1, s)) / nf;
+    let other = (parity_mean(3, n - 1, s - 1) - parity_mean(3, n - 1, s)) / nf;
+    (member, other)
 }
 
 /// The kept features of a fit: their triples, their values at the training coalitions (each
@@ -377,9 +488,9 @@ struct Model {
 }
 
 impl Model {
-    fn add(&mut self, triple: [usize; 3], training: &Training, psi: &[[f64; 4]]) {
+    fn add(&mut self, triple: [usize; 3], feature: Vec<f64>) {
         self.triples.push(triple);
-        self.features.push(training.feature(&triple, psi));
+        self.features.push(feature);
         self.coef.push(0.0);
     }
 
@@ -414,11 +525,6 @@ impl Model {
     }
 }
 
-/// sum over `triples` of coef_T psi(|T & set|), psi the table of the set's size.
-fn feature_sum(triples: &[[usize; 3]], coef: &[f64], psi: &[f64; 4], set: &[u64]) -> f64 {
-    triples.iter().zip(coef).map(|(triple, c)| c * psi[members_in(triple, set)]).sum()
-}
-
 /// How many of `triple` are in `set`.
 #[inline(always)]
 fn members_in(triple: &[usize; 3], set: &[u64]) -> usize {
@@ -433,34 +539,6 @@ fn spreads(n: usize, sizes: &[usize], residuals: &[f64]) -> Vec<f64> {
         counts[s] += 1;
     }
     sums.iter().zip(&counts).map(|(s, &c)| if c > 0 { s / c as f64 } else { 0.0 }).collect()
-}
-
-/// Candidate triples: two edges meeting at a player, strongest wedges first (by their
-/// weaker edge), at most [`MAX_CANDIDATES`], sorted.
-fn wedges(n: usize, edges: &[(f64, usize, usize)]) -> Vec<[usize; 3]> {
-    let mut around: Vec<Vec<(f64, usize)>> = vec![Vec::new(); n];
-    for &(z, i, j) in edges {
-        around[i].push((z, j));
-        around[j].push((z, i));
-    }
-    let mut scored: Vec<(f64, [usize; 3])> = Vec::new();
-    for (centre, neighbours) in around.iter().enumerate() {
-        for (a, &(za, pa)) in neighbours.iter().enumerate() {
-            for &(zb, pb) in &neighbours[a + 1..] {
-                let mut triple = [pa, centre, pb];
-                triple.sort_unstable();
-                scored.push((za.min(zb), triple));
-            }
-        }
-    }
-    // A triangle is three wedges: keep each triple once, with its strongest wedge.
-    scored.sort_by(|a, b| a.1.cmp(&b.1).then(b.0.total_cmp(&a.0)));
-    scored.dedup_by(|a, b| a.1 == b.1);
-    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-    scored.truncate(MAX_CANDIDATES);
-    let mut triples: Vec<[usize; 3]> = scored.into_iter().map(|(_, t)| t).collect();
-    triples.sort_unstable();
-    triples
 }
 
 #[cfg(test)]
