@@ -24,9 +24,9 @@
 //! On a game whose values are two, a step h (threshold.rs: v = low or high as a weighted sum
 //! of the members reaches a quota) may join g: the linear part then fits what h's half
 //! difference leaves, and h adds its own MSR means, exact by dynamic programming.
-//! With interactions (surrogate.rs), g also holds features of triples of players screened on
-//! the linear fit's residuals; each is orthogonal to every affine function of the members at
-//! each size, so its MSR mean is zero: it only shrinks the residual.
+//! With interactions (surrogate.rs), g also holds the characters x_i x_j x_k of triples of
+//! players screened on the linear fit's residuals, fitted jointly with the linear part; their
+//! MSR means are exact too (hypergeometric).
 //!
 //! Unbiased by cross-fitting: the pairs are dealt into folds and each fold's contributions use
 //! the surrogate fitted on the other folds. The a_i(S) sum to zero over the players, and so do
@@ -685,7 +685,7 @@ pub fn msr(game: &dyn Game, stopping: &Stopping, extras: Extras) -> Result<Estim
 /// number five per parameter of the next, at most [`MAX_KNOTS`] and [`MAX_PARAMETERS`] slopes
 /// in all (the fits cost the cube of that).
 fn knots_for(n: usize, training_pairs: u64) -> usize {
-    { let k = (training_pairs as usize / (5 * n)).min(std::env::var("MAX_PARAMS").ok().and_then(|v| v.parse().ok()).unwrap_or(MAX_PARAMETERS) / n).clamp(1, MAX_KNOTS); if std::env::var_os("MSR_DEBUG").is_some() { eprintln!("knots {k}"); } k }
+    (training_pairs as usize / (5 * n)).min(MAX_PARAMETERS / n).clamp(1, MAX_KNOTS)
 }
 
 /// The cross-fitted estimate of the sampled strata. Each fold's surrogate is fitted on every
