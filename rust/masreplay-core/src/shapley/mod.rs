@@ -296,11 +296,10 @@ const KERNEL_FROM_SHARE_OF_COALITIONS: f64 = 0.9;
 /// KernelSHAP at n = 14-16 on all but low order (a tie), and is exact on pairwise games like
 /// antithetic permutations; else antithetic permutations, which at 10 evaluations per player
 /// (n = 100, budget 1,000) won on low-order and pairwise games, where MSR's surrogate has too
-/// few pairs to fit. Not a threshold to move: on sparse low-order games (100 terms over n =
-/// 300 players) MSR with a linear surrogate stays 1.5x behind permutations from 33 to 133
-/// evaluations per player (1.1x with interaction features, [`INTERACTIONS_UP_TO_PLAYERS`]),
-/// while at n = 300 and 33 per player it is 3x ahead on full-order and voting games; n and the
-/// budget cannot tell the two apart (benches/RESULTS.md, 2026-11-26 morning).
+/// few pairs to fit. On sparse low-order games (100 terms over n = 300 players) MSR with a
+/// linear surrogate stays 1.5x behind permutations from 33 to 133 evaluations per player, but
+/// with interaction features ([`INTERACTIONS_UP_TO_PLAYERS`]) it is 2.5x ahead at 33 per
+/// player (benches/RESULTS.md, 2026-11-27), as on full-order and voting games (3x).
 fn unstructured_choice(n: usize, budget: u64) -> Method {
     let share_of_all = if n <= MAX_EXACT_PLAYERS { budget as f64 / exact::coalitions_needed(n) } else { 0.0 };
     if share_of_all >= 1.0 {
@@ -316,10 +315,11 @@ fn unstructured_choice(n: usize, budget: u64) -> Method {
 
 /// Players up to which `surrogate="auto"` gives MSR's surrogate interaction features
 /// (measured on the benchmark families at n = 30-300, 10,000 evaluations, 5 seeds: MAE on
-/// sparse low-order SOUM 0.0083 -> 0.0024 (n = 30), 0.0108 -> 0.0057 (100), 0.0122 -> 0.0083
-/// (300); trace games 0.0061 -> 0.0017, 0.0145 -> 0.0099, 0.0286 -> 0.0253; full-order,
+/// sparse low-order SOUM 0.0083 -> 0.0013 (n = 30), 0.0108 -> 0.0020 (100), 0.0122 -> 0.0029
+/// (300); trace games 0.0061 -> 0.0006, 0.0145 -> 0.0045, 0.0286 -> 0.0174; full-order,
 /// voting and pairwise games unchanged (nothing passes the screening, or what does fits
-/// little); at 1,000 evaluations nothing changes). Beyond it the screening's pair statistics
+/// little); at 1,000 evaluations trace games at n = 30 0.0243 -> 0.0158, the rest as
+/// before). Beyond it the screening's pair statistics
 /// (n^2 per fold, s^2 / 2 per coalition) cost more than the fits, unmeasured: ask for
 /// `interactions` by name.
 const INTERACTIONS_UP_TO_PLAYERS: usize = 300;

@@ -42,6 +42,10 @@ const ROUNDS: usize = 3;
 /// Turns of the joint fit of the features and the linear part (trace games at n = 100, 10,000
 /// evaluations, 5 seeds: MAE 0.00530 after 4 turns, 0.00487 after 6, 0.00454 after 8).
 const TURNS: usize = 8;
+/// A turn that moves no coefficient by more than this share of the largest ends the joint fit
+/// (n = 100, 10,000 evaluations, 5 seeds: the same MAE to 1% on low-order and trace games as
+/// all eight turns; 0.1 left trace games 22% more error).
+const SETTLED: f64 = 0.01;
 /// Edges of the screening: pairs whose z score is past this, the strongest n of them (n
 /// players). At n = 100 and 300, 10,000 evaluations, 5 seeds: n / 2 edges left 17-24% more
 /// error on low-order games, 2n edges 1-15% less for 15-35% more CPU; the bar (2.0, 1.0 or
@@ -298,7 +302,7 @@ impl Screen {
             }
         }
         // A triple reached from two or three of its edges has the same score each time.
-        scored.sort_by(|a, b| a.1.cmp(&b.1));
+        scored.sort_by_key(|a| a.1);
         scored.dedup_by(|a, b| a.1 == b.1);
         scored
     }
@@ -405,8 +409,14 @@ impl Interactions {
         let mut fitted = Interactions::none();
         for _ in 0..TURNS {
             model.fit(&training);
+            let before = fitted.coef.iter().chain(std::iter::repeat(&0.0));
+            let moved = model.coef.iter().zip(before).fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
+            let largest = model.coef.iter().fold(0.0f64, |m, c| m.max(c.abs()));
             fitted = Interactions { triples: model.triples.clone(), coef: model.coef.clone() };
             training.set_linear(&refit(&fitted));
+            if moved <= SETTLED * largest {
+                break;
+            }
         }
         fitted
     }
@@ -459,7 +469,7 @@ fn parity_mean(order: usize, n: usize, s: usize) -> f64 {
     (0..=order)
         .map(|t| {
             let p = choose(order, t) * falling(s, t) * falling(n - s, order - t) / falling(n, order);
-            if (order - t) % 2 == 0 { p } else { -p }
+            if (order - t).is_multiple_of(2) { p } else { -p }
         })
         .sum()
 }
@@ -563,16 +573,18 @@ mod tests {
             .zip(&values)
             .map(|((&size, sets), values)| Stratum { size, sets, values, residuals: values.clone(), weight: 1.0 })
             .collect();
-        // Fitted without every fourth coalition, checked on those; no linear part to refit.
+        // Fitted without every fourth coalition, checked on those; no linear part to refit. The
+        // fit stops once a turn moves no coefficient by 1% of the largest ([`SETTLED`]): close
+        // to 1e-5, not to rounding.
         let fitted = Interactions::fit(n, &strata, |j| j % 4 != 0, |_| values.clone());
         for (triple, c) in fitted.triples.iter().zip(&fitted.coef) {
             let true_coef = truth.iter().find(|(t, _)| t == triple).map_or(0.0, |(_, c)| *c);
-            assert!((c - true_coef).abs() < 1e-6, "{triple:?}: {c} vs {true_coef}");
+            assert!((c - true_coef).abs() < 1e-4, "{triple:?}: {c} vs {true_coef}");
         }
         assert!(truth.iter().all(|(t, _)| fitted.triples.contains(t)));
         for (sets, values) in sets.iter().zip(&values) {
             for (set, v) in sets.iter().zip(values).step_by(4) {
-                assert!((fitted.value(set) - v).abs() < 1e-6, "{} vs {v}", fitted.value(set));
+                assert!((fitted.value(set) - v).abs() < 1e-4, "{} vs {v}", fitted.value(set));
             }
         }
         // Nothing to find in residuals that are rounding.
