@@ -896,12 +896,11 @@ impl CrossFit {
         draws: &[Draws],
         fit: &Fit,
         moments: &Moments,
-        linear: Surrogate,
+        mut linear: Surrogate,
         step: Option<Step>,
         train: impl Fn(usize) -> bool + Copy,
     ) -> (Surrogate, Option<Step>, Interactions) {
         let n = self.n;
-        let mut linear = linear;
         let residuals = self.residuals(draws, &linear, step.as_ref());
         let strata: Vec<Stratum> = draws
             .iter()
