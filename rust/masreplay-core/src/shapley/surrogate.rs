@@ -66,11 +66,15 @@ const CONVERGED: f64 = 1e-9;
 /// The law of t = |T & S| for a triple T and a uniform coalition S of size s among n players
 /// (hypergeometric): P(t) = C(3, t) s^(t) (n - s)^(3 - t) / n^(3), x^(k) the falling power.
 fn triple_law(n: usize, s: usize) -> [f64; 4] {
+    [0, 1, 2, 3].map(|t| hypergeometric(3, n, s, t))
+}
+
+/// The chance that `t` of `order` given players are among `s` drawn uniformly from `n`:
+/// C(order, t) s^(t) (n - s)^(order - t) / n^(order), x^(k) the falling power.
+fn hypergeometric(order: usize, n: usize, s: usize, t: usize) -> f64 {
     let falling = |a: usize, k: usize| (0..k).map(|i| a as f64 - i as f64).product::<f64>();
-    let choose3 = [1.0, 3.0, 3.0, 1.0];
-    let mut p = [0.0; 4];
-    (0..4).for_each(|t| p[t] = choose3[t] * falling(s, t) * falling(n - s, 3 - t) / falling(n, 3));
-    p
+    let choose = falling(order, t) / falling(t, t);
+    choose * falling(s, t) * falling(n - s, order - t) / falling(n, order)
 }
 
 /// psi_s(t) for t = 0..=3 at every size s (index s), for triples among `n` players: chi(t) =
@@ -464,11 +468,9 @@ fn parity(triple: &[usize; 3], set: &[u64]) -> f64 {
 /// E[x_a x_b] and E[x_a x_b x_c] for given players among `n` when `s` of them are drawn
 /// uniformly (hypergeometric).
 fn parity_mean(order: usize, n: usize, s: usize) -> f64 {
-    let falling = |a: usize, k: usize| (0..k).map(|i| a as f64 - i as f64).product::<f64>();
-    let choose = |k: usize, t: usize| falling(k, t) / falling(t, t);
     (0..=order)
         .map(|t| {
-            let p = choose(order, t) * falling(s, t) * falling(n - s, order - t) / falling(n, order);
+            let p = hypergeometric(order, n, s, t);
             if (order - t).is_multiple_of(2) { p } else { -p }
         })
         .sum()
