@@ -435,19 +435,15 @@ impl Interactions {
         let hubs = hubs_of(&triples);
         triples.into_iter().for_each(|triple| model.add(triple, training.parity(&triple)));
         let most = (training.len() / COALITIONS_PER_FEATURE).min(MAX_FEATURES);
-        for hub in hubs {
-            for _ in 0..HUB_ROUNDS {
-                let left = model.fit(&training);
-                let found = hub_triples(&training, hub, &left, &model.triples);
-                let room = most.saturating_sub(model.triples.len());
-                if found.is_empty() || room == 0 {
-                    break;
-                }
-                found.into_iter().take(room).for_each(|triple| model.add(triple, training.parity(&triple)));
-                // One turn of the joint fit, so that the next round screens what both parts leave.
-                model.fit(&training);
-                training.set_linear(&refit(&model.interactions()));
-            }
+        for &hub in &hubs {
+            grow(&mut model, &mut training, &mut refit, most, |training, left, known| {
+                hub_triples(training, hub, left, known)
+            });
+        }
+        if !hubs.is_empty() {
+            grow(&mut model, &mut training, &mut refit, most, |training, left, known| {
+                below_hubs(training, left, known, &hubs)
+            });
         }
         let mut fitted = Interactions::none();
         for _ in 0..TURNS {
@@ -463,6 +459,59 @@ impl Interactions {
         }
         fitted
     }
+}
+
+/// Greedy rounds of a screening: what `find` scores past its bar on the residuals the model
+/// leaves joins it (within `most` features), then a turn of the joint fit, so that the next
+/// round screens what both parts leave; until nothing passes or [`HUB_ROUNDS`].
+fn grow(
+    model: &mut Model,
+    training: &mut Training,
+    refit: &mut impl FnMut(&Interactions) -> Vec<Vec<f64>>,
+    most: usize,
+    mut find: impl FnMut(&Training, &[f64], &[[usize; 3]]) -> Vec<[usize; 3]>,
+) {
+    for _ in 0..HUB_ROUNDS {
+        let left = model.fit(training);
+        let found = find(training, &left, &model.triples);
+        let room = most.saturating_sub(model.triples.len());
+        if found.is_empty() || room == 0 {
+            break;
+        }
+        found.into_iter().take(room).for_each(|triple| model.add(triple, training.parity(&triple)));
+        model.fit(training);
+        training.set_linear(&refit(&model.interactions()));
+    }
+}
+
+/// Triples without a hub below the hub triples found: in a chain h -> a -> b -> c the triple
+/// {a, b, c} holds a pair of the hub triple {h, a, b}. Each such pair with every third player
+/// is a candidate, scored as the screening scores an edge's ([`Screen::extensions`]); the
+/// strongest [`HUB_KEEP`] past the bar of as many null candidates, strongest first.
+fn below_hubs(training: &Training, left: &[f64], known: &[[usize; 3]], hubs: &[usize]) -> Vec<[usize; 3]> {
+    let mut edges: Vec<(f64, usize, usize)> = known
+        .iter()
+        .filter(|t| t.iter().any(|p| hubs.contains(p)))
+        .flat_map(|t| {
+            let rest: Vec<usize> = t.iter().copied().filter(|p| !hubs.contains(p)).collect();
+            (rest.len() == 2).then(|| (0.0, rest[0], rest[1]))
+        })
+        .collect();
+    edges.sort_by_key(|&(_, a, b)| (a, b));
+    edges.dedup_by_key(|&mut (_, a, b)| (a, b));
+    if edges.is_empty() {
+        return Vec::new();
+    }
+    let (psi, bases) = screening_tables(training.n);
+    let screen = Screen::new(training, left, &psi, &bases);
+    let candidates = screen.extensions(training, &edges);
+    let threshold = (2.0 * (candidates.len().max(2) as f64).ln()).sqrt();
+    let mut kept: Vec<(f64, [usize; 3])> = candidates
+        .into_iter()
+        .filter(|(z, t)| *z > threshold && !t.iter().any(|p| hubs.contains(p)) && !known.contains(t))
+        .collect();
+    kept.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    kept.into_iter().take(HUB_KEEP).map(|(_, triple)| triple).collect()
 }
 
 /// The hubs among the screened triples: players in at least [`HUB_SHARE`] of them and in at
@@ -522,13 +571,18 @@ fn hub_triples(training: &Training, hub: usize, left: &[f64], known: &[[usize; 3
     scored.into_iter().take(HUB_KEEP).map(|(_, triple)| triple).collect()
 }
 
+/// psi_s per size and the binomial bases of psi_s and psi_s^2 (see [`Screen`]).
+fn screening_tables(n: usize) -> (Vec<[f64; 4]>, Vec<[[f64; 4]; 2]>) {
+    let psi = psi_tables(n);
+    let bases = psi.iter().map(|psi| [binomial_basis(*psi), binomial_basis(psi.map(|x| x * x))]).collect();
+    (psi, bases)
+}
+
 /// The triples screened on the training samples' linear residuals in rounds: each round's
 /// z scores on what the features phi_T kept so far leave.
 fn screened(training: &Training) -> Vec<[usize; 3]> {
     let n = training.n;
-    let psi = psi_tables(n);
-    let bases: Vec<[[f64; 4]; 2]> =
-        psi.iter().map(|psi| [binomial_basis(*psi), binomial_basis(psi.map(|x| x * x))]).collect();
+    let (psi, bases) = screening_tables(n);
     let mut model = Model::default();
     let mut residuals = training.linear.clone();
     for _ in 0..ROUNDS {
@@ -729,6 +783,37 @@ mod tests {
         // Those already in the model are not found again.
         let known = [[0, 3, 7], [0, 25, 39]];
         assert_eq!(hub_triples(&training, 0, &training.linear, &known), vec![[0, 3, 11], [0, 12, 30]]);
+    }
+
+    /// Below the hub triples {0, 3, 7} and {0, 12, 30}, a residual of the characters of
+    /// {3, 7, 21} and {5, 12, 30} (deeper chains) is found from the hub triples' other pairs.
+    #[test]
+    fn triples_below_the_hub_triples_are_found_from_their_pairs() {
+        let n = 40;
+        let truth = [([3, 7, 21], 0.8), ([5, 12, 30], -0.6)];
+        let mut rng = stream(13, 0);
+        let sizes: Vec<usize> = (17..=20).collect();
+        let sets: Vec<Coalitions> = sizes
+            .iter()
+            .map(|&s| {
+                let mut sets = Coalitions::new(n);
+                (0..500).for_each(|_| sets.push(&random_subset(&mut rng, n, s, 1)));
+                sets
+            })
+            .collect();
+        let made = |set: &[u64]| truth.iter().map(|(t, c)| c * parity(t, set)).sum::<f64>();
+        let values: Vec<Vec<f64>> = sets.iter().map(|sets| sets.iter().map(made).collect()).collect();
+        let strata: Vec<Stratum> = sizes
+            .iter()
+            .zip(&sets)
+            .zip(&values)
+            .map(|((&size, sets), values)| Stratum { size, sets, values, residuals: values.clone(), weight: 1.0 })
+            .collect();
+        let training = Training::new(n, &strata, |_| true);
+        let known = [[0, 3, 7], [0, 12, 30]];
+        assert_eq!(below_hubs(&training, &training.linear, &known, &[0]), truth.map(|(t, _)| t).to_vec());
+        // Nothing below a hub triple that is not there.
+        assert!(below_hubs(&training, &training.linear, &[[0, 8, 9]], &[0]).is_empty());
     }
 
     #[test]
