@@ -335,8 +335,10 @@ const INTERACTIONS_UP_TO_PLAYERS: usize = 300;
 /// weights, n = 14, 3,000 evaluations, 200 seeds: coverage 0.932 with such steps kept; 0.942
 /// with staircases, which halve the error there). On the bench's weighted voting games at
 /// 10,000 evaluations (5 seeds, MAE before projection): n = 30 0.00191 -> 0.00021 (two seeds
-/// exact), n = 100 0.00196 -> 0.00157, n = 300 unchanged (no fold keeps one); its fits cost
-/// about 0.6 s of CPU at n = 30 and 0.8-1.5 s at n = 100-300, on two-valued games only.
+/// exact), n = 100 0.00196 -> 0.00157, n = 300 unchanged (no fold keeps one). CPU per run
+/// (median of 3 passes, load 2-4): 0.81 s at n = 30, 1.96 s at n = 100 (a kept staircase is
+/// fitted again on all training folds: twice the step's 0.98 s), 1.76 s at n = 300 (2.28 s
+/// with the step's grids up to 64); two-valued games only.
 fn msr_extras(surrogate: MsrSurrogate, n: usize) -> msr::Extras {
     match surrogate {
         MsrSurrogate::Auto => msr::Extras { interactions: n <= INTERACTIONS_UP_TO_PLAYERS, threshold: true },
