@@ -19,7 +19,7 @@ fold, the odd characters x_i x_j x_k of triples of players screened on the linea
 surrogate's residuals (the part of a term of three or more players that no linear surrogate
 absorbs), fitted jointly with the linear part; their MSR means are exact, so the estimate
 stays unbiased and efficient. On sparse games it cuts MSR's error 4-10x (n = 100, 10,000
-evaluations: low-order SOUM 0.0108 -> 0.0020, spawn-tree trace games 0.0145 -> 0.0045) and
+evaluations: low-order SOUM 0.0108 -> 0.0020, spawn-tree trace games 0.0145 -> 0.0022) and
 leaves dense games as they were, at the price of the fit: about a hundred milliseconds of
 CPU at n = 100 and 10,000 evaluations, against a few for the linear fit (choose ``linear``
 when an evaluation costs microseconds). ``auto``: ``interactions`` up to 300 players,

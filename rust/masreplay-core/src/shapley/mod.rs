@@ -316,7 +316,7 @@ fn unstructured_choice(n: usize, budget: u64) -> Method {
 /// Players up to which `surrogate="auto"` gives MSR's surrogate interaction features
 /// (measured on the benchmark families at n = 30-300, 10,000 evaluations, 5 seeds: MAE on
 /// sparse low-order SOUM 0.0083 -> 0.0013 (n = 30), 0.0108 -> 0.0020 (100), 0.0122 -> 0.0029
-/// (300); trace games 0.0061 -> 0.0006, 0.0145 -> 0.0045, 0.0286 -> 0.0174; full-order,
+/// (300); trace games 0.0061 -> 0.0003, 0.0145 -> 0.0022, 0.0286 -> 0.0094; full-order,
 /// voting and pairwise games unchanged (nothing passes the screening, or what does fits
 /// little); at 1,000 evaluations trace games at n = 30 0.0243 -> 0.0158, the rest as
 /// before). Beyond it the screening's pair statistics
