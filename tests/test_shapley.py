@@ -623,19 +623,24 @@ def test_trace_players_break_time_ties_by_event_id_not_by_row():
         assert players["n_events"].to_pylist() == [3, 1, 2, 1, 1]
 
 
-def test_auto_keeps_no_step_that_misclassifies_held_out_pairs():
-    # A voting game with real weights: a step on an integer grid fits it nearly but not exactly,
-    # and the pairs it would get wrong are too rare for MSR's sample variance to report (kept,
-    # such steps brought coverage to 0.93 on this game). auto must then fall back to the
-    # surrogate without a step: the same bits as surrogate="interactions".
+def test_auto_fits_a_staircase_where_no_step_separates():
+    # A voting game with real weights: no step on an integer grid separates its coalitions, but
+    # a staircase (the share of wins at each integer score) is right on average near the quota.
+    # Measured on seeds 0-11: half the error of surrogate="interactions" (0.0018 vs 0.0035, lower
+    # in every seed), 0.97 of the values within 1.96 standard errors (0.94 over 200 seeds).
     rng = np.random.default_rng(3)
     weights = rng.integers(1, 6, size=14) + rng.normal(0, 0.3, size=14)
     game = games.weighted_voting(weights, 0.6 * weights.sum())
-    for seed in range(4):
+    exact = masreplay.shapley(game, method="exact").values
+    errors, plain_errors, covered = [], [], 0
+    for seed in range(6):
         auto = masreplay.shapley(game, method="msr", budget=3000, seed=seed)
         plain = masreplay.shapley(game, method="msr", budget=3000, seed=seed, surrogate="interactions")
-        np.testing.assert_array_equal(auto.values, plain.values)
-        np.testing.assert_array_equal(auto.stderr, plain.stderr)
+        errors.append(np.abs(auto.values - exact))
+        plain_errors.append(np.abs(plain.values - exact))
+        covered += int(np.sum(errors[-1] <= 1.96 * np.asarray(auto.stderr)))
+    assert np.mean(errors) < 0.75 * np.mean(plain_errors)
+    assert covered >= 0.9 * 6 * len(weights)
 
 
 def test_auto_finds_the_step_of_an_integer_voting_game():

@@ -325,17 +325,20 @@ fn unstructured_choice(n: usize, budget: u64) -> Method {
 const INTERACTIONS_UP_TO_PLAYERS: usize = 300;
 
 /// What MSR's surrogate holds beside its linear part: interaction features (see
-/// [`INTERACTIONS_UP_TO_PLAYERS`]) and, for `auto`, a step when the game's evaluations take
-/// two values only (threshold.rs). Each fold keeps its step only where a step fitted without
-/// one of its training folds classifies every pair of that held-out fold right and, with the
-/// linear part refitted to what it leaves, leaves that fold less than the linear part alone.
-/// A step that is nearly right is refused: the few pairs it gets wrong leave residuals too
-/// sparse for their sample variance, and the intervals under-cover (a voting game with real
-/// weights, n = 14, 3,000 evaluations, 200 seeds: coverage 0.932 with such steps kept, 0.951
-/// refused). On the bench's weighted voting games at 10,000 evaluations (5 seeds, MAE before
-/// projection): n = 30 0.00191 -> 0.00062 (two seeds exact), n = 100 and 300 unchanged (no
-/// fold's step is exact there); its fits cost about 0.6 s of CPU at n = 30 and 0.8-1.5 s at
-/// n = 100-300, on two-valued games only.
+/// [`INTERACTIONS_UP_TO_PLAYERS`]) and, for `auto`, a step or staircase when the game's
+/// evaluations take two values only (threshold.rs): a step where one separates the training
+/// coalitions, else a staircase (the share of high values at each integer weighted sum). Each
+/// fold keeps it only where one fitted without one of its training folds, with the linear part
+/// refitted to what it leaves, leaves that held-out fold less than the linear part alone. A
+/// staircase is right on average where a step errs, so its residuals are not the rare large
+/// misses that left a nearly right step's intervals under-covering (a voting game with real
+/// weights, n = 14, 3,000 evaluations, 200 seeds: coverage 0.932 with such steps kept; 0.942
+/// with staircases, which halve the error there). On the bench's weighted voting games at
+/// 10,000 evaluations (5 seeds, MAE before projection): n = 30 0.00191 -> 0.00021 (two seeds
+/// exact), n = 100 0.00196 -> 0.00157, n = 300 unchanged (no fold keeps one). CPU per run
+/// (median of 3 passes, load 2-4): 0.81 s at n = 30, 1.96 s at n = 100 (a kept staircase is
+/// fitted again on all training folds: twice the step's 0.98 s), 1.76 s at n = 300 (2.28 s
+/// with the step's grids up to 64); two-valued games only.
 fn msr_extras(surrogate: MsrSurrogate, n: usize) -> msr::Extras {
     match surrogate {
         MsrSurrogate::Auto => msr::Extras { interactions: n <= INTERACTIONS_UP_TO_PLAYERS, threshold: true },

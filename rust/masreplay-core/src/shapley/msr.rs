@@ -22,8 +22,9 @@
 //! d_i = 2 (y(S) - g_s(S)) a_i(S) + 2 (n b_i(s) - sum_j b_j(s)) / (n (n - 1)), a draw of the
 //! strata's term whose mean is exact whatever g is, provided g was fitted without that pair.
 //! On a game whose values are two, a step h (threshold.rs: v = low or high as a weighted sum
-//! of the members reaches a quota) may join g: the linear part then fits what h's half
-//! difference leaves, and h adds its own MSR means, exact by dynamic programming.
+//! of the members reaches a quota), or a staircase (the share of high values at each weighted
+//! sum), may join g: the linear part then fits what h's half difference leaves, and h adds its
+//! own MSR means, exact by dynamic programming.
 //! With interactions (surrogate.rs), g also holds the characters x_i x_j x_k of triples of
 //! players screened on the linear fit's residuals, fitted jointly with the linear part; their
 //! MSR means are exact too (hypergeometric).
@@ -55,7 +56,7 @@ use super::linalg::{Factor, cholesky};
 use super::pipeline::{Sink, value_drawn, value_streamed};
 use super::sampling::stream;
 use super::surrogate::{Interactions, Stratum};
-use super::threshold::{self, Outcome, Threshold};
+use super::threshold::{self, Outcome, Staircase};
 use super::{Estimate, Stopping};
 use crate::error::{MasreplayError, Result};
 
@@ -482,15 +483,15 @@ impl Surrogate {
     }
 }
 
-/// A fold's threshold surrogate h (threshold.rs), whose half difference the linear part's
-/// fit and the Monte Carlo residual leave out, and its MSR means per size (once kept).
+/// A fold's step or staircase h (threshold.rs), whose half difference the linear part's fit
+/// and the Monte Carlo residual leave out, and its MSR means per size (once kept).
 struct Step {
-    h: Threshold,
+    h: Staircase,
     means: Vec<Vec<f64>>,
 }
 
 impl Step {
-    fn new(h: Threshold) -> Self {
+    fn new(h: Staircase) -> Self {
         Step { h, means: Vec::new() }
     }
 
@@ -606,8 +607,8 @@ fn fit_weight(n: usize, s: usize, drawn: f64) -> f64 {
 pub struct Extras {
     /// Interaction features screened on the linear part's residuals (surrogate.rs).
     pub interactions: bool,
-    /// A step fitted when the game's values are two (threshold.rs), kept by a fold where it
-    /// classifies every pair of a held-out training fold right (see `CrossFit::with_step`).
+    /// A step or staircase fitted when the game's values are two (threshold.rs), kept by a
+    /// fold where it leaves a held-out training fold less (see `CrossFit::with_step`).
     pub threshold: bool,
 }
 
@@ -796,12 +797,13 @@ impl CrossFit {
         self.added += 1;
     }
 
-    /// Fold k's surrogate when the game may be two-valued: a step fitted on the training pairs
-    /// with the linear part refitted to what it leaves, or `linear` alone. Which, is decided
-    /// on the training folds only, by one of them (the next fold, v) held out: a step fitted
-    /// without v must classify every pair of v right and, with its linear part, leave v's
-    /// pairs a smaller weighted sum of squares than `linear` does. (The training pairs' own sum cannot decide: at n = 300 a step fits
-    /// them exactly and misclassifies more of the other pairs than the linear part leaves.)
+    /// Fold k's surrogate when the game may be two-valued: a step (or staircase) fitted on the
+    /// training pairs with the linear part refitted to what it leaves, or `linear` alone.
+    /// Which, is decided on the training folds only, by one of them (the next fold, v) held
+    /// out: a step fitted without v, with its linear part, must leave v's pairs a smaller
+    /// weighted sum of squares than `linear` does. (The training pairs' own sum cannot decide:
+    /// at n = 300 a step fits them exactly and misclassifies more of the other pairs than the
+    /// linear part leaves.)
     fn with_step(
         &self,
         draws: &[Draws],
@@ -815,18 +817,6 @@ impl CrossFit {
         let train = |j: usize| j % folds != k;
         let Some(inner) = self.step_fitted(draws, |j| train(j) && j % folds != v) else { return (linear, None) };
         let validated = |j: usize| j % folds == v;
-        // A step that misclassifies any held-out pair is not kept: the rare pairs it gets wrong
-        // leave residuals too sparse for their sample variance to report the error.
-        let mut members = Vec::with_capacity(self.n);
-        let misses = draws.iter().any(|d| {
-            d.sets.iter().zip(&d.values).enumerate().filter(|&(j, _)| validated(j)).any(|(_, (set, &y))| {
-                members_of(set, &mut members);
-                Step::value(Some(&inner), &members) != y
-            })
-        });
-        if misses {
-            return (linear, None);
-        }
         let with_inner = self.stepped(draws, fit, moments, &inner, train);
         if self.left(draws, &with_inner, Some(&inner), validated) >= self.left(draws, &linear, None, validated) {
             return (linear, None);

@@ -2,11 +2,14 @@
 //! a team that either succeeds or fails, is v(S) = low + (high - low) [w . x_S >= q]. A linear
 //! surrogate fits that step poorly (its slopes are swing rates near the quota); a step fitted on
 //! the evaluations, h(S) = low + (high - low) [u . x_S >= t] with non-negative integer weights
-//! u, can match it everywhere.
+//! u, can match it everywhere. Where no step separates the evaluations (u is known only up to
+//! the few coalitions near the quota), a staircase h(S) = low + (high - low) p(u . x_S), p the
+//! share of the coalitions of each score that reached `high`, is right on average near the
+//! quota where a step is wrong on one side: a control variate needs no more.
 //!
 //! MSR needs h's means E_s[h(S) a_i(S)] at every size s exactly (a_i(S) = 1/s inside, -1/(n - s)
 //! outside). Since E_s[a_i] = 0 they are (high - low) / n times
-//! P(u(S') >= t - u_i) - P(u(S'') >= t), S' and S'' uniform coalitions of the other players of
+//! E[p(u_i + u(S'))] - E[p(u(S''))], S' and S'' uniform coalitions of the other players of
 //! sizes s - 1 and s (i in S with probability s / n, and then S = S' + i). The law of u(S) over
 //! the coalitions of each size is a table over (size, weight sum), built one player at a time;
 //! the table of the others is the full one with player i taken back out (a deconvolution), once
@@ -15,16 +18,29 @@
 //! shrinks the error it carries (see [`Laws::without`]).
 //!
 //! The fit (the training folds' coalitions only, so that MSR stays unbiased): logistic
-//! regression of the outcome on the memberships, centred at 1/2, by gradient steps; then, grid
-//! by grid (largest weight 1..=[`MAX_GRID`]), the weights scaled and rounded, and moved one
-//! unit at a time while that misclassifies fewer training coalitions (the quota chosen anew at
-//! each move). The coarsest grid that misclassifies none is kept (a voting game's own weights
-//! are small integers), else the one that misclassifies the fewest.
+//! regression of the outcome on the memberships, centred at 1/2, with a small ridge, by
+//! gradient steps; then, grid by grid (largest weight 1..=[`MAX_GRID`]), the weights scaled and
+//! rounded, and moved one unit at a time while that misclassifies fewer training coalitions
+//! (the quota chosen anew at each move). The coarsest grid that misclassifies none gives the
+//! step (a voting game's own weights are small integers). If none does, the weights rounded on
+//! the grid of [`STAIRCASE_GRID`] and the share of winners per score, made non-decreasing by
+//! pooling adjacent violators, give the staircase: the search's training errors there were
+//! fewer but its held-out ones not (bench voting n = 100: MAE 0.00187 from the search's best
+//! grid, 0.00172 from the plain rounding, both unpenalised).
 
 use super::coalition::members_of;
 
-/// Largest integer weight of the grid.
-const MAX_GRID: u32 = 64;
+/// Largest integer weight of the grids searched for a step that separates the training
+/// coalitions (16 and 64 gave the same steps on the bench's voting games at n = 30-300).
+const MAX_GRID: u32 = 16;
+/// Largest integer weight of a staircase's grid (fine: its share per score absorbs the
+/// rounding).
+const STAIRCASE_GRID: u32 = 64;
+/// Ridge on the logistic regression's weights, in units of one training pair's loss: the data
+/// of a voting game are separable, and unpenalised the direction follows the few coalitions
+/// nearest the quota (bench voting n = 100, `auto`, 5 seeds: MAE 0.00172 unpenalised, 0.00158
+/// at 1, 0.00157 at 3, 0.00153 at 3.3 and at 10).
+const PENALTY: f64 = 3.0;
 /// Most cells of a law table ((n + 1) x (total weight + 1)); grids past it are not tried.
 const MAX_CELLS: usize = 1 << 22;
 /// Gradient steps of the logistic regression and their size (Adam's, on the weights).
@@ -89,7 +105,7 @@ impl Points {
 
 /// Fits h on the training pairs `outcomes` of a game whose values are `low` and `high`
 /// (v(empty) and v(N)): None when some value is neither, or no step separates any.
-pub(super) fn fit(n: usize, outcomes: &[Outcome], low: f64, high: f64) -> Option<Threshold> {
+pub(super) fn fit(n: usize, outcomes: &[Outcome], low: f64, high: f64) -> Option<Staircase> {
     if low == high || outcomes.is_empty() {
         return None;
     }
@@ -102,25 +118,62 @@ pub(super) fn fit(n: usize, outcomes: &[Outcome], low: f64, high: f64) -> Option
     // The coarsest grid whose weights, after the search, misclassify no training coalition (a
     // voting game's own weights are small integers; finer grids fit the training coalitions
     // as well and the others worse), else the one that misclassifies the fewest.
-    let mut best: Option<(usize, u64, Search)> = None;
-    for grid in 1..=MAX_GRID {
+    let rounded = |grid: u32| -> Option<Vec<u32>> {
         let weights: Vec<u32> =
             direction.iter().map(|&d| (d.max(0.0) * f64::from(grid) / largest).round() as u32).collect();
-        let total: u64 = weights.iter().map(|&w| u64::from(w)).sum();
-        if (n + 1) * (total as usize + 1) > MAX_CELLS {
-            break;
-        }
+        let total: usize = weights.iter().map(|&w| w as usize).sum();
+        ((n + 1) * (total + 1) <= MAX_CELLS).then_some(weights)
+    };
+    for grid in 1..=MAX_GRID {
+        let Some(weights) = rounded(grid) else { break };
         let mut search = Search::new(n, &points, weights);
         let (quota, errors) = search.descend(n);
-        if best.as_ref().is_none_or(|(fewest, ..)| errors < *fewest) {
-            best = Some((errors, quota, search));
-        }
         if errors == 0 {
-            break;
+            return Some(Staircase::step(search.weights, quota, low, high));
         }
     }
-    let (_, quota, search) = best?;
-    Some(Threshold::new(search.weights, quota, low, high))
+    // No grid separates the training coalitions: the direction on a fine grid, with the share
+    // of winners at each score (a staircase, right on average where a step errs).
+    let weights = (1..=STAIRCASE_GRID).rev().find_map(rounded)?;
+    let share = winning_share(&points, &weights);
+    Some(Staircase::new(weights, share, low, high))
+}
+
+/// Per score t (0..=total of `weights`): the share of the training coalitions of score t that
+/// won, made non-decreasing by pooling adjacent violators; between two observed scores of
+/// different shares, the share jumps halfway (as the step's quota does, [`fewest_errors`]).
+fn winning_share(points: &Points, weights: &[u32]) -> Vec<f64> {
+    let total: usize = weights.iter().map(|&w| w as usize).sum();
+    // Per score: coalitions that won, and all of them.
+    let mut tally = vec![[0u64; 2]; total + 1];
+    for j in 0..points.len() {
+        let inside: usize = points.members(j).iter().map(|&i| weights[i as usize] as usize).sum();
+        for (score, won) in [(inside, points.won[j][0]), (total - inside, points.won[j][1])] {
+            tally[score][0] += u64::from(won);
+            tally[score][1] += 1;
+        }
+    }
+    // Blocks of adjacent observed scores: (first score, last score, won, all).
+    let mut blocks: Vec<(usize, usize, u64, u64)> = Vec::new();
+    for (t, &[won, all]) in tally.iter().enumerate().filter(|(_, c)| c[1] > 0) {
+        let mut block = (t, t, won, all);
+        while let Some(&(first, _, w, a)) = blocks.last() {
+            // Merge while the block before has the larger share (w / a > won / all).
+            if u128::from(w) * u128::from(block.3) <= u128::from(block.2) * u128::from(a) {
+                break;
+            }
+            block = (first, block.1, w + block.2, a + block.3);
+            blocks.pop();
+        }
+        blocks.push(block);
+    }
+    let mut share = vec![0.0; total + 1];
+    for (k, &(first, last, won, all)) in blocks.iter().enumerate() {
+        let from = if k == 0 { 0 } else { (blocks[k - 1].1 + 1 + first) / 2 };
+        let to = blocks.get(k + 1).map_or(total, |next| (last + 1 + next.0) / 2 - 1);
+        share[from..=to].fill(won as f64 / all as f64);
+    }
+    share
 }
 
 /// The direction of a logistic regression of the outcomes on the memberships centred at 1/2
@@ -148,6 +201,7 @@ fn logistic_direction(n: usize, points: &Points) -> Vec<f64> {
             gradient[n] += g_in + g_out;
         }
         gradient[..n].iter_mut().for_each(|g| *g -= centred);
+        gradient[..n].iter_mut().zip(&w).for_each(|(g, w)| *g += PENALTY * w);
         let scale = 1.0 / points.len() as f64;
         let (fix1, fix2) = (1.0 - beta1.powi(step as i32), 1.0 - beta2.powi(step as i32));
         for k in 0..=n {
@@ -281,34 +335,52 @@ fn fewest_errors(counts: &[[i64; 2]]) -> (u64, usize) {
     (((first + last) / 2) as u64, fewest as usize)
 }
 
-/// h(S) = low + (high - low) [sum of `weights` over S >= quota].
+/// h(S) = low + (high - low) p(u(S)), u(S) the sum of the integer `weights` over S and p a
+/// non-decreasing share from 0 to 1 per score: a staircase; a single step when p is 0 below a
+/// quota and 1 from it.
 #[derive(Clone, Debug)]
-pub(super) struct Threshold {
+pub(super) struct Staircase {
     weights: Vec<u32>,
     total: u64,
-    quota: u64,
+    /// p at every score 0..=total.
+    share: Vec<f64>,
     low: f64,
     high: f64,
 }
 
-impl Threshold {
-    pub fn new(weights: Vec<u32>, quota: u64, low: f64, high: f64) -> Self {
+impl Staircase {
+    pub fn new(weights: Vec<u32>, share: Vec<f64>, low: f64, high: f64) -> Self {
         let total = weights.iter().map(|&w| u64::from(w)).sum();
-        Threshold { weights, total, quota, low, high }
+        debug_assert_eq!(share.len() as u64, total + 1);
+        Staircase { weights, total, share, low, high }
+    }
+
+    /// The step low + (high - low) [u(S) >= quota].
+    pub fn step(weights: Vec<u32>, quota: u64, low: f64, high: f64) -> Self {
+        let total: u64 = weights.iter().map(|&w| u64::from(w)).sum();
+        let share = (0..=total).map(|t| f64::from(u8::from(t >= quota))).collect();
+        Staircase::new(weights, share, low, high)
     }
 
     fn weight_of(&self, members: &[usize]) -> u64 {
         members.iter().map(|&i| u64::from(self.weights[i])).sum()
     }
 
+    #[cfg(test)]
+    fn value(&self, members: &[usize]) -> f64 {
+        self.low + (self.high - self.low) * self.share[self.weight_of(members) as usize]
+    }
+
     /// The half difference of h over a complementary pair: (h(S) - h(N - S)) / 2.
     pub fn half_difference(&self, members: &[usize]) -> f64 {
         let inside = self.weight_of(members);
-        let reaches = |w: u64| f64::from(u8::from(w >= self.quota));
-        (self.high - self.low) / 2.0 * (reaches(inside) - reaches(self.total - inside))
+        let p = |w: u64| self.share[w as usize];
+        (self.high - self.low) / 2.0 * (p(inside) - p(self.total - inside))
     }
 
-    /// E_s[h(S) a_i(S)] at every size s (index s, 0..=n; zero at 0 and n) for every player i.
+    /// E_s[h(S) a_i(S)] at every size s (index s, 0..=n; zero at 0 and n) for every player i:
+    /// (high - low) / n times E[p(u_i + u(S'))] - E[p(u(S''))], S' and S'' uniform coalitions
+    /// of the others of sizes s - 1 and s.
     pub fn size_means(&self) -> Vec<Vec<f64>> {
         let n = self.weights.len();
         let laws = Laws::of(&self.weights);
@@ -319,12 +391,14 @@ impl Threshold {
         let scale = (self.high - self.low) / n as f64;
         for w in distinct {
             let others = laws.without(w);
-            let tail = |k: usize, from: u64| -> f64 {
+            // E[p(shift + u)] over the others' coalitions of size k (their scores stay at or
+            // below total - w).
+            let expected = |k: usize, shift: usize| -> f64 {
                 let row = &others[k * laws.width..(k + 1) * laws.width];
-                row[(from as usize).min(laws.width)..].iter().sum()
+                row.iter().zip(&self.share[shift.min(laws.width)..]).map(|(q, p)| q * p).sum()
             };
-            let with_i: Vec<f64> = (0..n).map(|k| tail(k, self.quota.saturating_sub(u64::from(w)))).collect();
-            let without_i: Vec<f64> = (0..n).map(|k| tail(k, self.quota)).collect();
+            let with_i: Vec<f64> = (0..n).map(|k| expected(k, w as usize)).collect();
+            let without_i: Vec<f64> = (0..n).map(|k| expected(k, 0)).collect();
             for (s, row) in means.iter_mut().enumerate().take(n).skip(1) {
                 let mean = scale * (with_i[s - 1] - without_i[s]);
                 self.weights.iter().zip(row.iter_mut()).filter(|&(&wi, _)| wi == w).for_each(|(_, m)| *m = mean);
@@ -413,14 +487,14 @@ mod tests {
     use crate::shapley::games::WeightedVotingGame;
     use crate::shapley::kernel::for_each_subset;
 
-    fn brute_means(h: &Threshold, n: usize) -> Vec<Vec<f64>> {
+    fn brute_means(h: &Staircase, n: usize) -> Vec<Vec<f64>> {
         let mut means = vec![vec![0.0; n]; n + 1];
         let mut members = Vec::new();
         for (s, row) in means.iter_mut().enumerate().take(n).skip(1) {
             let mut count = 0.0;
             for_each_subset(n, s, |set| {
                 members_of(set, &mut members);
-                let value = if h.weight_of(&members) >= h.quota { h.high } else { h.low };
+                let value = h.value(&members);
                 for (i, m) in row.iter_mut().enumerate() {
                     *m += value * if contains(set, i) { 1.0 / s as f64 } else { -1.0 / (n - s) as f64 };
                 }
@@ -432,7 +506,8 @@ mod tests {
     }
 
     /// The tables' per-size means match the mean over every coalition, for weights with
-    /// repeats and zeros and quotas at the edges.
+    /// repeats and zeros and quotas at the edges: of the step, and of a staircase of uneven
+    /// treads that rises from 0 to 1 around the quota.
     #[test]
     fn size_means_match_brute_force() {
         let cases: [(&[u32], u64); 4] = [
@@ -443,16 +518,21 @@ mod tests {
         ];
         for (weights, quota) in cases {
             let n = weights.len();
-            let h = Threshold::new(weights.to_vec(), quota, -0.5, 2.0);
-            let (fast, slow) = (h.size_means(), brute_means(&h, n));
-            for s in 0..=n {
-                for i in 0..n {
-                    assert!(
-                        (fast[s][i] - slow[s][i]).abs() < 1e-12,
-                        "{weights:?} s {s} i {i}: {} vs {}",
-                        fast[s][i],
-                        slow[s][i]
-                    );
+            let total: u64 = weights.iter().map(|&w| u64::from(w)).sum();
+            let rising = |t: u64| ((t as f64 - quota as f64) / 5.0 + 0.5).clamp(0.0, 1.0).powi(2);
+            let staircase = Staircase::new(weights.to_vec(), (0..=total).map(rising).collect(), -0.5, 2.0);
+            for h in [Staircase::step(weights.to_vec(), quota, -0.5, 2.0), staircase] {
+                let (fast, slow) = (h.size_means(), brute_means(&h, n));
+                for s in 0..=n {
+                    for i in 0..n {
+                        assert!(
+                            (fast[s][i] - slow[s][i]).abs() < 1e-12,
+                            "{weights:?} {:?} s {s} i {i}: {} vs {}",
+                            h.share,
+                            fast[s][i],
+                            slow[s][i]
+                        );
+                    }
                 }
             }
         }
@@ -466,7 +546,7 @@ mod tests {
         let quota = 20;
         let game = WeightedVotingGame::new(weights.iter().map(|&w| f64::from(w)).collect(), quota as f64).unwrap();
         let truth = exact(&game, &Stopping { budget: u64::MAX, target_stderr: None, seed: 0 }).unwrap().values;
-        let means = Threshold::new(weights.clone(), quota, 0.0, 1.0).size_means();
+        let means = Staircase::step(weights.clone(), quota, 0.0, 1.0).size_means();
         let n = weights.len();
         for (i, phi) in truth.iter().enumerate() {
             let value: f64 = 1.0 / n as f64 + means.iter().map(|row| row[i]).sum::<f64>();
@@ -482,7 +562,7 @@ mod tests {
         let n = 300;
         let weights: Vec<u32> = (0..n).map(|i| 1 + (i as u32 * 7919) % 5).collect();
         let total: u64 = weights.iter().map(|&w| u64::from(w)).sum();
-        let h = Threshold::new(weights.clone(), (total * 3).div_ceil(5), 0.0, 1.0);
+        let h = Staircase::step(weights.clone(), (total * 3).div_ceil(5), 0.0, 1.0);
         let laws = Laws::of(&weights);
         for player in [0, 1, 2, 3, 4] {
             let others: Vec<u32> = weights.iter().enumerate().filter(|&(j, _)| j != player).map(|(_, &w)| w).collect();
@@ -503,6 +583,30 @@ mod tests {
         }
     }
 
+    /// The share of winners per score is pooled where it falls (scores 3 and 4 below), and
+    /// jumps halfway between observed scores.
+    #[test]
+    fn winning_share_pools_violators_and_jumps_halfway() {
+        // Three players of weights 1, 2, 4 (total 7); pairs (S, N - S) with their outcomes.
+        let sets: [(&[u32], [bool; 2]); 4] =
+            [(&[0], [false, true]), (&[1], [false, true]), (&[0, 1], [true, false]), (&[2], [false, true])];
+        let mut points = Points { members: Vec::new(), starts: vec![0], won: Vec::new() };
+        for (members, won) in sets {
+            points.members.extend_from_slice(members);
+            points.starts.push(points.members.len());
+            points.won.push(won);
+        }
+        // Scores: 1 lost, 6 won; 2 lost, 5 won; 3 won, 4 lost; 4 lost, 3 won. So 1, 2: 0; 3: 2
+        // of 2; 4: 0 of 2, pooled with 3 to 1/2; 5, 6: 1.
+        let share = winning_share(&points, &[1, 2, 4]);
+        assert_eq!(share, vec![0.0, 0.0, 0.0, 0.5, 0.5, 1.0, 1.0, 1.0]);
+        // The first pair alone, scores 1 (lost) and 6 (won): the jump lands halfway, at 4 (the
+        // middle of the quotas 2-6 that misclassify neither).
+        points.won.truncate(1);
+        points.starts.truncate(2);
+        assert_eq!(winning_share(&points, &[1, 2, 4]), vec![0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0]);
+    }
+
     /// Fitted on the complementary pairs of a weighted voting game (weights 1-5, quota 60% of
     /// their sum, the benchmark's), h classifies fresh coalitions as the game does.
     #[test]
@@ -513,12 +617,12 @@ mod tests {
             let mut rng = stream(3, n as u64);
             let weights: Vec<u32> = (0..n).map(|_| rand::RngExt::random_range(&mut rng, 1..=5)).collect();
             let total: u64 = weights.iter().map(|&w| u64::from(w)).sum();
-            let game = Threshold::new(weights.clone(), (total * 3).div_ceil(5), 0.0, 1.0);
+            let game = Staircase::step(weights.clone(), (total * 3).div_ceil(5), 0.0, 1.0);
             let words = crate::shapley::coalition::words_for(n);
             let mut members = Vec::new();
             let mut value = |set: &[u64]| {
                 members_of(set, &mut members);
-                if game.weight_of(&members) >= game.quota { 1.0 } else { 0.0 }
+                game.value(&members)
             };
             let draw =
                 |rng: &mut rand_xoshiro::Xoshiro256PlusPlus, k: usize| random_subset(rng, n, 1 + k % (n / 2), words);
@@ -534,10 +638,11 @@ mod tests {
                 .filter(|set| {
                     let mut inside = Vec::new();
                     members_of(set, &mut inside);
-                    (h.weight_of(&inside) >= h.quota) != (value(set) == 1.0)
+                    (h.value(&inside) >= 0.5) != (value(set) == 1.0)
                 })
                 .count();
-            // Measured: 6 wrong at n = 30 (grid 28), none at n = 100 and 300.
+            // Measured with the unpenalised direction and grids up to 64: 6 wrong at n = 30 (grid
+            // 28), none at n = 100 and 300.
             assert!(wrong <= 20, "n {n}: {wrong} of 4000 misclassified");
         }
     }
