@@ -700,8 +700,42 @@ fn spreads(n: usize, sizes: &[usize], residuals: &[f64]) -> Vec<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::shapley::coalition::size;
     use crate::shapley::kernel::random_subset;
     use crate::shapley::sampling::stream;
+
+    /// `count` coalitions drawn uniformly at each of `sizes`, with the values of a residual made
+    /// of the characters of `truth`'s triples.
+    fn characters_sample(
+        n: usize,
+        truth: &[([usize; 3], f64)],
+        sizes: std::ops::RangeInclusive<usize>,
+        count: usize,
+        seed: u64,
+    ) -> (Vec<Coalitions>, Vec<Vec<f64>>) {
+        let mut rng = stream(seed, 0);
+        let sets: Vec<Coalitions> = sizes
+            .map(|s| {
+                let mut sets = Coalitions::new(n);
+                (0..count).for_each(|_| sets.push(&random_subset(&mut rng, n, s, 1)));
+                sets
+            })
+            .collect();
+        let made = |set: &[u64]| truth.iter().map(|(t, c)| c * parity(t, set)).sum::<f64>();
+        let values = sets.iter().map(|sets| sets.iter().map(made).collect()).collect();
+        (sets, values)
+    }
+
+    /// One stratum per size of the sample, its residuals the values, every coalition weighing 1.
+    fn strata_of<'a>(sets: &'a [Coalitions], values: &'a [Vec<f64>]) -> Vec<Stratum<'a>> {
+        sets.iter()
+            .zip(values)
+            .map(|(sets, values)| {
+                let size = size(sets.get(0));
+                Stratum { size, sets, values, residuals: values.clone(), weight: 1.0 }
+            })
+            .collect()
+    }
 
     /// Residuals that are a sum of three triples' characters (two sharing a player) are
     /// recovered: those triples are kept (with others, whose coefficients come out nil), and
@@ -710,24 +744,8 @@ mod tests {
     fn recovers_the_triples_a_residual_is_made_of() {
         let n = 24;
         let truth = [([1, 5, 9], 0.8), ([1, 7, 20], -0.6), ([3, 11, 15], 0.5)];
-        let mut rng = stream(7, 0);
-        let sizes: Vec<usize> = (2..=12).collect();
-        let sets: Vec<Coalitions> = sizes
-            .iter()
-            .map(|&s| {
-                let mut sets = Coalitions::new(n);
-                (0..400).for_each(|_| sets.push(&random_subset(&mut rng, n, s, 1)));
-                sets
-            })
-            .collect();
-        let made = |set: &[u64]| truth.iter().map(|(t, c)| c * parity(t, set)).sum::<f64>();
-        let values: Vec<Vec<f64>> = sets.iter().map(|sets| sets.iter().map(made).collect()).collect();
-        let strata: Vec<Stratum> = sizes
-            .iter()
-            .zip(&sets)
-            .zip(&values)
-            .map(|((&size, sets), values)| Stratum { size, sets, values, residuals: values.clone(), weight: 1.0 })
-            .collect();
+        let (sets, values) = characters_sample(n, &truth, 2..=12, 400, 7);
+        let strata = strata_of(&sets, &values);
         // Fitted without every fourth coalition, checked on those; no linear part to refit. The
         // fit stops once a turn moves no coefficient by 1% of the largest ([`SETTLED`]): close
         // to 1e-5, not to rounding.
@@ -750,8 +768,6 @@ mod tests {
         assert!(Interactions::fit(n, &flat, |j| j % 4 != 0, |_| values.clone()).triples.is_empty());
     }
 
-    /// The features' closed-form terms are E_s[chi_T a_i], counted over every coalition of
-    /// each size, and sum to zero over the players.
     /// Every triple holding the hub is scored from one table of pair sums: on a residual made
     /// of hub triples' characters (sizes near n / 2, where characters are near orthogonal), the
     /// triples found are exactly those, the strongest first.
@@ -759,24 +775,8 @@ mod tests {
     fn hub_screening_finds_the_triples_around_a_hub() {
         let n = 40;
         let truth = [([0, 3, 7], 0.9), ([0, 3, 11], -0.7), ([0, 12, 30], 0.5), ([0, 25, 39], -0.4)];
-        let mut rng = stream(11, 0);
-        let sizes: Vec<usize> = (17..=20).collect();
-        let sets: Vec<Coalitions> = sizes
-            .iter()
-            .map(|&s| {
-                let mut sets = Coalitions::new(n);
-                (0..500).for_each(|_| sets.push(&random_subset(&mut rng, n, s, 1)));
-                sets
-            })
-            .collect();
-        let made = |set: &[u64]| truth.iter().map(|(t, c)| c * parity(t, set)).sum::<f64>();
-        let values: Vec<Vec<f64>> = sets.iter().map(|sets| sets.iter().map(made).collect()).collect();
-        let strata: Vec<Stratum> = sizes
-            .iter()
-            .zip(&sets)
-            .zip(&values)
-            .map(|((&size, sets), values)| Stratum { size, sets, values, residuals: values.clone(), weight: 1.0 })
-            .collect();
+        let (sets, values) = characters_sample(n, &truth, 17..=20, 500, 11);
+        let strata = strata_of(&sets, &values);
         let training = Training::new(n, &strata, |_| true);
         let found = hub_triples(&training, 0, &training.linear, &[]);
         assert_eq!(found, truth.map(|(t, _)| t).to_vec());
@@ -791,24 +791,8 @@ mod tests {
     fn triples_below_the_hub_triples_are_found_from_their_pairs() {
         let n = 40;
         let truth = [([3, 7, 21], 0.8), ([5, 12, 30], -0.6)];
-        let mut rng = stream(13, 0);
-        let sizes: Vec<usize> = (17..=20).collect();
-        let sets: Vec<Coalitions> = sizes
-            .iter()
-            .map(|&s| {
-                let mut sets = Coalitions::new(n);
-                (0..500).for_each(|_| sets.push(&random_subset(&mut rng, n, s, 1)));
-                sets
-            })
-            .collect();
-        let made = |set: &[u64]| truth.iter().map(|(t, c)| c * parity(t, set)).sum::<f64>();
-        let values: Vec<Vec<f64>> = sets.iter().map(|sets| sets.iter().map(made).collect()).collect();
-        let strata: Vec<Stratum> = sizes
-            .iter()
-            .zip(&sets)
-            .zip(&values)
-            .map(|((&size, sets), values)| Stratum { size, sets, values, residuals: values.clone(), weight: 1.0 })
-            .collect();
+        let (sets, values) = characters_sample(n, &truth, 17..=20, 500, 13);
+        let strata = strata_of(&sets, &values);
         let training = Training::new(n, &strata, |_| true);
         let known = [[0, 3, 7], [0, 12, 30]];
         assert_eq!(below_hubs(&training, &training.linear, &known, &[0]), truth.map(|(t, _)| t).to_vec());
@@ -829,6 +813,8 @@ mod tests {
         assert_eq!(hubs_of(&around(5, HUB_MIN - 1).collect::<Vec<_>>()), Vec::<usize>::new());
     }
 
+    /// The features' closed-form terms are E_s[chi_T a_i], counted over every coalition of
+    /// each size, and sum to zero over the players.
     #[test]
     fn feature_terms_are_the_msr_means_of_the_characters() {
         let n = 8;
