@@ -42,8 +42,8 @@
 //! false ones: a numpy check at n = 300 kept 67, 29 of them true; rounds of 20 kept 95, 93
 //! true).
 
-use super::coalition::{Coalitions, contains, members_of};
-use super::linalg::dot;
+use super::coalition::{Coalitions, contains, for_each_member, members_of};
+use super::linalg::{dot, sub_scaled_then_dot, sum_start};
 
 /// Residual sums of squares below this share of the values' leave nothing worth a feature (a
 /// pairwise game: what is left is the linear fit's ridge and rounding).
@@ -326,7 +326,7 @@ impl Screen {
     /// third player at once, from the coalitions holding the edge.
     fn extensions(&self, training: &Training, edges: &[(f64, usize, usize)]) -> Vec<(f64, [usize; 3])> {
         let n = self.n;
-        let (mut whole, mut members) = (vec![[0.0; 2]; n], Vec::with_capacity(n));
+        let mut whole = vec![[0.0; 2]; n];
         let mut scored = Vec::with_capacity(edges.len() * n);
         for &(_, i, j) in edges {
             whole.fill([0.0; 2]);
@@ -335,8 +335,7 @@ impl Screen {
                 while bits != 0 {
                     let sample = w * 64 + bits.trailing_zeros() as usize;
                     let [sum, square] = self.whole[sample];
-                    members_of(training.sets[sample], &mut members);
-                    members.iter().for_each(|&k| {
+                    for_each_member(training.sets[sample], |k| {
                         whole[k][0] += sum;
                         whole[k][1] += square;
                     });
@@ -413,10 +412,9 @@ impl Interactions {
         Interactions { triples: Vec::new(), coef: Vec::new() }
     }
 
-    /// The features' part of the surrogate at coalition `set` (summed from -0.0, as
-    /// [`Model::part`] sums it).
+    /// The features' part of the surrogate at coalition `set`.
     pub fn value(&self, set: &[u64]) -> f64 {
-        self.triples.iter().zip(&self.coef).map(|(triple, c)| c * parity(triple, set)).fold(-0.0, |sum, x| sum + x)
+        self.triples.iter().zip(&self.coef).map(|(triple, c)| c * parity(triple, set)).sum()
     }
 
     /// E_s[g a_i] of the features' part g for every player, added to `terms` times `scale`.
@@ -689,10 +687,11 @@ impl Model {
         self.coef.push(0.0);
     }
 
-    /// sum_T coef_T x_T at each of `len` samples, the features added in order from -0.0: where
-    /// the features are the characters, bit for bit [`Interactions::value`] at the samples.
+    /// sum_T coef_T x_T at each of `len` samples, the features added in order from where
+    /// `.sum()` starts: where the features are the characters, bit for bit
+    /// [`Interactions::value`] at the samples.
     fn part(&self, len: usize) -> Vec<f64> {
-        let mut part = vec![-0.0; len];
+        let mut part = vec![sum_start(); len];
         for (feature, c) in self.features.iter().zip(&self.coef) {
             part.iter_mut().zip(feature).for_each(|(sum, x)| *sum += c * x);
         }
@@ -710,14 +709,24 @@ impl Model {
         }
         for _ in 0..MAX_PASSES {
             let mut largest_step: f64 = 0.0;
+            // A feature's step is taken out of `left` in the pass over it that reads the next
+            // feature's product (one pass instead of two).
+            let mut pending: Option<(f64, &[f64])> = None;
             for (((c, f), wf), &norm) in self.coef.iter_mut().zip(&self.features).zip(&self.weighted).zip(&self.norms) {
                 if norm <= 0.0 {
                     continue;
                 }
-                let step = dot(wf, &left) / norm;
+                let product = match pending {
+                    Some((step, x)) => sub_scaled_then_dot(&mut left, step, x, wf),
+                    None => dot(wf, &left),
+                };
+                let step = product / norm;
                 *c += step;
                 largest_step = largest_step.max(step.abs());
-                left.iter_mut().zip(f).for_each(|(r, x)| *r -= step * x);
+                pending = Some((step, f));
+            }
+            if let Some((step, x)) = pending {
+                left.iter_mut().zip(x).for_each(|(r, x)| *r -= step * x);
             }
             if largest_step <= CONVERGED * self.coef.iter().fold(0.0, |m: f64, c| m.max(c.abs())) {
                 break;
