@@ -35,6 +35,18 @@ pub fn members_of(set: &[u64], out: &mut Vec<usize>) {
     }
 }
 
+/// `visit` on each player of `set`, ascending ([`members_of`] without the list).
+#[inline(always)]
+pub fn for_each_member(set: &[u64], mut visit: impl FnMut(usize)) {
+    for (w, &word) in set.iter().enumerate() {
+        let mut bits = word;
+        while bits != 0 {
+            visit(w * 64 + bits.trailing_zeros() as usize);
+            bits &= bits - 1;
+        }
+    }
+}
+
 /// Each byte's bits as eight booleans, lowest first.
 const BYTE_BOOLS: [[bool; 8]; 256] = {
     let mut table = [[false; 8]; 256];

@@ -41,6 +41,43 @@ fn dot_lanes(x: &[f64], y: &[f64]) -> f64 {
     lanes.iter().sum::<f64>() + tail
 }
 
+/// y -= a x, then z . y over y's length: the same bits as the update followed by [`dot`], in
+/// one pass over y.
+pub(super) fn sub_scaled_then_dot(y: &mut [f64], a: f64, x: &[f64], z: &[f64]) -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the processor has AVX2, checked just above.
+        return unsafe { sub_scaled_then_dot_avx2(y, a, x, z) };
+    }
+    sub_scaled_then_dot_lanes(y, a, x, z)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn sub_scaled_then_dot_avx2(y: &mut [f64], a: f64, x: &[f64], z: &[f64]) -> f64 {
+    sub_scaled_then_dot_lanes(y, a, x, z)
+}
+
+/// [`dot_lanes`]' partial sums, each element of y updated just before it is read.
+#[inline(always)]
+fn sub_scaled_then_dot_lanes(y: &mut [f64], a: f64, x: &[f64], z: &[f64]) -> f64 {
+    let len = y.len();
+    let (x, z) = (&x[..len], &z[..len]);
+    let mut lanes = [0.0; LANES];
+    let (mut y_chunks, x_chunks, z_chunks) = (y.chunks_exact_mut(LANES), x.chunks_exact(LANES), z.chunks_exact(LANES));
+    let (x_tail, z_tail) = (x_chunks.remainder(), z_chunks.remainder());
+    for ((yc, xc), zc) in (&mut y_chunks).zip(x_chunks).zip(z_chunks) {
+        for lane in 0..LANES {
+            yc[lane] -= a * xc[lane];
+            lanes[lane] += zc[lane] * yc[lane];
+        }
+    }
+    let y_tail = y_chunks.into_remainder();
+    y_tail.iter_mut().zip(x_tail).for_each(|(y, x)| *y -= a * x);
+    let tail: f64 = z_tail.iter().zip(y_tail.iter()).map(|(a, b)| a * b).sum();
+    lanes.iter().sum::<f64>() + tail
+}
+
 /// The lower Cholesky factor L of A = L L' (row-major), with the column where each of its
 /// rows' nonzeros start.
 pub struct Factor {
@@ -285,6 +322,22 @@ mod tests {
         a[6 * 10 + 6] = -1.0;
         assert!(cholesky(10, a.clone()).is_none());
         assert!(by_columns(10, a).is_none());
+    }
+
+    #[test]
+    fn the_fused_update_and_product_equal_the_two_passes_bit_for_bit() {
+        for len in [0, 1, 7, 8, 9, 61, 100] {
+            let y: Vec<f64> = (0..len).map(|i| (i as f64 * 0.37).sin()).collect();
+            let x: Vec<f64> = (0..len).map(|i| if i % 3 == 0 { -1.0 } else { 1.0 / (i as f64 + 1.5) }).collect();
+            let z: Vec<f64> = (0..len).map(|i| (i as f64 * 1.3).cos() / 7.0).collect();
+            let a = 0.123456789;
+            let mut apart = y.clone();
+            apart.iter_mut().zip(&x).for_each(|(y, x)| *y -= a * x);
+            let product = dot(&z, &apart);
+            let mut fused = y.clone();
+            assert_eq!(sub_scaled_then_dot(&mut fused, a, &x, &z).to_bits(), product.to_bits(), "len {len}");
+            assert!(fused.iter().zip(&apart).all(|(f, y)| f.to_bits() == y.to_bits()), "len {len}");
+        }
     }
 
     #[test]

@@ -851,27 +851,27 @@ impl CrossFit {
         step: &Step,
         train: impl Fn(usize) -> bool,
     ) -> Surrogate {
-        self.refitted(draws, fit, moments, train, |members, _| Step::value(Some(step), members))
+        self.refitted(draws, fit, moments, train, |_, _, members| Step::value(Some(step), members))
     }
 
-    /// The linear part fitted to what `part` (of a coalition's members and set) leaves of the
-    /// pairs `train` takes (those whose values `moments` sum).
+    /// The linear part fitted to what `part` (of a pair's stratum, place and members) leaves
+    /// of the pairs `train` takes (those whose values `moments` sum).
     fn refitted(
         &self,
         draws: &[Draws],
         fit: &Fit,
         moments: &Moments,
         train: impl Fn(usize) -> bool,
-        part: impl Fn(&[usize], &[u64]) -> f64,
+        part: impl Fn(usize, usize, &[usize]) -> f64,
     ) -> Surrogate {
         let n = self.n;
         let mut less = moments.clone();
         let (mut sums, nothing, mut members) = (Sums::new(n), Sums::new(n), Vec::with_capacity(n));
-        for d in draws {
+        for (k, d) in draws.iter().enumerate() {
             sums.clear();
-            for (_, set) in d.sets.iter().enumerate().filter(|&(j, _)| train(j)) {
+            for (j, set) in d.sets.iter().enumerate().filter(|&(j, _)| train(j)) {
                 members_of(set, &mut members);
-                sums.add(&members, -part(&members, set));
+                sums.add(&members, -part(k, j, &members));
             }
             less.add(d.size, &sums, &nothing, fit_weight(n, d.size, self.drawn[d.size] as f64));
         }
@@ -891,7 +891,7 @@ impl CrossFit {
         train: impl Fn(usize) -> bool + Copy,
     ) -> (Surrogate, Option<Step>, Interactions) {
         let n = self.n;
-        let residuals = self.residuals(draws, &linear, step.as_ref());
+        let residuals = self.residuals(draws, &linear, step.as_ref(), train);
         let strata: Vec<Stratum> = draws
             .iter()
             .zip(residuals)
@@ -904,45 +904,55 @@ impl CrossFit {
             })
             .collect();
         let features = Interactions::fit(n, &strata, train, |features| {
-            let stepped = |members: &[usize], set: &[u64]| Step::value(step.as_ref(), members) + features.value(set);
+            let stepped = |k: usize, j: usize, members: &[usize]| Step::value(step.as_ref(), members) + features[k][j];
             linear = self.refitted(draws, fit, moments, train, stepped);
-            self.residuals(draws, &linear, step.as_ref())
+            self.residuals(draws, &linear, step.as_ref(), train)
         });
         (linear, step, features)
     }
 
-    /// What `linear` (and `step`) leave of every drawn pair's value, per stratum.
-    fn residuals(&self, draws: &[Draws], linear: &Surrogate, step: Option<&Step>) -> Vec<Vec<f64>> {
-        let (mut basis, mut members) = (Vec::new(), Vec::with_capacity(self.n));
+    /// What `g` (and `step`) leave of the value of each pair of `d` that `keep` takes, with
+    /// the pair's place.
+    fn stratum_residuals<'s>(
+        &self,
+        d: &'s Draws,
+        g: &'s Surrogate,
+        step: Option<&'s Step>,
+        keep: impl Fn(usize) -> bool + 's,
+    ) -> impl Iterator<Item = (usize, f64)> + 's {
+        let slopes = g.slopes(d.size, &mut Vec::new());
+        let mut members = Vec::with_capacity(self.n);
+        d.sets.iter().zip(&d.values).enumerate().filter(move |&(j, _)| keep(j)).map(move |(j, (set, &v))| {
+            members_of(set, &mut members);
+            (j, g.residual(&members, &slopes, v - Step::value(step, &members)))
+        })
+    }
+
+    /// What `linear` (and `step`) leave of the value of each pair `keep` takes, per stratum
+    /// (zero at the others).
+    fn residuals(
+        &self,
+        draws: &[Draws],
+        linear: &Surrogate,
+        step: Option<&Step>,
+        keep: impl Fn(usize) -> bool + Copy,
+    ) -> Vec<Vec<f64>> {
         draws
             .iter()
             .map(|d| {
-                let slopes = linear.slopes(d.size, &mut basis);
-                d.sets
-                    .iter()
-                    .zip(&d.values)
-                    .map(|(set, &v)| {
-                        members_of(set, &mut members);
-                        linear.residual(&members, &slopes, v - Step::value(step, &members))
-                    })
-                    .collect()
+                let mut residuals = vec![0.0; d.values.len()];
+                self.stratum_residuals(d, linear, step, keep).for_each(|(j, r)| residuals[j] = r);
+                residuals
             })
             .collect()
     }
 
     /// The weighted sum of squares that `g` (and `step`) leave of the pairs `keep` takes.
-    fn left(&self, draws: &[Draws], g: &Surrogate, step: Option<&Step>, keep: impl Fn(usize) -> bool) -> f64 {
+    fn left(&self, draws: &[Draws], g: &Surrogate, step: Option<&Step>, keep: impl Fn(usize) -> bool + Copy) -> f64 {
         let n = self.n;
-        let (mut basis, mut members) = (Vec::new(), Vec::with_capacity(n));
         let mut total = 0.0;
         for d in draws {
-            let slopes = g.slopes(d.size, &mut basis);
-            let mut squares = 0.0;
-            for (_, (set, &v)) in d.sets.iter().zip(&d.values).enumerate().filter(|&(j, _)| keep(j)) {
-                members_of(set, &mut members);
-                let r = g.residual(&members, &slopes, v - Step::value(step, &members));
-                squares += r * r;
-            }
+            let squares = self.stratum_residuals(d, g, step, keep).fold(0.0, |squares, (_, r)| squares + r * r);
             total += fit_weight(n, d.size, self.drawn[d.size] as f64) * squares;
         }
         total

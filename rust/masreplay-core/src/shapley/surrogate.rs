@@ -42,8 +42,8 @@
 //! false ones: a numpy check at n = 300 kept 67, 29 of them true; rounds of 20 kept 95, 93
 //! true).
 
-use super::coalition::{Coalitions, contains, members_of};
-use super::linalg::dot;
+use super::coalition::{Coalitions, contains, for_each_member, members_of};
+use super::linalg::{dot, sub_scaled_then_dot, sum_start};
 
 /// Residual sums of squares below this share of the values' leave nothing worth a feature (a
 /// pairwise game: what is left is the linear fit's ridge and rounding).
@@ -131,7 +131,8 @@ fn binomial_basis(f: [f64; 4]) -> [f64; 4] {
 }
 
 /// The coalitions of one size: `sets[j]`, its value `values[j]` (the pair's half
-/// difference) and the residual `residuals[j]` of the linear surrogate.
+/// difference) and the residual `residuals[j]` of the linear surrogate (read at the training
+/// coalitions only).
 pub(super) struct Stratum<'a> {
     pub size: usize,
     pub sets: &'a Coalitions,
@@ -157,6 +158,8 @@ struct Training<'a> {
     scale: f64,
     words: usize,
     columns: Vec<u64>,
+    /// Whether every training coalition is a sample (no stride).
+    every: bool,
 }
 
 impl<'a> Training<'a> {
@@ -175,6 +178,7 @@ impl<'a> Training<'a> {
             scale: 0.0,
             words: 0,
             columns: Vec::new(),
+            every: stride == 1,
         };
         let mut seen = 0;
         for (k, st) in strata.iter().enumerate() {
@@ -213,6 +217,23 @@ impl<'a> Training<'a> {
     /// The linear part's residuals refitted (per stratum, every coalition), at the samples.
     fn set_linear(&mut self, residuals: &[Vec<f64>]) {
         self.linear = self.origin.iter().map(|&(k, j)| residuals[k][j]).collect();
+    }
+
+    /// The features' part of `model` at every training coalition, per stratum (zero at the
+    /// others): read from the features at the samples when every training coalition is one
+    /// ([`Model::part`]), else from the coalitions.
+    fn part_at_coalitions(&self, model: &Model, strata: &[Stratum], train: impl Fn(usize) -> bool) -> Vec<Vec<f64>> {
+        let mut part: Vec<Vec<f64>> = strata.iter().map(|st| vec![0.0; st.sets.len()]).collect();
+        if self.every {
+            self.origin.iter().zip(model.part(self.len())).for_each(|(&(k, j), value)| part[k][j] = value);
+        } else {
+            let features = model.interactions();
+            for (part, st) in part.iter_mut().zip(strata) {
+                let training = st.sets.iter().enumerate().filter(|&(j, _)| train(j));
+                training.for_each(|(j, set)| part[j] = features.value(set));
+            }
+        }
+        part
     }
 
     /// chi_T at every sample.
@@ -305,7 +326,7 @@ impl Screen {
     /// third player at once, from the coalitions holding the edge.
     fn extensions(&self, training: &Training, edges: &[(f64, usize, usize)]) -> Vec<(f64, [usize; 3])> {
         let n = self.n;
-        let (mut whole, mut members) = (vec![[0.0; 2]; n], Vec::with_capacity(n));
+        let mut whole = vec![[0.0; 2]; n];
         let mut scored = Vec::with_capacity(edges.len() * n);
         for &(_, i, j) in edges {
             whole.fill([0.0; 2]);
@@ -314,8 +335,7 @@ impl Screen {
                 while bits != 0 {
                     let sample = w * 64 + bits.trailing_zeros() as usize;
                     let [sum, square] = self.whole[sample];
-                    members_of(training.sets[sample], &mut members);
-                    members.iter().for_each(|&k| {
+                    for_each_member(training.sets[sample], |k| {
                         whole[k][0] += sum;
                         whole[k][1] += square;
                     });
@@ -415,13 +435,14 @@ impl Interactions {
     /// Screens triples on `strata`'s residuals over the coalitions `train` keeps (the other
     /// folds'), in rounds (each on the residuals the features kept so far leave), then fits
     /// their characters chi_T jointly with the linear part: by turns, the features on what the
-    /// linear part leaves and the linear part (`refit`: its residuals, per stratum, once the
-    /// features' part is taken out of the values) on what the features leave.
+    /// linear part leaves and the linear part on what the features leave (`refit`, given the
+    /// features' part at every training coalition, per stratum: the linear part's residuals
+    /// there, per stratum, once that part is taken out of the values).
     pub fn fit(
         n: usize,
         strata: &[Stratum],
-        train: impl Fn(usize) -> bool,
-        mut refit: impl FnMut(&Interactions) -> Vec<Vec<f64>>,
+        train: impl Fn(usize) -> bool + Copy,
+        mut refit: impl FnMut(&[Vec<f64>]) -> Vec<Vec<f64>>,
     ) -> Self {
         if n < 4 {
             return Self::none();
@@ -433,15 +454,20 @@ impl Interactions {
         }
         let mut model = Model::default();
         let hubs = hubs_of(&triples);
-        triples.into_iter().for_each(|triple| model.add(triple, training.parity(&triple)));
+        triples.into_iter().for_each(|triple| model.add(triple, training.parity(&triple), &training));
         let most = (training.len() / COALITIONS_PER_FEATURE).min(MAX_FEATURES);
+        // The linear part refitted to what the model's features leave.
+        let mut refit_linear = |model: &Model, training: &mut Training| {
+            let part = training.part_at_coalitions(model, strata, train);
+            training.set_linear(&refit(&part));
+        };
         for &hub in &hubs {
-            grow(&mut model, &mut training, &mut refit, most, |training, left, known| {
+            grow(&mut model, &mut training, &mut refit_linear, most, |training, left, known| {
                 hub_triples(training, hub, left, known)
             });
         }
         if !hubs.is_empty() {
-            grow(&mut model, &mut training, &mut refit, most, |training, left, known| {
+            grow(&mut model, &mut training, &mut refit_linear, most, |training, left, known| {
                 below_hubs(training, left, known, &hubs)
             });
         }
@@ -452,7 +478,7 @@ impl Interactions {
             let moved = model.coef.iter().zip(before).fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
             let largest = model.coef.iter().fold(0.0f64, |m, c| m.max(c.abs()));
             fitted = model.interactions();
-            training.set_linear(&refit(&fitted));
+            refit_linear(&model, &mut training);
             if moved <= SETTLED * largest {
                 break;
             }
@@ -467,7 +493,7 @@ impl Interactions {
 fn grow(
     model: &mut Model,
     training: &mut Training,
-    refit: &mut impl FnMut(&Interactions) -> Vec<Vec<f64>>,
+    refit: &mut impl FnMut(&Model, &mut Training),
     most: usize,
     mut find: impl FnMut(&Training, &[f64], &[[usize; 3]]) -> Vec<[usize; 3]>,
 ) {
@@ -478,9 +504,9 @@ fn grow(
         if found.is_empty() || room == 0 {
             break;
         }
-        found.into_iter().take(room).for_each(|triple| model.add(triple, training.parity(&triple)));
+        found.into_iter().take(room).for_each(|triple| model.add(triple, training.parity(&triple), training));
         model.fit(training);
-        training.set_linear(&refit(&model.interactions()));
+        refit(model, training);
     }
 }
 
@@ -491,10 +517,11 @@ fn grow(
 fn below_hubs(training: &Training, left: &[f64], known: &[[usize; 3]], hubs: &[usize]) -> Vec<[usize; 3]> {
     let mut edges: Vec<(f64, usize, usize)> = known
         .iter()
-        .filter(|t| t.iter().any(|p| hubs.contains(p)))
-        .flat_map(|t| {
-            let rest: Vec<usize> = t.iter().copied().filter(|p| !hubs.contains(p)).collect();
-            (rest.len() == 2).then(|| (0.0, rest[0], rest[1]))
+        .filter_map(|t| {
+            // The triples holding one hub: their two other players.
+            let mut rest = t.iter().filter(|p| !hubs.contains(p));
+            let (a, b) = (*rest.next()?, *rest.next()?);
+            rest.next().is_none().then_some((0.0, a, b))
         })
         .collect();
     edges.sort_by_key(|&(_, a, b)| (a, b));
@@ -517,15 +544,12 @@ fn below_hubs(training: &Training, left: &[f64], known: &[[usize; 3]], hubs: &[u
 /// The hubs among the screened triples: players in at least [`HUB_SHARE`] of them and in at
 /// least [`HUB_MIN`], the most frequent first, at most [`MAX_HUBS`].
 fn hubs_of(triples: &[[usize; 3]]) -> Vec<usize> {
-    let mut counts: Vec<(usize, usize)> = Vec::new();
-    for &p in triples.iter().flatten() {
-        match counts.iter_mut().find(|(q, _)| *q == p) {
-            Some((_, count)) => *count += 1,
-            None => counts.push((p, 1)),
-        }
-    }
+    let players = triples.iter().flatten().max().map_or(0, |p| p + 1);
+    let mut per_player = vec![0usize; players];
+    triples.iter().flatten().for_each(|&p| per_player[p] += 1);
     let least = HUB_MIN.max((HUB_SHARE * triples.len() as f64).ceil() as usize);
-    counts.retain(|&(_, count)| count >= least);
+    let mut counts: Vec<(usize, usize)> =
+        per_player.into_iter().enumerate().filter(|&(_, count)| count >= least).collect();
     counts.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     counts.into_iter().take(MAX_HUBS).map(|(p, _)| p).collect()
 }
@@ -601,7 +625,7 @@ fn screened(training: &Training) -> Vec<[usize; 3]> {
         if kept.is_empty() {
             break;
         }
-        kept.into_iter().for_each(|(_, triple)| model.add(triple, training.feature(&triple, &psi)));
+        kept.into_iter().for_each(|(_, triple)| model.add(triple, training.feature(&triple, &psi), training));
         residuals = model.fit(training);
     }
     model.triples
@@ -637,11 +661,15 @@ fn parity_means(n: usize, s: usize) -> (f64, f64) {
 }
 
 /// The kept features of a fit: their triples, their values at the training coalitions (each
-/// computed once, when kept) and coefficients (carried from round to round).
+/// computed once, when kept, with its weighted copy and weighted sum of squares, which every
+/// fit reads: at most [`MAX_FEATURES`] x [`MAX_SAMPLES`] x 8 bytes, 32 MiB, a copy) and
+/// coefficients (carried from round to round).
 #[derive(Default)]
 struct Model {
     triples: Vec<[usize; 3]>,
     features: Vec<Vec<f64>>,
+    weighted: Vec<Vec<f64>>,
+    norms: Vec<f64>,
     coef: Vec<f64>,
 }
 
@@ -650,10 +678,24 @@ impl Model {
         Interactions { triples: self.triples.clone(), coef: self.coef.clone() }
     }
 
-    fn add(&mut self, triple: [usize; 3], feature: Vec<f64>) {
+    fn add(&mut self, triple: [usize; 3], feature: Vec<f64>, training: &Training) {
+        let weighted: Vec<f64> = feature.iter().zip(&training.weights).map(|(x, w)| w * x).collect();
+        self.norms.push(dot(&feature, &weighted));
+        self.weighted.push(weighted);
         self.triples.push(triple);
         self.features.push(feature);
         self.coef.push(0.0);
+    }
+
+    /// sum_T coef_T x_T at each of `len` samples, the features added in order from where
+    /// `.sum()` starts: where the features are the characters, bit for bit
+    /// [`Interactions::value`] at the samples.
+    fn part(&self, len: usize) -> Vec<f64> {
+        let mut part = vec![sum_start(); len];
+        for (feature, c) in self.features.iter().zip(&self.coef) {
+            part.iter_mut().zip(feature).for_each(|(sum, x)| *sum += c * x);
+        }
+        part
     }
 
     /// Weighted least squares of the linear residuals on the features, by coordinate descent
@@ -665,19 +707,26 @@ impl Model {
         for (f, c) in self.features.iter().zip(&self.coef) {
             left.iter_mut().zip(f).for_each(|(r, x)| *r -= c * x);
         }
-        let weighted: Vec<Vec<f64>> =
-            self.features.iter().map(|f| f.iter().zip(&training.weights).map(|(x, w)| w * x).collect()).collect();
-        let norms: Vec<f64> = self.features.iter().zip(&weighted).map(|(f, wf)| dot(f, wf)).collect();
         for _ in 0..MAX_PASSES {
             let mut largest_step: f64 = 0.0;
-            for (((c, f), wf), &norm) in self.coef.iter_mut().zip(&self.features).zip(&weighted).zip(&norms) {
+            // A feature's step is taken out of `left` in the pass over it that reads the next
+            // feature's product (one pass instead of two).
+            let mut pending: Option<(f64, &[f64])> = None;
+            for (((c, f), wf), &norm) in self.coef.iter_mut().zip(&self.features).zip(&self.weighted).zip(&self.norms) {
                 if norm <= 0.0 {
                     continue;
                 }
-                let step = dot(wf, &left) / norm;
+                let product = match pending {
+                    Some((step, x)) => sub_scaled_then_dot(&mut left, step, x, wf),
+                    None => dot(wf, &left),
+                };
+                let step = product / norm;
                 *c += step;
                 largest_step = largest_step.max(step.abs());
-                left.iter_mut().zip(f).for_each(|(r, x)| *r -= step * x);
+                pending = Some((step, f));
+            }
+            if let Some((step, x)) = pending {
+                left.iter_mut().zip(x).for_each(|(r, x)| *r -= step * x);
             }
             if largest_step <= CONVERGED * self.coef.iter().fold(0.0, |m: f64, c| m.max(c.abs())) {
                 break;
