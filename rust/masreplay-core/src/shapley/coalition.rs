@@ -26,16 +26,10 @@ pub fn size(set: &[u64]) -> usize {
 /// The players of `set`, ascending, into `out`.
 pub fn members_of(set: &[u64], out: &mut Vec<usize>) {
     out.clear();
-    for (w, &word) in set.iter().enumerate() {
-        let mut bits = word;
-        while bits != 0 {
-            out.push(w * 64 + bits.trailing_zeros() as usize);
-            bits &= bits - 1;
-        }
-    }
+    for_each_member(set, |player| out.push(player));
 }
 
-/// `visit` on each player of `set`, ascending ([`members_of`] without the list).
+/// `visit` on each player of `set`, ascending (what [`members_of`] lists).
 #[inline(always)]
 pub fn for_each_member(set: &[u64], mut visit: impl FnMut(usize)) {
     for (w, &word) in set.iter().enumerate() {

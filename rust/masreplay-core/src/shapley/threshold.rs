@@ -341,8 +341,7 @@ fn fewest_errors(counts: &[[i64; 2]]) -> (u64, usize) {
 #[derive(Clone, Debug)]
 pub(super) struct Staircase {
     weights: Vec<u32>,
-    total: u64,
-    /// p at every score 0..=total.
+    /// p at every score 0..=total, the weights' sum.
     share: Vec<f64>,
     low: f64,
     high: f64,
@@ -350,9 +349,8 @@ pub(super) struct Staircase {
 
 impl Staircase {
     pub fn new(weights: Vec<u32>, share: Vec<f64>, low: f64, high: f64) -> Self {
-        let total = weights.iter().map(|&w| u64::from(w)).sum();
-        debug_assert_eq!(share.len() as u64, total + 1);
-        Staircase { weights, total, share, low, high }
+        debug_assert_eq!(share.len() as u64, weights.iter().map(|&w| u64::from(w)).sum::<u64>() + 1);
+        Staircase { weights, share, low, high }
     }
 
     /// The step low + (high - low) [u(S) >= quota].
@@ -360,6 +358,11 @@ impl Staircase {
         let total: u64 = weights.iter().map(|&w| u64::from(w)).sum();
         let share = (0..=total).map(|t| f64::from(u8::from(t >= quota))).collect();
         Staircase::new(weights, share, low, high)
+    }
+
+    /// The weights' sum: the highest score.
+    fn total(&self) -> u64 {
+        self.share.len() as u64 - 1
     }
 
     fn weight_of(&self, members: &[usize]) -> u64 {
@@ -375,7 +378,7 @@ impl Staircase {
     pub fn half_difference(&self, members: &[usize]) -> f64 {
         let inside = self.weight_of(members);
         let p = |w: u64| self.share[w as usize];
-        (self.high - self.low) / 2.0 * (p(inside) - p(self.total - inside))
+        (self.high - self.low) / 2.0 * (p(inside) - p(self.total() - inside))
     }
 
     /// E_s[h(S) a_i(S)] at every size s (index s, 0..=n; zero at 0 and n) for every player i:
