@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import operator
 import os
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -132,8 +133,11 @@ class TraceBatch:
             positions = list(range(len(self)))[key]
         elif isinstance(key, (int, np.integer)):
             return json.loads(self._core.trace_json(self._index(int(key)), False))
+        elif isinstance(key, (Sequence, np.ndarray)) and not isinstance(key, str):
+            # operator.index: a float index is refused, as list indexing refuses it.
+            positions = [self._index(operator.index(i)) for i in key]
         else:
-            positions = [self._index(int(i)) for i in key]
+            raise TypeError(f"trace indices must be integers, slices or sequences of integers, not {type(key).__name__}")
         return self._subset(self._core.take(positions), positions)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
