@@ -1,4 +1,4 @@
-"""Whole-number arguments out of their range or of the wrong kind: every public entry point
+"""Arguments out of their range or of the wrong kind (whole numbers above all): every public entry point
 refuses them with an InvalidArgumentError that names the argument, before any work, never
 with an OverflowError from the binding edge, a silent truncation or a hang."""
 
