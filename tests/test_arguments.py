@@ -140,3 +140,20 @@ def test_a_dump_whose_destination_is_a_file_is_a_storage_error_naming_it(tmp_pat
     with pytest.raises(masreplay.StorageError, match="destination cannot be a directory") as raised:
         masreplay.credit_dump(source, source, metrics=True, progress=False)
     assert raised.value.filename == str(source)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: _buffer().sample(2**40),
+        lambda: _buffer().sample_groups(2**40),
+        lambda: sim.generate(10**12),
+        lambda: sim.branches(1, branches=10**12),
+    ],
+    ids=["sample", "sample_groups", "generate", "branches"],
+)
+def test_a_count_no_batch_can_hold_is_refused_before_any_allocation(call):
+    # A batch holds at most 2**31 - 1 traces (32-bit Arrow offsets); these used to abort the
+    # process on a failed allocation (the buffer's contents with it).
+    with pytest.raises(InvalidArgumentError, match=r"2\*\*31 - 1"):
+        call()

@@ -29,6 +29,10 @@ T = TypeVar("T")
 U64_MAX = 2**64 - 1
 #: Largest player, trace or event index the core takes (a signed 64-bit index).
 I64_MAX = 2**63 - 1
+#: Most traces (and events) one batch holds: Arrow's list offsets are 32-bit. A count above
+#: it can never be met, and asking for it (say a byte count passed as a trace count) would
+#: otherwise spend all memory before failing.
+I32_MAX = 2**31 - 1
 
 
 def whole(name: str, value: Any, *, low: int = 0, high: int = U64_MAX) -> int:
@@ -52,7 +56,7 @@ def whole(name: str, value: Any, *, low: int = 0, high: int = U64_MAX) -> int:
 
 def _bound(limit: int) -> str:
     """A range's end as a reader checks it: 2**64 - 1 rather than its twenty digits."""
-    return {U64_MAX: "2**64 - 1", I64_MAX: "2**63 - 1"}.get(limit, str(limit))
+    return {U64_MAX: "2**64 - 1", I64_MAX: "2**63 - 1", I32_MAX: "2**31 - 1"}.get(limit, str(limit))
 
 
 def optional_whole(name: str, value: Any, *, low: int = 0, high: int = U64_MAX) -> int | None:

@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 
 from masreplay import _core
-from masreplay._args import I64_MAX, optional_whole, whole
+from masreplay._args import I32_MAX, I64_MAX, optional_whole, whole
 from masreplay.bands import band_limits
 from masreplay.batch import Rejected, TraceBatch, _from_ipc_table, _to_ipc
 from masreplay.errors import InvalidArgumentError
@@ -201,7 +201,7 @@ class GraphBuffer:
         if band is not None:
             min_events, max_events = band_limits(band)
         core, probabilities = self._core.sample(
-            whole("batch_size", batch_size),
+            whole("batch_size", batch_size, high=I32_MAX),
             sampler=sampler,
             min_events=optional_whole("min_events", min_events),
             max_events=optional_whole("max_events", max_events),
@@ -223,7 +223,7 @@ class GraphBuffer:
         with that group_id) or, with ``group_size``, exactly that many of its traces. With a
         staleness bound a group is eligible only when every one of its traces is fresh enough."""
         selection = self._core.sample_groups(
-            whole("num_groups", num_groups),
+            whole("num_groups", num_groups, high=I32_MAX),
             group_size=optional_whole("group_size", group_size),
             seed=optional_whole("seed", seed),
             max_staleness=optional_whole("max_staleness", max_staleness),

@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 import ray  # the Ray package: imports are absolute, so this is never masreplay.ray itself
 
 from masreplay import _core
-from masreplay._args import I64_MAX, optional_whole, whole
+from masreplay._args import I32_MAX, I64_MAX, optional_whole, whole
 from masreplay.bands import band_limits
 from masreplay.batch import TraceBatch, _check_event_field, _from_ipc_table
 from masreplay.buffer import AddReport, GraphBuffer, Sampler
@@ -607,7 +607,7 @@ class RayGraphBuffer:
         is one round trip (without branches); other fields are fetched when read."""
         if sampler not in ("uniform", "prioritized"):
             raise InvalidArgumentError(f"sampler must be 'uniform' or 'prioritized', not {sampler!r}")
-        batch_size = whole("batch_size", batch_size)
+        batch_size = whole("batch_size", batch_size, high=I32_MAX)
         if band is not None:
             min_events, max_events = band_limits(band)
         filters = {
@@ -707,7 +707,7 @@ class RayGraphBuffer:
         """Draws ``num_groups`` distinct groups uniformly over all shards (a group lives whole
         in one shard), as :meth:`GraphBuffer.sample_groups`; groups come shard by shard, and
         their traces stay on the shards until read (as :meth:`sample`'s)."""
-        num_groups = whole("num_groups", num_groups)
+        num_groups = whole("num_groups", num_groups, high=I32_MAX)
         group_size = optional_whole("group_size", group_size)
         max_staleness = optional_whole("max_staleness", max_staleness)
         answers = ray.get([shard.eligible_groups.remote(group_size, max_staleness) for shard in self._shards])

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from masreplay import _core
-from masreplay._args import I64_MAX, whole
+from masreplay._args import I32_MAX, I64_MAX, whole
 from masreplay.batch import TraceBatch
 from masreplay.errors import InvalidArgumentError
 from masreplay.io import load_traces
@@ -47,7 +47,7 @@ def generate(
     """
     shape = _shape(agents, depth, fan_out, events_per_agent, group_size, seed)
     version = whole("policy_version", policy_version, high=I64_MAX)
-    batch = TraceBatch(_core.simulate(whole("n_traces", n_traces), shape))
+    batch = TraceBatch(_core.simulate(whole("n_traces", n_traces, high=I32_MAX), shape))
     if version == 0:  # the core's own tag
         return batch
     table = batch.to_arrow()
@@ -105,10 +105,10 @@ def branches(
     if not (isinstance(noise, int | float) and noise >= 0):
         raise InvalidArgumentError(f"noise must be a number >= 0, got {noise!r}")
     core, effects, values = _core.simulate_branches(
-        whole("n_traces", n_traces),
+        whole("n_traces", n_traces, high=I32_MAX),
         _shape(agents, depth, fan_out, events_per_agent, group_size, seed),
-        branches=whole("branches", branches),
-        branch_points=whole("branch_points", branch_points),
+        branches=whole("branches", branches, high=I32_MAX),
+        branch_points=whole("branch_points", branch_points, high=I32_MAX),
         noise=float(noise),
     )
     effect_columns = list(zip(*effects, strict=True)) if effects else [[], [], [], []]
