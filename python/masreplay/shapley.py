@@ -272,7 +272,7 @@ def _with_prior(game, n_players, chunk_size, prior, prior_budget, options, noise
         FunctionGame(residual, live.n_players, live.chunk_size, live.canonical), noise=noise, repeats=repeats, **options
     )
     method = options["method"] if options["method"] in _STRUCTURED else "auto"
-    prior_seed = (options["seed"] + _PRIOR_STREAM) % (1 << 64)
+    prior_seed = (whole("seed", options["seed"]) + _PRIOR_STREAM) % (1 << 64)
     prior_options = {
         **options,
         "method": method,
