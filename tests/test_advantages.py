@@ -145,6 +145,13 @@ def test_labels_of_any_kind_and_wide_integer_keys():
     by_wide = masreplay.group_normalize(values, [10**15, 10**15, -(10**15), -(10**15)], dtype="float64")
     np.testing.assert_array_equal(by_text, by_wide)
     np.testing.assert_allclose(by_text, [_grpo([1, 0])[0], _grpo([1, 0])[1], 0, 0])
+    beyond_64_bits = masreplay.group_normalize(values, [2**70, 2**70, 2**70 + 1, 2**70 + 1], dtype="float64")
+    np.testing.assert_array_equal(by_text, beyond_64_bits)
+
+
+def test_unhashable_group_labels_are_an_invalid_argument():
+    with pytest.raises(masreplay.InvalidArgumentError, match="groups: every label must be hashable"):
+        masreplay.group_normalize([1.0, 0.0], [{"task": 1}, {"task": 1}])
 
 
 def test_nan_rewards_are_left_out_and_get_zero():

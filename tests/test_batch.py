@@ -278,3 +278,20 @@ def test_parquet_round_trip_of_simulated_batches(tmp_path_factory, seed):
     path = tmp_path_factory.mktemp("sim") / "sim.parquet"
     batch.write_parquet(path)
     assert masreplay.load_traces(path).to_arrow().equals(batch.to_arrow())
+
+
+@pytest.mark.parametrize("pad_value", ["x", float("nan"), 2**70])
+@pytest.mark.parametrize("source", ["batch", "sample"])
+def test_a_pad_value_that_does_not_fit_the_column_is_an_invalid_argument(pad_value, source):
+    batch = masreplay.sim.generate(6, seed=4)
+    if source == "sample":
+        buffer = masreplay.GraphBuffer(10)
+        buffer.add(batch)
+        batch = buffer.sample(4, seed=1)
+    with pytest.raises(masreplay.InvalidArgumentError, match=r"pad_value .* does not fit column 'tokens'"):
+        batch.padded("tokens", pad_value)
+
+
+def test_concat_names_an_item_that_is_no_batch():
+    with pytest.raises(TypeError, match="item 1 is a int"):
+        TraceBatch.concat([masreplay.sim.generate(2, seed=1), 5])

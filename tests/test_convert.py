@@ -908,3 +908,14 @@ def test_masreplay_format_reads_its_own_files(tmp_path):
 def test_a_missing_file_is_a_conversion_error_in_every_converter(name, tmp_path):
     with pytest.raises(ConversionError, match=r"missing\.json"):
         convert.FORMATS[name](str(tmp_path / "missing.json"))
+
+
+def test_to_seed_and_write_take_anything_load_traces_takes(tmp_path):
+    batch = masreplay.sim.generate(3, seed=5)
+    path = tmp_path / "traces.parquet"
+    batch.write_parquet(path)
+    assert convert.to_seed(path) == convert.to_seed(batch)
+    convert.write(path, tmp_path / "traces.jsonl")
+    assert masreplay.load_traces(tmp_path / "traces.jsonl").trace_ids == batch.trace_ids
+    with pytest.raises(TypeError, match="load_traces takes"):
+        convert.to_seed(5)

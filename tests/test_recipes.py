@@ -18,7 +18,9 @@ with team rewards 1, 0 and 0.5.
 
 from __future__ import annotations
 
+import inspect
 import math
+import typing
 
 import numpy as np
 import pytest
@@ -957,3 +959,61 @@ def test_maporl_bonus_off_by_default_and_moves_the_advantages():
     moved = recipes.maporl(batch, alpha=(1.0, 1.0, 1.0, 1.0), rho=0.0)
     # t0's A at turn 1 gains (+1 - 1 = 0), t0's B at turn 0 gains +1, at turn 2 loses 1
     assert moved.per_event[1] > 0 > moved.per_event[5]
+
+
+def _bad_values(hint) -> list:
+    """Values outside what an annotation admits (each recipe's signature is its contract)."""
+    if hint is float:
+        return [float("nan"), float("inf"), "0.5", None]
+    if hint is int:
+        return [2.5, -1, "3"]
+    if hint is bool:
+        return ["yes", 2]
+    if hint is str:
+        return [5, None]
+    if typing.get_origin(hint) is tuple:
+        return [[float("nan")] * len(typing.get_args(hint)), "ab"]
+    return []
+
+
+@pytest.mark.parametrize("name", [row["function"] for row in recipes.table().to_pylist() if row["function"]])
+def test_every_numeric_flag_and_name_setting_is_checked_by_name(name):
+    recipe = getattr(recipes, name)
+    hints = typing.get_type_hints(recipe)
+    parameters = inspect.signature(recipe).parameters.values()
+    # Inputs beyond the batch (critic values, a mixer) as placeholders: settings are checked
+    # before any work, so a bad one is refused whatever the inputs.
+    inputs = [None] * sum(p.kind is p.POSITIONAL_OR_KEYWORD and p.default is p.empty for p in parameters)
+    inputs[0] = _standard()
+    checked = 0
+    for parameter in parameters:
+        if parameter.kind is not parameter.KEYWORD_ONLY:
+            continue
+        for bad in _bad_values(hints[parameter.name]):
+            with pytest.raises(InvalidArgumentError, match=f"{name}: {parameter.name}"):
+                recipe(*inputs, **{parameter.name: bad})
+            checked += 1
+    assert checked or name in ("malt",)  # malt's only setting is a node column
+
+
+@pytest.mark.parametrize(
+    ("name", "setting"),
+    [
+        ("agent_lightning", "channel"),
+        ("kimi_parl", "perf"),
+        ("marshal", "channel"),
+        ("maporl", "channel"),
+        ("marsrl", "channel"),
+        ("wideseek_r1", "channel"),
+    ],
+)
+def test_a_misspelt_reward_channel_is_refused_not_read_as_zeros(name, setting):
+    with pytest.raises(InvalidArgumentError, match="no reward channel 'teem'"):
+        getattr(recipes, name)(_standard(), **{setting: "teem"})
+
+
+@pytest.mark.parametrize(("name", "setting"), [("gamma", 1.5), ("gamma", -0.1), ("eps", -1e-6)])
+def test_discounts_and_floors_keep_their_ranges(name, setting):
+    recipe = {"gamma": recipes.marshal, "eps": recipes.matpo}[name]
+    with pytest.raises(InvalidArgumentError, match=f"{recipe.__name__}: {name} must be a number (in|>=)"):
+        recipe(_standard(), **{name: setting})

@@ -196,6 +196,31 @@ def test_html_in_attributes_cannot_end_the_script():
     assert page_data(html)["traces"][0]["details"][0]["note"] == trace["events"][0]["note"]
 
 
+#: Text that would break a page built by plain string replacement: a script end, a comment
+#: opening that puts the HTML parser in its escaped states, and the template's own slots.
+HOSTILE = "<!--<script></script><img src=x onerror=window.pwned=1>/*masreplay:js*/ masreplay:title &amp;"
+
+
+def hostile_trace() -> masreplay.TraceBatch:
+    trace = sim.generate(1, seed=2)[0]
+    for event in trace["events"]:
+        event["agent"] += HOSTILE
+        event["content_ref"] = HOSTILE
+        for key in ("from", "to"):
+            if event.get(key):
+                event[key] += HOSTILE
+    trace["events"][1]["note"] = HOSTILE
+    return masreplay.load_traces([trace])
+
+
+def test_trace_text_cannot_reach_the_markup_or_the_template_slots():
+    page = masreplay.view(hostile_trace(), 0)
+    html = page.to_html()
+    assert html.count("<script") == 2 and html.count("</script>") == 2 and "<!--" not in html
+    assert page_data(html) == json.loads(json.dumps(page.data))  # every text back unchanged
+    assert html.count("function ") == masreplay.view(sim.generate(1, seed=2), 0).to_html().count("function ")
+
+
 def test_save_and_repr_html(groups, tmp_path):
     page = masreplay.view(groups, 0)
     page.save(tmp_path / "page.html")
@@ -389,3 +414,14 @@ def test_browser_kimi_scale_trace(browser, tmp_path):
     assert opened.page.locator('[data-critical="true"]').count() == masreplay.metrics(batch)["critical_path_steps"][0].as_py()
     assert opened.errors == []
     opened.page.screenshot(path=tmp_path / "kimi.png")
+
+
+def test_browser_draws_a_trace_of_hostile_text_as_text(browser, tmp_path):
+    batch = hostile_trace()
+    opened = Opened(browser, masreplay.view(batch, 0), tmp_path / "hostile.html")
+    assert opened.errors == [] and opened.requests == [opened.url]
+    assert opened.marks().count() == len(batch[0]["events"])
+    assert opened.page.evaluate("window.pwned === undefined")
+    event = batch[0]["events"][1]
+    opened.page.locator(f'[data-event-id="{event["id"]}"]').dispatch_event("click")
+    assert opened.field("agent") == event["agent"]

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from masreplay import _core
+from masreplay._args import checked
 from masreplay.batch import TraceBatch
 from masreplay.errors import InvalidArgumentError
 from masreplay.io import as_batch
@@ -105,10 +106,14 @@ def _keys(name: str, values: Any, length: int) -> np.ndarray:
     if array.dtype.kind in "OUS":
         try:
             return _dictionary_keys(name, pa.array(array), length)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
-            # Mixed or unusual Python objects: number them by value, hashing each once.
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
+            # Mixed or unusual Python objects (ints beyond 64 bits too): number them by
+            # value, hashing each once.
             numbers: dict[Any, int] = {}
-            return np.fromiter((numbers.setdefault(v, len(numbers)) for v in array.tolist()), np.int64, length)
+            try:
+                return np.fromiter((numbers.setdefault(v, len(numbers)) for v in array.tolist()), np.int64, length)
+            except TypeError as error:  # unhashable labels
+                raise InvalidArgumentError(f"{name}: every label must be hashable ({error})") from None
     return np.unique(array, return_inverse=True)[1].astype(np.int64)
 
 
@@ -157,6 +162,7 @@ def _trace_rewards(batch: TraceBatch, name: str, missing: str) -> np.ndarray:
     return values
 
 
+@checked
 def advantages(
     batch: Any,
     estimator: Estimator = "grpo",
@@ -282,6 +288,7 @@ def _mask(mask: Any, n: int) -> np.ndarray:
     return array
 
 
+@checked
 def group_normalize(
     values: Any,
     groups: Any,
@@ -353,6 +360,7 @@ def _event_values(batch: TraceBatch, name: str, values: Any) -> np.ndarray:
     return array
 
 
+@checked
 def graph_returns(
     batch: Any,
     rewards: str | np.ndarray | Sequence[float],
@@ -374,6 +382,7 @@ def graph_returns(
     return _core.graph_returns(batch._core, _per_event(batch, "rewards", rewards), gamma=float(gamma), kind=kind)
 
 
+@checked
 def graph_gae(
     batch: Any,
     rewards: str | np.ndarray | Sequence[float],

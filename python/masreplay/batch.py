@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import operator
 import os
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -132,8 +133,11 @@ class TraceBatch:
             positions = list(range(len(self)))[key]
         elif isinstance(key, (int, np.integer)):
             return json.loads(self._core.trace_json(self._index(int(key)), False))
+        elif isinstance(key, (Sequence, np.ndarray)) and not isinstance(key, str):
+            # operator.index: a float index is refused, as list indexing refuses it.
+            positions = [self._index(operator.index(i)) for i in key]
         else:
-            positions = [self._index(int(i)) for i in key]
+            raise TypeError(f"trace indices must be integers, slices or sequences of integers, not {type(key).__name__}")
         return self._subset(self._core.take(positions), positions)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
@@ -152,19 +156,22 @@ class TraceBatch:
         ``pad_value``); dictionary columns (``type``, ``agent``, ``role``, ...) give their
         int codes. Nothing padded is ever stored: this is built from the flat column.
         """
-        if self._collected is None and isinstance(pad_value, int | float):
-            # A sample pads a 64-bit number field without nulls straight from the buffer.
-            _check_event_field(column)
-            fast = self._source.padded(column, pad_value)
-            if fast is not None:
-                return fast
-        values = _numeric(self._event_array(column), column).fill_null(pad_value).to_numpy(zero_copy_only=False)
-        offsets = self.event_offsets
-        lengths = np.diff(offsets)
-        max_len = int(lengths.max(initial=0))
-        # Row-major order of the True cells of the mask is the flat order of the events.
-        mask = np.arange(max_len) < lengths[:, None]
-        out = np.full(mask.shape, pad_value, dtype=np.result_type(values.dtype, np.min_scalar_type(pad_value)))
+        _check_event_field(column)
+        try:
+            if self._collected is None and isinstance(pad_value, int | float):
+                # A sample pads a 64-bit number field without nulls straight from the buffer.
+                fast = self._source.padded(column, pad_value)
+                if fast is not None:
+                    return fast
+            values = _numeric(self._event_array(column), column).fill_null(pad_value).to_numpy(zero_copy_only=False)
+            offsets = self.event_offsets
+            lengths = np.diff(offsets)
+            max_len = int(lengths.max(initial=0))
+            # Row-major order of the True cells of the mask is the flat order of the events.
+            mask = np.arange(max_len) < lengths[:, None]
+            out = np.full(mask.shape, pad_value, dtype=np.result_type(values.dtype, np.min_scalar_type(pad_value)))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, np.exceptions.DTypePromotionError) as error:
+            raise InvalidArgumentError(f"pad_value {pad_value!r} does not fit column {column!r}: {error}") from None
         out[mask] = values
         return out, mask, lengths
 
@@ -197,6 +204,9 @@ class TraceBatch:
     @staticmethod
     def concat(batches: Sequence[TraceBatch]) -> TraceBatch:
         """The traces of ``batches`` in order; their conversion reports are combined."""
+        for i, batch in enumerate(batches):
+            if not isinstance(batch, TraceBatch):
+                raise TypeError(f"concat takes TraceBatches; item {i} is a {type(batch).__name__}")
         joined = TraceBatch(_core.TraceBatch.concat([b._core for b in batches]))
         reports = [b.conversion_report for b in batches if b.conversion_report is not None]
         if reports:

@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow as pa
 
 from masreplay import _core
+from masreplay._args import I32_MAX, I64_MAX, optional_whole, whole
 from masreplay.bands import band_limits
 from masreplay.batch import Rejected, TraceBatch, _from_ipc_table, _to_ipc
 from masreplay.errors import InvalidArgumentError
@@ -64,7 +65,12 @@ class GraphBuffer:
         seed: int = 0,
         max_staleness: int | None = None,
     ) -> None:
-        self._core = _core.GraphBuffer(capacity, unit=unit, seed=seed, max_staleness=_count(max_staleness))
+        self._core = _core.GraphBuffer(
+            whole("capacity", capacity),
+            unit=unit,
+            seed=whole("seed", seed),
+            max_staleness=optional_whole("max_staleness", max_staleness),
+        )
 
     @classmethod
     def _wrap(cls, core: _core.GraphBuffer) -> GraphBuffer:
@@ -115,11 +121,11 @@ class GraphBuffer:
 
     @policy_version.setter
     def policy_version(self, version: int) -> None:
-        self._core.policy_version = _version(version)
+        self._core.policy_version = whole("policy_version", version, high=I64_MAX)
 
     def advance(self, version: int) -> None:
         """Moves the current policy version forward to ``version`` (never back)."""
-        self._core.advance(_version(version))
+        self._core.advance(whole("policy_version", version, high=I64_MAX))
 
     @property
     def max_staleness(self) -> int | None:
@@ -130,7 +136,7 @@ class GraphBuffer:
         """Removes every trace with policy_version < current - ``max_staleness`` (the buffer's
         own bound when None), each with its branch rollouts; returns how many traces left.
         Traces without policy_version are never stale."""
-        return self._core.evict_stale(_count(max_staleness))
+        return self._core.evict_stale(optional_whole("max_staleness", max_staleness))
 
     def _require(self, trace_id: str) -> None:
         if trace_id not in self._core:
@@ -162,7 +168,7 @@ class GraphBuffer:
         ``on_error="skip"``: the valid traces are added; the report lists the others.
         """
         if on_error not in ("raise", "skip"):
-            raise ValueError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
+            raise InvalidArgumentError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
         core_batch, load_rejected = _load(traces, strict_seed=False)
         if load_rejected and on_error == "raise":
             raise load_rejected[0][2]
@@ -195,13 +201,13 @@ class GraphBuffer:
         if band is not None:
             min_events, max_events = band_limits(band)
         core, probabilities = self._core.sample(
-            batch_size,
+            whole("batch_size", batch_size, high=I32_MAX),
             sampler=sampler,
-            min_events=min_events,
-            max_events=max_events,
-            seed=seed,
+            min_events=optional_whole("min_events", min_events),
+            max_events=optional_whole("max_events", max_events),
+            seed=optional_whole("seed", seed),
             with_branches=with_branches,
-            max_staleness=_count(max_staleness),
+            max_staleness=optional_whole("max_staleness", max_staleness),
         )
         return TraceBatch(core, probabilities=probabilities)
 
@@ -216,7 +222,12 @@ class GraphBuffer:
         """Draws ``num_groups`` distinct GRPO groups uniformly: each whole (every stored trace
         with that group_id) or, with ``group_size``, exactly that many of its traces. With a
         staleness bound a group is eligible only when every one of its traces is fresh enough."""
-        selection = self._core.sample_groups(num_groups, group_size=group_size, seed=seed, max_staleness=_count(max_staleness))
+        selection = self._core.sample_groups(
+            whole("num_groups", num_groups, high=I32_MAX),
+            group_size=optional_whole("group_size", group_size),
+            seed=optional_whole("seed", seed),
+            max_staleness=optional_whole("max_staleness", max_staleness),
+        )
         return TraceBatch(selection)
 
     def update_priorities(self, trace_ids: Any, priorities: Any) -> None:
@@ -275,22 +286,6 @@ def _in_input_order(load_rejected: list[Rejected], add_rejected: list[Rejected],
     passed = [p for p in range(n_passed + len(load_rejected)) if p not in refused]
     rejected = [*load_rejected, *((passed[k], trace_id, error) for k, trace_id, error in add_rejected)]
     return sorted(rejected, key=lambda entry: entry[0])
-
-
-def _count(value: int | None, name: str = "max_staleness") -> int | None:
-    """A staleness bound as the core takes it: None or an integer >= 0."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-        raise InvalidArgumentError(f"{name} must be None or an integer >= 0, not {value!r}")
-    return int(value)
-
-
-def _version(value: int) -> int:
-    count = _count(value, "policy_version")
-    if count is None:
-        raise InvalidArgumentError("policy_version must be an integer >= 0, not None")
-    return count
 
 
 def _buffer_from_ipc(data: bytes) -> GraphBuffer:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from masreplay import _core
+from masreplay._args import optional_whole, whole
 from masreplay.errors import InvalidArgumentError
 
 Game = _core.Game
@@ -35,9 +36,11 @@ def soum(
     ``(players, coefficient)`` pairs. ``game.shapley_values()`` and ``game.banzhaf_values()``
     give the closed forms.
     """
-    if not isinstance(terms, int):
-        terms = [([int(p) for p in players], float(c)) for players, c in terms]
-    return _core.soum_game(int(n), terms, None if max_order is None else int(max_order), int(seed))
+    if isinstance(terms, (Sequence, np.ndarray)) and not isinstance(terms, str):
+        terms = [([whole("terms: a player index", p) for p in players], float(c)) for players, c in terms]
+    else:
+        terms = whole("terms", terms)
+    return _core.soum_game(whole("n", n), terms, optional_whole("max_order", max_order), whole("seed", seed))
 
 
 def _players_of(key: Any) -> list[int]:
@@ -47,7 +50,7 @@ def _players_of(key: Any) -> list[int]:
         if key < 0:
             raise InvalidArgumentError(f"table: coalition bitmask {key} is negative")
         return [p for p in range(key.bit_length()) if key >> p & 1]
-    return [int(p) for p in key]
+    return [whole("table: a player index", p) for p in key]
 
 
 def table(
@@ -67,7 +70,7 @@ def table(
         if n_players is None:
             raise InvalidArgumentError("table: n_players is required for a sparse table")
         entries = [(_players_of(key), float(value)) for key, value in values.items()]
-        return _core.sparse_table_game(int(n_players), entries, float(default))
+        return _core.sparse_table_game(whole("n_players", n_players), entries, float(default))
     dense = np.asarray(values, dtype=np.float64).ravel()
     game = _core.dense_table_game(dense.tolist())
     if n_players is not None and game.n_players != n_players:
@@ -93,7 +96,7 @@ def empirical(coalitions: np.ndarray, rewards: Sequence[float] | np.ndarray, *, 
     masks = np.ascontiguousarray(coalitions, dtype=bool)
     if masks.ndim != 2:
         raise InvalidArgumentError(f"empirical: coalitions must be 2-D (m, n_players), got shape {masks.shape}")
-    return _core.empirical_game(masks, np.asarray(rewards, dtype=np.float64).ravel().tolist(), int(order))
+    return _core.empirical_game(masks, np.asarray(rewards, dtype=np.float64).ravel().tolist(), whole("order", order))
 
 
 def empirical_from_traces(batch: Any, *, players: str = "agent", reward: str = "team", order: int = 1) -> tuple[Game, list[str]]:
@@ -148,7 +151,7 @@ def function(
     ``canonical=lambda m: m & m[:, 1:].any(axis=1, keepdims=True)`` (keep player 0 only
     alongside a worker) makes the orchestrator-only coalition one evaluation with the empty one.
     """
-    return FunctionGame(f, int(n_players), int(chunk_size), canonical)
+    return FunctionGame(f, whole("n_players", n_players), whole("chunk_size", chunk_size), canonical)
 
 
 def evaluate(game: Any, masks: np.ndarray) -> np.ndarray:
@@ -174,12 +177,12 @@ def noisy(game: Game, sigma: float, *, seed: int = 0, chunk_size: int = 1 << 16)
     ``shapley(..., noise=...)``. Deterministic given ``seed`` and the calls made."""
     if not (isinstance(sigma, (int, float)) and sigma >= 0):
         raise InvalidArgumentError(f"noisy: sigma must be a number >= 0, got {sigma!r}")
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(whole("seed", seed))
 
     def draw(masks: np.ndarray) -> np.ndarray:
         return game.values(masks) + rng.normal(0.0, sigma, len(masks))
 
-    return FunctionGame(draw, game.n_players, int(chunk_size))
+    return FunctionGame(draw, game.n_players, whole("chunk_size", chunk_size))
 
 
 __all__ = [

@@ -62,6 +62,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from masreplay._args import optional_whole
 from masreplay._offline_ray import run_ray
 from masreplay._offline_steps import (
     PART_NAME,
@@ -432,9 +433,15 @@ def credit_dump(
     if engine not in ("local", "ray"):
         raise InvalidArgumentError(f"engine must be 'local' or 'ray', got {engine!r}")
     limit = parse_memory(memory_limit)
+    workers = optional_whole("workers", workers, low=1)
     files = source_files(source)
     destination = pathlib.Path(destination)
-    destination.mkdir(parents=True, exist_ok=True)
+    try:
+        destination.mkdir(parents=True, exist_ok=True)
+    except OSError as error:  # a file in the way, or no permission
+        raise StorageError(
+            error.errno, f"destination cannot be a directory of parts ({error.strerror})", os.fspath(destination)
+        ) from None
     manifest = _open(destination, _inputs(files), options, max(1, limit // BYTES_PER_EVENT), resume)
     resumed = len(manifest.state["parts"])
     if not manifest.state["complete"]:

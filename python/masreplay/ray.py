@@ -35,9 +35,10 @@ import pyarrow.compute as pc
 import ray  # the Ray package: imports are absolute, so this is never masreplay.ray itself
 
 from masreplay import _core
+from masreplay._args import I32_MAX, I64_MAX, optional_whole, whole
 from masreplay.bands import band_limits
 from masreplay.batch import TraceBatch, _check_event_field, _from_ipc_table
-from masreplay.buffer import AddReport, GraphBuffer, Sampler, _count, _version
+from masreplay.buffer import AddReport, GraphBuffer, Sampler
 from masreplay.errors import DataFormatError, InvalidArgumentError, StorageError
 from masreplay.io import OnError, _load
 
@@ -382,16 +383,21 @@ class RayGraphBuffer:
         state_directory: str | os.PathLike[str] | None = None,
         **actor_options: Any,
     ) -> None:
-        shards = _count(shards, "shards")
-        if not shards:
-            raise InvalidArgumentError("shards must be at least 1")
-        if not isinstance(capacity, int) or capacity < shards:
-            raise InvalidArgumentError(f"capacity must be an integer of at least one per shard, not {capacity!r}")
+        shards = whole("shards", shards, low=1)
+        capacity = whole("capacity", capacity)
+        if capacity < shards:
+            raise InvalidArgumentError(f"capacity must be at least one per shard ({shards}), got {capacity}")
         if unit not in ("traces", "events"):
             raise InvalidArgumentError(f"unit must be 'traces' or 'events', not {unit!r}")
-        _count(seed, "seed")
+        seed = whole("seed", seed)
         self._start(
-            {"capacity": capacity, "unit": unit, "shards": shards, "seed": seed, "max_staleness": _count(max_staleness)},
+            {
+                "capacity": capacity,
+                "unit": unit,
+                "shards": shards,
+                "seed": seed,
+                "max_staleness": optional_whole("max_staleness", max_staleness),
+            },
             state_directory,
             actor_options,
             [None] * shards,
@@ -565,7 +571,7 @@ class RayGraphBuffer:
         if seed is None:
             self._calls += 1
             return np.random.default_rng([self._settings["seed"], self._calls]), [None] * self.shards
-        _count(seed, "seed")
+        seed = whole("seed", seed)
         return np.random.default_rng([seed, 2**32]), [_shard_seed(seed, s) for s in range(self.shards)]
 
     def sample(
@@ -601,10 +607,14 @@ class RayGraphBuffer:
         is one round trip (without branches); other fields are fetched when read."""
         if sampler not in ("uniform", "prioritized"):
             raise InvalidArgumentError(f"sampler must be 'uniform' or 'prioritized', not {sampler!r}")
-        batch_size = _count(batch_size, "batch_size")
+        batch_size = whole("batch_size", batch_size, high=I32_MAX)
         if band is not None:
             min_events, max_events = band_limits(band)
-        filters = {"min_events": min_events, "max_events": max_events, "max_staleness": _count(max_staleness)}
+        filters = {
+            "min_events": optional_whole("min_events", min_events),
+            "max_events": optional_whole("max_events", max_events),
+            "max_staleness": optional_whole("max_staleness", max_staleness),
+        }
         columns = tuple(columns)
         for column in columns:
             _check_event_field(column)
@@ -697,8 +707,9 @@ class RayGraphBuffer:
         """Draws ``num_groups`` distinct groups uniformly over all shards (a group lives whole
         in one shard), as :meth:`GraphBuffer.sample_groups`; groups come shard by shard, and
         their traces stay on the shards until read (as :meth:`sample`'s)."""
-        num_groups = _count(num_groups, "num_groups")
-        max_staleness = _count(max_staleness)
+        num_groups = whole("num_groups", num_groups, high=I32_MAX)
+        group_size = optional_whole("group_size", group_size)
+        max_staleness = optional_whole("max_staleness", max_staleness)
         answers = ray.get([shard.eligible_groups.remote(group_size, max_staleness) for shard in self._shards])
         self._note_restarts([restarts for _, restarts in answers])
         available = np.array([count for count, _ in answers], dtype=np.int64)
@@ -747,17 +758,17 @@ class RayGraphBuffer:
 
     @policy_version.setter
     def policy_version(self, version: int) -> None:
-        version = _version(version)
+        version = whole("policy_version", version, high=I64_MAX)
         ray.get([shard.set_policy_version.remote(version, False) for shard in self._shards])
 
     def advance(self, version: int) -> None:
         """Moves every shard's policy version forward to ``version``."""
-        version = _version(version)
+        version = whole("policy_version", version, high=I64_MAX)
         ray.get([shard.set_policy_version.remote(version, True) for shard in self._shards])
 
     def evict_stale(self, max_staleness: int | None = None) -> int:
         """As :meth:`GraphBuffer.evict_stale`, on every shard; returns how many traces left."""
-        max_staleness = _count(max_staleness)
+        max_staleness = optional_whole("max_staleness", max_staleness)
         return sum(ray.get([shard.evict_stale.remote(max_staleness) for shard in self._shards]))
 
     def to_arrow(self) -> pa.Table:
@@ -857,8 +868,7 @@ class BufferWriter:
     def __init__(self, buffer: RayGraphBuffer, *, flush_traces: int, max_in_flight: int, on_error: OnError) -> None:
         if on_error not in ("raise", "skip"):
             raise InvalidArgumentError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
-        if not _count(flush_traces, "flush_traces") or not _count(max_in_flight, "max_in_flight"):
-            raise InvalidArgumentError("flush_traces and max_in_flight must be at least 1")
+        flush_traces, max_in_flight = whole("flush_traces", flush_traces, low=1), whole("max_in_flight", max_in_flight, low=1)
         self.flush_traces, self.max_in_flight, self.on_error = flush_traces, max_in_flight, on_error
         self._buffer = buffer
         # Per shard: validated canonical tables not sent yet.

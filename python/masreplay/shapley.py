@@ -47,6 +47,7 @@ import numpy as np
 import pyarrow as pa
 
 from masreplay import _core
+from masreplay._args import I64_MAX, U64_MAX, optional_whole, whole
 from masreplay.batch import TraceBatch
 from masreplay.errors import InvalidArgumentError
 from masreplay.games import FunctionGame, evaluate
@@ -84,16 +85,20 @@ class ShapleyResult:
         )
 
 
+#: Largest player index the core takes in ``fixed``, ``exclude`` and ``unions`` (u32).
+_PLAYER_MAX = 2**32 - 1
+
+
 def _unions(unions: Sequence[Any] | None) -> list[Any] | None:
-    """Nested lists of ints, as plain lists (tuples and numpy ints accepted)."""
+    """Nested lists of player indices, as plain lists (tuples, arrays and numpy ints accepted)."""
     if unions is None:
         return None
 
     def plain(item: Any) -> Any:
-        if isinstance(item, (int, np.integer)):
-            return int(item)
         if isinstance(item, (list, tuple, np.ndarray)):
             return [plain(child) for child in item]
+        if isinstance(item, (int, np.integer)):
+            return _player(item, "unions")
         raise InvalidArgumentError(f"unions: {item!r} is neither a player index nor a list")
 
     return [plain(u) for u in unions]
@@ -105,12 +110,24 @@ def _indices(players: Any, what: str) -> list[int]:
         return []
     if isinstance(players, (int, np.integer)):
         players = [players]
-    out = []
-    for p in np.asarray(players).ravel().tolist() if isinstance(players, np.ndarray) else players:
-        if not isinstance(p, (int, np.integer)) or isinstance(p, bool) or p < 0:
-            raise InvalidArgumentError(f"{what}: {p!r} is not a player index")
-        out.append(int(p))
-    return out
+    if isinstance(players, np.ndarray):
+        players = players.ravel().tolist()
+    return [_player(p, what) for p in players]
+
+
+def _player(index: Any, what: str) -> int:
+    if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)) or not 0 <= index <= _PLAYER_MAX:
+        raise InvalidArgumentError(f"{what}: {index!r} is not a player index (0 to {_PLAYER_MAX})")
+    return int(index)
+
+
+def _parents(parents: Sequence[int | None] | np.ndarray | None) -> list[int] | None:
+    """Each player's spawner as the core takes it: an index, -1 (or None) for a root."""
+    if parents is None:
+        return None
+    if isinstance(parents, np.ndarray):
+        parents = parents.ravel().tolist()
+    return [-1 if p is None else whole(f"parents[{i}]", p, low=-1, high=I64_MAX) for i, p in enumerate(parents)]
 
 
 def shapley(
@@ -141,7 +158,7 @@ def shapley(
     ``budget`` counts coalition evaluations (default 10,000 unless ``target_stderr`` is
     given); sampling stops at the budget or once every standard error is at most
     ``target_stderr``, whichever comes first. ``parents[i]`` is the player that spawned i
-    (-1 for a root); ``unions`` nests lists of player indices. The same ``seed`` gives the
+    (-1 or None for a root); ``unions`` nests lists of player indices. The same ``seed`` gives the
     same values at any ``n_threads``. A callable is called with at most ``chunk_size``
     coalitions, each distinct coalition once; ``evaluations`` counts its calls' rows. It is
     called on the calling thread, one chunk at a time; ``msr``, ``kernel`` and ``stratified``
@@ -189,25 +206,23 @@ def shapley(
         n_players, chunk_size, canonical, game = game.n_players, game.chunk_size, game.canonical, game.f
     elif not isinstance(game, _core.Game) and not callable(game):
         raise InvalidArgumentError(f"game: expected a masreplay game or a callable, got {type(game).__name__}")
-    if isinstance(parents, np.ndarray):
-        parents = parents.tolist()
     raw = _core.shapley(
         game,
-        None if n_players is None else int(n_players),
+        optional_whole("n_players", n_players),
         method,
-        None if budget is None else int(budget),
+        optional_whole("budget", budget),
         None if target_stderr is None else float(target_stderr),
-        int(seed),
-        None if parents is None else [int(p) for p in parents],
+        whole("seed", seed),
+        _parents(parents),
         _unions(unions),
-        n_threads,
+        optional_whole("n_threads", n_threads),
         bool(antithetic),
-        int(chunk_size),
+        whole("chunk_size", chunk_size),
         _indices(fixed, "fixed"),
         _indices(exclude, "exclude"),
         canonical,
         _noise(noise),
-        None if repeats is None else int(repeats),
+        optional_whole("repeats", repeats),
         surrogate,
     )
     return ShapleyResult(**raw)
@@ -230,7 +245,7 @@ def _with_prior(game, n_players, chunk_size, prior, prior_budget, options, noise
         n = n_players if n_players is not None else getattr(game, "n_players", None)
         if n is None:
             raise InvalidArgumentError("n_players is needed for a callable game")
-        live = FunctionGame(lambda masks: evaluate(game, masks), int(n), int(chunk_size))
+        live = FunctionGame(lambda masks: evaluate(game, masks), whole("n_players", n), whole("chunk_size", chunk_size))
     else:
         raise InvalidArgumentError(f"game: expected a masreplay game or a callable, got {type(game).__name__}")
     if n_players is not None and n_players != live.n_players:
@@ -249,15 +264,22 @@ def _with_prior(game, n_players, chunk_size, prior, prior_budget, options, noise
         prior_game = prior  # valued in Rust
     else:
         prior_game = FunctionGame(lambda masks: evaluate(prior, masks), live.n_players, live.chunk_size, live.canonical)
+    if prior_budget is None:
+        budget = optional_whole("budget", options["budget"])
+        prior_budget = min(max(20 * (10_000 if budget is None else budget), 1 << 16), U64_MAX)
+    prior_budget = whole("prior_budget", prior_budget)  # refused before any live evaluation
     rest = shapley(
         FunctionGame(residual, live.n_players, live.chunk_size, live.canonical), noise=noise, repeats=repeats, **options
     )
-    budget = options["budget"] if options["budget"] is not None else 10_000
-    if prior_budget is None:
-        prior_budget = max(20 * budget, 1 << 16)
     method = options["method"] if options["method"] in _STRUCTURED else "auto"
-    prior_seed = (options["seed"] + _PRIOR_STREAM) % (1 << 64)
-    prior_options = {**options, "method": method, "budget": int(prior_budget), "target_stderr": None, "seed": prior_seed}
+    prior_seed = (whole("seed", options["seed"]) + _PRIOR_STREAM) % (1 << 64)
+    prior_options = {
+        **options,
+        "method": method,
+        "budget": prior_budget,
+        "target_stderr": None,
+        "seed": prior_seed,
+    }
     known = shapley(prior_game, **prior_options)
     stderr = np.hypot(rest.stderr, known.stderr)
     target = options["target_stderr"]
@@ -415,16 +437,16 @@ def trace_shapley(
         players,
         bool(respect_spawn_tree),
         method,
-        None if budget is None else int(budget),
-        int(seed),
-        n_threads,
+        optional_whole("budget", budget),
+        whole("seed", seed),
+        optional_whole("n_threads", n_threads),
         bool(antithetic),
-        int(chunk_size),
+        whole("chunk_size", chunk_size),
         [str(label) for label in fixed or []],
         [str(label) for label in exclude or []],
         canonical,
         _noise(noise),
-        None if repeats is None else int(repeats),
+        optional_whole("repeats", repeats),
     )
     offsets, event_player, values = raw["offsets"], raw["event_player"], raw["values"]
     table = _players_table(batch, offsets, raw["labels"], raw["parents"], event_player)

@@ -2,28 +2,17 @@
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass
 
 import pyarrow as pa
 
 from masreplay import _core
+from masreplay._args import I32_MAX, I64_MAX, whole
 from masreplay.batch import TraceBatch
 from masreplay.errors import InvalidArgumentError
 from masreplay.io import load_traces
 
 Range = int | tuple[int, int]
-
-_U64_MAX = 2**64 - 1
-
-
-def _count(name: str, value: int, high: int = _U64_MAX) -> int:
-    """A non-negative whole number; the core takes unsigned integers, and a negative one would
-    surface as an OverflowError that names no argument."""
-    number = operator.index(value)
-    if not 0 <= number <= high:
-        raise InvalidArgumentError(f"{name} must be an integer in [0, {high}], got {number}")
-    return number
 
 
 def _range(name: str, value: Range) -> tuple[int, int]:
@@ -31,7 +20,7 @@ def _range(name: str, value: Range) -> tuple[int, int]:
         low, high = value
     else:
         low = high = value
-    return (_count(name, low), _count(name, high))
+    return (whole(name, low), whole(name, high))
 
 
 def generate(
@@ -57,8 +46,8 @@ def generate(
     policy (for staleness-bounded buffers).
     """
     shape = _shape(agents, depth, fan_out, events_per_agent, group_size, seed)
-    version = _count("policy_version", policy_version, 2**63 - 1)
-    batch = TraceBatch(_core.simulate(_count("n_traces", n_traces), shape))
+    version = whole("policy_version", policy_version, high=I64_MAX)
+    batch = TraceBatch(_core.simulate(whole("n_traces", n_traces, high=I32_MAX), shape))
     if version == 0:  # the core's own tag
         return batch
     table = batch.to_arrow()
@@ -70,11 +59,11 @@ def _shape(agents: Range, depth: int, fan_out: Range, events_per_agent: Range, g
     """The generator's shape arguments, checked, as the core takes them."""
     return {
         "agents": _range("agents", agents),
-        "depth": _count("depth", depth),
+        "depth": whole("depth", depth),
         "fan_out": _range("fan_out", fan_out),
         "events_per_agent": _range("events_per_agent", events_per_agent),
-        "group_size": _count("group_size", group_size),
-        "seed": _count("seed", seed),
+        "group_size": whole("group_size", group_size),
+        "seed": whole("seed", seed),
     }
 
 
@@ -116,10 +105,10 @@ def branches(
     if not (isinstance(noise, int | float) and noise >= 0):
         raise InvalidArgumentError(f"noise must be a number >= 0, got {noise!r}")
     core, effects, values = _core.simulate_branches(
-        _count("n_traces", n_traces),
+        whole("n_traces", n_traces, high=I32_MAX),
         _shape(agents, depth, fan_out, events_per_agent, group_size, seed),
-        branches=_count("branches", branches),
-        branch_points=_count("branch_points", branch_points),
+        branches=whole("branches", branches, high=I32_MAX),
+        branch_points=whole("branch_points", branch_points, high=I32_MAX),
         noise=float(noise),
     )
     effect_columns = list(zip(*effects, strict=True)) if effects else [[], [], [], []]

@@ -18,7 +18,7 @@ from masreplay.batch import TraceBatch
 from masreplay.conversion_report import ConversionReport
 from masreplay.convert._lines import IN_MEMORY, local_path
 from masreplay.errors import ConversionError, InvalidArgumentError, MasreplayError, StorageError, TraceValidationError
-from masreplay.io import load_traces
+from masreplay.io import as_batch, load_traces
 
 OUTPUT_SUFFIXES = (".json", ".jsonl", ".parquet")
 
@@ -101,13 +101,17 @@ def _refuse_additions(batch: TraceBatch) -> None:
             raise TraceValidationError(batch.trace_ids[rows[0]], f"/{name}", reason)
 
 
-def to_seed(batch: TraceBatch) -> list[dict[str, Any]]:
-    """Each trace as a dict the seed JSON Schema accepts (masreplay's top-level additions dropped)."""
+def to_seed(batch: Any) -> list[dict[str, Any]]:
+    """Each trace of ``batch`` (or of anything :func:`masreplay.load_traces` accepts) as a dict
+    the seed JSON Schema accepts (masreplay's top-level additions dropped)."""
+    batch = as_batch(batch)
     return [batch.to_seed_json(i) for i in range(len(batch))]
 
 
-def write(batch: TraceBatch, path: str | os.PathLike[str]) -> None:
-    """Writes ``batch`` in the format ``path``'s suffix names (see the module docstring)."""
+def write(batch: Any, path: str | os.PathLike[str]) -> None:
+    """Writes ``batch`` (or anything :func:`masreplay.load_traces` accepts) in the format
+    ``path``'s suffix names (see the module docstring)."""
+    batch = as_batch(batch)
     target = pathlib.Path(local_path(path))
     if target.suffix not in OUTPUT_SUFFIXES:
         raise InvalidArgumentError(

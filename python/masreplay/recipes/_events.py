@@ -138,15 +138,35 @@ class Events:
 
     def trace_reward(self, channel: str, fill: float | None = None) -> np.ndarray:
         values = _core.trace_channel(self.batch._core, channel)
-        if np.isnan(values).any():
+        missing = np.isnan(values)
+        if missing.any():
             if fill is None:
-                first = self.batch.trace_ids[int(np.flatnonzero(np.isnan(values))[0])]
+                first = self.batch.trace_ids[int(np.flatnonzero(missing)[0])]
                 raise InvalidArgumentError(f"trace {first!r} has no reward channel {channel!r}")
-            values = np.where(np.isnan(values), fill, values)
+            if missing.all():
+                self._require_carried(channel)
+            values = np.where(missing, fill, values)
         return values
 
-    def event_reward(self, channel: str, fill: float = 0.0) -> np.ndarray:
-        return event_rewards(self.batch, channel, fill=fill)
+    def event_reward(self, channel: str, fill: float = 0.0, *, optional: bool = False) -> np.ndarray:
+        """The per-event channel, ``fill`` where an event lacks it; unless ``optional`` (a side
+        input that may be absent, such as a format or tool reward), the channel must be
+        carried somewhere in the batch."""
+        values = event_rewards(self.batch, channel, fill=np.nan)
+        missing = np.isnan(values)
+        if missing.all() and not optional:
+            self._require_carried(channel)
+        return np.where(missing, fill, values) if missing.any() else values
+
+    def _require_carried(self, channel: str) -> None:
+        """A reward channel that no trace and no event of the batch carries is a misspelt
+        name: refused, where reading it as ``fill`` everywhere would train on zeros."""
+        if self.n_traces == 0:
+            return
+        on_traces = not np.isnan(_core.trace_channel(self.batch._core, channel)).all()
+        on_events = pc.any(pc.is_valid(pc.map_lookup(pa.array(self.batch._source.event_field("reward")), channel, "first")))
+        if not (on_traces or on_events.as_py()):
+            raise InvalidArgumentError(f"no reward channel {channel!r}: no trace or event of the batch carries it")
 
     def column(self, name: str, values: Any) -> np.ndarray:
         """A numeric per-event input as float64 (nulls NaN): an array aligned with

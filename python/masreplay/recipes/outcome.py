@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from masreplay._args import checked
 from masreplay.advantages import Advantages
 from masreplay.errors import InvalidArgumentError
 from masreplay.recipes._events import Events, cell_stats, dense, first_rows, grpo, nested_weights, result
@@ -16,6 +17,7 @@ from masreplay.rewards import parl
 EPS = 1e-6  # verl's GRPO epsilon, the trainer these methods' code builds on
 
 
+@checked
 def matpo(
     batch: Any,
     *,
@@ -52,6 +54,7 @@ def matpo(
     return result(events, "matpo", per_event, weights)
 
 
+@checked
 def wideseek_r1(batch: Any, *, channel: str = "team", eps: float = EPS) -> Advantages:
     """WideSeek-R1 (arXiv 2602.04634): one GRPO advantage per rollout for every agent and
     token, ``A_i = (R_i - mean_G R) / (std_G R + eps)``, with the loss weight
@@ -66,6 +69,7 @@ def wideseek_r1(batch: Any, *, channel: str = "team", eps: float = EPS) -> Advan
     return result(events, "wideseek_r1", np.where(events.acting, advantage[events.trace], 0.0), weights, ("agent",))
 
 
+@checked
 def agent_lightning(batch: Any, *, channel: str = "team", eps: float = EPS) -> Advantages:
     """Agent Lightning / LightningRL (arXiv 2508.03680): every LLM call (acting event) is a
     transition carrying its rollout's final reward; the rollout-level advantage
@@ -80,6 +84,7 @@ def agent_lightning(batch: Any, *, channel: str = "team", eps: float = EPS) -> A
     return result(events, "agent_lightning", np.where(events.acting, advantage[events.trace], 0.0), weights)
 
 
+@checked
 def dr_mas(
     batch: Any,
     *,
@@ -121,6 +126,7 @@ def dr_mas(
     return result(events, "dr_mas", per_event, weights, unit)
 
 
+@checked
 def kimi_parl(
     batch: Any,
     *,
@@ -148,6 +154,7 @@ def kimi_parl(
     return result(events, "kimi_parl", np.where(trained, advantage[events.trace], 0.0), weights, ("orchestrator",))
 
 
+@checked
 def context_folding(
     batch: Any,
     *,
@@ -168,7 +175,7 @@ def context_folding(
     """
     events = Events(batch)
     outcome = events.trace_reward(channel)
-    q = events.event_reward(process) if isinstance(process, str) else events.column("process", process)
+    q = events.event_reward(process, optional=True) if isinstance(process, str) else events.column("process", process)
     n, mean, std = cell_stats(outcome, events.trace_group)
     clipped = np.clip(outcome[events.trace] + np.nan_to_num(q), low, high)
     denominator = np.where(n[events.trace] > 1, np.nan_to_num(std[events.trace]), 0.0) + eps
@@ -176,6 +183,7 @@ def context_folding(
     return result(events, "context_folding", per_event, nested_weights(events, events.acting, []))
 
 
+@checked
 def mgrpo(
     batch: Any,
     *,
@@ -218,7 +226,7 @@ def mgrpo(
         raise InvalidArgumentError(f"alignment must be 'resample' or 'none', got {alignment!r}")
     events = Events(batch)
     correct_main = events.trace_reward(channel)
-    fmt = events.event_reward(format_channel, fill=np.nan)
+    fmt = events.event_reward(format_channel, fill=np.nan, optional=True)
     has_format = ~np.isnan(fmt)
     main_reward = _main_reward(events, correct_main, fmt, alpha)
     main_adv = grpo(main_reward, events.trace_group, ddof=0, eps=eps)
@@ -231,7 +239,9 @@ def mgrpo(
     call_format = np.ones(n_calls)
     formatted = has_format[sub_rows]
     np.minimum.at(call_format, call[formatted], fmt[sub_rows][formatted])
-    call_expert = np.minimum(np.bincount(call, weights=events.event_reward(expert_channel)[sub_rows], minlength=n_calls), 1.0)
+    call_expert = np.minimum(
+        np.bincount(call, weights=events.event_reward(expert_channel, optional=True)[sub_rows], minlength=n_calls), 1.0
+    )
     if variant == "paper":
         call_reward = beta[0] * call_format + beta[1] * correct_main[call_trace] + beta[2] * call_expert
     else:
@@ -307,6 +317,7 @@ def _align(call_trace: np.ndarray, n_traces: int, sub_calls: int | None, alignme
     return multiplicity
 
 
+@checked
 def sharp(
     batch: Any,
     marginal: Any,
@@ -341,7 +352,7 @@ def sharp(
     reward = (
         events.trace_reward(channel)[unit_trace]
         + lambda_shapley * np.bincount(unit, weights=delta, minlength=n_units)
-        + lambda_tool * np.bincount(unit, weights=events.event_reward(tool), minlength=n_units)
+        + lambda_tool * np.bincount(unit, weights=events.event_reward(tool, optional=True), minlength=n_units)
     )
     advantage = np.zeros(n_units)
     cells = dense(events.trace_group[unit_trace[acts]], unit_agent[acts])

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from masreplay._args import checked
 from masreplay.advantages import Advantages
 from masreplay.errors import InvalidArgumentError
 from masreplay.recipes._events import Events, cell_stats, dense, grpo, nested_weights, result, reverse_discounted, whiten
@@ -46,6 +47,7 @@ def _last_of(keys: np.ndarray) -> np.ndarray:
     return np.r_[keys[1:] != keys[:-1], True] if len(keys) else np.zeros(0, bool)
 
 
+@checked
 def marft(
     batch: Any,
     values: Any,
@@ -83,6 +85,7 @@ def marft(
     return _per_action(events, "marft", rows, advantage, ("agent", "step"), events.acting)
 
 
+@checked
 def maporl(
     batch: Any,
     *,
@@ -191,6 +194,7 @@ def _maporl_bonus(
     return bonus
 
 
+@checked
 def marshal(
     batch: Any,
     *,
@@ -227,6 +231,7 @@ def marshal(
     return _per_action(events, "marshal", rows, advantage, ("agent", "turn"), events.acting)
 
 
+@checked
 def puppeteer(
     batch: Any,
     *,
@@ -287,6 +292,7 @@ def _selected_agent(events: Events, rows: np.ndarray) -> np.ndarray:
     return np.where(indices >= 0, codes[np.maximum(indices, 0)], -1)
 
 
+@checked
 def agent_qmix(
     batch: Any,
     q_values: Any,

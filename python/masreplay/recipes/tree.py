@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from masreplay._args import checked
 from masreplay.advantages import Advantages
 from masreplay.errors import InvalidArgumentError
 from masreplay.recipes._events import Events, cell_stats, dense, grpo, nested_weights, result
@@ -123,6 +124,7 @@ def _per_event(tree: Tree, node_values: np.ndarray) -> np.ndarray:
     return out
 
 
+@checked
 def magrpo(
     batch: Any,
     *,
@@ -169,6 +171,7 @@ def _loo(values: np.ndarray, siblings: np.ndarray) -> np.ndarray:
         return (total - values) / (n - 1)
 
 
+@checked
 def c3(
     batch: Any,
     *,
@@ -204,6 +207,7 @@ def c3(
     return result(events, "c3", _per_event(tree, advantage), _node_weights(events, tree), ("message",))
 
 
+@checked
 def malt(batch: Any, *, node: Any = None, channel: str = "team") -> Advantages:
     """MALT (arXiv 2412.01928): values on the generator -> verifier -> refiner tree.
 
@@ -223,6 +227,7 @@ def malt(batch: Any, *, node: Any = None, channel: str = "team") -> Advantages:
     return result(events, "malt", _per_event(tree, value), _node_weights(events, tree), ("node",))
 
 
+@checked
 def marsrl(batch: Any, *, node: Any = None, channel: str = "correct", eps: float = 1e-6) -> Advantages:
     """MarsRL (arXiv 2511.11373): agent-specific rewards, GRPO within each group of samples
     of one input.

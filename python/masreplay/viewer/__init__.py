@@ -15,6 +15,7 @@ from __future__ import annotations
 import html
 import json
 import os
+import re
 from importlib import resources
 from typing import Any
 
@@ -29,6 +30,12 @@ from masreplay.orchestration import metrics
 from masreplay.viewer._model import attach_branches, colour_scale, trace_data
 
 ASSETS = ("viewer.css", "viewer.js")
+#: The template's slots, filled in one pass by ``TraceView.to_html``.
+_SLOT = re.compile(r"/\*masreplay:(?:css|data|js)\*/|masreplay:title")
+#: "<", ">" and "&" of the embedded JSON as JSON escapes, which JSON.parse reads back unchanged:
+#: no trace text can then end the data's script element ("</script") or switch the parser
+#: into its escaped states ("<!--").
+_INERT_IN_SCRIPT = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
 
 
 def _asset(name: str) -> str:
@@ -48,15 +55,16 @@ class TraceView:
         return self.data["current"]
 
     def to_html(self) -> str:
-        # "</" inside a script element would end it early; JSON allows "<\/".
-        payload = json.dumps(self.data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
-        page = _asset("viewer.html")
-        return (
-            page.replace("/*masreplay:css*/", _asset("viewer.css"))
-            .replace("/*masreplay:data*/", payload)
-            .replace("/*masreplay:js*/", _asset("viewer.js"))
-            .replace("masreplay:title", html.escape(f"masreplay · {self.trace_id}"))
-        )
+        payload = json.dumps(self.data, separators=(",", ":"), allow_nan=False).translate(_INERT_IN_SCRIPT)
+        slots = {
+            "/*masreplay:css*/": _asset("viewer.css"),
+            "/*masreplay:data*/": payload,
+            "/*masreplay:js*/": _asset("viewer.js"),
+            "masreplay:title": html.escape(f"masreplay · {self.trace_id}"),
+        }
+        # One pass over the template: what fills a slot (a trace's own text) is never searched
+        # for other slots.
+        return _SLOT.sub(lambda found: slots[found.group(0)], _asset("viewer.html"))
 
     def save(self, path: str | os.PathLike[str]) -> None:
         with open(path, "w", encoding="utf-8") as out:

@@ -201,20 +201,26 @@ fn result_dict<'py>(py: Python<'py>, result: ShapleyResult) -> PyResult<Bound<'p
 
 /// Calls a Python function on numpy masks and reads what it returns as a flat array of
 /// `dtype` (numpy's name: "float64" for values, "bool_" for masks); what it raises travels
-/// through the core inside its error type and comes out unchanged.
+/// through the core inside its error type and comes out unchanged, while a return value
+/// numpy cannot read as `dtype` is an invalid argument that says so.
 fn call_python<T: numpy::Element + Copy>(
     function: &Py<PyAny>,
     dtype: &str,
     build_args: impl for<'py> FnOnce(Python<'py>) -> PyResult<Vec<Bound<'py, PyAny>>>,
 ) -> Result<Vec<T>, MasreplayError> {
     Python::attach(|py| {
-        let args = pyo3::types::PyTuple::new(py, build_args(py)?)?;
-        let returned = function.bind(py).call1(args)?;
-        let numpy = py.import("numpy")?;
-        let flat = numpy.call_method1("asarray", (returned, numpy.getattr(dtype)?))?.call_method0("ravel")?;
-        Ok(flat.extract::<PyReadonlyArray1<'_, T>>()?.as_array().to_vec())
+        let args = build_args(py).and_then(|args| pyo3::types::PyTuple::new(py, args)).map_err(from_callback)?;
+        let returned = function.bind(py).call1(args).map_err(from_callback)?;
+        let read = || -> PyResult<Vec<T>> {
+            let numpy = py.import("numpy")?;
+            let flat = numpy.call_method1("asarray", (&returned, numpy.getattr(dtype)?))?.call_method0("ravel")?;
+            Ok(flat.extract::<PyReadonlyArray1<'_, T>>()?.as_array().to_vec())
+        };
+        read().map_err(|error| {
+            let kind = returned.get_type().name().map_or_else(|_| "?".to_string(), |name| name.to_string());
+            MasreplayError::InvalidArgument(format!("the function returned a {kind} that is not an array of {dtype}: {error}"))
+        })
     })
-    .map_err(from_callback)
 }
 
 /// A Python `canonical(masks) -> masks` as the core's canonical form of a batch.

@@ -161,11 +161,17 @@ impl Estimate {
     }
 }
 
+/// Most threads a call may ask for: the pool starts them all at once, and a count far beyond
+/// the machine's (say a typo of 10^6) would spend minutes starting threads before failing.
+pub const MAX_THREADS: usize = 1024;
+
 /// Runs `work` on a pool of `n_threads` threads (the global pool when None).
 pub fn in_pool<T: Send>(n_threads: Option<usize>, work: impl FnOnce() -> T + Send) -> Result<T> {
     match n_threads {
         None => Ok(work()),
-        Some(0) => Err(MasreplayError::InvalidArgument("n_threads must be at least 1".into())),
+        Some(n) if !(1..=MAX_THREADS).contains(&n) => {
+            Err(MasreplayError::InvalidArgument(format!("n_threads must be in 1..={MAX_THREADS}, got {n}")))
+        }
         Some(n) => {
             let pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(n)
