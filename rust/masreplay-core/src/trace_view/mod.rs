@@ -26,6 +26,7 @@ use arrow_buffer::ArrowNativeType;
 use crate::error::{MasreplayError, Result};
 use crate::graph::Csr;
 use crate::prefetch::prefetch_all;
+use crate::rank_sort::sort_distinct;
 use crate::store::schema::{EdgeColumns, EventColumns, TraceColumns};
 use crate::store::{TraceBatch, same_text};
 use crate::trace::EventType;
@@ -280,9 +281,10 @@ impl<'a> BatchView<'a> {
     /// `order`: the trace's events (local indices) in time order. Events already stored in
     /// that order (the usual case) are only checked, not sorted, and ids only compared
     /// where times tie. Otherwise they are sorted as integers, each its time's
-    /// [`total_order_key`] with the low bits replaced by its index (`keys` is the buffer):
-    /// that orders events whose times differ in the kept bits, and only the events whose
-    /// kept bits tie are then sorted by (t, id) proper.
+    /// [`total_order_key`] with the low bits replaced by its index (`keys` is the buffer;
+    /// a trace's few dozen keys are sorted by rank, see [`crate::rank_sort`]): that orders
+    /// events whose times differ in the kept bits, and only the events whose kept bits tie
+    /// are then sorted by (t, id) proper.
     #[inline]
     pub fn time_order_into(&self, trace: usize, order: &mut Vec<u32>, keys: &mut Vec<u64>) {
         let range = self.events_of(trace);
@@ -300,7 +302,8 @@ impl<'a> BatchView<'a> {
         let index_mask = (1u64 << index_bits) - 1;
         keys.clear();
         keys.extend(times.iter().zip(0u64..).map(|(&t, j)| total_order_key(t) & !index_mask | j));
-        keys.sort_unstable();
+        // Distinct keys: the index bits differ.
+        sort_distinct(keys);
         order.extend(keys.iter().map(|&key| (key & index_mask) as u32));
         let mut first = 0;
         while first < n {
