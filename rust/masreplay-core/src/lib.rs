@@ -10,6 +10,7 @@ pub mod graph;
 pub mod metrics;
 pub mod names;
 mod prefetch;
+mod rank_sort;
 pub mod rng;
 pub mod shapley;
 pub mod sim;

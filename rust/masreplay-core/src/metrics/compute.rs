@@ -116,6 +116,12 @@ pub(super) struct Scratch {
 const SOURCE: u8 = 1;
 const DOWNSTREAM: u8 = 2;
 
+/// Marks `node` a source of errors (a safety event, an untrusted tool result).
+fn mark_error_source(node: &mut Node, n_error_sources: &mut u32) {
+    node.error_flags |= SOURCE;
+    *n_error_sources += 1;
+}
+
 fn refill<T: Clone>(buffer: &mut Vec<T>, len: usize, value: T) {
     buffer.clear();
     buffer.resize(len, value);
@@ -192,14 +198,18 @@ impl Scratch {
         let (start, n) = (range.start, range.len());
         self.author.resize(n, NONE);
         self.nodes.resize(n, Node::new(1.0));
-        for position in 0..n {
-            let j = self.by_time[position] as usize;
+        // The buffers as slices bound once: stores through them then leave the vectors'
+        // own fields in registers.
+        let Scratch { table, by_time, author: authors, nodes, returns, contents, n_error_sources, .. } = self;
+        let (authors, nodes) = (&mut authors[..n], &mut nodes[..n]);
+        for (position, &j) in by_time[..n].iter().enumerate() {
+            let j = j as usize;
             let e = start + j;
-            let seen = self.table.see(view, e, j as u32, position as u32);
+            let seen = table.see(view, e, j as u32, position as u32);
             let t = view.t(e);
             let duration = view.duration_s(e);
             if let Some(duration) = duration {
-                self.nodes[j] = Node::new(duration);
+                nodes[j] = Node::new(duration);
             }
             let tokens = view.tokens(e).unwrap_or(0);
             all_tokens += tokens;
@@ -213,18 +223,18 @@ impl Scratch {
             }
             let author = seen.author;
             if author != NONE {
-                let agent = &mut self.table.agents[author as usize].data;
+                let agent = &mut table.agents[author as usize].data;
                 agent.own_steps += 1;
                 agent.first_t = agent.first_t.min(t);
                 agent.end_t = agent.end_t.max(t + duration.unwrap_or(0.0));
             }
-            self.author[j] = author;
+            authors[j] = author;
             match seen.event_type {
                 EventType::Spawn => {
                     metrics.spawn_count += 1;
                     if let Some(child) = seen.spawned {
-                        let stage = self.table.agents[author as usize].data.stage;
-                        let agent = &mut self.table.agents[child as usize].data;
+                        let stage = table.agents[author as usize].data.stage;
+                        let agent = &mut table.agents[child as usize].data;
                         agent.spawn_t = t;
                         agent.spawn_stage = stage;
                     }
@@ -232,19 +242,19 @@ impl Scratch {
                 EventType::Despawn => {
                     metrics.despawn_count += 1;
                     if let Some(child) = seen.despawned {
-                        let agent = &mut self.table.agents[child as usize].data;
+                        let agent = &mut table.agents[child as usize].data;
                         agent.despawn_t = agent.despawn_t.max(t);
                     }
                 }
                 EventType::Message => {
                     if let Some(text) = view.content_ref(e) {
-                        self.contents.push((FixedState::default().hash_one(text), e));
+                        contents.push((FixedState::default().hash_one(text), e));
                     }
                 }
-                EventType::Return => self.returns.push(j as u32),
-                EventType::Aggregate => self.table.agents[author as usize].data.stage += 1,
-                EventType::SafetyEvent => self.mark_error_source(j),
-                EventType::ToolResult if view.untrusted(e) => self.mark_error_source(j),
+                EventType::Return => returns.push(j as u32),
+                EventType::Aggregate => table.agents[author as usize].data.stage += 1,
+                EventType::SafetyEvent => mark_error_source(&mut nodes[j], n_error_sources),
+                EventType::ToolResult if view.untrusted(e) => mark_error_source(&mut nodes[j], n_error_sources),
                 _ => {}
             }
         }
@@ -267,11 +277,6 @@ impl Scratch {
                 1 + run.windows(2).filter(|pair| text(pair[0].1) != text(pair[1].1)).count()
             })
             .sum()
-    }
-
-    fn mark_error_source(&mut self, event: usize) {
-        self.nodes[event].error_flags |= SOURCE;
-        self.n_error_sources += 1;
     }
 
     /// Returns, finish rate, idle sub-agents and utilization.

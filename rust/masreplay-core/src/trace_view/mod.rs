@@ -26,6 +26,7 @@ use arrow_buffer::ArrowNativeType;
 use crate::error::{MasreplayError, Result};
 use crate::graph::Csr;
 use crate::prefetch::prefetch_all;
+use crate::rank_sort::{KEY_MAX, RANKED_MAX, sort_distinct};
 use crate::store::schema::{EdgeColumns, EventColumns, TraceColumns};
 use crate::store::{TraceBatch, same_text};
 use crate::trace::EventType;
@@ -41,6 +42,19 @@ pub const NONE: u32 = u32::MAX;
 pub fn total_order_key(x: f64) -> u64 {
     let bits = x.to_bits();
     if bits >> 63 == 0 { bits | 1 << 63 } else { !bits }
+}
+
+/// Sorts by `earlier` each run of `order` whose places `tie` with the run's first.
+#[inline]
+fn sort_tied_runs(order: &mut [u32], tie: impl Fn(usize, usize) -> bool, earlier: impl Fn(u32, u32) -> Ordering) {
+    let mut first = 0;
+    while first < order.len() {
+        let tied = (first + 1..order.len()).take_while(|&place| tie(first, place)).count();
+        if tied > 0 {
+            order[first..=first + tied].sort_unstable_by(|&a, &b| earlier(a, b));
+        }
+        first += tied + 1;
+    }
 }
 
 /// What an event's `role` says about its author, for finding the orchestrator.
@@ -280,9 +294,12 @@ impl<'a> BatchView<'a> {
     /// `order`: the trace's events (local indices) in time order. Events already stored in
     /// that order (the usual case) are only checked, not sorted, and ids only compared
     /// where times tie. Otherwise they are sorted as integers, each its time's
-    /// [`total_order_key`] with the low bits replaced by its index (`keys` is the buffer):
-    /// that orders events whose times differ in the kept bits, and only the events whose
-    /// kept bits tie are then sorted by (t, id) proper.
+    /// [`total_order_key`] cut to its high bits, with its index in the low bits: that orders
+    /// events whose times differ in the kept bits, and only the events whose kept bits tie
+    /// are then sorted by (t, id) proper. A trace of at most [`RANKED_MAX`] events keeps
+    /// 31 bits in all, its keys taken less the earliest's so that the kept bits are those
+    /// where its times differ, and sorts them by rank (see [`crate::rank_sort`]); a longer
+    /// one keeps 64 bits (`keys` is the buffer).
     #[inline]
     pub fn time_order_into(&self, trace: usize, order: &mut Vec<u32>, keys: &mut Vec<u64>) {
         let range = self.events_of(trace);
@@ -298,18 +315,30 @@ impl<'a> BatchView<'a> {
         // n >= 2 here, and at most 2^32 events, so the index takes 1 to 32 bits.
         let index_bits = u64::BITS - ((n - 1) as u64).leading_zeros();
         let index_mask = (1u64 << index_bits) - 1;
-        keys.clear();
-        keys.extend(times.iter().zip(0u64..).map(|(&t, j)| total_order_key(t) & !index_mask | j));
-        keys.sort_unstable();
-        order.extend(keys.iter().map(|&key| (key & index_mask) as u32));
-        let mut first = 0;
-        while first < n {
-            let kept = keys[first] & !index_mask;
-            let tied = keys[first + 1..].iter().take_while(|&&key| key & !index_mask == kept).count();
-            if tied > 0 {
-                order[first..=first + tied].sort_unstable_by(|&a, &b| earlier(a, b));
+        // Keys are distinct, as their indices are; two tie where their bits above the
+        // index are equal.
+        if n <= RANKED_MAX {
+            let (low, high) = times
+                .iter()
+                .map(|&t| total_order_key(t))
+                .fold((u64::MAX, 0), |(low, high), key| (low.min(key), high.max(key)));
+            // Shifting the offsets right keeps their order (ties aside) in what fits.
+            let time_bits = KEY_MAX.count_ones() - index_bits;
+            let shift = (u64::BITS - (high - low).leading_zeros()).saturating_sub(time_bits);
+            let mut short = [0u32; RANKED_MAX];
+            for ((key, &t), j) in short.iter_mut().zip(times).zip(0u32..) {
+                *key = (((total_order_key(t) - low) >> shift) as u32) << index_bits | j;
             }
-            first += tied + 1;
+            let short = &mut short[..n];
+            sort_distinct(short);
+            order.extend(short.iter().map(|&key| key & index_mask as u32));
+            sort_tied_runs(order, |a, b| (short[a] ^ short[b]) >> index_bits == 0, earlier);
+        } else {
+            keys.clear();
+            keys.extend(times.iter().zip(0u64..).map(|(&t, j)| total_order_key(t) & !index_mask | j));
+            keys.sort_unstable();
+            order.extend(keys.iter().map(|&key| (key & index_mask) as u32));
+            sort_tied_runs(order, |a, b| (keys[a] ^ keys[b]) >> index_bits == 0, earlier);
         }
     }
 

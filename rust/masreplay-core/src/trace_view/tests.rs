@@ -134,3 +134,44 @@ fn the_orchestrator_is_never_a_human_and_a_role_outranks_time() {
     agents.read(&view, 0, &view.time_order(0));
     assert_eq!(agents.orchestrator().map(|a| view.agent_name(agents.agents[a as usize].agent)), Some("early"));
 }
+
+/// Shuffled traces of every length around the rank sort's limit, with times that tie (only
+/// ids order them), times that differ in the last bits only, and times across magnitudes:
+/// the time order is the order of a plain sort by (t, id).
+#[test]
+fn time_order_of_shuffled_events_is_a_plain_sort_by_time_then_id() {
+    use rand::RngExt;
+    use rand::seq::SliceRandom;
+    let mut rng = crate::rng::stream(11, 0);
+    let lengths = [2, 3, 7, 8, 9, 50, 127, 128, 129, 300];
+    for (k, &n) in lengths.iter().cycle().take(4 * lengths.len()).enumerate() {
+        let time = |i: usize, rng: &mut rand_xoshiro::Xoshiro256PlusPlus| -> f64 {
+            match k % 4 {
+                0 => rng.random_range(0..4) as f64,
+                1 => 1.7e9 + (rng.random_range(0..1 << 20) as f64) * 1e-6,
+                2 => rng.random::<f64>() * 10f64.powi(rng.random_range(-300..300)),
+                _ => i as f64 * 0.25,
+            }
+        };
+        let mut events: Vec<Event> = (0..n)
+            .map(|i| {
+                event(
+                    &format!("e{}", rng.random_range(0..1_000_000u32) * 1000 + i as u32),
+                    time(i, &mut rng),
+                    EventType::ToolCall,
+                    "a",
+                    None,
+                )
+            })
+            .collect();
+        events.shuffle(&mut rng);
+        let batch = TraceBatch::from_traces(&[trace("t", events.clone(), &[])]).unwrap();
+        let view = BatchView::new(&batch);
+        let mut expected: Vec<u32> = (0..n as u32).collect();
+        expected.sort_by(|&a, &b| {
+            let (a, b) = (&events[a as usize], &events[b as usize]);
+            a.t.total_cmp(&b.t).then_with(|| a.id.cmp(&b.id))
+        });
+        assert_eq!(view.time_order(0), expected, "{n} events, times of kind {}", k % 4);
+    }
+}

@@ -5,6 +5,17 @@ use crate::trace_view::BatchView;
 
 use super::{DOWNSTREAM, Node, SOURCE, Scratch, TraceMetrics, prefix_sums, refill};
 
+/// Relaxes the edge `source -> target`: the longest paths into `target` in events and in
+/// seconds, and its DOWNSTREAM mark (without a branch: sources are rare and unpredictable).
+#[inline(always)]
+fn relax(nodes: &mut [Node], source: usize, target: usize) {
+    let from = nodes[source];
+    let to = &mut nodes[target];
+    to.steps = to.steps.max(from.steps + 1);
+    to.seconds = to.seconds.max(from.seconds + to.weight);
+    to.error_flags |= DOWNSTREAM * (from.error_flags != 0) as u8;
+}
+
 impl Scratch {
     pub(super) fn successors(&self, event: u32) -> &[u32] {
         &self.out_targets[self.out_offsets[event as usize] as usize..self.out_offsets[event as usize + 1] as usize]
@@ -43,16 +54,7 @@ impl Scratch {
     pub(super) fn walk_edges(&mut self, view: &BatchView<'_>, trace: usize, metrics: &mut TraceMetrics) {
         let n = metrics.n_events as usize;
         let (src, dst) = view.edge_pairs(trace);
-        let nodes = &mut self.nodes;
-        let relax = |nodes: &mut [Node], source: usize, target: usize| {
-            let from = nodes[source];
-            let to = &mut nodes[target];
-            to.steps = to.steps.max(from.steps + 1);
-            to.seconds = to.seconds.max(from.seconds + to.weight);
-            if from.error_flags != 0 {
-                to.error_flags |= DOWNSTREAM;
-            }
-        };
+        let nodes = &mut self.nodes[..];
         let mut previous = 0;
         let stored_order_is_topological = src.iter().zip(dst).all(|(&source, &target)| {
             let forward = previous <= source && source < target;
@@ -63,22 +65,23 @@ impl Scratch {
             forward
         });
         if !stored_order_is_topological {
-            for node in nodes.iter_mut() {
+            for node in self.nodes.iter_mut() {
                 *node = Node { error_flags: node.error_flags & SOURCE, ..Node::new(node.weight) };
             }
-            if self.time_order_is_topological(src, dst) {
-                self.sort_edges_by_source_time(src, dst);
+            if self.sort_edges_by_source_time(src, dst) {
+                let nodes = &mut self.nodes[..];
                 for &(source, target) in &self.edges_by_time {
-                    relax(&mut self.nodes, source as usize, target as usize);
+                    relax(nodes, source as usize, target as usize);
                 }
             } else {
                 self.adjacency(view, trace);
                 self.topological_order();
+                let nodes = &mut self.nodes[..];
                 for &event in &self.order {
                     let targets =
                         self.out_offsets[event as usize] as usize..self.out_offsets[event as usize + 1] as usize;
                     for &target in &self.out_targets[targets] {
-                        relax(&mut self.nodes, event as usize, target as usize);
+                        relax(nodes, event as usize, target as usize);
                     }
                 }
             }
@@ -94,33 +97,39 @@ impl Scratch {
         }
     }
 
-    /// Whether every edge points from an earlier event to a later one in time order, as
-    /// edges of a causal record do: then the time order is a topological order, whatever
-    /// order the events and edges are stored in.
-    fn time_order_is_topological(&mut self, src: &[i32], dst: &[i32]) -> bool {
-        refill(&mut self.position, self.by_time.len(), 0);
-        for (position, &event) in self.by_time.iter().enumerate() {
-            self.position[event as usize] = position as u32;
-        }
-        src.iter().zip(dst).all(|(&source, &target)| self.position[source as usize] < self.position[target as usize])
-    }
-
     /// `edges_by_time`: the edges as (source, target), by their source's place in time
-    /// order (a counting sort). One flat loop over them relaxes every edge into an event
-    /// before any out of it, without the successor lists' short inner loops, whose ends the
-    /// CPU mispredicts.
-    fn sort_edges_by_source_time(&mut self, src: &[i32], dst: &[i32]) {
-        refill(&mut self.cursor, self.by_time.len() + 1, 0);
-        for &source in src {
-            self.cursor[self.position[source as usize] as usize + 1] += 1;
+    /// order (a counting sort), if every edge points from an earlier event to a later one in
+    /// time order, as edges of a causal record do: then the time order is a topological
+    /// order, whatever order the events and edges are stored in. Returns whether they do.
+    /// One flat loop over `edges_by_time` relaxes every edge into an event before any out
+    /// of it, without the successor lists' short inner loops, whose ends the CPU mispredicts.
+    fn sort_edges_by_source_time(&mut self, src: &[i32], dst: &[i32]) -> bool {
+        let n = self.by_time.len();
+        refill(&mut self.position, n, 0);
+        let position = &mut self.position[..];
+        for (place, &event) in self.by_time.iter().enumerate() {
+            position[event as usize] = place as u32;
         }
-        prefix_sums(&mut self.cursor);
-        refill(&mut self.edges_by_time, src.len(), (0, 0));
+        refill(&mut self.cursor, n + 1, 0);
+        let cursor = &mut self.cursor[..];
+        let mut forward = true;
         for (&source, &target) in src.iter().zip(dst) {
-            let slot = &mut self.cursor[self.position[source as usize] as usize];
-            self.edges_by_time[*slot as usize] = (source as u32, target as u32);
+            let place = position[source as usize];
+            forward &= place < position[target as usize];
+            cursor[place as usize + 1] += 1;
+        }
+        if !forward {
+            return false;
+        }
+        prefix_sums(cursor);
+        refill(&mut self.edges_by_time, src.len(), (0, 0));
+        let edges = &mut self.edges_by_time[..];
+        for (&source, &target) in src.iter().zip(dst) {
+            let slot = &mut cursor[position[source as usize] as usize];
+            edges[*slot as usize] = (source as u32, target as u32);
             *slot += 1;
         }
+        true
     }
 
     /// `order`: the events in a topological order (Kahn's), from the successor lists.
