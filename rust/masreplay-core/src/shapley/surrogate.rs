@@ -281,12 +281,21 @@ struct Screen {
 }
 
 impl Screen {
-    fn new(training: &Training, residuals: &[f64], psi: &[[f64; 4]], bases: &[[[f64; 4]; 2]]) -> Self {
+    /// The statistics of `residuals`, the pairs' sums for the pairs holding a player `around`
+    /// marks only (those that extensions of the edges between such players read), or for every
+    /// pair.
+    fn new(
+        training: &Training,
+        residuals: &[f64],
+        psi: &[[f64; 4]],
+        bases: &[[[f64; 4]; 2]],
+        around: Option<&[bool]>,
+    ) -> Self {
         let n = training.n;
         let spread = spreads(n, &training.sizes, residuals);
         let mut screen =
             Screen { n, whole: Vec::new(), all: [0.0; 2], single: vec![[0.0; 2]; n], pair: vec![[0.0; 4]; pairs(n)] };
-        let mut members = Vec::with_capacity(n);
+        let (mut members, mut marked) = (Vec::with_capacity(n), Vec::with_capacity(n));
         for ((&set, &s), &r) in training.sets.iter().zip(&training.sizes).zip(residuals) {
             let variance = spread[s];
             let u = if variance > 0.0 { r / variance } else { 0.0 };
@@ -304,7 +313,11 @@ impl Screen {
                 screen.single[p][0] += c[1] * u;
                 screen.single[p][1] += d[1] * u2;
             }
-            add_to_pairs(&mut screen.pair, n, &members, at_pair);
+            if let Some(around) = around {
+                marked.clear();
+                marked.extend(members.iter().filter(|&&p| around[p]));
+            }
+            add_to_pairs(&mut screen.pair, n, &members, around.map(|around| (around, &marked[..])), at_pair);
         }
         screen
     }
@@ -400,29 +413,38 @@ fn pair_at(n: usize, i: usize, j: usize) -> usize {
     i * n - i * (i + 1) / 2 + j
 }
 
-/// Adds `at_pair` to every pair of `members` (increasing) in the table `pair` ([`pair_at`]): the
-/// screening's inner loop, a 256-bit add per pair where the processor has AVX2 (element by
-/// element: the same bits either way).
-fn add_to_pairs(pair: &mut [[f64; 4]], n: usize, members: &[usize], at_pair: [f64; 4]) {
+/// The players a screening sums the pairs around, and those of them among a coalition's
+/// members (increasing).
+type Around<'a> = Option<(&'a [bool], &'a [usize])>;
+
+/// Adds `at_pair` to every pair of `members` (increasing) in the table `pair` ([`pair_at`]), or
+/// to those holding a player `around` marks: the screening's inner loop, a 256-bit add per
+/// pair where the processor has AVX2 (element by element: the same bits either way).
+fn add_to_pairs(pair: &mut [[f64; 4]], n: usize, members: &[usize], around: Around, at_pair: [f64; 4]) {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: the processor has AVX2, checked just above.
-        return unsafe { add_to_pairs_avx2(pair, n, members, at_pair) };
+        return unsafe { add_to_pairs_avx2(pair, n, members, around, at_pair) };
     }
-    add_to_pairs_lanes(pair, n, members, at_pair)
+    add_to_pairs_lanes(pair, n, members, around, at_pair)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-fn add_to_pairs_avx2(pair: &mut [[f64; 4]], n: usize, members: &[usize], at_pair: [f64; 4]) {
-    add_to_pairs_lanes(pair, n, members, at_pair)
+fn add_to_pairs_avx2(pair: &mut [[f64; 4]], n: usize, members: &[usize], around: Around, at_pair: [f64; 4]) {
+    add_to_pairs_lanes(pair, n, members, around, at_pair)
 }
 
 #[inline(always)]
-fn add_to_pairs_lanes(pair: &mut [[f64; 4]], n: usize, members: &[usize], at_pair: [f64; 4]) {
+fn add_to_pairs_lanes(pair: &mut [[f64; 4]], n: usize, members: &[usize], around: Around, at_pair: [f64; 4]) {
     for (k, &p) in members.iter().enumerate() {
         let row = &mut pair[pair_at(n, p, 0)..pair_at(n, p, n)];
-        for &q in &members[k + 1..] {
+        // A pair (p, q), p < q, holds a marked player where p is one or q is.
+        let others = match around {
+            Some((is_marked, marked)) if !is_marked[p] => &marked[marked.partition_point(|&q| q < p)..],
+            _ => &members[k + 1..],
+        };
+        for &q in others {
             let cell = &mut row[q];
             (0..4).for_each(|m| cell[m] += at_pair[m]);
         }
@@ -558,7 +580,9 @@ fn below_hubs(training: &Training, left: &[f64], known: &[[usize; 3]], hubs: &[u
         return Vec::new();
     }
     let (psi, bases) = screening_tables(training.n);
-    let screen = Screen::new(training, left, &psi, &bases);
+    let mut ends = vec![false; training.n];
+    edges.iter().for_each(|&(_, a, b)| (ends[a], ends[b]) = (true, true));
+    let screen = Screen::new(training, left, &psi, &bases, Some(&ends));
     let candidates = screen.extensions(training, &edges);
     let threshold = (2.0 * (candidates.len().max(2) as f64).ln()).sqrt();
     let mut kept: Vec<(f64, [usize; 3])> = candidates
@@ -643,7 +667,7 @@ fn screened(training: &Training) -> Vec<[usize; 3]> {
         if !(left > NEGLIGIBLE * training.scale && left.is_finite()) {
             break;
         }
-        let screen = Screen::new(training, &residuals, &psi, &bases);
+        let screen = Screen::new(training, &residuals, &psi, &bases, None);
         let candidates = screen.extensions(training, &screen.edges());
         let threshold = (2.0 * (candidates.len().max(2) as f64).ln()).sqrt();
         let mut kept: Vec<(f64, [usize; 3])> =
@@ -934,6 +958,31 @@ mod tests {
         assert_eq!(below_hubs(&training, &training.linear, &known, &[0]), truth.map(|(t, _)| t).to_vec());
         // Nothing below a hub triple that is not there.
         assert!(below_hubs(&training, &training.linear, &[[0, 8, 9]], &[0]).is_empty());
+    }
+
+    /// A screening around some players sums the pairs holding one of them as the full one
+    /// does, bit for bit, and so scores the extensions of the edges between them the same.
+    #[test]
+    fn a_screening_around_players_sums_their_pairs_as_the_full_one() {
+        let n = 30;
+        let truth = [([2, 5, 9], 0.8), ([5, 7, 20], -0.6)];
+        let (sets, values) = characters_sample(n, &truth, 3..=15, 200, 17);
+        let strata = strata_of(&sets, &values);
+        let training = Training::new(n, &strata, |_| true);
+        let (psi, bases) = screening_tables(n);
+        let full = Screen::new(&training, &training.linear, &psi, &bases, None);
+        let around: Vec<bool> = (0..n).map(|p| [2, 5, 7, 9, 29].contains(&p)).collect();
+        let part = Screen::new(&training, &training.linear, &psi, &bases, Some(&around));
+        for i in 0..n {
+            for j in (i + 1..n).filter(|&j| around[i] || around[j]) {
+                let [a, b] = [&full, &part].map(|screen| screen.pair[pair_at(n, i, j)][2..].to_vec());
+                assert!(a.iter().zip(&b).all(|(a, b)| a.to_bits() == b.to_bits()), "({i}, {j})");
+            }
+        }
+        let edges = [(0.0, 2, 5), (0.0, 7, 29), (0.0, 5, 9)];
+        let [a, b] = [&full, &part].map(|screen| screen.extensions(&training, &edges));
+        assert_eq!(a.len(), 3 * (n - 2) - 1);
+        assert!(a.iter().zip(&b).all(|(a, b)| a.0.to_bits() == b.0.to_bits() && a.1 == b.1));
     }
 
     #[test]
