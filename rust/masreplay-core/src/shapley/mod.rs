@@ -25,6 +25,7 @@ mod pipeline;
 mod players;
 mod precedence;
 pub mod sampling;
+mod signs;
 mod stratified;
 mod surrogate;
 mod threshold;

@@ -44,6 +44,7 @@
 
 use super::coalition::{Coalitions, contains, for_each_member, members_of};
 use super::linalg::{dot, sub_scaled_then_dot, sum_start};
+use super::signs::Signs;
 
 /// Residual sums of squares below this share of the values' leave nothing worth a feature (a
 /// pairwise game: what is left is the linear fit's ridge and rounding).
@@ -222,7 +223,12 @@ impl<'a> Training<'a> {
     /// The features' part of `model` at every training coalition, per stratum (zero at the
     /// others): read from the features at the samples when every training coalition is one
     /// ([`Model::part`]), else from the coalitions.
-    fn part_at_coalitions(&self, model: &Model, strata: &[Stratum], train: impl Fn(usize) -> bool) -> Vec<Vec<f64>> {
+    fn part_at_coalitions(
+        &self,
+        model: &Model<Signs>,
+        strata: &[Stratum],
+        train: impl Fn(usize) -> bool,
+    ) -> Vec<Vec<f64>> {
         let mut part: Vec<Vec<f64>> = strata.iter().map(|st| vec![0.0; st.sets.len()]).collect();
         if self.every {
             self.origin.iter().zip(model.part(self.len())).for_each(|(&(k, j), value)| part[k][j] = value);
@@ -236,21 +242,24 @@ impl<'a> Training<'a> {
         part
     }
 
-    /// chi_T at every sample.
-    fn parity(&self, triple: &[usize; 3]) -> Vec<f64> {
-        self.sets.iter().map(|set| parity(triple, set)).collect()
+    /// chi_T at every sample, as sign bits: chi_T = -1 where an even number of T's members
+    /// are in the sample, where the XOR of their columns is clear.
+    fn signs(&self, triple: &[usize; 3]) -> Signs {
+        let [a, b, c] = triple.map(|p| self.column(p));
+        Signs::from_words(a.iter().zip(b).zip(c).map(|((a, b), c)| !(a ^ b ^ c)))
     }
 
     /// phi_T at every sample: psi of its size at t = |T & S|.
-    fn feature(&self, triple: &[usize; 3], psi: &[[f64; 4]]) -> Vec<f64> {
+    fn feature(&self, triple: &[usize; 3], psi: &[[f64; 4]]) -> Dense {
         let [a, b, c] = triple.map(|p| self.column(p));
-        (0..self.len())
+        let values = (0..self.len())
             .map(|j| {
                 let (w, bit) = (j / 64, j % 64);
                 let t = (a[w] >> bit & 1) + (b[w] >> bit & 1) + (c[w] >> bit & 1);
                 psi[self.sizes[j]][t as usize]
             })
-            .collect()
+            .collect();
+        Dense::new(values, &self.weights)
     }
 }
 
@@ -266,18 +275,27 @@ struct Screen {
     whole: Vec<[f64; 2]>,
     all: [f64; 2],
     single: Vec<[f64; 2]>,
-    /// Per pair (i, j), i < j, at i * n + j: the edge's sum and sum of squares (of psi_s(2) u),
+    /// Per pair (i, j), i < j, at [`pair_at`]: the edge's sum and sum of squares (of psi_s(2) u),
     /// then the C(t, 2) coefficients times u and times u^2.
     pair: Vec<[f64; 4]>,
 }
 
 impl Screen {
-    fn new(training: &Training, residuals: &[f64], psi: &[[f64; 4]], bases: &[[[f64; 4]; 2]]) -> Self {
+    /// The statistics of `residuals`, the pairs' sums for the pairs holding a player `around`
+    /// marks only (those that extensions of the edges between such players read), or for every
+    /// pair.
+    fn new(
+        training: &Training,
+        residuals: &[f64],
+        psi: &[[f64; 4]],
+        bases: &[[[f64; 4]; 2]],
+        around: Option<&[bool]>,
+    ) -> Self {
         let n = training.n;
         let spread = spreads(n, &training.sizes, residuals);
         let mut screen =
-            Screen { n, whole: Vec::new(), all: [0.0; 2], single: vec![[0.0; 2]; n], pair: vec![[0.0; 4]; n * n] };
-        let mut members = Vec::with_capacity(n);
+            Screen { n, whole: Vec::new(), all: [0.0; 2], single: vec![[0.0; 2]; n], pair: vec![[0.0; 4]; pairs(n)] };
+        let (mut members, mut marked) = (Vec::with_capacity(n), Vec::with_capacity(n));
         for ((&set, &s), &r) in training.sets.iter().zip(&training.sizes).zip(residuals) {
             let variance = spread[s];
             let u = if variance > 0.0 { r / variance } else { 0.0 };
@@ -295,7 +313,11 @@ impl Screen {
                 screen.single[p][0] += c[1] * u;
                 screen.single[p][1] += d[1] * u2;
             }
-            add_to_pairs(&mut screen.pair, n, &members, at_pair);
+            if let Some(around) = around {
+                marked.clear();
+                marked.extend(members.iter().filter(|&&p| around[p]));
+            }
+            add_to_pairs(&mut screen.pair, n, &members, around.map(|around| (around, &marked[..])), at_pair);
         }
         screen
     }
@@ -307,7 +329,7 @@ impl Screen {
         let mut edges = Vec::new();
         for i in 0..n {
             for j in i + 1..n {
-                let [sum, square, ..] = self.pair[i * n + j];
+                let [sum, square, ..] = self.pair[pair_at(n, i, j)];
                 if square > 0.0 {
                     let z = sum.abs() / square.sqrt();
                     if z > PAIR_Z {
@@ -321,14 +343,21 @@ impl Screen {
         edges
     }
 
-    /// Candidate triples with their z scores ([`Screen::z_of`]): each of `edges` with every
-    /// third player. The part over the coalitions holding a whole triple is summed for every
-    /// third player at once, from the coalitions holding the edge.
+    /// Candidate triples with their z scores ([`Screen::z_of`]): each of `edges` (distinct
+    /// pairs) with every third player, in no particular order. The part over the coalitions
+    /// holding a whole triple is summed for every third player at once, from the coalitions
+    /// holding the edge.
     fn extensions(&self, training: &Training, edges: &[(f64, usize, usize)]) -> Vec<(f64, [usize; 3])> {
         let n = self.n;
+        // A triple reached from two or three of its edges has the same score each time: it is
+        // scored from the first of them (`rank`: an edge's place in `edges`, from 1; 0 for a
+        // pair that is none).
+        let mut rank = vec![0; pairs(n)];
+        edges.iter().enumerate().for_each(|(place, &(_, i, j))| rank[pair_at(n, i.min(j), i.max(j))] = place + 1);
+        let earlier = |place: usize, a: usize, b: usize| (1..=place).contains(&rank[pair_at(n, a.min(b), a.max(b))]);
         let mut whole = vec![[0.0; 2]; n];
         let mut scored = Vec::with_capacity(edges.len() * n);
-        for &(_, i, j) in edges {
+        for (place, &(_, i, j)) in edges.iter().enumerate() {
             whole.fill([0.0; 2]);
             for (w, (a, b)) in training.column(i).iter().zip(training.column(j)).enumerate() {
                 let mut bits = a & b;
@@ -342,15 +371,14 @@ impl Screen {
                     bits &= bits - 1;
                 }
             }
-            for (k, &part) in whole.iter().enumerate().filter(|&(k, _)| k != i && k != j) {
-                let mut triple = [i, j, k];
-                triple.sort_unstable();
-                scored.push((self.z_of(&triple, part), triple));
+            for (k, &part) in whole.iter().enumerate() {
+                if k != i && k != j && !earlier(place, i, k) && !earlier(place, j, k) {
+                    let mut triple = [i, j, k];
+                    triple.sort_unstable();
+                    scored.push((self.z_of(&triple, part), triple));
+                }
             }
         }
-        // A triple reached from two or three of its edges has the same score each time.
-        scored.sort_by_key(|a| a.1);
-        scored.dedup_by(|a, b| a.1 == b.1);
         scored
     }
 
@@ -364,7 +392,7 @@ impl Screen {
             total[0] += part[0];
             total[1] += part[1];
         }
-        for part in [self.pair[i * n + j], self.pair[i * n + k], self.pair[j * n + k]] {
+        for part in [self.pair[pair_at(n, i, j)], self.pair[pair_at(n, i, k)], self.pair[pair_at(n, j, k)]] {
             total[0] += part[2];
             total[1] += part[3];
         }
@@ -372,29 +400,51 @@ impl Screen {
     }
 }
 
-/// Adds `at_pair` to every pair of `members` (increasing) in the n x n table `pair`: the
-/// screening's inner loop, a 256-bit add per pair where the processor has AVX2 (element by
-/// element: the same bits either way).
-fn add_to_pairs(pair: &mut [[f64; 4]], n: usize, members: &[usize], at_pair: [f64; 4]) {
+/// Places in a table of the pairs {i < j} of `n` players, row by row (and the unused (i, i)):
+/// half of an n x n table, which stays in a core's cache at n = 300 where the full one of the
+/// screening's four sums does not.
+fn pairs(n: usize) -> usize {
+    n * (n + 1) / 2
+}
+
+/// The place of pair (i, j), i <= j, in a table of [`pairs`]: the rows of n - i places (j from
+/// i) one after another, so that the pairs (i, j) are a slice indexed by j as in an n x n table.
+fn pair_at(n: usize, i: usize, j: usize) -> usize {
+    i * n - i * (i + 1) / 2 + j
+}
+
+/// The players a screening sums the pairs around, and those of them among a coalition's
+/// members (increasing).
+type Around<'a> = Option<(&'a [bool], &'a [usize])>;
+
+/// Adds `at_pair` to every pair of `members` (increasing) in the table `pair` ([`pair_at`]), or
+/// to those holding a player `around` marks: the screening's inner loop, a 256-bit add per
+/// pair where the processor has AVX2 (element by element: the same bits either way).
+fn add_to_pairs(pair: &mut [[f64; 4]], n: usize, members: &[usize], around: Around, at_pair: [f64; 4]) {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: the processor has AVX2, checked just above.
-        return unsafe { add_to_pairs_avx2(pair, n, members, at_pair) };
+        return unsafe { add_to_pairs_avx2(pair, n, members, around, at_pair) };
     }
-    add_to_pairs_lanes(pair, n, members, at_pair)
+    add_to_pairs_lanes(pair, n, members, around, at_pair)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-fn add_to_pairs_avx2(pair: &mut [[f64; 4]], n: usize, members: &[usize], at_pair: [f64; 4]) {
-    add_to_pairs_lanes(pair, n, members, at_pair)
+fn add_to_pairs_avx2(pair: &mut [[f64; 4]], n: usize, members: &[usize], around: Around, at_pair: [f64; 4]) {
+    add_to_pairs_lanes(pair, n, members, around, at_pair)
 }
 
 #[inline(always)]
-fn add_to_pairs_lanes(pair: &mut [[f64; 4]], n: usize, members: &[usize], at_pair: [f64; 4]) {
+fn add_to_pairs_lanes(pair: &mut [[f64; 4]], n: usize, members: &[usize], around: Around, at_pair: [f64; 4]) {
     for (k, &p) in members.iter().enumerate() {
-        let row = &mut pair[p * n..(p + 1) * n];
-        for &q in &members[k + 1..] {
+        let row = &mut pair[pair_at(n, p, 0)..pair_at(n, p, n)];
+        // A pair (p, q), p < q, holds a marked player where p is one or q is.
+        let others = match around {
+            Some((is_marked, marked)) if !is_marked[p] => &marked[marked.partition_point(|&q| q < p)..],
+            _ => &members[k + 1..],
+        };
+        for &q in others {
             let cell = &mut row[q];
             (0..4).for_each(|m| cell[m] += at_pair[m]);
         }
@@ -452,12 +502,12 @@ impl Interactions {
         if triples.is_empty() {
             return Self::none();
         }
-        let mut model = Model::default();
+        let mut model = Model::new();
         let hubs = hubs_of(&triples);
-        triples.into_iter().for_each(|triple| model.add(triple, training.parity(&triple), &training));
+        triples.into_iter().for_each(|triple| model.add(triple, training.signs(&triple), &training));
         let most = (training.len() / COALITIONS_PER_FEATURE).min(MAX_FEATURES);
         // The linear part refitted to what the model's features leave.
-        let mut refit_linear = |model: &Model, training: &mut Training| {
+        let mut refit_linear = |model: &Model<Signs>, training: &mut Training| {
             let part = training.part_at_coalitions(model, strata, train);
             training.set_linear(&refit(&part));
         };
@@ -491,9 +541,9 @@ impl Interactions {
 /// leaves joins it (within `most` features), then a turn of the joint fit, so that the next
 /// round screens what both parts leave; until nothing passes or [`HUB_ROUNDS`].
 fn grow(
-    model: &mut Model,
+    model: &mut Model<Signs>,
     training: &mut Training,
-    refit: &mut impl FnMut(&Model, &mut Training),
+    refit: &mut impl FnMut(&Model<Signs>, &mut Training),
     most: usize,
     mut find: impl FnMut(&Training, &[f64], &[[usize; 3]]) -> Vec<[usize; 3]>,
 ) {
@@ -504,7 +554,7 @@ fn grow(
         if found.is_empty() || room == 0 {
             break;
         }
-        found.into_iter().take(room).for_each(|triple| model.add(triple, training.parity(&triple), training));
+        found.into_iter().take(room).for_each(|triple| model.add(triple, training.signs(&triple), training));
         model.fit(training);
         refit(model, training);
     }
@@ -530,7 +580,9 @@ fn below_hubs(training: &Training, left: &[f64], known: &[[usize; 3]], hubs: &[u
         return Vec::new();
     }
     let (psi, bases) = screening_tables(training.n);
-    let screen = Screen::new(training, left, &psi, &bases);
+    let mut ends = vec![false; training.n];
+    edges.iter().for_each(|&(_, a, b)| (ends[a], ends[b]) = (true, true));
+    let screen = Screen::new(training, left, &psi, &bases, Some(&ends));
     let candidates = screen.extensions(training, &edges);
     let threshold = (2.0 * (candidates.len().max(2) as f64).ln()).sqrt();
     let mut kept: Vec<(f64, [usize; 3])> = candidates
@@ -562,7 +614,7 @@ fn hubs_of(triples: &[[usize; 3]]) -> Vec<usize> {
 /// candidates (sqrt(2 ln candidates)), strongest first.
 fn hub_triples(training: &Training, hub: usize, left: &[f64], known: &[[usize; 3]]) -> Vec<[usize; 3]> {
     let n = training.n;
-    let (mut pairs, mut singles, mut whole, mut squares) = (vec![0.0; n * n], vec![0.0; n], 0.0, 0.0);
+    let (mut pairs, mut singles, mut whole, mut squares) = (vec![0.0; pairs(n)], vec![0.0; n], 0.0, 0.0);
     let mut members = Vec::with_capacity(n);
     for ((set, &r), &weight) in training.sets.iter().zip(left).zip(&training.weights) {
         let u = weight * r * if contains(set, hub) { 1.0 } else { -1.0 };
@@ -571,7 +623,7 @@ fn hub_triples(training: &Training, hub: usize, left: &[f64], known: &[[usize; 3
         members_of(set, &mut members);
         for (k, &a) in members.iter().enumerate() {
             singles[a] += u;
-            let row = &mut pairs[a * n..(a + 1) * n];
+            let row = &mut pairs[pair_at(n, a, 0)..pair_at(n, a, n)];
             members[k + 1..].iter().for_each(|&b| row[b] += u);
         }
     }
@@ -583,7 +635,7 @@ fn hub_triples(training: &Training, hub: usize, left: &[f64], known: &[[usize; 3
     let mut scored = Vec::new();
     for a in (0..n).filter(|&a| a != hub) {
         for b in (a + 1..n).filter(|&b| b != hub) {
-            let sum = whole - 2.0 * (singles[a] + singles[b]) + 4.0 * pairs[a * n + b];
+            let sum = whole - 2.0 * (singles[a] + singles[b]) + 4.0 * pairs[pair_at(n, a, b)];
             let mut triple = [hub, a, b];
             triple.sort_unstable();
             if sum.abs() > threshold && !known.contains(&triple) {
@@ -607,7 +659,7 @@ fn screening_tables(n: usize) -> (Vec<[f64; 4]>, Vec<[[f64; 4]; 2]>) {
 fn screened(training: &Training) -> Vec<[usize; 3]> {
     let n = training.n;
     let (psi, bases) = screening_tables(n);
-    let mut model = Model::default();
+    let mut model = Model::new();
     let mut residuals = training.linear.clone();
     for _ in 0..ROUNDS {
         // A game the linear surrogate fits to rounding (pairwise) leaves nothing to screen.
@@ -615,7 +667,7 @@ fn screened(training: &Training) -> Vec<[usize; 3]> {
         if !(left > NEGLIGIBLE * training.scale && left.is_finite()) {
             break;
         }
-        let screen = Screen::new(training, &residuals, &psi, &bases);
+        let screen = Screen::new(training, &residuals, &psi, &bases, None);
         let candidates = screen.extensions(training, &screen.edges());
         let threshold = (2.0 * (candidates.len().max(2) as f64).ln()).sqrt();
         let mut kept: Vec<(f64, [usize; 3])> =
@@ -660,28 +712,89 @@ fn parity_means(n: usize, s: usize) -> (f64, f64) {
     (member, other)
 }
 
-/// The kept features of a fit: their triples, their values at the training coalitions (each
-/// computed once, when kept, with its weighted copy and weighted sum of squares, which every
-/// fit reads: at most [`MAX_FEATURES`] x [`MAX_SAMPLES`] x 8 bytes, 32 MiB, a copy) and
+/// A kept feature's values at the training samples, as the fit reads them: x, its weighted
+/// copy w x and its weighted sum of squares, the products of the coordinate descent.
+trait Feature {
+    fn norm(&self, weights: &[f64]) -> f64;
+    /// y += a x.
+    fn add_scaled(&self, y: &mut [f64], a: f64);
+    /// (w x) . y.
+    fn weighted_dot(&self, weights: &[f64], y: &[f64]) -> f64;
+    /// y -= a p (p = `previous`), then (w x) . y, in one pass over y.
+    fn sub_scaled_then_dot(y: &mut [f64], a: f64, previous: &Self, this: &Self, weights: &[f64]) -> f64;
+}
+
+/// Any values (the screening's phi_T), with their weighted copy computed once, when kept.
+struct Dense {
+    values: Vec<f64>,
+    weighted: Vec<f64>,
+}
+
+impl Dense {
+    fn new(values: Vec<f64>, weights: &[f64]) -> Self {
+        let weighted = values.iter().zip(weights).map(|(x, w)| w * x).collect();
+        Dense { values, weighted }
+    }
+}
+
+impl Feature for Dense {
+    fn norm(&self, _: &[f64]) -> f64 {
+        dot(&self.values, &self.weighted)
+    }
+
+    fn add_scaled(&self, y: &mut [f64], a: f64) {
+        y.iter_mut().zip(&self.values).for_each(|(y, x)| *y += a * x);
+    }
+
+    fn weighted_dot(&self, _: &[f64], y: &[f64]) -> f64 {
+        dot(&self.weighted, y)
+    }
+
+    fn sub_scaled_then_dot(y: &mut [f64], a: f64, previous: &Self, this: &Self, _: &[f64]) -> f64 {
+        sub_scaled_then_dot(y, a, &previous.values, &this.weighted)
+    }
+}
+
+/// The characters chi_T, +1 or -1, as sign bits (signs.rs: the same products bit for bit).
+impl Feature for Signs {
+    fn norm(&self, weights: &[f64]) -> f64 {
+        Signs::norm(weights)
+    }
+
+    fn add_scaled(&self, y: &mut [f64], a: f64) {
+        Signs::add_scaled(self, y, a)
+    }
+
+    fn weighted_dot(&self, weights: &[f64], y: &[f64]) -> f64 {
+        Signs::weighted_dot(self, weights, y)
+    }
+
+    fn sub_scaled_then_dot(y: &mut [f64], a: f64, previous: &Self, this: &Self, weights: &[f64]) -> f64 {
+        Signs::sub_scaled_then_dot(y, a, previous, this, weights)
+    }
+}
+
+/// The kept features of a fit: their triples, their values at the training samples (each
+/// computed once, when kept, with its weighted sum of squares, which every fit reads) and
 /// coefficients (carried from round to round).
-#[derive(Default)]
-struct Model {
+struct Model<F> {
     triples: Vec<[usize; 3]>,
-    features: Vec<Vec<f64>>,
-    weighted: Vec<Vec<f64>>,
+    features: Vec<F>,
     norms: Vec<f64>,
     coef: Vec<f64>,
 }
 
-impl Model {
+impl<F: Feature> Model<F> {
+    fn new() -> Self {
+        Model { triples: Vec::new(), features: Vec::new(), norms: Vec::new(), coef: Vec::new() }
+    }
+
     fn interactions(&self) -> Interactions {
         Interactions { triples: self.triples.clone(), coef: self.coef.clone() }
     }
 
-    fn add(&mut self, triple: [usize; 3], feature: Vec<f64>, training: &Training) {
-        let weighted: Vec<f64> = feature.iter().zip(&training.weights).map(|(x, w)| w * x).collect();
-        self.norms.push(dot(&feature, &weighted));
-        self.weighted.push(weighted);
+    fn add(&mut self, triple: [usize; 3], feature: F, training: &Training) {
+        self.norms.push(feature.norm(&training.weights));
         self.triples.push(triple);
         self.features.push(feature);
         self.coef.push(0.0);
@@ -692,9 +805,7 @@ impl Model {
     /// [`Interactions::value`] at the samples.
     fn part(&self, len: usize) -> Vec<f64> {
         let mut part = vec![sum_start(); len];
-        for (feature, c) in self.features.iter().zip(&self.coef) {
-            part.iter_mut().zip(feature).for_each(|(sum, x)| *sum += c * x);
-        }
+        self.features.iter().zip(&self.coef).for_each(|(feature, &c)| feature.add_scaled(&mut part, c));
         part
     }
 
@@ -703,30 +814,30 @@ impl Model {
     /// orthogonal: a few passes converge; those sharing two take more). Returns the residuals
     /// the features leave.
     fn fit(&mut self, training: &Training) -> Vec<f64> {
+        let weights = &training.weights;
         let mut left = training.linear.clone();
-        for (f, c) in self.features.iter().zip(&self.coef) {
-            left.iter_mut().zip(f).for_each(|(r, x)| *r -= c * x);
-        }
+        // r - c x as r + (-c) x: the same bits (a difference is the sum with the negation).
+        self.features.iter().zip(&self.coef).for_each(|(feature, &c)| feature.add_scaled(&mut left, -c));
         for _ in 0..MAX_PASSES {
             let mut largest_step: f64 = 0.0;
             // A feature's step is taken out of `left` in the pass over it that reads the next
             // feature's product (one pass instead of two).
-            let mut pending: Option<(f64, &[f64])> = None;
-            for (((c, f), wf), &norm) in self.coef.iter_mut().zip(&self.features).zip(&self.weighted).zip(&self.norms) {
+            let mut pending: Option<(f64, &F)> = None;
+            for ((c, feature), &norm) in self.coef.iter_mut().zip(&self.features).zip(&self.norms) {
                 if norm <= 0.0 {
                     continue;
                 }
                 let product = match pending {
-                    Some((step, x)) => sub_scaled_then_dot(&mut left, step, x, wf),
-                    None => dot(wf, &left),
+                    Some((step, previous)) => F::sub_scaled_then_dot(&mut left, step, previous, feature, weights),
+                    None => feature.weighted_dot(weights, &left),
                 };
                 let step = product / norm;
                 *c += step;
                 largest_step = largest_step.max(step.abs());
-                pending = Some((step, f));
+                pending = Some((step, feature));
             }
-            if let Some((step, x)) = pending {
-                left.iter_mut().zip(x).for_each(|(r, x)| *r -= step * x);
+            if let Some((step, previous)) = pending {
+                previous.add_scaled(&mut left, -step);
             }
             if largest_step <= CONVERGED * self.coef.iter().fold(0.0, |m: f64, c| m.max(c.abs())) {
                 break;
@@ -847,6 +958,31 @@ mod tests {
         assert_eq!(below_hubs(&training, &training.linear, &known, &[0]), truth.map(|(t, _)| t).to_vec());
         // Nothing below a hub triple that is not there.
         assert!(below_hubs(&training, &training.linear, &[[0, 8, 9]], &[0]).is_empty());
+    }
+
+    /// A screening around some players sums the pairs holding one of them as the full one
+    /// does, bit for bit, and so scores the extensions of the edges between them the same.
+    #[test]
+    fn a_screening_around_players_sums_their_pairs_as_the_full_one() {
+        let n = 30;
+        let truth = [([2, 5, 9], 0.8), ([5, 7, 20], -0.6)];
+        let (sets, values) = characters_sample(n, &truth, 3..=15, 200, 17);
+        let strata = strata_of(&sets, &values);
+        let training = Training::new(n, &strata, |_| true);
+        let (psi, bases) = screening_tables(n);
+        let full = Screen::new(&training, &training.linear, &psi, &bases, None);
+        let around: Vec<bool> = (0..n).map(|p| [2, 5, 7, 9, 29].contains(&p)).collect();
+        let part = Screen::new(&training, &training.linear, &psi, &bases, Some(&around));
+        for i in 0..n {
+            for j in (i + 1..n).filter(|&j| around[i] || around[j]) {
+                let [a, b] = [&full, &part].map(|screen| screen.pair[pair_at(n, i, j)][2..].to_vec());
+                assert!(a.iter().zip(&b).all(|(a, b)| a.to_bits() == b.to_bits()), "({i}, {j})");
+            }
+        }
+        let edges = [(0.0, 2, 5), (0.0, 7, 29), (0.0, 5, 9)];
+        let [a, b] = [&full, &part].map(|screen| screen.extensions(&training, &edges));
+        assert_eq!(a.len(), 3 * (n - 2) - 1);
+        assert!(a.iter().zip(&b).all(|(a, b)| a.0.to_bits() == b.0.to_bits() && a.1 == b.1));
     }
 
     #[test]
