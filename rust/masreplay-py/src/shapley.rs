@@ -218,7 +218,9 @@ fn call_python<T: numpy::Element + Copy>(
         };
         read().map_err(|error| {
             let kind = returned.get_type().name().map_or_else(|_| "?".to_string(), |name| name.to_string());
-            MasreplayError::InvalidArgument(format!("the function returned a {kind} that is not an array of {dtype}: {error}"))
+            MasreplayError::InvalidArgument(format!(
+                "the function returned a {kind} that is not an array of {dtype}: {error}"
+            ))
         })
     })
 }
