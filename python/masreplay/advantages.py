@@ -133,7 +133,8 @@ def _group_keys(batch: TraceBatch, group_by: Any) -> np.ndarray:
     if isinstance(group_by, str):
         if group_by not in ("group_id", "task_id"):
             raise InvalidArgumentError(f"group_by must be 'group_id', 'task_id', None or one label per trace, got {group_by!r}")
-        column = pa.table(batch)[group_by].combine_chunks()
+        # The one column, not the whole batch exported as a table (~140 us at 256 traces).
+        column = pa.array(batch._core.trace_field(group_by))
         return pc.dictionary_encode(column).indices.to_numpy(zero_copy_only=False).astype(np.int64)
     return _keys("group_by", group_by, n)
 
