@@ -31,6 +31,7 @@ import numpy as np
 import pytest
 
 import masreplay
+from layouts import realistic
 
 ROWS = int(os.environ.get("MASREPLAY_BENCH_ADVANTAGE_ROWS", 1_000_000))
 GROUP = 8
@@ -346,3 +347,56 @@ def test_uids_numpy_factorise_bincount(shuffled_rows, uid_data, measure):
 
     _agree("numpy factorise + bincount", masreplay.group_normalize(values, uids), numpy_side())
     measure(numpy_side, data=uid_data, side="numpy unique(return_inverse) + bincount", rounds=3, unit="ms")
+
+
+# ---- one trainer step: a small batch, called once per step ------------------------------------
+
+STEP_TRACES = 256  # 32 prompts x 8 rollouts, the size of a GRPO step
+
+
+@pytest.fixture(scope="module")
+def step_batch():
+    """A step's traces in the realistic layout (UUID ids, string group ids, groups interleaved),
+    and what a hand-written version is given, extracted once outside the timing: each trace's
+    team reward, its group id and its number of events."""
+    table = realistic(masreplay.sim.generate(STEP_TRACES, agents=(2, 4), group_size=GROUP, seed=7).to_arrow(), seed=7)
+    batch = masreplay.load_traces(table)
+    rewards = np.array([dict(r)["team"] for r in table.column("rewards").to_pylist()], dtype=np.float64)
+    groups = np.array(table.column("group_id").to_pylist(), dtype=object)
+    lengths = np.diff(batch.event_offsets)
+    return batch, rewards, groups, lengths
+
+
+@pytest.fixture(scope="module")
+def step_data(dataset_type, step_batch):
+    batch = step_batch[0]
+    name = f"one trainer step: advantages of {len(batch)} traces ({batch.num_events:,} events), string group ids interleaved"
+    goal = "per-call latency (no goal set): masreplay from the batch, numpy from arrays handed over"
+    return dataset_type(name, None, len(batch), batch.num_events, 0, goal, {}, suite="advantages")
+
+
+def numpy_step(rewards: np.ndarray, groups: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """GRPO by hand for one step: factorise the group ids, normalise, broadcast to the events."""
+    per_trace = numpy_bincount(rewards, np.unique(groups, return_inverse=True)[1].ravel())
+    return per_trace, np.repeat(per_trace, lengths)
+
+
+def test_step_masreplay(step_batch, step_data, measure):
+    batch, rewards, groups, lengths = step_batch
+    ours = masreplay.advantages(batch)
+    per_trace, per_event = numpy_step(rewards, groups, lengths)
+    _agree("numpy by hand (per trace)", ours.per_trace, per_trace)
+    _agree("numpy by hand (per event)", ours.per_event, per_event)
+    measure(lambda: masreplay.advantages(batch), data=step_data, side="masreplay", rounds=300, warmup_rounds=20, unit="ms")
+
+
+def test_step_numpy(step_batch, step_data, measure):
+    _, rewards, groups, lengths = step_batch
+    measure(
+        lambda: numpy_step(rewards, groups, lengths),
+        data=step_data,
+        side="numpy unique + bincount + repeat (arrays handed over)",
+        rounds=300,
+        warmup_rounds=20,
+        unit="ms",
+    )
