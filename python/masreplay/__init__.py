@@ -11,11 +11,13 @@ from masreplay.batch import TraceBatch
 from masreplay.buffer import AddReport, GraphBuffer
 from masreplay.counterfactual import coma_credit, counterfactual_credit, difference_rewards, same_prefix_credit
 from masreplay.errors import (
+    ArgumentTypeError,
     ConversionError,
     DataFormatError,
     InvalidArgumentError,
     MasreplayError,
     StorageError,
+    TraceNotFoundError,
     TraceValidationError,
 )
 from masreplay.io import as_batch, load_traces, validate
@@ -34,6 +36,7 @@ __all__ = [
     "TOPOLOGIES",
     "AddReport",
     "Advantages",
+    "ArgumentTypeError",
     "ConversionError",
     "DataFormatError",
     "DumpSummary",
@@ -44,6 +47,7 @@ __all__ = [
     "StorageError",
     "TraceBatch",
     "TraceCredit",
+    "TraceNotFoundError",
     "TraceValidationError",
     "TraceView",
     "advantages",

@@ -337,6 +337,7 @@ def group_normalize(
     return result
 
 
+@checked
 def event_rewards(batch: Any, channel: str, *, fill: float = 0.0) -> np.ndarray:
     """The per-event reward channel ``channel`` (e.g. ``"process"``, ``"tool"``) as float64,
     aligned with ``batch.events()``; ``fill`` where an event lacks it."""

@@ -16,27 +16,24 @@ hold the credited events only.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from masreplay import _core
+from masreplay._args import checked
 from masreplay.batch import TraceBatch
+from masreplay.buffer import GraphBuffer
 from masreplay.errors import InvalidArgumentError
 from masreplay.games import FunctionGame, Game, evaluate
 from masreplay.vocabulary import Baseline
-
-if TYPE_CHECKING:
-    from masreplay.buffer import GraphBuffer
 
 #: Columns of every credit table, in order.
 CREDIT_COLUMNS = ("trace_id", "event_id", "agent", "type", "credit", "stderr", "n_branches")
 
 
 def _batch_of(data: TraceBatch | GraphBuffer) -> TraceBatch:
-    from masreplay.buffer import GraphBuffer
-
     if isinstance(data, GraphBuffer):
         return data.to_batch()
     if isinstance(data, TraceBatch):
@@ -79,6 +76,7 @@ def _credit_table(batch: TraceBatch, arrays: tuple[np.ndarray, ...], aligned: bo
     )
 
 
+@checked
 def counterfactual_credit(
     batch_or_buffer: TraceBatch | GraphBuffer,
     *,
@@ -107,6 +105,7 @@ def counterfactual_credit(
     return _credit_table(batch, arrays, aligned)
 
 
+@checked
 def same_prefix_credit(
     batch: TraceBatch,
     *,
@@ -143,6 +142,7 @@ def same_prefix_credit(
 GameLike = Game | FunctionGame | Callable[[np.ndarray], Any]
 
 
+@checked
 def difference_rewards(
     game: GameLike,
     players: Sequence[int] | None = None,

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from masreplay import _core
-from masreplay._args import optional_whole, whole
+from masreplay._args import checked, optional_whole, whole
 from masreplay.errors import InvalidArgumentError
 
 Game = _core.Game
@@ -53,6 +53,7 @@ def _players_of(key: Any) -> list[int]:
     return [whole("table: a player index", p) for p in key]
 
 
+@checked
 def table(
     values: Sequence[float] | np.ndarray | Mapping[Any, float],
     n_players: int | None = None,
@@ -83,11 +84,13 @@ def additive(weights: Sequence[float] | np.ndarray) -> Game:
     return _core.additive_game(np.asarray(weights, dtype=np.float64).ravel().tolist())
 
 
+@checked
 def weighted_voting(weights: Sequence[float] | np.ndarray, quota: float) -> Game:
     """``v(S) = 1`` when the weights of S reach ``quota``, else 0."""
     return _core.weighted_voting_game(np.asarray(weights, dtype=np.float64).ravel().tolist(), float(quota))
 
 
+@checked
 def empirical(coalitions: np.ndarray, rewards: Sequence[float] | np.ndarray, *, order: int = 1) -> Game:
     """The game of logged rollouts: row i of ``coalitions`` (bool, (m, n_players)) is the set
     of players that took part in rollout i, ``rewards[i]`` its reward. An observed coalition
@@ -99,6 +102,7 @@ def empirical(coalitions: np.ndarray, rewards: Sequence[float] | np.ndarray, *, 
     return _core.empirical_game(masks, np.asarray(rewards, dtype=np.float64).ravel().tolist(), whole("order", order))
 
 
+@checked
 def empirical_from_traces(batch: Any, *, players: str = "agent", reward: str = "team", order: int = 1) -> tuple[Game, list[str]]:
     """The empirical game of a group of logged traces (say one GRPO group): each trace is the
     coalition of the players that took part (by ``players``: "agent", "role" or an event
@@ -171,6 +175,7 @@ def evaluate(game: Any, masks: np.ndarray) -> np.ndarray:
     return values
 
 
+@checked
 def noisy(game: Game, sigma: float, *, seed: int = 0, chunk_size: int = 1 << 16) -> FunctionGame:
     """``game`` plus Gaussian evaluation noise of standard deviation ``sigma``, each call a
     fresh draw (the way a live rollout or a judge behaves): a test bed for

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from masreplay import _core
+from masreplay._args import checked
 from masreplay.batch import TraceBatch, _checked_arrow
 from masreplay.errors import InvalidArgumentError, StorageError
 
@@ -69,6 +70,7 @@ def _load(source: Any, strict_seed: bool) -> tuple[Any, list]:
     )
 
 
+@checked
 def load_traces(source: Any, *, strict_seed: bool = False, on_error: OnError = "raise") -> TraceBatch:
     """Reads and validates traces.
 
@@ -89,6 +91,7 @@ def load_traces(source: Any, *, strict_seed: bool = False, on_error: OnError = "
     return TraceBatch(core, rejected)
 
 
+@checked
 def validate(trace: Any, *, strict_seed: bool = False) -> None:
     """Raises TraceValidationError naming the trace, a JSON pointer and the reason if any
     trace in ``trace`` (anything load_traces accepts) breaks the data contract."""

@@ -18,11 +18,13 @@ from typing import Any, Literal
 import numpy as np
 import pyarrow.compute as pc
 
+from masreplay._args import checked
 from masreplay.errors import InvalidArgumentError
 from masreplay.io import as_batch
 from masreplay.orchestration import metrics
 
 
+@checked
 def parl(batch: Any, lambda_parallel: float, lambda_finish: float, *, perf: str = "team") -> np.ndarray:
     """Kimi K2.5 PARL's reward per trace: ``r_perf + lambda_parallel * r_parallel +
     lambda_finish * r_finish``.

@@ -47,7 +47,7 @@ import numpy as np
 import pyarrow as pa
 
 from masreplay import _core
-from masreplay._args import I64_MAX, U64_MAX, optional_whole, whole
+from masreplay._args import I64_MAX, U64_MAX, checked, optional_whole, whole
 from masreplay.batch import TraceBatch
 from masreplay.errors import InvalidArgumentError
 from masreplay.games import FunctionGame, evaluate
@@ -130,6 +130,7 @@ def _parents(parents: Sequence[int | None] | np.ndarray | None) -> list[int] | N
     return [-1 if p is None else whole(f"parents[{i}]", p, low=-1, high=I64_MAX) for i, p in enumerate(parents)]
 
 
+@checked
 def shapley(
     game: Any,
     n_players: int | None = None,
@@ -143,8 +144,8 @@ def shapley(
     n_threads: int | None = None,
     antithetic: bool = True,
     chunk_size: int = 1024,
-    fixed: Sequence[int] | None = None,
-    exclude: Sequence[int] | None = None,
+    fixed: int | Sequence[int] | np.ndarray | None = None,
+    exclude: int | Sequence[int] | np.ndarray | None = None,
     noise: Literal["auto"] | float | None = None,
     repeats: int | None = None,
     prior: Any = None,
@@ -309,6 +310,7 @@ def _noise(noise: Any) -> float | None:
     return float(noise)
 
 
+@checked
 def trace_players(batch: Any, players: str = "agent") -> pa.Table:
     """The players of every trace: ``trace_index``, ``player`` (index within the trace, the
     column a value function's masks use), ``label``, ``parent`` (index of the spawning
@@ -376,6 +378,7 @@ class TraceCredit:
         return dict(zip(rows["label"].to_pylist(), rows["value"].to_pylist(), strict=True))
 
 
+@checked
 def trace_shapley(
     batch: Any,
     value_fn: Callable[[np.ndarray, np.ndarray], Any],
@@ -427,9 +430,6 @@ def trace_shapley(
     """
     if event_credit not in EVENT_CREDIT_SHARES:
         raise InvalidArgumentError(f"event_credit must be one of {list(EVENT_CREDIT_SHARES)}, got {event_credit!r}")
-    for what, labels in (("fixed", fixed), ("exclude", exclude)):
-        if isinstance(labels, str):
-            raise InvalidArgumentError(f"{what}: a list of player labels, got the string {labels!r}")
     batch = as_batch(batch)
     raw = _core.trace_shapley(
         batch._core,
@@ -442,8 +442,8 @@ def trace_shapley(
         optional_whole("n_threads", n_threads),
         bool(antithetic),
         whole("chunk_size", chunk_size),
-        [str(label) for label in fixed or []],
-        [str(label) for label in exclude or []],
+        list(fixed or []),
+        list(exclude or []),
         canonical,
         _noise(noise),
         optional_whole("repeats", repeats),

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import pyarrow.compute as pc
 
+from masreplay._args import checked
 from masreplay.advantages import advantages
 from masreplay.batch import TraceBatch
 from masreplay.errors import InvalidArgumentError
@@ -166,6 +167,7 @@ class _TraceSpans:
         return self.spans
 
 
+@checked
 def to_otel(batch: TraceBatch, path: str | os.PathLike[str], *, credit: Any = None) -> None:
     """Writes ``batch`` to ``path`` as one OTLP JSON document (``resourceSpans``), one
     OpenTelemetry trace per trace. ``credit``: per-event credit as :func:`masreplay.view`

@@ -14,6 +14,7 @@ from typing import Any
 
 import pyarrow.compute as pc
 
+from masreplay._args import checked
 from masreplay.batch import TraceBatch
 from masreplay.conversion_report import ConversionReport
 from masreplay.convert._lines import IN_MEMORY, local_path
@@ -108,6 +109,7 @@ def to_seed(batch: Any) -> list[dict[str, Any]]:
     return [batch.to_seed_json(i) for i in range(len(batch))]
 
 
+@checked
 def write(batch: Any, path: str | os.PathLike[str]) -> None:
     """Writes ``batch`` (or anything :func:`masreplay.load_traces` accepts) in the format
     ``path``'s suffix names (see the module docstring)."""
