@@ -60,6 +60,29 @@ def whole(name: str, value: Any, *, low: int = 0, high: int = U64_MAX) -> int:
     return number
 
 
+def numbers(name: str, value: Any, dtype: Any = np.float64) -> np.ndarray:
+    """``value`` (a list, an array, anything NumPy reads) as a contiguous array of ``dtype``:
+    text, None, items that are no numbers and (for an integer ``dtype``) fractions are refused
+    by name, rather than by NumPy's error or a silent truncation."""
+    if value is None or isinstance(value, (str, bytes)):
+        raise wrong_type(name, "numbers (a sequence or an array)", value)
+    try:
+        raw = np.asarray(value)
+        if np.dtype(dtype).kind in "iu" and raw.dtype.kind == "f" and not np.all(np.mod(raw, 1) == 0):
+            raise ValueError("a fraction or a NaN where a whole number goes")
+        return np.asarray(raw, dtype=dtype, order="C")  # a scalar stays 0-d, refused by shape
+    except (TypeError, ValueError, OverflowError) as error:
+        raise InvalidArgumentError(f"{name} must hold numbers: {error}") from None
+
+
+def ids(name: str, value: Any) -> list[str]:
+    """Trace or event ids from any iterable of them, but not from a lone string, which would
+    be read as its characters."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, collections.abc.Iterable):
+        raise wrong_type(name, "a sequence of ids", value)
+    return [str(item) for item in value]
+
+
 def wrong_type(name: str, expected: str, value: Any) -> ArgumentTypeError:
     """The refusal of a value of the wrong type: ``name must be <expected>, got <type> <value>``."""
     return ArgumentTypeError(f"{name} must be {expected}, got {type(value).__name__} {value!r}")
@@ -99,15 +122,16 @@ def _interval(low: float, high: float, above: bool) -> str:
     return f"a number in {'(' if above else '['}{low:g}, {high:g}]"
 
 
-#: Ranges of the parameters that share a meaning wherever they appear (beyond their type).
-RANGES: dict[str, dict[str, Any]] = {
-    "gamma": {"low": 0.0, "high": 1.0},  # a discount
-    "lam": {"low": 0.0, "high": 1.0},  # GAE's lambda
-    "eps": {"low": 0.0},  # a denominator's floor (0: none, as in exactness tests)
-    "step": {"low": 0.0, "above": True},  # a finite-difference step
-    "max_path": {"low": 1},
-    "sub_calls": {"low": 1},
-    "fill": {"nan": True},  # the value of an event without the channel: NaN keeps it missing
+#: Ranges of the parameters that share a meaning wherever they appear with that type (beyond
+#: the type): a float ``step`` is a finite difference, an int ``step`` a schedule's count.
+RANGES: dict[tuple[str, type], dict[str, Any]] = {
+    ("gamma", float): {"low": 0.0, "high": 1.0},  # a discount
+    ("lam", float): {"low": 0.0, "high": 1.0},  # GAE's lambda
+    ("eps", float): {"low": 0.0},  # a denominator's floor (0: none, as in exactness tests)
+    ("step", float): {"low": 0.0, "above": True},  # a finite-difference step
+    ("max_path", int): {"low": 1},
+    ("sub_calls", int): {"low": 1},
+    ("fill", float): {"nan": True},  # the value of an event without the channel: NaN keeps it missing
 }
 
 
@@ -127,7 +151,7 @@ def checked(function: Callable[..., T]) -> Callable[..., T]:
     checks: dict[str, tuple[str, Rule]] = {}
     caller = function.__qualname__.removesuffix(".__init__")  # GraphBuffer.sample, GraphBuffer
     for parameter in parameters:
-        if (check := _check(hints.get(parameter.name), RANGES.get(parameter.name, {}))) is not None:
+        if (check := _check(hints.get(parameter.name), parameter.name)) is not None:
             checks[parameter.name] = (f"{caller}: {parameter.name}", check.rule)
     places = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     by_place = [(place, *checks[name]) for place, name in enumerate(places) if name in checks]
@@ -173,17 +197,20 @@ class Check(typing.NamedTuple):
     many: str
 
 
-def _check(hint: Any, limits: dict[str, Any]) -> Check | None:
-    """The check an annotation stands for (None: the function checks that argument itself)."""
+def _check(hint: Any, parameter: str = "") -> Check | None:
+    """The check an annotation of ``parameter`` stands for (None: the function checks that
+    argument itself)."""
     origin, parts = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
-        return _union([p for p in parts if p is not type(None)], type(None) in parts, limits)
+        return _union([p for p in parts if p is not type(None)], type(None) in parts, parameter)
     if hint is float:
+        limits = RANGES.get((parameter, float), {})
         return Check(_is_number, lambda name, value: real(name, value, **limits), "a number", "numbers")
     if hint is int:
+        limits = RANGES.get((parameter, int), {})
         return Check(_is_number, lambda name, value: whole(name, value, **limits), "a whole number", "whole numbers")
     if hint is bool:
-        return Check(_is_flag, _flag, "True or False", "flags")
+        return Check(_isflag, flag, "True or False", "flags")
     if hint is str:
         return Check(_is_string, _string, "a string", "strings")
     if hint is os.PathLike or origin is os.PathLike:
@@ -195,7 +222,7 @@ def _check(hint: Any, limits: dict[str, Any]) -> Check | None:
         return Check(is_sequence, lambda name, value: _items(name, value, REAL, length), f"{length} numbers", "tuples")
     if origin in (tuple, collections.abc.Sequence) and parts in ((float, ...), (float,)):
         return Check(is_sequence, lambda name, value: _items(name, value, REAL, None), "a sequence of numbers", "sequences")
-    if origin is collections.abc.Sequence and (item := _check(parts[0], {})) is not None:
+    if origin is collections.abc.Sequence and (item := _check(parts[0])) is not None:
         items = f"a sequence of {item.many}"
         return Check(is_sequence, lambda name, value: list(_items(name, value, item, None)), items, "sequences")
     if origin is collections.abc.Mapping and parts == (str, float):
@@ -207,11 +234,11 @@ def _check(hint: Any, limits: dict[str, Any]) -> Check | None:
     return None
 
 
-def _union(options: list[Any], optional: bool, limits: dict[str, Any]) -> Check | None:
+def _union(options: list[Any], optional: bool, parameter: str) -> Check | None:
     """A union's check: the value goes to the alternative of its kind (a string to ``str``
     or a ``Literal``, a list to ``Sequence``), whose refusal names what it expected; a value
     of no alternative's kind is refused with all of them. None passes where it is allowed."""
-    alternatives = [_check(option, limits) for option in options]
+    alternatives = [_check(option, parameter) for option in options]
     if not alternatives or any(a is None for a in alternatives):
         return None
     if len(alternatives) == 1:  # X | None: X's own refusal, and a cheaper call on a hot path
@@ -259,7 +286,7 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
 
 
-def _is_flag(value: Any) -> bool:
+def _isflag(value: Any) -> bool:
     return isinstance(value, (bool, np.bool_))
 
 
@@ -280,8 +307,9 @@ def _is_mapping(value: Any) -> bool:
     return isinstance(value, collections.abc.Mapping)
 
 
-def _flag(name: str, value: Any) -> bool:
-    if not _is_flag(value):
+def flag(name: str, value: Any) -> bool:
+    """``value`` as a bool: True or False (NumPy's too), not a truthy string or number."""
+    if not _isflag(value):
         raise wrong_type(name, "True or False", value)
     return bool(value)
 

@@ -13,7 +13,7 @@ import pyarrow as pa
 from masreplay import _core
 from masreplay._args import checked, is_sequence, wrong_type
 from masreplay.conversion_report import ConversionReport
-from masreplay.errors import DataFormatError, InvalidArgumentError
+from masreplay.errors import ArgumentTypeError, ColumnNotFoundError, DataFormatError, InvalidArgumentError
 
 if TYPE_CHECKING:
     import polars as pl
@@ -229,7 +229,7 @@ EVENT_FIELDS: tuple[str, ...] = tuple(f.name for f in pa.table(_core.empty_batch
 
 def _check_event_field(column: str) -> None:
     if column not in EVENT_FIELDS:
-        raise KeyError(f"no per-event column {column!r}; events have {list(EVENT_FIELDS)}")
+        raise ColumnNotFoundError(column, EVENT_FIELDS)
 
 
 def _numeric(array: pa.Array, column: str) -> pa.Array:
@@ -237,7 +237,7 @@ def _numeric(array: pa.Array, column: str) -> pa.Array:
     if pa.types.is_dictionary(array.type):
         array = array.indices
     if not (pa.types.is_integer(array.type) or pa.types.is_floating(array.type) or pa.types.is_boolean(array.type)):
-        raise TypeError(f"column {column!r} of type {array.type} cannot be made a numeric array")
+        raise ArgumentTypeError(f"column {column!r} of type {array.type} cannot be made a numeric array")
     return array
 
 

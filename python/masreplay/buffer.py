@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 
 from masreplay import _core
-from masreplay._args import I32_MAX, I64_MAX, checked, optional_whole, whole
+from masreplay._args import I32_MAX, I64_MAX, checked, ids, numbers, optional_whole, whole
 from masreplay.bands import band_limits
 from masreplay.batch import Rejected, TraceBatch, _from_ipc_table, _to_ipc
 from masreplay.errors import TraceNotFoundError
@@ -236,9 +236,8 @@ class GraphBuffer:
     def update_priorities(self, trace_ids: Any, priorities: Any) -> None:
         """Sets priorities (finite, >= 0) of stored traces; all or nothing. New traces get the
         largest priority seen so far."""
-        ids = [str(t) for t in trace_ids]
-        values = np.asarray(priorities, dtype=np.float64).ravel().tolist()
-        self._core.update_priorities(ids, values)
+        keys = ids("trace_ids", trace_ids)
+        self._core.update_priorities(keys, numbers("priorities", priorities).ravel().tolist())
 
     @checked
     def branches(self, trace_id: str, event_id: str | None = None) -> TraceBatch:
@@ -265,7 +264,7 @@ class GraphBuffer:
     def subgraph(self, trace_id: str, event_ids: Any) -> TraceBatch:
         """The trace restricted to ``event_ids`` and the edges between them."""
         self._require(trace_id)
-        return TraceBatch(self._core.subgraph(trace_id, [str(e) for e in event_ids]))
+        return TraceBatch(self._core.subgraph(trace_id, ids("event_ids", event_ids)))
 
     @checked
     def agent_view(self, trace_id: str, agent: str) -> TraceBatch:

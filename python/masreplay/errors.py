@@ -88,8 +88,29 @@ class TraceNotFoundError(MasreplayError, KeyError):
         return (type(self), (self.trace_id,))
 
 
+class ColumnNotFoundError(MasreplayError, KeyError):
+    """No per-event column of that name (``TraceBatch.flat``, ``padded``, a sample's
+    ``columns``); also a ``KeyError``, as for a mapping.
+
+    Attributes:
+        column: the name asked for.
+    """
+
+    def __init__(self, column: str, known: tuple[str, ...]) -> None:
+        self.column = column
+        self.known = known
+        super().__init__(column)
+
+    def __str__(self) -> str:  # KeyError's own would quote the whole message
+        return f"no per-event column {self.column!r}; events have {list(self.known)}"
+
+    def __reduce__(self):
+        return (type(self), (self.column, self.known))
+
+
 __all__ = [
     "ArgumentTypeError",
+    "ColumnNotFoundError",
     "ConversionError",
     "DataFormatError",
     "InvalidArgumentError",

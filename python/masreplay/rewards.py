@@ -210,6 +210,7 @@ class RunningStd:
         return f"RunningStd({ {k: round(self.std(k), 6) for k in self.channels} })"
 
 
+@checked
 def compose(
     channels: Mapping[str, Any],
     weights: Mapping[str, float | Schedule],
@@ -227,8 +228,6 @@ def compose(
     (a :class:`RunningStd`, updated with this batch before scaling); pass the same one on
     every call to keep them across calls, and save it with ``state.to_dict()``.
     """
-    if balance not in (None, "std"):
-        raise InvalidArgumentError(f"balance must be None or 'std', not {balance!r}")
     if balance is None:
         state = None
     elif state is None:

@@ -47,7 +47,7 @@ import numpy as np
 import pyarrow as pa
 
 from masreplay import _core
-from masreplay._args import I64_MAX, U64_MAX, checked, optional_whole, whole
+from masreplay._args import I64_MAX, U64_MAX, checked, is_sequence, optional_whole, whole, wrong_type
 from masreplay.batch import TraceBatch
 from masreplay.errors import InvalidArgumentError
 from masreplay.games import FunctionGame, evaluate
@@ -93,6 +93,8 @@ def _unions(unions: Sequence[Any] | None) -> list[Any] | None:
     """Nested lists of player indices, as plain lists (tuples, arrays and numpy ints accepted)."""
     if unions is None:
         return None
+    if not is_sequence(unions):
+        raise wrong_type("unions", "nested lists of player indices", unions)
 
     def plain(item: Any) -> Any:
         if isinstance(item, (list, tuple, np.ndarray)):
@@ -110,6 +112,8 @@ def _indices(players: Any, what: str) -> list[int]:
         return []
     if isinstance(players, (int, np.integer)):
         players = [players]
+    if not is_sequence(players):
+        raise wrong_type(what, "a player index or a sequence of them", players)
     if isinstance(players, np.ndarray):
         players = players.ravel().tolist()
     return [_player(p, what) for p in players]
@@ -125,6 +129,8 @@ def _parents(parents: Sequence[int | None] | np.ndarray | None) -> list[int] | N
     """Each player's spawner as the core takes it: an index, -1 (or None) for a root."""
     if parents is None:
         return None
+    if not is_sequence(parents):
+        raise wrong_type("parents", "a sequence of player indices (-1 or None for a root)", parents)
     if isinstance(parents, np.ndarray):
         parents = parents.ravel().tolist()
     return [-1 if p is None else whole(f"parents[{i}]", p, low=-1, high=I64_MAX) for i, p in enumerate(parents)]
@@ -254,7 +260,7 @@ def _with_prior(game, n_players, chunk_size, prior, prior_budget, options, noise
     prior_players = prior.n_players if isinstance(prior, (FunctionGame, _core.Game)) else live.n_players
     if prior_players != live.n_players:
         raise InvalidArgumentError(f"prior: {prior_players} players, but the game has {live.n_players}")
-    evaluate(prior, np.zeros((1, live.n_players), dtype=bool))  # a clear error now, not mid-run
+    evaluate(prior, np.zeros((1, live.n_players), dtype=bool), name="prior")  # a clear error now, not mid-run
 
     def residual(masks: np.ndarray) -> np.ndarray:
         return evaluate(live.f, masks) - evaluate(prior, masks)

@@ -32,6 +32,7 @@ from masreplay.advantages import advantages
 from masreplay.batch import TraceBatch
 from masreplay.errors import InvalidArgumentError
 from masreplay.event_credit import resolve
+from masreplay.io import write_text
 from masreplay.viewer._model import lanes
 
 SCOPE = {"name": "masreplay", "version": "1"}
@@ -199,5 +200,4 @@ def to_otel(batch: TraceBatch, path: str | os.PathLike[str], *, credit: Any = No
             }
         ]
     }
-    with open(path, "w", encoding="utf-8") as out:
-        json.dump(document, out, separators=(",", ":"))
+    write_text(path, json.dumps(document, separators=(",", ":")))

@@ -19,7 +19,7 @@ from masreplay.batch import TraceBatch
 from masreplay.conversion_report import ConversionReport
 from masreplay.convert._lines import IN_MEMORY, local_path
 from masreplay.errors import ConversionError, InvalidArgumentError, MasreplayError, StorageError, TraceValidationError
-from masreplay.io import as_batch, load_traces
+from masreplay.io import as_batch, load_traces, write_text
 
 OUTPUT_SUFFIXES = (".json", ".jsonl", ".parquet")
 
@@ -127,4 +127,4 @@ def write(batch: Any, path: str | os.PathLike[str]) -> None:
         text = "".join(json.dumps(trace) + "\n" for trace in traces)
     else:
         text = json.dumps(traces[0] if len(traces) == 1 else traces, indent=1)
-    target.write_text(text, encoding="utf-8")
+    write_text(target, text)
