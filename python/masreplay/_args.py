@@ -140,8 +140,8 @@ def checked(function: Callable[..., T]) -> Callable[..., T]:
     before any work: ``float`` a finite number, ``int`` a whole number, ``bool`` and ``str``
     themselves, ``os.PathLike`` a path, a ``Literal`` one of its names, fixed tuples and
     sequences element by element, a mapping of names to floats, ``X | None`` either, and a
-    union the alternative of the value's kind; each within :data:`RANGES` where its name is
-    there. The annotations are the one list of what a function takes, so its signature, its
+    union the alternative of the value's kind; each within :data:`RANGES` where its name and
+    type are there. The annotations are the one list of what a function takes, so its signature, its
     type hints and its checks cannot drift apart. An annotation without a check here
     (``Any``, an array) leaves that argument to the function."""
     hints = _parameter_hints(function)
@@ -179,6 +179,8 @@ def _parameter_hints(function: Callable[..., Any]) -> dict[str, Any]:
     """The parameters' annotations, evaluated in the function's module: not the return
     annotation, which may name the class a method is being defined in."""
     annotations = {name: hint for name, hint in function.__annotations__.items() if name != "return"}
+    # eval of the module's own annotation text (``from __future__ import annotations``), as
+    # typing.get_type_hints does.
     return {name: eval(hint, function.__globals__) if isinstance(hint, str) else hint for name, hint in annotations.items()}
 
 
@@ -210,7 +212,7 @@ def _check(hint: Any, parameter: str = "") -> Check | None:
         limits = RANGES.get((parameter, int), {})
         return Check(_is_number, lambda name, value: whole(name, value, **limits), "a whole number", "whole numbers")
     if hint is bool:
-        return Check(_isflag, flag, "True or False", "flags")
+        return Check(_is_flag, flag, "True or False", "flags")
     if hint is str:
         return Check(_is_string, _string, "a string", "strings")
     if hint is os.PathLike or origin is os.PathLike:
@@ -286,7 +288,7 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
 
 
-def _isflag(value: Any) -> bool:
+def _is_flag(value: Any) -> bool:
     return isinstance(value, (bool, np.bool_))
 
 
@@ -309,7 +311,7 @@ def _is_mapping(value: Any) -> bool:
 
 def flag(name: str, value: Any) -> bool:
     """``value`` as a bool: True or False (NumPy's too), not a truthy string or number."""
-    if not _isflag(value):
+    if not _is_flag(value):
         raise wrong_type(name, "True or False", value)
     return bool(value)
 
