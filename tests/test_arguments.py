@@ -286,6 +286,8 @@ def test_normalize_by_that_is_no_name_nor_list_is_refused_by_name():
         (lambda: masreplay.credit_dump(5, "out", metrics=True, progress=False), "source"),
         (lambda: masreplay.read_credit(None), "destination"),
         (lambda: masreplay.convert.write(sim.generate(2, seed=1), 5), "path"),
+        # A file descriptor number: an int (or True) path wrote to that descriptor, then closed it.
+        (lambda: masreplay.convert.to_otel(sim.generate(2, seed=1), 2.5), "to_otel: path"),
     ],
     ids=lambda value: value if isinstance(value, str) else "",
 )
