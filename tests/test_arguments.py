@@ -157,3 +157,181 @@ def test_a_count_no_batch_can_hold_is_refused_before_any_allocation(call):
     # process on a failed allocation (the buffer's contents with it).
     with pytest.raises(InvalidArgumentError, match=r"2\*\*31 - 1"):
         call()
+
+
+# ---- names, flags, sequences and paths ----------------------------------------------------
+
+BRANCHED = sim.branches(4, seed=1, branches=2).batch
+
+# (label, call with the bad value, the refusal as the message must say it)
+NAMED_CALLS = {
+    "counterfactual_credit channel": (lambda bad: masreplay.counterfactual_credit(BRANCHED, channel=bad), "channel"),
+    "counterfactual_credit baseline": (lambda bad: masreplay.counterfactual_credit(BRANCHED, baseline=bad), "baseline"),
+    "same_prefix_credit signature": (lambda bad: masreplay.same_prefix_credit(BRANCHED, signature=[bad]), r"signature\[0\]"),
+    "shapley method": (lambda bad: masreplay.shapley(SOUM, budget=100, method=bad), "method"),
+    "shapley surrogate": (lambda bad: masreplay.shapley(SOUM, budget=100, method="msr", surrogate=bad), "surrogate"),
+    "trace_shapley method": (
+        lambda bad: masreplay.trace_shapley(sim.generate(2, seed=1), lambda t, m: np.zeros(len(m)), method=bad),
+        "method",
+    ),
+    "trace_shapley players": (
+        lambda bad: masreplay.trace_shapley(sim.generate(2, seed=1), lambda t, m: np.zeros(len(m)), players=bad),
+        "players",
+    ),
+    "trace_players players": (lambda bad: masreplay.trace_players(sim.generate(2, seed=1), players=bad), "players"),
+    "advantages estimator": (lambda bad: masreplay.advantages(sim.generate(4, seed=1), bad), "estimator"),
+    "advantages normalize_by": (lambda bad: masreplay.advantages(sim.generate(4, seed=1), normalize_by=bad), "normalize_by"),
+    "advantages unit": (lambda bad: masreplay.advantages(sim.generate(4, seed=1), unit=bad), "unit"),
+    "advantages std": (lambda bad: masreplay.advantages(sim.generate(4, seed=1), std=bad), "std"),
+    "group_normalize estimator": (lambda bad: masreplay.group_normalize([1.0, 2.0], [0, 0], estimator=bad), "estimator"),
+    "group_normalize compat": (lambda bad: masreplay.group_normalize([1.0, 2.0], [0, 0], compat=bad), "compat"),
+    "graph_returns kind": (lambda bad: masreplay.graph_returns(sim.generate(2, seed=1), "process", kind=bad), "kind"),
+    "event_rewards channel": (lambda bad: masreplay.event_rewards(sim.generate(2, seed=1), bad), "channel"),
+    "load_traces on_error": (lambda bad: masreplay.load_traces(sim.generate(2, seed=1), on_error=bad), "on_error"),
+    "GraphBuffer unit": (lambda bad: GraphBuffer(10, unit=bad), "unit"),
+    "sample sampler": (lambda bad: _buffer().sample(2, sampler=bad), "sampler"),
+    "add on_error": (lambda bad: _buffer().add(sim.generate(2, seed=9), on_error=bad), "on_error"),
+    "get trace_id": (lambda bad: _buffer().get(bad), "trace_id"),
+    "flat column": (lambda bad: sim.generate(2, seed=1).flat(bad), "column"),
+    "parl perf": (lambda bad: masreplay.rewards.parl(sim.generate(2, seed=1), 0.1, 0.1, perf=bad), "perf"),
+}
+
+
+@pytest.mark.parametrize("bad", [5, 2.5, b"team", {"team"}], ids=["int", "float", "bytes", "set"])
+@pytest.mark.parametrize("label", list(NAMED_CALLS))
+def test_a_name_of_the_wrong_type_is_refused_by_name_and_is_a_type_error(label, bad):
+    # Was pyo3's "TypeError: 'int' object is not an instance of 'str'", naming no argument.
+    call, name = NAMED_CALLS[label]
+    with pytest.raises(masreplay.ArgumentTypeError, match=f"{name} must be .*, got {type(bad).__name__}") as raised:
+        call(bad)
+    assert isinstance(raised.value, TypeError) and isinstance(raised.value, InvalidArgumentError)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: masreplay.shapley(SOUM, budget=100, method="fastest"), "shapley: method must be one of 'auto', 'exact', "),
+        (
+            lambda: _buffer().sample(2, sampler="greedy"),
+            r"GraphBuffer\.sample: sampler must be one of 'uniform', 'prioritized', got 'greedy'",
+        ),
+        (lambda: GraphBuffer(10, unit="bytes"), "GraphBuffer: unit must be one of 'traces', 'events', got 'bytes'"),
+        (
+            lambda: masreplay.counterfactual_credit(BRANCHED, baseline="median"),
+            "baseline must be one of 'mean', 'loo', got 'median'",
+        ),
+        (
+            lambda: masreplay.advantages(sim.generate(4, seed=1), normalize_by=["agent", "team"]),
+            r"normalize_by\[1\] must be one of 'agent', ",
+        ),
+        (
+            lambda: masreplay.group_normalize([1.0, 2.0], [0, 0], compat="torch"),
+            "compat must be one of 'verl', 'trl', 'openrlhf', got 'torch'",
+        ),
+    ],
+    ids=["method", "sampler", "unit", "baseline", "normalize_by item", "compat"],
+)
+def test_an_unknown_name_is_refused_with_the_names_accepted(call, message):
+    with pytest.raises(InvalidArgumentError, match=message):
+        call()
+
+
+@pytest.mark.parametrize("bad", ["yes", 1, None], ids=["str", "int", "None"])
+def test_a_flag_is_true_or_false_not_anything_truthy(bad):
+    # aligned="x" used to run, read as True without a word.
+    with pytest.raises(InvalidArgumentError, match="counterfactual_credit: aligned must be True or False"):
+        masreplay.counterfactual_credit(BRANCHED, aligned=bad)
+    with pytest.raises(InvalidArgumentError, match=r"GraphBuffer\.sample: with_branches must be True or False"):
+        _buffer().sample(2, with_branches=bad)
+
+
+def test_normalize_by_that_is_no_name_nor_list_is_refused_by_name():
+    # Was "TypeError: 'int' object is not iterable".
+    with pytest.raises(
+        masreplay.ArgumentTypeError,
+        match=r"advantages: normalize_by must be one of .* or a sequence of names among .* or None, got int 5",
+    ):
+        masreplay.advantages(sim.generate(4, seed=1), normalize_by=5)
+
+
+@pytest.mark.parametrize(
+    ("call", "name"),
+    [
+        (lambda: masreplay.group_normalize(["x", 1.0], [0, 0]), "values"),
+        (lambda: masreplay.group_normalize([1.0, 2.0], [0, 0], lengths="12"), "lengths"),
+        (lambda: masreplay.group_normalize([1.0, 2.0], [0, 0], lengths=5), "lengths"),
+        (lambda: masreplay.group_normalize([1.0, 2.0], [0, 0], mask=[["a"], ["b"]]), "mask"),
+        (lambda: masreplay.group_normalize([1.0, 2.0], [0, 0], dtype="float16x"), "dtype"),
+        (lambda: masreplay.coma_credit(np.ones((2, 2)), np.full((2, 2), 0.5), [0.5, 1]), "chosen"),
+        (lambda: masreplay.difference_rewards(SOUM, players=[0, 1.5]), "players"),
+        (lambda: masreplay.difference_rewards(SOUM, replaced="default"), "replaced"),
+        (lambda: masreplay.shapley(SOUM, budget=100, prior="logged"), "prior"),
+        (lambda: masreplay.shapley(SOUM, budget=100, parents=3), "parents"),
+        (lambda: masreplay.shapley(SOUM, budget=100, fixed=2.5), "fixed"),
+        (lambda: masreplay.trace_shapley(sim.generate(2, seed=1), 5), "value_fn"),
+        (lambda: masreplay.graph_gae(sim.generate(2, seed=1), "process", ["x"]), "values"),
+        (lambda: games.additive(["a", "b"]), "weights"),
+        (lambda: games.noisy(_zeros, 0.1), "game"),
+        (lambda: games.soum(4, [([0, 1], 0.5), "x"]), r"terms\[1\]"),
+        (lambda: games.evaluate(SOUM, [[True] * 5]), "masks"),
+        (lambda: sim.generate(2, agents=[2]), "agents"),
+        (lambda: sim.branches(2, noise=True), "noise"),
+        (lambda: masreplay.rewards.compose(5, {"a": 1.0}), "channels"),
+        (lambda: masreplay.rewards.compose({"a": np.ones(2)}, {"a": 1.0}, balance="max"), "balance"),
+        (lambda: masreplay.rewards.compose({"a": np.ones(2)}, {"a": 1.0}, step=2.5), "step"),
+        (lambda: masreplay.TraceBatch.concat(5), "batches"),
+        (lambda: sim.generate(2, seed=1)[b"\x00"], "trace key"),
+        (lambda: sim.generate(2, seed=1).to_seed_json(0.0), "trace index"),
+        (lambda: masreplay.view(sim.generate(2, seed=1), 0, group="no"), "group"),
+        (lambda: masreplay.credit_dump(5, "out", metrics=True, progress=False), "source"),
+        (lambda: masreplay.read_credit(None), "destination"),
+        (lambda: masreplay.convert.write(sim.generate(2, seed=1), 5), "path"),
+        # A file descriptor number: an int (or True) path wrote to that descriptor, then closed it.
+        (lambda: masreplay.convert.to_otel(sim.generate(2, seed=1), 2.5), "to_otel: path"),
+    ],
+    ids=lambda value: value if isinstance(value, str) else "",
+)
+def test_every_argument_that_is_no_value_of_its_kind_is_refused_by_name(call, name):
+    with pytest.raises(InvalidArgumentError, match=name):
+        call()
+
+
+def test_a_refusal_leaves_the_buffer_and_its_random_stream_as_they_were():
+    buffer, twin = _buffer(), _buffer()
+    ids = buffer.to_batch().trace_ids
+    before = (len(buffer), buffer.priorities().tolist(), buffer.to_arrow())
+    refused = [
+        lambda: buffer.sample(2, sampler=5),
+        lambda: buffer.sample(2, with_branches="yes"),
+        lambda: buffer.add(sim.generate(2, seed=9), on_error="ignore"),
+        lambda: buffer.update_priorities(ids[0], [2.0]),  # a lone id would be read as its characters
+        lambda: buffer.update_priorities(ids[:2], ["high", 1.0]),
+        lambda: buffer.subgraph(ids[0], "e0"),
+        lambda: buffer.get(5),
+    ]
+    for call in refused:
+        with pytest.raises(InvalidArgumentError):
+            call()
+    assert (len(buffer), buffer.priorities().tolist()) == before[:2] and buffer.to_arrow().equals(before[2])
+    assert buffer.sample(3).trace_ids == twin.sample(3).trace_ids  # no draw was spent
+
+
+def test_a_column_that_does_not_exist_is_a_key_error_of_the_package():
+    batch = sim.generate(2, seed=1)
+    for call in (lambda: batch.flat("nope"), lambda: batch.padded("nope")):
+        with pytest.raises(masreplay.ColumnNotFoundError) as raised:
+            call()
+        assert isinstance(raised.value, KeyError) and raised.value.column == "nope"
+        assert str(raised.value).startswith("no per-event column 'nope'; events have ['id', ")
+
+
+def test_a_path_the_writers_cannot_write_is_a_storage_error_naming_it(tmp_path):
+    batch = sim.generate(2, seed=1)
+    for call in (
+        lambda: masreplay.convert.to_otel(batch, tmp_path),
+        lambda: masreplay.convert.write(batch, tmp_path / "missing" / "traces.jsonl"),
+        lambda: masreplay.view(batch, 0).save(tmp_path),
+    ):
+        with pytest.raises(masreplay.StorageError) as raised:
+            call()
+        assert str(tmp_path) in raised.value.filename

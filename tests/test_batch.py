@@ -293,5 +293,6 @@ def test_a_pad_value_that_does_not_fit_the_column_is_an_invalid_argument(pad_val
 
 
 def test_concat_names_an_item_that_is_no_batch():
-    with pytest.raises(TypeError, match="item 1 is a int"):
+    with pytest.raises(masreplay.ArgumentTypeError, match=r"concat: batches\[1\] must be a TraceBatch, got int 5"):
         TraceBatch.concat([masreplay.sim.generate(2, seed=1), 5])
+    assert issubclass(masreplay.ArgumentTypeError, TypeError)

@@ -651,3 +651,26 @@ class BufferAgainstModel(RuleBasedStateMachine):
 
 
 TestBufferAgainstModel = BufferAgainstModel.TestCase
+
+
+def test_an_unknown_trace_is_one_error_whatever_the_query():
+    # get and the graph queries raised a bare KeyError (whose str quotes the message),
+    # branches an InvalidArgumentError: now one TraceNotFoundError, still a KeyError.
+    buffer = GraphBuffer(10)
+    buffer.add(traces(2, seed=1))
+    queries = {
+        "get": lambda: buffer.get("ghost"),
+        "branches": lambda: buffer.branches("ghost"),
+        "ancestors": lambda: buffer.ancestors("ghost", "e0"),
+        "descendants": lambda: buffer.descendants("ghost", "e0"),
+        "subgraph": lambda: buffer.subgraph("ghost", ["e0"]),
+        "agent_view": lambda: buffer.agent_view("ghost", "orchestrator"),
+    }
+    for name, query in queries.items():
+        with pytest.raises(masreplay.TraceNotFoundError) as raised:
+            query()
+        error = raised.value
+        assert isinstance(error, KeyError) and isinstance(error, masreplay.MasreplayError), name
+        assert (str(error), error.trace_id) == ("no trace 'ghost' in the buffer", "ghost"), name
+        assert str(pickle.loads(pickle.dumps(error))) == str(error)
+    assert len(buffer) == 2

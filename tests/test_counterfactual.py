@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import masreplay
-from masreplay import GraphBuffer, InvalidArgumentError, TraceValidationError
+from masreplay import GraphBuffer, InvalidArgumentError, TraceNotFoundError, TraceValidationError
 from masreplay.counterfactual import CREDIT_COLUMNS
 
 
@@ -435,7 +435,7 @@ def test_buffer_indexes_branches_by_factual_trace_and_event():
     assert len(at_event) == 3
     assert {r["counterfactual_of"]["event_id"] for r in at_event} == {effect["event_id"]}
     assert len(buffer.branches(at_event.trace_ids[0])) == 0  # a branch has no branches of its own
-    with pytest.raises(InvalidArgumentError, match="no trace"):
+    with pytest.raises(TraceNotFoundError, match="no trace 'absent' in the buffer"):
         buffer.branches("absent")
 
 

@@ -18,6 +18,7 @@ with team rewards 1, 0 and 0.5.
 
 from __future__ import annotations
 
+import collections.abc
 import inspect
 import math
 import typing
@@ -900,7 +901,7 @@ def test_bad_inputs_raise_masreplay_errors():
         recipes.magrpo(batch, advantage_mode="median")
     with pytest.raises(InvalidArgumentError):
         recipes.matpo(batch, loss_agg="sum")
-    with pytest.raises(InvalidArgumentError, match="callables"):
+    with pytest.raises(InvalidArgumentError, match="agent_qmix: mixer must be a callable, got str 'vdn'"):
         recipes.agent_qmix(batch, np.zeros(batch.num_events), "vdn")
     with pytest.raises(InvalidArgumentError, match="sub_calls"):
         recipes.mgrpo(batch, sub_calls=0)
@@ -976,14 +977,21 @@ def _bad_values(hint) -> list:
     return []
 
 
+def _placeholder(hint):
+    """A stand-in of an input's type: a function for a callable (its type is checked on
+    entry), None for anything else."""
+    return (lambda *inputs: None) if collections.abc.Callable in (hint, typing.get_origin(hint)) else None
+
+
 @pytest.mark.parametrize("name", [row["function"] for row in recipes.table().to_pylist() if row["function"]])
 def test_every_numeric_flag_and_name_setting_is_checked_by_name(name):
     recipe = getattr(recipes, name)
     hints = typing.get_type_hints(recipe)
     parameters = inspect.signature(recipe).parameters.values()
-    # Inputs beyond the batch (critic values, a mixer) as placeholders: settings are checked
-    # before any work, so a bad one is refused whatever the inputs.
-    inputs = [None] * sum(p.kind is p.POSITIONAL_OR_KEYWORD and p.default is p.empty for p in parameters)
+    # Inputs beyond the batch (critic values, a mixer) as placeholders of their type:
+    # settings are checked before any work, so a bad one is refused whatever the inputs.
+    required = [p for p in parameters if p.kind is p.POSITIONAL_OR_KEYWORD and p.default is p.empty]
+    inputs = [_placeholder(hints.get(p.name)) for p in required]
     inputs[0] = _standard()
     checked = 0
     for parameter in parameters:

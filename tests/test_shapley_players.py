@@ -167,7 +167,7 @@ def test_trace_shapley_canonical_forms_and_exclusion(team):
         masreplay.trace_shapley(mixed, trace_value, canonical=lambda t, m: np.ones_like(m))
     with pytest.raises(InvalidArgumentError, match="canonical returned"):
         masreplay.trace_shapley(team, trace_value, canonical=lambda t, m: m[:1])
-    with pytest.raises(InvalidArgumentError, match="list of player labels"):
+    with pytest.raises(InvalidArgumentError, match="trace_shapley: fixed must be a sequence of strings, got str"):
         masreplay.trace_shapley(team, trace_value, fixed="orchestrator")
 
 

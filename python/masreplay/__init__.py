@@ -11,11 +11,14 @@ from masreplay.batch import TraceBatch
 from masreplay.buffer import AddReport, GraphBuffer
 from masreplay.counterfactual import coma_credit, counterfactual_credit, difference_rewards, same_prefix_credit
 from masreplay.errors import (
+    ArgumentTypeError,
+    ColumnNotFoundError,
     ConversionError,
     DataFormatError,
     InvalidArgumentError,
     MasreplayError,
     StorageError,
+    TraceNotFoundError,
     TraceValidationError,
 )
 from masreplay.io import as_batch, load_traces, validate
@@ -34,6 +37,8 @@ __all__ = [
     "TOPOLOGIES",
     "AddReport",
     "Advantages",
+    "ArgumentTypeError",
+    "ColumnNotFoundError",
     "ConversionError",
     "DataFormatError",
     "DumpSummary",
@@ -44,6 +49,7 @@ __all__ = [
     "StorageError",
     "TraceBatch",
     "TraceCredit",
+    "TraceNotFoundError",
     "TraceValidationError",
     "TraceView",
     "advantages",

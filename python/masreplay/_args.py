@@ -4,7 +4,12 @@ The core takes unsigned or bounded integers: a negative or oversized value would
 an ``OverflowError`` that names no argument, and a fractional float would be truncated
 without a word. Public functions pass their counts, sizes, seeds and indices through
 :func:`whole` (or :func:`optional_whole`); functions of many numeric settings (the recipes)
-take :func:`checked`, which derives every check from the function's own annotations.
+take :func:`checked`, which derives every check from the function's own annotations:
+numbers, flags, strings, paths, the closed vocabularies (``Literal``: the accepted names are
+in the refusal) and sequences of them. A value of the wrong type is an
+:class:`~masreplay.errors.ArgumentTypeError`, an ``InvalidArgumentError`` that is also the
+``TypeError`` Python raises for one; a value of the right type outside its domain is an
+``InvalidArgumentError``.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import functools
 import inspect
 import math
 import operator
+import os
 import types
 import typing
 from collections.abc import Callable
@@ -21,7 +27,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from masreplay.errors import InvalidArgumentError
+from masreplay.errors import ArgumentTypeError, InvalidArgumentError
 
 T = TypeVar("T")
 
@@ -39,7 +45,7 @@ def whole(name: str, value: Any, *, low: int = 0, high: int = U64_MAX) -> int:
     """``value`` as an int in [low, high]: an int, a NumPy integer or an integral float (so
     ``budget=1e4`` reads as 10,000); bools, fractions and other types are refused."""
     if isinstance(value, (bool, np.bool_)):
-        raise InvalidArgumentError(f"{name} must be a whole number, got {value!r}")
+        raise wrong_type(name, "a whole number", value)
     if isinstance(value, (float, np.floating)):
         if not float(value).is_integer():
             raise InvalidArgumentError(f"{name} must be a whole number, got {value!r}")
@@ -48,10 +54,38 @@ def whole(name: str, value: Any, *, low: int = 0, high: int = U64_MAX) -> int:
         try:
             number = operator.index(value)
         except TypeError:
-            raise InvalidArgumentError(f"{name} must be a whole number, got {type(value).__name__} {value!r}") from None
+            raise wrong_type(name, "a whole number", value) from None
     if not low <= number <= high:
         raise InvalidArgumentError(f"{name} must be an integer in [{_bound(low)}, {_bound(high)}], got {number}")
     return number
+
+
+def numbers(name: str, value: Any, dtype: Any = np.float64) -> np.ndarray:
+    """``value`` (a list, an array, anything NumPy reads) as a contiguous array of ``dtype``:
+    text, None, items that are no numbers and (for an integer ``dtype``) fractions are refused
+    by name, rather than by NumPy's error or a silent truncation."""
+    if value is None or isinstance(value, (str, bytes)):
+        raise wrong_type(name, "numbers (a sequence or an array)", value)
+    try:
+        raw = np.asarray(value)
+        if np.dtype(dtype).kind in "iu" and raw.dtype.kind == "f" and not np.all(np.mod(raw, 1) == 0):
+            raise ValueError("a fraction or a NaN where a whole number goes")
+        return np.asarray(raw, dtype=dtype, order="C")  # a scalar stays 0-d, refused by shape
+    except (TypeError, ValueError, OverflowError) as error:
+        raise InvalidArgumentError(f"{name} must hold numbers: {error}") from None
+
+
+def ids(name: str, value: Any) -> list[str]:
+    """Trace or event ids from any iterable of them, but not from a lone string, which would
+    be read as its characters."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, collections.abc.Iterable):
+        raise wrong_type(name, "a sequence of ids", value)
+    return [str(item) for item in value]
+
+
+def wrong_type(name: str, expected: str, value: Any) -> ArgumentTypeError:
+    """The refusal of a value of the wrong type: ``name must be <expected>, got <type> <value>``."""
+    return ArgumentTypeError(f"{name} must be {expected}, got {type(value).__name__} {value!r}")
 
 
 def _bound(limit: int) -> str:
@@ -64,11 +98,16 @@ def optional_whole(name: str, value: Any, *, low: int = 0, high: int = U64_MAX) 
     return None if value is None else whole(name, value, low=low, high=high)
 
 
-def real(name: str, value: Any, *, low: float = -math.inf, high: float = math.inf, above: bool = False) -> float:
-    """``value`` as a finite float in [low, high] (in (low, high] when ``above``)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise InvalidArgumentError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+def real(
+    name: str, value: Any, *, low: float = -math.inf, high: float = math.inf, above: bool = False, nan: bool = False
+) -> float:
+    """``value`` as a finite float in [low, high] (in (low, high] when ``above``; NaN too
+    when ``nan``, where it means a missing value)."""
+    if type(value) is not float and not _is_number(value):  # a float, the common case, skips the test
+        raise wrong_type(name, "a number", value)
     number = float(value)
+    if nan and math.isnan(number):
+        return number
     inside = (low < number if above else low <= number) and number <= high
     if not (math.isfinite(number) and inside):
         raise InvalidArgumentError(f"{name} must be {_interval(low, high, above)}, got {value!r}")
@@ -83,98 +122,236 @@ def _interval(low: float, high: float, above: bool) -> str:
     return f"a number in {'(' if above else '['}{low:g}, {high:g}]"
 
 
-#: Ranges of the parameters that share a meaning wherever they appear (beyond their type).
-RANGES: dict[str, dict[str, Any]] = {
-    "gamma": {"low": 0.0, "high": 1.0},  # a discount
-    "lam": {"low": 0.0, "high": 1.0},  # GAE's lambda
-    "eps": {"low": 0.0},  # a denominator's floor (0: none, as in exactness tests)
-    "step": {"low": 0.0, "above": True},  # a finite-difference step
-    "max_path": {"low": 1},
-    "sub_calls": {"low": 1},
+#: Ranges of the parameters that share a meaning wherever they appear with that type (beyond
+#: the type): a float ``step`` is a finite difference, an int ``step`` a schedule's count.
+RANGES: dict[tuple[str, type], dict[str, Any]] = {
+    ("gamma", float): {"low": 0.0, "high": 1.0},  # a discount
+    ("lam", float): {"low": 0.0, "high": 1.0},  # GAE's lambda
+    ("eps", float): {"low": 0.0},  # a denominator's floor (0: none, as in exactness tests)
+    ("step", float): {"low": 0.0, "above": True},  # a finite-difference step
+    ("max_path", int): {"low": 1},
+    ("sub_calls", int): {"low": 1},
+    ("fill", float): {"nan": True},  # the value of an event without the channel: NaN keeps it missing
 }
 
 
 def checked(function: Callable[..., T]) -> Callable[..., T]:
     """``function`` with its arguments checked against its own annotations on every call,
     before any work: ``float`` a finite number, ``int`` a whole number, ``bool`` and ``str``
-    themselves, fixed tuples and sequences of floats element by element, a mapping of names
-    to floats, ``X | None`` either; each within :data:`RANGES` where its name is there. The
-    annotations are the one list of what a function takes, so its signature, its type hints
-    and its checks cannot drift apart."""
-    hints = typing.get_type_hints(function)
+    themselves, ``os.PathLike`` a path, a ``Literal`` one of its names, fixed tuples and
+    sequences element by element, a mapping of names to floats, ``X | None`` either, and a
+    union the alternative of the value's kind; each within :data:`RANGES` where its name and
+    type are there. The annotations are the one list of what a function takes, so its signature, its
+    type hints and its checks cannot drift apart. An annotation without a check here
+    (``Any``, an array) leaves that argument to the function."""
+    hints = _parameter_hints(function)
     parameters = inspect.signature(function).parameters.values()
-    # (label, rule) of each checked parameter, in the signature's order, and of each
-    # positional place (None where nothing is checked).
+    # (label, rule) of each checked parameter, and (place, label, rule) of each checked
+    # positional place.
     checks: dict[str, tuple[str, Rule]] = {}
+    caller = function.__qualname__.removesuffix(".__init__")  # GraphBuffer.sample, GraphBuffer
     for parameter in parameters:
-        if (rule := _rule(hints.get(parameter.name), RANGES.get(parameter.name, {}))) is not None:
-            checks[parameter.name] = (f"{function.__name__}: {parameter.name}", rule)
-    by_place = [checks.get(p.name) for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        if (check := _check(hints.get(parameter.name), parameter.name)) is not None:
+            checks[parameter.name] = (f"{caller}: {parameter.name}", check.rule)
+    places = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    by_place = [(place, *checks[name]) for place, name in enumerate(places) if name in checks]
 
     # The arguments are matched to parameters by place and by name without binding a
-    # signature (which took 13 us a call, three times a small group_normalize); an argument
-    # given twice or unknown is the function's own TypeError, as without the checks.
+    # signature (which took 13 us a call, three times a small group_normalize), and only
+    # those given are looked at; an argument given twice or unknown is the function's own
+    # TypeError, as without the checks.
     @functools.wraps(function)
     def with_checks(*args: Any, **kwargs: Any) -> T:
-        args = (
-            tuple(value if check is None else check[1](check[0], value) for check, value in zip(by_place, args, strict=False))
-            + args[len(by_place) :]
-        )
-        for name, (label, rule) in checks.items():
-            if name in kwargs:
-                kwargs[name] = rule(label, kwargs[name])
+        if by_place and len(args) > by_place[0][0]:
+            args = list(args)
+            for place, label, rule in by_place:
+                if place < len(args):
+                    args[place] = rule(label, args[place])
+        for name, value in kwargs.items():
+            if (check := checks.get(name)) is not None:
+                kwargs[name] = check[1](check[0], value)  # a value replaced, no key added
         return function(*args, **kwargs)
 
     return with_checks
 
 
+def _parameter_hints(function: Callable[..., Any]) -> dict[str, Any]:
+    """The parameters' annotations, evaluated in the function's module: not the return
+    annotation, which may name the class a method is being defined in."""
+    annotations = {name: hint for name, hint in function.__annotations__.items() if name != "return"}
+    # eval of the module's own annotation text (``from __future__ import annotations``), as
+    # typing.get_type_hints does.
+    return {name: eval(hint, function.__globals__) if isinstance(hint, str) else hint for name, hint in annotations.items()}
+
+
 Rule = Callable[[str, Any], Any]
 
 
-def _rule(hint: Any, limits: dict[str, Any]) -> Rule | None:
-    """The check an annotation stands for (None: the function checks that argument itself)."""
+class Check(typing.NamedTuple):
+    """What an annotation asks of a value: ``kind`` tells whether a value is of the
+    annotation's type (which alternative of a union it is meant for), ``rule`` checks it
+    (refusing it by name, or returning the value as the function takes it), ``expected``
+    says what is accepted, in words (``many``: several of them, for a sequence's)."""
+
+    kind: Callable[[Any], bool]
+    rule: Rule
+    expected: str
+    many: str
+
+
+def _check(hint: Any, parameter: str = "") -> Check | None:
+    """The check an annotation of ``parameter`` stands for (None: the function checks that
+    argument itself)."""
     origin, parts = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType) and type(None) in parts:
-        inner = _rule(typing.Union[tuple(p for p in parts if p is not type(None))], limits)  # noqa: UP007
-        return None if inner is None else lambda name, value: None if value is None else inner(name, value)
+    if origin in (typing.Union, types.UnionType):
+        return _union([p for p in parts if p is not type(None)], type(None) in parts, parameter)
     if hint is float:
-        return lambda name, value: real(name, value, **limits)
+        limits = RANGES.get((parameter, float), {})
+        return Check(_is_number, lambda name, value: real(name, value, **limits), "a number", "numbers")
     if hint is int:
-        return lambda name, value: whole(name, value, **limits)
+        limits = RANGES.get((parameter, int), {})
+        return Check(_is_number, lambda name, value: whole(name, value, **limits), "a whole number", "whole numbers")
     if hint is bool:
-        return _boolean
+        return Check(_is_flag, flag, "True or False", "flags")
     if hint is str:
-        return _string
+        return Check(_is_string, _string, "a string", "strings")
+    if hint is os.PathLike or origin is os.PathLike:
+        return Check(_is_path, _path, "a path", "paths")
+    if origin is typing.Literal and all(isinstance(p, str) for p in parts):
+        return _names(parts)
     if origin is tuple and parts and all(p is float for p in parts):
-        return lambda name, value: _reals(name, value, len(parts))
+        length = len(parts)
+        return Check(is_sequence, lambda name, value: _items(name, value, REAL, length), f"{length} numbers", "tuples")
     if origin in (tuple, collections.abc.Sequence) and parts in ((float, ...), (float,)):
-        return lambda name, value: _reals(name, value, None)
+        return Check(is_sequence, lambda name, value: _items(name, value, REAL, None), "a sequence of numbers", "sequences")
+    if origin is collections.abc.Sequence and (item := _check(parts[0])) is not None:
+        items = f"a sequence of {item.many}"
+        return Check(is_sequence, lambda name, value: list(_items(name, value, item, None)), items, "sequences")
     if origin is collections.abc.Mapping and parts == (str, float):
-        return _named_reals
+        return Check(_is_mapping, _named_reals, "a mapping of names to numbers", "mappings")
+    if collections.abc.Mapping in (hint, origin):
+        return Check(_is_mapping, _mapping, "a mapping", "mappings")
+    if collections.abc.Callable in (hint, origin):
+        return Check(callable, _callable, "a callable", "callables")
     return None
 
 
-def _boolean(name: str, value: Any) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise InvalidArgumentError(f"{name} must be True or False, got {value!r}")
+def _union(options: list[Any], optional: bool, parameter: str) -> Check | None:
+    """A union's check: the value goes to the alternative of its kind (a string to ``str``
+    or a ``Literal``, a list to ``Sequence``), whose refusal names what it expected; a value
+    of no alternative's kind is refused with all of them. None passes where it is allowed."""
+    alternatives = [_check(option, parameter) for option in options]
+    if not alternatives or any(a is None for a in alternatives):
+        return None
+    if len(alternatives) == 1:  # X | None: X's own refusal, and a cheaper call on a hot path
+        (only,) = alternatives
+        return Check(
+            lambda value: value is None or only.kind(value),
+            lambda name, value: None if value is None else only.rule(name, value),
+            f"{only.expected} or None",
+            only.many,
+        )
+    expected = " or ".join([a.expected for a in alternatives] + (["None"] if optional else []))
+    many = " or ".join(a.many for a in alternatives)
+
+    def rule(name: str, value: Any) -> Any:
+        if value is None and optional:
+            return None
+        for alternative in alternatives:
+            if alternative.kind(value):
+                return alternative.rule(name, value)
+        raise wrong_type(name, expected, value)
+
+    def kind(value: Any) -> bool:
+        return (value is None and optional) or any(a.kind(value) for a in alternatives)
+
+    return Check(kind, rule, expected, many)
+
+
+def _names(names: tuple[str, ...]) -> Check:
+    """One of a closed vocabulary's names (a ``Literal``), parsed here, once."""
+    accepted = frozenset(names)
+    listed = ", ".join(repr(n) for n in names)
+    expected = f"one of {listed}"
+
+    def rule(name: str, value: Any) -> str:
+        if not isinstance(value, str):
+            raise wrong_type(name, expected, value)
+        if value not in accepted:
+            raise InvalidArgumentError(f"{name} must be {expected}, got {value!r}")
+        return value
+
+    return Check(_is_string, rule, expected, f"names among {listed}")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
+
+def _is_flag(value: Any) -> bool:
+    return isinstance(value, (bool, np.bool_))
+
+
+def _is_string(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _is_path(value: Any) -> bool:
+    return isinstance(value, (str, os.PathLike))
+
+
+def is_sequence(value: Any) -> bool:
+    """A list, tuple or array of items: not a str or bytes, which are sequences of characters."""
+    return isinstance(value, (collections.abc.Sequence, np.ndarray)) and not isinstance(value, (str, bytes))
+
+
+def _is_mapping(value: Any) -> bool:
+    return isinstance(value, collections.abc.Mapping)
+
+
+def flag(name: str, value: Any) -> bool:
+    """``value`` as a bool: True or False (NumPy's too), not a truthy string or number."""
+    if not _is_flag(value):
+        raise wrong_type(name, "True or False", value)
     return bool(value)
 
 
 def _string(name: str, value: Any) -> str:
     if not isinstance(value, str):
-        raise InvalidArgumentError(f"{name} must be a string, got {type(value).__name__} {value!r}")
+        raise wrong_type(name, "a string", value)
     return value
 
 
-def _reals(name: str, value: Any, length: int | None) -> tuple[float, ...]:
-    if isinstance(value, (str, bytes)) or not isinstance(value, (collections.abc.Sequence, np.ndarray)):
-        raise InvalidArgumentError(f"{name} must be a sequence of numbers, got {type(value).__name__} {value!r}")
+def _path(name: str, value: Any) -> Any:
+    if not _is_path(value):
+        raise wrong_type(name, "a path (a str or an os.PathLike)", value)
+    return value
+
+
+def _mapping(name: str, value: Any) -> Any:
+    if not _is_mapping(value):
+        raise wrong_type(name, "a mapping", value)
+    return value
+
+
+def _callable(name: str, value: Any) -> Any:
+    if not callable(value):
+        raise wrong_type(name, "a callable", value)
+    return value
+
+
+REAL = Check(_is_number, real, "a number", "numbers")
+
+
+def _items(name: str, value: Any, item: Check, length: int | None) -> tuple[Any, ...]:
+    if not is_sequence(value):
+        raise wrong_type(name, f"a sequence of {item.many}", value)
     if length is not None and len(value) != length:
         raise InvalidArgumentError(f"{name} must hold {length} numbers, got {len(value)}")
-    return tuple(real(f"{name}[{i}]", item) for i, item in enumerate(value))
+    return tuple(item.rule(f"{name}[{i}]", entry) for i, entry in enumerate(value))
 
 
 def _named_reals(name: str, value: Any) -> dict[str, float]:
-    if not isinstance(value, collections.abc.Mapping):
-        raise InvalidArgumentError(f"{name} must be a mapping of names to numbers, got {type(value).__name__} {value!r}")
+    if not _is_mapping(value):
+        raise wrong_type(name, "a mapping of names to numbers", value)
     return {_string(f"{name} key", key): real(f"{name}[{key!r}]", item) for key, item in value.items()}

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from masreplay import _core
-from masreplay._args import checked
+from masreplay._args import checked, numbers
 from masreplay.batch import TraceBatch
 from masreplay.errors import InvalidArgumentError
 from masreplay.io import as_batch
@@ -67,7 +67,10 @@ def _scale(std: bool | str) -> str:
 
 
 def _dtype(dtype: Any) -> np.dtype:
-    resolved = np.dtype(dtype)
+    try:
+        resolved = np.dtype(dtype)
+    except TypeError:
+        raise InvalidArgumentError(f"dtype must be float32 or float64, got {dtype!r}") from None
     if resolved not in (np.dtype(np.float32), np.dtype(np.float64)):
         raise InvalidArgumentError(f"dtype must be float32 or float64, got {dtype!r}")
     return resolved
@@ -282,8 +285,16 @@ def _normalize_then_sum(
     return per_trace, per_event, loss_weights
 
 
+def _rows(name: str, values: Any, n: int) -> np.ndarray:
+    """One number per row of ``values``, as float64."""
+    array = numbers(name, values)
+    if array.shape != (n,):
+        raise InvalidArgumentError(f"{name} must hold one value per row ({n}), got shape {array.shape}")
+    return array
+
+
 def _mask(mask: Any, n: int) -> np.ndarray:
-    array = np.ascontiguousarray(mask, dtype=np.float32)
+    array = numbers("mask", mask, np.float32)
     if array.ndim != 2 or array.shape[0] != n:
         raise InvalidArgumentError(f"mask must have shape (rows={n}, tokens), got {array.shape}")
     return array
@@ -318,7 +329,7 @@ def group_normalize(
     ``std="batch"``).
     """
     out_dtype = _dtype(dtype)
-    array = np.ascontiguousarray(values, dtype=np.float64)
+    array = numbers("values", values)
     if array.ndim != 1:
         raise InvalidArgumentError(f"values must be 1-D, got shape {array.shape}")
     n = len(array)
@@ -326,7 +337,7 @@ def group_normalize(
         array,
         _keys("groups", groups, n),
         strata=None if strata is None else _keys("strata", strata, n),
-        lengths=None if lengths is None else np.ascontiguousarray(lengths, dtype=np.float64),
+        lengths=None if lengths is None else _rows("lengths", lengths, n),
         mask=None if mask is None else _mask(mask, n),
         estimator=estimator,
         std=_scale(std),
@@ -338,6 +349,7 @@ def group_normalize(
     return result
 
 
+@checked
 def event_rewards(batch: Any, channel: str, *, fill: float = 0.0) -> np.ndarray:
     """The per-event reward channel ``channel`` (e.g. ``"process"``, ``"tool"``) as float64,
     aligned with ``batch.events()``; ``fill`` where an event lacks it."""
@@ -355,7 +367,7 @@ def _per_event(batch: TraceBatch, name: str, values: Any) -> np.ndarray:
 
 def _event_values(batch: TraceBatch, name: str, values: Any) -> np.ndarray:
     """``values`` as float64, checked to hold one value per event of ``batch``."""
-    array = np.ascontiguousarray(values, dtype=np.float64)
+    array = numbers(name, values)
     if array.shape != (batch.num_events,):
         raise InvalidArgumentError(f"{name} must have one value per event ({batch.num_events}), got shape {array.shape}")
     return array

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import operator
 import os
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -12,8 +11,9 @@ import numpy as np
 import pyarrow as pa
 
 from masreplay import _core
+from masreplay._args import checked, is_sequence, wrong_type
 from masreplay.conversion_report import ConversionReport
-from masreplay.errors import DataFormatError, InvalidArgumentError
+from masreplay.errors import ArgumentTypeError, ColumnNotFoundError, DataFormatError, InvalidArgumentError
 
 if TYPE_CHECKING:
     import polars as pl
@@ -115,12 +115,18 @@ class TraceBatch:
         """One row per edge: ``trace_index``, ``trace_id``, ``src``, ``dst`` (local event indices), ``type``."""
         return pa.table(self._core.edges())
 
+    @checked
     def write_parquet(self, path: str | os.PathLike[str]) -> None:
         """Writes the canonical layout to one Parquet file (replaced atomically)."""
         self._core.write_parquet(os.fspath(path))
 
     # ---- traces as dicts ---------------------------------------------------------------
-    def _index(self, i: int) -> int:
+    def _index(self, i: Any) -> int:
+        """A trace position (negative: from the end); a bool or a float is refused, as list
+        indexing refuses it."""
+        if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
+            raise wrong_type("trace index", "an integer", i)
+        i = int(i)
         n = len(self)
         if not -n <= i < n:
             raise IndexError(f"trace index {i} out of range for a batch of {n}")
@@ -131,13 +137,12 @@ class TraceBatch:
         indices gives a TraceBatch."""
         if isinstance(key, slice):
             positions = list(range(len(self)))[key]
-        elif isinstance(key, (int, np.integer)):
-            return json.loads(self._core.trace_json(self._index(int(key)), False))
-        elif isinstance(key, (Sequence, np.ndarray)) and not isinstance(key, str):
-            # operator.index: a float index is refused, as list indexing refuses it.
-            positions = [self._index(operator.index(i)) for i in key]
+        elif isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)):
+            return json.loads(self._core.trace_json(self._index(key), False))
+        elif isinstance(key, (Sequence, np.ndarray)) and not isinstance(key, (str, bytes)):
+            positions = [self._index(i) for i in key]
         else:
-            raise TypeError(f"trace indices must be integers, slices or sequences of integers, not {type(key).__name__}")
+            raise wrong_type("a trace key", "an integer, a slice or a sequence of integers", key)
         return self._subset(self._core.take(positions), positions)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
@@ -148,6 +153,7 @@ class TraceBatch:
         """Trace i as a dict that the seed JSON Schema accepts (top-level additions dropped)."""
         return json.loads(self._core.trace_json(self._index(i), True))
 
+    @checked
     def padded(self, column: str, pad_value: Any = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """A per-event column as a (traces, max_len) array for trainers that need padding.
 
@@ -175,6 +181,7 @@ class TraceBatch:
         out[mask] = values
         return out, mask, lengths
 
+    @checked
     def flat(self, column: str) -> tuple[np.ndarray, np.ndarray]:
         """A per-event column as flat ``(values, offsets)`` numpy arrays, the layout trainers
         of variable-length data read: trace i owns ``values[offsets[i]:offsets[i+1]]``.
@@ -204,9 +211,11 @@ class TraceBatch:
     @staticmethod
     def concat(batches: Sequence[TraceBatch]) -> TraceBatch:
         """The traces of ``batches`` in order; their conversion reports are combined."""
+        if not is_sequence(batches):
+            raise wrong_type("concat: batches", "a sequence of TraceBatches", batches)
         for i, batch in enumerate(batches):
             if not isinstance(batch, TraceBatch):
-                raise TypeError(f"concat takes TraceBatches; item {i} is a {type(batch).__name__}")
+                raise wrong_type(f"concat: batches[{i}]", "a TraceBatch", batch)
         joined = TraceBatch(_core.TraceBatch.concat([b._core for b in batches]))
         reports = [b.conversion_report for b in batches if b.conversion_report is not None]
         if reports:
@@ -220,7 +229,7 @@ EVENT_FIELDS: tuple[str, ...] = tuple(f.name for f in pa.table(_core.empty_batch
 
 def _check_event_field(column: str) -> None:
     if column not in EVENT_FIELDS:
-        raise KeyError(f"no per-event column {column!r}; events have {list(EVENT_FIELDS)}")
+        raise ColumnNotFoundError(column, EVENT_FIELDS)
 
 
 def _numeric(array: pa.Array, column: str) -> pa.Array:
@@ -228,7 +237,7 @@ def _numeric(array: pa.Array, column: str) -> pa.Array:
     if pa.types.is_dictionary(array.type):
         array = array.indices
     if not (pa.types.is_integer(array.type) or pa.types.is_floating(array.type) or pa.types.is_boolean(array.type)):
-        raise TypeError(f"column {column!r} of type {array.type} cannot be made a numeric array")
+        raise ArgumentTypeError(f"column {column!r} of type {array.type} cannot be made a numeric array")
     return array
 
 

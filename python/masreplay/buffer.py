@@ -9,10 +9,10 @@ import numpy as np
 import pyarrow as pa
 
 from masreplay import _core
-from masreplay._args import I32_MAX, I64_MAX, optional_whole, whole
+from masreplay._args import I32_MAX, I64_MAX, checked, ids, numbers, optional_whole, whole
 from masreplay.bands import band_limits
 from masreplay.batch import Rejected, TraceBatch, _from_ipc_table, _to_ipc
-from masreplay.errors import InvalidArgumentError
+from masreplay.errors import TraceNotFoundError
 from masreplay.io import OnError, _load
 from masreplay.vocabulary import Sampler, Unit
 
@@ -57,6 +57,7 @@ class GraphBuffer:
 
     __slots__ = ("_core",)
 
+    @checked
     def __init__(
         self,
         capacity: int,
@@ -140,10 +141,11 @@ class GraphBuffer:
 
     def _require(self, trace_id: str) -> None:
         if trace_id not in self._core:
-            raise KeyError(f"no trace {trace_id!r} in the buffer")
+            raise TraceNotFoundError(trace_id)
 
+    @checked
     def get(self, trace_id: str) -> dict[str, Any]:
-        """The stored trace as a dict; KeyError if it is not stored."""
+        """The stored trace as a dict; TraceNotFoundError (a KeyError) if it is not stored."""
         self._require(trace_id)
         return TraceBatch(self._core.get(trace_id))[0]
 
@@ -159,6 +161,7 @@ class GraphBuffer:
         return self._core.priorities()
 
     # ---- adding ------------------------------------------------------------------------
+    @checked
     def add(self, traces: Any, *, on_error: OnError = "raise") -> AddReport:
         """Validates and adds ``traces`` (anything ``masreplay.load_traces`` accepts); returns
         an AddReport, the number of traces added.
@@ -167,8 +170,6 @@ class GraphBuffer:
         is added and TraceValidationError is raised.
         ``on_error="skip"``: the valid traces are added; the report lists the others.
         """
-        if on_error not in ("raise", "skip"):
-            raise InvalidArgumentError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
         core_batch, load_rejected = _load(traces, strict_seed=False)
         if load_rejected and on_error == "raise":
             raise load_rejected[0][2]
@@ -176,6 +177,7 @@ class GraphBuffer:
         return AddReport(added, _in_input_order(load_rejected, add_rejected, len(core_batch)))
 
     # ---- sampling ----------------------------------------------------------------------
+    @checked
     def sample(
         self,
         batch_size: int,
@@ -211,6 +213,7 @@ class GraphBuffer:
         )
         return TraceBatch(core, probabilities=probabilities)
 
+    @checked
     def sample_groups(
         self,
         num_groups: int,
@@ -233,44 +236,51 @@ class GraphBuffer:
     def update_priorities(self, trace_ids: Any, priorities: Any) -> None:
         """Sets priorities (finite, >= 0) of stored traces; all or nothing. New traces get the
         largest priority seen so far."""
-        ids = [str(t) for t in trace_ids]
-        values = np.asarray(priorities, dtype=np.float64).ravel().tolist()
-        self._core.update_priorities(ids, values)
+        keys = ids("trace_ids", trace_ids)
+        self._core.update_priorities(keys, numbers("priorities", priorities).ravel().tolist())
 
+    @checked
     def branches(self, trace_id: str, event_id: str | None = None) -> TraceBatch:
         """The stored branch rollouts of ``trace_id`` (only those at ``event_id`` when given),
         in insertion order. A branch is added only with or after its factual trace, and is
         evicted together with it, so a stored branch always has its factual trace."""
+        self._require(trace_id)
         return TraceBatch(self._core.branches(trace_id, event_id))
 
     # ---- graph queries -----------------------------------------------------------------
+    @checked
     def ancestors(self, trace_id: str, event_id: str) -> list[str]:
         """Ids of the events that have a path to ``event_id``."""
         self._require(trace_id)
         return self._core.ancestors(trace_id, event_id)
 
+    @checked
     def descendants(self, trace_id: str, event_id: str) -> list[str]:
         """Ids of the events reachable from ``event_id``."""
         self._require(trace_id)
         return self._core.descendants(trace_id, event_id)
 
+    @checked
     def subgraph(self, trace_id: str, event_ids: Any) -> TraceBatch:
         """The trace restricted to ``event_ids`` and the edges between them."""
         self._require(trace_id)
-        return TraceBatch(self._core.subgraph(trace_id, [str(e) for e in event_ids]))
+        return TraceBatch(self._core.subgraph(trace_id, ids("event_ids", event_ids)))
 
+    @checked
     def agent_view(self, trace_id: str, agent: str) -> TraceBatch:
         """The events of one agent and the edges between them."""
         self._require(trace_id)
         return TraceBatch(self._core.agent_view(trace_id, agent))
 
     # ---- persistence -------------------------------------------------------------------
+    @checked
     def save(self, path: str | os.PathLike[str]) -> None:
         """Writes traces (canonical Parquet layout), priorities, insertion order and settings
         to one file, atomically (a killed save leaves the previous file intact)."""
         self._core.save(os.fspath(path))
 
     @classmethod
+    @checked
     def load(cls, path: str | os.PathLike[str]) -> GraphBuffer:
         """Resumes a saved buffer exactly; a truncated or foreign file raises MasreplayError."""
         return cls._wrap(_core.GraphBuffer.load(os.fspath(path)))

@@ -16,27 +16,24 @@ hold the credited events only.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from masreplay import _core
+from masreplay._args import checked, numbers
 from masreplay.batch import TraceBatch
+from masreplay.buffer import GraphBuffer
 from masreplay.errors import InvalidArgumentError
 from masreplay.games import FunctionGame, Game, evaluate
 from masreplay.vocabulary import Baseline
-
-if TYPE_CHECKING:
-    from masreplay.buffer import GraphBuffer
 
 #: Columns of every credit table, in order.
 CREDIT_COLUMNS = ("trace_id", "event_id", "agent", "type", "credit", "stderr", "n_branches")
 
 
 def _batch_of(data: TraceBatch | GraphBuffer) -> TraceBatch:
-    from masreplay.buffer import GraphBuffer
-
     if isinstance(data, GraphBuffer):
         return data.to_batch()
     if isinstance(data, TraceBatch):
@@ -79,6 +76,7 @@ def _credit_table(batch: TraceBatch, arrays: tuple[np.ndarray, ...], aligned: bo
     )
 
 
+@checked
 def counterfactual_credit(
     batch_or_buffer: TraceBatch | GraphBuffer,
     *,
@@ -107,6 +105,7 @@ def counterfactual_credit(
     return _credit_table(batch, arrays, aligned)
 
 
+@checked
 def same_prefix_credit(
     batch: TraceBatch,
     *,
@@ -143,6 +142,7 @@ def same_prefix_credit(
 GameLike = Game | FunctionGame | Callable[[np.ndarray], Any]
 
 
+@checked
 def difference_rewards(
     game: GameLike,
     players: Sequence[int] | None = None,
@@ -161,13 +161,15 @@ def difference_rewards(
     n = n_players if n_players is not None else getattr(game, "n_players", None)
     if n is None:
         raise InvalidArgumentError("n_players is needed for a game that does not say how many players it has")
-    chosen = np.arange(n) if players is None else np.asarray(players, dtype=np.int64)
+    chosen = np.arange(n) if players is None else numbers("players", players, np.int64)
     if chosen.ndim != 1 or (chosen.size and (chosen.min() < 0 or chosen.max() >= n)):
         raise InvalidArgumentError(f"players must be indices in [0, {n}), got {players!r}")
     without = np.ones((len(chosen), n), dtype=bool)
     without[np.arange(len(chosen)), chosen] = False
     full = evaluate(game, np.ones((1, n), dtype=bool))[0]
-    return full - evaluate(replaced if replaced is not None else game, without)
+    if replaced is None:
+        return full - evaluate(game, without)
+    return full - evaluate(replaced, without, name="replaced")
 
 
 def coma_credit(q_values: np.ndarray, probabilities: np.ndarray, chosen: np.ndarray) -> np.ndarray:
@@ -177,9 +179,9 @@ def coma_credit(q_values: np.ndarray, probabilities: np.ndarray, chosen: np.ndar
     alternatives pads with probability 0 (its Q may be NaN there). ``chosen`` is the index of
     the alternative taken. Probabilities must be >= 0 and sum to 1 per row.
     """
-    q = np.asarray(q_values, dtype=np.float64)
-    pi = np.asarray(probabilities, dtype=np.float64)
-    taken = np.asarray(chosen, dtype=np.int64)
+    q = numbers("q_values", q_values)
+    pi = numbers("probabilities", probabilities)
+    taken = numbers("chosen", chosen, np.int64)
     if q.ndim != 2 or q.shape != pi.shape or taken.shape != (q.shape[0],):
         raise InvalidArgumentError(
             f"q_values and probabilities must be (decisions, alternatives) and chosen (decisions,); "

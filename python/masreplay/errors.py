@@ -60,14 +60,62 @@ class DataFormatError(MasreplayError, ValueError):
 
 
 class InvalidArgumentError(MasreplayError, ValueError):
-    """An argument outside its domain."""
+    """An argument outside its domain; the message names the argument and the reason."""
+
+
+class ArgumentTypeError(InvalidArgumentError, TypeError):
+    """An argument of the wrong type (a number where a name goes, a string where a list
+    does): an :class:`InvalidArgumentError` that is also the ``TypeError`` Python raises for
+    one, so ``except TypeError`` keeps working."""
+
+
+class TraceNotFoundError(MasreplayError, KeyError):
+    """No trace of that id is stored (``GraphBuffer.get``, ``branches``, the graph queries);
+    also a ``KeyError``, as for a mapping.
+
+    Attributes:
+        trace_id: the id asked for.
+    """
+
+    def __init__(self, trace_id: str) -> None:
+        self.trace_id = trace_id
+        super().__init__(trace_id)
+
+    def __str__(self) -> str:  # KeyError's own would quote the whole message
+        return f"no trace {self.trace_id!r} in the buffer"
+
+    def __reduce__(self):
+        return (type(self), (self.trace_id,))
+
+
+class ColumnNotFoundError(MasreplayError, KeyError):
+    """No per-event column of that name (``TraceBatch.flat``, ``padded``, a sample's
+    ``columns``); also a ``KeyError``, as for a mapping.
+
+    Attributes:
+        column: the name asked for.
+    """
+
+    def __init__(self, column: str, known: tuple[str, ...]) -> None:
+        self.column = column
+        self.known = known
+        super().__init__(column)
+
+    def __str__(self) -> str:  # KeyError's own would quote the whole message
+        return f"no per-event column {self.column!r}; events have {list(self.known)}"
+
+    def __reduce__(self):
+        return (type(self), (self.column, self.known))
 
 
 __all__ = [
+    "ArgumentTypeError",
+    "ColumnNotFoundError",
     "ConversionError",
     "DataFormatError",
     "InvalidArgumentError",
     "MasreplayError",
     "StorageError",
+    "TraceNotFoundError",
     "TraceValidationError",
 ]

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from masreplay import _core
-from masreplay._args import optional_whole, whole
+from masreplay._args import checked, is_sequence, numbers, optional_whole, real, whole, wrong_type
 from masreplay.errors import InvalidArgumentError
 
 Game = _core.Game
@@ -36,11 +36,16 @@ def soum(
     ``(players, coefficient)`` pairs. ``game.shapley_values()`` and ``game.banzhaf_values()``
     give the closed forms.
     """
-    if isinstance(terms, (Sequence, np.ndarray)) and not isinstance(terms, str):
-        terms = [([whole("terms: a player index", p) for p in players], float(c)) for players, c in terms]
-    else:
-        terms = whole("terms", terms)
+    terms = [_term(i, term) for i, term in enumerate(terms)] if is_sequence(terms) else whole("terms", terms)
     return _core.soum_game(whole("n", n), terms, optional_whole("max_order", max_order), whole("seed", seed))
+
+
+def _term(i: int, term: Any) -> tuple[list[int], float]:
+    """An explicit SOUM term: (player indices, coefficient)."""
+    if not (is_sequence(term) and len(term) == 2 and is_sequence(term[0])):
+        raise InvalidArgumentError(f"terms[{i}] must be a (players, coefficient) pair, got {term!r}")
+    players, coefficient = term
+    return [whole(f"terms[{i}]: a player index", p) for p in players], real(f"terms[{i}]: coefficient", coefficient)
 
 
 def _players_of(key: Any) -> list[int]:
@@ -53,6 +58,7 @@ def _players_of(key: Any) -> list[int]:
     return [whole("table: a player index", p) for p in key]
 
 
+@checked
 def table(
     values: Sequence[float] | np.ndarray | Mapping[Any, float],
     n_players: int | None = None,
@@ -71,7 +77,7 @@ def table(
             raise InvalidArgumentError("table: n_players is required for a sparse table")
         entries = [(_players_of(key), float(value)) for key, value in values.items()]
         return _core.sparse_table_game(whole("n_players", n_players), entries, float(default))
-    dense = np.asarray(values, dtype=np.float64).ravel()
+    dense = numbers("table: values", values).ravel()
     game = _core.dense_table_game(dense.tolist())
     if n_players is not None and game.n_players != n_players:
         raise InvalidArgumentError(f"table: {len(dense)} values make {game.n_players} players, not {n_players}")
@@ -80,14 +86,16 @@ def table(
 
 def additive(weights: Sequence[float] | np.ndarray) -> Game:
     """``v(S) = sum of the weights of S``: each player's Shapley value is its weight."""
-    return _core.additive_game(np.asarray(weights, dtype=np.float64).ravel().tolist())
+    return _core.additive_game(numbers("additive: weights", weights).ravel().tolist())
 
 
+@checked
 def weighted_voting(weights: Sequence[float] | np.ndarray, quota: float) -> Game:
     """``v(S) = 1`` when the weights of S reach ``quota``, else 0."""
-    return _core.weighted_voting_game(np.asarray(weights, dtype=np.float64).ravel().tolist(), float(quota))
+    return _core.weighted_voting_game(numbers("weighted_voting: weights", weights).ravel().tolist(), float(quota))
 
 
+@checked
 def empirical(coalitions: np.ndarray, rewards: Sequence[float] | np.ndarray, *, order: int = 1) -> Game:
     """The game of logged rollouts: row i of ``coalitions`` (bool, (m, n_players)) is the set
     of players that took part in rollout i, ``rewards[i]`` its reward. An observed coalition
@@ -96,9 +104,10 @@ def empirical(coalitions: np.ndarray, rewards: Sequence[float] | np.ndarray, *, 
     masks = np.ascontiguousarray(coalitions, dtype=bool)
     if masks.ndim != 2:
         raise InvalidArgumentError(f"empirical: coalitions must be 2-D (m, n_players), got shape {masks.shape}")
-    return _core.empirical_game(masks, np.asarray(rewards, dtype=np.float64).ravel().tolist(), whole("order", order))
+    return _core.empirical_game(masks, numbers("empirical: rewards", rewards).ravel().tolist(), whole("order", order))
 
 
+@checked
 def empirical_from_traces(batch: Any, *, players: str = "agent", reward: str = "team", order: int = 1) -> tuple[Game, list[str]]:
     """The empirical game of a group of logged traces (say one GRPO group): each trace is the
     coalition of the players that took part (by ``players``: "agent", "role" or an event
@@ -154,9 +163,12 @@ def function(
     return FunctionGame(f, whole("n_players", n_players), whole("chunk_size", chunk_size), canonical)
 
 
-def evaluate(game: Any, masks: np.ndarray) -> np.ndarray:
+def evaluate(game: Any, masks: np.ndarray, *, name: str = "game") -> np.ndarray:
     """Values of coalitions (boolean masks (m, n_players)) under a native game, a
-    :class:`FunctionGame` or a plain callable on masks, checked to be m numbers."""
+    :class:`FunctionGame` or a plain callable on masks, checked to be m numbers; ``name``
+    is the argument the game came as, for the refusal of something else."""
+    if not (isinstance(masks, np.ndarray) and masks.dtype == bool and masks.ndim == 2):
+        raise InvalidArgumentError(f"masks must be a boolean array (coalitions, players), got {type(masks).__name__} {masks!r}")
     if isinstance(game, FunctionGame):
         f = game.f
     elif isinstance(game, Game):
@@ -164,17 +176,20 @@ def evaluate(game: Any, masks: np.ndarray) -> np.ndarray:
     elif callable(game):
         f = game
     else:
-        raise InvalidArgumentError(f"a game is a masreplay game or a callable on boolean masks, got {type(game).__name__}")
+        raise wrong_type(name, "a masreplay game or a callable on boolean masks", game)
     values = np.asarray(f(masks), dtype=np.float64)
     if values.shape != (len(masks),):
         raise InvalidArgumentError(f"the game returned shape {values.shape} for {len(masks)} coalitions")
     return values
 
 
+@checked
 def noisy(game: Game, sigma: float, *, seed: int = 0, chunk_size: int = 1 << 16) -> FunctionGame:
     """``game`` plus Gaussian evaluation noise of standard deviation ``sigma``, each call a
     fresh draw (the way a live rollout or a judge behaves): a test bed for
     ``shapley(..., noise=...)``. Deterministic given ``seed`` and the calls made."""
+    if not isinstance(game, Game):
+        raise wrong_type("noisy: game", "a masreplay game (masreplay.games)", game)
     if not (isinstance(sigma, (int, float)) and sigma >= 0):
         raise InvalidArgumentError(f"noisy: sigma must be a number >= 0, got {sigma!r}")
     rng = np.random.default_rng(whole("seed", seed))

@@ -9,8 +9,9 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from masreplay import _core
+from masreplay._args import checked
 from masreplay.batch import TraceBatch, _checked_arrow
-from masreplay.errors import InvalidArgumentError, StorageError
+from masreplay.errors import ArgumentTypeError, InvalidArgumentError, StorageError
 
 OnError = Literal["raise", "skip"]
 
@@ -26,6 +27,15 @@ def _parquet_files(directory: pathlib.Path) -> list[str]:
     if not files:
         raise StorageError(errno.ENOENT, "no Parquet files under this directory", os.fspath(directory))
     return [os.fspath(p) for p in files]
+
+
+def write_text(path: str | os.PathLike[str], text: str) -> None:
+    """Writes ``text`` to ``path`` as UTF-8; a path that cannot be written (a directory, a
+    missing folder) is a StorageError naming it, as the core's writers raise."""
+    try:
+        pathlib.Path(path).write_text(text, encoding="utf-8")
+    except OSError as error:
+        raise StorageError(error.errno, error.strerror, os.fspath(path)) from error
 
 
 def _load_path(path: pathlib.Path, strict_seed: bool) -> tuple[Any, list]:
@@ -63,12 +73,13 @@ def _load(source: Any, strict_seed: bool) -> tuple[Any, list]:
         import pyarrow as pa
 
         return _core.ingest_arrow(pa.Table.from_batches([_checked_arrow(pa.record_batch(source))]))
-    raise TypeError(
+    raise ArgumentTypeError(
         "load_traces takes a path, JSON text or bytes, a dict or list of dicts, a TraceBatch, "
         f"or Arrow data (an object with __arrow_c_stream__); got {type(source).__name__}"
     )
 
 
+@checked
 def load_traces(source: Any, *, strict_seed: bool = False, on_error: OnError = "raise") -> TraceBatch:
     """Reads and validates traces.
 
@@ -89,6 +100,7 @@ def load_traces(source: Any, *, strict_seed: bool = False, on_error: OnError = "
     return TraceBatch(core, rejected)
 
 
+@checked
 def validate(trace: Any, *, strict_seed: bool = False) -> None:
     """Raises TraceValidationError naming the trace, a JSON pointer and the reason if any
     trace in ``trace`` (anything load_traces accepts) breaks the data contract."""

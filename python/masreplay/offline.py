@@ -62,7 +62,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from masreplay._args import optional_whole
+from masreplay._args import checked, optional_whole
 from masreplay._offline_ray import run_ray
 from masreplay._offline_steps import (
     PART_NAME,
@@ -389,6 +389,7 @@ def _stream_into(files: Sequence[str], plan: Plan, manifest: Manifest, options: 
         writing.result()
 
 
+@checked
 def credit_dump(
     source: str | os.PathLike | Sequence[str | os.PathLike],
     destination: str | os.PathLike,
@@ -480,6 +481,7 @@ def _summary(manifest: Manifest, destination: pathlib.Path, resumed: int, second
     )
 
 
+@checked
 def read_credit(destination: str | os.PathLike) -> tuple[pa.Table, pa.Table]:
     """The ``(traces, events)`` tables of a finished :func:`credit_dump` output, parts in
     order. An unfinished output (a run stopped before its end) is refused."""

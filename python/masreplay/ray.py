@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 import ray  # the Ray package: imports are absolute, so this is never masreplay.ray itself
 
 from masreplay import _core
-from masreplay._args import I32_MAX, I64_MAX, optional_whole, whole
+from masreplay._args import I32_MAX, I64_MAX, ids, numbers, optional_whole, whole
 from masreplay.bands import band_limits
 from masreplay.batch import TraceBatch, _check_event_field, _from_ipc_table
 from masreplay.buffer import AddReport, GraphBuffer, Sampler
@@ -732,20 +732,20 @@ class RayGraphBuffer:
     def update_priorities(self, trace_ids: Any, priorities: Any) -> None:
         """Sets priorities of stored traces on whichever shards hold them; all or nothing (an
         id no shard holds raises before any priority changes)."""
-        ids = [str(t) for t in trace_ids]
-        values = np.asarray(priorities, dtype=np.float64).ravel()
-        if len(values) != len(ids):
-            raise InvalidArgumentError(f"{len(ids)} trace ids but {len(values)} priorities: give one per trace")
+        keys = ids("trace_ids", trace_ids)
+        values = numbers("priorities", priorities).ravel()
+        if len(values) != len(keys):
+            raise InvalidArgumentError(f"{len(keys)} trace ids but {len(values)} priorities: give one per trace")
         if not np.all(np.isfinite(values) & (values >= 0)):
             raise InvalidArgumentError("priorities must be finite and >= 0")
-        held = np.stack(ray.get([shard.contains_many.remote(ids) for shard in self._shards]))
+        held = np.stack(ray.get([shard.contains_many.remote(keys) for shard in self._shards]))
         missing = np.flatnonzero(~held.any(axis=0))
         if len(missing):
-            raise InvalidArgumentError(f"no trace {ids[missing[0]]!r} in the buffer")
+            raise InvalidArgumentError(f"no trace {keys[missing[0]]!r} in the buffer")
         owner = np.argmax(held, axis=0)
         ray.get(
             [
-                self._shards[s].update_priorities.remote([ids[i] for i in rows], values[rows].tolist())
+                self._shards[s].update_priorities.remote([keys[i] for i in rows], values[rows].tolist())
                 for s in np.unique(owner)
                 for rows in [np.flatnonzero(owner == s)]
             ]

@@ -18,11 +18,13 @@ from typing import Any, Literal
 import numpy as np
 import pyarrow.compute as pc
 
+from masreplay._args import checked
 from masreplay.errors import InvalidArgumentError
 from masreplay.io import as_batch
 from masreplay.orchestration import metrics
 
 
+@checked
 def parl(batch: Any, lambda_parallel: float, lambda_finish: float, *, perf: str = "team") -> np.ndarray:
     """Kimi K2.5 PARL's reward per trace: ``r_perf + lambda_parallel * r_parallel +
     lambda_finish * r_finish``.
@@ -208,6 +210,7 @@ class RunningStd:
         return f"RunningStd({ {k: round(self.std(k), 6) for k in self.channels} })"
 
 
+@checked
 def compose(
     channels: Mapping[str, Any],
     weights: Mapping[str, float | Schedule],
@@ -225,8 +228,6 @@ def compose(
     (a :class:`RunningStd`, updated with this batch before scaling); pass the same one on
     every call to keep them across calls, and save it with ``state.to_dict()``.
     """
-    if balance not in (None, "std"):
-        raise InvalidArgumentError(f"balance must be None or 'std', not {balance!r}")
     if balance is None:
         state = None
     elif state is None:

@@ -47,7 +47,7 @@ import numpy as np
 import pyarrow as pa
 
 from masreplay import _core
-from masreplay._args import I64_MAX, U64_MAX, optional_whole, whole
+from masreplay._args import I64_MAX, U64_MAX, checked, is_sequence, optional_whole, whole, wrong_type
 from masreplay.batch import TraceBatch
 from masreplay.errors import InvalidArgumentError
 from masreplay.games import FunctionGame, evaluate
@@ -93,6 +93,8 @@ def _unions(unions: Sequence[Any] | None) -> list[Any] | None:
     """Nested lists of player indices, as plain lists (tuples, arrays and numpy ints accepted)."""
     if unions is None:
         return None
+    if not is_sequence(unions):
+        raise wrong_type("unions", "nested lists of player indices", unions)
 
     def plain(item: Any) -> Any:
         if isinstance(item, (list, tuple, np.ndarray)):
@@ -110,6 +112,8 @@ def _indices(players: Any, what: str) -> list[int]:
         return []
     if isinstance(players, (int, np.integer)):
         players = [players]
+    if not is_sequence(players):
+        raise wrong_type(what, "a player index or a sequence of them", players)
     if isinstance(players, np.ndarray):
         players = players.ravel().tolist()
     return [_player(p, what) for p in players]
@@ -125,11 +129,14 @@ def _parents(parents: Sequence[int | None] | np.ndarray | None) -> list[int] | N
     """Each player's spawner as the core takes it: an index, -1 (or None) for a root."""
     if parents is None:
         return None
+    if not is_sequence(parents):
+        raise wrong_type("parents", "a sequence of player indices (-1 or None for a root)", parents)
     if isinstance(parents, np.ndarray):
         parents = parents.ravel().tolist()
     return [-1 if p is None else whole(f"parents[{i}]", p, low=-1, high=I64_MAX) for i, p in enumerate(parents)]
 
 
+@checked
 def shapley(
     game: Any,
     n_players: int | None = None,
@@ -143,8 +150,8 @@ def shapley(
     n_threads: int | None = None,
     antithetic: bool = True,
     chunk_size: int = 1024,
-    fixed: Sequence[int] | None = None,
-    exclude: Sequence[int] | None = None,
+    fixed: int | Sequence[int] | np.ndarray | None = None,
+    exclude: int | Sequence[int] | np.ndarray | None = None,
     noise: Literal["auto"] | float | None = None,
     repeats: int | None = None,
     prior: Any = None,
@@ -253,7 +260,7 @@ def _with_prior(game, n_players, chunk_size, prior, prior_budget, options, noise
     prior_players = prior.n_players if isinstance(prior, (FunctionGame, _core.Game)) else live.n_players
     if prior_players != live.n_players:
         raise InvalidArgumentError(f"prior: {prior_players} players, but the game has {live.n_players}")
-    evaluate(prior, np.zeros((1, live.n_players), dtype=bool))  # a clear error now, not mid-run
+    evaluate(prior, np.zeros((1, live.n_players), dtype=bool), name="prior")  # a clear error now, not mid-run
 
     def residual(masks: np.ndarray) -> np.ndarray:
         return evaluate(live.f, masks) - evaluate(prior, masks)
@@ -309,6 +316,7 @@ def _noise(noise: Any) -> float | None:
     return float(noise)
 
 
+@checked
 def trace_players(batch: Any, players: str = "agent") -> pa.Table:
     """The players of every trace: ``trace_index``, ``player`` (index within the trace, the
     column a value function's masks use), ``label``, ``parent`` (index of the spawning
@@ -376,6 +384,7 @@ class TraceCredit:
         return dict(zip(rows["label"].to_pylist(), rows["value"].to_pylist(), strict=True))
 
 
+@checked
 def trace_shapley(
     batch: Any,
     value_fn: Callable[[np.ndarray, np.ndarray], Any],
@@ -427,9 +436,6 @@ def trace_shapley(
     """
     if event_credit not in EVENT_CREDIT_SHARES:
         raise InvalidArgumentError(f"event_credit must be one of {list(EVENT_CREDIT_SHARES)}, got {event_credit!r}")
-    for what, labels in (("fixed", fixed), ("exclude", exclude)):
-        if isinstance(labels, str):
-            raise InvalidArgumentError(f"{what}: a list of player labels, got the string {labels!r}")
     batch = as_batch(batch)
     raw = _core.trace_shapley(
         batch._core,
@@ -442,8 +448,8 @@ def trace_shapley(
         optional_whole("n_threads", n_threads),
         bool(antithetic),
         whole("chunk_size", chunk_size),
-        [str(label) for label in fixed or []],
-        [str(label) for label in exclude or []],
+        list(fixed or []),
+        list(exclude or []),
         canonical,
         _noise(noise),
         optional_whole("repeats", repeats),

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from masreplay import _core
-from masreplay._args import I32_MAX, I64_MAX, whole
+from masreplay._args import I32_MAX, I64_MAX, real, whole
 from masreplay.batch import TraceBatch
 from masreplay.errors import InvalidArgumentError
 from masreplay.io import load_traces
@@ -17,6 +17,8 @@ Range = int | tuple[int, int]
 
 def _range(name: str, value: Range) -> tuple[int, int]:
     if isinstance(value, tuple | list):
+        if len(value) != 2:
+            raise InvalidArgumentError(f"{name} must be a count or a (low, high) pair, got {value!r}")
         low, high = value
     else:
         low = high = value
@@ -102,14 +104,12 @@ def branches(
     the factual continuation and draw fresh noise, so every event's true effect and every
     agent's true Shapley value (the sum of its events' contributions) are known.
     """
-    if not (isinstance(noise, int | float) and noise >= 0):
-        raise InvalidArgumentError(f"noise must be a number >= 0, got {noise!r}")
     core, effects, values = _core.simulate_branches(
         whole("n_traces", n_traces, high=I32_MAX),
         _shape(agents, depth, fan_out, events_per_agent, group_size, seed),
         branches=whole("branches", branches, high=I32_MAX),
         branch_points=whole("branch_points", branch_points, high=I32_MAX),
-        noise=float(noise),
+        noise=real("noise", noise, low=0.0),
     )
     effect_columns = list(zip(*effects, strict=True)) if effects else [[], [], [], []]
     value_columns = list(zip(*values, strict=True)) if values else [[], [], []]

@@ -27,10 +27,12 @@ from typing import Any
 import numpy as np
 import pyarrow.compute as pc
 
+from masreplay._args import checked
 from masreplay.advantages import advantages
 from masreplay.batch import TraceBatch
 from masreplay.errors import InvalidArgumentError
 from masreplay.event_credit import resolve
+from masreplay.io import write_text
 from masreplay.viewer._model import lanes
 
 SCOPE = {"name": "masreplay", "version": "1"}
@@ -166,6 +168,7 @@ class _TraceSpans:
         return self.spans
 
 
+@checked
 def to_otel(batch: TraceBatch, path: str | os.PathLike[str], *, credit: Any = None) -> None:
     """Writes ``batch`` to ``path`` as one OTLP JSON document (``resourceSpans``), one
     OpenTelemetry trace per trace. ``credit``: per-event credit as :func:`masreplay.view`
@@ -197,5 +200,4 @@ def to_otel(batch: TraceBatch, path: str | os.PathLike[str], *, credit: Any = No
             }
         ]
     }
-    with open(path, "w", encoding="utf-8") as out:
-        json.dump(document, out, separators=(",", ":"))
+    write_text(path, json.dumps(document, separators=(",", ":")))

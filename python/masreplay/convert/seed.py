@@ -14,11 +14,12 @@ from typing import Any
 
 import pyarrow.compute as pc
 
+from masreplay._args import checked
 from masreplay.batch import TraceBatch
 from masreplay.conversion_report import ConversionReport
 from masreplay.convert._lines import IN_MEMORY, local_path
 from masreplay.errors import ConversionError, InvalidArgumentError, MasreplayError, StorageError, TraceValidationError
-from masreplay.io import as_batch, load_traces
+from masreplay.io import as_batch, load_traces, write_text
 
 OUTPUT_SUFFIXES = (".json", ".jsonl", ".parquet")
 
@@ -108,6 +109,7 @@ def to_seed(batch: Any) -> list[dict[str, Any]]:
     return [batch.to_seed_json(i) for i in range(len(batch))]
 
 
+@checked
 def write(batch: Any, path: str | os.PathLike[str]) -> None:
     """Writes ``batch`` (or anything :func:`masreplay.load_traces` accepts) in the format
     ``path``'s suffix names (see the module docstring)."""
@@ -125,4 +127,4 @@ def write(batch: Any, path: str | os.PathLike[str]) -> None:
         text = "".join(json.dumps(trace) + "\n" for trace in traces)
     else:
         text = json.dumps(traces[0] if len(traces) == 1 else traces, indent=1)
-    target.write_text(text, encoding="utf-8")
+    write_text(target, text)

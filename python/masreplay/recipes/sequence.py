@@ -317,8 +317,6 @@ def agent_qmix(
     (central differences of ``mixer`` with ``step``). Agents are ordered within a trace by
     their agent code. Weights: each (round, agent) of a group equally.
     """
-    if not callable(mixer) or not (target_mixer is None or callable(target_mixer)):
-        raise InvalidArgumentError("mixer (and target_mixer) must be callables (q, mask) -> Q_tot per round")
     events = Events(batch)
     q = events.column("q_values", q_values)
     tq = q if target_q is None else events.column("target_q", target_q)

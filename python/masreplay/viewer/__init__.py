@@ -22,10 +22,12 @@ from typing import Any
 import numpy as np
 import pyarrow.compute as pc
 
+from masreplay._args import flag
 from masreplay.advantages import advantages
 from masreplay.batch import TraceBatch
 from masreplay.errors import InvalidArgumentError
 from masreplay.event_credit import EventCredit, resolve
+from masreplay.io import write_text
 from masreplay.orchestration import metrics
 from masreplay.viewer._model import attach_branches, colour_scale, trace_data
 
@@ -67,8 +69,7 @@ class TraceView:
         return _SLOT.sub(lambda found: slots[found.group(0)], _asset("viewer.html"))
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        with open(path, "w", encoding="utf-8") as out:
-            out.write(self.to_html())
+        write_text(path, self.to_html())
 
     def _repr_html_(self) -> str:
         return (
@@ -135,7 +136,7 @@ def view(batch: TraceBatch, trace: int | str, *, color: str | None = None, credi
     if not isinstance(batch, TraceBatch):
         raise InvalidArgumentError(f"batch must be a TraceBatch, got {type(batch).__name__}")
     position = _position(batch, trace)
-    family, siblings = _family(batch, position, bool(group))
+    family, siblings = _family(batch, position, flag("view: group", group))
     shown = batch[family]
     colouring: EventCredit | None = (
         resolve(batch, color, credit).take(_rows(batch, family)) if credit is not None else resolve(shown, color, None)
