@@ -97,20 +97,23 @@ def test_events_line_up_with_batch_events(truth):
     assert table["agent"].to_pylist() == events["agent"].to_pylist()
 
 
-def test_leave_one_out_credits_every_alternative_against_the_others():
-    def trace(trace_id, reward, events, of=None):
-        record = {
-            "trace_id": trace_id,
-            "task_id": "task",
-            "events": [{"id": e, "t": float(k), "type": "message", "agent": "a"} for k, e in enumerate(events)],
-            "edges": [],
-            "rewards": {"team": reward},
-            "costs": {"tokens": 0, "wall_clock_s": 0},
-        }
-        if of:
-            record["counterfactual_of"] = dict(zip(("trace_id", "event_id", "kind"), of, strict=True))
-        return record
+def _trace(trace_id, reward, events, of=None):
+    """A trace record with these events and team reward, a branch of ``of`` = (trace, event, kind)."""
+    record = {
+        "trace_id": trace_id,
+        "task_id": "task",
+        "events": [{"id": e, "t": float(k), "type": "message", "agent": "a"} for k, e in enumerate(events)],
+        "edges": [],
+        "rewards": {"team": reward},
+        "costs": {"tokens": 0, "wall_clock_s": 0},
+    }
+    if of:
+        record["counterfactual_of"] = dict(zip(("trace_id", "event_id", "kind"), of, strict=True))
+    return record
 
+
+def test_leave_one_out_credits_every_alternative_against_the_others():
+    trace = _trace
     batch = masreplay.load_traces(
         [
             trace("f", 1.0, ["e0", "e1"]),
@@ -130,6 +133,27 @@ def test_leave_one_out_credits_every_alternative_against_the_others():
         masreplay.counterfactual_credit(batch, baseline="median")
     with pytest.raises(TraceValidationError, match="/rewards/tool"):
         masreplay.counterfactual_credit(batch, channel="tool")
+
+
+@pytest.mark.parametrize("baseline", ["mean", "loo"])
+def test_branch_credit_keeps_its_digits_for_rewards_far_from_zero(baseline):
+    """Branch rewards near 1e9 that differ by about 1e-3: credit and stderr agree with numpy's
+    two-pass mean and variance in every layout. Squares of the rewards themselves (near 1e18,
+    128 apart) would lose the variance entirely."""
+    noise = 1e-3 * np.random.default_rng(5).standard_normal(8)
+    records = []
+    for name, offset in (("far", 1e9), ("near", 0.0)):
+        records.append(_trace(name, offset + 2e-3, ["e0", "e1"]))
+        records += [_trace(f"{name}/{k}", offset + x, ["e0"], (name, "e1", "ablate")) for k, x in enumerate(noise)]
+    far = np.array([r["rewards"]["team"] for r in records[1:9]])
+    near_std = np.std(noise, ddof=1)
+    for order in (range(len(records)), reversed(range(len(records))), np.random.default_rng(6).permutation(len(records))):
+        credit = _keyed(masreplay.counterfactual_credit(masreplay.load_traces([records[k] for k in order]), baseline=baseline))
+        # The Student-t factor of n = 8, from the family near zero (exact in any arithmetic).
+        factor = credit[("near", "e1")][1] / (near_std * np.sqrt(1 + 1 / 8))
+        assert credit[("far", "e1")][0] == pytest.approx(1e9 + 2e-3 - np.mean(far), abs=1e-6)
+        assert credit[("far", "e1")][1] == pytest.approx(np.std(far, ddof=1) * np.sqrt(1 + 1 / 8) * factor, rel=1e-6)
+        assert credit[("far", "e1")][2] == 8
 
 
 def test_a_branch_naming_a_missing_event_is_reported():

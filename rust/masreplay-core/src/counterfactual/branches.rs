@@ -24,7 +24,7 @@ use foldhash::fast::FixedState;
 use rayon::prelude::*;
 
 use super::factual_index::FactualIndex;
-use super::{Credit, Entry, head_word, mean_and_variance, missing_reward};
+use super::{Credit, Entry, ShiftedSums, head_word, mean_and_variance, missing_reward};
 use crate::error::{Result, ValidationError};
 use crate::names::named_enum;
 use crate::prefetch::prefetch;
@@ -90,18 +90,14 @@ struct BranchRows {
     reward: Vec<f64>,
 }
 
-/// What [`Families::tally`] and [`Families::spread`] keep of one family while they read the
-/// rows: 32 bytes, two to a cache line, so a task's families stay in cache (L2) where the
-/// 56 bytes of a whole [`Branch`] and the bookkeeping did not. What is read once per family
-/// (its first branch's row, a gathered family's next place) lives in [`Families::tally`]'s
-/// other arrays.
+/// What [`Families::tally`] keeps of one family while it reads the rows, updated at every
+/// branch row: 40 bytes, where a whole [`Branch`] and the bookkeeping took 56. What is read
+/// once per family (its first branch's row, a gathered family's next place) lives in other
+/// arrays.
 #[derive(Clone, Copy, Default)]
-#[repr(align(32))]
 struct Tally {
-    /// The branches' rewards summed in row order (NaN once one is missing).
-    sum: f64,
-    /// The squared deviations from the mean summed in row order.
-    squares: f64,
+    /// The branches' rewards, in row order (see [`ShiftedSums`]).
+    sums: ShiftedSums,
     /// The event the first branch branches at, by first eight bytes and length (see
     /// [`head_word`]); its length is [`GATHERED`] for a family whose branches are gathered.
     event_head: u64,
@@ -423,14 +419,13 @@ impl<'a> Families<'a> {
     /// Credit for any layout. A pass over the rows (parallel by span) finds each branch's
     /// factual trace by a hash of its id ([`FactualIndex`]) and reads its reward into two
     /// columns by row. Then each task takes a range of factual ranks and reads those columns
-    /// twice in row order ([`Self::tally`], [`Self::spread`]): the first sums each family's
-    /// rewards, the second their squared deviations from the mean, so a family whose branches
-    /// all branch at one event is credited without its branches ever being gathered. The
-    /// others (branches at several events, a missing reward, the leave-one-out baseline) have
-    /// their branches gathered in row order and go through [`Self::credit_family`]. Rewards
-    /// are summed in row order either way: the same figures for any task count and layout
-    /// that keeps a family's branches in order. Branches whose factual trace is not in the
-    /// batch are left out.
+    /// in row order ([`Self::tally`]), summing each family's rewards and their squares
+    /// ([`ShiftedSums`]), so a family whose branches all branch at one event is credited
+    /// without its branches ever being gathered. The others (branches at several events, a
+    /// missing reward, the leave-one-out baseline) have their branches gathered in row order
+    /// ([`Self::gather`]) and go through [`Self::credit_family`], which sums them the same
+    /// way: the same figures for any task count and layout that keeps a family's branches
+    /// in order. Branches whose factual trace is not in the batch are left out.
     fn credit_scattered(&self) -> Result<Vec<Entry>> {
         let reward = self.reward_by_row();
         let factuals = Factuals::new(self, &reward);
@@ -441,8 +436,8 @@ impl<'a> Families<'a> {
             .into_par_iter()
             .map(|task| {
                 let ranks = task * per_task..((task + 1) * per_task).min(factuals.len());
-                let mut tallies = self.tally(&factuals, &rows, ranks.clone());
-                let gathered = self.spread(&rows, ranks.start, &mut tallies.tallies);
+                let tallies = self.tally(&factuals, &rows, ranks.clone());
+                let gathered = self.gather(&rows, ranks.start, &tallies.tallies);
                 self.credit_ranks(&factuals, ranks.start, &tallies, gathered)
             })
             .collect();
@@ -522,9 +517,9 @@ impl<'a> Families<'a> {
         family
     }
 
-    /// First pass of a task over the rows: for factual ranks `ranks`, each family's branch
-    /// count, rewards summed in row order, and whether its branches all branch at the event
-    /// of its first one.
+    /// A task's pass over the rows: for factual ranks `ranks`, each family's branch count,
+    /// rewards summed in row order, and whether its branches all branch at the event of its
+    /// first one.
     fn tally(&self, factuals: &Factuals, rows: &BranchRows, ranks: Range<usize>) -> Tallies {
         let mut tallies = vec![Tally::default(); ranks.len()];
         let mut first_row = vec![0; ranks.len()];
@@ -533,7 +528,8 @@ impl<'a> Families<'a> {
                 continue;
             };
             let tally = &mut tallies[k];
-            if tally.n == 0 {
+            let first = tally.n == 0;
+            if first {
                 let branch = self.branch(row, reward);
                 (tally.event_head, tally.event_len, first_row[k]) = (branch.event_head, branch.event_len, branch.row);
             } else if !tally.gathered()
@@ -542,25 +538,27 @@ impl<'a> Families<'a> {
                 tally.event_len = GATHERED;
             }
             tally.n += 1;
-            tally.sum += reward;
+            tally.sums.add(reward, first);
         }
         for (tally, factual) in tallies.iter_mut().zip(&factuals.traces[ranks]) {
-            if tally.sum.is_nan() || factual.reward.is_nan() || self.baseline == Baseline::LeaveOneOut {
+            if tally.sums.has_nan() || factual.reward.is_nan() || self.baseline == Baseline::LeaveOneOut {
                 tally.event_len = GATHERED;
             }
         }
         Tallies { tallies, first_row }
     }
 
-    /// Second pass of a task over the rows: each family's squared deviations from its mean
-    /// reward summed in row order, and the branches of the families [`Tally::gathered`]
-    /// marks copied out, family after family, in row order (a counting sort). Returns those
-    /// branches.
-    fn spread(&self, rows: &BranchRows, first: usize, tallies: &mut [Tally]) -> Vec<Branch> {
+    /// The branches of the families [`Tally::gathered`] marks, copied out family after
+    /// family in row order (a counting sort): a second pass over the rows, made only when a
+    /// family of the task is gathered.
+    fn gather(&self, rows: &BranchRows, first: usize, tallies: &[Tally]) -> Vec<Branch> {
+        if !tallies.iter().any(Tally::gathered) {
+            return Vec::new();
+        }
         // Where each gathered family's next branch goes among the gathered.
         let mut next = vec![0u32; tallies.len()];
         let mut total = 0;
-        for (next, tally) in next.iter_mut().zip(tallies.iter()).filter(|(_, tally)| tally.gathered()) {
+        for (next, tally) in next.iter_mut().zip(tallies).filter(|(_, tally)| tally.gathered()) {
             *next = total;
             total += tally.n;
         }
@@ -569,20 +567,16 @@ impl<'a> Families<'a> {
             let Some(k) = (family as usize).checked_sub(first).filter(|&k| k < tallies.len()) else {
                 continue;
             };
-            let tally = &mut tallies[k];
-            if tally.gathered() {
+            if tallies[k].gathered() {
                 gathered[next[k] as usize] = self.branch(row, reward);
                 next[k] += 1;
-            } else {
-                let deviation = reward - tally.sum / f64::from(tally.n);
-                tally.squares += deviation * deviation;
             }
         }
         gathered
     }
 
     /// Credits the families of factual ranks from `first` in rank order: from their tallies,
-    /// or from their `gathered` branches (see [`Self::spread`]).
+    /// or from their `gathered` branches (see [`Self::gather`]).
     fn credit_ranks(
         &self,
         factuals: &Factuals,
@@ -607,8 +601,8 @@ impl<'a> Families<'a> {
                     self.credit_family(&mut entries, &mut rewards, factual, branches)?;
                 } else {
                     let event = self.branched_event(factual, &tallies.first_branch(k))?;
-                    let variance = if n >= 2 { tally.squares / (n - 1) as f64 } else { f64::NAN };
-                    entries.push(mean_entry(event, factual, tally.sum / n as f64, variance, n));
+                    let (mean, variance) = tally.sums.mean_and_variance(n);
+                    entries.push(mean_entry(event, factual, mean, variance, n));
                 }
             }
         }

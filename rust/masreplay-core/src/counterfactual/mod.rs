@@ -80,11 +80,59 @@ fn head_word(text: impl AsRef<[u8]>) -> u64 {
     }
 }
 
-/// Sample mean and unbiased variance (NaN variance below two values) of `values`.
-fn mean_and_variance(values: impl Iterator<Item = f64> + Clone) -> (f64, f64, usize) {
-    let (n, sum) = values.clone().fold((0usize, 0.0), |(n, sum), v| (n + 1, sum + v));
-    let mean = sum / n as f64;
-    let variance =
-        if n >= 2 { values.map(|v| (v - mean) * (v - mean)).sum::<f64>() / (n - 1) as f64 } else { f64::NAN };
+/// Running sums of values shifted by the first one, for their mean and variance in one pass.
+/// Shifted, the sums keep their digits where plain ones cancel (rewards near 1e9 that differ
+/// by 1e-3: a sum of squares of the rewards themselves would lose the variance entirely).
+#[derive(Clone, Copy, Default)]
+struct ShiftedSums {
+    /// The first value (NaN once it is NaN; any NaN value makes `sum` NaN).
+    shift: f64,
+    sum: f64,
+    squares: f64,
+}
+
+impl ShiftedSums {
+    /// Adds `value`; `first` says that it is the first value added.
+    #[inline]
+    fn add(&mut self, value: f64, first: bool) {
+        if first {
+            self.shift = value;
+        }
+        let shifted = value - self.shift;
+        self.sum += shifted;
+        self.squares += shifted * shifted;
+    }
+
+    /// Whether a value added was NaN.
+    fn has_nan(&self) -> bool {
+        self.sum.is_nan()
+    }
+
+    /// Sample mean and unbiased variance (NaN below two values) of the `n` values added.
+    fn mean_and_variance(&self, n: usize) -> (f64, f64) {
+        let mean_shift = self.sum / n as f64;
+        // Never below zero, which rounding could leave when the values are all but equal.
+        let spread = self.squares - self.sum * mean_shift;
+        let variance = if n < 2 {
+            f64::NAN
+        } else if spread < 0.0 {
+            0.0
+        } else {
+            spread / (n - 1) as f64
+        };
+        (self.shift + mean_shift, variance)
+    }
+}
+
+/// Sample mean and unbiased variance (NaN variance below two values) of `values`, and their
+/// count (see [`ShiftedSums`]).
+fn mean_and_variance(values: impl Iterator<Item = f64>) -> (f64, f64, usize) {
+    let mut sums = ShiftedSums::default();
+    let mut n = 0;
+    for value in values {
+        sums.add(value, n == 0);
+        n += 1;
+    }
+    let (mean, variance) = sums.mean_and_variance(n);
     (mean, variance, n)
 }
