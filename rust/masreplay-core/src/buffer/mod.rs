@@ -447,7 +447,7 @@ impl GraphBuffer {
     /// Training loops add a few traces per step; left alone, that makes one chunk per step,
     /// and a sample then gathers from hundreds of chunks. The newest chunks are merged like
     /// the digits of a counter in base [`MERGE_FAN_IN`]: once the newest `MERGE_FAN_IN`
-    /// chunks are of similar size, they become one chunk in one concatenation. A merge costs
+    /// chunks are of comparable size, they become one chunk in one concatenation. A merge costs
     /// about the same for 2 or 16 small chunks (its cost is per column, and the canonical
     /// layout has ~18 nested ones), so this pays it once per `MERGE_FAN_IN - 1` adds where
     /// pairs (a binary counter) paid it at every add, and copies each event fewer times.
@@ -475,10 +475,10 @@ impl GraphBuffer {
         }
     }
 
-    /// How many of the newest chunks to merge now: [`MERGE_FAN_IN`] of similar size (none
-    /// holds more than twice the events of the largest newer one, so a large added batch is
-    /// not copied along with small ones), or, where those would pass the size cap, the newest
-    /// two of them if they fit. Chunks with evicted traces are left alone.
+    /// How many of the newest chunks to merge now: [`MERGE_FAN_IN`] of them, unless the oldest
+    /// holds more than twice the events of the largest newer one (a large added batch is not
+    /// copied along with small ones); where those would pass the size cap, the newest two if
+    /// they fit. Chunks with evicted traces are left alone.
     fn chunks_to_merge(&self) -> Option<usize> {
         let similar = |window: &[&Chunk]| {
             let events: Vec<usize> = window.iter().map(|c| chunk_events(&c.batch)).collect();
@@ -1044,6 +1044,20 @@ mod tests {
             };
             assert_eq!(sampled(&mut small_adds), sampled(&mut one_add));
         }
+    }
+
+    #[test]
+    fn small_chunks_merge_eight_at_a_time_and_leave_a_large_one_alone() {
+        let mut buffer = GraphBuffer::new(100_000, Unit::Traces, 7).unwrap();
+        buffer.add(&traces(2000, 3)).unwrap();
+        let small = traces(8 * 64, 4);
+        for start in (0..small.len()).step_by(8) {
+            buffer.add(&small.take(&(start..start + 8).collect::<Vec<_>>()).unwrap()).unwrap();
+        }
+        // The large batch stays apart; 64 small adds end in few chunks, none copied 64 times.
+        let rows: Vec<usize> = buffer.chunks.iter().map(|c| c.batch.num_rows()).collect();
+        assert_eq!((rows[0], rows.iter().sum::<usize>()), (2000, 2000 + 8 * 64), "{rows:?}");
+        assert!(rows.len() <= 1 + 2 * (MERGE_FAN_IN - 1), "{rows:?}");
     }
 
     #[test]
