@@ -672,3 +672,90 @@ def test_sim_stored_bytes(sim, benchmark, record, tmp_path):
     path = tmp_path / "buffer.parquet"
     sim.buffer.save(path)
     record(os.path.getsize(path), data=sim.nbytes, side="  GraphBuffer.save Parquet file", unit="bytes", ours=False)
+
+
+# ---- small adds: a rollout worker's group of 8 traces per call -----------------------------------
+
+#: Calls timed per side: each adds the next group of 8 traces (``sim.generate(8)``, about 170
+#: events a call) to one buffer, as rollout workers add one GRPO group at a time.
+SMALL_ADD_CALLS = 2_000
+
+
+@pytest.fixture(scope="module")
+def small_adds(dataset_type):
+    """The groups in each form a rollout worker may hand over (Arrow table, TraceBatch, list of
+    dicts), and the same trajectories as the TorchRL anchors store them (a dict of the events'
+    tokens and the team reward per trace, as ``buffer_anchors.torchrl_list`` builds them)."""
+    batches = [masreplay.sim.generate(GROUP_SIZE, seed=s) for s in range(SMALL_ADD_CALLS)]
+    tables = [batch.to_arrow() for batch in batches]
+    n_events = sum(int(batch.num_events) for batch in batches)
+
+    def trajectories(batch, table):
+        values, offsets = batch.flat("tokens")
+        rewards = [dict(r)["team"] for r in table.column("rewards").to_pylist()]
+        lengths = np.diff(offsets)
+        return ba.TokenWorkload(lengths, offsets, values.astype(np.int32), np.array(rewards, np.float32), GROUP_SIZE)
+
+    return SimpleNamespace(
+        batches=batches,
+        tables=tables,
+        dicts=[[batch[i] for i in range(len(batch))] for batch in batches],
+        trajectories=[trajectories(b, t) for b, t in zip(batches, tables, strict=True)],
+        data=dataset_type(
+            f"multi-agent: add 8 traces per call ({SMALL_ADD_CALLS:,} calls into one buffer)",
+            None,
+            GROUP_SIZE,
+            round(n_events / SMALL_ADD_CALLS),
+            0,
+            "goal: per-call CPU 2x below 2026-11-27 main",
+            suite="buffer",
+        ),
+    )
+
+
+SMALL_ADD_SIDES = [
+    "masreplay",
+    "masreplay add(TraceBatch of 8), already validated",
+    "masreplay add(list of 8 dicts)",
+    "pa.Table.validate + pa.concat_tables (floor: layout checks, no trace rules)",
+    "torchrl ListStorage.extend (same 8 trajectories)",
+]
+
+
+@pytest.mark.parametrize("side", SMALL_ADD_SIDES)
+def test_add_small(side, small_adds, measure, request):
+    """One round is one call; every call adds the next group to the same buffer, so the merges
+    of small chunks are paid for as they come."""
+    calls = iter(range(SMALL_ADD_CALLS))
+    timed = {"data": small_adds.data, "side": side, "rounds": SMALL_ADD_CALLS, "warmup_rounds": 0, "unit": "ms"}
+    if side.startswith("torchrl"):
+        request.getfixturevalue("torchrl")  # skips, naming the missing package
+        torch = ba.torch_setup()
+        from torchrl.data import ListStorage, ReplayBuffer
+
+        groups = [ba.torchrl_list(w, [torch.from_numpy(a) for a in w.arrays()])[1] for w in small_adds.trajectories]
+        buffer = ReplayBuffer(storage=ListStorage(SMALL_ADD_CALLS * GROUP_SIZE), collate_fn=lambda x: x)
+        measure(buffer.extend, setup=lambda: ((groups[next(calls)],), {}), **timed)
+        assert len(buffer) == SMALL_ADD_CALLS * GROUP_SIZE
+    elif side.startswith("pa."):
+        # The previous group and this one: a concatenation of constant cost (a table that grew
+        # call by call would cost more with every call, as a growing list of chunks).
+        tables = small_adds.tables
+
+        def floor(i: int) -> pa.Table:
+            tables[i].validate()
+            return pa.concat_tables([tables[i - 1], tables[i]])
+
+        measure(floor, setup=lambda: ((next(calls),), {}), **timed)
+    else:
+        if side == "masreplay":
+            inputs = small_adds.tables
+        elif "TraceBatch" in side:
+            inputs = small_adds.batches
+        else:
+            inputs = small_adds.dicts
+        buffer = masreplay.GraphBuffer(SMALL_ADD_CALLS * GROUP_SIZE, seed=57)
+        measure(buffer.add, setup=lambda: ((inputs[next(calls)],), {}), **timed)
+        stored, added = buffer.to_batch(), masreplay.load_traces(pa.concat_tables(small_adds.tables))
+        assert stored.trace_ids == added.trace_ids
+        assert all(np.array_equal(a, b) for a, b in zip(stored.flat("tokens"), added.flat("tokens"), strict=True))

@@ -9,6 +9,7 @@ pub mod error;
 pub mod graph;
 pub mod metrics;
 pub mod names;
+pub mod parallel;
 mod prefetch;
 mod rank_sort;
 pub mod rng;

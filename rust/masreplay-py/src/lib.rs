@@ -16,6 +16,7 @@ use std::path::PathBuf;
 use masreplay_core::advantage::{Estimator, ReturnKind, Stratum};
 use masreplay_core::buffer::Sampler;
 use masreplay_core::counterfactual::Baseline;
+use masreplay_core::parallel::min_piece;
 use masreplay_core::shapley::{Method, MsrSurrogate};
 use masreplay_core::sim::{SimConfig, generate};
 use masreplay_core::store::WellFormed;
@@ -73,7 +74,8 @@ fn batch_of_outcomes(
         .detach(|| {
             let batch = TraceBatch::from_traces(&traces);
             // Freeing the traces is many small frees: off the GIL, and spread over the pool.
-            traces.into_par_iter().for_each(drop);
+            let events = traces.iter().map(|trace| trace.events.len()).sum();
+            traces.into_par_iter().with_min_len(min_piece(events)).for_each(drop);
             batch
         })
         .or_raise(py)?;

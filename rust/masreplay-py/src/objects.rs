@@ -21,6 +21,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use rayon::prelude::*;
 
+use masreplay_core::parallel::min_piece;
 use masreplay_core::validate::tape::Tape;
 use masreplay_core::validate::{MAX_DEPTH, ValidateOptions, depth_error, pointer_segment, trace_from_tape};
 use masreplay_core::{Trace, ValidationError};
@@ -28,6 +29,10 @@ use masreplay_core::{Trace, ValidationError};
 /// The nodes of one chunk's tape (about 1.5 MB, and its text): enough traces to spread over the
 /// pool, few enough to stay in cache.
 const CHUNK_NODES: usize = 1 << 16;
+
+/// About how many tape nodes an event takes (a dict of a few fields: a node for each key and
+/// each value), to weigh a chunk's checks as [`min_piece`] counts work, in events.
+const NODES_PER_EVENT: usize = 16;
 
 /// Checks Python objects (each a dict shaped like a trace), in order.
 pub fn read_traces(
@@ -91,6 +96,7 @@ impl Chunk {
         let tape = &self.tape;
         std::mem::take(&mut self.roots)
             .into_par_iter()
+            .with_min_len(min_piece(tape.mark() / NODES_PER_EVENT))
             .map(|root| root.and_then(|root| trace_from_tape(tape, root, options)))
             .collect()
     }

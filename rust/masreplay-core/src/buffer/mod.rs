@@ -94,6 +94,9 @@ struct Span {
 /// Chunks are not merged past this many events (about 30 MB of typical event data).
 const MAX_MERGED_CHUNK_EVENTS: usize = 1 << 20;
 
+/// How many of the newest chunks one merge joins (see [`GraphBuffer::merge_small_chunks`]).
+const MERGE_FAN_IN: usize = 8;
+
 /// Consecutive row ranges of at most `max_events` events each (a longer trace alone).
 fn pieces_by_events(n_events: &[i32], max_events: usize) -> Vec<std::ops::Range<usize>> {
     let mut pieces = Vec::new();
@@ -443,41 +446,62 @@ impl GraphBuffer {
 
     /// Training loops add a few traces per step; left alone, that makes one chunk per step,
     /// and a sample then gathers from hundreds of chunks. The newest chunks are merged like
-    /// a binary counter (the last two while the older is at most twice the newer, counted in
-    /// events), so each event is copied O(log) times and chunks stay few, up to a size cap
-    /// that bounds the cost of one merge and the memory evicted traces keep alive in a chunk
-    /// not yet wholly evicted (at most an eighth of the capacity).
+    /// the digits of a counter in base [`MERGE_FAN_IN`]: once the newest `MERGE_FAN_IN`
+    /// chunks are of comparable size, they become one chunk in one concatenation. A merge costs
+    /// about the same for 2 or 16 small chunks (its cost is per column, and the canonical
+    /// layout has ~18 nested ones), so this pays it once per `MERGE_FAN_IN - 1` adds where
+    /// pairs (a binary counter) paid it at every add, and copies each event fewer times.
+    /// Merged chunks stop growing at a size cap that bounds the cost of one merge and the
+    /// memory evicted traces keep alive in a chunk not yet wholly evicted (at most an eighth
+    /// of the capacity); near it, pairs still merge while they fit, so chunks stay few.
     fn merge_small_chunks(&mut self) {
-        while let [.., older, newer] = self.chunks.make_contiguous() {
-            let (older_events, newer_events) = (chunk_events(&older.batch), chunk_events(&newer.batch));
-            let whole = |c: &Chunk| c.live == c.batch.num_rows();
-            if !whole(older) || !whole(newer) || older_events > 2 * newer_events {
-                break;
-            }
-            let merged_units = match self.unit {
-                Unit::Traces => older.batch.num_rows() + newer.batch.num_rows(),
-                Unit::Events => older_events + newer_events,
-            };
-            if older_events + newer_events > MAX_MERGED_CHUNK_EVENTS || merged_units > self.capacity / 8 {
-                break;
-            }
+        while let Some(count) = self.chunks_to_merge() {
+            let newest = self.chunks.len() - count;
+            let batches: Vec<&RecordBatch> = self.chunks.range(newest..).map(|c| &c.batch).collect();
             // Merging only saves work later: if it cannot be done (offsets would overflow),
             // the chunks simply stay apart.
             // Concatenation writes out null columns in full: they go back to the shared zeros.
-            let Ok(merged) = concat_batches(&older.batch.schema(), [&older.batch, &newer.batch])
+            let Ok(merged) = concat_batches(&batches[0].schema(), batches)
                 .map_err(MasreplayError::from)
                 .and_then(|joined| with_canonical_codes(&joined))
                 .map(|recoded| share_null_columns(&recoded))
             else {
                 break;
             };
-            // The newer chunk's traces follow the older's in sequence and now in rows too.
-            let rows = older.batch.num_rows() + newer.batch.num_rows();
-            self.chunks.pop_back();
-            let older = self.chunks.back_mut().expect("two chunks were there");
-            older.batch = merged;
-            older.live = rows;
+            // The chunks hold consecutive sequence numbers, and now consecutive rows.
+            let first_seq = self.chunks[newest].first_seq;
+            self.chunks.truncate(newest);
+            self.chunks.push_back(Chunk { first_seq, live: merged.num_rows(), batch: merged });
         }
+    }
+
+    /// How many of the newest chunks to merge now: [`MERGE_FAN_IN`] of them, unless the oldest
+    /// holds more than twice the events of the largest newer one (a large added batch is not
+    /// copied along with small ones); where those would pass the size cap, the newest two if
+    /// they fit. Chunks with evicted traces are left alone.
+    fn chunks_to_merge(&self) -> Option<usize> {
+        let similar = |window: &[&Chunk]| {
+            let events: Vec<usize> = window.iter().map(|c| chunk_events(&c.batch)).collect();
+            window.iter().all(|c| c.live == c.batch.num_rows())
+                && events[0] <= 2 * events[1..].iter().copied().max().unwrap_or(0)
+        };
+        let fits = |window: &[&Chunk]| {
+            let events: usize = window.iter().map(|c| chunk_events(&c.batch)).sum();
+            let units = match self.unit {
+                Unit::Traces => window.iter().map(|c| c.batch.num_rows()).sum(),
+                Unit::Events => events,
+            };
+            events <= MAX_MERGED_CHUNK_EVENTS && units <= self.capacity / 8
+        };
+        let window: Vec<&Chunk> = self.chunks.range(self.chunks.len().checked_sub(MERGE_FAN_IN)?..).collect();
+        if !similar(&window) {
+            return None;
+        }
+        if fits(&window) {
+            return Some(MERGE_FAN_IN);
+        }
+        let pair = &window[MERGE_FAN_IN - 2..];
+        (similar(pair) && fits(pair)).then_some(2)
     }
 
     /// Grows the priority ring (a power of two) so `needed` consecutive sequence numbers fit.
@@ -1020,6 +1044,20 @@ mod tests {
             };
             assert_eq!(sampled(&mut small_adds), sampled(&mut one_add));
         }
+    }
+
+    #[test]
+    fn small_chunks_merge_eight_at_a_time_and_leave_a_large_one_alone() {
+        let mut buffer = GraphBuffer::new(100_000, Unit::Traces, 7).unwrap();
+        buffer.add(&traces(2000, 3)).unwrap();
+        let small = traces(8 * 64, 4);
+        for start in (0..small.len()).step_by(8) {
+            buffer.add(&small.take(&(start..start + 8).collect::<Vec<_>>()).unwrap()).unwrap();
+        }
+        // The large batch stays apart; 64 small adds end in few chunks, none copied 64 times.
+        let rows: Vec<usize> = buffer.chunks.iter().map(|c| c.batch.num_rows()).collect();
+        assert_eq!((rows[0], rows.iter().sum::<usize>()), (2000, 2000 + 8 * 64), "{rows:?}");
+        assert!(rows.len() <= 1 + 2 * (MERGE_FAN_IN - 1), "{rows:?}");
     }
 
     #[test]

@@ -16,6 +16,7 @@ use rayon::prelude::*;
 
 use super::schema::{canonical_schema, cost_fields, counterfactual_fields, edge_fields, event_fields, vocabulary};
 use crate::graph::{Shape, acyclic_shape};
+use crate::parallel::{self, min_piece};
 use crate::trace::{CounterfactualKind, EdgeType, EventType, NamedNumbers, Topology, Trace};
 
 /// Builds a map column from optional rows of named numbers.
@@ -127,8 +128,8 @@ fn array(array: impl Array + 'static) -> ArrayRef {
 }
 
 /// Runs independent column builders on the rayon pool, keeping their order.
-fn in_parallel(columns: &[&(dyn Fn() -> ArrayRef + Sync)]) -> Vec<ArrayRef> {
-    columns.par_iter().map(|column| column()).collect()
+fn in_parallel(values: usize, columns: &[&(dyn Fn() -> ArrayRef + Sync)]) -> Vec<ArrayRef> {
+    columns.par_iter().with_min_len(min_piece(values)).map(|column| column()).collect()
 }
 
 /// Builds the canonical batch of already-validated traces.
@@ -160,33 +161,41 @@ fn batch(traces: &[Trace], event_attributes: &(dyn Fn() -> ArrayRef + Sync)) -> 
     let edges: Vec<_> = traces.iter().flat_map(|t| t.edges.iter()).collect();
 
     let event_columns = || {
-        in_parallel(&[
-            &|| array(events.iter().map(|e| Some(e.id.as_str())).collect::<StringArray>()),
-            &|| array(events.iter().map(|e| e.t).collect::<Float64Array>()),
-            &|| enum_column(events.iter().map(|e| Some(e.event_type as i8)).collect(), EventType::NAMES),
-            &|| category_column(events.iter().map(|e| Some(e.agent.as_str()))),
-            &|| category_column(events.iter().map(|e| e.role.as_deref())),
-            &|| category_column(events.iter().map(|e| e.from.as_deref())),
-            &|| category_column(events.iter().map(|e| e.to.as_deref())),
-            &|| category_column(events.iter().map(|e| e.tool.as_deref())),
-            &|| array(events.iter().map(|e| e.content_ref.as_deref()).collect::<StringArray>()),
-            &|| array(events.iter().map(|e| e.trusted).collect::<BooleanArray>()),
-            &|| named_numbers_column(events.iter().map(|e| e.reward.as_ref())),
-            &|| array(events.iter().map(|e| e.tokens).collect::<Int64Array>()),
-            &|| array(events.iter().map(|e| e.duration_s).collect::<Float64Array>()),
-            &|| array(events.iter().map(|e| e.logprob).collect::<Float64Array>()),
-            event_attributes,
-        ])
+        in_parallel(
+            events.len(),
+            &[
+                &|| array(events.iter().map(|e| Some(e.id.as_str())).collect::<StringArray>()),
+                &|| array(events.iter().map(|e| e.t).collect::<Float64Array>()),
+                &|| enum_column(events.iter().map(|e| Some(e.event_type as i8)).collect(), EventType::NAMES),
+                &|| category_column(events.iter().map(|e| Some(e.agent.as_str()))),
+                &|| category_column(events.iter().map(|e| e.role.as_deref())),
+                &|| category_column(events.iter().map(|e| e.from.as_deref())),
+                &|| category_column(events.iter().map(|e| e.to.as_deref())),
+                &|| category_column(events.iter().map(|e| e.tool.as_deref())),
+                &|| array(events.iter().map(|e| e.content_ref.as_deref()).collect::<StringArray>()),
+                &|| array(events.iter().map(|e| e.trusted).collect::<BooleanArray>()),
+                &|| named_numbers_column(events.iter().map(|e| e.reward.as_ref())),
+                &|| array(events.iter().map(|e| e.tokens).collect::<Int64Array>()),
+                &|| array(events.iter().map(|e| e.duration_s).collect::<Float64Array>()),
+                &|| array(events.iter().map(|e| e.logprob).collect::<Float64Array>()),
+                event_attributes,
+            ],
+        )
     };
     let edge_columns = || {
-        in_parallel(&[
-            &|| array(edges.iter().map(|e| e.src as i32).collect::<Int32Array>()),
-            &|| array(edges.iter().map(|e| e.dst as i32).collect::<Int32Array>()),
-            &|| enum_column(edges.iter().map(|e| Some(e.edge_type as i8)).collect(), EdgeType::NAMES),
-        ])
+        in_parallel(
+            edges.len(),
+            &[
+                &|| array(edges.iter().map(|e| e.src as i32).collect::<Int32Array>()),
+                &|| array(edges.iter().map(|e| e.dst as i32).collect::<Int32Array>()),
+                &|| enum_column(edges.iter().map(|e| Some(e.edge_type as i8)).collect(), EdgeType::NAMES),
+            ],
+        )
     };
-    let derived = || traces.par_iter().map(derive).collect::<Vec<Derived>>();
-    let (event_columns, (edge_columns, derived)) = rayon::join(event_columns, || rayon::join(edge_columns, derived));
+    let derived = || traces.par_iter().with_min_len(min_piece(events.len())).map(derive).collect::<Vec<Derived>>();
+    let values = events.len() + edges.len();
+    let (event_columns, (edge_columns, derived)) =
+        parallel::join(values, event_columns, || parallel::join(values, edge_columns, derived));
 
     let counterfactual = {
         let present: Vec<bool> = traces.iter().map(|t| t.counterfactual_of.is_some()).collect();

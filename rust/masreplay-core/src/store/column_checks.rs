@@ -15,6 +15,7 @@ use hashbrown::hash_table::{Entry, HashTable};
 use rayon::prelude::*;
 
 use super::schema::EventColumns;
+use crate::parallel::min_piece;
 
 /// Values per task of a parallel pass.
 const PASS_CHUNK: usize = 1 << 16;
@@ -84,7 +85,7 @@ fn every_value<T: ArrowPrimitiveType>(array: &PrimitiveArray<T>, rule: impl Fn(T
 }
 
 fn no_empty_text(array: &StringArray) -> bool {
-    array.offsets().par_windows(2).all(|pair| pair[0] < pair[1])
+    array.offsets().par_windows(2).with_min_len(min_piece(array.len())).all(|pair| pair[0] < pair[1])
 }
 
 /// Every key of a column without nulls names a non-empty string. Ingested columns are

@@ -16,10 +16,11 @@ use rayon::prelude::*;
 
 use super::build::{Derived, derived_columns};
 use super::column_checks::{AgentIndex, CleanColumns, DistinctIds};
-use super::nulls::{Zeros, share_null_columns_over};
+use super::nulls::{Zeros, longest_column, share_null_columns_over};
 use super::schema::{EdgeColumns, EventColumns, TraceColumns, canonical_schema, vocabulary};
 use super::structure::WellFormed;
 use crate::error::{MasreplayError, ValidationError, split_outcomes};
+use crate::parallel::min_piece;
 use crate::trace::{CounterfactualKind, EdgeType, EventType, Topology};
 use crate::validate::{
     check_finite, check_graph, check_logprob, check_non_empty, check_non_negative, depth_error, pointer_segment,
@@ -558,6 +559,7 @@ pub fn ingest_well_formed(batches: &WellFormed) -> Result<Ingested, MasreplayErr
     let check = BatchCheck::new(&columns);
     let outcomes: Vec<Checked<Derived>> = (0..relaxed.num_rows())
         .into_par_iter()
+        .with_min_len(min_piece(longest_column(&relaxed)))
         .map_init(Scratch::default, |scratch, row| {
             let trace_id =
                 columns.trace_id.is_valid(row).then(|| columns.trace_id.value(row)).filter(|s| !s.is_empty());

@@ -18,6 +18,7 @@ use rayon::prelude::*;
 use super::nulls::{Zeros, longest_column};
 use super::schema::SCHEMA_VERSION_KEY;
 use crate::error::MasreplayError;
+use crate::parallel::min_piece;
 
 /// Values per task of a parallel pass.
 const PASS_CHUNK: usize = 1 << 16;
@@ -80,6 +81,7 @@ fn check_batch(batch: &RecordBatch, zeros: &Zeros) -> Result<RecordBatch, Masrep
     let columns = batch
         .columns()
         .par_iter()
+        .with_min_len(min_piece(longest_column(batch)))
         .map(|column| Ok(make_array(checked(column.to_data(), zeros)?)))
         .collect::<Result<Vec<_>, ArrowError>>()?;
     Ok(RecordBatch::try_new(batch.schema(), columns)?)
@@ -100,9 +102,11 @@ fn checked(data: ArrayData, zeros: &Zeros) -> Result<ArrayData, ArrowError> {
         DataType::Struct(_) => data.nulls().filter(|nulls| nulls.null_count() > 0).cloned(),
         _ => None,
     };
+    let longest_child = data.child_data().iter().map(ArrayData::len).max().unwrap_or(0);
     let children = data
         .child_data()
         .par_iter()
+        .with_min_len(min_piece(longest_child))
         .map(|child| {
             let Some(parent) = &parent_nulls else { return checked(child.clone(), zeros) };
             child.validate()?;
