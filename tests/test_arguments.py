@@ -335,3 +335,11 @@ def test_a_path_the_writers_cannot_write_is_a_storage_error_naming_it(tmp_path):
         with pytest.raises(masreplay.StorageError) as raised:
             call()
         assert str(tmp_path) in raised.value.filename
+
+
+def test_a_batch_argument_of_no_accepted_kind_is_refused_by_its_name():
+    """Functions taking a batch name the argument, not only load_traces' list of kinds."""
+    with pytest.raises(masreplay.ArgumentTypeError, match=r"^batch: load_traces takes .* got int"):
+        masreplay.advantages(5)
+    with pytest.raises(masreplay.ArgumentTypeError, match=r"^source: load_traces takes .* got float"):
+        masreplay.metrics(1.5)

@@ -107,7 +107,13 @@ def validate(trace: Any, *, strict_seed: bool = False) -> None:
     load_traces(trace, strict_seed=strict_seed, on_error="raise")
 
 
-def as_batch(source: Any) -> TraceBatch:
+def as_batch(source: Any, name: str = "batch") -> TraceBatch:
     """``source`` as a TraceBatch: a TraceBatch as it is, anything else :func:`load_traces`
-    accepts loaded and validated (the first invalid trace raises TraceValidationError)."""
-    return source if isinstance(source, TraceBatch) else load_traces(source)
+    accepts loaded and validated (the first invalid trace raises TraceValidationError). A
+    value of no accepted kind is refused naming ``name``, the argument it came as."""
+    if isinstance(source, TraceBatch):
+        return source
+    try:
+        return load_traces(source)
+    except ArgumentTypeError as error:
+        raise ArgumentTypeError(f"{name}: {error}") from None
