@@ -316,28 +316,21 @@ def flag(name: str, value: Any) -> bool:
     return bool(value)
 
 
-def _string(name: str, value: Any) -> str:
-    if not isinstance(value, str):
-        raise wrong_type(name, "a string", value)
-    return value
+def _of_kind(kind: Callable[[Any], bool], expected: str) -> Rule:
+    """The rule that passes a value of ``kind`` as it is and refuses any other by name."""
+
+    def rule(name: str, value: Any) -> Any:
+        if not kind(value):
+            raise wrong_type(name, expected, value)
+        return value
+
+    return rule
 
 
-def _path(name: str, value: Any) -> Any:
-    if not _is_path(value):
-        raise wrong_type(name, "a path (a str or an os.PathLike)", value)
-    return value
-
-
-def _mapping(name: str, value: Any) -> Any:
-    if not _is_mapping(value):
-        raise wrong_type(name, "a mapping", value)
-    return value
-
-
-def _callable(name: str, value: Any) -> Any:
-    if not callable(value):
-        raise wrong_type(name, "a callable", value)
-    return value
+_string = _of_kind(_is_string, "a string")
+_path = _of_kind(_is_path, "a path (a str or an os.PathLike)")
+_mapping = _of_kind(_is_mapping, "a mapping")
+_callable = _of_kind(callable, "a callable")
 
 
 REAL = Check(_is_number, real, "a number", "numbers")
