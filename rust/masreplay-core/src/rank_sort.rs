@@ -9,58 +9,88 @@ pub(crate) const RANKED_MAX: usize = 128;
 /// The largest key: keys are compared as `i32`, which AVX2 compares directly.
 pub(crate) const KEY_MAX: u32 = i32::MAX as u32;
 
-/// Sorts `keys`: at most [`RANKED_MAX`] of them, distinct (equal keys would take the same
-/// place), none above [`KEY_MAX`].
-pub(crate) fn sort_distinct(keys: &mut [u32]) {
-    assert!(keys.len() <= RANKED_MAX, "rank sort of {} keys", keys.len());
+/// Writes the first `sorted.len()` of `keys` (at most [`RANKED_MAX`], distinct: equal keys
+/// would take the same place; none above [`KEY_MAX`]) to `sorted` in increasing order. The
+/// keys past them are padding that vectors may read but whose places are never written.
+pub(crate) fn sort_distinct(keys: &[u32; RANKED_MAX], sorted: &mut [u32]) {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: `sort_by_rank_avx2` needs AVX2 and nothing else, and the CPU has it.
-        unsafe { sort_by_rank_avx2(keys) };
-        return;
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: `sort_by_rank_avx512` needs AVX-512F and nothing else, and the CPU has it.
+            unsafe { sort_by_rank_avx512(keys, sorted) };
+            return;
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: `sort_by_rank_avx2` needs AVX2 and nothing else, and the CPU has it.
+            unsafe { sort_by_rank_avx2(keys, sorted) };
+            return;
+        }
     }
-    sort_by_rank(keys);
+    sort_by_rank(keys, sorted);
 }
 
 /// [`sort_distinct`] without vectors.
-fn sort_by_rank(keys: &mut [u32]) {
-    let mut unsorted = [0u32; RANKED_MAX];
-    let unsorted = &mut unsorted[..keys.len()];
-    unsorted.copy_from_slice(keys);
-    for &key in unsorted.iter() {
-        keys[unsorted.iter().filter(|&&other| other < key).count()] = key;
+fn sort_by_rank(keys: &[u32; RANKED_MAX], sorted: &mut [u32]) {
+    let keys = &keys[..sorted.len()];
+    for &key in keys {
+        sorted[keys.iter().filter(|&&other| other < key).count()] = key;
     }
 }
 
 /// [`sort_distinct`] eight keys at a time: each lane counts the keys below its own, one
-/// broadcast key per step, so no count is summed across lanes. The keys are copied into
-/// a block padded to whole vectors; the padding lanes' counts are never read.
+/// broadcast key per step, so no count is summed across lanes.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-fn sort_by_rank_avx2(keys: &mut [u32]) {
+fn sort_by_rank_avx2(keys: &[u32; RANKED_MAX], sorted: &mut [u32]) {
     use std::arch::x86_64::{
         __m256i, _mm256_cmpgt_epi32, _mm256_loadu_si256, _mm256_set1_epi32, _mm256_setzero_si256, _mm256_storeu_si256,
         _mm256_sub_epi32,
     };
     const LANES: usize = 8;
-    let n = keys.len();
-    let mut block = [0i32; RANKED_MAX];
-    for (slot, &key) in block.iter_mut().zip(keys.iter()) {
-        *slot = key as i32;
-    }
-    for (first, own) in (0..n).step_by(LANES).zip(block.chunks_exact(LANES)) {
-        // SAFETY: `own` is LANES i32s, one unaligned 256-bit load.
+    let n = sorted.len();
+    for (first, own) in (0..n).step_by(LANES).zip(keys.chunks_exact(LANES)) {
+        // SAFETY: `own` is LANES u32s, one unaligned 256-bit load.
         let own_keys = unsafe { _mm256_loadu_si256(own.as_ptr().cast::<__m256i>()) };
         let mut below = _mm256_setzero_si256();
-        for &other in &block[..n] {
-            // Lanes whose key is above `other` are -1: subtracting counts them.
-            below = _mm256_sub_epi32(below, _mm256_cmpgt_epi32(own_keys, _mm256_set1_epi32(other)));
+        for &other in &keys[..n] {
+            // Lanes whose key is above `other` are -1: subtracting counts them. Keys fit
+            // in 31 bits, so comparing them as i32 is comparing them as u32.
+            below = _mm256_sub_epi32(below, _mm256_cmpgt_epi32(own_keys, _mm256_set1_epi32(other as i32)));
         }
-        let mut ranks = [0i32; LANES];
-        // SAFETY: `ranks` is LANES i32s, one unaligned 256-bit store.
+        let mut ranks = [0u32; LANES];
+        // SAFETY: `ranks` is LANES u32s, one unaligned 256-bit store.
         unsafe { _mm256_storeu_si256(ranks.as_mut_ptr().cast::<__m256i>(), below) };
         for (&key, &rank) in own.iter().zip(&ranks).take(n - first) {
-            keys[rank as usize] = key as u32;
+            sorted[rank as usize] = key;
+        }
+    }
+}
+
+/// [`sort_distinct`] sixteen keys at a time, as [`sort_by_rank_avx2`] does eight: a compare
+/// into a mask and a masked add per broadcast key.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn sort_by_rank_avx512(keys: &[u32; RANKED_MAX], sorted: &mut [u32]) {
+    use std::arch::x86_64::{
+        _mm512_cmpgt_epu32_mask, _mm512_loadu_si512, _mm512_mask_add_epi32, _mm512_set1_epi32, _mm512_setzero_si512,
+        _mm512_storeu_si512,
+    };
+    const LANES: usize = 16;
+    let n = sorted.len();
+    let one = _mm512_set1_epi32(1);
+    for (first, own) in (0..n).step_by(LANES).zip(keys.chunks_exact(LANES)) {
+        // SAFETY: `own` is LANES u32s, one unaligned 512-bit load.
+        let own_keys = unsafe { _mm512_loadu_si512(own.as_ptr().cast()) };
+        let mut below = _mm512_setzero_si512();
+        for &other in &keys[..n] {
+            let above = _mm512_cmpgt_epu32_mask(own_keys, _mm512_set1_epi32(other as i32));
+            below = _mm512_mask_add_epi32(below, above, below, one);
+        }
+        let mut ranks = [0u32; LANES];
+        // SAFETY: `ranks` is LANES u32s, one unaligned 512-bit store.
+        unsafe { _mm512_storeu_si512(ranks.as_mut_ptr().cast(), below) };
+        for (&key, &rank) in own.iter().zip(&ranks).take(n - first) {
+            sorted[rank as usize] = key;
         }
     }
 }
@@ -89,12 +119,23 @@ mod tests {
             keys.dedup();
             let sorted = keys.clone();
             keys.shuffle(&mut rng);
-            let mut portable = keys.clone();
-            sort_distinct(&mut keys);
-            assert_eq!(keys, sorted, "{n} keys");
-            // The portable body too, whatever this CPU dispatches to.
-            sort_by_rank(&mut portable);
+            // Padding that is not zero, to show it is never sorted in.
+            let mut padded = [KEY_MAX; RANKED_MAX];
+            padded[..keys.len()].copy_from_slice(&keys);
+            let mut dispatched = vec![0; keys.len()];
+            sort_distinct(&padded, &mut dispatched);
+            assert_eq!(dispatched, sorted, "{n} keys");
+            // Every body this CPU has, whatever it dispatches to.
+            let mut portable = vec![0; keys.len()];
+            sort_by_rank(&padded, &mut portable);
             assert_eq!(portable, sorted, "{n} keys, portable");
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx2") {
+                let mut vectors = vec![0; keys.len()];
+                // SAFETY: the CPU has AVX2.
+                unsafe { sort_by_rank_avx2(&padded, &mut vectors) };
+                assert_eq!(vectors, sorted, "{n} keys, AVX2");
+            }
         }
     }
 }
