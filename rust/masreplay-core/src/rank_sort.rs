@@ -13,18 +13,12 @@ pub(crate) const KEY_MAX: u32 = i32::MAX as u32;
 /// would take the same place; none above [`KEY_MAX`]) to `sorted` in increasing order. The
 /// keys past them are padding that vectors may read but whose places are never written.
 pub(crate) fn sort_distinct(keys: &[u32; RANKED_MAX], sorted: &mut [u32]) {
+    assert!(sorted.len() <= RANKED_MAX, "rank sort of {} keys", sorted.len());
     #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: `sort_by_rank_avx512` needs AVX-512F and nothing else, and the CPU has it.
-            unsafe { sort_by_rank_avx512(keys, sorted) };
-            return;
-        }
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: `sort_by_rank_avx2` needs AVX2 and nothing else, and the CPU has it.
-            unsafe { sort_by_rank_avx2(keys, sorted) };
-            return;
-        }
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: `sort_by_rank_avx2` needs AVX2 and nothing else, and the CPU has it.
+        unsafe { sort_by_rank_avx2(keys, sorted) };
+        return;
     }
     sort_by_rank(keys, sorted);
 }
@@ -66,35 +60,6 @@ fn sort_by_rank_avx2(keys: &[u32; RANKED_MAX], sorted: &mut [u32]) {
     }
 }
 
-/// [`sort_distinct`] sixteen keys at a time, as [`sort_by_rank_avx2`] does eight: a compare
-/// into a mask and a masked add per broadcast key.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-fn sort_by_rank_avx512(keys: &[u32; RANKED_MAX], sorted: &mut [u32]) {
-    use std::arch::x86_64::{
-        _mm512_cmpgt_epu32_mask, _mm512_loadu_si512, _mm512_mask_add_epi32, _mm512_set1_epi32, _mm512_setzero_si512,
-        _mm512_storeu_si512,
-    };
-    const LANES: usize = 16;
-    let n = sorted.len();
-    let one = _mm512_set1_epi32(1);
-    for (first, own) in (0..n).step_by(LANES).zip(keys.chunks_exact(LANES)) {
-        // SAFETY: `own` is LANES u32s, one unaligned 512-bit load.
-        let own_keys = unsafe { _mm512_loadu_si512(own.as_ptr().cast()) };
-        let mut below = _mm512_setzero_si512();
-        for &other in &keys[..n] {
-            let above = _mm512_cmpgt_epu32_mask(own_keys, _mm512_set1_epi32(other as i32));
-            below = _mm512_mask_add_epi32(below, above, below, one);
-        }
-        let mut ranks = [0u32; LANES];
-        // SAFETY: `ranks` is LANES u32s, one unaligned 512-bit store.
-        unsafe { _mm512_storeu_si512(ranks.as_mut_ptr().cast(), below) };
-        for (&key, &rank) in own.iter().zip(&ranks).take(n - first) {
-            sorted[rank as usize] = key;
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use rand::RngExt;
@@ -125,17 +90,10 @@ mod tests {
             let mut dispatched = vec![0; keys.len()];
             sort_distinct(&padded, &mut dispatched);
             assert_eq!(dispatched, sorted, "{n} keys");
-            // Every body this CPU has, whatever it dispatches to.
+            // The portable body too, whatever this CPU dispatches to.
             let mut portable = vec![0; keys.len()];
             sort_by_rank(&padded, &mut portable);
             assert_eq!(portable, sorted, "{n} keys, portable");
-            #[cfg(target_arch = "x86_64")]
-            if std::arch::is_x86_feature_detected!("avx2") {
-                let mut vectors = vec![0; keys.len()];
-                // SAFETY: the CPU has AVX2.
-                unsafe { sort_by_rank_avx2(&padded, &mut vectors) };
-                assert_eq!(vectors, sorted, "{n} keys, AVX2");
-            }
         }
     }
 }

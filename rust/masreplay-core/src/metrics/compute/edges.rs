@@ -118,8 +118,9 @@ impl Scratch {
         for &source in src {
             cursor[source as usize] += 1;
         }
-        refill(&mut self.position, n, 0);
-        let position = &mut self.position[..];
+        // Every event's place and every edge's slot is written below: no need to clear.
+        self.position.resize(n, 0);
+        let position = &mut self.position[..n];
         let mut slot = 0;
         for (place, &event) in self.by_time.iter().enumerate() {
             position[event as usize] = place as u32;
@@ -127,8 +128,8 @@ impl Scratch {
             cursor[event as usize] = slot;
             slot += degree;
         }
-        refill(&mut self.edges_by_time, src.len(), (0, 0));
-        let edges = &mut self.edges_by_time[..];
+        self.edges_by_time.resize(src.len(), (0, 0));
+        let edges = &mut self.edges_by_time[..src.len()];
         let mut forward = true;
         for (&source, &target) in src.iter().zip(dst) {
             forward &= position[source as usize] < position[target as usize];
