@@ -9,58 +9,53 @@ pub(crate) const RANKED_MAX: usize = 128;
 /// The largest key: keys are compared as `i32`, which AVX2 compares directly.
 pub(crate) const KEY_MAX: u32 = i32::MAX as u32;
 
-/// Sorts `keys`: at most [`RANKED_MAX`] of them, distinct (equal keys would take the same
-/// place), none above [`KEY_MAX`].
-pub(crate) fn sort_distinct(keys: &mut [u32]) {
-    assert!(keys.len() <= RANKED_MAX, "rank sort of {} keys", keys.len());
+/// Writes the first `sorted.len()` of `keys` (at most [`RANKED_MAX`], distinct: equal keys
+/// would take the same place; none above [`KEY_MAX`]) to `sorted` in increasing order. The
+/// keys past them are padding that vectors may read but whose places are never written.
+pub(crate) fn sort_distinct(keys: &[u32; RANKED_MAX], sorted: &mut [u32]) {
+    assert!(sorted.len() <= RANKED_MAX, "rank sort of {} keys", sorted.len());
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: `sort_by_rank_avx2` needs AVX2 and nothing else, and the CPU has it.
-        unsafe { sort_by_rank_avx2(keys) };
+        unsafe { sort_by_rank_avx2(keys, sorted) };
         return;
     }
-    sort_by_rank(keys);
+    sort_by_rank(keys, sorted);
 }
 
 /// [`sort_distinct`] without vectors.
-fn sort_by_rank(keys: &mut [u32]) {
-    let mut unsorted = [0u32; RANKED_MAX];
-    let unsorted = &mut unsorted[..keys.len()];
-    unsorted.copy_from_slice(keys);
-    for &key in unsorted.iter() {
-        keys[unsorted.iter().filter(|&&other| other < key).count()] = key;
+fn sort_by_rank(keys: &[u32; RANKED_MAX], sorted: &mut [u32]) {
+    let keys = &keys[..sorted.len()];
+    for &key in keys {
+        sorted[keys.iter().filter(|&&other| other < key).count()] = key;
     }
 }
 
 /// [`sort_distinct`] eight keys at a time: each lane counts the keys below its own, one
-/// broadcast key per step, so no count is summed across lanes. The keys are copied into
-/// a block padded to whole vectors; the padding lanes' counts are never read.
+/// broadcast key per step, so no count is summed across lanes.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-fn sort_by_rank_avx2(keys: &mut [u32]) {
+fn sort_by_rank_avx2(keys: &[u32; RANKED_MAX], sorted: &mut [u32]) {
     use std::arch::x86_64::{
         __m256i, _mm256_cmpgt_epi32, _mm256_loadu_si256, _mm256_set1_epi32, _mm256_setzero_si256, _mm256_storeu_si256,
         _mm256_sub_epi32,
     };
     const LANES: usize = 8;
-    let n = keys.len();
-    let mut block = [0i32; RANKED_MAX];
-    for (slot, &key) in block.iter_mut().zip(keys.iter()) {
-        *slot = key as i32;
-    }
-    for (first, own) in (0..n).step_by(LANES).zip(block.chunks_exact(LANES)) {
-        // SAFETY: `own` is LANES i32s, one unaligned 256-bit load.
+    let n = sorted.len();
+    for (first, own) in (0..n).step_by(LANES).zip(keys.chunks_exact(LANES)) {
+        // SAFETY: `own` is LANES u32s, one unaligned 256-bit load.
         let own_keys = unsafe { _mm256_loadu_si256(own.as_ptr().cast::<__m256i>()) };
         let mut below = _mm256_setzero_si256();
-        for &other in &block[..n] {
-            // Lanes whose key is above `other` are -1: subtracting counts them.
-            below = _mm256_sub_epi32(below, _mm256_cmpgt_epi32(own_keys, _mm256_set1_epi32(other)));
+        for &other in &keys[..n] {
+            // Lanes whose key is above `other` are -1: subtracting counts them. Keys fit
+            // in 31 bits, so comparing them as i32 is comparing them as u32.
+            below = _mm256_sub_epi32(below, _mm256_cmpgt_epi32(own_keys, _mm256_set1_epi32(other as i32)));
         }
-        let mut ranks = [0i32; LANES];
-        // SAFETY: `ranks` is LANES i32s, one unaligned 256-bit store.
+        let mut ranks = [0u32; LANES];
+        // SAFETY: `ranks` is LANES u32s, one unaligned 256-bit store.
         unsafe { _mm256_storeu_si256(ranks.as_mut_ptr().cast::<__m256i>(), below) };
         for (&key, &rank) in own.iter().zip(&ranks).take(n - first) {
-            keys[rank as usize] = key as u32;
+            sorted[rank as usize] = key;
         }
     }
 }
@@ -89,11 +84,15 @@ mod tests {
             keys.dedup();
             let sorted = keys.clone();
             keys.shuffle(&mut rng);
-            let mut portable = keys.clone();
-            sort_distinct(&mut keys);
-            assert_eq!(keys, sorted, "{n} keys");
+            // Padding that is not zero, to show it is never sorted in.
+            let mut padded = [KEY_MAX; RANKED_MAX];
+            padded[..keys.len()].copy_from_slice(&keys);
+            let mut dispatched = vec![0; keys.len()];
+            sort_distinct(&padded, &mut dispatched);
+            assert_eq!(dispatched, sorted, "{n} keys");
             // The portable body too, whatever this CPU dispatches to.
-            sort_by_rank(&mut portable);
+            let mut portable = vec![0; keys.len()];
+            sort_by_rank(&padded, &mut portable);
             assert_eq!(portable, sorted, "{n} keys, portable");
         }
     }

@@ -329,10 +329,21 @@ impl<'a> BatchView<'a> {
             for ((key, &t), j) in short.iter_mut().zip(times).zip(0u32..) {
                 *key = (((total_order_key(t) - low) >> shift) as u32) << index_bits | j;
             }
-            let short = &mut short[..n];
-            sort_distinct(short);
-            order.extend(short.iter().map(|&key| key & index_mask as u32));
-            sort_tied_runs(order, |a, b| (short[a] ^ short[b]) >> index_bits == 0, earlier);
+            order.resize(n, 0);
+            sort_distinct(&short, order);
+            let tie = |a: u32, b: u32| (a ^ b) >> index_bits == 0;
+            // Times that tie in the kept bits are rare: one branch-free look for a tie
+            // between neighbours spares the scan run by run.
+            let any_tie = order.windows(2).fold(false, |any, pair| any | tie(pair[0], pair[1]));
+            if any_tie {
+                short[..n].copy_from_slice(order);
+            }
+            for key in order.iter_mut() {
+                *key &= index_mask as u32;
+            }
+            if any_tie {
+                sort_tied_runs(order, |a, b| tie(short[a], short[b]), earlier);
+            }
         } else {
             keys.clear();
             keys.extend(times.iter().zip(0u64..).map(|(&t, j)| total_order_key(t) & !index_mask | j));

@@ -56,16 +56,22 @@ impl Scratch {
         let (src, dst) = view.edge_pairs(trace);
         let nodes = &mut self.nodes[..];
         let mut previous = 0;
-        let stored_order_is_topological = src.iter().zip(dst).all(|(&source, &target)| {
-            let forward = previous <= source && source < target;
-            previous = source;
-            if forward {
-                relax(nodes, source as usize, target as usize);
-            }
-            forward
-        });
-        if !stored_order_is_topological {
-            for node in self.nodes.iter_mut() {
+        let relaxed = src
+            .iter()
+            .zip(dst)
+            .take_while(|&(&source, &target)| {
+                let forward = previous <= source && source < target;
+                previous = source;
+                if forward {
+                    relax(nodes, source as usize, target as usize);
+                }
+                forward
+            })
+            .count();
+        if relaxed < src.len() {
+            // Only the targets of the edges relaxed so far have changed.
+            for &target in &dst[..relaxed] {
+                let node = &mut nodes[target as usize];
                 *node = Node { error_flags: node.error_flags & SOURCE, ..Node::new(node.weight) };
             }
             if self.sort_edges_by_source_time(src, dst) {
@@ -105,31 +111,33 @@ impl Scratch {
     /// of it, without the successor lists' short inner loops, whose ends the CPU mispredicts.
     fn sort_edges_by_source_time(&mut self, src: &[i32], dst: &[i32]) -> bool {
         let n = self.by_time.len();
-        refill(&mut self.position, n, 0);
-        let position = &mut self.position[..];
+        // Out-degrees by event, then each event's first slot, the events taken in time
+        // order, while each event's place in time order is noted on the way.
+        refill(&mut self.cursor, n, 0);
+        let cursor = &mut self.cursor[..];
+        for &source in src {
+            cursor[source as usize] += 1;
+        }
+        // Every event's place and every edge's slot is written below: no need to clear.
+        self.position.resize(n, 0);
+        let position = &mut self.position[..n];
+        let mut slot = 0;
         for (place, &event) in self.by_time.iter().enumerate() {
             position[event as usize] = place as u32;
+            let degree = cursor[event as usize];
+            cursor[event as usize] = slot;
+            slot += degree;
         }
-        refill(&mut self.cursor, n + 1, 0);
-        let cursor = &mut self.cursor[..];
+        self.edges_by_time.resize(src.len(), (0, 0));
+        let edges = &mut self.edges_by_time[..src.len()];
         let mut forward = true;
         for (&source, &target) in src.iter().zip(dst) {
-            let place = position[source as usize];
-            forward &= place < position[target as usize];
-            cursor[place as usize + 1] += 1;
-        }
-        if !forward {
-            return false;
-        }
-        prefix_sums(cursor);
-        refill(&mut self.edges_by_time, src.len(), (0, 0));
-        let edges = &mut self.edges_by_time[..];
-        for (&source, &target) in src.iter().zip(dst) {
-            let slot = &mut cursor[position[source as usize] as usize];
+            forward &= position[source as usize] < position[target as usize];
+            let slot = &mut cursor[source as usize];
             edges[*slot as usize] = (source as u32, target as u32);
             *slot += 1;
         }
-        true
+        forward
     }
 
     /// `order`: the events in a topological order (Kahn's), from the successor lists.
