@@ -69,14 +69,20 @@ pub(crate) fn missing_reward(batch: &TraceBatch, row: usize, channel: &str) -> M
     ValidationError::new(Some(trace_id), format!("/rewards/{channel}"), "no reward on this channel").into()
 }
 
-/// The first eight bytes of `text` as one word (zero-padded): with the length, it tells two
-/// ids of up to eight bytes apart without reading their text again.
+/// A word that, with the length, tells apart texts of up to eight bytes without reading them
+/// again: their bytes, loaded as two overlapping halves where the text is shorter than a
+/// word (no loop over its bytes); for a longer text, its first eight bytes.
 fn head_word(text: impl AsRef<[u8]>) -> u64 {
     let bytes = text.as_ref();
-    match bytes.first_chunk::<8>() {
-        Some(word) => u64::from_le_bytes(*word),
-        // Byte by byte, first byte lowest: not a memcpy call into a buffer read back at once.
-        None => bytes.iter().rev().fold(0, |word, &byte| (word << 8) | u64::from(byte)),
+    let n = bytes.len();
+    if let Some(word) = bytes.first_chunk::<8>() {
+        return u64::from_le_bytes(*word);
+    }
+    let half = |at: usize| u64::from(u32::from_le_bytes(bytes[at..at + 4].try_into().expect("four bytes")));
+    match n {
+        0 => 0,
+        1..4 => u64::from(bytes[0]) | u64::from(bytes[n / 2]) << 8 | u64::from(bytes[n - 1]) << 16,
+        _ => half(0) | half(n - 4) << 32,
     }
 }
 

@@ -417,3 +417,32 @@ proptest::proptest! {
         }
     }
 }
+
+/// With its length, a text of up to eight bytes is told apart by its head word alone: every
+/// text of up to four bytes over an alphabet with a zero byte, and texts of five to eight
+/// bytes that differ in one byte only, each byte in turn.
+#[test]
+fn head_word_tells_short_texts_apart() {
+    let alphabet = [0u8, b'a', b'b', 0xff];
+    let mut texts: Vec<Vec<u8>> = vec![Vec::new()];
+    for len in 1..=4 {
+        texts.extend(
+            (0..alphabet.len().pow(len))
+                .map(|code| (0..len).map(|k| alphabet[code / alphabet.len().pow(k) % alphabet.len()]).collect()),
+        );
+    }
+    for len in 5..=8 {
+        let base: Vec<u8> = (0..len as u8).map(|k| b'0' + k).collect();
+        texts.push(base.clone());
+        texts.extend((0..len).map(|k| {
+            let mut text = base.clone();
+            text[k] = b'x';
+            text
+        }));
+    }
+    let mut seen = std::collections::HashMap::new();
+    for text in &texts {
+        let other = seen.insert((text.len(), head_word(text)), text);
+        assert!(other.is_none(), "{other:?} and {text:?} share a head word");
+    }
+}
