@@ -247,6 +247,9 @@ def batch_advantages(
 def trace_channel(batch: TraceBatch, channel: str) -> np.ndarray:
     """float64 per trace; NaN where the trace has no such reward."""
 
+def trace_text_codes(batch: TraceBatch, field: str) -> np.ndarray:
+    """int64 per trace: the text field's codes 0.. in order of first appearance."""
+
 def graph_returns(batch: TraceBatch, rewards: np.ndarray, *, gamma: float, kind: ReturnKind) -> np.ndarray:
     """float64 per event."""
 

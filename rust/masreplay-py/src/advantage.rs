@@ -135,6 +135,16 @@ pub fn trace_channel<'py>(
     advantage::trace_channel(&batch.inner, channel).into_pyarray(py)
 }
 
+/// Codes `0..` of a per-trace text column, in order of first appearance.
+#[pyfunction]
+pub fn trace_text_codes<'py>(
+    py: Python<'py>,
+    batch: PyRef<'py, PyTraceBatch>,
+    field: &str,
+) -> PyResult<Bound<'py, PyArray1<i64>>> {
+    Ok(advantage::trace_text_codes(&batch.inner, field).or_raise(py)?.into_pyarray(py))
+}
+
 /// Per-event graph returns of per-event rewards.
 #[pyfunction]
 #[pyo3(signature = (batch, rewards, *, gamma, kind))]
@@ -194,6 +204,7 @@ pub fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
         group_normalize,
         batch_advantages,
         trace_channel,
+        trace_text_codes,
         graph_returns,
         graph_gae,
         torch_sqrt

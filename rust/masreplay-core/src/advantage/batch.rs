@@ -103,8 +103,10 @@ type Advantages = (Vec<f64>, Vec<f64>);
 
 impl<'a> Events<'a> {
     fn new(view: &'a BatchView<'a>, options: &'a BatchOptions<'a>) -> Result<Self> {
-        let trace_of_event =
-            (0..view.n_traces()).flat_map(|t| std::iter::repeat_n(t as u32, view.events_of(t).len())).collect();
+        let mut trace_of_event = Vec::with_capacity(view.n_events());
+        for t in 0..view.n_traces() {
+            trace_of_event.resize(view.events_of(t).end, t as u32);
+        }
         let tokens = (0..view.n_events()).map(|e| view.tokens(e).map_or(1.0, |t| t as f64)).collect();
         let strata =
             if options.normalize_by.is_empty() { None } else { Some(joint_codes(view, options.normalize_by)?) };

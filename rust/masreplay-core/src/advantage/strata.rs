@@ -12,6 +12,7 @@ use rayon::prelude::*;
 use crate::bail;
 use crate::error::{MasreplayError, Result};
 use crate::names::named_enum;
+use crate::parallel::min_items;
 use crate::store::TraceBatch;
 use crate::trace_view::BatchView;
 
@@ -79,7 +80,9 @@ fn codes_of(view: &BatchView, stratum: Stratum) -> Result<(Vec<u32>, usize)> {
 
 /// Concatenates a per-trace computation (run in parallel); the count is the largest code + 1.
 fn per_trace(view: &BatchView, f: impl Fn(usize) -> Result<Vec<u32>> + Sync + Send) -> Result<(Vec<u32>, usize)> {
-    let parts: Vec<Vec<u32>> = (0..view.n_traces()).into_par_iter().map(f).collect::<Result<_>>()?;
+    let pieces = min_items(view.n_traces(), view.n_events());
+    let parts: Vec<Vec<u32>> =
+        (0..view.n_traces()).into_par_iter().with_min_len(pieces).map(f).collect::<Result<_>>()?;
     let codes: Vec<u32> = parts.concat();
     let count = codes.iter().max().map_or(1, |&m| m as usize + 1);
     Ok((codes, count))

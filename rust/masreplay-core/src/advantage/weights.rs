@@ -7,6 +7,7 @@
 
 use rayon::prelude::*;
 
+use crate::parallel::min_items;
 use crate::trace_view::BatchView;
 
 /// Per-event weights; `codes` are the events' stratum codes (`n_codes` of them), `groups`
@@ -24,6 +25,7 @@ pub(crate) fn loss_weights(
     }
     let parts: Vec<Vec<f64>> = (0..view.n_traces())
         .into_par_iter()
+        .with_min_len(min_items(view.n_traces(), view.n_events()))
         .map_init(
             || (vec![u32::MAX; n_codes], Vec::<(u32, f64, bool)>::new()),
             |(local, cells), trace| {
