@@ -25,6 +25,9 @@ from masreplay.io import as_batch
 from masreplay.vocabulary import STRATA, Estimator, ReturnKind, Stratum, Unit
 
 Compat = Literal["verl", "trl", "openrlhf"]
+#: What the core returns for a batch: per-trace and per-event advantages, loss weights, and
+#: the trace of each event.
+Parts = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 CHANNEL_MODES = ("sum_then_normalize", "normalize_then_sum")
 
 
@@ -230,7 +233,7 @@ def advantages(
     else:
         rewards = {name: _trace_rewards(batch, name, missing) for name in weights}
 
-    def run(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def run(values: np.ndarray) -> Parts:
         return _core.batch_advantages(
             batch._core,
             np.ascontiguousarray(values, dtype=np.float64),
@@ -247,10 +250,9 @@ def advantages(
 
     if credit_array is not None or channel_mode == "sum_then_normalize" or len(weights) == 1:
         total = sum(weights.get(name, 1.0) * values for name, values in rewards.items())
-        per_trace, per_event, loss_weights = run(total)
+        per_trace, per_event, loss_weights, trace_index = run(total)
     else:
-        per_trace, per_event, loss_weights = _normalize_then_sum(batch, weights, rewards, run, compat)
-    trace_index = np.repeat(np.arange(len(batch), dtype=np.int64), np.diff(batch.event_offsets))
+        per_trace, per_event, loss_weights, trace_index = _normalize_then_sum(batch, weights, rewards, run, compat)
     return Advantages(
         per_trace=per_trace.astype(out_dtype, copy=False),
         per_event=per_event.astype(out_dtype, copy=False),
@@ -266,13 +268,14 @@ def _normalize_then_sum(
     batch: TraceBatch,
     weights: Mapping[str, float],
     rewards: Mapping[str, np.ndarray],
-    run: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]],
+    run: Callable[[np.ndarray], Parts],
     compat: Compat | None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+) -> Parts:
     """Each channel normalised on its own (``run``), then the weighted advantages summed;
-    the loss weights do not depend on the rewards, so the first channel's serve."""
+    the loss weights and the events' traces do not depend on the rewards, so the first
+    channel's serve."""
     parts = [(weights[name], run(values)) for name, values in rewards.items()]
-    loss_weights = parts[0][1][2]
+    loss_weights, trace_index = parts[0][1][2:]
     if compat == "trl":
         # TRL sums the weighted channel advantages in fp32, then whitens the sum over the
         # whole batch (its normalize_then_sum).
@@ -285,7 +288,7 @@ def _normalize_then_sum(
     else:
         per_trace = sum(w * part[0] for w, part in parts)
         per_event = sum(w * part[1] for w, part in parts)
-    return per_trace, per_event, loss_weights
+    return per_trace, per_event, loss_weights, trace_index
 
 
 def _rows(name: str, values: Any, n: int) -> np.ndarray:
