@@ -111,8 +111,7 @@ impl<'a> Events<'a> {
         for t in 0..view.n_traces() {
             trace_of_event.resize(view.events_of(t).end, t as u32);
         }
-        let recorded_tokens: Vec<f64> =
-            (0..view.n_events()).map(|e| view.tokens(e).map_or(f64::NAN, |t| t as f64)).collect();
+        let recorded_tokens = view.tokens_or_nan();
         let tokens = recorded_tokens.iter().map(|&t| if t.is_nan() { 1.0 } else { t }).collect();
         let strata =
             if options.normalize_by.is_empty() { None } else { Some(joint_codes(view, options.normalize_by)?) };

@@ -41,30 +41,39 @@ pub(crate) fn loss_weights(
         per_trace.push(slice);
         rest = tail;
     }
-    per_trace.into_par_iter().enumerate().with_min_len(min_items(view.n_traces(), view.n_events())).for_each_init(
-        || (vec![u32::MAX; n_codes], Vec::<Cell>::new()),
-        |(local, cells), (trace, out)| {
+    let pieces = min_items(view.n_traces(), view.n_events());
+    per_trace.into_par_iter().enumerate().with_min_len(pieces).for_each_init(
+        || (vec![u32::MAX; n_codes], Vec::<u32>::new(), Vec::<Cell>::new()),
+        |(local, cell_of, cells), (trace, out)| {
             let range = view.events_of(trace);
-            cells.clear();
-            for e in range.clone() {
-                let code = codes[e] as usize;
-                if local[code] == u32::MAX {
-                    local[code] = cells.len() as u32;
-                    cells.push(Cell { events: 0, tokens: 0.0 });
+            let (codes, tokens) = (&codes[range.clone()], &tokens[range]);
+            // The trace's cells numbered as they first come, then their sums.
+            cell_of.clear();
+            let mut n_cells = 0;
+            for &code in codes {
+                let cell = &mut local[code as usize];
+                if *cell == u32::MAX {
+                    *cell = n_cells;
+                    n_cells += 1;
                 }
-                let cell = &mut cells[local[code] as usize];
-                cell.events += 1;
-                cell.tokens += tokens[e];
+                cell_of.push(*cell);
             }
-            let trace_weight = 1.0 / traces_in_group[groups[trace] as usize] as f64 / cells.len() as f64;
-            for (slot, e) in out.iter_mut().zip(range.clone()) {
-                let cell = cells[local[codes[e] as usize] as usize];
+            cells.clear();
+            cells.resize(n_cells as usize, Cell { events: 0, tokens: 0.0 });
+            for (&c, &t) in cell_of.iter().zip(tokens) {
+                let cell = &mut cells[c as usize];
+                cell.events += 1;
+                cell.tokens += t;
+            }
+            let trace_weight = 1.0 / traces_in_group[groups[trace] as usize] as f64 / n_cells as f64;
+            for ((slot, &c), &t) in out.iter_mut().zip(cell_of.iter()).zip(tokens) {
+                let cell = cells[c as usize];
                 // NaN tokens (one event without them) fail the test: shares by count then.
-                let share = if cell.tokens > 0.0 { tokens[e] / cell.tokens } else { 1.0 / cell.events as f64 };
+                let share = if cell.tokens > 0.0 { t / cell.tokens } else { 1.0 / cell.events as f64 };
                 *slot = trace_weight * share;
             }
-            for e in range {
-                local[codes[e] as usize] = u32::MAX;
+            for &code in codes {
+                local[code as usize] = u32::MAX;
             }
         },
     );
