@@ -343,6 +343,20 @@ def test_group_by_task_none_and_labels():
         masreplay.advantages(batch, group_by="system")
 
 
+def test_group_ids_are_numbered_in_order_of_first_appearance():
+    # Interleaved, "g2" first: numbered as they come, like the integer labels below.
+    batch = _batch(
+        [_linear("a", 1, 1.0, "g2"), _linear("b", 2, 0.0, "g1"), _linear("c", 1, 3.0, "g2"), _linear("d", 1, 2.0, "g1")]
+    )
+    by_id = masreplay.advantages(batch, dtype="float64")
+    np.testing.assert_array_equal(by_id.group_index, [0, 1, 0, 1])
+    by_label = masreplay.advantages(batch, group_by=[5, 8, 5, 8], dtype="float64")
+    np.testing.assert_array_equal(by_id.per_trace, by_label.per_trace)
+    np.testing.assert_array_equal(by_id.group_index, by_label.group_index)
+    with pytest.raises(InvalidArgumentError, match="not text"):
+        masreplay._core.trace_text_codes(batch._core, "n_events")
+
+
 def _multi_agent_group():
     # Trace A (team 1): orch decides, w1 works, orch aggregates. Trace B (team 0): orch, w2, w2.
     def events(*rows):

@@ -241,11 +241,15 @@ def batch_advantages(
     eps: float | None = None,
     compat: Literal["native", "verl", "trl", "openrlhf"] | None = None,
     weight_by: Sequence[Stratum] = ...,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(per trace, per event, loss weight per event), float64; events as in batch.events()."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(per trace, per event, loss weight per event) float64, and the trace of each event
+    (int64); events as in batch.events()."""
 
 def trace_channel(batch: TraceBatch, channel: str) -> np.ndarray:
     """float64 per trace; NaN where the trace has no such reward."""
+
+def trace_text_codes(batch: TraceBatch, field: str) -> np.ndarray:
+    """int64 per trace: the text field's codes 0.. in order of first appearance."""
 
 def graph_returns(batch: TraceBatch, rewards: np.ndarray, *, gamma: float, kind: ReturnKind) -> np.ndarray:
     """float64 per event."""

@@ -51,7 +51,7 @@ class Events:
     @cached_property
     def trace_group(self) -> np.ndarray:
         """Each trace's group (dense codes of ``group_id``)."""
-        return dense(_group_keys(self.batch, "group_id"))
+        return _group_keys(self.batch, "group_id")[1]
 
     @cached_property
     def group(self) -> np.ndarray:

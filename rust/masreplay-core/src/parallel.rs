@@ -16,6 +16,13 @@ pub fn min_piece(values: usize) -> usize {
     if values < SEQUENTIAL_BELOW { usize::MAX } else { 1 }
 }
 
+/// The shortest piece, in items, of a parallel loop over `items` items (traces) holding
+/// `values` values (events) in all: pieces of [`SEQUENTIAL_BELOW`] values or more on average,
+/// so that a loop over fewer than twice that many values runs on the calling thread.
+pub fn min_items(items: usize, values: usize) -> usize {
+    (SEQUENTIAL_BELOW * items).div_ceil(values.max(1)).max(1)
+}
+
 /// `rayon::join` of `a` and `b` for an input of `values` values: one after the other on the
 /// calling thread below [`SEQUENTIAL_BELOW`].
 pub fn join<RA: Send, RB: Send>(
@@ -24,4 +31,18 @@ pub fn join<RA: Send, RB: Send>(
     b: impl FnOnce() -> RB + Send,
 ) -> (RA, RB) {
     if values < SEQUENTIAL_BELOW { (a(), b()) } else { rayon::join(a, b) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_loop_of_under_two_pieces_of_values_is_never_split() {
+        // A step of 256 traces, 5,123 events: a piece needs 205 traces, and 256 / 2 < 205.
+        assert_eq!(min_items(256, 5_123), 205);
+        assert_eq!(min_items(125_000, 1_000_000), 512);
+        assert!(min_items(10, 100) > 10);
+        assert_eq!(min_items(0, 0), 1);
+    }
 }

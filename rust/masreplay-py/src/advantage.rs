@@ -80,9 +80,10 @@ pub fn group_normalize<'py>(
 }
 
 type Array<'py> = Bound<'py, PyArray1<f64>>;
-type Triple<'py> = (Array<'py>, Array<'py>, Array<'py>);
+type Results<'py> = (Array<'py>, Array<'py>, Array<'py>, Bound<'py, PyArray1<i64>>);
 
-/// Advantages of a batch: (per_trace, per_event, weights), all float64.
+/// Advantages of a batch: (per_trace, per_event, weights), all float64, and the trace of
+/// each event (int64).
 #[pyfunction]
 #[pyo3(signature = (batch, trace_values, groups, *, credit=None, normalize_by=Vec::new(), unit=Arg(Unit::Traces), estimator=Arg(Estimator::Grpo), std=Arg(Scale::Group), eps=None, compat=None, weight_by=Vec::new()))]
 #[allow(clippy::too_many_arguments)]
@@ -99,7 +100,7 @@ pub fn batch_advantages<'py>(
     eps: Option<f64>,
     compat: Option<Arg<Compat>>,
     weight_by: Vec<Arg<Stratum>>,
-) -> PyResult<Triple<'py>> {
+) -> PyResult<Results<'py>> {
     let spec = spec(py, estimator, std, eps, compat)?;
     let (normalize_by, weight_by) = (strata(normalize_by), strata(weight_by));
     let trace_values = slice("trace_values", &trace_values).or_raise(py)?;
@@ -122,7 +123,13 @@ pub fn batch_advantages<'py>(
             advantage::batch_advantages(inner, &options)
         })
         .or_raise(py)?;
-    Ok((result.per_trace.into_pyarray(py), result.per_event.into_pyarray(py), result.weights.into_pyarray(py)))
+    let trace_index: Vec<i64> = result.trace_of_event.iter().map(|&t| i64::from(t)).collect();
+    Ok((
+        result.per_trace.into_pyarray(py),
+        result.per_event.into_pyarray(py),
+        result.weights.into_pyarray(py),
+        trace_index.into_pyarray(py),
+    ))
 }
 
 /// The named channel of every trace's rewards (NaN where missing).
@@ -133,6 +140,16 @@ pub fn trace_channel<'py>(
     channel: &str,
 ) -> Bound<'py, PyArray1<f64>> {
     advantage::trace_channel(&batch.inner, channel).into_pyarray(py)
+}
+
+/// Codes `0..` of a per-trace text column, in order of first appearance.
+#[pyfunction]
+pub fn trace_text_codes<'py>(
+    py: Python<'py>,
+    batch: PyRef<'py, PyTraceBatch>,
+    field: &str,
+) -> PyResult<Bound<'py, PyArray1<i64>>> {
+    Ok(advantage::trace_text_codes(&batch.inner, field).or_raise(py)?.into_pyarray(py))
 }
 
 /// Per-event graph returns of per-event rewards.
@@ -194,6 +211,7 @@ pub fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
         group_normalize,
         batch_advantages,
         trace_channel,
+        trace_text_codes,
         graph_returns,
         graph_gae,
         torch_sqrt

@@ -42,6 +42,8 @@ pub struct BatchAdvantages {
     pub per_event: Vec<f64>,
     /// Loss weight per event (see `weights`).
     pub weights: Vec<f64>,
+    /// The trace of each event.
+    pub trace_of_event: Vec<u32>,
 }
 
 fn check(view: &BatchView, options: &BatchOptions) -> Result<()> {
@@ -82,9 +84,9 @@ pub fn batch_advantages(batch: &TraceBatch, options: &BatchOptions) -> Result<Ba
     } else {
         row_per_trace_and_stratum(&events)?
     };
-    let weights = weights(events)?;
+    let (weights, trace_of_event) = weights(events)?;
     debug_assert_eq!(weights.len(), per_event.len());
-    Ok(BatchAdvantages { per_trace, per_event, weights })
+    Ok(BatchAdvantages { per_trace, per_event, weights, trace_of_event })
 }
 
 /// What every layout of rows reads of the batch's events.
@@ -92,7 +94,9 @@ struct Events<'a> {
     view: &'a BatchView<'a>,
     options: &'a BatchOptions<'a>,
     trace_of_event: Vec<u32>,
-    /// Each event's token count (1 where not recorded): the rows' lengths.
+    /// Each event's token count, NaN where not recorded: the loss weights' shares.
+    recorded_tokens: Vec<f64>,
+    /// Each event's token count, 1 where not recorded: the rows' lengths.
     tokens: Vec<f64>,
     /// Each event's joint code of `normalize_by`, and the number of codes.
     strata: Option<(Vec<u32>, usize)>,
@@ -103,12 +107,15 @@ type Advantages = (Vec<f64>, Vec<f64>);
 
 impl<'a> Events<'a> {
     fn new(view: &'a BatchView<'a>, options: &'a BatchOptions<'a>) -> Result<Self> {
-        let trace_of_event =
-            (0..view.n_traces()).flat_map(|t| std::iter::repeat_n(t as u32, view.events_of(t).len())).collect();
-        let tokens = (0..view.n_events()).map(|e| view.tokens(e).map_or(1.0, |t| t as f64)).collect();
+        let mut trace_of_event = Vec::with_capacity(view.n_events());
+        for t in 0..view.n_traces() {
+            trace_of_event.resize(view.events_of(t).end, t as u32);
+        }
+        let recorded_tokens = view.tokens_or_nan();
+        let tokens = recorded_tokens.iter().map(|&t| if t.is_nan() { 1.0 } else { t }).collect();
         let strata =
             if options.normalize_by.is_empty() { None } else { Some(joint_codes(view, options.normalize_by)?) };
-        Ok(Events { view, options, trace_of_event, tokens, strata })
+        Ok(Events { view, options, trace_of_event, recorded_tokens, tokens, strata })
     }
 
     /// The event's credit, or its trace's reward.
@@ -133,7 +140,10 @@ fn row_per_trace(events: &Events) -> Result<Advantages> {
         tokens: None,
     };
     let per_trace: Vec<f64> = normalize(&rows, &options.spec)?;
-    let per_event = events.trace_of_event.iter().map(|&t| per_trace[t as usize]).collect();
+    let mut per_event = Vec::with_capacity(view.n_events());
+    for (t, &advantage) in per_trace.iter().enumerate() {
+        per_event.resize(view.events_of(t).end, advantage);
+    }
     Ok((per_trace, per_event))
 }
 
@@ -231,13 +241,14 @@ fn row_per_trace_and_stratum(events: &Events) -> Result<Advantages> {
 }
 
 /// The loss weights over the strata of `weight_by` (the agents by default), reusing the codes
-/// of `normalize_by` when they are the same strata.
-fn weights(events: Events) -> Result<Vec<f64>> {
+/// of `normalize_by` when they are the same strata; and the trace of each event.
+fn weights(events: Events) -> Result<(Vec<f64>, Vec<u32>)> {
     let (view, options) = (events.view, events.options);
     let weight_by = if options.weight_by.is_empty() { &[Stratum::Agent][..] } else { options.weight_by };
     let (codes, n_codes) = match events.strata {
         Some(codes) if weight_by == options.normalize_by => codes,
         _ => joint_codes(view, weight_by)?,
     };
-    Ok(loss_weights(view, options.groups, options.n_groups, &codes, n_codes))
+    let weights = loss_weights(view, options.groups, options.n_groups, &codes, n_codes, &events.recorded_tokens);
+    Ok((weights, events.trace_of_event))
 }

@@ -21,6 +21,7 @@ use super::spec::{Compat, Estimator, Scale, Spec};
 use super::torch_sum::torch_sum_threads_of;
 use crate::bail;
 use crate::error::{MasreplayError, Result};
+use crate::parallel::min_piece;
 use crate::stamped::StampedIndex;
 
 /// The smallest key and the width of the keys' range (`max - min`), or None for no keys.
@@ -55,7 +56,7 @@ pub fn dense_codes(keys: &[i64]) -> (Vec<u32>, usize) {
         return (Vec::new(), 0);
     };
     if narrow_span(span, keys.len()) {
-        let codes = keys.par_iter().map(|&k| k.wrapping_sub(min) as u32).collect();
+        let codes = keys.par_iter().with_min_len(min_piece(keys.len())).map(|&k| k.wrapping_sub(min) as u32).collect();
         return (codes, span as usize + 1);
     }
     let hasher = foldhash::fast::FixedState::default();
@@ -440,7 +441,7 @@ fn check_lengths(n: usize, lengths: Option<&[f64]>) -> Result<()> {
 
 fn check_values(values: &[f64], lengths: Option<&[f64]>) -> Result<()> {
     check_lengths(values.len(), lengths)?;
-    if values.par_iter().any(|x| x.is_infinite()) {
+    if values.par_iter().with_min_len(min_piece(values.len())).any(|x| x.is_infinite()) {
         return Err(infinite_values());
     }
     Ok(())
@@ -489,14 +490,14 @@ fn check_rows(rows: &Rows) -> Result<()> {
     if rows.groups.len() != n {
         bail!("groups has {} entries for {n} values", rows.groups.len());
     }
-    if let Some(bad) = rows.groups.par_iter().find_any(|&&g| g as usize >= rows.n_groups) {
+    if let Some(bad) = rows.groups.par_iter().with_min_len(min_piece(n)).find_any(|&&g| g as usize >= rows.n_groups) {
         bail!("group code {bad} out of range for {} groups", rows.n_groups);
     }
     if let Some((strata, n_strata)) = rows.strata {
         if strata.len() != n {
             bail!("strata has {} entries for {n} values", strata.len());
         }
-        if let Some(bad) = strata.par_iter().find_any(|&&s| s as usize >= n_strata) {
+        if let Some(bad) = strata.par_iter().with_min_len(min_piece(n)).find_any(|&&s| s as usize >= n_strata) {
             bail!("stratum code {bad} out of range for {n_strata} strata");
         }
     }

@@ -29,7 +29,7 @@ mod torch_sum;
 mod trainer_scatter;
 pub mod weights;
 
-pub use crate::store::trace_channel;
+pub use crate::store::{trace_channel, trace_text_codes};
 pub use crate::trace::Unit;
 pub use batch::{BatchAdvantages, BatchOptions, batch_advantages};
 pub use float::AdvantageFloat;

@@ -25,6 +25,7 @@ use super::rows::Rows;
 use super::spec::{Compat, Estimator, Scale, Spec};
 use super::trainer_scatter::gather_then_write;
 use crate::error::Result;
+use crate::parallel::min_piece;
 
 /// A group's count and the sums of `x - shift` and `(x - shift)^2` over its values, `shift`
 /// being its first value: the shifted-data variance, as accurate as two passes
@@ -251,11 +252,12 @@ fn two_passes<K: Copy + Sync, T: AdvantageFloat>(
     let moments = moments_by_group(values, keys, code, n_groups);
     // An infinite value leaves its group's sums infinite or NaN; so do finite values whose
     // squares overflow, which the values themselves tell apart.
-    let overflowed = moments.par_iter().any(|m| !(m.sum + m.squares).is_finite());
-    if overflowed && values.par_iter().any(|x| x.is_infinite()) {
+    let piece = min_piece(n_groups);
+    let overflowed = moments.par_iter().with_min_len(piece).any(|m| !(m.sum + m.squares).is_finite());
+    if overflowed && values.par_iter().with_min_len(min_piece(values.len())).any(|x| x.is_infinite()) {
         return Err(infinite_values());
     }
-    let affine: Vec<Affine> = moments.par_iter().map(|m| m.affine(spec, batch_std)).collect();
+    let affine: Vec<Affine> = moments.par_iter().with_min_len(piece).map(|m| m.affine(spec, batch_std)).collect();
 
     let chunk = (values.len() / (rayon::current_num_threads() * 4)).max(1 << 14);
     let pieces = values.par_chunks(chunk).zip(keys.par_chunks(chunk));

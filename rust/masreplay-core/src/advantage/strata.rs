@@ -12,6 +12,7 @@ use rayon::prelude::*;
 use crate::bail;
 use crate::error::{MasreplayError, Result};
 use crate::names::named_enum;
+use crate::parallel::min_items;
 use crate::store::TraceBatch;
 use crate::trace_view::BatchView;
 
@@ -79,30 +80,31 @@ fn codes_of(view: &BatchView, stratum: Stratum) -> Result<(Vec<u32>, usize)> {
 
 /// Concatenates a per-trace computation (run in parallel); the count is the largest code + 1.
 fn per_trace(view: &BatchView, f: impl Fn(usize) -> Result<Vec<u32>> + Sync + Send) -> Result<(Vec<u32>, usize)> {
-    let parts: Vec<Vec<u32>> = (0..view.n_traces()).into_par_iter().map(f).collect::<Result<_>>()?;
+    let pieces = min_items(view.n_traces(), view.n_events());
+    let parts: Vec<Vec<u32>> =
+        (0..view.n_traces()).into_par_iter().with_min_len(pieces).map(f).collect::<Result<_>>()?;
     let codes: Vec<u32> = parts.concat();
     let count = codes.iter().max().map_or(1, |&m| m as usize + 1);
     Ok((codes, count))
 }
 
 pub(crate) fn joint_codes(view: &BatchView, strata: &[Stratum]) -> Result<(Vec<u32>, usize)> {
-    let mut joint: Option<(Vec<u64>, u64)> = None;
-    for &stratum in strata {
-        let (codes, count) = codes_of(view, stratum)?;
-        joint = Some(match joint {
-            None => (codes.into_iter().map(u64::from).collect(), count as u64),
-            Some((mut acc, radix)) => {
-                acc.iter_mut().zip(&codes).for_each(|(a, &c)| *a = *a * count as u64 + c as u64);
-                let radix = radix.checked_mul(count as u64).ok_or_else(|| {
-                    MasreplayError::InvalidArgument(format!("normalize_by {strata:?} has too many combinations"))
-                })?;
-                (acc, radix)
-            }
-        });
-    }
-    let Some((codes, combinations)) = joint else {
+    let Some((&first, rest)) = strata.split_first() else {
         bail!("normalize_by names no stratum");
     };
+    let (first_codes, count) = codes_of(view, first)?;
+    if rest.is_empty() && count as u64 <= DIRECT_CODES {
+        return Ok((first_codes, count)); // one stratum: its codes are the joint codes
+    }
+    let mut codes: Vec<u64> = first_codes.into_iter().map(u64::from).collect();
+    let mut combinations = count as u64;
+    for &stratum in rest {
+        let (next, count) = codes_of(view, stratum)?;
+        codes.iter_mut().zip(&next).for_each(|(a, &c)| *a = *a * count as u64 + c as u64);
+        combinations = combinations.checked_mul(count as u64).ok_or_else(|| {
+            MasreplayError::InvalidArgument(format!("normalize_by {strata:?} has too many combinations"))
+        })?;
+    }
     if combinations <= DIRECT_CODES {
         return Ok((codes.into_iter().map(|c| c as u32).collect(), combinations as usize));
     }

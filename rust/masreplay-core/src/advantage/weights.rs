@@ -7,61 +7,75 @@
 
 use rayon::prelude::*;
 
+use crate::parallel::min_items;
 use crate::trace_view::BatchView;
 
+/// What a (trace, stratum) cell holds: its events, and their tokens (NaN unless every one of
+/// them records its tokens).
+#[derive(Clone, Copy)]
+struct Cell {
+    events: u32,
+    tokens: f64,
+}
+
 /// Per-event weights; `codes` are the events' stratum codes (`n_codes` of them), `groups`
-/// the traces' dense group codes.
+/// the traces' dense group codes, `tokens` each event's token count (NaN where not recorded).
 pub(crate) fn loss_weights(
     view: &BatchView,
     groups: &[u32],
     n_groups: usize,
     codes: &[u32],
     n_codes: usize,
+    tokens: &[f64],
 ) -> Vec<f64> {
     let mut traces_in_group = vec![0u32; n_groups];
     for &g in groups {
         traces_in_group[g as usize] += 1;
     }
-    let parts: Vec<Vec<f64>> = (0..view.n_traces())
-        .into_par_iter()
-        .map_init(
-            || (vec![u32::MAX; n_codes], Vec::<(u32, f64, bool)>::new()),
-            |(local, cells), trace| {
-                let range = view.events_of(trace);
-                cells.clear();
-                // (events, tokens, every event has tokens) per cell of this trace
-                for e in range.clone() {
-                    let code = codes[e] as usize;
-                    if local[code] == u32::MAX {
-                        local[code] = cells.len() as u32;
-                        cells.push((0, 0.0, true));
-                    }
-                    let cell = &mut cells[local[code] as usize];
-                    cell.0 += 1;
-                    match view.tokens(e) {
-                        Some(t) => cell.1 += t as f64,
-                        None => cell.2 = false,
-                    }
+    let mut weights = vec![0.0; view.n_events()];
+    // Each trace's slice of the weights, written by whichever thread takes the trace.
+    let mut rest = weights.as_mut_slice();
+    let mut per_trace: Vec<&mut [f64]> = Vec::with_capacity(view.n_traces());
+    for trace in 0..view.n_traces() {
+        let (slice, tail) = rest.split_at_mut(view.events_of(trace).len());
+        per_trace.push(slice);
+        rest = tail;
+    }
+    let pieces = min_items(view.n_traces(), view.n_events());
+    per_trace.into_par_iter().enumerate().with_min_len(pieces).for_each_init(
+        || (vec![u32::MAX; n_codes], Vec::<u32>::new(), Vec::<Cell>::new()),
+        |(local, cell_of, cells), (trace, out)| {
+            let range = view.events_of(trace);
+            let (codes, tokens) = (&codes[range.clone()], &tokens[range]);
+            // The trace's cells numbered as they first come, then their sums.
+            cell_of.clear();
+            let mut n_cells = 0;
+            for &code in codes {
+                let cell = &mut local[code as usize];
+                if *cell == u32::MAX {
+                    *cell = n_cells;
+                    n_cells += 1;
                 }
-                let per_trace = 1.0 / traces_in_group[groups[trace] as usize] as f64 / cells.len() as f64;
-                let weights = range
-                    .clone()
-                    .map(|e| {
-                        let (count, tokens, all) = cells[local[codes[e] as usize] as usize];
-                        let share = if all && tokens > 0.0 {
-                            view.tokens(e).unwrap_or(0) as f64 / tokens
-                        } else {
-                            1.0 / count as f64
-                        };
-                        per_trace * share
-                    })
-                    .collect();
-                for e in range {
-                    local[codes[e] as usize] = u32::MAX;
-                }
-                weights
-            },
-        )
-        .collect();
-    parts.concat()
+                cell_of.push(*cell);
+            }
+            cells.clear();
+            cells.resize(n_cells as usize, Cell { events: 0, tokens: 0.0 });
+            for (&c, &t) in cell_of.iter().zip(tokens) {
+                let cell = &mut cells[c as usize];
+                cell.events += 1;
+                cell.tokens += t;
+            }
+            let trace_weight = 1.0 / traces_in_group[groups[trace] as usize] as f64 / n_cells as f64;
+            for ((slot, &c), &t) in out.iter_mut().zip(cell_of.iter()).zip(tokens) {
+                let cell = cells[c as usize];
+                // NaN tokens (one event without them) fail the test: shares by count then.
+                let share = if cell.tokens > 0.0 { t / cell.tokens } else { 1.0 / cell.events as f64 };
+                *slot = trace_weight * share;
+            }
+            for &code in codes {
+                local[code as usize] = u32::MAX;
+            }
+        },
+    );
+    weights
 }

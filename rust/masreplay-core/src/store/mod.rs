@@ -25,7 +25,7 @@ pub(crate) use nulls::share_null_columns;
 pub use parquet_io::{read_parquet, write_parquet};
 pub(crate) use read::ChannelReader;
 pub(crate) use read::same_text;
-pub use read::{trace_at, trace_channel};
+pub use read::{trace_at, trace_channel, trace_text_codes};
 pub use structure::WellFormed;
 
 use crate::error::{MasreplayError, Result};

@@ -5,10 +5,14 @@ use arrow_array::Array;
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Float64Type, Int8Type};
 use arrow_array::{DictionaryArray, RecordBatch, StringArray};
+use foldhash::fast::FixedState;
+use hashbrown::HashMap;
 use rayon::prelude::*;
 use serde_json::{Map, Value};
 
 use super::schema::{TraceColumns, dictionary_text, named_numbers_at};
+use crate::error::{MasreplayError, Result};
+use crate::parallel::min_piece;
 use crate::trace::{Costs, CounterfactualKind, CounterfactualOf, Edge, EdgeType, Event, EventType, Topology, Trace};
 
 /// String equality for short ids and keys compared once per trace: inlined, where `==` calls
@@ -57,7 +61,25 @@ impl<'a> ChannelReader<'a> {
 pub fn trace_channel(batch: &super::TraceBatch, channel: &str) -> Vec<f64> {
     let columns = TraceColumns::new(batch.record_batch());
     let reader = ChannelReader::new(&columns, channel);
-    (0..batch.len()).into_par_iter().map(|row| reader.at(row)).collect()
+    (0..batch.len()).into_par_iter().with_min_len(min_piece(batch.len())).map(|row| reader.at(row)).collect()
+}
+
+/// Codes of a per-trace text column (`group_id`, `task_id`): `0..` in order of first
+/// appearance, equal texts equal codes (Arrow's `dictionary_encode` numbering).
+pub fn trace_text_codes(batch: &super::TraceBatch, name: &str) -> Result<Vec<i64>> {
+    let column = batch.trace_field(name)?;
+    let Some(texts) = column.as_string_opt::<i32>() else {
+        return Err(MasreplayError::InvalidArgument(format!("trace field {name:?} is not text")));
+    };
+    let mut codes: HashMap<&str, i64, FixedState> =
+        HashMap::with_capacity_and_hasher(texts.len(), FixedState::default());
+    Ok(texts
+        .iter()
+        .map(|text| {
+            let next = codes.len() as i64;
+            *codes.entry(text.unwrap_or("")).or_insert(next)
+        })
+        .collect())
 }
 
 fn text(array: &StringArray, i: usize) -> Option<String> {

@@ -247,6 +247,18 @@ impl<'a> BatchView<'a> {
         self.events.tokens.is_valid(row).then(|| self.events.tokens.value(row))
     }
 
+    /// Every event's token count, NaN where not recorded (one pass over the column).
+    pub fn tokens_or_nan(&self) -> Vec<f64> {
+        let rows = self.base..self.base + self.n_events();
+        let values = &self.events.tokens.values()[rows.clone()];
+        match self.events.tokens.nulls() {
+            None => values.iter().map(|&t| t as f64).collect(),
+            Some(valid) => {
+                values.iter().zip(rows).map(|(&t, row)| if valid.is_valid(row) { t as f64 } else { f64::NAN }).collect()
+            }
+        }
+    }
+
     #[inline]
     pub fn duration_s(&self, e: usize) -> Option<f64> {
         let row = self.column_row(e);
