@@ -196,9 +196,11 @@ def shapley(
     ``stderr`` is calibrated: value +- 1.96 stderr covers the exact value 93-97% of the time
     for every sampled method on the benchmark game families at 10,000 evaluations
     (tests/test_shapley_calibration.py), for the ordering samplers (permutation, precedence,
-    Owen) from ten antithetic pairs of orderings on (each player's variance is pooled with
-    the players' mean variance and scaled by Student's t, so a null player's stderr is that
-    floor rather than 0), and with a prior of logged rollouts (tests/test_shapley_prior.py).
+    Owen) from ten antithetic pairs of orderings on, on sparse games as well (each player's
+    variance is pooled with the mean variance of the players whose contributions varied and
+    scaled by Student's t; a player whose never varied gets every player's mean as its floor,
+    so a null player's stderr is that floor rather than 0), and with a prior of logged
+    rollouts (tests/test_shapley_prior.py).
     For ``stratified`` it is the error of the projected values.
     """
     if prior is not None:
