@@ -78,7 +78,7 @@ fn head_word(text: impl AsRef<[u8]>) -> u64 {
     if let Some(word) = bytes.first_chunk::<8>() {
         return u64::from_le_bytes(*word);
     }
-    let half = |at: usize| u64::from(u32::from_le_bytes(bytes[at..at + 4].try_into().expect("four bytes")));
+    let half = |at: usize| u64::from(u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]));
     match n {
         0 => 0,
         1..4 => u64::from(bytes[0]) | u64::from(bytes[n / 2]) << 8 | u64::from(bytes[n - 1]) << 16,

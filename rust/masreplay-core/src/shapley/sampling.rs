@@ -54,10 +54,11 @@ pub trait OrderSampler: Sync {
     fn antithetic(&self) -> bool;
 }
 
-/// Per-player sums of unit contributions, and of their deviations from the player's first
-/// contribution and of those deviations' squares: the variance without the cancellation of a
-/// plain sum of squares (a player that antithetic pairs estimate exactly has contributions equal
-/// to rounding, and squares of the raw values left standard errors of 1e-8 on errors of 1e-14).
+/// Per-player sums of unit contributions (the mean, its bits as before), and of their
+/// deviations from the player's first contribution and of those deviations' squares: the
+/// variance without the cancellation of a plain sum of squares (a player that antithetic pairs
+/// estimate exactly has contributions equal to rounding, and squares of the raw values left
+/// standard errors of 1e-8 on errors of 1e-14).
 #[derive(Clone)]
 pub struct Moments {
     pub units: u64,
@@ -135,12 +136,8 @@ impl Moments {
         // add nothing, and shrinking the active players toward a mean that counts them made
         // their intervals too short (4 active players of 16 covered 86-91% at 302
         // evaluations); where every player varies the two pools are one.
-        let mean = |values: &mut dyn Iterator<Item = f64>| {
-            let (sum, count) = values.fold((0.0, 0usize), |(s, c), v| (s + v, c + 1));
-            if count == 0 { 0.0 } else { sum / count as f64 }
-        };
-        let floor_pool = mean(&mut variances.iter().copied());
-        let varied_pool = mean(&mut variances.iter().copied().filter(|&v| v > 0.0));
+        let floor_pool = mean(variances.iter().copied());
+        let varied_pool = mean(variances.iter().copied().filter(|&v| v > 0.0));
         let dof = m - 1.0;
         let scale = z_scale(self.units as usize - 1 + POOLED_DOF);
         let prior = POOLED_DOF as f64;
@@ -152,6 +149,12 @@ impl Moments {
             })
             .collect()
     }
+}
+
+/// The mean of `values` (0 for none).
+fn mean(values: impl Iterator<Item = f64>) -> f64 {
+    let (sum, count) = values.fold((0.0, 0usize), |(s, c), v| (s + v, c + 1));
+    if count == 0 { 0.0 } else { sum / count as f64 }
 }
 
 /// Averages marginal contributions over orderings drawn by `sampler` until the budget is
