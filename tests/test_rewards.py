@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import masreplay
+from masreplay.errors import ChannelNotFoundError, InvalidArgumentError
 from masreplay.rewards import RunningStd, Schedule, compose, parl
 
 
@@ -140,3 +141,76 @@ def test_balance_leaves_a_channel_alone_until_it_has_spread():
     assert compose({"c": [3.0]}, {"c": 1.0}, balance="std", state=state).tolist() == [3.0]
     assert compose({"c": [3.0, 3.0]}, {"c": 1.0}, balance="std", state=state).tolist() == [3.0, 3.0]
     assert math.isnan(RunningStd().std("never seen"))
+
+
+def test_compose_refuses_channels_of_different_lengths_and_leaves_the_state_alone():
+    state = RunningStd()
+    compose({"a": [1.0, 2.0, 4.0]}, {"a": 1.0}, balance="std", state=state)
+    before = state.to_dict()
+    # A channel of one value would otherwise be broadcast over every trace.
+    with pytest.raises(InvalidArgumentError, match="lengths"):
+        compose({"a": [1.0, 2.0, 3.0], "b": [5.0]}, {"a": 1.0, "b": 1.0}, balance="std", state=state)
+    with pytest.raises(InvalidArgumentError, match="'b'"):
+        compose({"a": [1.0, 2.0, 3.0], "b": ["x", "y", "z"]}, {"a": 1.0, "b": 1.0}, balance="std", state=state)
+    with pytest.raises(InvalidArgumentError, match="infinite"):
+        compose({"a": [1.0, 2.0, 3.0], "b": [1.0, math.inf, 0.0]}, {"a": 1.0, "b": 1.0}, balance="std", state=state)
+    with pytest.raises(InvalidArgumentError, match="1-D"):
+        compose({"a": [[1.0, 2.0]]}, {"a": 1.0}, balance="std", state=state)
+    with pytest.raises(InvalidArgumentError, match="weight of 'a'"):
+        compose({"a": [1.0, 2.0, 3.0]}, {"a": math.nan}, balance="std", state=state)
+    assert state.to_dict() == before
+
+
+def test_compose_names_missing_channels_and_refuses_a_state_without_balance():
+    with pytest.raises(ChannelNotFoundError, match="missing") as caught:
+        compose({"team": [1.0]}, {"team": 1.0, "missing": 1.0})
+    assert isinstance(caught.value, KeyError) and caught.value.channels == ("missing",)
+    assert pickle.loads(pickle.dumps(caught.value)).channels == ("missing",)
+    with pytest.raises(InvalidArgumentError, match="balance='std'"):
+        compose({"team": [1.0]}, {"team": 1.0}, state=RunningStd())
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {},
+        {"eps": "x", "channels": {}},
+        {"eps": -1.0, "channels": {}},
+        {"eps": 1e-8, "channels": {"c": [2, 0.0]}},
+        {"eps": 1e-8, "channels": {"c": [-2, 0.0, 1.0]}},
+        {"eps": 1e-8, "channels": {"c": [2, math.nan, 1.0]}},
+        {"eps": 1e-8, "channels": {"c": [2, 0.0, -1.0]}},
+        {"eps": 1e-8, "channels": [1, 2]},
+    ],
+)
+def test_running_std_from_a_damaged_dict_is_refused(data):
+    with pytest.raises(InvalidArgumentError, match=r"RunningStd\.from_dict"):
+        RunningStd.from_dict(data)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {},
+        {"kind": "sawtooth", "params": {}},
+        {"kind": "linear", "params": {"start": 1.0, "end": 0.0}},
+        {"kind": "linear", "params": {"start": 1.0, "end": 0.0, "steps": -3}},
+        {"kind": "step", "params": {"values": [1.0], "boundaries": [5]}},
+        {"kind": "constant", "params": {"value": "high"}},
+        {"kind": "constant", "params": [1.0]},
+        {
+            "kind": "on_indicator",
+            "params": {
+                "before": {"kind": "constant", "params": {"value": 1.0}},
+                "after": {"kind": "constant", "params": {"value": 0.0}},
+                "threshold": 0.9,
+                "patience": 2,
+                "above": True,
+            },
+            "state": {"streak": -1, "since": None},
+        },
+    ],
+)
+def test_schedule_from_a_damaged_dict_is_refused(data):
+    with pytest.raises(InvalidArgumentError):
+        Schedule.from_dict(data)

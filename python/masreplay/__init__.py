@@ -12,6 +12,7 @@ from masreplay.buffer import AddReport, GraphBuffer
 from masreplay.counterfactual import coma_credit, counterfactual_credit, difference_rewards, same_prefix_credit
 from masreplay.errors import (
     ArgumentTypeError,
+    ChannelNotFoundError,
     ColumnNotFoundError,
     ConversionError,
     DataFormatError,
@@ -38,6 +39,7 @@ __all__ = [
     "AddReport",
     "Advantages",
     "ArgumentTypeError",
+    "ChannelNotFoundError",
     "ColumnNotFoundError",
     "ConversionError",
     "DataFormatError",

@@ -108,8 +108,29 @@ class ColumnNotFoundError(MasreplayError, KeyError):
         return (type(self), (self.column, self.known))
 
 
+class ChannelNotFoundError(MasreplayError, KeyError):
+    """A reward channel named (in ``compose``'s weights) that is not given; also a
+    ``KeyError``, as for a mapping.
+
+    Attributes:
+        channels: the names asked for and not found, sorted.
+    """
+
+    def __init__(self, channels: tuple[str, ...], known: tuple[str, ...]) -> None:
+        self.channels = channels
+        self.known = known
+        super().__init__(channels)
+
+    def __str__(self) -> str:  # KeyError's own would quote the whole message
+        return f"weights name channels that are not given: {list(self.channels)}; the channels are {list(self.known)}"
+
+    def __reduce__(self):
+        return (type(self), (self.channels, self.known))
+
+
 __all__ = [
     "ArgumentTypeError",
+    "ChannelNotFoundError",
     "ColumnNotFoundError",
     "ConversionError",
     "DataFormatError",

@@ -18,8 +18,8 @@ from typing import Any, Literal
 import numpy as np
 import pyarrow.compute as pc
 
-from masreplay._args import checked
-from masreplay.errors import InvalidArgumentError
+from masreplay._args import I64_MAX, checked, numbers, real, whole
+from masreplay.errors import ChannelNotFoundError, InvalidArgumentError
 from masreplay.io import as_batch
 from masreplay.orchestration import metrics
 
@@ -143,8 +143,26 @@ class Schedule:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Schedule:
-        params = {k: cls.from_dict(v) if isinstance(v, Mapping) else v for k, v in data["params"].items()}
-        return cls(data["kind"], params, dict(data.get("state", {})) or None)
+        """The schedule :meth:`to_dict` described, rebuilt through its constructor so that a
+        damaged description (a checkpoint edited by hand, truncated) is refused by name."""
+        try:
+            kind = data["kind"]
+            if kind not in _KINDS:
+                raise InvalidArgumentError(f"unknown schedule kind {kind!r}; expected one of {sorted(_KINDS)}")
+            params = {k: cls.from_dict(v) if isinstance(v, Mapping) else v for k, v in data["params"].items()}
+            schedule = getattr(cls, kind)(**params)
+            state = dict(data.get("state") or {})
+            if kind == "on_indicator":
+                since = state.get("since")
+                schedule.state = {
+                    "streak": whole("Schedule.from_dict: state.streak", state.get("streak", 0)),
+                    "since": None if since is None else whole("Schedule.from_dict: state.since", since, low=-I64_MAX),
+                }
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            if isinstance(error, InvalidArgumentError):
+                raise
+            raise InvalidArgumentError(f"Schedule.from_dict: not a schedule's description: {error!r}") from None
+        return schedule
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Schedule) and self.to_dict() == other.to_dict()
@@ -202,8 +220,20 @@ class RunningStd:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunningStd:
-        state = cls(data["eps"])
-        state.channels = {k: [int(v[0]), float(v[1]), float(v[2])] for k, v in data["channels"].items()}
+        """The statistics :meth:`to_dict` saved; a damaged copy is refused by name."""
+        try:
+            state = cls(real("RunningStd.from_dict: eps", data["eps"], low=0.0))
+            for name, (count, mean, m2) in data["channels"].items():
+                where = f"RunningStd.from_dict: channels[{name!r}]"
+                state.channels[str(name)] = [
+                    whole(f"{where} count", count),
+                    real(f"{where} mean", mean),
+                    real(f"{where} m2", m2, low=0.0),
+                ]
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            if isinstance(error, InvalidArgumentError):
+                raise
+            raise InvalidArgumentError(f"RunningStd.from_dict: not saved statistics: {error!r}") from None
         return state
 
     def __repr__(self) -> str:
@@ -228,25 +258,42 @@ def compose(
     (a :class:`RunningStd`, updated with this batch before scaling); pass the same one on
     every call to keep them across calls, and save it with ``state.to_dict()``.
     """
-    if balance is None:
-        state = None
-    elif state is None:
+    if state is not None and balance is None:
+        raise InvalidArgumentError("compose: state holds the running statistics of balance='std'; pass balance='std' with it")
+    if balance is not None and state is None:
         state = RunningStd()
     missing = set(weights) - set(channels)
     if missing:
-        raise KeyError(f"weights name channels that are not given: {sorted(missing)}")
-    total: np.ndarray | None = None
-    for name, weight in weights.items():
-        values = np.asarray(channels[name], dtype=np.float64)
-        if isinstance(weight, Schedule):
-            if step is None:
-                raise InvalidArgumentError(f"the weight of {name!r} is a Schedule: pass step=")
-            weight = weight(step)
+        raise ChannelNotFoundError(tuple(sorted(map(str, missing))), tuple(map(str, channels)))
+    if not weights:
+        raise InvalidArgumentError("compose needs at least one weighted channel")
+    # Every channel and weight is read and checked before the state learns from any of them,
+    # so a refused call leaves the running statistics as they were.
+    terms = {name: (_weight(name, weight, step), _channel(name, channels[name])) for name, weight in weights.items()}
+    lengths = {name: len(values) for name, (_, values) in terms.items()}
+    if len(set(lengths.values())) > 1:
+        raise InvalidArgumentError(f"compose: channels must hold one value per trace each, got lengths {lengths}")
+    total = np.zeros(next(iter(lengths.values())))
+    for name, (weight, values) in terms.items():
         if state is not None:
             state.update(name, values)
             values = values * state.scale(name)
-        term = np.nan_to_num(weight * values, nan=0.0)
-        total = term if total is None else total + term
-    if total is None:
-        raise InvalidArgumentError("compose needs at least one weighted channel")
+        total += np.nan_to_num(weight * values, nan=0.0)
     return total
+
+
+def _weight(name: str, weight: float | Schedule, step: int | None) -> float:
+    if isinstance(weight, Schedule):
+        if step is None:
+            raise InvalidArgumentError(f"the weight of {name!r} is a Schedule: pass step=")
+        weight = weight(step)
+    return real(f"compose: the weight of {name!r}", weight)
+
+
+def _channel(name: str, values: Any) -> np.ndarray:
+    array = numbers(f"compose: channel {name!r}", values)
+    if array.ndim != 1:
+        raise InvalidArgumentError(f"compose: channel {name!r} must be 1-D (one value per trace), got shape {array.shape}")
+    if np.isinf(array).any():
+        raise InvalidArgumentError(f"compose: channel {name!r} holds an infinite value (NaN marks a missing one)")
+    return array
