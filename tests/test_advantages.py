@@ -726,3 +726,11 @@ def test_interleaved_groups_of_every_label_form_match_numpy(seed, form, n):
     assert np.all(np.abs(out - expected) <= tolerance), form
     # Every form of label gives the same bits (the same rows in the same order per group).
     np.testing.assert_array_equal(masreplay.group_normalize(values, groups, eps=0.0, dtype="float64"), out)
+
+
+def test_group_index_numbers_text_labels_by_first_appearance_and_numbers_by_value():
+    sim = masreplay.sim.generate(6, agents=2, group_size=2, seed=0)
+    batch = masreplay.load_traces([sim[i] for i in (4, 5, 0, 1, 2, 3)])
+    assert masreplay.advantages(batch).group_index.tolist() == [0, 0, 1, 1, 2, 2]
+    assert masreplay.advantages(batch, group_by=["zz", "zz", "aa", "aa", "mm", "mm"]).group_index.tolist() == [0, 0, 1, 1, 2, 2]
+    assert masreplay.advantages(batch, group_by=[9, 9, 1, 1, 5, 5]).group_index.tolist() == [2, 2, 0, 0, 1, 1]

@@ -40,7 +40,9 @@ class Advantages:
     - ``per_event``: one per event, aligned row for row with ``batch.events()``;
     - ``weights``: per-event loss weights (1/traces of the group x 1/strata of the trace x the
       event's share of its stratum, by tokens where recorded); each group's weights sum to 1;
-    - ``trace_index``: the trace of each event; ``group_index``: each trace's group (dense).
+    - ``trace_index``: the trace of each event; ``group_index``: each trace's group, numbered
+      0..k-1 in order of first appearance for ``group_id``, ``task_id`` and text labels, in
+      ascending order for numeric labels (integer group ids keep their order).
     """
 
     per_trace: np.ndarray
