@@ -4,6 +4,8 @@ with an OverflowError from the binding edge, a silent truncation or a hang."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -106,6 +108,27 @@ def test_a_prior_budget_out_of_range_spends_no_live_evaluation():
 def test_a_value_function_returning_no_numbers_is_an_invalid_argument(returned, kind):
     with pytest.raises(InvalidArgumentError, match=f"the function returned a {kind} that is not an array of float64"):
         masreplay.shapley(games.function(returned, 4), budget=100)
+
+
+def test_complex_values_are_refused_not_cut_to_their_real_part():
+    complex_game = games.function(lambda m: m.sum(axis=1) + 1j, 4)
+    with pytest.raises(InvalidArgumentError, match="complex"):
+        masreplay.shapley(complex_game, budget=100)
+    with pytest.raises(InvalidArgumentError, match="complex"):
+        games.evaluate(complex_game, np.ones((2, 4), dtype=bool))
+    with pytest.raises(InvalidArgumentError, match="complex"):
+        masreplay.trace_shapley(sim.generate(3, seed=2), lambda t, m: np.zeros(len(t)) + 1j)
+
+
+def test_a_non_finite_value_names_its_trace():
+    batch = sim.generate(4, seed=2)
+    third = batch.trace_ids[2]
+
+    def value_fn(trace_index, masks):
+        return np.where(trace_index == 2, np.nan, masks.sum(axis=1))
+
+    with pytest.raises(InvalidArgumentError, match=re.escape(f'non-finite value (NaN) for a coalition of trace "{third}"')):
+        masreplay.trace_shapley(batch, value_fn)
 
 
 def test_what_the_value_function_raises_comes_out_unchanged():

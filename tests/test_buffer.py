@@ -16,7 +16,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 import masreplay
 from masreplay import GraphBuffer, TraceValidationError
-from masreplay.errors import InvalidArgumentError, MasreplayError
+from masreplay.errors import ArgumentTypeError, InvalidArgumentError, MasreplayError
 from strategies import EVENT_TYPES
 
 
@@ -405,6 +405,9 @@ def test_padded_view():
         batch.padded("nope")
     with pytest.raises(TypeError):
         batch.padded("id")
+    for pad_value in (None, "x", [0]):  # None made an array of objects
+        with pytest.raises(ArgumentTypeError, match="pad_value"):
+            batch.padded("t", pad_value=pad_value)
 
 
 @pytest.mark.parametrize(

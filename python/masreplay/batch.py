@@ -163,6 +163,8 @@ class TraceBatch:
         int codes. Nothing padded is ever stored: this is built from the flat column.
         """
         _check_event_field(column)
+        if not isinstance(pad_value, int | float | np.integer | np.floating | np.bool_):
+            raise wrong_type("pad_value", "a number or a flag", pad_value)
         try:
             if self._collected is None and isinstance(pad_value, int | float):
                 # A sample pads a 64-bit number field without nulls straight from the buffer.

@@ -177,7 +177,15 @@ def evaluate(game: Any, masks: np.ndarray, *, name: str = "game") -> np.ndarray:
         f = game
     else:
         raise wrong_type(name, "a masreplay game or a callable on boolean masks", game)
-    values = np.asarray(f(masks), dtype=np.float64)
+    returned = f(masks)
+    if np.iscomplexobj(returned):
+        raise InvalidArgumentError(f"the game returned complex values for {len(masks)} coalitions: a value is a real number")
+    try:
+        values = np.asarray(returned, dtype=np.float64)
+    except (TypeError, ValueError) as error:
+        raise InvalidArgumentError(
+            f"the game returned a {type(returned).__name__} that is not an array of numbers: {error}"
+        ) from None
     if values.shape != (len(masks),):
         raise InvalidArgumentError(f"the game returned shape {values.shape} for {len(masks)} coalitions")
     return values

@@ -213,6 +213,10 @@ fn call_python<T: numpy::Element + Copy>(
         let returned = function.bind(py).call1(args).map_err(from_callback)?;
         let read = || -> PyResult<Vec<T>> {
             let numpy = py.import("numpy")?;
+            // numpy would drop the imaginary parts with a warning; a value is a real number.
+            if numpy.call_method1("iscomplexobj", (&returned,))?.is_truthy()? {
+                return Err(pyo3::exceptions::PyTypeError::new_err("complex values"));
+            }
             let flat = numpy.call_method1("asarray", (&returned, numpy.getattr(dtype)?))?.call_method0("ravel")?;
             Ok(flat.extract::<PyReadonlyArray1<'_, T>>()?.as_array().to_vec())
         };

@@ -46,6 +46,15 @@ pub struct TracePlayers {
     /// For each event of the batch (as in `TraceBatch::events`), the local index of its
     /// player, or -1.
     pub event_player: Vec<i64>,
+    /// Each trace's id, for errors (empty where the players were not read from a batch).
+    pub trace_ids: Vec<String>,
+}
+
+impl TracePlayers {
+    /// Trace `t` as an error names it: its id where known, else its index in the batch.
+    fn trace_name(&self, t: usize) -> String {
+        self.trace_ids.get(t).map_or_else(|| format!("at index {t}"), |id| format!("{id:?}"))
+    }
 }
 
 struct OneTrace {
@@ -119,6 +128,7 @@ pub fn trace_players(batch: &TraceBatch, players: &str) -> Result<TracePlayers> 
         out.event_player.extend(one.event_player);
         out.offsets.push(out.labels.len());
     }
+    out.trace_ids = (0..batch.len()).map(|t| view.trace_id.value(t).to_owned()).collect();
     Ok(out)
 }
 
@@ -487,8 +497,13 @@ pub fn trace_shapley(
         Some(forms) => Cow::Borrowed(&forms.distinct),
     };
     let mut all_values = in_chunks(&valued, width, chunk, 1, "value_fn", value_fn)?;
-    if let Some(bad) = all_values.iter().flatten().find(|v| !v.is_finite()) {
-        return Err(MasreplayError::InvalidArgument(format!("value_fn returned a non-finite value ({bad})")));
+    for (t, values) in all_values.iter().enumerate() {
+        if let Some(bad) = values.iter().find(|v| !v.is_finite()) {
+            return Err(MasreplayError::InvalidArgument(format!(
+                "value_fn returned a non-finite value ({bad}) for a coalition of trace {}",
+                players.trace_name(t)
+            )));
+        }
     }
     let evaluations = all_values.iter().map(|values| values.len() as u64).sum();
     if let Some(forms) = forms.as_ref().filter(|_| !noisy) {

@@ -125,7 +125,7 @@ fn trace_shapley_under_noise_draws_every_request_and_covers() {
     let offsets = vec![0usize, 4, 9, 12];
     let parents: Vec<i64> = vec![-1, -1, -1, -1, -1, 0, 0, 0, 0, -1, -1, -1];
     let labels: Vec<String> = (0..12).map(|p| format!("p{p}")).collect();
-    let players = TracePlayers { offsets: offsets.clone(), labels, parents, event_player: Vec::new() };
+    let players = TracePlayers { offsets: offsets.clone(), labels, parents, ..Default::default() };
     // An additive game per trace: each player's true value is its weight.
     let weights: Vec<f64> = (0..12).map(|p| 0.1 * p as f64 - 0.4).collect();
     let sigma = 0.2;
