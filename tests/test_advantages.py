@@ -293,6 +293,26 @@ def test_trainer_modes_give_the_same_bits_with_groups_interleaved(compat, estima
     np.testing.assert_array_equal(interleaved[together], contiguous)
 
 
+@pytest.mark.parametrize("estimator", ["grpo", "rloo"])
+@pytest.mark.parametrize("inexact", [False, True], ids=["fp32-rewards", "one-f64-reward"])
+def test_openrlhf_interleaved_groups_give_the_same_bits_whether_rewards_fit_fp32(estimator, inexact):
+    """OpenRLHF's std reads the f64 rewards: interleaved groups gather rewards exact in fp32
+    (an fp32 tensor's) in 4 bytes, others in 8. Either way the bits are those of the same rows
+    read group by group, also where a single reward of many needs f64."""
+    rng = np.random.default_rng(19)
+    sizes = rng.integers(1, 71, size=400)
+    groups = rng.permutation(np.repeat(np.arange(len(sizes)) * 3 - 50, sizes))
+    values = rng.normal(size=len(groups)) * rng.choice([1e-3, 1.0, 1e3], size=len(groups))
+    values = values.astype(np.float32).astype(np.float64)
+    values[rng.choice(len(values), size=20, replace=False)] = np.nan
+    if inexact:
+        values[len(values) // 2] = 0.1
+    together = np.argsort(groups, kind="stable")
+    interleaved = masreplay.group_normalize(values, groups, compat="openrlhf", estimator=estimator)
+    contiguous = masreplay.group_normalize(values[together], groups[together], compat="openrlhf", estimator=estimator)
+    np.testing.assert_array_equal(interleaved[together], contiguous)
+
+
 def test_native_group_of_one_is_zero_for_every_estimator():
     for estimator in ("grpo", "rloo", "reinforce_pp_baseline", "opo"):
         out = masreplay.group_normalize([3.0, 1.0, 2.0], [0, 1, 1], estimator=estimator, dtype="float64")

@@ -213,15 +213,20 @@ impl Trainer32 {
     /// The statistics of a group without strata from its fp32 values in row order (NaN
     /// included, as the trainer's tensor holds them), for GRPO and RLOO (no lengths read): the
     /// same operations as for a cell of the gathered path, the native passes OpenRLHF's std
-    /// reads (over `values`, the f64 values, given for OpenRLHF only) then
+    /// reads (over `values`, the f64 values in row order, given for OpenRLHF only) then
     /// [`Cell::close_trainer`]. `scratch` is a reusable buffer.
-    pub fn of_group(values32: &[f32], values: Option<&[f64]>, spec: &Spec, scratch: &mut Vec<f32>) -> Self {
+    pub fn of_group(
+        values32: &[f32],
+        values: Option<impl Iterator<Item = f64> + Clone>,
+        spec: &Spec,
+        scratch: &mut Vec<f32>,
+    ) -> Self {
         debug_assert!(matches!(spec.estimator, Estimator::Grpo | Estimator::Rloo));
         debug_assert_eq!(values.is_some(), spec.compat == Compat::OpenRlhf);
         let mut cell = Cell::default();
         match values {
             Some(values) => {
-                let present = values.iter().copied().filter(|x| !x.is_nan());
+                let present = values.filter(|x| !x.is_nan());
                 present.clone().for_each(|x| cell.add(x, 1.0));
                 cell.close_mean();
                 present.for_each(|x| cell.add_deviation(x));
