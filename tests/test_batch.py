@@ -280,7 +280,7 @@ def test_parquet_round_trip_of_simulated_batches(tmp_path_factory, seed):
     assert masreplay.load_traces(path).to_arrow().equals(batch.to_arrow())
 
 
-@pytest.mark.parametrize("pad_value", ["x", float("nan"), 2**70])
+@pytest.mark.parametrize("pad_value", [float("nan"), 2**70])
 @pytest.mark.parametrize("source", ["batch", "sample"])
 def test_a_pad_value_that_does_not_fit_the_column_is_an_invalid_argument(pad_value, source):
     batch = masreplay.sim.generate(6, seed=4)

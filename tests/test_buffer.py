@@ -406,8 +406,9 @@ def test_padded_view():
     with pytest.raises(TypeError):
         batch.padded("id")
     for pad_value in (None, "x", [0]):  # None made an array of objects
-        with pytest.raises(ArgumentTypeError, match="pad_value"):
-            batch.padded("t", pad_value=pad_value)
+        for column in ("t", "tokens"):
+            with pytest.raises(ArgumentTypeError, match="pad_value must be a number or a flag"):
+                batch.padded(column, pad_value=pad_value)
 
 
 @pytest.mark.parametrize(
