@@ -52,8 +52,6 @@ pub fn branch_credit(batch: &TraceBatch, channel: &str, baseline: Baseline) -> R
 
 /// Families whose events are warmed together ([`Families::warm_events`]).
 const FAMILY_BATCH: usize = 16;
-/// How many rows ahead [`Families::tally`] requests the tally of a row's family.
-const TALLY_AHEAD: usize = 16;
 
 /// Rows per parallel task: a few tasks per thread, none tiny.
 fn span_of(rows: usize) -> usize {
@@ -95,10 +93,8 @@ struct BranchRows {
 /// What [`Families::tally`] keeps of one family while it reads the rows, updated at every
 /// branch row: 40 bytes, where a whole [`Branch`] and the bookkeeping took 56. What is read
 /// once per family (its first branch's row, a gathered family's next place) lives in other
-/// arrays. Laid out in field order (`repr(C)`), so that its first and last fields are its two
-/// ends, which [`Families::tally`] requests ahead.
+/// arrays.
 #[derive(Clone, Copy, Default)]
-#[repr(C)]
 struct Tally {
     /// The branches' rewards, in row order (see [`ShiftedSums`]).
     sums: ShiftedSums,
@@ -527,16 +523,8 @@ impl<'a> Families<'a> {
     fn tally(&self, factuals: &Factuals, rows: &BranchRows, ranks: Range<usize>) -> Tallies {
         let mut tallies = vec![Tally::default(); ranks.len()];
         let mut first_row = vec![0; ranks.len()];
-        // The task's place of a family's tally, if the family is the task's.
-        let place = |family: u32| (family as usize).checked_sub(ranks.start).filter(|&k| k < ranks.len());
         for (row, (&family, &reward)) in rows.family.iter().zip(&rows.reward).enumerate() {
-            // Families are scattered through the tallies: each one is requested ahead, its
-            // first and last field (a tally may straddle two cache lines).
-            if let Some(k) = rows.family.get(row + TALLY_AHEAD).and_then(|&ahead| place(ahead)) {
-                prefetch(&tallies[k].sums);
-                prefetch(&tallies[k].event_len);
-            }
-            let Some(k) = place(family) else {
+            let Some(k) = (family as usize).checked_sub(ranks.start).filter(|&k| k < tallies.len()) else {
                 continue;
             };
             let tally = &mut tallies[k];
