@@ -97,6 +97,18 @@ def test_events_line_up_with_batch_events(truth):
     assert table["agent"].to_pylist() == events["agent"].to_pylist()
 
 
+def test_event_ids_are_taken_at_any_positions(truth):
+    """The core's gather of event ids (the compact table's event_id): any order, repeats,
+    the last event; a position past the events is refused, not read."""
+    ids = truth.batch.events()["id"]
+    positions = np.random.default_rng(3).integers(0, len(ids), 500).astype(np.uint64)
+    positions = np.concatenate([positions, [len(ids) - 1, 0, 0]]).astype(np.uint64)
+    taken = pa.array(truth.batch._core.event_ids_at(positions))
+    assert taken.to_pylist() == ids.take(pa.array(positions)).to_pylist()
+    with pytest.raises(InvalidArgumentError, match="past the last"):
+        truth.batch._core.event_ids_at(np.array([len(ids)], dtype=np.uint64))
+
+
 def _trace(trace_id, reward, events, of=None):
     """A trace record with these events and team reward, a branch of ``of`` = (trace, event, kind)."""
     record = {

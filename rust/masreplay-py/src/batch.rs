@@ -4,10 +4,13 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use arrow_array::cast::AsArray;
 use arrow_array::{ArrayRef, RecordBatch, StructArray};
 use arrow_schema::Field;
 use masreplay_core::TraceBatch;
-use numpy::{IntoPyArray, PyArray1};
+use masreplay_core::store::take_texts;
+use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 use pyo3_arrow::ffi::{ArrayIterator, to_stream_pycapsule};
@@ -109,6 +112,16 @@ impl PyTraceBatch {
     fn event_field(&self, py: Python<'_>, name: &str) -> PyResult<PyArray> {
         let array = self.inner.event_field(name).or_raise(py)?;
         Ok(PyArray::from_array_ref(array))
+    }
+
+    /// The event ids at `positions` among the batch's events (credit tables' `event_id`):
+    /// gathered with their offsets and bytes requested ahead (see `take_texts`).
+    fn event_ids_at(&self, py: Python<'_>, positions: PyReadonlyArray1<'_, u64>) -> PyResult<PyArray> {
+        let positions = positions.as_slice().map_err(|error| PyValueError::new_err(format!("positions: {error}")))?;
+        let ids = self.inner.event_field("id").or_raise(py)?;
+        let ids = ids.as_string_opt::<i32>().ok_or_else(|| PyValueError::new_err("event ids are not text"))?;
+        let ids = py.detach(|| take_texts(ids, positions)).or_raise(py)?;
+        Ok(PyArray::from_array_ref(Arc::new(ids)))
     }
 
     fn edges(&self, py: Python<'_>) -> PyResult<PyTable> {

@@ -56,8 +56,10 @@ const EMPTY: u32 = u32::MAX;
 /// from id to rank. A repeated id names its first factual trace; the later ones are listed in
 /// [`FactualIndex::repeats`].
 pub(super) struct FactualIndex {
-    /// Every id, one after the other, so a long id is confirmed from a compact buffer rather
-    /// than the whole batch's id column; `starts[rank]` is where id `rank` begins.
+    /// Every id longer than [`INLINE`] bytes, one after the other, so a long id is confirmed
+    /// from a compact buffer rather than the whole batch's id column; `starts[rank]` is where
+    /// id `rank` begins. Shorter ids are confirmed from their slot and not copied (an empty
+    /// text here): copying them cost a cache miss per factual trace of a scattered batch.
     ids: String,
     starts: Vec<usize>,
     slots: Vec<Slot>,
@@ -98,7 +100,9 @@ impl FactualIndex {
             .collect();
         for id in ids {
             index.starts.push(index.ids.len());
-            index.ids.push_str(id);
+            if id.len() > INLINE {
+                index.ids.push_str(id);
+            }
         }
         for (first, block) in keys.chunks(BLOCK).enumerate() {
             index.warm(block);
@@ -137,6 +141,7 @@ impl FactualIndex {
         Key { hash, head, len: len as u32 }
     }
 
+    /// The text of id `rank` if it is longer than [`INLINE`] bytes (empty otherwise).
     fn text(&self, rank: u32) -> &str {
         let end = self.starts.get(rank as usize + 1).copied().unwrap_or(self.ids.len());
         &self.ids[self.starts[rank as usize]..end]

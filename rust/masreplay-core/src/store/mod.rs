@@ -10,6 +10,7 @@ mod parquet_io;
 mod read;
 pub mod schema;
 mod structure;
+mod take;
 
 use std::sync::Arc;
 
@@ -27,6 +28,7 @@ pub(crate) use read::ChannelReader;
 pub(crate) use read::same_text;
 pub use read::{trace_at, trace_channel, trace_text_codes};
 pub use structure::WellFormed;
+pub use take::take_texts;
 
 use crate::error::{MasreplayError, Result};
 use crate::trace::Trace;
