@@ -6,6 +6,8 @@ Each class also derives from the builtin a caller would catch without knowing ma
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class MasreplayError(Exception):
     """Base class of every error raised by masreplay."""
@@ -69,7 +71,26 @@ class ArgumentTypeError(InvalidArgumentError, TypeError):
     one, so ``except TypeError`` keeps working."""
 
 
-class TraceNotFoundError(MasreplayError, KeyError):
+class _NotFound(MasreplayError, KeyError):
+    """Something asked for by name is not there: a ``KeyError`` too, as for a mapping, whose
+    ``args`` hold the key asked for. A subclass keeps its constructor's arguments as
+    attributes, passes them on (the key first) and says what is missing in ``_message``."""
+
+    def __init__(self, key: Any, *context: Any) -> None:
+        self._arguments = (key, *context)
+        super().__init__(key)
+
+    def _message(self) -> str:
+        raise NotImplementedError
+
+    def __str__(self) -> str:  # KeyError's own would quote the whole message
+        return self._message()
+
+    def __reduce__(self):
+        return (type(self), self._arguments)
+
+
+class TraceNotFoundError(_NotFound):
     """No trace of that id is stored (``GraphBuffer.get``, ``branches``, the graph queries);
     also a ``KeyError``, as for a mapping.
 
@@ -81,14 +102,11 @@ class TraceNotFoundError(MasreplayError, KeyError):
         self.trace_id = trace_id
         super().__init__(trace_id)
 
-    def __str__(self) -> str:  # KeyError's own would quote the whole message
+    def _message(self) -> str:
         return f"no trace {self.trace_id!r} in the buffer"
 
-    def __reduce__(self):
-        return (type(self), (self.trace_id,))
 
-
-class ColumnNotFoundError(MasreplayError, KeyError):
+class ColumnNotFoundError(_NotFound):
     """No per-event column of that name (``TraceBatch.flat``, ``padded``, a sample's
     ``columns``); also a ``KeyError``, as for a mapping.
 
@@ -99,16 +117,13 @@ class ColumnNotFoundError(MasreplayError, KeyError):
     def __init__(self, column: str, known: tuple[str, ...]) -> None:
         self.column = column
         self.known = known
-        super().__init__(column)
+        super().__init__(column, known)
 
-    def __str__(self) -> str:  # KeyError's own would quote the whole message
+    def _message(self) -> str:
         return f"no per-event column {self.column!r}; events have {list(self.known)}"
 
-    def __reduce__(self):
-        return (type(self), (self.column, self.known))
 
-
-class ChannelNotFoundError(MasreplayError, KeyError):
+class ChannelNotFoundError(_NotFound):
     """A reward channel named (in ``compose``'s weights) that is not given; also a
     ``KeyError``, as for a mapping.
 
@@ -119,13 +134,10 @@ class ChannelNotFoundError(MasreplayError, KeyError):
     def __init__(self, channels: tuple[str, ...], known: tuple[str, ...]) -> None:
         self.channels = channels
         self.known = known
-        super().__init__(channels)
+        super().__init__(channels, known)
 
-    def __str__(self) -> str:  # KeyError's own would quote the whole message
+    def _message(self) -> str:
         return f"weights name channels that are not given: {list(self.channels)}; the channels are {list(self.known)}"
-
-    def __reduce__(self):
-        return (type(self), (self.channels, self.known))
 
 
 __all__ = [
