@@ -74,17 +74,12 @@ class ArgumentTypeError(InvalidArgumentError, TypeError):
 class _NotFound(MasreplayError, KeyError):
     """Something asked for by name is not there: a ``KeyError`` too, as for a mapping, whose
     ``args`` hold the key asked for. A subclass keeps its constructor's arguments as
-    attributes, passes them on (the key first) and says what is missing in ``_message``."""
+    attributes, passes them on (the key first) and says what is missing in ``__str__``
+    (KeyError's own would quote the key)."""
 
     def __init__(self, key: Any, *context: Any) -> None:
         self._arguments = (key, *context)
         super().__init__(key)
-
-    def _message(self) -> str:
-        raise NotImplementedError
-
-    def __str__(self) -> str:  # KeyError's own would quote the whole message
-        return self._message()
 
     def __reduce__(self):
         return (type(self), self._arguments)
@@ -102,7 +97,7 @@ class TraceNotFoundError(_NotFound):
         self.trace_id = trace_id
         super().__init__(trace_id)
 
-    def _message(self) -> str:
+    def __str__(self) -> str:
         return f"no trace {self.trace_id!r} in the buffer"
 
 
@@ -119,7 +114,7 @@ class ColumnNotFoundError(_NotFound):
         self.known = known
         super().__init__(column, known)
 
-    def _message(self) -> str:
+    def __str__(self) -> str:
         return f"no per-event column {self.column!r}; events have {list(self.known)}"
 
 
@@ -136,7 +131,7 @@ class ChannelNotFoundError(_NotFound):
         self.known = known
         super().__init__(channels, known)
 
-    def _message(self) -> str:
+    def __str__(self) -> str:
         return f"weights name channels that are not given: {list(self.channels)}; the channels are {list(self.known)}"
 
 

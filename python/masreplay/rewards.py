@@ -10,9 +10,10 @@ that checkpoints them resumes with the same weights.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -145,7 +146,7 @@ class Schedule:
     def from_dict(cls, data: Mapping[str, Any]) -> Schedule:
         """The schedule :meth:`to_dict` described, rebuilt through its constructor so that a
         damaged description (a checkpoint edited by hand, truncated) is refused by name."""
-        try:
+        with _refused_if_damaged("Schedule.from_dict: not a schedule's description"):
             kind = data["kind"]
             if kind not in _KINDS:
                 raise InvalidArgumentError(f"unknown schedule kind {kind!r}; expected one of {sorted(_KINDS)}")
@@ -158,10 +159,6 @@ class Schedule:
                     "streak": whole("Schedule.from_dict: state.streak", state.get("streak", 0)),
                     "since": None if since is None else whole("Schedule.from_dict: state.since", since, low=-I64_MAX),
                 }
-        except (KeyError, TypeError, ValueError, AttributeError) as error:
-            if isinstance(error, InvalidArgumentError):
-                raise
-            raise InvalidArgumentError(f"Schedule.from_dict: not a schedule's description: {error!r}") from None
         return schedule
 
     def __eq__(self, other: object) -> bool:
@@ -175,6 +172,18 @@ class Schedule:
 
 
 _KINDS = {"constant", "linear", "cosine", "step", "on_indicator"}
+
+
+@contextlib.contextmanager
+def _refused_if_damaged(what: str) -> Iterator[None]:
+    """What reading a damaged saved dict raises from inside (a missing key, a wrong type) as
+    one refusal that says ``what``; the checks' own refusals pass through as they are."""
+    try:
+        yield
+    except InvalidArgumentError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        raise InvalidArgumentError(f"{what}: {error!r}") from None
 
 
 def _steps(steps: int) -> int:
@@ -221,7 +230,7 @@ class RunningStd:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunningStd:
         """The statistics :meth:`to_dict` saved; a damaged copy is refused by name."""
-        try:
+        with _refused_if_damaged("RunningStd.from_dict: not saved statistics"):
             state = cls(real("RunningStd.from_dict: eps", data["eps"], low=0.0))
             for name, (count, mean, m2) in data["channels"].items():
                 where = f"RunningStd.from_dict: channels[{name!r}]"
@@ -230,10 +239,6 @@ class RunningStd:
                     real(f"{where} mean", mean),
                     real(f"{where} m2", m2, low=0.0),
                 ]
-        except (KeyError, TypeError, ValueError, AttributeError) as error:
-            if isinstance(error, InvalidArgumentError):
-                raise
-            raise InvalidArgumentError(f"RunningStd.from_dict: not saved statistics: {error!r}") from None
         return state
 
     def __repr__(self) -> str:
