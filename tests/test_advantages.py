@@ -186,6 +186,133 @@ def test_mismatched_lengths_and_infinite_values_are_refused():
         masreplay.group_normalize([np.inf, 0.0], [0, 0])
 
 
+# ---- rewards out of range: an error on every path, never NaN, an infinity or a silent 0 -------
+
+LIMIT = 2.0**48  # masreplay's documented bound on rewards, lengths and value estimates
+JUST_OVER = np.nextafter(LIMIT, np.inf)
+
+
+def _layout(layout: str, values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`values` (a multiple of 4 rows) laid out as each path of group_normalize takes it:
+    groups of 4 sorted (the small paths), groups of 40 sorted (the general walk), narrow int
+    keys shuffled (the scattered table), string labels (renumbered first); and strata that
+    split each group in two halves (no cell of one row, where OpenRLHF gives NaN)."""
+    n = len(values)
+    size = 40 if layout == "long" and n % 40 == 0 else 4
+    groups, strata = np.arange(n) // size, np.arange(n) % size // (size // 2)
+    if layout == "scattered":
+        order = np.random.default_rng(0).permutation(n)
+        return values[order], groups[order], strata[order]
+    if layout == "strings":
+        return values, np.array([f"g{g}" for g in groups], dtype=object), strata
+    return values, groups, strata
+
+
+def _reproduced(estimator: str, compat: str | None) -> bool:
+    """Whether `compat`'s trainer has `estimator` (TRL has GRPO only, OpenRLHF no OPO)."""
+    try:
+        masreplay.group_normalize([1.0, 0.0], [0, 0], estimator=estimator, compat=compat, lengths=[1.0, 1.0])
+    except InvalidArgumentError:
+        return False
+    return True
+
+
+PATHS = [
+    (layout, estimator, compat, strata)
+    for layout in ("sorted", "long", "scattered", "strings")
+    for estimator in ("grpo", "rloo", "opo", "reinforce_pp_baseline")
+    for compat in (None, "verl", "trl", "openrlhf")
+    for strata in (False, True)
+    if _reproduced(estimator, compat)
+]
+
+
+def _normalize(laid_out, estimator, compat, strata, **kwargs):
+    values, groups, halves = laid_out
+    return masreplay.group_normalize(
+        values,
+        groups,
+        estimator=estimator,
+        compat=compat,
+        strata=halves if strata else None,
+        lengths=np.full(len(values), 3.0) if estimator in ("opo", "reinforce_pp_baseline") else None,
+        **kwargs,
+    )
+
+
+@pytest.mark.parametrize(("layout", "estimator", "compat", "strata"), PATHS)
+def test_rewards_past_the_limit_are_refused_on_every_path_and_the_limit_is_not(layout, estimator, compat, strata):
+    base = np.tile([0.5, -1.0, 2.0, 0.25], 40)
+    at_limit = base.copy()
+    at_limit[[9, 10]] = [LIMIT, -LIMIT]
+    for dtype in ("float32", "float64"):
+        out = _normalize(_layout(layout, at_limit), estimator, compat, strata, dtype=dtype)
+        assert np.isfinite(out).all(), (dtype, out)
+    for bad in (JUST_OVER, -1e308, np.inf):
+        over = base.copy()
+        over[9] = bad
+        laid_out = _layout(layout, over)
+        row = int(np.flatnonzero(laid_out[0] == bad)[0])
+        with pytest.raises(InvalidArgumentError, match=rf"values\[{row}\] is .*finite, of magnitude at most 2\^48"):
+            _normalize(laid_out, estimator, compat, strata)
+
+
+def test_squares_that_would_overflow_were_a_silent_zero_and_are_now_refused():
+    # Before the limit: NaN for the first, 0 and -0 for the second (the std overflowed).
+    for values in ([1e308, 1e308, -1e308], [1e308, -1e308], [1e200, -1e200, 0.0, 1.0]):
+        with pytest.raises(InvalidArgumentError, match=r"values\[0\] is 1e(308|200)"):
+            masreplay.group_normalize(values, [0] * len(values))
+
+
+@pytest.mark.parametrize(("layout", "estimator", "compat", "strata"), [p for p in PATHS if p[2] is None])
+def test_a_spread_whose_squares_underflow_with_eps_0_gives_0_not_an_infinity(layout, estimator, compat, strata):
+    tiny = np.tile([0.0, 8e-220, 0.0, 8e-220], 40)
+    for std in (True, "batch") if estimator == "grpo" and not strata else (True,):
+        out = _normalize(_layout(layout, tiny), estimator, compat, strata, eps=0.0, std=std, dtype="float64")
+        assert np.isfinite(out).all() and np.abs(out).max() < 1e-200, (std, out)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.floats(allow_nan=False, allow_infinity=False), min_size=2, max_size=24),
+    st.sampled_from(["sorted", "scattered", "strings"]),
+)
+def test_any_finite_rewards_give_the_two_pass_advantages_or_an_error(raw, layout):
+    values = np.asarray(raw * 2)
+    values, groups, _ = _layout(layout, np.concatenate([values, np.zeros(-len(values) % 4)]))
+    if np.abs(values).max() > LIMIT:
+        with pytest.raises(InvalidArgumentError, match="magnitude at most 2\\^48"):
+            masreplay.group_normalize(values, groups, eps=0.0, dtype="float64")
+        return
+    out = masreplay.group_normalize(values, groups, eps=0.0, dtype="float64")
+    assert np.isfinite(out).all(), (values, out)  # a spread whose squares underflow gives 0
+    codes = np.unique(groups, return_inverse=True)[1]
+    expected, tolerance = _two_pass_grpo(values, codes)
+    # Where a group's spread squares to a normal number, the digits are there to compare.
+    spreads = np.array([np.ptp(values[codes == code]) for code in codes])
+    resolved = spreads > 1e-150
+    assert np.all(np.abs(out - expected)[resolved] <= tolerance[resolved]), (values, out, expected)
+
+
+def test_a_batch_reward_past_the_limit_names_its_trace_and_event():
+    traces = [_linear(f"t{i}", 2, reward) for i, reward in enumerate([1.0, 1e300, 0.0])]
+    for kwargs in ({}, {"normalize_by": "agent"}, {"normalize_by": "agent", "unit": "events"}):
+        with pytest.raises(InvalidArgumentError, match=r'trace "t1": the reward is 1e300: rewards must be finite'):
+            masreplay.advantages(_batch(traces), **kwargs)
+    batch = _batch([_linear(f"t{i}", 2, 1.0) for i in range(3)])
+    with pytest.raises(InvalidArgumentError, match=r'trace "t2", event "e0": the reward is -inf'):
+        masreplay.advantages(batch, credit=[0.0, 1.0, 2.0, 3.0, -np.inf, 0.0])
+
+
+def test_lengths_and_returns_past_the_limit_are_refused():
+    with pytest.raises(InvalidArgumentError, match=r"lengths\[1\] is .*at most 2\^48"):
+        masreplay.group_normalize([1.0, 0.0], [0, 0], estimator="opo", lengths=[1.0, 1e300])
+    batch = _diamond([0.0, 0.0, 0.0, 1.0])
+    for bad in (1e300, np.nan):
+        with pytest.raises(InvalidArgumentError, match=r"rewards\[2\] is .*magnitude at most 2\^48"):
+            masreplay.graph_returns(batch, [0.0, 1.0, bad, 1.0], gamma=0.5)
+
+
 # ---- the trainers' edge cases (anchors/advantages.md) ----------------------------------------
 
 

@@ -8,6 +8,7 @@
 //! plain group normalisation of trace rewards.
 
 use super::kernel::normalize;
+use super::limit::{out_of_range, reward_out_of_range};
 use super::rows::Rows;
 use super::spec::Spec;
 use super::strata::{Stratum, joint_codes};
@@ -58,6 +59,17 @@ fn check(view: &BatchView, options: &BatchOptions) -> Result<()> {
         && credit.len() != events
     {
         bail!("credit has {} values for {events} events", credit.len());
+    }
+    // Named here, where the traces are known (the kernel only knows rows).
+    if let Some(t) = options.trace_values.iter().position(|&x| out_of_range(x)) {
+        return Err(reward_out_of_range(&format!("trace {:?}", view.trace_id.value(t)), options.trace_values[t]));
+    }
+    if let Some(credit) = options.event_values
+        && let Some(e) = credit.iter().position(|&x| out_of_range(x))
+    {
+        let t = (0..traces).find(|&t| view.events_of(t).contains(&e)).unwrap_or(0);
+        let whose = format!("trace {:?}, event {:?}", view.trace_id.value(t), view.id(e));
+        return Err(reward_out_of_range(&whose, credit[e]));
     }
     Ok(())
 }

@@ -162,8 +162,8 @@ impl Cell {
         match spec.estimator {
             Estimator::Grpo => match spec.scale {
                 // By the reciprocal, as the small-group path computes it (same rounding).
-                Scale::Group => (x - self.mean) * (1.0 / (self.std + spec.eps)),
-                Scale::Batch => (x - self.mean) * (1.0 / (batch_std + spec.eps)),
+                Scale::Group => (x - self.mean) * spec.native_factor(self.std),
+                Scale::Batch => (x - self.mean) * spec.native_factor(batch_std),
                 Scale::None => x - self.mean,
             },
             Estimator::Rloo => x - (self.sum - x) / (n - 1.0),

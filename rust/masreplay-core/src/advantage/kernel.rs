@@ -14,6 +14,7 @@ use rayon::prelude::*;
 
 use super::cell::{Cell, batch_std};
 use super::float::AdvantageFloat;
+use super::limit::{in_range, out_of_range, values_out_of_range};
 use super::rows::Rows;
 use super::scatter::{self, normalize_scattered};
 use super::small::{Block, Declined, Labels, SMALL_ROWS, Small, normalize_small_group, plain_run, small_path};
@@ -311,10 +312,6 @@ fn normalize_group<T: AdvantageFloat>(
     }
 }
 
-pub(super) fn infinite_values() -> MasreplayError {
-    MasreplayError::InvalidArgument("values must be finite (NaN marks a missing reward)".to_owned())
-}
-
 /// One thread's walk over consecutive groups, each a slice of the rows, whose advantages are
 /// consecutive in `out`, which starts at row `base` of the whole output: small stratified
 /// groups wait in the thread's [`Block`] and are written several at a time, every other group
@@ -332,7 +329,7 @@ struct Walk<'a, T> {
 }
 
 impl<T: AdvantageFloat> Walk<'_, T> {
-    /// The group of rows `lo..hi`; an error for an infinite value (found only by the small
+    /// The group of rows `lo..hi`; an error for a value out of range (found only by the small
     /// paths: the others run after a check).
     fn group(&mut self, lo: usize, hi: usize) -> Result<()> {
         let (len, spec) = (hi - lo, self.spec);
@@ -343,7 +340,7 @@ impl<T: AdvantageFloat> Walk<'_, T> {
             // The group as slices of its own: no bounds check per row.
             match self.scratch.block.add(&self.rows.values[lo..hi], self.labels.range(lo..hi), &|k| k, len) {
                 Ok(()) => return Ok(()),
-                Err(Declined::Infinite) => return Err(infinite_values()),
+                Err(Declined::OutOfRange) => return Err(values_out_of_range("values", self.rows.values)),
                 Err(Declined::Scan) => {}
             }
         }
@@ -354,7 +351,7 @@ impl<T: AdvantageFloat> Walk<'_, T> {
         let done = plain
             && match plain_run(&self.rows.values[lo..hi], out, spec, self.batch_std.0) {
                 Ok(()) => true,
-                Err(Declined::Infinite) => return Err(infinite_values()),
+                Err(Declined::OutOfRange) => return Err(values_out_of_range("values", self.rows.values)),
                 Err(Declined::Scan) => false,
             };
         if !done {
@@ -432,8 +429,8 @@ fn check_lengths(n: usize, lengths: Option<&[f64]>) -> Result<()> {
         if lengths.len() != n {
             bail!("lengths has {} entries for {n} values", lengths.len());
         }
-        if lengths.iter().any(|l| !(l.is_finite() && *l >= 0.0)) {
-            bail!("lengths must be finite and >= 0");
+        if let Some((row, l)) = lengths.iter().enumerate().find(|(_, l)| !(in_range(**l) && **l >= 0.0)) {
+            bail!("lengths[{row}] is {l}: lengths must be >= 0 and at most 2^48 (about 2.8e14)");
         }
     }
     Ok(())
@@ -441,8 +438,8 @@ fn check_lengths(n: usize, lengths: Option<&[f64]>) -> Result<()> {
 
 fn check_values(values: &[f64], lengths: Option<&[f64]>) -> Result<()> {
     check_lengths(values.len(), lengths)?;
-    if values.par_iter().with_min_len(min_piece(values.len())).any(|x| x.is_infinite()) {
-        return Err(infinite_values());
+    if values.par_iter().with_min_len(min_piece(values.len())).any(|&x| out_of_range(x)) {
+        return Err(values_out_of_range("values", values));
     }
     Ok(())
 }

@@ -15,6 +15,7 @@
 
 use rayon::prelude::*;
 
+use super::limit::check_in_range;
 use crate::bail;
 use crate::error::Result;
 use crate::names::named_enum;
@@ -34,10 +35,7 @@ fn check_per_event(view: &BatchView, name: &str, values: &[f64]) -> Result<()> {
     if values.len() != view.n_events() {
         bail!("{name} has {} values for {} events", values.len(), view.n_events());
     }
-    if values.iter().any(|v| !v.is_finite()) {
-        bail!("{name} must be finite");
-    }
-    Ok(())
+    check_in_range(name, values)
 }
 
 fn check_gamma(name: &str, value: f64) -> Result<()> {

@@ -3,7 +3,7 @@
 //! ([`super::trainer_scatter`]), then write as the second pass below. Instead of gathering each group's rows (a counting sort, then
 //! reads and writes in that order), the statistics accumulate in a table indexed by group
 //! code, as numpy's `bincount` does, in two passes over the rows in their own order: one
-//! takes each group's count and shifted sums (see [`Moments`]) and finds infinite values, one
+//! takes each group's count and shifted sums (see [`Moments`]), which bound its values, one
 //! writes each row's advantage from its group's `(centre, scale)` ([`Affine`]: 16 bytes a
 //! group, so the table a row reads stays in cache).
 //!
@@ -20,7 +20,8 @@
 use rayon::prelude::*;
 
 use super::float::AdvantageFloat;
-use super::kernel::{KeyRange, infinite_values, key_range, narrow_span};
+use super::kernel::{KeyRange, key_range, narrow_span};
+use super::limit::{LIMIT, out_of_range, values_out_of_range};
 use super::rows::Rows;
 use super::spec::{Compat, Estimator, Scale, Spec};
 use super::trainer_scatter::gather_then_write;
@@ -69,6 +70,15 @@ impl Moments {
         self.squares += later.squares + 2.0 * d * later.sum + n * d * d;
     }
 
+    /// Whether a value of the group may be out of [`limit`](super::limit)'s range: every value
+    /// is within `sqrt(squares)` of the shift, so none is when the shift is within a quarter
+    /// of the limit and the squares within a quarter of its square (`x` is then within 3/4 of
+    /// it, whatever the rounding). True for an infinite value (its sums are not numbers).
+    fn may_be_out_of_range(&self) -> bool {
+        const QUARTER: f64 = LIMIT / 4.0;
+        !(self.shift.abs() <= QUARTER && self.squares <= QUARTER * LIMIT)
+    }
+
     /// The advantage of value `x` of this group is `(x - centre) * scale`.
     fn affine(&self, spec: &Spec, batch_std: f64) -> Affine {
         if self.n < 2 || self.squares == 0.0 {
@@ -82,9 +92,9 @@ impl Moments {
             (Estimator::Rloo, _) => n / (n - 1.0),
             (_, Scale::Group) => {
                 let m2 = (self.squares - self.sum * self.sum / n).max(0.0);
-                1.0 / ((m2 / (n - 1.0)).sqrt() + spec.eps)
+                spec.native_factor((m2 / (n - 1.0)).sqrt())
             }
-            (_, Scale::Batch) => 1.0 / (batch_std + spec.eps),
+            (_, Scale::Batch) => spec.native_factor(batch_std),
             (_, Scale::None) => 1.0,
         };
         Affine { centre, scale }
@@ -135,14 +145,14 @@ fn by_arithmetic<K: Copy + Sync, T: AdvantageFloat>(
 /// the statistics and get 0. Call where [`applies`] holds, after the values were checked
 /// finite or NaN.
 pub(super) fn normalize_scattered<T: AdvantageFloat>(rows: &Rows, spec: &Spec, batch_std: (f64, f32), out: &mut [T]) {
-    // The values were checked: no infinite value to report.
+    // The values were checked: no value out of range to report.
     let _ = by_arithmetic(rows.values, rows.groups, |g| g as usize, rows.n_groups, spec, batch_std, out);
 }
 
 /// Rows labelled by integer keys over a narrow range (`key - min` is the code: no renumbering)
 /// whose groups are scattered, for a spec of the scattered path without strata. None where
 /// that does not hold (keys spread wide, groups contiguous, most groups of one or two rows):
-/// the caller takes the general path. Finds infinite values itself.
+/// the caller takes the general path. Finds values out of range itself.
 pub(super) fn normalize_keys<T: AdvantageFloat>(
     values: &[f64],
     keys: &[i64],
@@ -239,7 +249,7 @@ fn moments_by_group<K: Copy + Sync>(
 }
 
 /// The two passes over rows whose group codes are `code(keys[i])`, all below `n_groups`.
-/// An error for an infinite value, found in the first pass (nothing written then).
+/// An error for a value out of range, found after the first pass (nothing written then).
 fn two_passes<K: Copy + Sync, T: AdvantageFloat>(
     values: &[f64],
     keys: &[K],
@@ -250,12 +260,11 @@ fn two_passes<K: Copy + Sync, T: AdvantageFloat>(
     out: &mut [T],
 ) -> Result<()> {
     let moments = moments_by_group(values, keys, code, n_groups);
-    // An infinite value leaves its group's sums infinite or NaN; so do finite values whose
-    // squares overflow, which the values themselves tell apart.
     let piece = min_piece(n_groups);
-    let overflowed = moments.par_iter().with_min_len(piece).any(|m| !(m.sum + m.squares).is_finite());
-    if overflowed && values.par_iter().with_min_len(min_piece(values.len())).any(|x| x.is_infinite()) {
-        return Err(infinite_values());
+    if moments.par_iter().with_min_len(piece).any(Moments::may_be_out_of_range)
+        && values.par_iter().with_min_len(min_piece(values.len())).any(|&x| out_of_range(x))
+    {
+        return Err(values_out_of_range("values", values));
     }
     let affine: Vec<Affine> = moments.par_iter().with_min_len(piece).map(|m| m.affine(spec, batch_std)).collect();
 

@@ -12,6 +12,7 @@
 use std::hint::select_unpredictable;
 
 use super::float::AdvantageFloat;
+use super::limit::{LIMIT, in_range, out_of_range};
 use super::spec::{Compat, Estimator, Scale, Spec};
 
 /// Groups of at most this many rows take the small paths (and can hold as many cells).
@@ -69,14 +70,14 @@ impl Labels<'_> {
 pub(super) enum Declined {
     /// A NaN reward or a label outside `0..64`: the scanning path takes the group.
     Scan,
-    /// An infinite reward: an error.
-    Infinite,
+    /// A reward out of [`limit`](super::limit)'s range: an error.
+    OutOfRange,
 }
 
-/// Why a group holding a non-finite value is declined.
-fn non_finite(values: impl Iterator<Item = f64>) -> Declined {
+/// Why a group holding a value out of range or NaN (or a label outside `0..64`) is declined.
+fn declined(values: impl Iterator<Item = f64>) -> Declined {
     let mut values = values;
-    if values.any(f64::is_infinite) { Declined::Infinite } else { Declined::Scan }
+    if values.any(out_of_range) { Declined::OutOfRange } else { Declined::Scan }
 }
 
 /// GRPO or RLOO over one contiguous group without strata, as slice loops the compiler
@@ -94,8 +95,12 @@ pub(super) fn plain_run<T: AdvantageFloat>(
         low = low.min(x);
         high = high.max(x);
     }
-    if !sum.is_finite() && (sum.is_nan() || low == f64::NEG_INFINITY || high == f64::INFINITY) {
-        return Err(non_finite(values.iter().copied()));
+    // min and max pass NaN by, so the bounds are those of the other values.
+    if !(low >= -LIMIT && high <= LIMIT) {
+        return Err(Declined::OutOfRange);
+    }
+    if sum.is_nan() {
+        return Err(Declined::Scan);
     }
     if n < 2 || low == high {
         out.fill(T::from_f64(0.0));
@@ -111,8 +116,8 @@ pub(super) fn plain_run<T: AdvantageFloat>(
     let m2: f64 = values.iter().fold(0.0, |m2, &x| m2 + (x - mean) * (x - mean));
     let std = (m2 / (n - 1) as f64).sqrt();
     let factor = match spec.scale {
-        Scale::Group => 1.0 / (std + spec.eps),
-        Scale::Batch => 1.0 / (batch_std + spec.eps),
+        Scale::Group => spec.native_factor(std),
+        Scale::Batch => spec.native_factor(batch_std),
         Scale::None => 1.0,
     };
     for (slot, &x) in out.iter_mut().zip(values) {
@@ -218,12 +223,12 @@ impl Block {
         let (rows, cells) = (self.rows, self.cells);
         let mut next = cells;
         let mut any_label = 0u64;
-        // Stays 0 unless a value is NaN or infinite (then `x * 0` is NaN).
-        let mut poison = 0.0;
+        // Stays true unless a value is NaN or out of range.
+        let mut in_range_all = true;
         for k in 0..len {
             let (x, label) = row(k);
             any_label |= label as u64;
-            poison += x * 0.0;
+            in_range_all &= in_range(x);
             let l = (label as usize) & (SMALL_CELLS - 1);
             let new = self.stamp[l] != group;
             self.stamp[l] = group;
@@ -241,9 +246,9 @@ impl Block {
             self.xs[r] = x;
             self.cell_of_row[r] = c as u16;
         }
-        if any_label >= SMALL_CELLS as u64 || poison != 0.0 {
+        if any_label >= SMALL_CELLS as u64 || !in_range_all {
             self.clear(cells, next);
-            return Err(non_finite((0..len).map(|k| row(k).0)));
+            return Err(declined((0..len).map(|k| row(k).0)));
         }
         self.rows += len;
         self.cells = next;
@@ -279,7 +284,7 @@ impl Block {
         // Under `Scale::Group` each cell's own factor, otherwise one for all.
         let shared = match spec.scale {
             Scale::Group => None,
-            Scale::Batch => Some(1.0 / (batch_std + spec.eps)),
+            Scale::Batch => Some(spec.native_factor(batch_std)),
             Scale::None => Some(1.0),
         };
         for c in 0..cells {
@@ -289,7 +294,7 @@ impl Block {
             let m2 = squares[c] - sum[c] * shift;
             let m2 = if m2 > 0.0 { m2 } else { 0.0 };
             let std = (m2 * (1.0 / if count > 2.0 { count - 1.0 } else { 1.0 })).sqrt();
-            let scaled = shared.unwrap_or(1.0 / (std + spec.eps));
+            let scaled = shared.unwrap_or(spec.native_factor(std));
             factor[c] = if count < 2.0 || squares[c] == 0.0 { 0.0 } else { scaled };
         }
     }
@@ -409,8 +414,8 @@ pub(super) fn normalize_small_group<T: AdvantageFloat>(
         let n = small.n[c];
         let std = if n < 2 { 0.0 } else { (small.m2[c] * RECIPROCAL[n as usize - 1]).sqrt() };
         small.m2[c] = match spec.scale {
-            Scale::Group => 1.0 / (std + spec.eps),
-            Scale::Batch => 1.0 / (batch_std + spec.eps),
+            Scale::Group => spec.native_factor(std),
+            Scale::Batch => spec.native_factor(batch_std),
             Scale::None => 1.0,
         };
     }

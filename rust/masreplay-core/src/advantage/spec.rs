@@ -87,6 +87,15 @@ impl Spec {
         Ok(Spec { estimator, scale, eps, compat, torch_threads: 1 })
     }
 
+    /// GRPO's native factor `1 / (std + eps)`, or 0 where that is not finite: with `eps = 0`
+    /// a spread so small that its squares underflow has a std of 0, and no comparison f64
+    /// can resolve, like a constant cell's (the trainer modes divide as their trainer does).
+    #[inline(always)]
+    pub fn native_factor(&self, std: f64) -> f64 {
+        let factor = 1.0 / (std + self.eps);
+        if factor < f64::INFINITY { factor } else { 0.0 }
+    }
+
     /// The same spec for a trainer whose torch runs `threads` intra-op threads.
     pub fn with_torch_threads(self, threads: usize) -> Self {
         Spec { torch_threads: threads.max(1), ..self }

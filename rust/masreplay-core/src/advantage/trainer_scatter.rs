@@ -22,7 +22,7 @@ use rayon::prelude::*;
 
 use super::cell::Trainer32;
 use super::float::AdvantageFloat;
-use super::kernel::infinite_values;
+use super::limit::{out_of_range, values_out_of_range};
 use super::spec::{Compat, Estimator, Spec};
 use crate::error::Result;
 use crate::parallel::min_piece;
@@ -36,7 +36,7 @@ fn chunk_rows(n: usize) -> usize {
 }
 
 /// The advantages of rows whose group codes are `code(keys[i])`, all below `n_groups`, in
-/// `out`. An error for an infinite value (nothing written then).
+/// `out`. An error for a value out of range (nothing written then).
 pub(super) fn gather_then_write<K: Copy + Sync, T: AdvantageFloat>(
     values: &[f64],
     keys: &[K],
@@ -109,7 +109,7 @@ fn exact_in_fp32(values: &[f64]) -> bool {
 }
 
 /// The rows' values by group (a stable counting sort: group `g` is slots `bounds[g]..bounds[g
-/// + 1]`, in row order); an error for an infinite value.
+/// + 1]`, in row order); an error for a value out of range.
 fn gather<K: Copy + Sync>(
     values: &[f64],
     keys: &[K],
@@ -140,23 +140,23 @@ fn gather<K: Copy + Sync>(
     }
     bounds[n_groups] = next as usize;
     let filling = Filling::new(values, spec);
-    let infinite = values
+    let out_of_range_found = values
         .par_chunks(chunk)
         .zip(keys.par_chunks(chunk))
         .zip(cursors)
         .map(|((values, keys), mut cursor)| {
-            let mut infinite = false;
+            let mut found = false;
             for (&x, &k) in values.iter().zip(keys) {
-                infinite |= x.is_infinite();
+                found |= out_of_range(x);
                 let slot = &mut cursor[code(k)];
                 filling.store(*slot as usize, x);
                 *slot += 1;
             }
-            infinite
+            found
         })
         .reduce(|| false, |a, b| a || b);
-    if infinite {
-        return Err(infinite_values());
+    if out_of_range_found {
+        return Err(values_out_of_range("values", values));
     }
     Ok((bounds, filling.filled()))
 }

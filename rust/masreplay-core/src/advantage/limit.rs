@@ -1,0 +1,78 @@
+//! The largest magnitude a reward, a value estimate or a token count may have: 2^48 (about
+//! 2.8e14). Below it no sum any path takes can overflow, in f64 or in a trainer's fp32
+//! (TRL's fp32 sum of squared deviations, the largest, stays finite up to 2^30 rows), and
+//! every fp32 advantage is finite; above it a finite input could come out as NaN, an
+//! infinity or a silent 0 (a group's squares overflowing makes its std infinite). Rewards
+//! that large carry no meaning an fp32 trainer could keep, so they are refused rather than
+//! rescaled.
+
+use crate::error::{MasreplayError, Result};
+
+/// 2^48.
+pub const LIMIT: f64 = (1u64 << 48) as f64;
+
+/// Whether `x` is a number of magnitude at most [`LIMIT`] (false for NaN and infinities).
+#[inline(always)]
+pub fn in_range(x: f64) -> bool {
+    x.abs() <= LIMIT
+}
+
+/// Whether `x` is out of range and not NaN (NaN marks a missing reward, which is allowed).
+#[inline(always)]
+pub fn out_of_range(x: f64) -> bool {
+    x.abs() > LIMIT
+}
+
+/// The error for `values` holding a value out of range, naming the first (NaN marks a missing
+/// reward, which is allowed).
+pub fn values_out_of_range(name: &str, values: &[f64]) -> MasreplayError {
+    let row = values.iter().position(|&x| out_of_range(x)).unwrap_or(0);
+    refused(&format!("{name}[{row}]"), name, values[row], NAN_ALLOWED)
+}
+
+/// Every value of `values` in range, NaN refused too: an error naming the first that is not.
+pub fn check_in_range(name: &str, values: &[f64]) -> Result<()> {
+    match values.iter().position(|&x| !in_range(x)) {
+        Some(row) => Err(refused(&format!("{name}[{row}]"), name, values[row], "")),
+        None => Ok(()),
+    }
+}
+
+/// The error for reward `x` of `whose` (a trace, an event) out of range.
+pub fn reward_out_of_range(whose: &str, x: f64) -> MasreplayError {
+    refused(&format!("{whose}: the reward"), "rewards", x, NAN_ALLOWED)
+}
+
+const NAN_ALLOWED: &str = " (NaN marks a missing reward)";
+
+fn refused(what: &str, name: &str, x: f64, note: &str) -> MasreplayError {
+    MasreplayError::InvalidArgument(format!(
+        "{what} is {x:e}: {name} must be finite, of magnitude at most 2^48 (about 2.8e14), \
+         beyond which sums overflow{note}"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_limit_is_in_range_and_the_next_float_is_not() {
+        let next = f64::from_bits(LIMIT.to_bits() + 1);
+        assert!(in_range(LIMIT) && in_range(-LIMIT) && !in_range(next) && !in_range(f64::NAN));
+        assert!(out_of_range(-next) && out_of_range(f64::INFINITY) && !out_of_range(f64::NAN));
+    }
+
+    #[test]
+    fn the_error_names_the_first_value_out_of_range() {
+        let values = [1.0, f64::NAN, -1e300, f64::INFINITY];
+        let message = values_out_of_range("values", &values).to_string();
+        assert!(message.starts_with("values[2] is -1e300: values must be finite"), "{message}");
+        assert!(message.ends_with("(NaN marks a missing reward)"), "{message}");
+        let message = check_in_range("rewards", &values).unwrap_err().to_string();
+        assert!(message.starts_with("rewards[1] is NaN: "), "{message}");
+        assert!(check_in_range("rewards", &[LIMIT, -LIMIT, 0.0]).is_ok());
+        let message = reward_out_of_range("trace \"t1\"", f64::INFINITY).to_string();
+        assert!(message.starts_with("trace \"t1\": the reward is inf: rewards must be finite"), "{message}");
+    }
+}
