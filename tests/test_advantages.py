@@ -188,8 +188,8 @@ def test_mismatched_lengths_and_infinite_values_are_refused():
 
 # ---- rewards out of range: an error on every path, never NaN, an infinity or a silent 0 -------
 
-LIMIT = 2.0**48  # masreplay's documented bound on rewards, lengths and value estimates
-JUST_OVER = np.nextafter(LIMIT, np.inf)
+BOUND = 2.0**49  # rewards, lengths and value estimates are of smaller magnitude (README)
+JUST_BELOW = np.nextafter(BOUND, 0.0)
 
 
 def _layout(layout: str, values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -241,19 +241,19 @@ def _normalize(laid_out, estimator, compat, strata, **kwargs):
 
 
 @pytest.mark.parametrize(("layout", "estimator", "compat", "strata"), PATHS)
-def test_rewards_past_the_limit_are_refused_on_every_path_and_the_limit_is_not(layout, estimator, compat, strata):
+def test_rewards_at_the_bound_are_refused_on_every_path_and_those_just_below_are_not(layout, estimator, compat, strata):
     base = np.tile([0.5, -1.0, 2.0, 0.25], 40)
-    at_limit = base.copy()
-    at_limit[[9, 10]] = [LIMIT, -LIMIT]
+    below = base.copy()
+    below[[9, 10]] = [JUST_BELOW, -JUST_BELOW]
     for dtype in ("float32", "float64"):
-        out = _normalize(_layout(layout, at_limit), estimator, compat, strata, dtype=dtype)
+        out = _normalize(_layout(layout, below), estimator, compat, strata, dtype=dtype)
         assert np.isfinite(out).all(), (dtype, out)
-    for bad in (JUST_OVER, -1e308, np.inf):
+    for bad in (BOUND, -BOUND, -1e308, np.inf):
         over = base.copy()
         over[9] = bad
         laid_out = _layout(layout, over)
         row = int(np.flatnonzero(laid_out[0] == bad)[0])
-        with pytest.raises(InvalidArgumentError, match=rf"values\[{row}\] is .*finite, of magnitude at most 2\^48"):
+        with pytest.raises(InvalidArgumentError, match=rf"values\[{row}\] is .*finite, of magnitude below 2\^49"):
             _normalize(laid_out, estimator, compat, strata)
 
 
@@ -280,8 +280,8 @@ def test_a_spread_whose_squares_underflow_with_eps_0_gives_0_not_an_infinity(lay
 def test_any_finite_rewards_give_the_two_pass_advantages_or_an_error(raw, layout):
     values = np.asarray(raw * 2)
     values, groups, _ = _layout(layout, np.concatenate([values, np.zeros(-len(values) % 4)]))
-    if np.abs(values).max() > LIMIT:
-        with pytest.raises(InvalidArgumentError, match="magnitude at most 2\\^48"):
+    if np.abs(values).max() >= BOUND:
+        with pytest.raises(InvalidArgumentError, match=r"magnitude below 2\^49"):
             masreplay.group_normalize(values, groups, eps=0.0, dtype="float64")
         return
     out = masreplay.group_normalize(values, groups, eps=0.0, dtype="float64")
@@ -294,7 +294,7 @@ def test_any_finite_rewards_give_the_two_pass_advantages_or_an_error(raw, layout
     assert np.all(np.abs(out - expected)[resolved] <= tolerance[resolved]), (values, out, expected)
 
 
-def test_a_batch_reward_past_the_limit_names_its_trace_and_event():
+def test_a_batch_reward_past_the_bound_names_its_trace_and_event():
     traces = [_linear(f"t{i}", 2, reward) for i, reward in enumerate([1.0, 1e300, 0.0])]
     for kwargs in ({}, {"normalize_by": "agent"}, {"normalize_by": "agent", "unit": "events"}):
         with pytest.raises(InvalidArgumentError, match=r'trace "t1": the reward is 1e300: rewards must be finite'):
@@ -304,12 +304,12 @@ def test_a_batch_reward_past_the_limit_names_its_trace_and_event():
         masreplay.advantages(batch, credit=[0.0, 1.0, 2.0, 3.0, -np.inf, 0.0])
 
 
-def test_lengths_and_returns_past_the_limit_are_refused():
-    with pytest.raises(InvalidArgumentError, match=r"lengths\[1\] is .*at most 2\^48"):
+def test_lengths_and_returns_past_the_bound_are_refused():
+    with pytest.raises(InvalidArgumentError, match=r"lengths\[1\] is .*below 2\^49"):
         masreplay.group_normalize([1.0, 0.0], [0, 0], estimator="opo", lengths=[1.0, 1e300])
     batch = _diamond([0.0, 0.0, 0.0, 1.0])
     for bad in (1e300, np.nan):
-        with pytest.raises(InvalidArgumentError, match=r"rewards\[2\] is .*magnitude at most 2\^48"):
+        with pytest.raises(InvalidArgumentError, match=r"rewards\[2\] is .*magnitude below 2\^49"):
             masreplay.graph_returns(batch, [0.0, 1.0, bad, 1.0], gamma=0.5)
 
 

@@ -327,8 +327,8 @@ def group_normalize(
     stratified normalisation, to stratum ``strata[i]``, e.g. its agent: Dr. MAS's (uid,
     agent) cells). Labels may be any values; rows are grouped by value. ``lengths`` are OPO's
     and REINFORCE++'s per-row token counts. Same estimators and ``compat`` modes as
-    :func:`advantages`; NaN values are left out and get 0. Values and lengths are at most
-    2^48 in magnitude (README, Guarantees).
+    :func:`advantages`; NaN values are left out and get 0. Values and lengths are below
+    2^49 in magnitude (README, Guarantees).
 
     Two inputs only the trainer modes read, where torch's rounding depends on them:
     ``mask`` is verl's (rows, L) response mask, over whose tokens ``compat="verl"`` whitens

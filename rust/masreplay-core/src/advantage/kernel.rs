@@ -430,7 +430,7 @@ fn check_lengths(n: usize, lengths: Option<&[f64]>) -> Result<()> {
             bail!("lengths has {} entries for {n} values", lengths.len());
         }
         if let Some((row, l)) = lengths.iter().enumerate().find(|(_, l)| !(in_range(**l) && **l >= 0.0)) {
-            bail!("lengths[{row}] is {l}: lengths must be >= 0 and at most 2^48 (about 2.8e14)");
+            bail!("lengths[{row}] is {l}: lengths must be >= 0 and below 2^49 (about 5.6e14)");
         }
     }
     Ok(())

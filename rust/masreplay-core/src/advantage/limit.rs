@@ -1,6 +1,6 @@
-//! The largest magnitude a reward, a value estimate or a token count may have: 2^48 (about
-//! 2.8e14). Below it no sum any path takes can overflow, in f64 or in a trainer's fp32
-//! (TRL's fp32 sum of squared deviations, the largest, stays finite up to 2^30 rows), and
+//! The largest magnitude a reward, a value estimate or a token count may have: below 2^49
+//! (about 5.6e14). Below it no sum any path takes can overflow, in f64 or in a trainer's fp32
+//! (TRL's fp32 sum of squared deviations, the largest, stays finite up to 2^28 rows), and
 //! every fp32 advantage is finite; above it a finite input could come out as NaN, an
 //! infinity or a silent 0 (a group's squares overflowing makes its std infinite). Rewards
 //! that large carry no meaning an fp32 trainer could keep, so they are refused rather than
@@ -8,19 +8,25 @@
 
 use crate::error::{MasreplayError, Result};
 
-/// 2^48.
-pub const LIMIT: f64 = (1u64 << 48) as f64;
+/// 2^49: every value in range is of smaller magnitude.
+pub const BOUND: f64 = (1u64 << 49) as f64;
 
-/// Whether `x` is a number of magnitude at most [`LIMIT`] (false for NaN and infinities).
+/// 2^975: `x * OVERFLOW_SCALE` is finite exactly when `x` is in range (scaling by a power of
+/// two is exact short of overflow, and `f64::MAX / 2^975` is the largest float below
+/// [`BOUND`]): a test the hot loops fold into their NaN test, `(x * OVERFLOW_SCALE) * 0.0`
+/// being 0 for a value in range and NaN otherwise.
+pub const OVERFLOW_SCALE: f64 = f64::from_bits((1023 + 975) << 52);
+
+/// Whether `x` is a number of magnitude below [`BOUND`] (false for NaN and infinities).
 #[inline(always)]
 pub fn in_range(x: f64) -> bool {
-    x.abs() <= LIMIT
+    x.abs() < BOUND
 }
 
 /// Whether `x` is out of range and not NaN (NaN marks a missing reward, which is allowed).
 #[inline(always)]
 pub fn out_of_range(x: f64) -> bool {
-    x.abs() > LIMIT
+    x.abs() >= BOUND
 }
 
 /// The error for `values` holding a value out of range, naming the first (NaN marks a missing
@@ -47,7 +53,7 @@ const NAN_ALLOWED: &str = " (NaN marks a missing reward)";
 
 fn refused(what: &str, name: &str, x: f64, note: &str) -> MasreplayError {
     MasreplayError::InvalidArgument(format!(
-        "{what} is {x:e}: {name} must be finite, of magnitude at most 2^48 (about 2.8e14), \
+        "{what} is {x:e}: {name} must be finite, of magnitude below 2^49 (about 5.6e14), \
          beyond which sums overflow{note}"
     ))
 }
@@ -57,10 +63,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_limit_is_in_range_and_the_next_float_is_not() {
-        let next = f64::from_bits(LIMIT.to_bits() + 1);
-        assert!(in_range(LIMIT) && in_range(-LIMIT) && !in_range(next) && !in_range(f64::NAN));
-        assert!(out_of_range(-next) && out_of_range(f64::INFINITY) && !out_of_range(f64::NAN));
+    fn the_bound_is_out_of_range_and_the_float_below_it_is_not() {
+        let below = f64::from_bits(BOUND.to_bits() - 1);
+        assert!(in_range(below) && in_range(-below) && !in_range(BOUND) && !in_range(f64::NAN));
+        assert!(out_of_range(-BOUND) && out_of_range(f64::INFINITY) && !out_of_range(f64::NAN));
+        assert_eq!(OVERFLOW_SCALE, 2f64.powi(975));
+        assert_eq!(f64::MAX / OVERFLOW_SCALE, below);
+        for x in [below, -below, BOUND, -BOUND, 1.0, 0.0, 1e300, f64::INFINITY, f64::NAN] {
+            assert_eq!((x * OVERFLOW_SCALE) * 0.0 == 0.0, in_range(x), "{x}");
+        }
     }
 
     #[test]
@@ -71,7 +82,7 @@ mod tests {
         assert!(message.ends_with("(NaN marks a missing reward)"), "{message}");
         let message = check_in_range("rewards", &values).unwrap_err().to_string();
         assert!(message.starts_with("rewards[1] is NaN: "), "{message}");
-        assert!(check_in_range("rewards", &[LIMIT, -LIMIT, 0.0]).is_ok());
+        assert!(check_in_range("rewards", &[BOUND / 2.0, -1e14, 0.0]).is_ok());
         let message = reward_out_of_range("trace \"t1\"", f64::INFINITY).to_string();
         assert!(message.starts_with("trace \"t1\": the reward is inf: rewards must be finite"), "{message}");
     }

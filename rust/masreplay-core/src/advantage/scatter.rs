@@ -21,7 +21,7 @@ use rayon::prelude::*;
 
 use super::float::AdvantageFloat;
 use super::kernel::{KeyRange, key_range, narrow_span};
-use super::limit::{LIMIT, out_of_range, values_out_of_range};
+use super::limit::{BOUND, out_of_range, values_out_of_range};
 use super::rows::Rows;
 use super::spec::{Compat, Estimator, Scale, Spec};
 use super::trainer_scatter::gather_then_write;
@@ -72,11 +72,11 @@ impl Moments {
 
     /// Whether a value of the group may be out of [`limit`](super::limit)'s range: every value
     /// is within `sqrt(squares)` of the shift, so none is when the shift is within a quarter
-    /// of the limit and the squares within a quarter of its square (`x` is then within 3/4 of
-    /// it, whatever the rounding). True for an infinite value (its sums are not numbers).
+    /// of the bound and the squares within a quarter's square (`x` is then within half of it,
+    /// whatever the rounding). True for an infinite value (its sums are not numbers).
     fn may_be_out_of_range(&self) -> bool {
-        const QUARTER: f64 = LIMIT / 4.0;
-        !(self.shift.abs() <= QUARTER && self.squares <= QUARTER * LIMIT)
+        const QUARTER: f64 = BOUND / 4.0;
+        !(self.shift.abs() <= QUARTER && self.squares <= QUARTER * QUARTER)
     }
 
     /// The advantage of value `x` of this group is `(x - centre) * scale`.

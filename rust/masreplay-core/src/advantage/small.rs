@@ -12,7 +12,7 @@
 use std::hint::select_unpredictable;
 
 use super::float::AdvantageFloat;
-use super::limit::{LIMIT, in_range, out_of_range};
+use super::limit::{BOUND, OVERFLOW_SCALE, out_of_range};
 use super::spec::{Compat, Estimator, Scale, Spec};
 
 /// Groups of at most this many rows take the small paths (and can hold as many cells).
@@ -95,12 +95,9 @@ pub(super) fn plain_run<T: AdvantageFloat>(
         low = low.min(x);
         high = high.max(x);
     }
-    // min and max pass NaN by, so the bounds are those of the other values.
-    if !(low >= -LIMIT && high <= LIMIT) {
-        return Err(Declined::OutOfRange);
-    }
-    if sum.is_nan() {
-        return Err(Declined::Scan);
+    // One branch for both rare cases (min and max pass NaN by; the sum does not).
+    if !((low > -BOUND) & (high < BOUND) & !sum.is_nan()) {
+        return Err(declined(values.iter().copied()));
     }
     if n < 2 || low == high {
         out.fill(T::from_f64(0.0));
@@ -223,12 +220,12 @@ impl Block {
         let (rows, cells) = (self.rows, self.cells);
         let mut next = cells;
         let mut any_label = 0u64;
-        // Stays true unless a value is NaN or out of range.
-        let mut in_range_all = true;
+        // Stays 0 unless a value is NaN or out of range (see `OVERFLOW_SCALE`).
+        let mut poison = 0.0;
         for k in 0..len {
             let (x, label) = row(k);
             any_label |= label as u64;
-            in_range_all &= in_range(x);
+            poison += (x * OVERFLOW_SCALE) * 0.0;
             let l = (label as usize) & (SMALL_CELLS - 1);
             let new = self.stamp[l] != group;
             self.stamp[l] = group;
@@ -246,7 +243,7 @@ impl Block {
             self.xs[r] = x;
             self.cell_of_row[r] = c as u16;
         }
-        if any_label >= SMALL_CELLS as u64 || !in_range_all {
+        if any_label >= SMALL_CELLS as u64 || poison != 0.0 {
             self.clear(cells, next);
             return Err(declined((0..len).map(|k| row(k).0)));
         }
