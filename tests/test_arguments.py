@@ -130,6 +130,12 @@ def test_a_non_finite_value_names_its_trace():
     with pytest.raises(InvalidArgumentError, match=re.escape(f'non-finite value (NaN) for a coalition of trace "{third}"')):
         masreplay.trace_shapley(batch, value_fn)
 
+    def too_large(trace_index, masks):
+        return np.where(trace_index == 2, -1e300, masks.sum(axis=1))
+
+    with pytest.raises(InvalidArgumentError, match=re.escape(f'value out of range (-1e300) for a coalition of trace "{third}"')):
+        masreplay.trace_shapley(batch, too_large)
+
 
 def test_what_the_value_function_raises_comes_out_unchanged():
     class Refused(Exception):

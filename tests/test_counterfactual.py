@@ -168,6 +168,15 @@ def test_branch_credit_keeps_its_digits_for_rewards_far_from_zero(baseline):
         assert credit[("far", "e1")][2] == 8
 
 
+def test_same_prefix_credit_refuses_a_reward_past_2_to_the_49_naming_its_trace():
+    batch = masreplay.load_traces([_trace("a", 1.0, ["e0", "e1"]), _trace("b", -1e300, ["e0", "e2"])])
+    with pytest.raises(
+        TraceValidationError, match=r"the reward is -1e300: rewards must be finite, of magnitude below 2\^49"
+    ) as raised:
+        masreplay.same_prefix_credit(batch)
+    assert (raised.value.trace_id, raised.value.path) == ("b", "/rewards/team")
+
+
 def test_a_branch_naming_a_missing_event_is_reported():
     gt = masreplay.sim.branches(2, branches=2, branch_points=1, seed=1)
     records = list(gt.batch)

@@ -434,6 +434,39 @@ def test_callable_errors_surface():
         masreplay.shapley(lambda masks: np.zeros(len(masks)))
 
 
+@pytest.mark.parametrize("method", ["auto", "exact", "permutation", "kernel", "stratified", "msr"])
+def test_values_past_2_to_the_49_are_refused_not_summed_into_an_infinity(method):
+    # Before the bound, 1e300 gave a stderr of 0 (permutation) or NaN (stratified).
+    just_below = np.nextafter(2.0**49, 0.0)
+    fine = masreplay.shapley(lambda masks: masks.sum(axis=1) * just_below / 6, 6, method=method, budget=500, seed=0)
+    assert np.isfinite(fine.values).all() and np.isfinite(fine.stderr).all()
+    with pytest.raises(
+        InvalidArgumentError,
+        match=r"returned a value out of range \(1e300\) for a coalition: values must be finite, of magnitude below 2\^49",
+    ):
+        masreplay.shapley(lambda masks: np.where(masks[:, 0], 1e300, 1.0), 6, method=method, budget=500, seed=0)
+
+
+@pytest.mark.parametrize(
+    ("build", "match"),
+    [
+        (lambda: games.additive([1.0, 1e300]), r"additive: weight 1 must be finite, of magnitude below 2\^49"),
+        (lambda: games.weighted_voting([1.0, np.inf], 1.0), r"weighted_voting: weight 1 must be finite"),
+        (lambda: games.table(np.array([0.0, 1.0, 2.0, 2.0**49])), r"table: value 3 must be finite, of magnitude"),
+        (lambda: games.table({(0,): 1e300}, n_players=2), r"table: the value of \[0\] must be finite"),
+        (lambda: games.soum(3, terms=[([0], 1.0), ([1, 2], -1e300)]), r"soum: the coefficient of term 1 must be finite"),
+        (lambda: games.empirical(np.eye(2, dtype=bool), [1.0, 1e300]), r"empirical: reward 1 must be finite"),
+        (
+            lambda: masreplay.difference_rewards(lambda m: m.sum(axis=1) * 1e300, n_players=3),
+            r"the game returned a value out of range",
+        ),
+    ],
+)
+def test_games_built_from_numbers_past_2_to_the_49_are_refused(build, match):
+    with pytest.raises(InvalidArgumentError, match=match):
+        build()
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [

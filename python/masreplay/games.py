@@ -188,6 +188,7 @@ def evaluate(game: Any, masks: np.ndarray, *, name: str = "game") -> np.ndarray:
         ) from None
     if values.shape != (len(masks),):
         raise InvalidArgumentError(f"the game returned shape {values.shape} for {len(masks)} coalitions")
+    _core.check_game_values(values, "the game" if name == "game" else name, "a coalition")
     return values
 
 

@@ -217,6 +217,7 @@ fn _core(module: &Bound<'_, PyModule>) -> PyResult<()> {
     // Shapley credit (games, estimators, per-trace credit)
     module.add_class::<shapley::PyGame>()?;
     for function in [
+        wrap_pyfunction!(shapley::check_game_values, module)?,
         wrap_pyfunction!(shapley::soum_game, module)?,
         wrap_pyfunction!(shapley::dense_table_game, module)?,
         wrap_pyfunction!(shapley::sparse_table_game, module)?,

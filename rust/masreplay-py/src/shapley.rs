@@ -140,6 +140,17 @@ pub fn soum_game(
     wrap(py, game.map(Native::Soum), "soum")
 }
 
+/// The core's range check of what a game returned, for games valued from Python.
+#[pyfunction]
+pub fn check_game_values(
+    py: Python<'_>,
+    values: PyReadonlyArray1<'_, f64>,
+    function: &str,
+    whom: &str,
+) -> PyResult<()> {
+    masreplay_core::limit::check_game_values(values.as_slice()?, function, whom).or_raise(py)
+}
+
 #[pyfunction]
 pub fn dense_table_game(py: Python<'_>, values: Vec<f64>) -> PyResult<PyGame> {
     wrap(py, TableGame::dense(values).map(Native::Table), "table")

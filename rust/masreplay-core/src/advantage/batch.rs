@@ -8,13 +8,13 @@
 //! plain group normalisation of trace rewards.
 
 use super::kernel::normalize;
-use super::limit::{out_of_range, reward_out_of_range};
 use super::rows::Rows;
 use super::spec::Spec;
 use super::strata::{Stratum, joint_codes};
 use super::weights::loss_weights;
 use crate::bail;
 use crate::error::Result;
+use crate::limit::{out_of_range, reward_out_of_range};
 use crate::store::TraceBatch;
 use crate::trace::Unit;
 use crate::trace_view::BatchView;

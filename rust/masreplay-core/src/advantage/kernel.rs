@@ -14,7 +14,6 @@ use rayon::prelude::*;
 
 use super::cell::{Cell, batch_std};
 use super::float::AdvantageFloat;
-use super::limit::{in_range, out_of_range, values_out_of_range};
 use super::rows::Rows;
 use super::scatter::{self, normalize_scattered};
 use super::small::{Block, Declined, Labels, SMALL_ROWS, Small, normalize_small_group, plain_run, small_path};
@@ -22,6 +21,7 @@ use super::spec::{Compat, Estimator, Scale, Spec};
 use super::torch_sum::torch_sum_threads_of;
 use crate::bail;
 use crate::error::{MasreplayError, Result};
+use crate::limit::{in_range, out_of_range, values_out_of_range};
 use crate::parallel::min_piece;
 use crate::stamped::StampedIndex;
 

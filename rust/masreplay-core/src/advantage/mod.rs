@@ -7,7 +7,7 @@
 //! Layers, one idea each: [`spec`] says what to compute, [`cell`] holds the statistics of one
 //! normalisation cell and applies an estimator's formula (native f64, or a trainer's fp32
 //! arithmetic), [`kernel`] partitions rows into groups and strata and runs the cells in
-//! parallel, [`limit`] bounds the magnitude of every input, `small` takes the small groups (GRPO rollouts) on its fast paths, `scatter` takes
+//! parallel, `small` takes the small groups (GRPO rollouts) on its fast paths, `scatter` takes
 //! groups scattered over the rows (after a shuffle) as tables indexed by group, all writing
 //! their results in an [`AdvantageFloat`] ([`float`]), [`strata`] derives per-event stratum
 //! codes from a batch, [`batch`] turns a [`crate::TraceBatch`] into rows and back,
@@ -18,7 +18,6 @@ pub mod batch;
 mod cell;
 pub mod float;
 pub mod kernel;
-pub mod limit;
 pub mod returns;
 mod rows;
 mod scatter;

@@ -15,9 +15,9 @@
 
 use rayon::prelude::*;
 
-use super::limit::check_in_range;
 use crate::bail;
 use crate::error::Result;
+use crate::limit::check_in_range;
 use crate::names::named_enum;
 use crate::store::TraceBatch;
 use crate::trace_view::BatchView;

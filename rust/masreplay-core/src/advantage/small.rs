@@ -12,8 +12,8 @@
 use std::hint::select_unpredictable;
 
 use super::float::AdvantageFloat;
-use super::limit::{BOUND, OVERFLOW_SCALE, out_of_range};
 use super::spec::{Compat, Estimator, Scale, Spec};
+use crate::limit::{BOUND, OVERFLOW_SCALE, out_of_range};
 
 /// Groups of at most this many rows take the small paths (and can hold as many cells).
 pub(super) const SMALL_ROWS: usize = 64;
@@ -70,7 +70,7 @@ impl Labels<'_> {
 pub(super) enum Declined {
     /// A NaN reward or a label outside `0..64`: the scanning path takes the group.
     Scan,
-    /// A reward out of [`limit`](super::limit)'s range: an error.
+    /// A reward out of [`limit`](crate::limit)'s range: an error.
     OutOfRange,
 }
 

@@ -22,9 +22,9 @@ use rayon::prelude::*;
 
 use super::cell::Trainer32;
 use super::float::AdvantageFloat;
-use super::limit::{out_of_range, values_out_of_range};
 use super::spec::{Compat, Estimator, Spec};
 use crate::error::Result;
+use crate::limit::{out_of_range, values_out_of_range};
 use crate::parallel::min_piece;
 
 /// Groups per parallel task of the statistics pass.

@@ -14,6 +14,7 @@ pub mod prefix;
 use rayon::prelude::*;
 
 use crate::error::{MasreplayError, Result, ValidationError};
+use crate::limit::{IN_RANGE, in_range};
 use crate::store::schema::TraceColumns;
 use crate::store::{TraceBatch, trace_channel};
 
@@ -54,19 +55,30 @@ impl Credit {
     }
 }
 
-/// Each trace's reward on `channel`; a trace without it is an error naming the trace.
+/// Each trace's reward on `channel`; a trace without it, or with one out of range, is an
+/// error naming the trace.
 pub(crate) fn trace_rewards(batch: &TraceBatch, channel: &str) -> Result<Vec<f64>> {
     let rewards = trace_channel(batch, channel);
-    match rewards.iter().position(|r| r.is_nan()) {
+    match rewards.iter().position(|&r| !in_range(r)) {
         None => Ok(rewards),
-        Some(row) => Err(missing_reward(batch, row, channel)),
+        Some(row) => Err(unusable_reward(batch, row, channel, rewards[row])),
     }
 }
 
 /// The error of trace `row` having no reward on `channel`.
 pub(crate) fn missing_reward(batch: &TraceBatch, row: usize, channel: &str) -> MasreplayError {
+    unusable_reward(batch, row, channel, f64::NAN)
+}
+
+/// The error of trace `row`'s `reward` on `channel` being missing (NaN) or out of range.
+pub(crate) fn unusable_reward(batch: &TraceBatch, row: usize, channel: &str, reward: f64) -> MasreplayError {
     let trace_id = TraceColumns::new(batch.record_batch()).trace_id.value(row);
-    ValidationError::new(Some(trace_id), format!("/rewards/{channel}"), "no reward on this channel").into()
+    let reason = if reward.is_nan() {
+        "no reward on this channel".to_owned()
+    } else {
+        format!("the reward is {reward:e}: rewards must be {IN_RANGE}, beyond which sums overflow")
+    };
+    ValidationError::new(Some(trace_id), format!("/rewards/{channel}"), reason).into()
 }
 
 /// A word that, with the length, tells apart texts of up to eight bytes without reading them

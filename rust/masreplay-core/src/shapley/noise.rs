@@ -33,6 +33,7 @@ use super::games::RestrictedGame;
 use super::owen::Hierarchy;
 use super::{Estimate, Method, ShapleyOptions, ShapleyResult, Stopping, exact, permutation, sampling};
 use crate::error::{MasreplayError, Result};
+use crate::limit::check_game_values;
 
 /// The standard deviation of one evaluation.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -110,9 +111,7 @@ impl Game for Draws<'_> {
             (0..count).for_each(|_| batch.push(set));
         }
         let drawn = self.inner.values(&batch)?;
-        if let Some(bad) = drawn.iter().find(|v| !v.is_finite()) {
-            return Err(MasreplayError::InvalidArgument(format!("the game returned a non-finite value ({bad})")));
-        }
+        check_game_values(&drawn, "the game", "a coalition")?;
         self.draws.fetch_add(batch.len() as u64, Ordering::Relaxed);
         let mut tallies = self.tallies();
         let mut next = 0;

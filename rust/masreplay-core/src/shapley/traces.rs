@@ -31,6 +31,7 @@ use super::coalition::{Coalitions, contains};
 use super::game::Game;
 use super::{ShapleyOptions, ShapleyResult, shapley};
 use crate::error::{MasreplayError, Result};
+use crate::limit::check_game_values;
 use crate::store::TraceBatch;
 use crate::store::schema::dictionary_text;
 use crate::trace_view::{BatchView, NONE, TraceAgents};
@@ -498,12 +499,7 @@ pub fn trace_shapley(
     };
     let mut all_values = in_chunks(&valued, width, chunk, 1, "value_fn", value_fn)?;
     for (t, values) in all_values.iter().enumerate() {
-        if let Some(bad) = values.iter().find(|v| !v.is_finite()) {
-            return Err(MasreplayError::InvalidArgument(format!(
-                "value_fn returned a non-finite value ({bad}) for a coalition of trace {}",
-                players.trace_name(t)
-            )));
-        }
+        check_game_values(values, "value_fn", &format!("a coalition of trace {}", players.trace_name(t)))?;
     }
     let evaluations = all_values.iter().map(|values| values.len() as u64).sum();
     if let Some(forms) = forms.as_ref().filter(|_| !noisy) {

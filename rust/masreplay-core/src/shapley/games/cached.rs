@@ -15,6 +15,7 @@ use hashbrown::HashTable;
 
 use crate::bail;
 use crate::error::Result;
+use crate::limit::check_game_values;
 use crate::shapley::coalition::Coalitions;
 use crate::shapley::game::Game;
 
@@ -118,9 +119,7 @@ impl<'a, F: Fn(&Coalitions) -> Result<Vec<f64>> + Sync> CachedCallback<'a, F> {
             if values.len() != part.len() {
                 bail!("the game returned {} values for {} coalitions", values.len(), part.len());
             }
-            if let Some(bad) = values.iter().position(|v| !v.is_finite()) {
-                bail!("the game returned a non-finite value ({}) for a coalition", values[bad]);
-            }
+            check_game_values(&values, "the game", "a coalition")?;
             self.evaluations.fetch_add(part.len() as u64, Ordering::Relaxed);
             out.extend(values);
             start = end;

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 
 use crate::bail;
 use crate::error::Result;
+use crate::limit::{IN_RANGE, in_range};
 use crate::shapley::coalition::{Coalitions, contains};
 use crate::shapley::game::Game;
 use crate::shapley::linalg::cholesky;
@@ -36,8 +37,8 @@ impl EmpiricalGame {
         if !(1..=2).contains(&order) {
             bail!("empirical: order must be 1 or 2, got {order}");
         }
-        if let Some(i) = rewards.iter().position(|r| !r.is_finite()) {
-            bail!("empirical: reward {i} is not finite");
+        if let Some(i) = rewards.iter().position(|&r| !in_range(r)) {
+            bail!("empirical: reward {i} must be {IN_RANGE}, got {:e}", rewards[i]);
         }
         let mut sums: HashMap<Vec<u64>, (f64, f64)> = HashMap::new();
         for (set, &reward) in observed.iter().zip(rewards) {

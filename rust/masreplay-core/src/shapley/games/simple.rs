@@ -3,6 +3,7 @@
 
 use crate::bail;
 use crate::error::Result;
+use crate::limit::{IN_RANGE, in_range};
 use crate::shapley::coalition::{Coalitions, contains};
 use crate::shapley::game::Game;
 
@@ -10,8 +11,8 @@ fn check_weights(what: &str, weights: &[f64]) -> Result<()> {
     if weights.is_empty() {
         bail!("{what}: at least one player is needed");
     }
-    if let Some(i) = weights.iter().position(|w| !w.is_finite()) {
-        bail!("{what}: weight {i} is not finite");
+    if let Some(i) = weights.iter().position(|&w| !in_range(w)) {
+        bail!("{what}: weight {i} must be {IN_RANGE}, got {:e}", weights[i]);
     }
     Ok(())
 }

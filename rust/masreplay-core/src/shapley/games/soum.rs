@@ -7,6 +7,7 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 use super::check_players;
 use crate::bail;
 use crate::error::Result;
+use crate::limit::{IN_RANGE, in_range};
 use crate::shapley::coalition::{Coalitions, is_subset, words_for};
 use crate::shapley::game::Game;
 
@@ -35,8 +36,8 @@ impl SoumGame {
         let mut counts = vec![0u32; n_players + 1];
         for (t, (members, coefficient)) in terms.iter().enumerate() {
             check_players("soum term", n_players, members)?;
-            if !coefficient.is_finite() {
-                bail!("soum: term {t} has a non-finite coefficient");
+            if !in_range(*coefficient) {
+                bail!("soum: the coefficient of term {t} must be {IN_RANGE}, got {coefficient:e}");
             }
             let mask = &mut masks[t * words..(t + 1) * words];
             for &p in members {

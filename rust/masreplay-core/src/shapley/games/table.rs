@@ -5,6 +5,7 @@ use std::collections::HashMap;
 
 use crate::bail;
 use crate::error::Result;
+use crate::limit::{IN_RANGE, in_range};
 use crate::shapley::coalition::{Coalitions, words_for};
 use crate::shapley::game::Game;
 
@@ -23,8 +24,8 @@ impl TableGame {
         if len < 2 || !len.is_power_of_two() || len.trailing_zeros() as usize > MAX_DENSE_PLAYERS {
             bail!("table: a dense table needs 2^n values (n in 1..={MAX_DENSE_PLAYERS}), got {len}");
         }
-        if let Some(i) = values.iter().position(|v| !v.is_finite()) {
-            bail!("table: value {i} is not finite");
+        if let Some(i) = values.iter().position(|&v| !in_range(v)) {
+            bail!("table: value {i} must be {IN_RANGE}, got {:e}", values[i]);
         }
         Ok(TableGame::Dense { n_players: len.trailing_zeros() as usize, values })
     }
@@ -37,8 +38,8 @@ impl TableGame {
         let mut values = HashMap::with_capacity(entries.len());
         for (players, value) in entries {
             super::check_players("table", n_players, &players)?;
-            if !value.is_finite() {
-                bail!("table: the value of {players:?} is not finite");
+            if !in_range(value) {
+                bail!("table: the value of {players:?} must be {IN_RANGE}, got {value:e}");
             }
             let mut set = vec![0u64; words_for(n_players)];
             for &p in &players {

@@ -1,10 +1,10 @@
-//! The largest magnitude a reward, a value estimate or a token count may have: below 2^49
-//! (about 5.6e14). Below it no sum any path takes can overflow, in f64 or in a trainer's fp32
-//! (TRL's fp32 sum of squared deviations, the largest, stays finite up to 2^28 rows), and
-//! every fp32 advantage is finite; above it a finite input could come out as NaN, an
-//! infinity or a silent 0 (a group's squares overflowing makes its std infinite). Rewards
-//! that large carry no meaning an fp32 trainer could keep, so they are refused rather than
-//! rescaled.
+//! The largest magnitude the numbers masreplay sums may have (rewards, value estimates, token
+//! counts, a game's values): below 2^49 (about 5.6e14). Below it no sum any path takes can
+//! overflow, in f64 or in a trainer's fp32 (TRL's fp32 sum of squared deviations, the
+//! largest, stays finite up to 2^28 rows), and every fp32 advantage is finite; above it a
+//! finite input could come out as NaN, an infinity or a silent 0 (squares overflowing make a
+//! standard deviation infinite). Numbers that large carry no meaning an fp32 trainer could
+//! keep, so they are refused rather than rescaled.
 
 use crate::error::{MasreplayError, Result};
 
@@ -16,6 +16,9 @@ pub const BOUND: f64 = (1u64 << 49) as f64;
 /// [`BOUND`]): a test the hot loops fold into their NaN test, `(x * OVERFLOW_SCALE) * 0.0`
 /// being 0 for a value in range and NaN otherwise.
 pub const OVERFLOW_SCALE: f64 = f64::from_bits((1023 + 975) << 52);
+
+/// What a number in range is, for messages.
+pub const IN_RANGE: &str = "finite, of magnitude below 2^49 (about 5.6e14)";
 
 /// Whether `x` is a number of magnitude below [`BOUND`] (false for NaN and infinities).
 #[inline(always)]
@@ -49,12 +52,21 @@ pub fn reward_out_of_range(whose: &str, x: f64) -> MasreplayError {
     refused(&format!("{whose}: the reward"), "rewards", x, NAN_ALLOWED)
 }
 
+/// The first value of `values` out of range (NaN included) that `function` (a game,
+/// `value_fn`) returned for `whom` (a coalition, a coalition of a trace), as an error.
+pub fn check_game_values(values: &[f64], function: &str, whom: &str) -> Result<()> {
+    let Some(&x) = values.iter().find(|&&x| !in_range(x)) else { return Ok(()) };
+    let what = if x.is_finite() { "a value out of range" } else { "a non-finite value" };
+    Err(MasreplayError::InvalidArgument(format!(
+        "{function} returned {what} ({x:e}) for {whom}: values must be {IN_RANGE}, beyond which sums overflow"
+    )))
+}
+
 const NAN_ALLOWED: &str = " (NaN marks a missing reward)";
 
 fn refused(what: &str, name: &str, x: f64, note: &str) -> MasreplayError {
     MasreplayError::InvalidArgument(format!(
-        "{what} is {x:e}: {name} must be finite, of magnitude below 2^49 (about 5.6e14), \
-         beyond which sums overflow{note}"
+        "{what} is {x:e}: {name} must be {IN_RANGE}, beyond which sums overflow{note}"
     ))
 }
 
