@@ -289,6 +289,20 @@ def test_bad_arguments_raise_masreplay_errors():
     buffer.shutdown()
 
 
+def test_a_priority_one_shard_would_refuse_changes_no_shard():
+    buffer = RayGraphBuffer(100, shards=2)
+    batch = masreplay.sim.generate(16, seed=3)
+    buffer.add(batch)
+    mass = lambda: [ray.get(shard.eligible.remote({}))[1] for shard in buffer._shards]  # noqa: E731
+    before = mass()
+    assert all(m > 0 for m in before)  # both shards hold traces
+    for bad in (1e300, np.inf, -1.0, np.nan):
+        with pytest.raises(InvalidArgumentError, match="is not a priority"):
+            buffer.update_priorities(batch.trace_ids, [7.0] * 15 + [bad])
+        assert mass() == before
+    buffer.shutdown()
+
+
 def test_the_add_log_counts_what_came_after_the_ledger(tmp_path):
     log = tmp_path / "shard-00000.adds"
     ledger = {"added_since_save": 5, "held": 5, "log_bytes": 0}

@@ -19,6 +19,7 @@ from masreplay.vocabulary import (
 )
 
 SCHEMA_VERSION: int
+MAX_PRIORITY: float
 # The core's vocabularies, in the canonical order (equal to masreplay.vocabulary's Literals).
 EVENT_TYPES: tuple[str, ...]
 EDGE_TYPES: tuple[str, ...]

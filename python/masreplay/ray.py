@@ -736,8 +736,11 @@ class RayGraphBuffer:
         values = numbers("priorities", priorities).ravel()
         if len(values) != len(keys):
             raise InvalidArgumentError(f"{len(keys)} trace ids but {len(values)} priorities: give one per trace")
-        if not np.all(np.isfinite(values) & (values >= 0)):
-            raise InvalidArgumentError("priorities must be finite and >= 0")
+        # Every shard's own check, before any shard changes: a priority one shard refused
+        # after another applied its part would leave the update half done.
+        if not np.all((values >= 0) & (values <= _core.MAX_PRIORITY)):
+            bad = values[~((values >= 0) & (values <= _core.MAX_PRIORITY))][0]
+            raise InvalidArgumentError(f"{bad} is not a priority; priorities are finite numbers from 0 to {_core.MAX_PRIORITY:e}")
         held = np.stack(ray.get([shard.contains_many.remote(keys) for shard in self._shards]))
         missing = np.flatnonzero(~held.any(axis=0))
         if len(missing):

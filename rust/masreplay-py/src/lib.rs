@@ -231,6 +231,7 @@ fn _core(module: &Bound<'_, PyModule>) -> PyResult<()> {
         module.add_function(function)?;
     }
     module.add("SCHEMA_VERSION", masreplay_core::trace::SCHEMA_VERSION)?;
+    module.add("MAX_PRIORITY", masreplay_core::buffer::MAX_PRIORITY)?;
     add_vocabularies(module)?;
     Ok(())
 }
