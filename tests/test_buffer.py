@@ -300,6 +300,16 @@ def test_update_priorities_is_all_or_nothing():
         assert np.array_equal(buffer.priorities(), before)
 
 
+def test_a_trace_named_twice_takes_its_last_priority():
+    # A sample drawn with replacement holds a trace twice; its TD errors come back twice.
+    buffer = GraphBuffer(10)
+    batch = traces(3, seed=1)
+    buffer.add(batch)
+    first, second, _ = batch.trace_ids
+    buffer.update_priorities([first, second, first], [4.0, 2.0, 0.5])
+    assert buffer.priorities()[:2].tolist() == [0.5, 2.0]
+
+
 def test_shape_filters_and_length_bands():
     buffer = GraphBuffer(200)
     buffer.add(traces(30, seed=1, agents=(1, 6), events_per_agent=(1, 10)))

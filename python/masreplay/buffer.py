@@ -234,8 +234,9 @@ class GraphBuffer:
         return TraceBatch(selection)
 
     def update_priorities(self, trace_ids: Any, priorities: Any) -> None:
-        """Sets priorities (finite, >= 0) of stored traces; all or nothing. New traces get the
-        largest priority seen so far."""
+        """Sets priorities (finite, >= 0) of stored traces; all or nothing. A trace named more
+        than once (a sample drawn with replacement) takes its last priority, as numpy's
+        assignment does. New traces get the largest priority seen so far."""
         keys = ids("trace_ids", trace_ids)
         self._core.update_priorities(keys, numbers("priorities", priorities).ravel().tolist())
 
