@@ -54,7 +54,7 @@ pub(crate) struct Builder<'t> {
     /// Each event's attributes as the JSON text of one object, when they are written as the
     /// events are made (see [`Builder::writing_attributes`]); the events then hold none.
     written: Option<Vec<Option<String>>>,
-    /// The text of the event being written (reused: one copy of each event's text is kept).
+    /// The text of the event being written (an event without attributes leaves it for the next).
     scratch: Vec<u8>,
 }
 
@@ -147,15 +147,20 @@ impl<'t> Builder<'t> {
         };
         self.events.push(event);
         if let (Some(written), Some(mut text)) = (self.written.as_mut(), text) {
-            written.push((!text.is_empty()).then(|| {
+            if text.is_empty() {
+                written.push(None);
+                self.scratch = text;
+            } else {
                 text.push(b'}');
+                // The text is kept as it was written (not copied); the next event's is written
+                // into room of its size.
+                self.scratch = Vec::with_capacity(text.len());
                 // Written from text and serde_json's output: UTF-8, which `from_utf8` checks
                 // a word at a time (`from_utf8_lossy` goes chunk by chunk, 5% of a conversion).
-                String::from_utf8(text.clone())
-                    .unwrap_or_else(|error| String::from_utf8_lossy(error.as_bytes()).into_owned())
-            }));
-            text.clear();
-            self.scratch = text;
+                let text = String::from_utf8(text)
+                    .unwrap_or_else(|error| String::from_utf8_lossy(error.as_bytes()).into_owned());
+                written.push(Some(text));
+            }
         }
         index
     }
