@@ -211,7 +211,7 @@ impl<'a> Json<'a> {
             Json::UInt(n) => write_serialized(text, n),
             Json::Float(x) if x.is_finite() => write_serialized(text, x),
             Json::Float(x) => return Err((String::new(), format!("{x} is not a finite number"))),
-            Json::Str(value) => write_serialized(text, value.as_ref()),
+            Json::Str(value) => write_str(text, value),
             Json::Array(items) => {
                 text.push(b'[');
                 for (index, item) in items.iter().enumerate() {
@@ -228,7 +228,7 @@ impl<'a> Json<'a> {
                     if index > 0 {
                         text.push(b',');
                     }
-                    write_serialized(text, key.as_ref());
+                    write_str(text, key);
                     text.push(b':');
                     item.write_json(level + 1, text)
                         .map_err(|(at, why)| (format!("/{}{at}", crate::validate::pointer_segment(key)), why))?;
@@ -253,6 +253,41 @@ impl<'a> Json<'a> {
 pub(crate) fn write_serialized(text: &mut Vec<u8>, value: &(impl serde_core::Serialize + ?Sized)) {
     // Into memory, serde_json's writing of a scalar or of a value it made cannot fail.
     let _ = serde_json::to_writer(text, value);
+}
+
+/// `value` as serde_json writes a string, added to `text`: as it is, quoted, when it holds
+/// nothing to escape (serde_json looks at it a byte at a time).
+pub(crate) fn write_str(text: &mut Vec<u8>, value: &str) {
+    if first_special(value.as_bytes()).is_some() {
+        return write_serialized(text, value);
+    }
+    text.reserve(value.len() + 2);
+    text.push(b'"');
+    text.extend_from_slice(value.as_bytes());
+    text.push(b'"');
+}
+
+/// Where the first byte of `bytes` is that a JSON string holds only escaped (a quote, a
+/// backslash, a control character): a string's end, an escape, or text JSON refuses; eight
+/// bytes at a time.
+pub(crate) fn first_special(bytes: &[u8]) -> Option<usize> {
+    const ONES: u64 = u64::from_ne_bytes([1; 8]);
+    // The bytes of `word` below `n` (at most 0x80) set their high bit in this; a byte above
+    // the first such byte may be set too, by its borrow, but the first set is the first below.
+    let below = |word: u64, n: u8| word.wrapping_sub(ONES * u64::from(n)) & !word & (ONES << 7);
+    let mut words = bytes.chunks_exact(8);
+    for (index, word) in (&mut words).enumerate() {
+        let word = u64::from_le_bytes(word.try_into().ok()?);
+        let quote = word ^ (ONES * u64::from(b'"'));
+        let backslash = word ^ (ONES * u64::from(b'\\'));
+        let found = below(quote, 1) | below(backslash, 1) | below(word, 0x20);
+        if found != 0 {
+            return Some(index * 8 + found.trailing_zeros() as usize / 8);
+        }
+    }
+    let rest = words.remainder();
+    let at = rest.iter().position(|&byte| matches!(byte, b'"' | b'\\' | 0..0x20))?;
+    Some(bytes.len() - rest.len() + at)
 }
 
 /// Python's `repr` of a value as `json.loads` made it (errors quote the value they refuse).

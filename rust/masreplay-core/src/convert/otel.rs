@@ -157,11 +157,18 @@ fn traces(name: &str, spans: Vec<Span<'_>>) -> Outcome<(Converted, Report)> {
     let mut report = Report { records: spans.len(), ..Report::default() };
     let mut groups: Vec<(&str, Vec<&Span<'_>>)> = Vec::new();
     let mut group_of: HashMap<&str, usize> = HashMap::default();
+    let mut last: Option<(&str, usize)> = None;
     for span in &spans {
-        let at = *group_of.entry(span.trace.as_ref()).or_insert_with(|| {
-            groups.push((span.trace.as_ref(), Vec::new()));
-            groups.len() - 1
-        });
+        // A trace's spans mostly come one after the other: the last span's trace id is
+        // compared before the map hashes the id.
+        let at = match last {
+            Some((trace, at)) if trace == span.trace => at,
+            _ => *group_of.entry(span.trace.as_ref()).or_insert_with(|| {
+                groups.push((span.trace.as_ref(), Vec::new()));
+                groups.len() - 1
+            }),
+        };
+        last = Some((span.trace.as_ref(), at));
         groups[at].1.push(span);
     }
     // Traces are made in parallel, each with a report of its own, read back in order: the
@@ -452,14 +459,15 @@ fn hex_id<'r>(value: Option<&Json<'r>>, at: &Where<'_>, place: &str) -> Outcome<
         Json::UInt(n) => Cow::Owned(n.to_string()),
         other => return Err(at.fail(format_args!("{place} is {}, expected an id", other.describe()))),
     };
-    // Hex digits after an optional 0x (either case), lowercased in one copy; lowercase hex
-    // with no prefix (as OTLP exporters write ids) is kept as written.
+    // Lowercase hex (as OTLP exporters write ids) is kept as written: one look at each byte,
+    // with no branch (a tenth of the reading took two with a branch each).
+    if text.bytes().fold(true, |hex, byte| hex & matches!(byte, b'0'..=b'9' | b'a'..=b'f')) {
+        return Ok(Some(text));
+    }
+    // Hex digits after an optional 0x (either case), lowercased in one copy.
     let prefix = if matches!(text.as_bytes(), [b'0', b'x' | b'X', ..]) { 2 } else { 0 };
     let digits = &text[prefix..];
     if digits.bytes().all(|byte| byte.is_ascii_hexdigit()) {
-        if prefix == 0 && !digits.bytes().any(|byte| byte.is_ascii_uppercase()) {
-            return Ok(Some(text));
-        }
         return Ok(Some(Cow::Owned(digits.to_ascii_lowercase())));
     }
     Ok(Some(match base64(&text) {
@@ -844,11 +852,11 @@ struct OtelTrace<'c, 'r> {
     reported: Vec<bool>,
     reward_spans: Vec<usize>,
     /// The agent each span acts for (`user` outside every agent run).
-    agent_of: Vec<String>,
-    roles: HashMap<String, &'static str>,
+    agent_of: Vec<Cow<'c, str>>,
+    roles: HashMap<Cow<'c, str>, &'static str>,
     /// Spawn events by the agent they spawn; invoking messages with the agent they invoke.
-    spawns: HashMap<String, usize>,
-    invocations: Vec<(usize, String)>,
+    spawns: HashMap<Cow<'c, str>, usize>,
+    invocations: Vec<(usize, Cow<'c, str>)>,
     /// Marks of the spans one ancestor walk has seen (a walk's number), to stop at a loop.
     seen: Vec<u32>,
     walk: u32,
@@ -889,6 +897,9 @@ impl<'c, 'r> OtelTrace<'c, 'r> {
             .collect();
         let start = spans.iter().map(|span| span.start).fold(f64::INFINITY, f64::min);
         let count = spans.len();
+        let mut builder = Builder::writing_attributes(trace_id);
+        // Most spans make one or two events.
+        builder.reserve(2 * count);
         let mut trace = OtelTrace {
             trace_id,
             report,
@@ -896,7 +907,7 @@ impl<'c, 'r> OtelTrace<'c, 'r> {
             parents,
             runs,
             start,
-            builder: Builder::writing_attributes(trace_id),
+            builder,
             first: vec![None; count],
             last: vec![None; count],
             reported: vec![false; count],
@@ -937,13 +948,13 @@ impl<'c, 'r> OtelTrace<'c, 'r> {
     fn agent_roles(&mut self) {
         for span in 0..self.spans.len() {
             let agent = match self.nearest(span, |trace, at| trace.runs[at].is_some()) {
-                Some(run) => self.runs[run].as_deref().unwrap_or_default().to_owned(),
-                None => USER.to_owned(),
+                Some(run) => self.runs[run].clone().unwrap_or_default(),
+                None => Cow::Borrowed(USER),
             };
             self.agent_of.push(agent);
             if let Some(name) = &self.runs[span] {
                 let top = self.agent_of[span] == USER || self.roles.get(name.as_ref()) == Some(&ORCHESTRATOR);
-                self.roles.insert(name.clone().into_owned(), if top { ORCHESTRATOR } else { SUB_AGENT });
+                self.roles.insert(name.clone(), if top { ORCHESTRATOR } else { SUB_AGENT });
             }
         }
     }
@@ -959,28 +970,27 @@ impl<'c, 'r> OtelTrace<'c, 'r> {
         fields: Vec<(&'static str, Out<'c>)>,
     ) -> usize {
         let this = self.spans[span];
-        let mut all = Vec::with_capacity(fields.len() + 4);
-        all.push(("span_name", Out::Str(this.name)));
-        all.extend(fields);
+        let (mut tokens, mut exceptions) = (None, None);
         if !self.reported[span] && suffix != ":start" {
             // The span's first event carries what the whole span reports: its token usage (on
             // any operation: an invoke_agent span may report usage its chats do not) and the
             // exceptions it recorded; an agent run's are on its return, the run's own work,
             // not on the message that started it.
             self.reported[span] = true;
-            if let Some(tokens) = this.tokens() {
-                all.push(("tokens", Out::Value(integer(tokens))));
-            }
-            if let Some(exceptions) = this.exceptions() {
-                all.push(("exceptions", Out::Json(exceptions)));
-            }
+            tokens = this.tokens().map(|tokens| ("tokens", Out::Value(integer(tokens))));
+            exceptions = this.exceptions().map(|exceptions| ("exceptions", Out::Json(exceptions)));
         }
-        if !all.iter().any(|(key, _)| *key == "role") {
-            let role = if kind == EventType::ToolResult { Some(TOOL) } else { self.roles.get(agent).copied() };
-            if let Some(role) = role {
-                all.push(("role", Out::Str(role)));
-            }
-        }
+        let role = match kind {
+            _ if fields.iter().any(|(key, _)| *key == "role") => None,
+            EventType::ToolResult => Some(TOOL),
+            _ => self.roles.get(agent).copied(),
+        };
+        // The fields in the event's order, handed over as they come (no list made per event).
+        let all = std::iter::once(("span_name", Out::Str(this.name)))
+            .chain(fields)
+            .chain(tokens)
+            .chain(exceptions)
+            .chain(role.map(|role| ("role", Out::Str(role))));
         let id = [this.id.as_ref(), suffix].concat();
         let index = self.builder.event(id, t - self.start, kind, agent, all);
         self.first[span].get_or_insert(index);
@@ -1009,15 +1019,14 @@ impl<'c, 'r> OtelTrace<'c, 'r> {
                 fields.extend(extra());
                 let index = self.event(span, "", this.start, EventType::Spawn, &caller, fields);
                 if let Some(to) = this.agent_name() {
-                    self.spawns.insert(to.into_owned(), index);
+                    self.spawns.insert(to, index);
                 }
             }
             Some("invoke_agent") => {
-                let agent =
-                    this.agent_name().filter(|name| !name.is_empty()).map_or_else(|| caller.clone(), Cow::into_owned);
+                let agent = this.agent_name().filter(|name| !name.is_empty()).unwrap_or_else(|| caller.clone());
                 let mut fields = vec![
-                    ("from", Out::Text(caller.clone())),
-                    ("to", Out::Text(agent.clone())),
+                    ("from", Out::Text(caller.to_string())),
+                    ("to", Out::Text(agent.to_string())),
                     ("kind", Out::Str("invoke_agent")),
                 ];
                 fields.extend(asking());
@@ -1025,8 +1034,8 @@ impl<'c, 'r> OtelTrace<'c, 'r> {
                 let message = self.event(span, ":start", this.start, EventType::Message, &caller, fields);
                 self.invocations.push((message, agent.clone()));
                 let fields = vec![
-                    ("from", Out::Text(agent.clone())),
-                    ("to", Out::Text(caller.clone())),
+                    ("from", Out::Text(agent.to_string())),
+                    ("to", Out::Text(caller.to_string())),
                     ("duration_s", duration),
                 ];
                 self.event(span, ":end", this.end, EventType::Return, &agent, fields);
@@ -1060,7 +1069,7 @@ impl<'c, 'r> OtelTrace<'c, 'r> {
                 let model =
                     attributes.truthy_field("gen_ai.response.model").or_else(|| attributes.get("gen_ai.request.model"));
                 let mut fields =
-                    vec![("from", Out::Text(caller.clone())), ("model", Out::Raw(model)), ("duration_s", duration)];
+                    vec![("from", Out::Text(caller.to_string())), ("model", Out::Raw(model)), ("duration_s", duration)];
                 fields.extend(extra());
                 self.event(span, "", this.start, EventType::Message, &caller, fields);
             }
@@ -1096,8 +1105,9 @@ impl<'c, 'r> OtelTrace<'c, 'r> {
 
     fn link(&mut self) {
         // Children of each mapped span (None: of no mapped span), in the order first seen.
-        let mut children: Vec<(Option<usize>, Vec<usize>)> = Vec::new();
-        let mut slot: HashMap<Option<usize>, usize> = HashMap::default();
+        let mut children: Vec<(Option<usize>, Vec<usize>)> = Vec::with_capacity(self.spans.len());
+        let mut slot: HashMap<Option<usize>, usize> =
+            HashMap::with_capacity_and_hasher(self.spans.len(), Default::default());
         for span in 0..self.spans.len() {
             if self.first[span].is_some() {
                 let parent = self.nearest(span, |trace, at| trace.first[at].is_some());

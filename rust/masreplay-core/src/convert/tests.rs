@@ -342,3 +342,28 @@ fn event_fields_are_those_the_reader_sets() {
     .expect("valid");
     assert_eq!(event.from.as_deref(), Some("moved"));
 }
+
+/// Bytes with a quote, a backslash or a control character every few.
+fn mixed_bytes() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+    use proptest::prelude::*;
+    let byte = prop_oneof![1 => Just(b'"'), 1 => Just(b'\\'), 1 => 0u8..0x20, 12 => 0x20u8..=0xff];
+    proptest::collection::vec(byte, 0..40)
+}
+
+proptest::proptest! {
+    /// The word-at-a-time look for the bytes a JSON string holds only escaped finds the first
+    /// of them, as a look at each byte does.
+    #[test]
+    fn the_first_byte_to_escape_is_found_as_byte_by_byte(bytes in mixed_bytes()) {
+        let by_byte = bytes.iter().position(|&byte| matches!(byte, b'"' | b'\\' | 0..0x20));
+        proptest::prop_assert_eq!(super::json::first_special(&bytes), by_byte);
+    }
+
+    /// Text is written as serde_json writes it, escapes and all.
+    #[test]
+    fn strings_are_written_as_serde_json_writes_them(text in "[\"\\\\\\x00-\\x1f\\x7f a-z\u{e9}\u{2603}\u{1F600}]{0,24}") {
+        let mut written = Vec::new();
+        super::json::write_str(&mut written, &text);
+        proptest::prop_assert_eq!(written, serde_json::to_vec(&text).expect("text"));
+    }
+}

@@ -52,6 +52,18 @@ fn category_column<'a>(values: impl Iterator<Item = Option<&'a str>>) -> ArrayRe
     Arc::new(builder.finish())
 }
 
+/// A text column, its buffers sized first: megabytes of text copied once, not grown by doubling
+/// (each growth a copy, and fresh pages to fault in).
+fn text_column<'a>(texts: impl Iterator<Item = Option<&'a str>> + Clone) -> ArrayRef {
+    let (count, bytes) =
+        texts.clone().fold((0, 0), |(count, bytes), text| (count + 1, bytes + text.map_or(0, str::len)));
+    let mut column = StringBuilder::with_capacity(count, bytes);
+    for text in texts {
+        column.append_option(text);
+    }
+    array(column.finish())
+}
+
 fn json_text_column<'a>(
     values: impl Iterator<Item = Option<&'a serde_json::Map<String, serde_json::Value>>>,
 ) -> ArrayRef {
@@ -152,7 +164,7 @@ pub(crate) fn batch_from_traces_and_attributes(
             traces.len()
         )));
     }
-    batch(traces, &|| array(attributes.iter().flatten().map(Option::as_deref).collect::<StringArray>()))
+    batch(traces, &|| text_column(attributes.iter().flatten().map(Option::as_deref)))
 }
 
 /// The canonical batch of `traces`, the events' attributes column made by `event_attributes`.
@@ -164,7 +176,7 @@ fn batch(traces: &[Trace], event_attributes: &(dyn Fn() -> ArrayRef + Sync)) -> 
         in_parallel(
             events.len(),
             &[
-                &|| array(events.iter().map(|e| Some(e.id.as_str())).collect::<StringArray>()),
+                &|| text_column(events.iter().map(|e| Some(e.id.as_str()))),
                 &|| array(events.iter().map(|e| e.t).collect::<Float64Array>()),
                 &|| enum_column(events.iter().map(|e| Some(e.event_type as i8)).collect(), EventType::NAMES),
                 &|| category_column(events.iter().map(|e| Some(e.agent.as_str()))),
@@ -172,7 +184,7 @@ fn batch(traces: &[Trace], event_attributes: &(dyn Fn() -> ArrayRef + Sync)) -> 
                 &|| category_column(events.iter().map(|e| e.from.as_deref())),
                 &|| category_column(events.iter().map(|e| e.to.as_deref())),
                 &|| category_column(events.iter().map(|e| e.tool.as_deref())),
-                &|| array(events.iter().map(|e| e.content_ref.as_deref()).collect::<StringArray>()),
+                &|| text_column(events.iter().map(|e| e.content_ref.as_deref())),
                 &|| array(events.iter().map(|e| e.trusted).collect::<BooleanArray>()),
                 &|| named_numbers_column(events.iter().map(|e| e.reward.as_ref())),
                 &|| array(events.iter().map(|e| e.tokens).collect::<Int64Array>()),

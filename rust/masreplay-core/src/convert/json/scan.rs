@@ -95,19 +95,12 @@ impl<'a> Reader<'a> {
                 let start = self.at;
                 self.skip_scalar()?;
                 let token = self.text.get(start..self.at)?;
-                Some(match token {
-                    "null" => Json::Null,
-                    "true" => Json::Bool(true),
-                    "false" => Json::Bool(false),
-                    number => match small_integer(number) {
-                        Some(integer) => Json::Int(integer),
-                        None => {
-                            // serde_json's number, to the last bit of a float and the int/float line.
-                            let mut deserializer = serde_json::Deserializer::from_str(number);
-                            Guided(&Keep::All, depth).deserialize(&mut deserializer).ok()?
-                        }
-                    },
-                })
+                match token {
+                    "null" => Some(Json::Null),
+                    "true" => Some(Json::Bool(true)),
+                    "false" => Some(Json::Bool(false)),
+                    number => self::number(number),
+                }
             }
         }
     }
@@ -217,34 +210,50 @@ impl<'a> Reader<'a> {
             self.at += literal.len();
             return Some(());
         }
-        let digits = |from: usize| from + rest[from..].iter().take_while(|byte| byte.is_ascii_digit()).count();
-        let mut at = usize::from(rest.first() == Some(&b'-'));
-        at = match rest.get(at)? {
-            b'0' => at + 1,
-            b'1'..=b'9' => digits(at + 1),
-            _ => return None,
-        };
-        if rest.get(at) == Some(&b'.') {
-            let end = digits(at + 1);
-            if end == at + 1 {
-                return None;
-            }
-            at = end;
-        }
-        if matches!(rest.get(at), Some(b'e' | b'E')) {
-            at += 1;
-            if matches!(rest.get(at), Some(b'+' | b'-')) {
-                at += 1;
-            }
-            let end = digits(at);
-            if end == at {
-                return None;
-            }
-            at = end;
-        }
-        self.at += at;
+        self.at += number_length(rest)?;
         Some(())
     }
+}
+
+/// The length of the number that `bytes` start with, by JSON's grammar (no NaN, no leading
+/// zeros, digits on both sides of a point); `None` when they start with none.
+pub(crate) fn number_length(bytes: &[u8]) -> Option<usize> {
+    let digits = |from: usize| from + bytes[from..].iter().take_while(|byte| byte.is_ascii_digit()).count();
+    let mut at = usize::from(bytes.first() == Some(&b'-'));
+    at = match bytes.get(at)? {
+        b'0' => at + 1,
+        b'1'..=b'9' => digits(at + 1),
+        _ => return None,
+    };
+    if bytes.get(at) == Some(&b'.') {
+        let end = digits(at + 1);
+        if end == at + 1 {
+            return None;
+        }
+        at = end;
+    }
+    if matches!(bytes.get(at), Some(b'e' | b'E')) {
+        at += 1;
+        if matches!(bytes.get(at), Some(b'+' | b'-')) {
+            at += 1;
+        }
+        let end = digits(at);
+        if end == at {
+            return None;
+        }
+        at = end;
+    }
+    Some(at)
+}
+
+/// A number token (its grammar checked) as serde_json reads it, to the last bit of a float
+/// and the int/float line; `None` where serde_json refuses it (a float out of range).
+pub(crate) fn number(token: &str) -> Option<Json<'_>> {
+    if let Some(integer) = small_integer(token) {
+        return Some(Json::Int(integer));
+    }
+    let mut deserializer = serde_json::Deserializer::from_str(token);
+    Guided(&Keep::All, 0).deserialize(&mut deserializer).ok()
 }
 
 /// The value of a number token (JSON's grammar checked) written as an integer of at most 18

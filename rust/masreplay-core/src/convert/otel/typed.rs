@@ -9,14 +9,17 @@
 //! whose answer (spans or the error naming the first bad place) is the converter's. What
 //! this reading accepts, it reads as the general one does: the same functions make each
 //! span's ids, times, status and values.
+//!
+//! The text is read by a [`Cursor`] that knows the shape, not through serde's visitors
+//! (whose calls were most of this reading's time). It takes JSON's grammar strictly and
+//! leaves the strings with escapes and the numbers other than small integers to serde_json,
+//! so what it reads is what serde_json reads; what it is unsure of stops the reading.
 
 use std::borrow::Cow;
-use std::fmt;
-
-use serde_core::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
 use super::{MAX_NESTING, Span, Where, hex_id, is_error_status, seconds, whole_number};
-use crate::convert::json::Json;
+use crate::convert::json::scan::{number, number_length};
+use crate::convert::json::{Json, first_special};
 
 /// The spans of an OTLP export in `text` (or of JSON Lines of exports, as the Collector's
 /// file exporter writes them) as the general reading would find them, or `None` when the text
@@ -43,166 +46,59 @@ pub(super) fn spans<'r>(source: &'r str, bytes: &'r [u8]) -> Option<Vec<Span<'r>
     (exports > 1).then_some(found)
 }
 
+// ---- the export's nesting: resourceSpans / scopeSpans / spans -----------------------------
+
 /// The spans of one export, added to `found`; `None` when it is not in the common shape.
 fn export<'r>(text: &'r str, at: Where<'r>, found: &mut Vec<Span<'r>>) -> Option<()> {
-    // serde_json's recursion limit (128 levels) stays on: text nested deeper, which the general
-    // reading may refuse, is odd here, skipped values included (see `Skip`).
-    let mut deserializer = serde_json::Deserializer::from_str(text);
-    Export { at, found }.deserialize(&mut deserializer).ok()?;
-    deserializer.end().ok()
+    let mut cursor = Cursor { text, at: 0, depth: 0 };
+    let mut seen = 0;
+    cursor.object(|cursor, key| {
+        if key != "resourceSpans" {
+            return cursor.skip();
+        }
+        first(&mut seen, 1)?;
+        cursor.list(|cursor, resource| {
+            let mut seen = 0;
+            cursor.object(|cursor, key| {
+                if key != "scopeSpans" {
+                    return cursor.skip();
+                }
+                first(&mut seen, 1)?;
+                cursor.list(|cursor, scope| scope_spans(cursor, at, (resource, scope), found))
+            })
+        })
+    })?;
+    (seen == 1 && cursor.end()).then_some(())
 }
 
-/// Not the common shape: the general reading decides.
-fn odd<E: de::Error>() -> E {
-    E::custom("not in the common OTLP shape")
+/// The spans of scope `scope` of resource `resource` in the export read from `at`, added to
+/// `found`.
+fn scope_spans<'r>(
+    cursor: &mut Cursor<'r>,
+    at: Where<'r>,
+    (resource, scope): (usize, usize),
+    found: &mut Vec<Span<'r>>,
+) -> Option<()> {
+    let mut seen = 0;
+    cursor.object(|cursor, key| {
+        if key != "spans" {
+            return cursor.skip();
+        }
+        first(&mut seen, 1)?;
+        cursor.list(|cursor, index| {
+            found.push(span(cursor, Where { otlp: Some((resource, scope, index)), ..at })?);
+            Some(())
+        })
+    })
 }
 
 /// Marks `field` as read; a field read twice is odd (the general reading keeps the last).
-fn first<E: de::Error>(seen: &mut u16, field: u16) -> Result<(), E> {
+fn first(seen: &mut u16, field: u16) -> Option<()> {
     if *seen & field != 0 {
-        return Err(odd());
+        return None;
     }
     *seen |= field;
-    Ok(())
-}
-
-/// A map's keys, borrowed (a key with escapes is odd).
-fn next_key<'r, A: MapAccess<'r>>(map: &mut A) -> Result<Option<&'r str>, A::Error> {
-    map.next_key::<&'r str>()
-}
-
-// ---- the export's nesting: resourceSpans / scopeSpans / spans -----------------------------
-
-/// An export read from `at` (its source and line).
-struct Export<'f, 'r> {
-    at: Where<'r>,
-    found: &'f mut Vec<Span<'r>>,
-}
-
-impl<'r> DeserializeSeed<'r> for Export<'_, 'r> {
-    type Value = ();
-
-    fn deserialize<D: Deserializer<'r>>(self, deserializer: D) -> Result<(), D::Error> {
-        deserializer.deserialize_map(self)
-    }
-}
-
-impl<'r> Visitor<'r> for Export<'_, 'r> {
-    type Value = ();
-
-    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
-        formatter.write_str("an OTLP export")
-    }
-
-    fn visit_map<A: MapAccess<'r>>(self, mut map: A) -> Result<(), A::Error> {
-        let mut seen = 0;
-        while let Some(key) = next_key(&mut map)? {
-            if key == "resourceSpans" {
-                first(&mut seen, 1)?;
-                map.next_value_seed(Nested {
-                    level: Level::Resources,
-                    at: (0, 0),
-                    outer: &mut *self.found,
-                    export: self.at,
-                })?;
-            } else {
-                map.next_value_seed(Skip)?;
-            }
-        }
-        if seen == 0 { Err(odd()) } else { Ok(()) }
-    }
-}
-
-/// Which list of the export is read: resources, a resource's scopes, a scope's spans.
-#[derive(Clone, Copy)]
-enum Level {
-    Resources,
-    Scopes,
-    Spans,
-}
-
-/// A list of the export (`level`) inside resource and scope `at`, each item an object.
-struct Nested<'f, 'r> {
-    level: Level,
-    at: (usize, usize),
-    outer: &'f mut Vec<Span<'r>>,
-    export: Where<'r>,
-}
-
-impl<'r> DeserializeSeed<'r> for Nested<'_, 'r> {
-    type Value = ();
-
-    fn deserialize<D: Deserializer<'r>>(self, deserializer: D) -> Result<(), D::Error> {
-        deserializer.deserialize_seq(self)
-    }
-}
-
-impl<'r> Visitor<'r> for Nested<'_, 'r> {
-    type Value = ();
-
-    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
-        formatter.write_str("a list of OTLP objects")
-    }
-
-    fn visit_seq<A: SeqAccess<'r>>(self, mut seq: A) -> Result<(), A::Error> {
-        let (resource, scope) = self.at;
-        for index in 0.. {
-            let item =
-                Item { level: self.level, at: (resource, scope, index), found: &mut *self.outer, export: self.export };
-            if seq.next_element_seed(item)?.is_none() {
-                break;
-            }
-        }
-        Ok(())
-    }
-}
-
-/// One object of a list: a resource (its `scopeSpans` read), a scope (its `spans`) or a span.
-struct Item<'f, 'r> {
-    level: Level,
-    at: (usize, usize, usize),
-    found: &'f mut Vec<Span<'r>>,
-    export: Where<'r>,
-}
-
-impl<'r> DeserializeSeed<'r> for Item<'_, 'r> {
-    type Value = ();
-
-    fn deserialize<D: Deserializer<'r>>(self, deserializer: D) -> Result<(), D::Error> {
-        deserializer.deserialize_map(self)
-    }
-}
-
-impl<'r> Visitor<'r> for Item<'_, 'r> {
-    type Value = ();
-
-    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
-        formatter.write_str("an OTLP object")
-    }
-
-    fn visit_map<A: MapAccess<'r>>(self, mut map: A) -> Result<(), A::Error> {
-        let (resource, scope, index) = self.at;
-        let (list, inner, at) = match self.level {
-            Level::Resources => ("scopeSpans", Level::Scopes, (index, 0)),
-            Level::Scopes => ("spans", Level::Spans, (resource, index)),
-            Level::Spans => {
-                let at = Where { otlp: Some((resource, scope, index)), ..self.export };
-                let span = span(&mut map, at)?;
-                self.found.push(span);
-                return Ok(());
-            }
-        };
-        let mut seen = 0;
-        while let Some(key) = next_key(&mut map)? {
-            if key == list {
-                first(&mut seen, 1)?;
-                map.next_value_seed(Nested { level: inner, at, outer: &mut *self.found, export: self.export })?;
-            } else {
-                map.next_value_seed(Skip)?;
-            }
-        }
-        Ok(())
-    }
+    Some(())
 }
 
 // ---- one span ------------------------------------------------------------------------------
@@ -219,11 +115,11 @@ const EVENTS: u16 = 256;
 const LINKS: u16 = 512;
 
 /// A span's fields, made into a [`Span`] by the functions the general reading uses.
-fn span<'r, A: MapAccess<'r>>(map: &mut A, at: Where<'r>) -> Result<Span<'r>, A::Error> {
+fn span<'r>(cursor: &mut Cursor<'r>, at: Where<'r>) -> Option<Span<'r>> {
     let (mut trace, mut id, mut parent, mut start, mut end) = (None, None, None, None, None);
     let (mut name, mut attributes, mut error, mut events, mut links) = ("", Vec::new(), false, Vec::new(), 0);
     let mut seen = 0;
-    while let Some(key) = next_key(map)? {
+    cursor.object(|cursor, key| {
         let field = match key {
             "traceId" => TRACE_ID,
             "spanId" => SPAN_ID,
@@ -235,492 +131,313 @@ fn span<'r, A: MapAccess<'r>>(map: &mut A, at: Where<'r>) -> Result<Span<'r>, A:
             "status" => STATUS,
             "events" => EVENTS,
             "links" => LINKS,
-            _ => {
-                map.next_value_seed(Skip)?;
-                continue;
-            }
+            _ => return cursor.skip(),
         };
         first(&mut seen, field)?;
         match field {
-            TRACE_ID => trace = Some(map.next_value_seed(Scalar)?),
-            SPAN_ID => id = Some(map.next_value_seed(Scalar)?),
-            PARENT => parent = Some(map.next_value_seed(Scalar)?),
-            NAME => name = borrowed_text(map.next_value_seed(Scalar)?)?,
-            START => start = Some(map.next_value_seed(Scalar)?),
-            END => end = Some(map.next_value_seed(Scalar)?),
-            ATTRIBUTES => attributes = map.next_value_seed(Pairs(0))?,
-            STATUS => error = map.next_value_seed(Status)?,
-            EVENTS => events = map.next_value_seed(Events)?,
-            _ => links = map.next_value_seed(Links)?,
+            TRACE_ID => trace = Some(cursor.scalar()?),
+            SPAN_ID => id = Some(cursor.scalar()?),
+            PARENT => parent = Some(cursor.scalar()?),
+            NAME => name = borrowed_text(cursor.scalar()?)?,
+            START => start = Some(cursor.scalar()?),
+            END => end = Some(cursor.scalar()?),
+            ATTRIBUTES => attributes = pairs(cursor, 0)?,
+            STATUS => error = status(cursor)?,
+            EVENTS => events = span_events(cursor)?,
+            _ => links = span_links(cursor)?,
         }
-    }
+        Some(())
+    })?;
     let id_of = |value: Option<Json<'r>>, place| hex_id(value.as_ref(), &at, place).ok().flatten();
-    let (Some(trace), Some(id)) = (id_of(trace, "/traceId"), id_of(id, "/spanId")) else { return Err(odd()) };
+    let (Some(trace), Some(id)) = (id_of(trace, "/traceId"), id_of(id, "/spanId")) else { return None };
     if trace.is_empty() || id.is_empty() {
-        return Err(odd());
+        return None;
     }
-    let parent = hex_id(parent.as_ref(), &at, "/parentSpanId").map_err(|_| odd())?;
-    let start = seconds(start.as_ref(), &at).map_err(|_| odd())?;
-    let end = seconds(end.as_ref(), &at).map_err(|_| odd())?;
+    let parent = hex_id(parent.as_ref(), &at, "/parentSpanId").ok()?;
+    let start = seconds(start.as_ref(), &at).ok()?;
+    let end = seconds(end.as_ref(), &at).ok()?;
     let attributes = Cow::Owned(Json::Object(attributes));
-    Span { trace, id, parent, name, start, end, attributes, error, at, events, links }.checked().map_err(|_| odd())
+    Span { trace, id, parent, name, start, end, attributes, error, at, events, links }.checked().ok()
 }
 
 /// A name as the span keeps it: borrowed text, or "" for null.
-fn borrowed_text<'r, E: de::Error>(value: Json<'r>) -> Result<&'r str, E> {
+fn borrowed_text(value: Json<'_>) -> Option<&str> {
     match value {
-        Json::Str(Cow::Borrowed(text)) => Ok(text),
-        Json::Null => Ok(""),
-        _ => Err(odd()),
+        Json::Str(Cow::Borrowed(text)) => Some(text),
+        Json::Null => Some(""),
+        _ => None,
     }
 }
 
 /// A span's status: whether its code is OpenTelemetry's error code.
-struct Status;
-
-impl<'r> DeserializeSeed<'r> for Status {
-    type Value = bool;
-
-    fn deserialize<D: Deserializer<'r>>(self, deserializer: D) -> Result<bool, D::Error> {
-        deserializer.deserialize_map(self)
-    }
-}
-
-impl<'r> Visitor<'r> for Status {
-    type Value = bool;
-
-    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
-        formatter.write_str("an OTLP status")
-    }
-
-    fn visit_map<A: MapAccess<'r>>(self, mut map: A) -> Result<bool, A::Error> {
-        let (mut code, mut seen) = (None, 0);
-        while let Some(key) = next_key(&mut map)? {
-            if key == "code" {
-                first(&mut seen, 1)?;
-                code = Some(map.next_value_seed(Scalar)?);
-            } else {
-                map.next_value_seed(Skip)?;
-            }
+fn status(cursor: &mut Cursor<'_>) -> Option<bool> {
+    let (mut code, mut seen) = (None, 0);
+    cursor.object(|cursor, key| {
+        if key != "code" {
+            return cursor.skip();
         }
-        Ok(is_error_status(code.as_ref()))
-    }
+        first(&mut seen, 1)?;
+        code = Some(cursor.scalar()?);
+        Some(())
+    })?;
+    Some(is_error_status(code.as_ref()))
 }
 
 /// A span's events as (name, attributes).
-struct Events;
-
-impl<'r> DeserializeSeed<'r> for Events {
-    type Value = Vec<(&'r str, Cow<'r, Json<'r>>)>;
-
-    fn deserialize<D: Deserializer<'r>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
-        deserializer.deserialize_seq(self)
-    }
-}
-
-impl<'r> Visitor<'r> for Events {
-    type Value = Vec<(&'r str, Cow<'r, Json<'r>>)>;
-
-    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
-        formatter.write_str("a list of span events")
-    }
-
-    fn visit_seq<A: SeqAccess<'r>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        let mut events = Vec::new();
-        while let Some(event) = seq.next_element_seed(Event)? {
-            events.push(event);
-        }
-        Ok(events)
-    }
-}
-
-struct Event;
-
-impl<'r> DeserializeSeed<'r> for Event {
-    type Value = (&'r str, Cow<'r, Json<'r>>);
-
-    fn deserialize<D: Deserializer<'r>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
-        deserializer.deserialize_map(self)
-    }
-}
-
-impl<'r> Visitor<'r> for Event {
-    type Value = (&'r str, Cow<'r, Json<'r>>);
-
-    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
-        formatter.write_str("a span event")
-    }
-
-    fn visit_map<A: MapAccess<'r>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+fn span_events<'r>(cursor: &mut Cursor<'r>) -> Option<Vec<(&'r str, Cow<'r, Json<'r>>)>> {
+    let mut events = Vec::new();
+    cursor.list(|cursor, _| {
         let (mut name, mut attributes, mut seen) = ("", Vec::new(), 0);
-        while let Some(key) = next_key(&mut map)? {
+        cursor.object(|cursor, key| {
             match key {
                 "name" => {
                     first(&mut seen, 1)?;
-                    name = borrowed_text(map.next_value_seed(Scalar)?)?;
+                    name = borrowed_text(cursor.scalar()?)?;
                 }
                 "attributes" => {
                     first(&mut seen, 2)?;
-                    attributes = map.next_value_seed(Pairs(0))?;
+                    attributes = pairs(cursor, 0)?;
                 }
-                _ => {
-                    map.next_value_seed(Skip)?;
-                }
+                _ => cursor.skip()?,
             }
-        }
-        Ok((name, Cow::Owned(Json::Object(attributes))))
-    }
+            Some(())
+        })?;
+        events.push((name, Cow::Owned(Json::Object(attributes))));
+        Some(())
+    })?;
+    Some(events)
 }
 
 /// A span's links, counted (each must be an object; what it holds is not read).
-struct Links;
-
-impl<'r> DeserializeSeed<'r> for Links {
-    type Value = usize;
-
-    fn deserialize<D: Deserializer<'r>>(self, deserializer: D) -> Result<usize, D::Error> {
-        deserializer.deserialize_seq(self)
-    }
-}
-
-impl<'r> Visitor<'r> for Links {
-    type Value = usize;
-
-    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
-        formatter.write_str("a list of span links")
-    }
-
-    fn visit_seq<A: SeqAccess<'r>>(self, mut seq: A) -> Result<usize, A::Error> {
-        let mut count = 0;
-        while seq.next_element_seed(Link)?.is_some() {
-            count += 1;
-        }
-        Ok(count)
-    }
-}
-
-struct Link;
-
-impl<'r> DeserializeSeed<'r> for Link {
-    type Value = ();
-
-    fn deserialize<D: Deserializer<'r>>(self, deserializer: D) -> Result<(), D::Error> {
-        deserializer.deserialize_map(self)
-    }
-}
-
-impl<'r> Visitor<'r> for Link {
-    type Value = ();
-
-    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
-        formatter.write_str("a span link")
-    }
-
-    fn visit_map<A: MapAccess<'r>>(self, mut map: A) -> Result<(), A::Error> {
-        while map.next_key_seed(Skip)?.is_some() {
-            map.next_value_seed(Skip)?;
-        }
-        Ok(())
-    }
+fn span_links(cursor: &mut Cursor<'_>) -> Option<usize> {
+    let mut count = 0;
+    cursor.list(|cursor, _| {
+        count += 1;
+        cursor.object(|cursor, _| cursor.skip())
+    })?;
+    Some(count)
 }
 
 // ---- attributes ----------------------------------------------------------------------------
 
-/// OTLP key-value pairs at nesting `.0` as an object's entries (a repeated key takes its
-/// earlier one's place, as in the general reading).
-struct Pairs(usize);
-
 type Entries<'r> = Vec<(Cow<'r, str>, Json<'r>)>;
 
-impl<'r> DeserializeSeed<'r> for Pairs {
-    type Value = Entries<'r>;
-
-    fn deserialize<D: Deserializer<'r>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
-        deserializer.deserialize_seq(self)
-    }
+/// OTLP key-value pairs at nesting `depth` as an object's entries (a repeated key takes its
+/// earlier one's place, as in the general reading).
+fn pairs<'r>(cursor: &mut Cursor<'r>, depth: usize) -> Option<Entries<'r>> {
+    // Spans carry a handful of attributes.
+    let mut entries = Vec::with_capacity(8);
+    cursor.list(|cursor, _| {
+        let (key, value) = pair(cursor, depth)?;
+        Json::insert(&mut entries, key, value);
+        Some(())
+    })?;
+    Some(entries)
 }
 
-impl<'r> Visitor<'r> for Pairs {
-    type Value = Entries<'r>;
-
-    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
-        formatter.write_str("a list of OTLP key-value pairs")
-    }
-
-    fn visit_seq<A: SeqAccess<'r>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        // Spans carry a handful of attributes (serde_json gives no size hint).
-        let mut entries = Vec::with_capacity(seq.size_hint().unwrap_or(8));
-        while let Some((key, value)) = seq.next_element_seed(Pair(self.0))? {
-            Json::insert(&mut entries, key, value);
+/// One `{"key": ..., "value": {...}}` pair at nesting `depth`.
+fn pair<'r>(cursor: &mut Cursor<'r>, depth: usize) -> Option<(Cow<'r, str>, Json<'r>)> {
+    let (mut key, mut value, mut seen) = (None, Json::Null, 0);
+    cursor.object(|cursor, name| {
+        match name {
+            "key" => {
+                first(&mut seen, 1)?;
+                key = Some(cursor.string()?);
+            }
+            "value" => {
+                first(&mut seen, 2)?;
+                value = any_value(cursor, depth)?;
+            }
+            _ => cursor.skip()?,
         }
-        Ok(entries)
-    }
+        Some(())
+    })?;
+    Some((key?, value))
 }
 
-/// One `{"key": ..., "value": {...}}` pair at nesting `.0`.
-struct Pair(usize);
-
-impl<'r> DeserializeSeed<'r> for Pair {
-    type Value = (Cow<'r, str>, Json<'r>);
-
-    fn deserialize<D: Deserializer<'r>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
-        deserializer.deserialize_map(self)
+/// An OTLP AnyValue at nesting `depth` with one of its kinds (or none), as a plain value (as
+/// `any_value` makes it).
+fn any_value<'r>(cursor: &mut Cursor<'r>, depth: usize) -> Option<Json<'r>> {
+    if depth > MAX_NESTING {
+        return None;
     }
+    // No kind at all: null, as in the general reading; a second kind is odd.
+    let mut value = None;
+    cursor.object(|cursor, kind| {
+        if value.is_some() {
+            return None;
+        }
+        value = Some(match kind {
+            "stringValue" | "bytesValue" => Json::Str(cursor.string()?),
+            "boolValue" => match cursor.scalar()? {
+                flag @ Json::Bool(_) => flag,
+                _ => return None,
+            },
+            "intValue" => whole_number(&cursor.scalar()?)?,
+            "doubleValue" => match cursor.scalar()? {
+                text @ Json::Str(_) => text,
+                number => Json::Float(number.as_finite()?),
+            },
+            "arrayValue" => Json::Array(values(cursor, |cursor| {
+                let mut items = Vec::new();
+                cursor.list(|cursor, _| {
+                    items.push(any_value(cursor, depth + 1)?);
+                    Some(())
+                })?;
+                Some(items)
+            })?),
+            "kvlistValue" => Json::Object(values(cursor, |cursor| pairs(cursor, depth + 1))?),
+            _ => return None,
+        });
+        Some(())
+    })?;
+    Some(value.unwrap_or(Json::Null))
 }
 
-impl<'r> Visitor<'r> for Pair {
-    type Value = (Cow<'r, str>, Json<'r>);
+/// `{"values": [...]}` of an arrayValue or kvlistValue, the list read by `read`.
+fn values<'r, T>(cursor: &mut Cursor<'r>, read: impl FnOnce(&mut Cursor<'r>) -> Option<T>) -> Option<T> {
+    let (mut read, mut found) = (Some(read), None);
+    cursor.object(|cursor, key| {
+        // `values` alone: another key, or a second one, is odd.
+        let read = read.take().filter(|_| key == "values")?;
+        found = Some(read(cursor)?);
+        Some(())
+    })?;
+    found
+}
 
-    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
-        formatter.write_str("an OTLP key-value pair")
+// ---- the text ------------------------------------------------------------------------------
+
+/// Levels of objects and arrays the cursor reads (serde_json's recursion limit): deeper text,
+/// which the general reading may refuse, is odd here, skipped values included.
+const MAX_DEPTH: usize = 128;
+
+/// A position in the text of one export, inside `depth` objects and arrays.
+struct Cursor<'r> {
+    text: &'r str,
+    at: usize,
+    depth: usize,
+}
+
+impl<'r> Cursor<'r> {
+    /// The byte at the current position, past JSON's whitespace.
+    fn peek(&mut self) -> Option<u8> {
+        let bytes = self.text.as_bytes();
+        while let Some(b' ' | b'\n' | b'\r' | b'\t') = bytes.get(self.at) {
+            self.at += 1;
+        }
+        bytes.get(self.at).copied()
     }
 
-    fn visit_map<A: MapAccess<'r>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let (mut key, mut value, mut seen) = (None, Json::Null, 0);
-        while let Some(name) = next_key(&mut map)? {
-            match name {
-                "key" => {
-                    first(&mut seen, 1)?;
-                    key = match map.next_value_seed(Scalar)? {
-                        Json::Str(text) => Some(text),
-                        _ => return Err(odd()),
-                    };
-                }
-                "value" => {
-                    first(&mut seen, 2)?;
-                    value = map.next_value_seed(AnyValue(self.0))?;
-                }
-                _ => {
-                    map.next_value_seed(Skip)?;
+    /// Past `byte`, when it comes next.
+    fn eat(&mut self, byte: u8) -> Option<()> {
+        (self.peek()? == byte).then(|| self.at += 1)
+    }
+
+    /// Whether only whitespace is left.
+    fn end(&mut self) -> bool {
+        self.peek().is_none()
+    }
+
+    /// The array or object that comes next (bracketed by `open` and `close`), each of its
+    /// members read by `member`.
+    fn container(&mut self, open: u8, close: u8, mut member: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        self.eat(open)?;
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return None;
+        }
+        if self.eat(close).is_none() {
+            loop {
+                member(self)?;
+                match self.peek()? {
+                    b',' => self.at += 1,
+                    byte if byte == close => {
+                        self.at += 1;
+                        break;
+                    }
+                    _ => return None,
                 }
             }
         }
-        key.map(|key| (key, value)).ok_or_else(odd)
-    }
-}
-
-/// An OTLP AnyValue at nesting `.0` with one of its kinds (or none), as a plain value (as
-/// `any_value` makes it).
-struct AnyValue(usize);
-
-impl<'r> DeserializeSeed<'r> for AnyValue {
-    type Value = Json<'r>;
-
-    fn deserialize<D: Deserializer<'r>>(self, deserializer: D) -> Result<Json<'r>, D::Error> {
-        deserializer.deserialize_map(self)
-    }
-}
-
-impl<'r> Visitor<'r> for AnyValue {
-    type Value = Json<'r>;
-
-    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
-        formatter.write_str("an OTLP value")
+        self.depth -= 1;
+        Some(())
     }
 
-    fn visit_map<A: MapAccess<'r>>(self, mut map: A) -> Result<Json<'r>, A::Error> {
-        if self.0 > MAX_NESTING {
-            return Err(odd());
+    /// The object that comes next, each member's value read by `member` given its key (a key
+    /// with escapes is odd).
+    fn object(&mut self, mut member: impl FnMut(&mut Self, &'r str) -> Option<()>) -> Option<()> {
+        self.container(b'{', b'}', |cursor| {
+            let Cow::Borrowed(key) = cursor.string()? else { return None };
+            cursor.eat(b':')?;
+            member(cursor, key)
+        })
+    }
+
+    /// The array that comes next, each item read by `item` given its index.
+    fn list(&mut self, mut item: impl FnMut(&mut Self, usize) -> Option<()>) -> Option<()> {
+        let mut index = 0;
+        self.container(b'[', b']', |cursor| {
+            item(cursor, index)?;
+            index += 1;
+            Some(())
+        })
+    }
+
+    /// The string that comes next: borrowed when it has no escapes, else as serde_json
+    /// decodes it (a bad escape or a lone surrogate is odd).
+    fn string(&mut self) -> Option<Cow<'r, str>> {
+        self.eat(b'"')?;
+        let start = self.at;
+        let mut escaped = false;
+        loop {
+            let at = self.at + first_special(self.text.as_bytes().get(self.at..)?)?;
+            match self.text.as_bytes().get(at)? {
+                b'"' => {
+                    self.at = at + 1;
+                    break;
+                }
+                // The escaped byte is stepped over here and checked by serde_json below.
+                b'\\' => {
+                    escaped = true;
+                    self.at = at + 2;
+                }
+                // A control character, which JSON text holds only escaped.
+                _ => return None,
+            }
         }
-        // No kind at all: null, as in the general reading.
-        let Some(kind) = next_key(&mut map)? else { return Ok(Json::Null) };
-        let value = match kind {
-            "stringValue" | "bytesValue" => match map.next_value_seed(Scalar)? {
-                text @ Json::Str(_) => text,
-                _ => return Err(odd()),
-            },
-            "boolValue" => match map.next_value_seed(Scalar)? {
-                flag @ Json::Bool(_) => flag,
-                _ => return Err(odd()),
-            },
-            "intValue" => whole_number(&map.next_value_seed(Scalar)?).ok_or_else(odd)?,
-            "doubleValue" => match map.next_value_seed(Scalar)? {
-                text @ Json::Str(_) => text,
-                number => Json::Float(number.as_finite().ok_or_else(odd)?),
-            },
-            "arrayValue" => Json::Array(map.next_value_seed(Values(Inner::Array(self.0 + 1)))?.0),
-            "kvlistValue" => Json::Object(map.next_value_seed(Values(Inner::Pairs(self.0 + 1)))?.1),
-            _ => return Err(odd()),
+        if !escaped {
+            return self.text.get(start..self.at - 1).map(Cow::Borrowed);
+        }
+        serde_json::from_str::<String>(self.text.get(start - 1..self.at)?).ok().map(Cow::Owned)
+    }
+
+    /// The string, number or literal that comes next (an array or object is odd).
+    fn scalar(&mut self) -> Option<Json<'r>> {
+        if self.peek()? == b'"' {
+            return self.string().map(Json::Str);
+        }
+        let rest = self.text.as_bytes().get(self.at..)?;
+        let (value, length) = match rest.first()? {
+            b'n' if rest.starts_with(b"null") => (Json::Null, 4),
+            b't' if rest.starts_with(b"true") => (Json::Bool(true), 4),
+            b'f' if rest.starts_with(b"false") => (Json::Bool(false), 5),
+            _ => {
+                let length = number_length(rest)?;
+                (number(self.text.get(self.at..self.at + length)?)?, length)
+            }
         };
-        if next_key(&mut map)?.is_some() {
-            return Err(odd());
+        self.at += length;
+        Some(value)
+    }
+
+    /// Steps over the value that comes next, checking it is JSON.
+    fn skip(&mut self) -> Option<()> {
+        match self.peek()? {
+            b'{' => self.object(|cursor, _| cursor.skip()),
+            b'[' => self.list(|cursor, _| cursor.skip()),
+            _ => self.scalar().map(drop),
         }
-        Ok(value)
-    }
-}
-
-/// What an arrayValue (values) or a kvlistValue (pairs) holds, at its nesting.
-#[derive(Clone, Copy)]
-enum Inner {
-    Array(usize),
-    Pairs(usize),
-}
-
-/// `{"values": [...]}` of an arrayValue or kvlistValue.
-struct Values(Inner);
-
-impl<'r> DeserializeSeed<'r> for Values {
-    type Value = (Vec<Json<'r>>, Entries<'r>);
-
-    fn deserialize<D: Deserializer<'r>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
-        deserializer.deserialize_map(self)
-    }
-}
-
-impl<'r> Visitor<'r> for Values {
-    type Value = (Vec<Json<'r>>, Entries<'r>);
-
-    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
-        formatter.write_str("OTLP values")
-    }
-
-    fn visit_map<A: MapAccess<'r>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        if next_key(&mut map)? != Some("values") {
-            return Err(odd());
-        }
-        let read = match self.0 {
-            Inner::Array(depth) => (map.next_value_seed(Array(depth))?, Vec::new()),
-            Inner::Pairs(depth) => (Vec::new(), map.next_value_seed(Pairs(depth))?),
-        };
-        if next_key(&mut map)?.is_some() {
-            return Err(odd());
-        }
-        Ok(read)
-    }
-}
-
-/// The values of an arrayValue at nesting `.0`.
-struct Array(usize);
-
-impl<'r> DeserializeSeed<'r> for Array {
-    type Value = Vec<Json<'r>>;
-
-    fn deserialize<D: Deserializer<'r>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
-        deserializer.deserialize_seq(self)
-    }
-}
-
-impl<'r> Visitor<'r> for Array {
-    type Value = Vec<Json<'r>>;
-
-    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
-        formatter.write_str("a list of OTLP values")
-    }
-
-    fn visit_seq<A: SeqAccess<'r>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        let mut values = Vec::new();
-        while let Some(value) = seq.next_element_seed(AnyValue(self.0))? {
-            values.push(value);
-        }
-        Ok(values)
-    }
-}
-
-/// A value passed over unread. Unlike serde's `IgnoredAny` (which serde_json skips at any
-/// depth), each level counts against the recursion limit.
-struct Skip;
-
-impl<'r> DeserializeSeed<'r> for Skip {
-    type Value = ();
-
-    fn deserialize<D: Deserializer<'r>>(self, deserializer: D) -> Result<(), D::Error> {
-        deserializer.deserialize_any(self)
-    }
-}
-
-impl<'r> Visitor<'r> for Skip {
-    type Value = ();
-
-    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
-        formatter.write_str("any JSON value")
-    }
-
-    fn visit_unit<E>(self) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_str<E>(self, _: &str) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_seq<A: SeqAccess<'r>>(self, mut seq: A) -> Result<(), A::Error> {
-        while seq.next_element_seed(Skip)?.is_some() {}
-        Ok(())
-    }
-
-    fn visit_map<A: MapAccess<'r>>(self, mut map: A) -> Result<(), A::Error> {
-        while map.next_key_seed(Skip)?.is_some() {
-            map.next_value_seed(Skip)?;
-        }
-        Ok(())
-    }
-}
-
-/// A JSON scalar as the general reading holds it (text borrowed when it has no escapes); a
-/// list or object is odd where a scalar is read.
-struct Scalar;
-
-impl<'r> DeserializeSeed<'r> for Scalar {
-    type Value = Json<'r>;
-
-    fn deserialize<D: Deserializer<'r>>(self, deserializer: D) -> Result<Json<'r>, D::Error> {
-        deserializer.deserialize_any(self)
-    }
-}
-
-impl<'r> Visitor<'r> for Scalar {
-    type Value = Json<'r>;
-
-    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
-        formatter.write_str("a JSON scalar")
-    }
-
-    fn visit_unit<E>(self) -> Result<Json<'r>, E> {
-        Ok(Json::Null)
-    }
-
-    fn visit_bool<E>(self, value: bool) -> Result<Json<'r>, E> {
-        Ok(Json::Bool(value))
-    }
-
-    fn visit_i64<E>(self, value: i64) -> Result<Json<'r>, E> {
-        Ok(Json::Int(value))
-    }
-
-    fn visit_u64<E>(self, value: u64) -> Result<Json<'r>, E> {
-        Ok(i64::try_from(value).map_or(Json::UInt(value), Json::Int))
-    }
-
-    fn visit_f64<E>(self, value: f64) -> Result<Json<'r>, E> {
-        Ok(Json::Float(value))
-    }
-
-    fn visit_borrowed_str<E>(self, value: &'r str) -> Result<Json<'r>, E> {
-        Ok(Json::Str(Cow::Borrowed(value)))
-    }
-
-    fn visit_str<E>(self, value: &str) -> Result<Json<'r>, E> {
-        Ok(Json::Str(Cow::Owned(value.to_owned())))
-    }
-
-    fn visit_string<E>(self, value: String) -> Result<Json<'r>, E> {
-        Ok(Json::Str(Cow::Owned(value)))
     }
 }
 
