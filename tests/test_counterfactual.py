@@ -168,6 +168,24 @@ def test_branch_credit_keeps_its_digits_for_rewards_far_from_zero(baseline):
         assert credit[("far", "e1")][2] == 8
 
 
+@pytest.mark.parametrize("baseline", ["mean", "loo"])
+@pytest.mark.parametrize(("factual", "branch"), [(1.0, 1e300), (-1e300, 0.5), (1.0, 2.0**49)])
+def test_branch_credit_refuses_a_reward_past_2_to_the_49_naming_its_trace(baseline, factual, branch):
+    # Before the bound: credit inf or a stderr of NaN over three branches.
+    records = [_trace("f", factual, ["e0", "e1"])]
+    records += [_trace(f"b{k}", r, ["e0"], ("f", "e1", "ablate")) for k, r in enumerate([0.0, branch, -1.0])]
+    bad = "f" if abs(factual) >= 2.0**49 else "b1"
+    for order in ([0, 1, 2, 3], [3, 2, 1, 0]):
+        batch = masreplay.load_traces([records[k] for k in order])
+        with pytest.raises(TraceValidationError, match=r"rewards must be finite, of magnitude below 2\^49") as raised:
+            masreplay.counterfactual_credit(batch, baseline=baseline)
+        assert (raised.value.trace_id, raised.value.path) == (bad, "/rewards/team")
+    records[2]["rewards"]["team"] = np.nextafter(2.0**49, 0.0)
+    records[0]["rewards"]["team"] = 1.0
+    credit = _keyed(masreplay.counterfactual_credit(masreplay.load_traces(records), baseline=baseline))
+    assert np.isfinite(credit[("f", "e1")][:2]).all()
+
+
 def test_same_prefix_credit_refuses_a_reward_past_2_to_the_49_naming_its_trace():
     batch = masreplay.load_traces([_trace("a", 1.0, ["e0", "e1"]), _trace("b", -1e300, ["e0", "e2"])])
     with pytest.raises(

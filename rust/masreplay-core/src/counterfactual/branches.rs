@@ -24,8 +24,9 @@ use foldhash::fast::FixedState;
 use rayon::prelude::*;
 
 use super::factual_index::FactualIndex;
-use super::{Credit, Entry, ShiftedSums, head_word, mean_and_variance, missing_reward};
+use super::{Credit, Entry, ShiftedSums, head_word, mean_and_variance, unusable_reward};
 use crate::error::{Result, ValidationError};
+use crate::limit::in_range;
 use crate::names::named_enum;
 use crate::prefetch::prefetch;
 use crate::store::schema::TraceColumns;
@@ -541,7 +542,7 @@ impl<'a> Families<'a> {
             tally.sums.add(reward, first);
         }
         for (tally, factual) in tallies.iter_mut().zip(&factuals.traces[ranks]) {
-            if tally.sums.has_nan() || factual.reward.is_nan() || self.baseline == Baseline::LeaveOneOut {
+            if tally.sums.may_be_unusable() || !in_range(factual.reward) || self.baseline == Baseline::LeaveOneOut {
                 tally.event_len = GATHERED;
             }
         }
@@ -635,15 +636,15 @@ impl<'a> Families<'a> {
         if !branches.iter().all(|branch| self.same_event(branch, &branches[0])) {
             branches.sort_by(|a, b| self.event_of(a).cmp(self.event_of(b)).then(a.row.cmp(&b.row)));
         }
-        if factual_reward.is_nan() {
-            return Err(missing_reward(self.batch, factual.row, self.channel));
+        if !in_range(factual_reward) {
+            return Err(unusable_reward(self.batch, factual.row, self.channel, factual_reward));
         }
         for group in branches.chunk_by(|a, b| self.same_event(a, b)) {
             let event = self.branched_event(factual, &group[0])?;
             rewards.clear();
             for branch in group {
-                if branch.reward.is_nan() {
-                    return Err(missing_reward(self.batch, branch.row as usize, self.channel));
+                if !in_range(branch.reward) {
+                    return Err(unusable_reward(self.batch, branch.row as usize, self.channel, branch.reward));
                 }
                 rewards.push(branch.reward);
             }

@@ -14,7 +14,7 @@ pub mod prefix;
 use rayon::prelude::*;
 
 use crate::error::{MasreplayError, Result, ValidationError};
-use crate::limit::{IN_RANGE, in_range};
+use crate::limit::{BOUND, IN_RANGE, in_range};
 use crate::store::schema::TraceColumns;
 use crate::store::{TraceBatch, trace_channel};
 
@@ -63,11 +63,6 @@ pub(crate) fn trace_rewards(batch: &TraceBatch, channel: &str) -> Result<Vec<f64
         None => Ok(rewards),
         Some(row) => Err(unusable_reward(batch, row, channel, rewards[row])),
     }
-}
-
-/// The error of trace `row` having no reward on `channel`.
-pub(crate) fn missing_reward(batch: &TraceBatch, row: usize, channel: &str) -> MasreplayError {
-    unusable_reward(batch, row, channel, f64::NAN)
 }
 
 /// The error of trace `row`'s `reward` on `channel` being missing (NaN) or out of range.
@@ -121,9 +116,13 @@ impl ShiftedSums {
         self.squares += shifted * shifted;
     }
 
-    /// Whether a value added was NaN.
-    fn has_nan(&self) -> bool {
-        self.sum.is_nan()
+    /// Whether a value added may be NaN or out of [`crate::limit`]'s range: every value is
+    /// within `sqrt(squares)` of the shift, so none is out of range when the shift is within
+    /// a quarter of the bound and the squares within a quarter's square (true for NaN and
+    /// infinities, whose sums are not numbers). The values are then read one by one.
+    fn may_be_unusable(&self) -> bool {
+        const QUARTER: f64 = BOUND / 4.0;
+        !(self.shift.abs() <= QUARTER && self.squares <= QUARTER * QUARTER && !self.sum.is_nan())
     }
 
     /// Sample mean and unbiased variance (NaN below two values) of the `n` values added.
