@@ -20,6 +20,7 @@ from masreplay.vocabulary import (
 
 SCHEMA_VERSION: int
 MAX_PRIORITY: float
+VALUE_BOUND: float
 # The core's vocabularies, in the canonical order (equal to masreplay.vocabulary's Literals).
 EVENT_TYPES: tuple[str, ...]
 EDGE_TYPES: tuple[str, ...]

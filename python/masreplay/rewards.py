@@ -19,6 +19,7 @@ from typing import Any, Literal
 import numpy as np
 import pyarrow.compute as pc
 
+from masreplay import _core
 from masreplay._args import I64_MAX, checked, numbers, real, whole
 from masreplay.errors import ChannelNotFoundError, InvalidArgumentError
 from masreplay.io import as_batch
@@ -292,7 +293,10 @@ def _weight(name: str, weight: float | Schedule, step: int | None) -> float:
         if step is None:
             raise InvalidArgumentError(f"the weight of {name!r} is a Schedule: pass step=")
         weight = weight(step)
-    return real(f"compose: the weight of {name!r}", weight)
+    value = real(f"compose: the weight of {name!r}", weight)
+    if not abs(value) < _core.VALUE_BOUND:
+        raise InvalidArgumentError(f"compose: the weight of {name!r} is {value:g}: weights must be of magnitude below 2^49")
+    return value
 
 
 def _channel(name: str, values: Any) -> np.ndarray:
@@ -301,4 +305,10 @@ def _channel(name: str, values: Any) -> np.ndarray:
         raise InvalidArgumentError(f"compose: channel {name!r} must be 1-D (one value per trace), got shape {array.shape}")
     if np.isinf(array).any():
         raise InvalidArgumentError(f"compose: channel {name!r} holds an infinite value (NaN marks a missing one)")
+    too_large = np.flatnonzero(np.abs(array) >= _core.VALUE_BOUND)
+    if len(too_large):
+        raise InvalidArgumentError(
+            f"compose: channel {name!r} holds {array[too_large[0]]:g} (trace {too_large[0]}): rewards must be of "
+            "magnitude below 2^49 (about 5.6e14), beyond which sums overflow"
+        )
     return array

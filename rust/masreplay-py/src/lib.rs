@@ -232,6 +232,7 @@ fn _core(module: &Bound<'_, PyModule>) -> PyResult<()> {
     }
     module.add("SCHEMA_VERSION", masreplay_core::trace::SCHEMA_VERSION)?;
     module.add("MAX_PRIORITY", masreplay_core::buffer::MAX_PRIORITY)?;
+    module.add("VALUE_BOUND", masreplay_core::limit::BOUND)?;
     add_vocabularies(module)?;
     Ok(())
 }
