@@ -169,8 +169,7 @@ struct Factuals {
 impl Factuals {
     /// The factual traces of `families`, given every row's reward.
     fn new(families: &Families, reward: &[f64]) -> Self {
-        let rows: Vec<usize> =
-            (0..families.batch.len()).into_par_iter().filter(|&row| families.is_factual(row)).collect();
+        let rows = families.factual_rows();
         let traces: Vec<Factual> =
             rows.par_iter().map(|&row| Factual { row, events: families.events_of(row), reward: reward[row] }).collect();
         let id_offsets = families.event_ids.value_offsets();
@@ -244,6 +243,16 @@ impl<'a> Families<'a> {
 
     fn is_factual(&self, row: usize) -> bool {
         self.of.is_null(row)
+    }
+
+    /// The rows of factual traces, ascending, read from the validity bits of
+    /// `counterfactual_of` a word at a time (a parallel filter row by row cost ~5 ms on a
+    /// batch of 900k traces).
+    fn factual_rows(&self) -> Vec<usize> {
+        match self.of.nulls() {
+            Some(valid) => (!valid.inner()).set_indices().collect(),
+            None => Vec::new(),
+        }
     }
 
     /// The branch of row `row` with reward `reward`, its event read from the batch.

@@ -19,6 +19,8 @@ use crate::store::same_text;
 const BLOCK: usize = 16;
 /// Queries whose slots are requested together (see [`FactualIndex::find_each`]).
 const GROUP: usize = 32;
+/// The most queries waiting for their group's probes (see [`FactualIndex::find_each`]).
+const PENDING: usize = 1024;
 /// How many ids ahead an id's text is requested while keys are computed.
 const TEXT_AHEAD: usize = 16;
 /// Bytes of an id a slot holds: longer ids are confirmed against their text.
@@ -189,41 +191,49 @@ impl FactualIndex {
     }
 
     /// `found(item, rank of the factual trace id)` for each `(item, id)` of `queries`, in
-    /// order, the lookups pipelined (see the module comment): queries are taken [`GROUP`] at
-    /// a time, the group's slots requested (then its long ids' texts) before the first is
-    /// answered. A query for the same id as the query before it (branches of one factual
-    /// trace stored one after the other) takes that answer without a hash or a probe.
-    pub(super) fn find_each<'q, T: Copy + Default>(
+    /// order, the lookups pipelined (see the module comment): queries are taken until
+    /// [`GROUP`] of them need a probe (or [`PENDING`] are waiting), the slots of those
+    /// requested (then their long ids' texts) before the first is answered. A query for the
+    /// same id as the query before it (branches of one factual trace stored one after the
+    /// other) takes that answer without a hash or a probe, so it does not count towards the
+    /// group: runs of branches still keep [`GROUP`] probes in flight.
+    pub(super) fn find_each<'q, T: Copy>(
         &self,
         mut queries: impl Iterator<Item = (T, &'q str)>,
         mut found: impl FnMut(T, Option<u32>),
     ) {
-        // A group's queries, and their keys (None: the same id as the query before).
-        let (mut items, mut ids, mut keys) = ([T::default(); GROUP], [""; GROUP], [None::<Key>; GROUP]);
+        // The waiting queries, each marked with whether it starts a new id, and the keys and
+        // ids of those that do.
+        let mut pending: Vec<(T, bool)> = Vec::with_capacity(PENDING);
+        let mut probes: Vec<(Key, &str)> = Vec::with_capacity(GROUP);
         let (mut previous, mut answer) = (None::<&str>, None::<u32>);
         loop {
-            let mut asked = 0;
-            for (item, id) in queries.by_ref().take(GROUP) {
-                let key = previous.is_none_or(|previous| !same_text(previous, id)).then(|| self.key(id));
-                if let Some(key) = &key {
+            pending.clear();
+            probes.clear();
+            while probes.len() < GROUP && pending.len() < PENDING {
+                let Some((item, id)) = queries.next() else { break };
+                let new = previous.is_none_or(|previous| !same_text(previous, id));
+                if new {
+                    let key = self.key(id);
                     prefetch(&self.slots[key.hash as usize & self.mask]);
+                    probes.push((key, id));
                 }
-                (items[asked], ids[asked], keys[asked]) = (item, id, key);
+                pending.push((item, new));
                 previous = Some(id);
-                asked += 1;
             }
-            if asked == 0 {
+            if pending.is_empty() {
                 return;
             }
-            for key in keys[..asked].iter().flatten() {
+            for (key, _) in &probes {
                 self.warm_text(key);
             }
-            for k in 0..asked {
-                if let Some(key) = &keys[k] {
-                    let rank = self.slots[self.probe(key, ids[k])].rank;
+            let mut probed = probes.iter();
+            for &(item, new) in &pending {
+                if new && let Some((key, id)) = probed.next() {
+                    let rank = self.slots[self.probe(key, id)].rank;
                     answer = (rank != EMPTY).then_some(rank);
                 }
-                found(items[k], answer);
+                found(item, answer);
             }
         }
     }
@@ -250,6 +260,9 @@ mod tests {
         // Runs of one id (a factual trace's branches stored together), found and not found.
         queries.extend(ids.iter().step_by(97).flat_map(|id| [id.clone(), id.clone(), id.clone()]));
         queries.extend(["absent", "absent", "absent"].map(String::from));
+        // A run longer than the queries a group holds waiting for its probes.
+        queries.extend(std::iter::repeat_n(ids[3000].clone(), PENDING + 7));
+        queries.push(ids[11].clone());
         let mut answers = Vec::new();
         index.find_each(queries.iter().enumerate().map(|(k, id)| (k, id.as_str())), |k, rank| answers.push((k, rank)));
         assert_eq!(answers.iter().map(|&(k, _)| k).collect::<Vec<_>>(), (0..queries.len()).collect::<Vec<_>>());

@@ -5,6 +5,7 @@ use arrow_array::Array;
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Float64Type, Int8Type};
 use arrow_array::{DictionaryArray, RecordBatch, StringArray};
+use arrow_buffer::NullBuffer;
 use foldhash::fast::FixedState;
 use hashbrown::HashMap;
 use rayon::prelude::*;
@@ -19,7 +20,12 @@ use crate::trace::{Costs, CounterfactualKind, CounterfactualOf, Edge, EdgeType, 
 /// memcmp, whose call costs more than comparing a dozen bytes; eight bytes at a time.
 #[inline]
 pub(crate) fn same_text(a: &str, b: &str) -> bool {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
+    same_bytes(a.as_bytes(), b.as_bytes())
+}
+
+/// [`same_text`] on bytes.
+#[inline]
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;
     }
@@ -30,20 +36,30 @@ pub(crate) fn same_text(a: &str, b: &str) -> bool {
 }
 
 /// Reads one channel of the traces' `rewards` maps, trace by trace, without building traces.
+/// It holds the map's buffers as plain slices: read for every trace of a batch, the
+/// accessors' checks and calls per entry cost as much as the memory they read.
 pub(crate) struct ChannelReader<'a> {
-    keys: &'a StringArray,
-    values: &'a arrow_array::Float64Array,
+    /// Where each trace's entries start (one more than there are traces).
     offsets: &'a [i32],
+    /// Where each entry's key starts among `key_bytes` (one more than there are entries).
+    key_offsets: &'a [i32],
+    key_bytes: &'a [u8],
+    values: &'a [f64],
+    value_nulls: Option<&'a NullBuffer>,
     channel: &'a str,
 }
 
 impl<'a> ChannelReader<'a> {
     pub(crate) fn new(columns: &TraceColumns<'a>, channel: &'a str) -> Self {
         let rewards = columns.rewards;
+        let keys = rewards.keys().as_string::<i32>();
+        let values = rewards.values().as_primitive::<Float64Type>();
         ChannelReader {
-            keys: rewards.keys().as_string::<i32>(),
-            values: rewards.values().as_primitive::<Float64Type>(),
             offsets: rewards.value_offsets(),
+            key_offsets: keys.value_offsets(),
+            key_bytes: keys.value_data(),
+            values: values.values(),
+            value_nulls: values.nulls(),
             channel,
         }
     }
@@ -51,9 +67,17 @@ impl<'a> ChannelReader<'a> {
     /// The channel's value on trace `row` (NaN where the trace lacks it or it is null).
     #[inline]
     pub(crate) fn at(&self, row: usize) -> f64 {
-        (self.offsets[row] as usize..self.offsets[row + 1] as usize)
-            .find(|&j| same_text(self.keys.value(j), self.channel))
-            .map_or(f64::NAN, |j| if self.values.is_null(j) { f64::NAN } else { self.values.value(j) })
+        let channel = self.channel.as_bytes();
+        for j in self.offsets[row] as usize..self.offsets[row + 1] as usize {
+            let key = self.key_bytes.get(self.key_offsets[j] as usize..self.key_offsets[j + 1] as usize);
+            if key.is_some_and(|key| same_bytes(key, channel)) {
+                return match self.value_nulls {
+                    Some(nulls) if nulls.is_null(j) => f64::NAN,
+                    _ => self.values.get(j).copied().unwrap_or(f64::NAN),
+                };
+            }
+        }
+        f64::NAN
     }
 }
 
