@@ -36,7 +36,7 @@ pub fn out_of_range(x: f64) -> bool {
 /// reward, which is allowed).
 pub fn values_out_of_range(name: &str, values: &[f64]) -> MasreplayError {
     let row = values.iter().position(|&x| out_of_range(x)).unwrap_or(0);
-    refused(&format!("{name}[{row}]"), name, values[row], NAN_ALLOWED)
+    refused(&format!("{name}[{row}]"), name, values.get(row).copied().unwrap_or(f64::NAN), NAN_ALLOWED)
 }
 
 /// Every value of `values` in range, NaN refused too: an error naming the first that is not.
