@@ -32,6 +32,17 @@ pub fn out_of_range(x: f64) -> bool {
     x.abs() >= BOUND
 }
 
+/// Whether values summed as `x - shift` into `squares` (shifted-data sums, `shift` one of
+/// them) are surely in range: each is within `sqrt(squares)` of the shift, so all are when
+/// the shift is within a quarter of the bound and the squares within a quarter's square
+/// (within half of it then, whatever the rounding). False for NaN or infinite sums. A lazy
+/// test for the paths that take such sums anyway: only where it fails are the values read.
+#[inline]
+pub fn shifted_sums_in_range(shift: f64, squares: f64) -> bool {
+    const QUARTER: f64 = BOUND / 4.0;
+    shift.abs() <= QUARTER && squares <= QUARTER * QUARTER
+}
+
 /// The error for `values` holding a value out of range, naming the first (NaN marks a missing
 /// reward, which is allowed).
 pub fn values_out_of_range(name: &str, values: &[f64]) -> MasreplayError {

@@ -25,7 +25,7 @@ use super::rows::Rows;
 use super::spec::{Compat, Estimator, Scale, Spec};
 use super::trainer_scatter::gather_then_write;
 use crate::error::Result;
-use crate::limit::{BOUND, out_of_range, values_out_of_range};
+use crate::limit::{out_of_range, shifted_sums_in_range, values_out_of_range};
 use crate::parallel::min_piece;
 
 /// A group's count and the sums of `x - shift` and `(x - shift)^2` over its values, `shift`
@@ -70,13 +70,10 @@ impl Moments {
         self.squares += later.squares + 2.0 * d * later.sum + n * d * d;
     }
 
-    /// Whether a value of the group may be out of [`limit`](crate::limit)'s range: every value
-    /// is within `sqrt(squares)` of the shift, so none is when the shift is within a quarter
-    /// of the bound and the squares within a quarter's square (`x` is then within half of it,
-    /// whatever the rounding). True for an infinite value (its sums are not numbers).
+    /// Whether a value of the group may be out of [`limit`](crate::limit)'s range (true for an
+    /// infinite value, whose sums are not numbers).
     fn may_be_out_of_range(&self) -> bool {
-        const QUARTER: f64 = BOUND / 4.0;
-        !(self.shift.abs() <= QUARTER && self.squares <= QUARTER * QUARTER)
+        !shifted_sums_in_range(self.shift, self.squares)
     }
 
     /// The advantage of value `x` of this group is `(x - centre) * scale`.

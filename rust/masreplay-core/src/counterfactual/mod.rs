@@ -14,7 +14,7 @@ pub mod prefix;
 use rayon::prelude::*;
 
 use crate::error::{MasreplayError, Result, ValidationError};
-use crate::limit::{BOUND, IN_RANGE, in_range};
+use crate::limit::{IN_RANGE, in_range, shifted_sums_in_range};
 use crate::store::schema::TraceColumns;
 use crate::store::{TraceBatch, trace_channel};
 
@@ -116,13 +116,10 @@ impl ShiftedSums {
         self.squares += shifted * shifted;
     }
 
-    /// Whether a value added may be NaN or out of [`crate::limit`]'s range: every value is
-    /// within `sqrt(squares)` of the shift, so none is out of range when the shift is within
-    /// a quarter of the bound and the squares within a quarter's square (true for NaN and
-    /// infinities, whose sums are not numbers). The values are then read one by one.
+    /// Whether a value added may be NaN or out of [`crate::limit`]'s range (the values are
+    /// then read one by one).
     fn may_be_unusable(&self) -> bool {
-        const QUARTER: f64 = BOUND / 4.0;
-        !(self.shift.abs() <= QUARTER && self.squares <= QUARTER * QUARTER && !self.sum.is_nan())
+        !shifted_sums_in_range(self.shift, self.squares) || self.sum.is_nan()
     }
 
     /// Sample mean and unbiased variance (NaN below two values) of the `n` values added.
