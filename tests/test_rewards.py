@@ -159,7 +159,9 @@ def test_compose_refuses_channels_of_different_lengths_and_leaves_the_state_alon
     with pytest.raises(InvalidArgumentError, match="weight of 'a'"):
         compose({"a": [1.0, 2.0, 3.0]}, {"a": math.nan}, balance="std", state=state)
     # 1e300 times a weight of 1e10 was an infinite reward.
-    with pytest.raises(InvalidArgumentError, match=r"channel 'b' holds 1e\+300 \(trace 1\): rewards must be of magnitude below 2\^49"):
+    with pytest.raises(
+        InvalidArgumentError, match=r"channel 'b' holds 1e\+300 \(trace 1\): rewards must be of magnitude below 2\^49"
+    ):
         compose({"a": [1.0, 2.0, 3.0], "b": [1.0, 1e300, 0.0]}, {"a": 1.0, "b": 1e10}, balance="std", state=state)
     with pytest.raises(InvalidArgumentError, match=r"the weight of 'a' is 1e\+300: weights must be of magnitude below 2\^49"):
         compose({"a": [1.0, 2.0, 3.0]}, {"a": 1e300}, balance="std", state=state)
