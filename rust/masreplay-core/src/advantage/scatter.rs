@@ -27,6 +27,7 @@ use super::trainer_scatter::gather_then_write;
 use crate::error::Result;
 use crate::limit::{out_of_range, shifted_sums_in_range, values_out_of_range};
 use crate::parallel::min_piece;
+use crate::prefetch::prefetch;
 
 /// A group's count and the sums of `x - shift` and `(x - shift)^2` over its values, `shift`
 /// being its first value: the shifted-data variance, as accurate as two passes
@@ -200,6 +201,25 @@ pub(super) fn reappears<K: Copy>(keys: &[K], code: impl Fn(K) -> usize, n_groups
 /// depend on the rows alone. Big enough that a chunk's table costs little beside its rows.
 const CHUNK_ROWS: usize = 1 << 19;
 
+/// How many rows ahead [`add_rows`] asks for a row's entry of the table: about as many as it
+/// handles while an entry comes from the outer caches.
+const PREFETCH_ROWS: usize = 20;
+
+/// Adds each row's value to its group's entry of `table`, in row order (NaN values left out).
+/// The table is read at random: the entry of a row further on is asked for now, so that it is
+/// in cache when that row comes. (A slice, not the table's `Vec`: its address and length stay
+/// in registers rather than being read again after every store.)
+fn add_rows<K: Copy>(table: &mut [Moments], values: &[f64], keys: &[K], code: impl Fn(K) -> usize) {
+    for (row, (&x, &k)) in values.iter().zip(keys).enumerate() {
+        if let Some(entry) = keys.get(row + PREFETCH_ROWS).and_then(|&ahead| table.get(code(ahead))) {
+            prefetch(entry);
+        }
+        if !x.is_nan() {
+            table[code(k)].add(x);
+        }
+    }
+}
+
 /// The moments of every group over rows whose group codes are `code(keys[i])`, all below
 /// `n_groups` (NaN values left out): as many chunks at a time as there are threads, each
 /// into a table of its own, merged into the total in chunk order (the first chunk's table
@@ -218,11 +238,7 @@ fn moments_by_group<K: Copy + Sync>(
         tables.par_iter_mut().zip(chunks).for_each(|(table, &(values, keys))| {
             table.clear();
             table.resize(n_groups, Moments::default());
-            for (&x, &k) in values.iter().zip(keys) {
-                if !x.is_nan() {
-                    table[code(k)].add(x);
-                }
-            }
+            add_rows(table, values, keys, code);
         });
         let later = if wave == 0 {
             total = std::mem::take(&mut tables[0]);
@@ -264,17 +280,34 @@ fn two_passes<K: Copy + Sync, T: AdvantageFloat>(
         return Err(values_out_of_range("values", values));
     }
     let affine: Vec<Affine> = moments.par_iter().with_min_len(piece).map(|m| m.affine(spec, batch_std)).collect();
-
-    let chunk = (values.len() / (rayon::current_num_threads() * 4)).max(1 << 14);
-    let pieces = values.par_chunks(chunk).zip(keys.par_chunks(chunk));
-    out.par_chunks_mut(chunk).zip(pieces).for_each(|(out, (values, keys))| {
-        for ((slot, &x), &k) in out.iter_mut().zip(values).zip(keys) {
-            let Affine { centre, scale } = affine[code(k)];
-            // A NaN reward gets 0; `+ 0.0` turns the -0.0 of a constant group's negative
-            // values into 0.0 and changes nothing else.
-            let advantage = if x.is_nan() { 0.0 } else { (x - centre) * scale + 0.0 };
-            *slot = T::from_f64(advantage);
-        }
+    let affine = affine.as_slice();
+    write_rows(values, keys, out, |x, k| {
+        let Affine { centre, scale } = affine[code(k)];
+        // A NaN reward gets 0; `+ 0.0` turns the -0.0 of a constant group's negative
+        // values into 0.0 and changes nothing else.
+        T::from_f64(if x.is_nan() { 0.0 } else { (x - centre) * scale + 0.0 })
     });
     Ok(())
+}
+
+/// The second pass of both arithmetics: `out[i] = advantage(values[i], keys[i])`, in
+/// parallel over pieces of rows.
+pub(super) fn write_rows<K: Copy + Sync, T: AdvantageFloat>(
+    values: &[f64],
+    keys: &[K],
+    out: &mut [T],
+    advantage: impl Fn(f64, K) -> T + Sync,
+) {
+    let chunk = (values.len() / (rayon::current_num_threads() * 4)).max(1 << 14);
+    let pieces = values.par_chunks(chunk).zip(keys.par_chunks(chunk));
+    out.par_chunks_mut(chunk).zip(pieces).for_each(|(out, (values, keys))| write_piece(out, values, keys, &advantage));
+}
+
+/// One piece of [`write_rows`], in a function of its own so that `out` is known to alias
+/// nothing the loop reads: the table's address stays in a register rather than being read
+/// again after every store.
+fn write_piece<K: Copy, T>(out: &mut [T], values: &[f64], keys: &[K], advantage: &impl Fn(f64, K) -> T) {
+    for ((slot, &x), &k) in out.iter_mut().zip(values).zip(keys) {
+        *slot = advantage(x, k);
+    }
 }

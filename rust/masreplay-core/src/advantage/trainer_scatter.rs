@@ -22,6 +22,7 @@ use rayon::prelude::*;
 
 use super::cell::Trainer32;
 use super::float::AdvantageFloat;
+use super::scatter::write_rows;
 use super::spec::{Compat, Estimator, Spec};
 use crate::error::Result;
 use crate::limit::{out_of_range, values_out_of_range};
@@ -47,16 +48,35 @@ pub(super) fn gather_then_write<K: Copy + Sync, T: AdvantageFloat>(
     out: &mut [T],
 ) -> Result<()> {
     let (bounds, gathered) = gather(values, keys, code, n_groups, spec)?;
-    let rows = Rows { values, keys, code };
     if spec.estimator == Estimator::Grpo {
         // GRPO is `(x - centre) / divisor` in every trainer: 8 bytes a group.
         let table = statistics(&bounds, &gathered, spec, |group| group.grpo(spec, batch_std));
-        rows.write(&table, out, |&(centre, divisor), x| (x - centre) / divisor);
+        let table = table.as_slice();
+        write_fp32(values, keys, out, |x, k| {
+            let (centre, divisor) = table[code(k)];
+            (x - centre) / divisor
+        });
     } else {
         let table = statistics(&bounds, &gathered, spec, |group| group);
-        rows.write(&table, out, |group, x| group.advantage(x, spec, batch_std));
+        let table = table.as_slice();
+        write_fp32(values, keys, out, |x, k| table[code(k)].advantage(x, spec, batch_std));
     }
     Ok(())
+}
+
+/// Each row's advantage in row order, `advantage(x, key)` of its fp32 value `x` (a NaN
+/// value gets 0).
+fn write_fp32<K: Copy + Sync, T: AdvantageFloat>(
+    values: &[f64],
+    keys: &[K],
+    out: &mut [T],
+    advantage: impl Fn(f32, K) -> f32 + Sync,
+) {
+    write_rows(values, keys, out, |x, k| {
+        let x = x as f32;
+        let advantage = advantage(x, k);
+        T::from_f64(if x.is_nan() { 0.0 } else { advantage as f64 })
+    });
 }
 
 /// The rows' values by group: fp32, what the trainer's tensor holds, except for OpenRLHF
@@ -190,27 +210,4 @@ fn statistics<E: Copy + Default + Send>(
         },
     );
     table
-}
-
-/// The rows in their own order, and how a row's group code is read.
-struct Rows<'a, K, C> {
-    values: &'a [f64],
-    keys: &'a [K],
-    code: C,
-}
-
-impl<K: Copy + Sync, C: Fn(K) -> usize + Sync + Copy> Rows<'_, K, C> {
-    /// Each row's advantage from its group's entry: `advantage(entry, x)` for the fp32 value
-    /// `x` (a NaN value gets 0).
-    fn write<E: Sync, T: AdvantageFloat>(&self, table: &[E], out: &mut [T], advantage: impl Fn(&E, f32) -> f32 + Sync) {
-        let chunk = (self.values.len() / (rayon::current_num_threads() * 4)).max(1 << 14);
-        let pieces = self.values.par_chunks(chunk).zip(self.keys.par_chunks(chunk));
-        out.par_chunks_mut(chunk).zip(pieces).for_each(|(out, (values, keys))| {
-            for ((slot, &x), &k) in out.iter_mut().zip(values).zip(keys) {
-                let x = x as f32;
-                let advantage = advantage(&table[(self.code)(k)], x);
-                *slot = T::from_f64(if x.is_nan() { 0.0 } else { advantage as f64 });
-            }
-        });
-    }
 }
