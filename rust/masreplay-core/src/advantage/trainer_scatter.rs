@@ -52,14 +52,14 @@ pub(super) fn gather_then_write<K: Copy + Sync, T: AdvantageFloat>(
         // GRPO is `(x - centre) / divisor` in every trainer: 8 bytes a group.
         let table = statistics(&bounds, &gathered, spec, |group| group.grpo(spec, batch_std));
         let table = table.as_slice();
-        write_fp32(values, keys, out, |x, k| {
+        write_fp32(values, keys, out, move |x, k| {
             let (centre, divisor) = table[code(k)];
             (x - centre) / divisor
         });
     } else {
         let table = statistics(&bounds, &gathered, spec, |group| group);
         let table = table.as_slice();
-        write_fp32(values, keys, out, |x, k| table[code(k)].advantage(x, spec, batch_std));
+        write_fp32(values, keys, out, move |x, k| table[code(k)].advantage(x, spec, batch_std));
     }
     Ok(())
 }
@@ -70,9 +70,9 @@ fn write_fp32<K: Copy + Sync, T: AdvantageFloat>(
     values: &[f64],
     keys: &[K],
     out: &mut [T],
-    advantage: impl Fn(f32, K) -> f32 + Sync,
+    advantage: impl Fn(f32, K) -> f32 + Sync + Copy,
 ) {
-    write_rows(values, keys, out, |x, k| {
+    write_rows(values, keys, out, move |x, k| {
         let x = x as f32;
         let advantage = advantage(x, k);
         T::from_f64(if x.is_nan() { 0.0 } else { advantage as f64 })
