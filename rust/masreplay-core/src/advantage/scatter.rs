@@ -233,9 +233,10 @@ pub(super) fn reappears<K: Copy>(keys: &[K], code: impl Fn(K) -> usize, n_groups
 /// depend on the rows alone. Big enough that a chunk's table costs little beside its rows.
 const CHUNK_ROWS: usize = 1 << 19;
 
-/// How many rows ahead [`add_rows`] asks for a row's entry of the table: about as many as it
-/// handles while an entry comes from the outer caches.
-const PREFETCH_ROWS: usize = 20;
+/// How many rows ahead [`add_rows`] asks for a row's entry of the table (and the trainer
+/// modes' gather for a row's slot): about as many as it handles while a line comes from the
+/// outer caches.
+pub(super) const PREFETCH_ROWS: usize = 20;
 
 /// The smallest and the largest group code of some rows.
 #[derive(Clone, Copy)]

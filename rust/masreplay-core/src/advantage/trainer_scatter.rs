@@ -22,11 +22,12 @@ use rayon::prelude::*;
 
 use super::cell::Trainer32;
 use super::float::AdvantageFloat;
-use super::scatter::write_rows;
+use super::scatter::{PREFETCH_ROWS, write_rows};
 use super::spec::{Compat, Estimator, Spec};
 use crate::error::Result;
 use crate::limit::{out_of_range, values_out_of_range};
 use crate::parallel::min_piece;
+use crate::prefetch::prefetch;
 
 /// Groups per parallel task of the statistics pass.
 const GROUPS_PER_TASK: usize = 1 << 10;
@@ -113,6 +114,15 @@ impl Filling {
         }
     }
 
+    /// Asks for the cache line of `slot` (see [`gather`]).
+    #[inline(always)]
+    fn prefetch(&self, slot: usize) {
+        match self {
+            Filling::Fp32(slots) => slots.get(slot).into_iter().for_each(prefetch),
+            Filling::F64(slots) => slots.get(slot).into_iter().for_each(prefetch),
+        }
+    }
+
     fn filled(self) -> Gathered {
         match self {
             Filling::Fp32(slots) => Gathered::Fp32(slots.into_iter().map(|x| f32::from_bits(x.into_inner())).collect()),
@@ -166,7 +176,12 @@ fn gather<K: Copy + Sync>(
         .zip(cursors)
         .map(|((values, keys), mut cursor)| {
             let mut found = false;
-            for (&x, &k) in values.iter().zip(keys) {
+            for (row, (&x, &k)) in values.iter().zip(keys).enumerate() {
+                // The slots are written at random: the slot of a row further on (where its
+                // group's cursor is now) is asked for ahead of its store.
+                if let Some(&ahead) = keys.get(row + PREFETCH_ROWS).and_then(|&ahead| cursor.get(code(ahead))) {
+                    filling.prefetch(ahead as usize);
+                }
                 found |= out_of_range(x);
                 let slot = &mut cursor[code(k)];
                 filling.store(*slot as usize, x);
