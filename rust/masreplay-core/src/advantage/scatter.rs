@@ -7,8 +7,8 @@
 //! writes each row's advantage from its group's `(centre, scale)` ([`Affine`]: 16 bytes a
 //! group, so the table a row reads stays in cache).
 //!
-//! A row's group is a dense code, or an integer key read as `key - min` where the keys span a
-//! narrow range (no codes are materialised: [`normalize_keys`]).
+//! A row's group is a dense code, or an integer key read as its distance from a table's first
+//! key where the keys span a narrow range (no codes are materialised: [`normalize_keys`]).
 //!
 //! The first pass runs in parallel over fixed chunks of [`CHUNK_ROWS`] rows, each chunk's
 //! moments taken in a table of its own (its rows in row order) and the tables merged into
@@ -27,6 +27,7 @@ use super::trainer_scatter::gather_then_write;
 use crate::error::Result;
 use crate::limit::{out_of_range, shifted_sums_in_range, values_out_of_range};
 use crate::parallel::min_piece;
+use crate::prefetch::prefetch;
 
 /// A group's count and the sums of `x - shift` and `(x - shift)^2` over its values, `shift`
 /// being its first value: the shifted-data variance, as accurate as two passes
@@ -146,10 +147,21 @@ pub(super) fn normalize_scattered<T: AdvantageFloat>(rows: &Rows, spec: &Spec, b
     let _ = by_arithmetic(rows.values, rows.groups, |g| g as usize, rows.n_groups, spec, batch_std, out);
 }
 
+/// Whether keys spanning `span` over `n` rows are read through a table here.
+fn table_fits(span: u64, n: usize) -> bool {
+    narrow_span(span, n) && worth_a_table(n, span as usize + 1)
+}
+
 /// Rows labelled by integer keys over a narrow range (`key - min` is the code: no renumbering)
 /// whose groups are scattered, for a spec of the scattered path without strata. None where
 /// that does not hold (keys spread wide, groups contiguous, most groups of one or two rows):
 /// the caller takes the general path. Finds values out of range itself.
+///
+/// Natively, the keys' range is not read ahead of the first pass (a pass over the keys of its
+/// own): the pass runs over a table around the range of the keys [`reappears`] reads, widened
+/// by [`window`], and finds the keys' range as it goes; where a key falls outside the window,
+/// the range is read and the pass run again. The decisions are those of the keys' own range
+/// either way: the probe's range is within it, and `reappears` reads codes only for equality.
 pub(super) fn normalize_keys<T: AdvantageFloat>(
     values: &[f64],
     keys: &[i64],
@@ -157,21 +169,42 @@ pub(super) fn normalize_keys<T: AdvantageFloat>(
     batch_std: impl FnOnce() -> (f64, f32),
 ) -> Option<Result<Vec<T>>> {
     let n = values.len();
-    let KeyRange { min, span } = key_range(keys)?;
-    if !narrow_span(span, n) {
-        return None;
+    let probe = &keys[..n.min(PROBE_ROWS)];
+    let probed = key_range(probe)?;
+    if !table_fits(probed.span, n) {
+        return None; // the keys span at least what the probe's do
     }
-    let n_groups = span as usize + 1;
-    if !worth_a_table(n, n_groups) {
-        return None;
-    }
-    let code = move |k: i64| k.wrapping_sub(min) as u64 as usize;
-    if !reappears(&keys[..n.min(PROBE_ROWS)], code, n_groups) {
+    let (origin, len) = window(probed);
+    let windowed = move |k: i64| k.wrapping_sub(origin) as u64 as usize;
+    if !reappears(probe, windowed, len) {
         return None;
     }
     let batch_std = batch_std();
     let mut out = vec![T::default(); n];
-    Some(by_arithmetic(values, keys, code, n_groups, spec, batch_std, &mut out).map(|()| out))
+    if spec.compat == Compat::Native {
+        let (moments, used) = moments_by_group(values, keys, windowed, len);
+        if used.last < len {
+            if !table_fits((used.last - used.first) as u64, n) {
+                return None;
+            }
+            let written = write_advantages(&moments, values, keys, windowed, spec, batch_std.0, &mut out);
+            return Some(written.map(|()| out));
+        }
+    }
+    let KeyRange { min, span } = key_range(keys)?;
+    if !table_fits(span, n) {
+        return None;
+    }
+    let code = move |k: i64| k.wrapping_sub(min) as u64 as usize;
+    Some(by_arithmetic(values, keys, code, span as usize + 1, spec, batch_std, &mut out).map(|()| out))
+}
+
+/// The table of the native first pass for keys whose probe spans `probed`: (the key of entry
+/// 0, the number of entries), an eighth of the probe's span wider on either side. The rows a
+/// shuffle leaves in the probe cover nearly every group's range already.
+fn window(probed: KeyRange) -> (i64, usize) {
+    let margin = probed.span / 8 + 64;
+    (probed.min.saturating_sub(margin as i64), (probed.span + 2 * margin + 1) as usize)
 }
 
 /// Rows the cheap test for scattered groups reads.
@@ -200,30 +233,72 @@ pub(super) fn reappears<K: Copy>(keys: &[K], code: impl Fn(K) -> usize, n_groups
 /// depend on the rows alone. Big enough that a chunk's table costs little beside its rows.
 const CHUNK_ROWS: usize = 1 << 19;
 
-/// The moments of every group over rows whose group codes are `code(keys[i])`, all below
-/// `n_groups` (NaN values left out): as many chunks at a time as there are threads, each
-/// into a table of its own, merged into the total in chunk order (the first chunk's table
-/// is the total).
+/// How many rows ahead [`add_rows`] asks for a row's entry of the table (and the trainer
+/// modes' gather for a row's slot): about as many as it handles while a line comes from the
+/// outer caches.
+pub(super) const PREFETCH_ROWS: usize = 20;
+
+/// The smallest and the largest group code of some rows.
+#[derive(Clone, Copy)]
+struct Used {
+    first: usize,
+    last: usize,
+}
+
+impl Used {
+    const NONE: Used = Used { first: usize::MAX, last: 0 };
+
+    fn and(self, other: Used) -> Used {
+        Used { first: self.first.min(other.first), last: self.last.max(other.last) }
+    }
+}
+
+/// Adds each row's value to its group's entry of `table`, in row order (NaN values left out;
+/// a row whose code is past the table too), and returns the codes the rows use. The table is
+/// read at random: the entry of a row further on is asked for now, so that it is in cache
+/// when that row comes. (A slice, not the table's `Vec`: its address and length stay in
+/// registers rather than being read again after every store.)
+fn add_rows<K: Copy>(table: &mut [Moments], values: &[f64], keys: &[K], code: impl Fn(K) -> usize) -> Used {
+    let mut used = Used::NONE;
+    for (row, (&x, &k)) in values.iter().zip(keys).enumerate() {
+        if let Some(entry) = keys.get(row + PREFETCH_ROWS).and_then(|&ahead| table.get(code(ahead))) {
+            prefetch(entry);
+        }
+        let g = code(k);
+        used = Used { first: used.first.min(g), last: used.last.max(g) };
+        if let Some(entry) = table.get_mut(g).filter(|_| !x.is_nan()) {
+            entry.add(x);
+        }
+    }
+    used
+}
+
+/// The moments of every group over rows whose group codes are `code(keys[i])` (NaN values
+/// left out; rows whose code is `n_groups` or more too), and the codes the rows use: as many
+/// chunks at a time as there are threads, each into a table of its own, merged into the total
+/// in chunk order (the first chunk's table is the total).
 fn moments_by_group<K: Copy + Sync>(
     values: &[f64],
     keys: &[K],
     code: impl Fn(K) -> usize + Sync + Copy,
     n_groups: usize,
-) -> Vec<Moments> {
+) -> (Vec<Moments>, Used) {
     let chunks: Vec<(&[f64], &[K])> = values.chunks(CHUNK_ROWS).zip(keys.chunks(CHUNK_ROWS)).collect();
     let mut total = Vec::new();
     let mut tables: Vec<Vec<Moments>> = Vec::new();
+    let mut used = Used::NONE;
     for (wave, chunks) in chunks.chunks(rayon::current_num_threads().max(1)).enumerate() {
         tables.resize_with(chunks.len(), Vec::new);
-        tables.par_iter_mut().zip(chunks).for_each(|(table, &(values, keys))| {
-            table.clear();
-            table.resize(n_groups, Moments::default());
-            for (&x, &k) in values.iter().zip(keys) {
-                if !x.is_nan() {
-                    table[code(k)].add(x);
-                }
-            }
-        });
+        let wave_used = tables
+            .par_iter_mut()
+            .zip(chunks)
+            .map(|(table, &(values, keys))| {
+                table.clear();
+                table.resize(n_groups, Moments::default());
+                add_rows(table, values, keys, code)
+            })
+            .reduce(|| Used::NONE, Used::and);
+        used = used.and(wave_used);
         let later = if wave == 0 {
             total = std::mem::take(&mut tables[0]);
             &tables[1..]
@@ -242,7 +317,7 @@ fn moments_by_group<K: Copy + Sync>(
         }
     }
     total.resize(n_groups, Moments::default()); // no rows: no chunk
-    total
+    (total, used)
 }
 
 /// The two passes over rows whose group codes are `code(keys[i])`, all below `n_groups`.
@@ -256,25 +331,57 @@ fn two_passes<K: Copy + Sync, T: AdvantageFloat>(
     batch_std: f64,
     out: &mut [T],
 ) -> Result<()> {
-    let moments = moments_by_group(values, keys, code, n_groups);
-    let piece = min_piece(n_groups);
+    let (moments, _) = moments_by_group(values, keys, code, n_groups);
+    write_advantages(&moments, values, keys, code, spec, batch_std, out)
+}
+
+/// The second pass, from every group's moments (`moments[code(keys[i])]`, every code in
+/// range). An error for a value out of range (nothing written then).
+fn write_advantages<K: Copy + Sync, T: AdvantageFloat>(
+    moments: &[Moments],
+    values: &[f64],
+    keys: &[K],
+    code: impl Fn(K) -> usize + Sync + Copy,
+    spec: &Spec,
+    batch_std: f64,
+    out: &mut [T],
+) -> Result<()> {
+    let piece = min_piece(moments.len());
     if moments.par_iter().with_min_len(piece).any(Moments::may_be_out_of_range)
         && values.par_iter().with_min_len(min_piece(values.len())).any(|&x| out_of_range(x))
     {
         return Err(values_out_of_range("values", values));
     }
     let affine: Vec<Affine> = moments.par_iter().with_min_len(piece).map(|m| m.affine(spec, batch_std)).collect();
-
-    let chunk = (values.len() / (rayon::current_num_threads() * 4)).max(1 << 14);
-    let pieces = values.par_chunks(chunk).zip(keys.par_chunks(chunk));
-    out.par_chunks_mut(chunk).zip(pieces).for_each(|(out, (values, keys))| {
-        for ((slot, &x), &k) in out.iter_mut().zip(values).zip(keys) {
-            let Affine { centre, scale } = affine[code(k)];
-            // A NaN reward gets 0; `+ 0.0` turns the -0.0 of a constant group's negative
-            // values into 0.0 and changes nothing else.
-            let advantage = if x.is_nan() { 0.0 } else { (x - centre) * scale + 0.0 };
-            *slot = T::from_f64(advantage);
-        }
+    let affine = affine.as_slice();
+    write_rows(values, keys, out, move |x, k| {
+        let Affine { centre, scale } = affine[code(k)];
+        // A NaN reward gets 0; `+ 0.0` turns the -0.0 of a constant group's negative
+        // values into 0.0 and changes nothing else.
+        T::from_f64(if x.is_nan() { 0.0 } else { (x - centre) * scale + 0.0 })
     });
     Ok(())
+}
+
+/// The second pass of both arithmetics: `out[i] = advantage(values[i], keys[i])`, in
+/// parallel over pieces of rows.
+pub(super) fn write_rows<K: Copy + Sync, T: AdvantageFloat>(
+    values: &[f64],
+    keys: &[K],
+    out: &mut [T],
+    advantage: impl Fn(f64, K) -> T + Sync + Copy,
+) {
+    let chunk = (values.len() / (rayon::current_num_threads() * 4)).max(1 << 14);
+    let pieces = values.par_chunks(chunk).zip(keys.par_chunks(chunk));
+    out.par_chunks_mut(chunk).zip(pieces).for_each(|(out, (values, keys))| write_piece(out, values, keys, advantage));
+}
+
+/// One piece of [`write_rows`], in a function of its own so that `out` is known to alias
+/// nothing the loop reads, and `advantage` (what it captured: the table's address, the keys'
+/// origin) held by value: they stay in registers rather than being read again after every
+/// store.
+fn write_piece<K: Copy, T>(out: &mut [T], values: &[f64], keys: &[K], advantage: impl Fn(f64, K) -> T) {
+    for ((slot, &x), &k) in out.iter_mut().zip(values).zip(keys) {
+        *slot = advantage(x, k);
+    }
 }

@@ -22,10 +22,12 @@ use rayon::prelude::*;
 
 use super::cell::Trainer32;
 use super::float::AdvantageFloat;
+use super::scatter::{PREFETCH_ROWS, write_rows};
 use super::spec::{Compat, Estimator, Spec};
 use crate::error::Result;
 use crate::limit::{out_of_range, values_out_of_range};
 use crate::parallel::min_piece;
+use crate::prefetch::prefetch;
 
 /// Groups per parallel task of the statistics pass.
 const GROUPS_PER_TASK: usize = 1 << 10;
@@ -47,16 +49,35 @@ pub(super) fn gather_then_write<K: Copy + Sync, T: AdvantageFloat>(
     out: &mut [T],
 ) -> Result<()> {
     let (bounds, gathered) = gather(values, keys, code, n_groups, spec)?;
-    let rows = Rows { values, keys, code };
     if spec.estimator == Estimator::Grpo {
         // GRPO is `(x - centre) / divisor` in every trainer: 8 bytes a group.
         let table = statistics(&bounds, &gathered, spec, |group| group.grpo(spec, batch_std));
-        rows.write(&table, out, |&(centre, divisor), x| (x - centre) / divisor);
+        let table = table.as_slice();
+        write_fp32(values, keys, out, move |x, k| {
+            let (centre, divisor) = table[code(k)];
+            (x - centre) / divisor
+        });
     } else {
         let table = statistics(&bounds, &gathered, spec, |group| group);
-        rows.write(&table, out, |group, x| group.advantage(x, spec, batch_std));
+        let table = table.as_slice();
+        write_fp32(values, keys, out, move |x, k| table[code(k)].advantage(x, spec, batch_std));
     }
     Ok(())
+}
+
+/// Each row's advantage in row order, `advantage(x, key)` of its fp32 value `x` (a NaN
+/// value gets 0).
+fn write_fp32<K: Copy + Sync, T: AdvantageFloat>(
+    values: &[f64],
+    keys: &[K],
+    out: &mut [T],
+    advantage: impl Fn(f32, K) -> f32 + Sync + Copy,
+) {
+    write_rows(values, keys, out, move |x, k| {
+        let x = x as f32;
+        let advantage = advantage(x, k);
+        T::from_f64(if x.is_nan() { 0.0 } else { advantage as f64 })
+    });
 }
 
 /// The rows' values by group: fp32, what the trainer's tensor holds, except for OpenRLHF
@@ -90,6 +111,15 @@ impl Filling {
         match self {
             Filling::Fp32(slots) => slots[slot].store((x as f32).to_bits(), Relaxed),
             Filling::F64(slots) => slots[slot].store(x.to_bits(), Relaxed),
+        }
+    }
+
+    /// Asks for the cache line of `slot` (see [`gather`]).
+    #[inline(always)]
+    fn prefetch(&self, slot: usize) {
+        match self {
+            Filling::Fp32(slots) => slots.get(slot).into_iter().for_each(prefetch),
+            Filling::F64(slots) => slots.get(slot).into_iter().for_each(prefetch),
         }
     }
 
@@ -146,7 +176,12 @@ fn gather<K: Copy + Sync>(
         .zip(cursors)
         .map(|((values, keys), mut cursor)| {
             let mut found = false;
-            for (&x, &k) in values.iter().zip(keys) {
+            for (row, (&x, &k)) in values.iter().zip(keys).enumerate() {
+                // The slots are written at random: the slot of a row further on (where its
+                // group's cursor is now) is asked for ahead of its store.
+                if let Some(&ahead) = keys.get(row + PREFETCH_ROWS).and_then(|&ahead| cursor.get(code(ahead))) {
+                    filling.prefetch(ahead as usize);
+                }
                 found |= out_of_range(x);
                 let slot = &mut cursor[code(k)];
                 filling.store(*slot as usize, x);
@@ -190,27 +225,4 @@ fn statistics<E: Copy + Default + Send>(
         },
     );
     table
-}
-
-/// The rows in their own order, and how a row's group code is read.
-struct Rows<'a, K, C> {
-    values: &'a [f64],
-    keys: &'a [K],
-    code: C,
-}
-
-impl<K: Copy + Sync, C: Fn(K) -> usize + Sync + Copy> Rows<'_, K, C> {
-    /// Each row's advantage from its group's entry: `advantage(entry, x)` for the fp32 value
-    /// `x` (a NaN value gets 0).
-    fn write<E: Sync, T: AdvantageFloat>(&self, table: &[E], out: &mut [T], advantage: impl Fn(&E, f32) -> f32 + Sync) {
-        let chunk = (self.values.len() / (rayon::current_num_threads() * 4)).max(1 << 14);
-        let pieces = self.values.par_chunks(chunk).zip(self.keys.par_chunks(chunk));
-        out.par_chunks_mut(chunk).zip(pieces).for_each(|(out, (values, keys))| {
-            for ((slot, &x), &k) in out.iter_mut().zip(values).zip(keys) {
-                let x = x as f32;
-                let advantage = advantage(&table[(self.code)(k)], x);
-                *slot = T::from_f64(if x.is_nan() { 0.0 } else { advantage as f64 });
-            }
-        });
-    }
 }

@@ -264,6 +264,46 @@ fn scattered_keys_agree(seed: u64, n_groups: i64) {
     }
 }
 
+/// Integer keys whose first rows (the 2^14 the scattered path probes) span less than all of
+/// them: groups only after the probe below its range, above it, and keys within a probe's
+/// window whose whole range is too wide for a table (most groups of one row). Each gives the
+/// bits of its dense codes (`key - min`, a path whose decisions see every key first), natively
+/// and in the trainers' arithmetic, at 1 and 2 threads.
+#[test]
+fn keys_beyond_the_probe_give_the_bits_of_their_dense_codes() {
+    const PROBE: usize = 1 << 14;
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(21);
+    let mut draw = |n: usize, keys: std::ops::Range<i64>| -> Vec<i64> {
+        (0..n).map(|_| rand::RngExt::random_range(&mut rng, keys.clone())).collect()
+    };
+    let (early, late) = (draw(PROBE + 30_000, 1000..4000), draw(20_000, 0..1000));
+    let below: Vec<i64> = early.iter().chain(&late).copied().collect();
+    let above: Vec<i64> = below.iter().map(|&k| 5000 - k).collect();
+    let too_wide: Vec<i64> = draw(PROBE, 0..18_000).into_iter().chain(draw(38_000 - PROBE, 0..19_500)).collect();
+    let specs = [
+        native(Estimator::Grpo, Scale::Group, 1e-6),
+        native(Estimator::Rloo, Scale::Group, 1e-6),
+        Spec::new(Estimator::Grpo, Scale::Group, None, Compat::Verl).unwrap(),
+        Spec::new(Estimator::Grpo, Scale::Group, None, Compat::OpenRlhf).unwrap(),
+    ];
+    for (layout, keys) in [("below", &below), ("above", &above), ("too wide", &too_wide)] {
+        let mut values: Vec<f64> = (0..keys.len()).map(|i| ((i * 7919 % 1000) as f64 - 500.0) / 64.0).collect();
+        values[PROBE + 5] = f64::NAN;
+        let min = keys.iter().min().copied().unwrap_or(0);
+        let codes: Vec<u32> = keys.iter().map(|&k| (k - min) as u32).collect();
+        for spec in &specs {
+            let dense: Vec<f64> = normalize(&rows(&values, &codes, None), spec).unwrap();
+            for threads in [1, 2] {
+                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+                let labelled: Vec<f64> =
+                    pool.install(|| normalize_labels(&values, keys, None, None, None, spec).unwrap());
+                let same = labelled.iter().zip(&dense).all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{layout}, {:?} {:?}, {threads} threads", spec.estimator, spec.compat);
+            }
+        }
+    }
+}
+
 /// The trace with its events shuffled and edges renumbered; returns the new position of each
 /// old event.
 fn permuted(trace: &Trace, seed: u64) -> (Trace, Vec<usize>) {
