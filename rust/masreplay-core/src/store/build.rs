@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use arrow_array::builder::{Float64Builder, MapBuilder, MapFieldNames, StringBuilder, StringDictionaryBuilder};
+use arrow_array::builder::{Float64Builder, Int32Builder, MapBuilder, MapFieldNames, StringBuilder};
 use arrow_array::types::{Int8Type, Int32Type};
 use arrow_array::{
     Array, ArrayRef, BooleanArray, DictionaryArray, Float64Array, Int8Array, Int32Array, Int64Array, ListArray,
@@ -13,6 +13,9 @@ use arrow_array::{
 use arrow_buffer::{NullBuffer, OffsetBuffer};
 use arrow_schema::{ArrowError, DataType, Fields};
 use rayon::prelude::*;
+
+// Each category text is hashed once per row: foldhash, not SipHash.
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 use super::schema::{canonical_schema, cost_fields, counterfactual_fields, edge_fields, event_fields, vocabulary};
 use crate::graph::{Shape, acyclic_shape};
@@ -44,12 +47,30 @@ pub(crate) fn enum_column(codes: Vec<Option<i8>>, names: &'static [&'static str]
     Arc::new(DictionaryArray::<Int8Type>::try_new(keys, vocabulary(names)).expect("codes index the vocabulary"))
 }
 
+/// A dictionary column of texts: each distinct text stored once, in the order first seen (as
+/// arrow's `StringDictionaryBuilder` stores them), found again through a map of the texts
+/// themselves (arrow's builder, hashing and comparing its stored copies, was half of the build
+/// of a converted batch).
 fn category_column<'a>(values: impl Iterator<Item = Option<&'a str>>) -> ArrayRef {
-    let mut builder = StringDictionaryBuilder::<Int32Type>::new();
+    let mut keys = Int32Builder::with_capacity(values.size_hint().0);
+    let mut texts = StringBuilder::new();
+    let mut known: HashMap<&str, i32> = HashMap::default();
     for value in values {
-        builder.append_option(value);
+        let Some(value) = value else {
+            keys.append_null();
+            continue;
+        };
+        let next = known.len();
+        let key = *known.entry(value).or_insert_with(|| {
+            texts.append_value(value);
+            // A column holds fewer distinct texts than its list offsets (i32) count rows.
+            i32::try_from(next).expect("fewer distinct texts than rows")
+        });
+        keys.append_value(key);
     }
-    Arc::new(builder.finish())
+    Arc::new(
+        DictionaryArray::<Int32Type>::try_new(keys.finish(), Arc::new(texts.finish())).expect("keys index the texts"),
+    )
 }
 
 /// A text column, its buffers sized first: megabytes of text copied once, not grown by doubling
