@@ -103,9 +103,9 @@ mod typed;
 type Failure = Box<ConversionError>;
 type Outcome<T> = Result<T, Failure>;
 
-/// Each event's attributes as the JSON text of one object (`None`: it has none), in the order
-/// of a trace's events.
-pub type Attributes = Vec<Option<String>>;
+/// Each event's attributes as the JSON text of one object (or none), in the order of a trace's
+/// events.
+pub type Attributes = crate::store::AttributeTexts;
 
 /// Converted traces whose events' attributes are written beside them as JSON text (the text a
 /// batch stores; the traces' events hold none): no map made and freed per event.
@@ -126,9 +126,9 @@ impl Converted {
     pub fn into_traces(self) -> Vec<Trace> {
         let mut traces = self.traces;
         for (trace, attributes) in traces.iter_mut().zip(self.attributes) {
-            for (event, text) in trace.events.iter_mut().zip(attributes) {
+            for (event, text) in trace.events.iter_mut().zip(attributes.texts()) {
                 // Text written from values a trace holds: it reads back.
-                event.attributes = text.and_then(|text| serde_json::from_str(&text).ok());
+                event.attributes = text.and_then(|text| serde_json::from_str(text).ok());
             }
         }
         traces
