@@ -177,9 +177,10 @@ pub fn otel(
         let batch = converted.batch().map_err(|error| {
             Box::new(ConversionError::new(&name, None, format!("converted traces rejected: {error}")))
         })?;
-        // The traces are in the batch now: freed on a pool thread while the batch goes back
-        // to the caller.
-        rayon::spawn(move || drop(converted));
+        // The traces are in the batch now. Freed here, on the thread that made most of them
+        // (mimalloc frees a block of another thread's with an atomic hand-back that its owner
+        // collects later: 7% of a one-thread conversion when a pool thread freed them).
+        drop(converted);
         Ok((batch, report))
     });
     let (inner, report) = outcome.map_err(|error| conversion_error(py, &error))?;

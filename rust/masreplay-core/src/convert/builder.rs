@@ -6,6 +6,7 @@ use serde_json::{Map, Value};
 
 use super::json::{Json, write_serialized, write_str};
 use crate::error::ValidationError;
+use crate::store::AttributeTexts;
 use crate::trace::{Edge, EdgeType, Event, EventType, NamedNumbers, Topology, Trace};
 use crate::validate;
 
@@ -53,9 +54,15 @@ pub(crate) struct Builder<'t> {
     invalid: Option<ValidationError>,
     /// Each event's attributes as the JSON text of one object, when they are written as the
     /// events are made (see [`Builder::writing_attributes`]); the events then hold none.
-    written: Option<Vec<Option<String>>>,
-    /// The text of the event being written (an event without attributes leaves it for the next).
-    scratch: Vec<u8>,
+    written: Option<Written>,
+}
+
+/// The attributes of a trace's events written so far: one text for all, and where each
+/// event's is in it.
+#[derive(Default)]
+struct Written {
+    text: Vec<u8>,
+    ranges: Vec<Option<(usize, usize)>>,
 }
 
 impl<'t> Builder<'t> {
@@ -69,7 +76,6 @@ impl<'t> Builder<'t> {
             unfit: None,
             invalid: None,
             written: None,
-            scratch: Vec::new(),
         }
     }
 
@@ -78,7 +84,7 @@ impl<'t> Builder<'t> {
     /// The text is the one the event's map would be written as; [`Builder::take_written`]
     /// hands it over.
     pub fn writing_attributes(trace_id: &'t str) -> Self {
-        Builder { written: Some(Vec::new()), ..Builder::new(trace_id) }
+        Builder { written: Some(Written::default()), ..Builder::new(trace_id) }
     }
 
     /// Room for `events` more events (their attributes' texts, and two edges each), made one
@@ -88,14 +94,19 @@ impl<'t> Builder<'t> {
         self.edges.reserve(2 * events);
         self.edge_keys.reserve(2 * events);
         if let Some(written) = &mut self.written {
-            written.reserve(events);
+            written.ranges.reserve(events);
         }
     }
 
     /// The attributes written so far, one entry per event (`None`: no attributes), or `None`
     /// for a builder that keeps them in the events.
-    pub fn take_written(&mut self) -> Option<Vec<Option<String>>> {
-        self.written.take()
+    pub fn take_written(&mut self) -> Option<AttributeTexts> {
+        let Written { text, ranges } = self.written.take()?;
+        // Written from text and serde_json's output: UTF-8, checked once for the whole trace
+        // (a word at a time; `from_utf8_lossy` goes chunk by chunk).
+        let text =
+            String::from_utf8(text).unwrap_or_else(|error| String::from_utf8_lossy(error.as_bytes()).into_owned());
+        Some(AttributeTexts::new(text, ranges))
     }
 
     pub fn event<'k>(
@@ -109,10 +120,12 @@ impl<'t> Builder<'t> {
         let index = self.events.len();
         let fields = fields.into_iter();
         let mut values = Vec::with_capacity(fields.size_hint().0);
-        let mut text = self.written.is_some().then(|| std::mem::take(&mut self.scratch));
+        // Taken out while the fields are written (`write` needs the builder too).
+        let mut written = self.written.take();
+        let start = written.as_ref().map_or(0, |written| written.text.len());
         for (key, value) in fields {
-            if let Some(text) = text.as_mut().filter(|_| !validate::is_event_field(key)) {
-                self.write(text, index, key, value);
+            if let Some(written) = written.as_mut().filter(|_| !validate::is_event_field(key)) {
+                self.write(&mut written.text, start, index, key, value);
                 continue;
             }
             let value = match value {
@@ -146,33 +159,25 @@ impl<'t> Builder<'t> {
             }
         };
         self.events.push(event);
-        if let (Some(written), Some(mut text)) = (self.written.as_mut(), text) {
-            if text.is_empty() {
-                written.push(None);
-                self.scratch = text;
-            } else {
-                text.push(b'}');
-                // The text is kept as it was written (not copied); the next event's is written
-                // into room of its size.
-                self.scratch = Vec::with_capacity(text.len());
-                // Written from text and serde_json's output: UTF-8, which `from_utf8` checks
-                // a word at a time (`from_utf8_lossy` goes chunk by chunk, 5% of a conversion).
-                let text = String::from_utf8(text)
-                    .unwrap_or_else(|error| String::from_utf8_lossy(error.as_bytes()).into_owned());
-                written.push(Some(text));
-            }
+        if let Some(mut written) = written {
+            let range = (written.text.len() > start).then(|| {
+                written.text.push(b'}');
+                (start, written.text.len())
+            });
+            written.ranges.push(range);
+            self.written = Some(written);
         }
         index
     }
 
-    /// Writes field `key` of event `index` into the JSON text of its attributes, as the
-    /// event's map would be written (a value the trace cannot hold is null beside the first
-    /// such place, as in the map).
-    fn write(&mut self, text: &mut Vec<u8>, index: usize, key: &str, value: Out<'_>) {
+    /// Writes field `key` of event `index` into the JSON text of its attributes (begun at
+    /// `begun` of `text`), as the event's map would be written (a value the trace cannot hold
+    /// is null beside the first such place, as in the map).
+    fn write(&mut self, text: &mut Vec<u8>, begun: usize, index: usize, key: &str, value: Out<'_>) {
         if matches!(value, Out::Raw(None | Some(Json::Null)) | Out::Json(Json::Null)) {
             return;
         }
-        text.push(if text.is_empty() { b'{' } else { b',' });
+        text.push(if text.len() == begun { b'{' } else { b',' });
         write_str(text, key);
         text.push(b':');
         let start = text.len();

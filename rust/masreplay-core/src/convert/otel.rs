@@ -24,6 +24,7 @@
 
 use std::borrow::Cow;
 use std::cmp::Ordering::Equal;
+use std::collections::hash_map::Entry;
 use std::fmt;
 
 // Span ids and trace ids are hashed a few times each: foldhash, not SipHash.
@@ -102,9 +103,9 @@ mod typed;
 type Failure = Box<ConversionError>;
 type Outcome<T> = Result<T, Failure>;
 
-/// Each event's attributes as the JSON text of one object (`None`: it has none), in the order
-/// of a trace's events.
-pub type Attributes = Vec<Option<String>>;
+/// Each event's attributes as the JSON text of one object (or none), in the order of a trace's
+/// events.
+pub type Attributes = crate::store::AttributeTexts;
 
 /// Converted traces whose events' attributes are written beside them as JSON text (the text a
 /// batch stores; the traces' events hold none): no map made and freed per event.
@@ -125,9 +126,9 @@ impl Converted {
     pub fn into_traces(self) -> Vec<Trace> {
         let mut traces = self.traces;
         for (trace, attributes) in traces.iter_mut().zip(self.attributes) {
-            for (event, text) in trace.events.iter_mut().zip(attributes) {
+            for (event, text) in trace.events.iter_mut().zip(attributes.texts()) {
                 // Text written from values a trace holds: it reads back.
-                event.attributes = text.and_then(|text| serde_json::from_str(&text).ok());
+                event.attributes = text.and_then(|text| serde_json::from_str(text).ok());
             }
         }
         traces
@@ -608,9 +609,10 @@ impl<'r> Span<'r> {
 
     /// Input + output tokens, on whatever span reports them; `None` when it reports none.
     fn tokens(&self) -> Option<i128> {
-        let counts: Vec<i128> =
-            USAGE_KEYS.iter().filter_map(|key| self.attributes.field(key).and_then(token_count)).collect();
-        (!counts.is_empty()).then(|| counts.iter().sum())
+        USAGE_KEYS
+            .iter()
+            .filter_map(|key| self.attributes.field(key).and_then(token_count))
+            .fold(None, |sum, count| Some(sum.unwrap_or(0) + count))
     }
 
     /// The span's recorded exceptions (OpenTelemetry's `exception` events), type and message.
@@ -840,6 +842,8 @@ struct OtelTrace<'c, 'r> {
     spans: Vec<&'c Span<'r>>,
     /// Each span's parent among `spans`, when the export holds it.
     parents: Vec<Option<usize>>,
+    /// Each span's `gen_ai.operation.name` (looked up once: a span's attributes are a list).
+    operations: Vec<Option<&'c str>>,
     /// The agent each invoke_agent span with an agent name runs (looked up once: ancestor
     /// walks ask for it at every step).
     runs: Vec<Option<Cow<'c, str>>>,
@@ -864,36 +868,52 @@ struct OtelTrace<'c, 'r> {
 
 impl<'c, 'r> OtelTrace<'c, 'r> {
     fn new(trace_id: &'c str, members: &[&'c Span<'r>], report: &'c mut Report) -> Self {
-        let mut by_id: HashMap<&str, &'c Span<'r>> = HashMap::default();
-        let mut spans = Vec::with_capacity(members.len());
+        // Each kept span's place among the kept ones, by id (each id hashed once here, and once
+        // per child naming it as its parent).
+        let mut kept_at: HashMap<&str, usize> = HashMap::with_capacity_and_hasher(members.len(), Default::default());
+        let mut kept: Vec<&'c Span<'r>> = Vec::with_capacity(members.len());
         for &span in members {
-            match by_id.get(span.id.as_ref()) {
-                Some(first) => report.warnings.push(format!(
+            match kept_at.entry(span.id.as_ref()) {
+                Entry::Occupied(first) => report.warnings.push(format!(
                     "{}: span {} repeats the id of the span at {}; set aside",
                     span.at,
                     repr(&span.id),
-                    first.at
+                    kept[*first.get()].at
                 )),
-                None => {
-                    by_id.insert(&span.id, span);
-                    spans.push(span);
+                Entry::Vacant(slot) => {
+                    slot.insert(kept.len());
+                    kept.push(span);
                 }
             }
         }
         // Python's order of (start, end) pairs, stable: -0.0 and 0.0 are equal.
-        spans.sort_by(|a, b| {
+        let mut order: Vec<usize> = (0..kept.len()).collect();
+        order.sort_by(|&a, &b| {
+            let (a, b) = (kept[a], kept[b]);
             a.start.partial_cmp(&b.start).unwrap_or(Equal).then(a.end.partial_cmp(&b.end).unwrap_or(Equal))
         });
-        let index: HashMap<&str, usize> = spans.iter().enumerate().map(|(at, span)| (span.id.as_ref(), at)).collect();
+        let mut rank = vec![0; kept.len()];
+        for (at, &slot) in order.iter().enumerate() {
+            rank[slot] = at;
+        }
+        let spans: Vec<&'c Span<'r>> = order.iter().map(|&slot| kept[slot]).collect();
         let parents = spans
             .iter()
             .map(|span| {
-                span.parent.as_deref().filter(|parent| !parent.is_empty()).and_then(|parent| index.get(parent).copied())
+                let parent = span.parent.as_deref().filter(|parent| !parent.is_empty())?;
+                kept_at.get(parent).map(|&slot| rank[slot])
             })
             .collect();
+        let operations: Vec<Option<&'c str>> = spans.iter().map(|span| span.operation()).collect();
         let runs = spans
             .iter()
-            .map(|span| span.agent_name().filter(|name| span.operation() == Some("invoke_agent") && !name.is_empty()))
+            .zip(&operations)
+            .map(|(span, operation)| {
+                (*operation == Some("invoke_agent"))
+                    .then(|| span.agent_name())
+                    .flatten()
+                    .filter(|name| !name.is_empty())
+            })
             .collect();
         let start = spans.iter().map(|span| span.start).fold(f64::INFINITY, f64::min);
         let count = spans.len();
@@ -905,6 +925,7 @@ impl<'c, 'r> OtelTrace<'c, 'r> {
             report,
             spans,
             parents,
+            operations,
             runs,
             start,
             builder,
@@ -1010,20 +1031,20 @@ impl<'c, 'r> OtelTrace<'c, 'r> {
             let error = this.error.then_some(("status_error", Out::Value(Value::Bool(true))));
             attributes.into_iter().chain(error)
         };
-        match this.operation() {
+        match self.operations[span] {
             Some("create_agent") => {
-                let mut fields: Vec<_> =
-                    this.agent_name().map(|to| ("to", Out::Text(to.into_owned()))).into_iter().collect();
+                let to = this.agent_name();
+                let mut fields: Vec<_> = to.clone().map(|to| ("to", Out::Text(to.into_owned()))).into_iter().collect();
                 fields.push(("duration_s", duration));
                 fields.extend(asking());
                 fields.extend(extra());
                 let index = self.event(span, "", this.start, EventType::Spawn, &caller, fields);
-                if let Some(to) = this.agent_name() {
+                if let Some(to) = to {
                     self.spawns.insert(to, index);
                 }
             }
             Some("invoke_agent") => {
-                let agent = this.agent_name().filter(|name| !name.is_empty()).unwrap_or_else(|| caller.clone());
+                let agent = self.runs[span].clone().unwrap_or_else(|| caller.clone());
                 let mut fields = vec![
                     ("from", Out::Text(caller.to_string())),
                     ("to", Out::Text(agent.to_string())),

@@ -287,7 +287,8 @@ fn attributes_written_as_text_are_the_text_of_the_event_map() {
             builder.event("e2".to_owned(), 2.0, EventType::Message, "a", every_field(&input, &deep, false));
         }
         assert!(kept.take_written().is_none());
-        let texts = written.take_written().expect("written");
+        let texts: Vec<Option<String>> =
+            written.take_written().expect("written").texts().map(|text| text.map(str::to_owned)).collect();
         let (kept, written) = (kept.build(head()), written.build(head()));
         if unfit {
             let error = kept.expect_err("a NaN and a value nested too deep");

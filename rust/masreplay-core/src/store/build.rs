@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use arrow_array::builder::{Float64Builder, MapBuilder, MapFieldNames, StringBuilder, StringDictionaryBuilder};
+use arrow_array::builder::{Float64Builder, Int32Builder, MapBuilder, MapFieldNames, StringBuilder};
 use arrow_array::types::{Int8Type, Int32Type};
 use arrow_array::{
     Array, ArrayRef, BooleanArray, DictionaryArray, Float64Array, Int8Array, Int32Array, Int64Array, ListArray,
@@ -13,6 +13,9 @@ use arrow_array::{
 use arrow_buffer::{NullBuffer, OffsetBuffer};
 use arrow_schema::{ArrowError, DataType, Fields};
 use rayon::prelude::*;
+
+// Each category text is hashed once per row: foldhash, not SipHash.
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 use super::schema::{canonical_schema, cost_fields, counterfactual_fields, edge_fields, event_fields, vocabulary};
 use crate::graph::{Shape, acyclic_shape};
@@ -44,12 +47,30 @@ pub(crate) fn enum_column(codes: Vec<Option<i8>>, names: &'static [&'static str]
     Arc::new(DictionaryArray::<Int8Type>::try_new(keys, vocabulary(names)).expect("codes index the vocabulary"))
 }
 
+/// A dictionary column of texts: each distinct text stored once, in the order first seen (as
+/// arrow's `StringDictionaryBuilder` stores them), found again through a map of the texts
+/// themselves (arrow's builder, hashing and comparing its stored copies, was half of the build
+/// of a converted batch).
 fn category_column<'a>(values: impl Iterator<Item = Option<&'a str>>) -> ArrayRef {
-    let mut builder = StringDictionaryBuilder::<Int32Type>::new();
+    let mut keys = Int32Builder::with_capacity(values.size_hint().0);
+    let mut texts = StringBuilder::new();
+    let mut known: HashMap<&str, i32> = HashMap::default();
     for value in values {
-        builder.append_option(value);
+        let Some(value) = value else {
+            keys.append_null();
+            continue;
+        };
+        let next = known.len();
+        let key = *known.entry(value).or_insert_with(|| {
+            texts.append_value(value);
+            // A column holds fewer distinct texts than its list offsets (i32) count rows.
+            i32::try_from(next).expect("fewer distinct texts than rows")
+        });
+        keys.append_value(key);
     }
-    Arc::new(builder.finish())
+    Arc::new(
+        DictionaryArray::<Int32Type>::try_new(keys.finish(), Arc::new(texts.finish())).expect("keys index the texts"),
+    )
 }
 
 /// A text column, its buffers sized first: megabytes of text copied once, not grown by doubling
@@ -149,13 +170,43 @@ pub fn batch_from_traces(traces: &[Trace]) -> Result<RecordBatch, ArrowError> {
     batch(traces, &|| json_text_column(traces.iter().flat_map(|t| t.events.iter()).map(|e| e.attributes.as_ref())))
 }
 
+/// The attributes of a trace's events as the JSON text of one object each (or none), written
+/// one after the other into one text: no text of its own to make and free per event.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AttributeTexts {
+    text: String,
+    /// Where each event's text is in `text` (`None`: the event has no attributes).
+    ranges: Vec<Option<(usize, usize)>>,
+}
+
+impl AttributeTexts {
+    /// The texts of `ranges` of `text`, one per event.
+    pub fn new(text: String, ranges: Vec<Option<(usize, usize)>>) -> Self {
+        AttributeTexts { text, ranges }
+    }
+
+    /// How many events the texts are of.
+    pub fn len(&self) -> usize {
+        self.ranges.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ranges.is_empty()
+    }
+
+    /// Each event's text, in the order of the events (`None`: it has none).
+    pub fn texts(&self) -> impl Iterator<Item = Option<&str>> + Clone {
+        self.ranges.iter().map(|range| range.and_then(|(start, end)| self.text.get(start..end)))
+    }
+}
+
 /// [`batch_from_traces`] of traces whose events' attributes are given apart, as the JSON text
-/// of one object each (`attributes[trace][event]`, `None`: none), and stored as given.
+/// of one object each (`attributes[trace]`), and stored as given.
 pub(crate) fn batch_from_traces_and_attributes(
     traces: &[Trace],
-    attributes: &[Vec<Option<String>>],
+    attributes: &[AttributeTexts],
 ) -> Result<RecordBatch, ArrowError> {
-    let given: usize = attributes.iter().map(Vec::len).sum();
+    let given: usize = attributes.iter().map(AttributeTexts::len).sum();
     let events: usize = traces.iter().map(|t| t.events.len()).sum();
     if attributes.len() != traces.len() || given != events {
         return Err(ArrowError::InvalidArgumentError(format!(
@@ -164,7 +215,7 @@ pub(crate) fn batch_from_traces_and_attributes(
             traces.len()
         )));
     }
-    batch(traces, &|| text_column(attributes.iter().flatten().map(Option::as_deref)))
+    batch(traces, &|| text_column(attributes.iter().flat_map(AttributeTexts::texts)))
 }
 
 /// The canonical batch of `traces`, the events' attributes column made by `event_attributes`.
@@ -252,4 +303,30 @@ fn batch(traces: &[Trace], event_attributes: &(dyn Fn() -> ArrayRef + Sync)) -> 
     ];
     columns.extend(derived_columns(&derived));
     RecordBatch::try_new(canonical_schema(), columns)
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow_array::builder::StringDictionaryBuilder;
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        /// Texts from a small alphabet (repeats, the empty text, nulls): the column arrow's
+        /// dictionary builder makes, key for key and text for text.
+        #[test]
+        fn category_columns_are_arrow_dictionary_columns(
+            values in proptest::collection::vec(proptest::option::of("[ab\u{e9}]{0,3}"), 0..200)
+        ) {
+            let ours = category_column(values.iter().map(Option::as_deref));
+            let mut arrow = StringDictionaryBuilder::<Int32Type>::new();
+            for value in &values {
+                arrow.append_option(value.as_deref());
+            }
+            let arrow: ArrayRef = Arc::new(arrow.finish());
+            ours.to_data().validate_full().expect("a valid column");
+            prop_assert_eq!(ours.to_data(), arrow.to_data());
+        }
+    }
 }

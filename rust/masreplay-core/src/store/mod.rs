@@ -18,7 +18,7 @@ use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef, Int32Array, ListArray, RecordBatch, UInt32Array};
 use arrow_schema::{Field, Schema};
 
-pub use build::batch_from_traces;
+pub use build::{AttributeTexts, batch_from_traces};
 pub use ingest::{Ingested, ingest_batches, ingest_well_formed};
 pub(crate) use ingest::{trim_lists, with_canonical_codes};
 pub use memory::allocated_bytes;
@@ -51,9 +51,8 @@ impl TraceBatch {
     }
 
     /// [`Self::from_traces`] of traces whose events hold no attributes, each event's given
-    /// instead as the JSON text of one object (`attributes[trace][event]`), as a converter
-    /// wrote it.
-    pub fn from_traces_and_attributes(traces: &[Trace], attributes: &[Vec<Option<String>>]) -> Result<Self> {
+    /// instead as the JSON text of one object (`attributes[trace]`), as a converter wrote it.
+    pub fn from_traces_and_attributes(traces: &[Trace], attributes: &[AttributeTexts]) -> Result<Self> {
         Ok(Self::from_canonical(build::batch_from_traces_and_attributes(traces, attributes)?))
     }
 

@@ -27,7 +27,9 @@ use crate::convert::json::{Json, first_special};
 pub(super) fn spans<'r>(source: &'r str, bytes: &'r [u8]) -> Option<Vec<Span<'r>>> {
     let text = std::str::from_utf8(bytes).ok()?;
     let whole = Where { source, line: None, item: None, otlp: None };
-    let mut found = Vec::new();
+    // Room for a span every 256 bytes, more than exporters write (ids and times alone are ~150
+    // bytes): the list is not copied as it grows, and the room it leaves is never touched.
+    let mut found = Vec::with_capacity(bytes.len() / 256);
     if export(text, whole, &mut found).is_some() {
         return Some(found);
     }
@@ -227,9 +229,18 @@ type Entries<'r> = Vec<(Cow<'r, str>, Json<'r>)>;
 fn pairs<'r>(cursor: &mut Cursor<'r>, depth: usize) -> Option<Entries<'r>> {
     // Spans carry a handful of attributes.
     let mut entries = Vec::with_capacity(8);
+    // The key lengths seen (modulo 64): a key of a length not seen yet is new, with no look
+    // at the earlier ones.
+    let mut lengths = 0u64;
     cursor.list(|cursor, _| {
         let (key, value) = pair(cursor, depth)?;
-        Json::insert(&mut entries, key, value);
+        let length = 1 << (key.len() % 64);
+        if lengths & length == 0 {
+            entries.push((key, value));
+        } else {
+            Json::insert(&mut entries, key, value);
+        }
+        lengths |= length;
         Some(())
     })?;
     Some(entries)
