@@ -172,15 +172,13 @@ struct Factuals {
 }
 
 impl Factuals {
-    /// The factual traces of `families`, given every row's reward.
-    fn new(families: &Families, reward: &[f64]) -> Self {
-        let rows = families.factual_rows();
+    /// The factual traces of `families` (their `rows`, and the `index` of their ids), given
+    /// every row's reward.
+    fn new(families: &Families, rows: Vec<usize>, index: FactualIndex, reward: &[f64]) -> Self {
         let traces: Vec<Factual> =
             rows.par_iter().map(|&row| Factual { row, events: families.events_of(row), reward: reward[row] }).collect();
         let id_offsets = families.event_ids.value_offsets();
         let first_event_text = traces.par_iter().map(|factual| id_offsets[factual.events.start] as usize).collect();
-        let trace_id = families.columns.trace_id;
-        let index = FactualIndex::new(&rows.iter().map(|&row| trace_id.value(row)).collect::<Vec<_>>());
         Factuals { traces, first_event_text, index }
     }
 
@@ -442,9 +440,17 @@ impl<'a> Families<'a> {
     /// way: the same figures for any task count and layout that keeps a family's branches
     /// in order. Branches whose factual trace is not in the batch are left out.
     fn credit_scattered(&self) -> Result<Vec<Entry>> {
-        let reward = self.reward_by_row();
-        let factuals = Factuals::new(self, &reward);
-        let rows = BranchRows { family: self.find_families(&factuals), reward };
+        let find = || {
+            let rows = self.factual_rows();
+            let trace_id = self.columns.trace_id;
+            let index = FactualIndex::new(&rows.iter().map(|&row| trace_id.value(row)).collect::<Vec<_>>());
+            let family = self.find_families(&index);
+            (rows, index, family)
+        };
+        // The index's inserts are serial: the rewards are read beside them.
+        let (reward, (rows, index, family)) = rayon::join(|| self.reward_by_row(), find);
+        let factuals = Factuals::new(self, rows, index, &reward);
+        let rows = BranchRows { family, reward };
         let tasks = rayon::current_num_threads().min(factuals.len()).max(1);
         let per_task = factuals.len().div_ceil(tasks).max(1);
         let parts: Vec<Result<Vec<Entry>>> = (0..factuals.len().div_ceil(per_task))
@@ -518,7 +524,7 @@ impl<'a> Families<'a> {
 
     /// Each row's factual rank: [`NO_FAMILY`] for factual traces and branches whose factual
     /// trace is absent.
-    fn find_families(&self, factuals: &Factuals) -> Vec<u32> {
+    fn find_families(&self, index: &FactualIndex) -> Vec<u32> {
         let n = self.batch.len();
         let mut family = vec![NO_FAMILY; n];
         let span = span_of(n);
@@ -527,7 +533,7 @@ impl<'a> Families<'a> {
             let branches = (start..start + family.len())
                 .filter(|&row| !self.is_factual(row))
                 .map(|row| (row, self.of_trace.value(row)));
-            factuals.index.find_each(branches, |row, rank| family[row - start] = rank.unwrap_or(NO_FAMILY));
+            index.find_each(branches, |row, rank| family[row - start] = rank.unwrap_or(NO_FAMILY));
         });
         family
     }
