@@ -53,24 +53,11 @@ pub(super) fn spans<'r>(source: &'r str, bytes: &'r [u8]) -> Option<Vec<Span<'r>
 /// The spans of one export, added to `found`; `None` when it is not in the common shape.
 fn export<'r>(text: &'r str, at: Where<'r>, found: &mut Vec<Span<'r>>) -> Option<()> {
     let mut cursor = Cursor { text, at: 0, depth: 0 };
-    let mut seen = 0;
-    cursor.object(|cursor, key| {
-        if key != "resourceSpans" {
-            return cursor.skip();
-        }
-        first(&mut seen, 1)?;
-        cursor.list(|cursor, resource| {
-            let mut seen = 0;
-            cursor.object(|cursor, key| {
-                if key != "scopeSpans" {
-                    return cursor.skip();
-                }
-                first(&mut seen, 1)?;
-                cursor.list(|cursor, scope| scope_spans(cursor, at, (resource, scope), found))
-            })
-        })
+    let resources = list_member(&mut cursor, "resourceSpans", |cursor, resource| {
+        list_member(cursor, "scopeSpans", |cursor, scope| scope_spans(cursor, at, (resource, scope), found))?;
+        Some(())
     })?;
-    (seen == 1 && cursor.end()).then_some(())
+    (resources == 1 && cursor.end()).then_some(())
 }
 
 /// The spans of scope `scope` of resource `resource` in the export read from `at`, added to
@@ -81,17 +68,29 @@ fn scope_spans<'r>(
     (resource, scope): (usize, usize),
     found: &mut Vec<Span<'r>>,
 ) -> Option<()> {
+    list_member(cursor, "spans", |cursor, index| {
+        found.push(span(cursor, Where { otlp: Some((resource, scope, index)), ..at })?);
+        Some(())
+    })?;
+    Some(())
+}
+
+/// An object of which only member `name` is read, a list whose items `item` reads (the other
+/// members skipped); how many times `name` came (0 or 1: a second is odd).
+fn list_member<'r>(
+    cursor: &mut Cursor<'r>,
+    name: &str,
+    mut item: impl FnMut(&mut Cursor<'r>, usize) -> Option<()>,
+) -> Option<u16> {
     let mut seen = 0;
     cursor.object(|cursor, key| {
-        if key != "spans" {
+        if key != name {
             return cursor.skip();
         }
         first(&mut seen, 1)?;
-        cursor.list(|cursor, index| {
-            found.push(span(cursor, Where { otlp: Some((resource, scope, index)), ..at })?);
-            Some(())
-        })
-    })
+        cursor.list(&mut item)
+    })?;
+    Some(seen)
 }
 
 /// Marks `field` as read; a field read twice is odd (the general reading keeps the last).
