@@ -65,6 +65,22 @@ struct Written {
     ranges: Vec<Option<(usize, usize)>>,
 }
 
+impl Written {
+    /// The texts as `AttributeTexts`. They are written from `&str`s and serde_json's output, so
+    /// UTF-8 (checked once for the whole trace, a word at a time); were an event's not, it is
+    /// named rather than mended, as a mended text would no longer fit `ranges`.
+    fn into_texts(self, trace_id: &str) -> Result<AttributeTexts, ValidationError> {
+        let Written { text, ranges } = self;
+        let text = String::from_utf8(text).map_err(|error| {
+            let at = error.utf8_error().valid_up_to();
+            let event = ranges.iter().position(|range| range.is_some_and(|(start, end)| (start..end).contains(&at)));
+            let path = event.map_or_else(|| "/events".to_owned(), |event| format!("/events/{event}/attributes"));
+            ValidationError::new(Some(trace_id), path, format!("the text written at byte {at} is not UTF-8"))
+        })?;
+        Ok(AttributeTexts::new(text, ranges))
+    }
+}
+
 impl<'t> Builder<'t> {
     pub fn new(trace_id: &'t str) -> Self {
         Builder {
@@ -96,17 +112,6 @@ impl<'t> Builder<'t> {
         if let Some(written) = &mut self.written {
             written.ranges.reserve(events);
         }
-    }
-
-    /// The attributes written so far, one entry per event (`None`: no attributes), or `None`
-    /// for a builder that keeps them in the events.
-    pub fn take_written(&mut self) -> Option<AttributeTexts> {
-        let Written { text, ranges } = self.written.take()?;
-        // Written from text and serde_json's output: UTF-8, checked once for the whole trace
-        // (a word at a time; `from_utf8_lossy` goes chunk by chunk).
-        let text =
-            String::from_utf8(text).unwrap_or_else(|error| String::from_utf8_lossy(error.as_bytes()).into_owned());
-        Some(AttributeTexts::new(text, ranges))
     }
 
     pub fn event<'k>(
@@ -227,6 +232,15 @@ impl<'t> Builder<'t> {
     }
 
     /// The trace, or the first thing in it the data contract refuses.
+    /// [`Builder::build`] of a builder made by [`Builder::writing_attributes`], with the
+    /// attributes it wrote: one text per event (`None`: no attributes).
+    pub fn build_with_attributes(mut self, head: Head<'_>) -> Result<(Trace, AttributeTexts), ValidationError> {
+        let trace_id = self.trace_id;
+        let written = self.written.take().unwrap_or_default();
+        let trace = self.build(head)?;
+        Ok((trace, written.into_texts(trace_id)?))
+    }
+
     pub fn build(mut self, head: Head<'_>) -> Result<Trace, ValidationError> {
         let rewards = self.numbers("rewards", head.rewards);
         let metrics = head.metrics.map(|metrics| self.numbers("metrics", metrics));
@@ -281,4 +295,25 @@ pub(crate) fn integer(value: i128) -> Value {
         .map(Value::from)
         .or_else(|_| u64::try_from(value).map(Value::from))
         .unwrap_or_else(|_| Value::from(value as f64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Written;
+
+    #[test]
+    fn written_texts_that_are_not_utf8_name_their_event_and_are_not_mended() {
+        let ranges = vec![Some((0, 7)), None, Some((7, 14))];
+        let valid = Written { text: br#"{"a":1}{"b":2}"#.to_vec(), ranges: ranges.clone() };
+        let texts: Vec<_> =
+            valid.into_texts("t1").expect("UTF-8").texts().map(|text| text.map(str::to_owned)).collect();
+        assert_eq!(texts, [Some(r#"{"a":1}"#.to_owned()), None, Some(r#"{"b":2}"#.to_owned())]);
+
+        let mut text = br#"{"a":1}{"b":"#.to_vec();
+        text.extend_from_slice(b"\xff}");
+        let error = Written { text, ranges }.into_texts("t1").expect_err("byte 12 is not UTF-8");
+        assert_eq!(error.trace_id.as_deref(), Some("t1"));
+        assert_eq!(error.path, "/events/2/attributes");
+        assert!(error.reason.contains("byte 12"), "{}", error.reason);
+    }
 }

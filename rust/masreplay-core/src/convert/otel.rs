@@ -1207,7 +1207,6 @@ impl<'c, 'r> OtelTrace<'c, 'r> {
             metrics: None,
             attributes: Map::new(),
         };
-        let attributes = self.builder.take_written().unwrap_or_default();
-        Ok(Some(self.builder.build(head).map(|trace| (trace, attributes))))
+        Ok(Some(self.builder.build_with_attributes(head)))
     }
 }
