@@ -579,6 +579,24 @@ def test_trace_credit_matches_shapley_on_each_trace(batch):
             np.testing.assert_allclose(got, expected, atol=1e-9)
 
 
+def test_trace_credit_of_a_team_that_wins_or_loses_asks_only_for_what_it_recorded(batch):
+    # On a two-valued game MSR picks some coalitions after seeing values (a pilot finds the
+    # sizes where the outcome never swings); trace_shapley values coalitions only after every
+    # estimator has announced them, so it must run MSR without that pilot.
+    players = masreplay.trace_players(batch, "event")
+    sizes = np.bincount(players["trace_index"].to_numpy(), minlength=len(batch))
+    assert sizes.max() >= 20  # enough events for MSR to sample sizes, not only enumerate them
+
+    def value_fn(trace_index, masks):
+        return (masks.sum(axis=1) >= np.ceil(0.6 * sizes[trace_index])).astype(float)
+
+    credit = masreplay.trace_shapley(batch, value_fn, players="event", method="msr", budget=3000, seed=5)
+    per_trace = np.bincount(
+        credit.players["trace_index"].to_numpy(), weights=credit.players["value"].to_numpy(), minlength=len(batch)
+    )
+    np.testing.assert_allclose(per_trace[sizes > 0], 1.0, atol=1e-9)  # v(N) - v(empty) = 1
+
+
 @pytest.mark.parametrize("players", ["role", "event", "tool", "agent"])
 def test_trace_credit_for_other_players(batch, players):
     table = masreplay.trace_players(batch, players)

@@ -302,6 +302,7 @@ pub fn shapley<'py>(
         noise,
         repeats,
         surrogate: surrogate.0,
+        ..Default::default()
     };
     if let Ok(native) = game.cast::<PyGame>() {
         if noise.is_some() {

@@ -89,6 +89,10 @@ pub struct ShapleyOptions {
     pub repeats: Option<u64>,
     /// MSR's surrogate (method `msr`, and `auto` or `permission` where they run MSR).
     pub surrogate: MsrSurrogate,
+    /// Whether MSR may choose coalitions after seeing values (its pilot on a two-valued game,
+    /// msr.rs); off for a recording pass, which values the coalitions only once every
+    /// estimator has asked for them.
+    pub adaptive: bool,
 }
 
 impl Default for ShapleyOptions {
@@ -107,6 +111,7 @@ impl Default for ShapleyOptions {
             noise: None,
             repeats: None,
             surrogate: MsrSurrogate::Auto,
+            adaptive: true,
         }
     }
 }
@@ -238,7 +243,8 @@ pub fn shapley(game: &dyn Game, options: &ShapleyOptions) -> Result<ShapleyResul
             "budget: method='exact' values all 2^{n} coalitions, more than budget={cap}"
         )));
     }
-    let extras = msr_extras(options.surrogate, n);
+    let mut extras = msr_extras(options.surrogate, n);
+    extras.settle &= options.adaptive;
     in_pool(options.n_threads, || -> Result<ShapleyResult> {
         let estimate = match method {
             Method::Exact => exact::exact(game, &stopping)?,
@@ -264,7 +270,9 @@ pub fn shapley(game: &dyn Game, options: &ShapleyOptions) -> Result<ShapleyResul
                     // No step: on a restricted voting game (the calibration test's) it fits
                     // roughly, and the rare pairs it misclassifies leave the standard errors
                     // too small (coverage 0.78).
-                    Method::Msr => msr::msr(&restricted, &stopping, msr::Extras { threshold: false, ..extras })?,
+                    Method::Msr => {
+                        msr::msr(&restricted, &stopping, msr::Extras { threshold: false, settle: false, ..extras })?
+                    }
                     _ => permutation_estimate(&restricted, &stopping, options.antithetic)?,
                 }
             }
@@ -345,12 +353,15 @@ const INTERACTIONS_UP_TO_PLAYERS: usize = 300;
 /// exact), n = 100 0.00196 -> 0.00157, n = 300 unchanged (no fold keeps one). CPU per run
 /// (median of 3 passes, load 2-4): 0.81 s at n = 30, 1.96 s at n = 100 (a kept staircase is
 /// fitted again on all training folds: twice the step's 0.98 s), 1.76 s at n = 300 (2.28 s
-/// with the step's grids up to 64); two-valued games only.
+/// with the step's grids up to 64); two-valued games only. On those games `auto`'s MSR also
+/// spends fewer draws on the sizes a pilot finds settled (msr.rs, `settled_sizes`).
 fn msr_extras(surrogate: MsrSurrogate, n: usize) -> msr::Extras {
     match surrogate {
-        MsrSurrogate::Auto => msr::Extras { interactions: n <= INTERACTIONS_UP_TO_PLAYERS, threshold: true },
-        MsrSurrogate::Linear => msr::Extras { interactions: false, threshold: false },
-        MsrSurrogate::Interactions => msr::Extras { interactions: true, threshold: false },
+        MsrSurrogate::Auto => {
+            msr::Extras { interactions: n <= INTERACTIONS_UP_TO_PLAYERS, threshold: true, settle: true }
+        }
+        MsrSurrogate::Linear => msr::Extras { interactions: false, threshold: false, settle: false },
+        MsrSurrogate::Interactions => msr::Extras { interactions: true, threshold: false, settle: false },
     }
 }
 

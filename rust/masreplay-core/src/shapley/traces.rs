@@ -469,6 +469,8 @@ pub fn trace_shapley(
         let range = players.offsets[t]..players.offsets[t + 1];
         let mut local = options.clone();
         local.n_threads = None;
+        // The recording pass values nothing: what it records must not depend on values.
+        local.adaptive = false;
         (local.fixed, local.exclude) = fixed.of(&players.labels[range.clone()]);
         if respect_spawn_tree {
             local.parents = Some(players.parents[range].to_vec());
