@@ -22,7 +22,7 @@ use rayon::prelude::*;
 
 use super::cell::Trainer32;
 use super::float::AdvantageFloat;
-use super::scatter::{PREFETCH_ROWS, write_rows};
+use super::scatter::{PREFETCH_ROWS, Used, write_rows};
 use super::spec::{Compat, Estimator, Spec};
 use crate::error::Result;
 use crate::limit::{out_of_range, values_out_of_range};
@@ -37,18 +37,18 @@ fn chunk_rows(n: usize) -> usize {
     n.div_ceil(rayon::current_num_threads()).max(1 << 16)
 }
 
-/// The advantages of rows whose group codes are `code(keys[i])`, all below `n_groups`, in
-/// `out`. An error for a value out of range (nothing written then).
+/// The advantages of rows whose group codes are `code(keys[i])`, counted in `counts` (every
+/// code below its number of groups), in `out`. An error for a value out of range (nothing written then).
 pub(super) fn gather_then_write<K: Copy + Sync, T: AdvantageFloat>(
     values: &[f64],
     keys: &[K],
     code: impl Fn(K) -> usize + Sync + Copy,
-    n_groups: usize,
+    counts: Counts,
     spec: &Spec,
     batch_std: f32,
     out: &mut [T],
 ) -> Result<()> {
-    let (bounds, gathered) = gather(values, keys, code, n_groups, spec)?;
+    let (bounds, gathered) = gather(values, keys, code, counts, spec)?;
     if spec.estimator == Estimator::Grpo {
         // GRPO is `(x - centre) / divisor` in every trainer: 8 bytes a group.
         let table = statistics(&bounds, &gathered, spec, |group| group.grpo(spec, batch_std));
@@ -138,26 +138,73 @@ fn exact_in_fp32(values: &[f64]) -> bool {
     values.par_chunks(1 << 12).with_min_len(min_piece(values.len())).all(exact)
 }
 
-/// The rows' values by group (a stable counting sort: group `g` is slots `bounds[g]..bounds[g
-/// + 1]`, in row order); an error for a value out of range.
+/// Each chunk's count of every group, the chunks being those of [`gather`].
+pub(super) struct Counts {
+    per_chunk: Vec<Vec<u32>>,
+    n_groups: usize,
+    /// Whether every row was counted (a row whose code is past the tables is not).
+    pub all: bool,
+}
+
+impl Counts {
+    /// The counts of `n_groups` groups over rows whose group codes are `code(keys[i])`.
+    pub fn of<K: Copy + Sync>(keys: &[K], code: impl Fn(K) -> usize + Sync + Copy, n_groups: usize) -> Counts {
+        let (per_chunk, all): (Vec<Vec<u32>>, Vec<bool>) = keys
+            .par_chunks(chunk_rows(keys.len()))
+            .map(|keys| {
+                let mut count = vec![0u32; n_groups];
+                let all = count_rows(&mut count, keys, code);
+                (count, all)
+            })
+            .unzip();
+        Counts { per_chunk, n_groups, all: all.into_iter().all(|all| all) }
+    }
+
+    /// The first and the last group with rows (rows were counted).
+    pub fn used(&self) -> Used {
+        let used = |count: &Vec<u32>| Used {
+            first: count.iter().position(|&c| c > 0).unwrap_or(usize::MAX),
+            last: count.iter().rposition(|&c| c > 0).unwrap_or(0),
+        };
+        self.per_chunk.iter().map(used).fold(Used::NONE, Used::and)
+    }
+
+    /// The counts of groups `codes.first..=codes.last` only, renumbered from 0.
+    pub fn narrow(&mut self, codes: Used) {
+        self.n_groups = codes.last - codes.first + 1;
+        for count in &mut self.per_chunk {
+            count.copy_within(codes.first..=codes.last, 0);
+            count.truncate(self.n_groups);
+        }
+    }
+}
+
+/// Counts each row in its group's entry of `count`; false where a row's code is past it (that
+/// row is not counted). (A slice, not the table's `Vec`: see [`super::scatter`]'s `add_rows`.)
+fn count_rows<K: Copy>(count: &mut [u32], keys: &[K], code: impl Fn(K) -> usize) -> bool {
+    let mut all = true;
+    for &k in keys {
+        match count.get_mut(code(k)) {
+            Some(count) => *count += 1,
+            None => all = false,
+        }
+    }
+    all
+}
+
+/// The rows' values by group (a stable counting sort of the rows `counts` counted: group `g`
+/// is slots `bounds[g]..bounds[g + 1]`, in row order); an error for a value out of range.
 fn gather<K: Copy + Sync>(
     values: &[f64],
     keys: &[K],
     code: impl Fn(K) -> usize + Sync + Copy,
-    n_groups: usize,
+    counts: Counts,
     spec: &Spec,
 ) -> Result<(Vec<usize>, Gathered)> {
     let chunk = chunk_rows(values.len());
-    // Each chunk's count of every group, then where its rows of each group go: after the
-    // group's rows of the chunks before it (u32: half the cache a table of usize takes).
-    let mut cursors: Vec<Vec<u32>> = keys
-        .par_chunks(chunk)
-        .map(|keys| {
-            let mut count = vec![0u32; n_groups];
-            keys.iter().for_each(|&k| count[code(k)] += 1);
-            count
-        })
-        .collect();
+    // Where each chunk's rows of each group go: after the group's rows of the chunks before
+    // it (u32: half the cache a table of usize takes).
+    let Counts { per_chunk: mut cursors, n_groups, .. } = counts;
     let mut bounds = vec![0usize; n_groups + 1];
     let mut next = 0;
     for g in 0..n_groups {
