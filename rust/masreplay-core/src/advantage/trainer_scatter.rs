@@ -38,7 +38,8 @@ fn chunk_rows(n: usize) -> usize {
 }
 
 /// The advantages of rows whose group codes are `code(keys[i])`, counted in `counts` (every
-/// code below its number of groups), in `out`. An error for a value out of range (nothing written then).
+/// code below its number of groups), in `out`. An error for a value out of range (`out`
+/// holds no advantages then).
 pub(super) fn gather_then_write<K: Copy + Sync, T: AdvantageFloat>(
     values: &[f64],
     keys: &[K],
@@ -48,17 +49,17 @@ pub(super) fn gather_then_write<K: Copy + Sync, T: AdvantageFloat>(
     batch_std: f32,
     out: &mut [T],
 ) -> Result<()> {
-    let (bounds, gathered) = gather(values, keys, code, counts, spec)?;
+    let (bounds, gathered) = gather(values, keys, code, counts, Filling::new(values, spec, out))?;
     if spec.estimator == Estimator::Grpo {
         // GRPO is `(x - centre) / divisor` in every trainer: 8 bytes a group.
-        let table = statistics(&bounds, &gathered, spec, |group| group.grpo(spec, batch_std));
+        let table = statistics(&bounds, gathered, spec, |group| group.grpo(spec, batch_std));
         let table = table.as_slice();
         write_fp32(values, keys, out, move |x, k| {
             let (centre, divisor) = table[code(k)];
             (x - centre) / divisor
         });
     } else {
-        let table = statistics(&bounds, &gathered, spec, |group| group);
+        let table = statistics(&bounds, gathered, spec, |group| group);
         let table = table.as_slice();
         write_fp32(values, keys, out, move |x, k| table[code(k)].advantage(x, spec, batch_std));
     }
@@ -80,30 +81,40 @@ fn write_fp32<K: Copy + Sync, T: AdvantageFloat>(
     });
 }
 
-/// The rows' values by group: fp32, what the trainer's tensor holds, except for OpenRLHF
-/// where a value is not exact in fp32: its std is torch's f64 one of the f64 values.
-enum Gathered {
-    Fp32(Vec<f32>),
+/// The rows' values by group: fp32, what the trainer's tensor holds (in the output's memory,
+/// see [`Filling::new`]), except for OpenRLHF where a value is not exact in fp32: its std is
+/// torch's f64 one of the f64 values.
+enum Gathered<'a> {
+    Fp32(&'a [f32]),
     F64(Vec<f64>),
 }
 
 /// [`Gathered`] while the chunks of rows fill it: atomics only so that they write their
 /// disjoint slots through a shared slice (relaxed stores are plain moves).
-enum Filling {
-    Fp32(Vec<AtomicU32>),
+enum Filling<'a> {
+    Fp32(&'a [AtomicU32]),
     F64(Vec<AtomicU64>),
 }
 
-impl Filling {
-    fn new(values: &[f64], spec: &Spec) -> Self {
-        let n = values.len();
+impl<'a> Filling<'a> {
+    /// Slots for `values`. The fp32 ones are the first `values.len()` 32-bit words of `out`
+    /// (as long, of f32 or f64): the advantages are written there only once the groups'
+    /// statistics are taken, and a buffer of its own would be zeroed and fault its pages in
+    /// on every call.
+    fn new<T: AdvantageFloat>(values: &[f64], spec: &Spec, out: &'a mut [T]) -> Self {
+        const { assert!(align_of::<T>() >= align_of::<AtomicU32>() && size_of::<T>() >= size_of::<AtomicU32>()) };
+        debug_assert_eq!(out.len(), values.len());
         // Rewards from an fp32 tensor (what OpenRLHF holds) lose nothing in 4 bytes: half the
         // scattered stores of the gather.
         if spec.compat == Compat::OpenRlhf && !exact_in_fp32(values) {
-            Filling::F64((0..n).map(|_| AtomicU64::new(0)).collect())
-        } else {
-            Filling::Fp32((0..n).map(|_| AtomicU32::new(0)).collect())
+            return Filling::F64((0..values.len()).map(|_| AtomicU64::new(0)).collect());
         }
+        // SAFETY: `out` is borrowed mutably for `'a`, so nothing else reads or writes its
+        // memory meanwhile. Its `out.len()` elements, each at least 4 bytes and aligned at least
+        // as `AtomicU32` is (asserted above), hold `out.len()` aligned words; any bits are a
+        // valid `AtomicU32` (which has `u32`'s size and bit validity), and any bits they are
+        // left with are a valid f32 or f64.
+        Filling::Fp32(unsafe { std::slice::from_raw_parts(out.as_mut_ptr().cast::<AtomicU32>(), out.len()) })
     }
 
     #[inline(always)]
@@ -123,9 +134,16 @@ impl Filling {
         }
     }
 
-    fn filled(self) -> Gathered {
+    /// Call once every store returned.
+    fn filled(self) -> Gathered<'a> {
         match self {
-            Filling::Fp32(slots) => Gathered::Fp32(slots.into_iter().map(|x| f32::from_bits(x.into_inner())).collect()),
+            // SAFETY: an `AtomicU32` has `u32`'s size, alignment here and bit validity, and any
+            // bits are a valid f32. Nothing stores into the slots any more: the parallel loop
+            // that did returned (which orders its stores before these reads), and `self`, the
+            // only handle on the slots, is consumed.
+            Filling::Fp32(slots) => {
+                Gathered::Fp32(unsafe { std::slice::from_raw_parts(slots.as_ptr().cast::<f32>(), slots.len()) })
+            }
             Filling::F64(slots) => Gathered::F64(slots.into_iter().map(|x| f64::from_bits(x.into_inner())).collect()),
         }
     }
@@ -192,15 +210,16 @@ fn count_rows<K: Copy>(count: &mut [u32], keys: &[K], code: impl Fn(K) -> usize)
     all
 }
 
-/// The rows' values by group (a stable counting sort of the rows `counts` counted: group `g`
-/// is slots `bounds[g]..bounds[g + 1]`, in row order); an error for a value out of range.
-fn gather<K: Copy + Sync>(
+/// The rows' values by group in `filling`'s slots (a stable counting sort of the rows `counts`
+/// counted: group `g` is slots `bounds[g]..bounds[g + 1]`, in row order); an error for a
+/// value out of range.
+fn gather<'a, K: Copy + Sync>(
     values: &[f64],
     keys: &[K],
     code: impl Fn(K) -> usize + Sync + Copy,
     counts: Counts,
-    spec: &Spec,
-) -> Result<(Vec<usize>, Gathered)> {
+    filling: Filling<'a>,
+) -> Result<(Vec<usize>, Gathered<'a>)> {
     let chunk = chunk_rows(values.len());
     // Where each chunk's rows of each group go: after the group's rows of the chunks before
     // it (u32: half the cache a table of usize takes).
@@ -216,7 +235,6 @@ fn gather<K: Copy + Sync>(
         }
     }
     bounds[n_groups] = next as usize;
-    let filling = Filling::new(values, spec);
     let out_of_range_found = values
         .par_chunks(chunk)
         .zip(keys.par_chunks(chunk))
@@ -243,10 +261,11 @@ fn gather<K: Copy + Sync>(
     Ok((bounds, filling.filled()))
 }
 
-/// Every group's entry of the table the rows are written from: `entry` of its statistics.
+/// Every group's entry of the table the rows are written from: `entry` of its statistics
+/// (`gathered` is then let go: its slots may be the output's).
 fn statistics<E: Copy + Default + Send>(
     bounds: &[usize],
-    gathered: &Gathered,
+    gathered: Gathered,
     spec: &Spec,
     entry: impl Fn(Trainer32) -> E + Sync,
 ) -> Vec<E> {
@@ -256,7 +275,7 @@ fn statistics<E: Copy + Default + Send>(
         |(values32, scratch), (task, entries)| {
             for (g, slot) in (task * GROUPS_PER_TASK..).zip(entries) {
                 let range = bounds[g]..bounds[g + 1];
-                *slot = entry(match gathered {
+                *slot = entry(match &gathered {
                     Gathered::Fp32(all) => {
                         let values32 = &all[range];
                         let exact = (spec.compat == Compat::OpenRlhf).then(|| values32.iter().map(|&x| x as f64));
