@@ -117,20 +117,15 @@ impl<'a> Filling<'a> {
         Filling::Fp32(unsafe { std::slice::from_raw_parts(out.as_mut_ptr().cast::<AtomicU32>(), out.len()) })
     }
 
-    #[inline(always)]
-    fn store(&self, slot: usize, x: f64) {
+    /// Stores the rows of a chunk (see [`fill_chunk`]); true if a value is out of range.
+    fn fill<K: Copy>(&self, values: &[f64], keys: &[K], cursor: &mut [u32], code: impl Fn(K) -> usize) -> bool {
         match self {
-            Filling::Fp32(slots) => slots[slot].store((x as f32).to_bits(), Relaxed),
-            Filling::F64(slots) => slots[slot].store(x.to_bits(), Relaxed),
-        }
-    }
-
-    /// Asks for the cache line of `slot` (see [`gather`]).
-    #[inline(always)]
-    fn prefetch(&self, slot: usize) {
-        match self {
-            Filling::Fp32(slots) => slots.get(slot).into_iter().for_each(prefetch),
-            Filling::F64(slots) => slots.get(slot).into_iter().for_each(prefetch),
+            Filling::Fp32(slots) => {
+                fill_chunk(slots, values, keys, cursor, code, |slot, x| slot.store((x as f32).to_bits(), Relaxed))
+            }
+            Filling::F64(slots) => {
+                fill_chunk(slots, values, keys, cursor, code, |slot, x| slot.store(x.to_bits(), Relaxed))
+            }
         }
     }
 
@@ -239,26 +234,40 @@ fn gather<'a, K: Copy + Sync>(
         .par_chunks(chunk)
         .zip(keys.par_chunks(chunk))
         .zip(cursors)
-        .map(|((values, keys), mut cursor)| {
-            let mut found = false;
-            for (row, (&x, &k)) in values.iter().zip(keys).enumerate() {
-                // The slots are written at random: the slot of a row further on (where its
-                // group's cursor is now) is asked for ahead of its store.
-                if let Some(&ahead) = keys.get(row + PREFETCH_ROWS).and_then(|&ahead| cursor.get(code(ahead))) {
-                    filling.prefetch(ahead as usize);
-                }
-                found |= out_of_range(x);
-                let slot = &mut cursor[code(k)];
-                filling.store(*slot as usize, x);
-                *slot += 1;
-            }
-            found
-        })
+        .map(|((values, keys), mut cursor)| filling.fill(values, keys, &mut cursor, code))
         .reduce(|| false, |a, b| a || b);
     if out_of_range_found {
         return Err(values_out_of_range("values", values));
     }
     Ok((bounds, filling.filled()))
+}
+
+/// Stores each row's value in `slots` (`store`), at its group's cursor (`cursor[code(k)]`,
+/// then moved on); true if a value is out of range. The slots are written at random: the
+/// slot of a row further on (where its group's cursor is now) is asked for ahead of its
+/// store. (A function of its own, over one kind of slot, with `code` held by value: the
+/// slots' address, length and kind and what `code` captured stay in registers rather than
+/// being read again after every store.)
+fn fill_chunk<K: Copy, S>(
+    slots: &[S],
+    values: &[f64],
+    keys: &[K],
+    cursor: &mut [u32],
+    code: impl Fn(K) -> usize,
+    store: impl Fn(&S, f64),
+) -> bool {
+    let mut found = false;
+    for (row, (&x, &k)) in values.iter().zip(keys).enumerate() {
+        let ahead = keys.get(row + PREFETCH_ROWS).and_then(|&ahead| cursor.get(code(ahead)));
+        if let Some(slot) = ahead.and_then(|&ahead| slots.get(ahead as usize)) {
+            prefetch(slot);
+        }
+        found |= out_of_range(x);
+        let slot = &mut cursor[code(k)];
+        store(&slots[*slot as usize], x);
+        *slot += 1;
+    }
+    found
 }
 
 /// Every group's entry of the table the rows are written from: `entry` of its statistics
