@@ -23,7 +23,7 @@ use super::float::AdvantageFloat;
 use super::kernel::{KeyRange, key_range, narrow_span};
 use super::rows::Rows;
 use super::spec::{Compat, Estimator, Scale, Spec};
-use super::trainer_scatter::gather_then_write;
+use super::trainer_scatter::{Counts, gather_then_write};
 use crate::error::Result;
 use crate::limit::{out_of_range, shifted_sums_in_range, values_out_of_range};
 use crate::parallel::min_piece;
@@ -135,7 +135,7 @@ fn by_arithmetic<K: Copy + Sync, T: AdvantageFloat>(
 ) -> Result<()> {
     match spec.compat {
         Compat::Native => two_passes(values, keys, code, n_groups, spec, batch_std.0, out),
-        _ => gather_then_write(values, keys, code, n_groups, spec, batch_std.1, out),
+        _ => gather_then_write(values, keys, code, Counts::of(keys, code, n_groups), spec, batch_std.1, out),
     }
 }
 
@@ -157,11 +157,13 @@ fn table_fits(span: u64, n: usize) -> bool {
 /// that does not hold (keys spread wide, groups contiguous, most groups of one or two rows):
 /// the caller takes the general path. Finds values out of range itself.
 ///
-/// Natively, the keys' range is not read ahead of the first pass (a pass over the keys of its
-/// own): the pass runs over a table around the range of the keys [`reappears`] reads, widened
-/// by [`window`], and finds the keys' range as it goes; where a key falls outside the window,
-/// the range is read and the pass run again. The decisions are those of the keys' own range
-/// either way: the probe's range is within it, and `reappears` reads codes only for equality.
+/// The keys' range is not read ahead of the first pass (a pass over the keys of its own): the
+/// pass (native's moments, the trainer modes' counts) runs over a table around the range of
+/// the keys [`reappears`] reads, widened by [`window`], and finds the keys' range as it goes;
+/// where a key falls outside the window, the range is read and the pass run again. The
+/// decisions are those of the keys' own range either way: the probe's range is within it, and
+/// `reappears` reads codes only for equality. The trainer modes then number the groups from
+/// the smallest key, as from the range read.
 pub(super) fn normalize_keys<T: AdvantageFloat>(
     values: &[f64],
     keys: &[i64],
@@ -184,10 +186,23 @@ pub(super) fn normalize_keys<T: AdvantageFloat>(
     if spec.compat == Compat::Native {
         let (moments, used) = moments_by_group(values, keys, windowed, len);
         if used.last < len {
-            if !table_fits((used.last - used.first) as u64, n) {
+            if !table_fits(used.span(), n) {
                 return None;
             }
             let written = write_advantages(&moments, values, keys, windowed, spec, batch_std.0, &mut out);
+            return Some(written.map(|()| out));
+        }
+    } else {
+        let mut counts = Counts::of(keys, windowed, len);
+        if counts.all {
+            let used = counts.used();
+            if !table_fits(used.span(), n) {
+                return None;
+            }
+            counts.narrow(used);
+            let min = origin.wrapping_add(used.first as i64);
+            let code = move |k: i64| k.wrapping_sub(min) as u64 as usize;
+            let written = gather_then_write(values, keys, code, counts, spec, batch_std.1, &mut out);
             return Some(written.map(|()| out));
         }
     }
@@ -240,16 +255,21 @@ pub(super) const PREFETCH_ROWS: usize = 20;
 
 /// The smallest and the largest group code of some rows.
 #[derive(Clone, Copy)]
-struct Used {
-    first: usize,
-    last: usize,
+pub(super) struct Used {
+    pub first: usize,
+    pub last: usize,
 }
 
 impl Used {
-    const NONE: Used = Used { first: usize::MAX, last: 0 };
+    pub const NONE: Used = Used { first: usize::MAX, last: 0 };
 
-    fn and(self, other: Used) -> Used {
+    pub fn and(self, other: Used) -> Used {
         Used { first: self.first.min(other.first), last: self.last.max(other.last) }
+    }
+
+    /// How far the last code is from the first (some rows: `first <= last`).
+    pub fn span(self) -> u64 {
+        (self.last - self.first) as u64
     }
 }
 

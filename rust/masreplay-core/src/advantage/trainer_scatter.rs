@@ -22,7 +22,7 @@ use rayon::prelude::*;
 
 use super::cell::Trainer32;
 use super::float::AdvantageFloat;
-use super::scatter::{PREFETCH_ROWS, write_rows};
+use super::scatter::{PREFETCH_ROWS, Used, write_rows};
 use super::spec::{Compat, Estimator, Spec};
 use crate::error::Result;
 use crate::limit::{out_of_range, values_out_of_range};
@@ -37,28 +37,29 @@ fn chunk_rows(n: usize) -> usize {
     n.div_ceil(rayon::current_num_threads()).max(1 << 16)
 }
 
-/// The advantages of rows whose group codes are `code(keys[i])`, all below `n_groups`, in
-/// `out`. An error for a value out of range (nothing written then).
+/// The advantages of rows whose group codes are `code(keys[i])`, counted in `counts` (every
+/// code below its number of groups), in `out`. An error for a value out of range (`out`
+/// holds no advantages then).
 pub(super) fn gather_then_write<K: Copy + Sync, T: AdvantageFloat>(
     values: &[f64],
     keys: &[K],
     code: impl Fn(K) -> usize + Sync + Copy,
-    n_groups: usize,
+    counts: Counts,
     spec: &Spec,
     batch_std: f32,
     out: &mut [T],
 ) -> Result<()> {
-    let (bounds, gathered) = gather(values, keys, code, n_groups, spec)?;
+    let (bounds, gathered) = gather(values, keys, code, counts, Filling::new(values, spec, out))?;
     if spec.estimator == Estimator::Grpo {
         // GRPO is `(x - centre) / divisor` in every trainer: 8 bytes a group.
-        let table = statistics(&bounds, &gathered, spec, |group| group.grpo(spec, batch_std));
+        let table = statistics(&bounds, gathered, spec, |group| group.grpo(spec, batch_std));
         let table = table.as_slice();
         write_fp32(values, keys, out, move |x, k| {
             let (centre, divisor) = table[code(k)];
             (x - centre) / divisor
         });
     } else {
-        let table = statistics(&bounds, &gathered, spec, |group| group);
+        let table = statistics(&bounds, gathered, spec, |group| group);
         let table = table.as_slice();
         write_fp32(values, keys, out, move |x, k| table[code(k)].advantage(x, spec, batch_std));
     }
@@ -80,52 +81,64 @@ fn write_fp32<K: Copy + Sync, T: AdvantageFloat>(
     });
 }
 
-/// The rows' values by group: fp32, what the trainer's tensor holds, except for OpenRLHF
-/// where a value is not exact in fp32: its std is torch's f64 one of the f64 values.
-enum Gathered {
-    Fp32(Vec<f32>),
+/// The rows' values by group: fp32, what the trainer's tensor holds (in the output's memory,
+/// see [`Filling::new`]), except for OpenRLHF where a value is not exact in fp32: its std is
+/// torch's f64 one of the f64 values.
+enum Gathered<'a> {
+    Fp32(&'a [f32]),
     F64(Vec<f64>),
 }
 
 /// [`Gathered`] while the chunks of rows fill it: atomics only so that they write their
 /// disjoint slots through a shared slice (relaxed stores are plain moves).
-enum Filling {
-    Fp32(Vec<AtomicU32>),
+enum Filling<'a> {
+    Fp32(&'a [AtomicU32]),
     F64(Vec<AtomicU64>),
 }
 
-impl Filling {
-    fn new(values: &[f64], spec: &Spec) -> Self {
-        let n = values.len();
+impl<'a> Filling<'a> {
+    /// Slots for `values`. The fp32 ones are the first `values.len()` 32-bit words of `out`
+    /// (as long, of f32 or f64): the advantages are written there only once the groups'
+    /// statistics are taken, and a buffer of its own would be zeroed and fault its pages in
+    /// on every call.
+    fn new<T: AdvantageFloat>(values: &[f64], spec: &Spec, out: &'a mut [T]) -> Self {
+        const { assert!(align_of::<T>() >= align_of::<AtomicU32>() && size_of::<T>() >= size_of::<AtomicU32>()) };
+        debug_assert_eq!(out.len(), values.len());
         // Rewards from an fp32 tensor (what OpenRLHF holds) lose nothing in 4 bytes: half the
         // scattered stores of the gather.
         if spec.compat == Compat::OpenRlhf && !exact_in_fp32(values) {
-            Filling::F64((0..n).map(|_| AtomicU64::new(0)).collect())
-        } else {
-            Filling::Fp32((0..n).map(|_| AtomicU32::new(0)).collect())
+            return Filling::F64((0..values.len()).map(|_| AtomicU64::new(0)).collect());
+        }
+        // SAFETY: `out` is borrowed mutably for `'a`, so nothing else reads or writes its
+        // memory meanwhile. Its `out.len()` elements, each at least 4 bytes and aligned at least
+        // as `AtomicU32` is (asserted above), hold `out.len()` aligned words; any bits are a
+        // valid `AtomicU32` (which has `u32`'s size and bit validity), and any bits they are
+        // left with are a valid f32 or f64.
+        Filling::Fp32(unsafe { std::slice::from_raw_parts(out.as_mut_ptr().cast::<AtomicU32>(), out.len()) })
+    }
+
+    /// Stores the rows of a chunk (see [`fill_chunk`]); true if a value is out of range.
+    fn fill<K: Copy>(&self, values: &[f64], keys: &[K], cursor: &mut [u32], code: impl Fn(K) -> usize) -> bool {
+        match self {
+            Filling::Fp32(slots) => {
+                fill_chunk(slots, values, keys, cursor, code, |slot, x| slot.store((x as f32).to_bits(), Relaxed))
+            }
+            Filling::F64(slots) => {
+                fill_chunk(slots, values, keys, cursor, code, |slot, x| slot.store(x.to_bits(), Relaxed))
+            }
         }
     }
 
-    #[inline(always)]
-    fn store(&self, slot: usize, x: f64) {
+    /// Call once every store returned.
+    fn filled(self) -> Gathered<'a> {
         match self {
-            Filling::Fp32(slots) => slots[slot].store((x as f32).to_bits(), Relaxed),
-            Filling::F64(slots) => slots[slot].store(x.to_bits(), Relaxed),
-        }
-    }
-
-    /// Asks for the cache line of `slot` (see [`gather`]).
-    #[inline(always)]
-    fn prefetch(&self, slot: usize) {
-        match self {
-            Filling::Fp32(slots) => slots.get(slot).into_iter().for_each(prefetch),
-            Filling::F64(slots) => slots.get(slot).into_iter().for_each(prefetch),
-        }
-    }
-
-    fn filled(self) -> Gathered {
-        match self {
-            Filling::Fp32(slots) => Gathered::Fp32(slots.into_iter().map(|x| f32::from_bits(x.into_inner())).collect()),
+            // SAFETY: an `AtomicU32` has `u32`'s size, alignment here and bit validity, and any
+            // bits are a valid f32. Nothing stores into the slots any more: the parallel loop
+            // that did returned (which orders its stores before these reads), and `self`, the
+            // only handle on the slots, is consumed.
+            Filling::Fp32(slots) => {
+                Gathered::Fp32(unsafe { std::slice::from_raw_parts(slots.as_ptr().cast::<f32>(), slots.len()) })
+            }
             Filling::F64(slots) => Gathered::F64(slots.into_iter().map(|x| f64::from_bits(x.into_inner())).collect()),
         }
     }
@@ -138,26 +151,74 @@ fn exact_in_fp32(values: &[f64]) -> bool {
     values.par_chunks(1 << 12).with_min_len(min_piece(values.len())).all(exact)
 }
 
-/// The rows' values by group (a stable counting sort: group `g` is slots `bounds[g]..bounds[g
-/// + 1]`, in row order); an error for a value out of range.
-fn gather<K: Copy + Sync>(
+/// Each chunk's count of every group, the chunks being those of [`gather`].
+pub(super) struct Counts {
+    per_chunk: Vec<Vec<u32>>,
+    n_groups: usize,
+    /// Whether every row was counted (a row whose code is past the tables is not).
+    pub all: bool,
+}
+
+impl Counts {
+    /// The counts of `n_groups` groups over rows whose group codes are `code(keys[i])`.
+    pub fn of<K: Copy + Sync>(keys: &[K], code: impl Fn(K) -> usize + Sync + Copy, n_groups: usize) -> Counts {
+        let (per_chunk, all): (Vec<Vec<u32>>, Vec<bool>) = keys
+            .par_chunks(chunk_rows(keys.len()))
+            .map(|keys| {
+                let mut count = vec![0u32; n_groups];
+                let all = count_rows(&mut count, keys, code);
+                (count, all)
+            })
+            .unzip();
+        Counts { per_chunk, n_groups, all: all.into_iter().all(|all| all) }
+    }
+
+    /// The first and the last group with rows (rows were counted).
+    pub fn used(&self) -> Used {
+        let used = |count: &Vec<u32>| Used {
+            first: count.iter().position(|&c| c > 0).unwrap_or(usize::MAX),
+            last: count.iter().rposition(|&c| c > 0).unwrap_or(0),
+        };
+        self.per_chunk.iter().map(used).fold(Used::NONE, Used::and)
+    }
+
+    /// The counts of groups `codes.first..=codes.last` only, renumbered from 0.
+    pub fn narrow(&mut self, codes: Used) {
+        self.n_groups = codes.last - codes.first + 1;
+        for count in &mut self.per_chunk {
+            count.copy_within(codes.first..=codes.last, 0);
+            count.truncate(self.n_groups);
+        }
+    }
+}
+
+/// Counts each row in its group's entry of `count`; false where a row's code is past it (that
+/// row is not counted). (A slice, not the table's `Vec`: see [`super::scatter`]'s `add_rows`.)
+fn count_rows<K: Copy>(count: &mut [u32], keys: &[K], code: impl Fn(K) -> usize) -> bool {
+    let mut all = true;
+    for &k in keys {
+        match count.get_mut(code(k)) {
+            Some(count) => *count += 1,
+            None => all = false,
+        }
+    }
+    all
+}
+
+/// The rows' values by group in `filling`'s slots (a stable counting sort of the rows `counts`
+/// counted: group `g` is slots `bounds[g]..bounds[g + 1]`, in row order); an error for a
+/// value out of range.
+fn gather<'a, K: Copy + Sync>(
     values: &[f64],
     keys: &[K],
     code: impl Fn(K) -> usize + Sync + Copy,
-    n_groups: usize,
-    spec: &Spec,
-) -> Result<(Vec<usize>, Gathered)> {
+    counts: Counts,
+    filling: Filling<'a>,
+) -> Result<(Vec<usize>, Gathered<'a>)> {
     let chunk = chunk_rows(values.len());
-    // Each chunk's count of every group, then where its rows of each group go: after the
-    // group's rows of the chunks before it (u32: half the cache a table of usize takes).
-    let mut cursors: Vec<Vec<u32>> = keys
-        .par_chunks(chunk)
-        .map(|keys| {
-            let mut count = vec![0u32; n_groups];
-            keys.iter().for_each(|&k| count[code(k)] += 1);
-            count
-        })
-        .collect();
+    // Where each chunk's rows of each group go: after the group's rows of the chunks before
+    // it (u32: half the cache a table of usize takes).
+    let Counts { per_chunk: mut cursors, n_groups, .. } = counts;
     let mut bounds = vec![0usize; n_groups + 1];
     let mut next = 0;
     for g in 0..n_groups {
@@ -169,26 +230,11 @@ fn gather<K: Copy + Sync>(
         }
     }
     bounds[n_groups] = next as usize;
-    let filling = Filling::new(values, spec);
     let out_of_range_found = values
         .par_chunks(chunk)
         .zip(keys.par_chunks(chunk))
         .zip(cursors)
-        .map(|((values, keys), mut cursor)| {
-            let mut found = false;
-            for (row, (&x, &k)) in values.iter().zip(keys).enumerate() {
-                // The slots are written at random: the slot of a row further on (where its
-                // group's cursor is now) is asked for ahead of its store.
-                if let Some(&ahead) = keys.get(row + PREFETCH_ROWS).and_then(|&ahead| cursor.get(code(ahead))) {
-                    filling.prefetch(ahead as usize);
-                }
-                found |= out_of_range(x);
-                let slot = &mut cursor[code(k)];
-                filling.store(*slot as usize, x);
-                *slot += 1;
-            }
-            found
-        })
+        .map(|((values, keys), mut cursor)| filling.fill(values, keys, &mut cursor, code))
         .reduce(|| false, |a, b| a || b);
     if out_of_range_found {
         return Err(values_out_of_range("values", values));
@@ -196,10 +242,39 @@ fn gather<K: Copy + Sync>(
     Ok((bounds, filling.filled()))
 }
 
-/// Every group's entry of the table the rows are written from: `entry` of its statistics.
+/// Stores each row's value in `slots` (`store`), at its group's cursor (`cursor[code(k)]`,
+/// then moved on); true if a value is out of range. The slots are written at random: the
+/// slot of a row further on (where its group's cursor is now) is asked for ahead of its
+/// store. (A function of its own, over one kind of slot, with `code` held by value: the
+/// slots' address, length and kind and what `code` captured stay in registers rather than
+/// being read again after every store.)
+fn fill_chunk<K: Copy, S>(
+    slots: &[S],
+    values: &[f64],
+    keys: &[K],
+    cursor: &mut [u32],
+    code: impl Fn(K) -> usize,
+    store: impl Fn(&S, f64),
+) -> bool {
+    let mut found = false;
+    for (row, (&x, &k)) in values.iter().zip(keys).enumerate() {
+        let ahead = keys.get(row + PREFETCH_ROWS).and_then(|&ahead| cursor.get(code(ahead)));
+        if let Some(slot) = ahead.and_then(|&ahead| slots.get(ahead as usize)) {
+            prefetch(slot);
+        }
+        found |= out_of_range(x);
+        let slot = &mut cursor[code(k)];
+        store(&slots[*slot as usize], x);
+        *slot += 1;
+    }
+    found
+}
+
+/// Every group's entry of the table the rows are written from: `entry` of its statistics
+/// (`gathered` is then let go: its slots may be the output's).
 fn statistics<E: Copy + Default + Send>(
     bounds: &[usize],
-    gathered: &Gathered,
+    gathered: Gathered,
     spec: &Spec,
     entry: impl Fn(Trainer32) -> E + Sync,
 ) -> Vec<E> {
@@ -209,7 +284,7 @@ fn statistics<E: Copy + Default + Send>(
         |(values32, scratch), (task, entries)| {
             for (g, slot) in (task * GROUPS_PER_TASK..).zip(entries) {
                 let range = bounds[g]..bounds[g + 1];
-                *slot = entry(match gathered {
+                *slot = entry(match &gathered {
                     Gathered::Fp32(all) => {
                         let values32 = &all[range];
                         let exact = (spec.compat == Compat::OpenRlhf).then(|| values32.iter().map(|&x| x as f64));

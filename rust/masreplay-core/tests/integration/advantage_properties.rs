@@ -265,8 +265,9 @@ fn scattered_keys_agree(seed: u64, n_groups: i64) {
 }
 
 /// Integer keys whose first rows (the 2^14 the scattered path probes) span less than all of
-/// them: groups only after the probe below its range, above it, and keys within a probe's
-/// window whose whole range is too wide for a table (most groups of one row). Each gives the
+/// them: groups only after the probe below its range, above it, on both sides of it within
+/// its window, and keys within the window whose whole range is too wide for a table (most
+/// groups of one row). Each gives the
 /// bits of its dense codes (`key - min`, a path whose decisions see every key first), natively
 /// and in the trainers' arithmetic, at 1 and 2 threads.
 #[test]
@@ -279,14 +280,18 @@ fn keys_beyond_the_probe_give_the_bits_of_their_dense_codes() {
     let (early, late) = (draw(PROBE + 30_000, 1000..4000), draw(20_000, 0..1000));
     let below: Vec<i64> = early.iter().chain(&late).copied().collect();
     let above: Vec<i64> = below.iter().map(|&k| 5000 - k).collect();
+    let inside: Vec<i64> = early.iter().copied().chain(draw(20_000, 700..4300)).collect();
     let too_wide: Vec<i64> = draw(PROBE, 0..18_000).into_iter().chain(draw(38_000 - PROBE, 0..19_500)).collect();
     let specs = [
         native(Estimator::Grpo, Scale::Group, 1e-6),
         native(Estimator::Rloo, Scale::Group, 1e-6),
         Spec::new(Estimator::Grpo, Scale::Group, None, Compat::Verl).unwrap(),
+        Spec::new(Estimator::Grpo, Scale::Group, None, Compat::Trl).unwrap(),
+        Spec::new(Estimator::Rloo, Scale::Group, None, Compat::OpenRlhf).unwrap(),
         Spec::new(Estimator::Grpo, Scale::Group, None, Compat::OpenRlhf).unwrap(),
     ];
-    for (layout, keys) in [("below", &below), ("above", &above), ("too wide", &too_wide)] {
+    let layouts = [("below", &below), ("above", &above), ("inside", &inside), ("too wide", &too_wide)];
+    for (layout, keys) in layouts {
         let mut values: Vec<f64> = (0..keys.len()).map(|i| ((i * 7919 % 1000) as f64 - 500.0) / 64.0).collect();
         values[PROBE + 5] = f64::NAN;
         let min = keys.iter().min().copied().unwrap_or(0);
