@@ -58,6 +58,8 @@ const TALLY_AHEAD: usize = 16;
 
 /// Families whose events are warmed together ([`Families::warm_events`]).
 const FAMILY_BATCH: usize = 16;
+/// How many families ahead [`Families::credit_ranks`] requests what crediting one reads.
+const EVENTS_AHEAD: usize = 16;
 
 /// Rows per parallel task: a few tasks per thread, none tiny.
 fn span_of(rows: usize) -> usize {
@@ -161,39 +163,35 @@ struct Factual {
     reward: f64,
 }
 
-/// The factual traces of a batch, ranked in row order, and an index from trace id to rank.
-/// Read in row order here, so that crediting a family in a scattered layout needs none of
-/// the lookups that lead from a row to its events.
+/// The factual traces of a batch, ranked in row order. Read in row order here, so that
+/// crediting a family in a scattered layout needs none of the lookups that lead from a row to
+/// its events.
 struct Factuals {
     traces: Vec<Factual>,
     /// Where the text of each one's first event id starts among the event ids' bytes.
     first_event_text: Vec<usize>,
-    index: FactualIndex,
 }
 
 impl Factuals {
-    /// The factual traces of `families` (their `rows`, and the `index` of their ids), given
-    /// every row's reward.
-    fn new(families: &Families, rows: Vec<usize>, index: FactualIndex, reward: &[f64]) -> Self {
+    /// The factual traces of `families` (their `rows`), given every row's reward.
+    fn new(families: &Families, rows: &[usize], reward: &[f64]) -> Self {
         let traces: Vec<Factual> =
             rows.par_iter().map(|&row| Factual { row, events: families.events_of(row), reward: reward[row] }).collect();
         let id_offsets = families.event_ids.value_offsets();
         let first_event_text = traces.par_iter().map(|factual| id_offsets[factual.events.start] as usize).collect();
-        Factuals { traces, first_event_text, index }
+        Factuals { traces, first_event_text }
     }
 
     fn len(&self) -> usize {
         self.traces.len()
     }
 
-    /// Loads what crediting these factual traces (by rank) reads of their events.
-    fn warm_events(&self, families: &Families, ranks: impl Iterator<Item = usize>) {
+    /// Requests what crediting the factual trace of rank `rank` reads of its events.
+    fn warm_events(&self, families: &Families, rank: usize) {
         let (id_offsets, id_bytes) = (families.event_ids.value_offsets(), families.event_ids.value_data());
-        for rank in ranks {
-            prefetch(&id_offsets[self.traces[rank].events.start]);
-            if let Some(byte) = id_bytes.get(self.first_event_text[rank]) {
-                prefetch(byte);
-            }
+        prefetch(&id_offsets[self.traces[rank].events.start]);
+        if let Some(byte) = id_bytes.get(self.first_event_text[rank]) {
+            prefetch(byte);
         }
     }
 }
@@ -399,10 +397,10 @@ impl<'a> Families<'a> {
         std::hint::black_box(factuals.fold(0, |acc, factual| acc ^ first_byte(factual)));
     }
 
-    /// Loads the event ids longer than eight bytes that these branches branch at, which
-    /// [`Self::event_in`] compares by text.
-    fn warm_long_events(&self, branches: impl Iterator<Item = Branch>) {
-        for branch in branches.filter(|branch| branch.event_len > 8) {
+    /// Requests the event id that `branch` branches at if it is longer than eight bytes, as
+    /// [`Self::event_in`] then compares it by text.
+    fn warm_long_event(&self, branch: &Branch) {
+        if branch.event_len > 8 {
             let at = self.of_event.value_offsets()[branch.row as usize] as usize;
             if let Some(byte) = self.of_event.value_data().get(at) {
                 prefetch(byte);
@@ -440,16 +438,21 @@ impl<'a> Families<'a> {
     /// way: the same figures for any task count and layout that keeps a family's branches
     /// in order. Branches whose factual trace is not in the batch are left out.
     fn credit_scattered(&self) -> Result<Vec<Entry>> {
+        let factual_rows = self.factual_rows();
         let find = || {
-            let rows = self.factual_rows();
             let trace_id = self.columns.trace_id;
-            let index = FactualIndex::new(&rows.iter().map(|&row| trace_id.value(row)).collect::<Vec<_>>());
+            let index = FactualIndex::new(&factual_rows.iter().map(|&row| trace_id.value(row)).collect::<Vec<_>>());
             let family = self.find_families(&index);
-            (rows, index, family)
+            (index, family)
         };
-        // The index's inserts are serial: the rewards are read beside them.
-        let (reward, (rows, index, family)) = rayon::join(|| self.reward_by_row(), find);
-        let factuals = Factuals::new(self, rows, index, &reward);
+        // The index's inserts are serial: the rewards, then what credit reads of each factual
+        // trace, are read beside them.
+        let read = || {
+            let reward = self.reward_by_row();
+            let factuals = Factuals::new(self, &factual_rows, &reward);
+            (reward, factuals)
+        };
+        let ((reward, factuals), (index, family)) = rayon::join(read, find);
         let rows = BranchRows { family, reward };
         let tasks = rayon::current_num_threads().min(factuals.len()).max(1);
         let per_task = factuals.len().div_ceil(tasks).max(1);
@@ -463,16 +466,16 @@ impl<'a> Families<'a> {
             })
             .collect();
         let mut entries = first_error_or_all(parts)?;
-        self.credit_copies(&factuals, &mut entries)?;
+        self.credit_copies(&factuals, index.repeats(), &mut entries)?;
         Ok(entries)
     }
 
     /// A factual trace stored more than once (a sample drawn with replacement holds copies)
     /// is one trace: its branches were tallied under its first copy, whose credit every later
     /// copy gets at its own event of the same id. Copies that disagree on the reward, or lack
-    /// the event, are an error naming the trace.
-    fn credit_copies(&self, factuals: &Factuals, entries: &mut Vec<Entry>) -> Result<()> {
-        let repeats = factuals.index.repeats();
+    /// the event, are an error naming the trace. `repeats` are the (rank, rank of the first
+    /// trace with its id) of the copies ([`FactualIndex::repeats`]).
+    fn credit_copies(&self, factuals: &Factuals, repeats: &[(u32, u32)], entries: &mut Vec<Entry>) -> Result<()> {
         if repeats.is_empty() {
             return Ok(());
         }
@@ -644,23 +647,30 @@ impl<'a> Families<'a> {
         let families = &tallies.tallies;
         let (mut entries, mut rewards) = (Vec::with_capacity(families.len()), Vec::new());
         let ranks: Vec<usize> = (0..families.len()).filter(|&k| families[k].n > 0).collect();
+        // Each family's events are requested EVENTS_AHEAD families before it is credited:
+        // requested a group at a time, the first families of each group waited for them.
+        let warm = |k: usize| {
+            factuals.warm_events(self, first + k);
+            if !families[k].gathered() {
+                self.warm_long_event(&tallies.first_branch(k));
+            }
+        };
+        ranks.iter().take(EVENTS_AHEAD).for_each(|&k| warm(k));
         let mut at = 0;
-        for group in ranks.chunks(FAMILY_BATCH) {
-            factuals.warm_events(self, group.iter().map(|&k| first + k));
-            let summed = group.iter().filter(|&&k| !families[k].gathered());
-            self.warm_long_events(summed.map(|&k| tallies.first_branch(k)));
-            for &k in group {
-                let (tally, factual) = (&families[k], &factuals.traces[first + k]);
-                let n = tally.n as usize;
-                if tally.gathered() {
-                    let branches = &mut gathered[at..at + n];
-                    at += n;
-                    self.credit_family(&mut entries, &mut rewards, factual, branches)?;
-                } else {
-                    let event = self.branched_event(factual, &tallies.first_branch(k))?;
-                    let (mean, variance) = tally.sums.mean_and_variance(n);
-                    entries.push(mean_entry(event, factual, mean, variance, n));
-                }
+        for (j, &k) in ranks.iter().enumerate() {
+            if let Some(&ahead) = ranks.get(j + EVENTS_AHEAD) {
+                warm(ahead);
+            }
+            let (tally, factual) = (&families[k], &factuals.traces[first + k]);
+            let n = tally.n as usize;
+            if tally.gathered() {
+                let branches = &mut gathered[at..at + n];
+                at += n;
+                self.credit_family(&mut entries, &mut rewards, factual, branches)?;
+            } else {
+                let event = self.branched_event(factual, &tallies.first_branch(k))?;
+                let (mean, variance) = tally.sums.mean_and_variance(n);
+                entries.push(mean_entry(event, factual, mean, variance, n));
             }
         }
         Ok(entries)
