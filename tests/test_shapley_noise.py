@@ -32,17 +32,25 @@ def truth(game, **structure):
 
 CASES = {
     # Every coalition fits the budget ten times: exact enumeration with repeats.
-    "exact, sigma known": (games.soum(6, 20, 3, seed=1), {}, 640, "known"),
-    "exact, sigma estimated": (games.soum(6, 20, 6, seed=2), {}, 640, "auto"),
-    # 2^10 coalitions exceed the budget: orderings, every coalition drawn afresh.
-    "permutation": (games.soum(10, 30, 3, seed=3), {}, 2200, "auto"),
-    "precedence": (games.soum(10, 30, 10, seed=4), {"parents": [-1, 0, 0, 0, -1, 4, 4, 5, 5, 1]}, 2200, "known"),
+    "exact, sigma known": (games.soum(6, 20, 3, seed=1), {}, 640, "known", "auto"),
+    "exact, sigma estimated": (games.soum(6, 20, 6, seed=2), {}, 640, "auto", "auto"),
+    # 2^10 coalitions exceed the budget: MSR (auto), or orderings, every coalition drawn afresh.
+    "msr, sigma estimated": (games.soum(10, 30, 3, seed=3), {}, 2200, "auto", "auto"),
+    "msr, sigma known, full order": (games.soum(12, 30, 12, seed=5), {}, 1200, "known", "msr"),
+    "permutation": (games.soum(10, 30, 3, seed=3), {}, 2200, "auto", "permutation"),
+    "precedence": (
+        games.soum(10, 30, 10, seed=4),
+        {"parents": [-1, 0, 0, 0, -1, 4, 4, 5, 5, 1]},
+        2200,
+        "known",
+        "auto",
+    ),
 }
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_intervals_cover_95_percent_under_noise(case):
-    game, structure, budget, noise = CASES[case]
+    game, structure, budget, noise, method = CASES[case]
     exact = truth(game, **structure)
     sigma = 0.1 * value_range(game)
     hits = dict.fromkeys((1.0, 1.4, 1 / 1.4), 0)
@@ -53,9 +61,11 @@ def test_intervals_cover_95_percent_under_noise(case):
             budget=budget,
             seed=seed,
             noise=sigma if noise == "known" else "auto",
+            method=method,
             **structure,
         )
         assert not result.exact and result.evaluations <= budget
+        assert method == "auto" or result.method == method
         error = np.abs(result.values - exact)
         count += len(error)
         for k in hits:
@@ -88,9 +98,39 @@ def test_repeats_spend_the_budget_where_every_coalition_fits():
     assert fewer.evaluations == 4 * 32
     assert fewer.stderr[0] == pytest.approx(uniform.stderr[0] * np.sqrt(31 / 4))
     # Sampled: each ordering's n + 1 coalitions drawn afresh, twice with repeats=2.
-    sampled = masreplay.shapley(games.noisy(games.soum(12, 20, seed=1), 0.1), budget=5000, noise="auto", repeats=2)
+    noisy = games.noisy(games.soum(12, 20, seed=1), 0.1)
+    sampled = masreplay.shapley(noisy, budget=5000, noise="auto", repeats=2, method="permutation")
     assert sampled.method == "permutation" and sampled.evaluations % (2 * 13 * 2) == 0
     assert sampled.evaluations <= 5000 and 0.08 < sampled.noise < 0.12
+    # MSR: every request drawn twice, the census's requests more often.
+    sampled = masreplay.shapley(noisy, budget=5000, noise="auto", repeats=2)
+    assert sampled.method == "msr" and sampled.evaluations % 2 == 0 and 4800 < sampled.evaluations <= 5000
+    assert 0.08 < sampled.noise < 0.12
+
+
+def test_msr_under_noise_draws_every_request_afresh_and_repeats_the_bounds_and_the_census():
+    game = games.soum(10, 30, 3, seed=3)
+    calls = []
+
+    def draw(masks):
+        calls.append(np.array(masks, dtype=bool))
+        return game.values(masks) + np.random.default_rng(len(calls)).normal(0, 0.1, len(masks))
+
+    result = masreplay.shapley(draw, 10, budget=2000, noise="auto", seed=1)
+    seen = np.concatenate(calls)
+    # The budget is spent in draws: a coalition asked for twice is drawn twice, never read
+    # back from a cache (a cache would leave a tenth of the budget unspent at n = 10).
+    assert result.method == "msr" and result.evaluations == len(seen) and 1900 < len(seen) <= 2000
+    sizes = seen.sum(axis=1)
+    _, first, counts = np.unique(seen, axis=0, return_index=True, return_counts=True)
+    assert (counts[(sizes[first] >= 3) & (sizes[first] <= 7)] > 1).any()
+    # Neyman's rule: the empty and grand coalitions (1/n of every value) drawn most, then each
+    # coalition of the census (sizes 1 and 9 here) more often than a sampled one.
+    singles = counts[sizes[first] == 1]
+    assert len(singles) == 10 and (singles == singles[0]).all()
+    assert (sizes == 0).sum() == (sizes == 10).sum() > singles[0] > counts[sizes[first] == 5].max()
+    assert 0.08 < result.noise < 0.12 and np.isnan(result.efficiency_gap)
+    assert abs(result.values.sum() - game.shapley_values().sum()) < 0.1
 
 
 @pytest.mark.parametrize(("n", "target"), [(6, 0.01), (12, 0.05)])
@@ -124,6 +164,7 @@ def test_bad_noise_arguments():
         ({"noise": -1.0}, "noise must be"),
         ({"noise": 0.1, "method": "kernel"}, "under noise"),
         ({"noise": 0.1, "method": "stratified"}, "under noise"),
+        ({"noise": 0.1, "method": "msr", "target_stderr": 0.1}, "fixed budget"),
         ({"noise": 0.1, "repeats": 0}, "repeats must be"),
         ({"repeats": 2}, "only a noisy game"),
         ({"noise": "auto", "method": "exact", "budget": 20}, "budget"),

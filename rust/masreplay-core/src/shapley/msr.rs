@@ -668,25 +668,109 @@ pub struct Extras {
     pub settle: bool,
 }
 
+/// How MSR spends its first budget: the sizes it enumerates (a census), the sizes it samples
+/// in complementary pairs, the evaluations left for the pairs, and the draws a request of a
+/// coalition of each size costs (one, but on a noisy game, where the empty and grand coalitions
+/// and the census are drawn repeatedly and averaged).
+pub struct Plan {
+    census: Vec<usize>,
+    sampled: Vec<usize>,
+    pool: u64,
+    repeats: Vec<u64>,
+}
+
+impl Plan {
+    /// A deterministic game's plan: [`census_sizes`], each coalition valued once.
+    fn deterministic(n: usize, budget: u64) -> Self {
+        let (census, sampled, pool) = census_sizes(n, budget.saturating_sub(2));
+        Plan { census, sampled, pool, repeats: vec![1; n + 1] }
+    }
+
+    /// A noisy game's plan. Every evaluation carries noise of the same variance, and each part
+    /// of the estimate gets draws in proportion to sqrt(its noise variance per draw / its cost)
+    /// (Neyman allocation): a pair of size s, 1 / sqrt(s (n - s)), as the sampled strata get
+    /// without noise; the empty and grand coalitions, weighted 1/n in every value, 1 / n each.
+    /// A size whose share pays for all its coalitions `least` times or more is a census with
+    /// that many draws of each (the same noise per evaluation as sampling, and no sampling
+    /// error); the others are sampled, each pair drawn once. `least` is 2 when the noise is to
+    /// be estimated from the repeats. The plan depends on n and the budget only.
+    pub fn noisy(n: usize, budget: u64, least: u64) -> Self {
+        let pair_share = |s: usize| share(n, s);
+        let shares = 1.0 / n as f64 + (1..=n / 2).map(pair_share).sum::<f64>();
+        let t = budget as f64 / (2.0 * shares);
+        let mut repeats = vec![1; n + 1];
+        repeats[0] = least.max((t / n as f64).round() as u64);
+        repeats[n] = repeats[0];
+        let mut left = budget.saturating_sub(2 * repeats[0]);
+        let mut census = Vec::new();
+        let mut low = 1;
+        while low <= n - low {
+            let high = n - low;
+            let round = if low == high { binomial(n, low) } else { 2.0 * binomial(n, low) }.round();
+            let draws = (2.0 * t * pair_share(low) / round).floor() as u64;
+            if draws < least || round * draws as f64 > left as f64 {
+                break;
+            }
+            census.push(low);
+            repeats[low] = draws;
+            if high != low {
+                census.push(high);
+                repeats[high] = draws;
+            }
+            left -= (round * draws as f64) as u64;
+            low += 1;
+        }
+        Plan { census, sampled: (low..=n / 2).collect(), pool: left, repeats }
+    }
+
+    /// Draws per request of a coalition of each size.
+    pub fn repeats(&self) -> &[u64] {
+        &self.repeats
+    }
+
+    /// The variance, per unit of one draw's noise variance, that the noise of the empty and
+    /// grand coalitions and of the census adds to every player's value: (v(N) - v(empty)) / n
+    /// from r draws of each, 2 / (r n^2); a census of size s, r draws of each of its C(n, s)
+    /// coalitions, 1 / (r C(n, s) s (n - s)). The sampled strata's own spread holds theirs.
+    pub fn fixed_noise_variance(&self) -> f64 {
+        let n = self.repeats.len() - 1;
+        let bounds = 2.0 / (self.repeats[0] as f64 * (n * n) as f64);
+        let census: f64 =
+            self.census.iter().map(|&s| 1.0 / (self.repeats[s] as f64 * binomial(n, s) * (s * (n - s)) as f64)).sum();
+        bounds + census
+    }
+}
+
 pub fn msr(game: &dyn Game, stopping: &Stopping, extras: Extras) -> Result<Estimate> {
+    let n = game.n_players();
+    msr_planned(game, stopping, extras, Plan::deterministic(n, first_budget(stopping, n)))
+}
+
+/// The first round's budget: all of it, or with a target standard error a first sample.
+fn first_budget(stopping: &Stopping, n: usize) -> u64 {
+    match stopping.target_stderr {
+        Some(_) => stopping.budget.min(FIRST_ROUND.max(40 * n as u64)),
+        None => stopping.budget,
+    }
+}
+
+/// MSR with the first round's budget spent as `plan` says (the rounds that follow, with a
+/// target standard error, sample more pairs).
+pub fn msr_planned(game: &dyn Game, stopping: &Stopping, extras: Extras, plan: Plan) -> Result<Estimate> {
     let n = game.n_players();
     let (empty, full) = bounds(game)?;
     let delta = full - empty;
     if n == 1 {
         return Ok(Estimate { values: vec![delta], stderr: vec![0.0], evaluations: 2, converged: true, exact: true });
     }
-    let first_budget = match stopping.target_stderr {
-        Some(_) => stopping.budget.min(FIRST_ROUND.max(40 * n as u64)),
-        None => stopping.budget,
-    };
-    let (census, sampled, pool) = census_sizes(n, first_budget.saturating_sub(2));
+    let Plan { census, sampled, pool, repeats } = plan;
     let mut values = vec![delta / n as f64; n];
-    let mut evaluations = 2;
+    let mut evaluations = 2 * repeats[0];
     // The census strata: E_s[v a_i] exactly.
     let mut sets = Coalitions::new(n);
     census.iter().for_each(|&s| for_each_subset(n, s, |set| sets.push(set)));
     let worth = value_drawn(game, &sets, &mut (), |_, _, _| {})?.worth;
-    evaluations += sets.len() as u64;
+    evaluations += sets.iter().map(|set| repeats[size(set)]).sum::<u64>();
     let mut per_size = vec![0u64; n + 1];
     sets.iter().for_each(|set| per_size[size(set)] += 1);
     for (set, &v) in sets.iter().zip(&worth) {
@@ -723,7 +807,7 @@ pub fn msr(game: &dyn Game, stopping: &Stopping, extras: Extras) -> Result<Estim
         .iter()
         .map(|&s| Draws { size: s, sets: Coalitions::new(n), values: Vec::new(), outcomes: Vec::new() })
         .collect();
-    let mut budget = first_budget;
+    let mut budget = first_budget(stopping, n);
     loop {
         let drawn: u64 = draws.iter().map(|d| d.values.len() as u64).sum();
         let targets = allocate(&sampled, budget.saturating_sub(evaluations) / 2 + drawn, folds as u64, share);
@@ -1176,8 +1260,43 @@ fn stratum_contributions_lanes(
 
 #[cfg(test)]
 mod tests {
-    use super::settled_sizes;
+    use super::{Plan, binomial, settled_sizes, share};
     use crate::shapley::games::WeightedVotingGame;
+
+    #[test]
+    fn a_noisy_plan_spends_its_budget_by_neymans_rule() {
+        for (n, budget) in [(10, 300), (10, 2000), (30, 1000), (30, 10_000), (100, 10_000), (300, 1000)] {
+            for least in [1, 2] {
+                let plan = Plan::noisy(n, budget, least);
+                let census: u64 = plan.census.iter().map(|&s| plan.repeats[s] * binomial(n, s).round() as u64).sum();
+                assert_eq!(2 * plan.repeats[0] + census + plan.pool, budget, "n = {n}, budget = {budget}");
+                assert_eq!(plan.repeats[0], plan.repeats[n]);
+                assert!(plan.repeats[0] >= least && plan.census.iter().all(|&s| plan.repeats[s] >= least));
+                // The census is the sizes from the edges inward, each with its complement.
+                let low: Vec<usize> = plan.census.iter().copied().filter(|&s| s <= n / 2).collect();
+                assert_eq!(low, (1..=low.len()).collect::<Vec<_>>());
+                assert!(low.iter().all(|&s| plan.census.contains(&(n - s)) && plan.repeats[s] == plan.repeats[n - s]));
+                assert_eq!(plan.sampled, (low.len() + 1..=n / 2).collect::<Vec<_>>());
+                // Draws in proportion to sqrt(noise variance per draw / cost): 1 / n for each
+                // bound, 1 / sqrt(s (n - s)) for a pair of size s; a census coalition drawn r
+                // times stands for r pairs per coalition.
+                let t = plan.repeats[0] as f64 * n as f64;
+                for &s in &low {
+                    let pairs = plan.repeats[s] as f64 * binomial(n, s) / if 2 * s == n { 2.0 } else { 1.0 };
+                    let wanted = t * share(n, s);
+                    assert!(
+                        pairs <= wanted * 1.1 && pairs + binomial(n, s) >= wanted * 0.9,
+                        "size {s}: {pairs} vs {wanted}"
+                    );
+                }
+            }
+        }
+        // n = 10, 2,000 evaluations: each bound drawn 77 times, the sizes 1 and 9 a census of
+        // 25 draws a coalition, 2 and 8 of 4; sizes 3-5 sampled.
+        let plan = Plan::noisy(10, 2000, 2);
+        assert_eq!((plan.repeats[0], plan.repeats[1], plan.repeats[2]), (77, 25, 4));
+        assert_eq!((plan.census, plan.sampled), (vec![1, 9, 2, 8], vec![3, 4, 5]));
+    }
 
     #[test]
     fn a_pilot_settles_the_sizes_where_no_pair_can_swing() {

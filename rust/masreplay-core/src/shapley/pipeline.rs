@@ -24,9 +24,12 @@ use crate::bail;
 use crate::error::Result;
 
 /// The coalitions an estimator draws, in order, with the distinct ones numbered in order of
-/// first appearance and handed to the game `chunk` at a time as they fill up.
+/// first appearance and handed to the game `chunk` at a time as they fill up. For a noisy game
+/// (every request a fresh draw) each position is a coalition of its own: two draws of one
+/// coalition are two independent evaluations, not one value read twice.
 pub struct Sink {
     chunk: usize,
+    fresh: bool,
     batch: Coalitions,
     distinct: Coalitions,
     numbers: HashTable<usize>,
@@ -44,10 +47,17 @@ pub struct Sink {
 const MOST_RESERVED: usize = 1 << 20;
 
 impl Sink {
-    fn new(n_players: usize, chunk: usize, capacity: usize, out: Option<mpsc::Sender<Coalitions>>) -> Self {
+    fn new(
+        n_players: usize,
+        fresh: bool,
+        chunk: usize,
+        capacity: usize,
+        out: Option<mpsc::Sender<Coalitions>>,
+    ) -> Self {
         let capacity = capacity.min(MOST_RESERVED);
         Sink {
             chunk,
+            fresh,
             batch: Coalitions::with_capacity(n_players, capacity),
             distinct: Coalitions::with_capacity(n_players, capacity),
             numbers: HashTable::with_capacity(capacity),
@@ -73,9 +83,24 @@ impl Sink {
     }
 
     pub fn push(&mut self, set: &[u64]) {
+        let number = if self.fresh {
+            self.distinct.push(set);
+            self.distinct.len() - 1
+        } else {
+            self.number_of(set)
+        };
+        self.batch.push(set);
+        self.index.push(number);
+        if self.distinct.len() - self.sent >= self.chunk {
+            self.hand_out();
+        }
+    }
+
+    /// The number of `set` among the distinct coalitions, a new one if it is new.
+    fn number_of(&mut self, set: &[u64]) -> usize {
         let Sink { numbers, distinct, hasher, .. } = self;
         let hash = hasher.hash_one(set);
-        let number = match numbers.find(hash, |&k| distinct.get(k) == set) {
+        match numbers.find(hash, |&k| distinct.get(k) == set) {
             Some(&k) => k,
             None => {
                 let k = distinct.len();
@@ -83,11 +108,6 @@ impl Sink {
                 numbers.insert_unique(hash, k, |&k| hasher.hash_one(distinct.get(k)));
                 k
             }
-        };
-        self.batch.push(set);
-        self.index.push(number);
-        if self.distinct.len() - self.sent >= self.chunk {
-            self.hand_out();
         }
     }
 
@@ -129,6 +149,7 @@ pub fn value_streamed<S: Send>(
     mut consume: impl FnMut(&mut S, &Coalitions, &[f64]) + Send,
 ) -> Result<Valued> {
     let (n, chunk) = (game.n_players(), game.preferred_batch().max(1));
+    let fresh = game.draws_per_request().is_some();
     let value_piece = |piece: &Coalitions| -> Result<Vec<f64>> {
         let values = game.values(piece)?;
         if values.len() != piece.len() {
@@ -137,7 +158,7 @@ pub fn value_streamed<S: Send>(
         Ok(values)
     };
     if !game.sequential() || planned <= chunk {
-        let mut sink = Sink::new(n, chunk, planned, None);
+        let mut sink = Sink::new(n, fresh, chunk, planned, None);
         draw(state, &mut sink);
         let pieces = sink.distinct.len().div_ceil(chunk);
         let values: Vec<f64> = map_items(game.sequential(), pieces, |c| {
@@ -158,7 +179,7 @@ pub fn value_streamed<S: Send>(
         let (values_out, values_in) = mpsc::channel::<Vec<f64>>();
         let stop = &stop;
         let worker = scope.spawn(move || {
-            let mut sink = Sink::new(n, chunk, planned, Some(pieces_out));
+            let mut sink = Sink::new(n, fresh, chunk, planned, Some(pieces_out));
             draw(state, &mut sink);
             sink.hand_out();
             // Closing the channel tells the calling thread that nothing more is coming.
