@@ -24,8 +24,8 @@ def value_range(game) -> float:
     return float(values.max() - values.min())
 
 
-def truth(game, **structure):
-    exact = masreplay.shapley(game, budget=1 << 22, **structure)
+def truth(game, method="auto", **structure):
+    exact = masreplay.shapley(game, budget=1 << 22, method=method, **structure)
     assert exact.exact
     return exact.values
 
@@ -45,13 +45,21 @@ CASES = {
         "known",
         "auto",
     ),
+    # Permission values: MSR on the restricted game.
+    "permission": (
+        games.soum(10, 30, 10, seed=4),
+        {"parents": [-1, 0, 0, 0, -1, 4, 4, 5, 5, 1]},
+        2200,
+        "auto",
+        "permission",
+    ),
 }
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_intervals_cover_95_percent_under_noise(case):
     game, structure, budget, noise, method = CASES[case]
-    exact = truth(game, **structure)
+    exact = truth(game, "permission" if method == "permission" else "auto", **structure)
     sigma = 0.1 * value_range(game)
     hits = dict.fromkeys((1.0, 1.4, 1 / 1.4), 0)
     count = 0

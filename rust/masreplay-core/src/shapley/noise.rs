@@ -10,8 +10,8 @@
 //!   only. The budget is spread over sizes to minimise it (Neyman allocation, [`shares`]):
 //!   re-evaluating is the best use of budget there, as no sampling error is left to spend it
 //!   on. With `target_stderr`, draws are added in rounds until the target is met.
-//! - otherwise, with a fixed budget of at least 10 evaluations a player and no structure:
-//!   MSR (msr.rs), every requested coalition a fresh draw. Each evaluation informs every
+//! - otherwise, with a fixed budget of at least 10 evaluations a player and no structure (or
+//!   permission's, a restricted game): MSR (msr.rs), every requested coalition a fresh draw. Each evaluation informs every
 //!   player, so the noise in a value shrinks like sigma^2 ln(n) / budget where an ordering
 //!   sampler's shrinks like sigma^2 n / budget. The empty and grand coalitions and the census
 //!   of the smallest and largest sizes are drawn repeatedly, as many times as Neyman's rule
@@ -57,6 +57,12 @@ pub enum Noise {
 /// (40 and 20 seeds); at 3.3 a player (n = 300, 1,000 evaluations) it is as often above as below.
 const MSR_FROM_EVALUATIONS_PER_PLAYER: u64 = 10;
 
+/// What an estimate under noise cost, and the noise it assumed.
+struct Spent {
+    evaluations: u64,
+    sigma: f64,
+}
+
 /// Count, sum and sum of squares of one coalition's draws.
 #[derive(Clone, Copy, Default)]
 struct Tally {
@@ -95,6 +101,15 @@ impl<'a> Draws<'a> {
 
     fn tallies(&self) -> std::sync::MutexGuard<'_, CoalitionMap<Tally>> {
         self.tallies.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The draws made so far and the noise: the given sigma, or the one estimated.
+    fn spent(&self, noise: Noise) -> Spent {
+        let sigma = match noise {
+            Noise::Known(sigma) => sigma,
+            Noise::Auto => self.sigma(),
+        };
+        Spent { evaluations: self.draws.load(Ordering::Relaxed), sigma }
     }
 
     /// The pooled standard deviation of one draw over coalitions drawn more than once (NaN
@@ -263,7 +278,9 @@ pub(super) fn shapley_under_noise(game: &dyn Game, options: &ShapleyOptions, noi
         chosen => chosen,
     };
     let needs = |what: &str| MasreplayError::InvalidArgument(format!("method={:?} needs {what}", method.as_str()));
-    let (estimate, draws) = match method {
+    let mut extras = super::msr_extras(options.surrogate, n);
+    extras.settle &= options.adaptive;
+    let (estimate, spent) = match method {
         Method::Exact if !exact_fits => {
             return Err(MasreplayError::InvalidArgument(format!(
                 "budget: method='exact' under noise values all 2^{n} coalitions {} times, more than budget={budget}",
@@ -271,7 +288,13 @@ pub(super) fn shapley_under_noise(game: &dyn Game, options: &ShapleyOptions, noi
             )));
         }
         Method::Exact => exact_with_repeats(game, options, noise, &stopping)?,
-        Method::Msr => msr_with_repeats(game, options, noise, &stopping)?,
+        Method::Msr => msr_with_repeats(game, options, noise, &stopping, extras)?,
+        // Permission values are the Shapley values of the restricted game, as without noise.
+        Method::Permission if msr_fits => {
+            let restricted = RestrictedGame::new(game, forest.as_ref().ok_or_else(|| needs("parents"))?);
+            let extras = msr::Extras { threshold: false, settle: false, ..extras };
+            msr_with_repeats(&restricted, options, noise, &stopping, extras)?
+        }
         _ => {
             let draws = Draws::new(game, vec![options.repeats.unwrap_or(1); n + 1], false);
             let estimate = match method {
@@ -296,22 +319,18 @@ pub(super) fn shapley_under_noise(game: &dyn Game, options: &ShapleyOptions, noi
                 )?,
                 _ => return Err(needs("a noise-free game")),
             };
-            (estimate, draws)
+            (estimate, draws.spent(noise))
         }
-    };
-    let sigma = match noise {
-        Noise::Known(sigma) => sigma,
-        Noise::Auto => draws.sigma(),
     };
     Ok(ShapleyResult {
         values: estimate.values,
         stderr: estimate.stderr,
-        evaluations: draws.draws.load(Ordering::Relaxed),
+        evaluations: spent.evaluations,
         converged: estimate.converged,
         method,
         exact: false,
         efficiency_gap: f64::NAN,
-        noise: Some(sigma),
+        noise: Some(spent.sigma),
     })
 }
 
@@ -319,12 +338,13 @@ pub(super) fn shapley_under_noise(game: &dyn Game, options: &ShapleyOptions, noi
 /// `repeats` times more (default once). The sampled strata's spread holds their noise; the
 /// noise of the repeated empty and grand coalitions and of the census, known in closed form
 /// from sigma, is added to every standard error.
-fn msr_with_repeats<'a>(
-    game: &'a dyn Game,
+fn msr_with_repeats(
+    game: &dyn Game,
     options: &ShapleyOptions,
     noise: Noise,
     stopping: &Stopping,
-) -> Result<(Estimate, Draws<'a>)> {
+    extras: msr::Extras,
+) -> Result<(Estimate, Spent)> {
     let n = game.n_players();
     let per_request = options.repeats.unwrap_or(1);
     // One draw a request estimates no noise: the repeated coalitions must be drawn twice.
@@ -333,25 +353,20 @@ fn msr_with_repeats<'a>(
     let plan = msr::Plan::noisy(n, requests.budget, least);
     let fixed = plan.fixed_noise_variance() / per_request as f64;
     let draws = Draws::new(game, plan.repeats().iter().map(|r| r * per_request).collect(), false);
-    let mut extras = super::msr_extras(options.surrogate, n);
-    extras.settle &= options.adaptive;
     let mut estimate = msr::msr_planned(&draws, &requests, extras, plan)?;
-    let sigma = match noise {
-        Noise::Known(sigma) => sigma,
-        Noise::Auto => draws.sigma(),
-    };
-    estimate.stderr.iter_mut().for_each(|e| *e = (*e * *e + sigma * sigma * fixed).sqrt());
-    Ok((estimate, draws))
+    let spent = draws.spent(noise);
+    estimate.stderr.iter_mut().for_each(|e| *e = (*e * *e + spent.sigma * spent.sigma * fixed).sqrt());
+    Ok((estimate, spent))
 }
 
 /// Exact enumeration with every coalition drawn several times: as many as given, or the
 /// budget spread by [`allocate`]; with a target standard error, in rounds until it is met.
-fn exact_with_repeats<'a>(
-    game: &'a dyn Game,
+fn exact_with_repeats(
+    game: &dyn Game,
     options: &ShapleyOptions,
     noise: Noise,
     stopping: &Stopping,
-) -> Result<(Estimate, Draws<'a>)> {
+) -> Result<(Estimate, Spent)> {
     let n = game.n_players();
     let variances = size_variances(n);
     let least = if noise == Noise::Auto { 2 } else { 1 };
@@ -364,10 +379,7 @@ fn exact_with_repeats<'a>(
     let mut done = first;
     loop {
         let estimate = exact::exact(&draws, stopping)?;
-        let sigma = match noise {
-            Noise::Known(sigma) => sigma,
-            Noise::Auto => draws.sigma(),
-        };
+        let sigma = draws.spent(noise).sigma;
         let stderr = sigma * (0..=n).map(|s| variances[s] / done[s] as f64).sum::<f64>().sqrt();
         let met = stopping.target_stderr.is_some_and(|target| stderr <= target);
         let left = stopping.budget.saturating_sub(draws.draws.load(Ordering::Relaxed));
@@ -383,7 +395,7 @@ fn exact_with_repeats<'a>(
         };
         if met || more.iter().all(|&m| m == 0) {
             let estimate = Estimate { stderr: vec![stderr; n], converged: met, exact: false, ..estimate };
-            return Ok((estimate, draws));
+            return Ok((estimate, draws.spent(noise)));
         }
         done.iter_mut().zip(&more).for_each(|(d, m)| *d += m);
         *draws.repeats() = more;
