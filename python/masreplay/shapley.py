@@ -186,8 +186,9 @@ def shapley(
     whose every evaluation informs every player (the noise in a value shrinks like
     ln(n) / budget instead of n / budget for orderings: 3-7x lower error than antithetic
     permutations at n = 30-300 and 10,000 evaluations), with the empty and grand coalitions
-    and the smallest and largest sizes drawn repeatedly (Neyman's rule); otherwise the
-    ordering samplers draw every coalition afresh. Each request is drawn ``repeats`` times
+    and the smallest and largest sizes drawn repeatedly (Neyman's rule); precedence values
+    (``parents``) reuse every evaluated down-set the same way, and ``permission`` runs MSR on
+    its restricted game; otherwise the ordering samplers draw every coalition afresh. Each request is drawn ``repeats`` times
     (default 1: a new sample averages noise as well as a repeat does, and samples too).
     ``msr`` under noise takes a fixed budget (no ``target_stderr``); ``kernel`` and
     ``stratified`` are refused under noise.

@@ -24,6 +24,7 @@ mod permutation;
 mod pipeline;
 mod players;
 mod precedence;
+mod precedence_msr;
 pub mod sampling;
 mod signs;
 mod stratified;

@@ -555,7 +555,7 @@ fn bins(n: usize, sizes: &[usize], counts: &[u64], min: u64) -> (Vec<Option<usiz
 
 /// `total` draws over `sizes` in proportion to `weight` (largest remainders), after `floor`
 /// each.
-fn allocate(sizes: &[usize], total: u64, floor: u64, weight: impl Fn(usize) -> f64) -> Vec<(usize, u64)> {
+pub(super) fn allocate(sizes: &[usize], total: u64, floor: u64, weight: impl Fn(usize) -> f64) -> Vec<(usize, u64)> {
     let spare = total.saturating_sub(floor * sizes.len() as u64);
     let sum: f64 = sizes.iter().map(|&s| weight(s)).sum();
     let share = |s: usize| if sum > 0.0 { spare as f64 * weight(s) / sum } else { spare as f64 / sizes.len() as f64 };
@@ -643,14 +643,14 @@ fn census_sizes(n: usize, mut left: u64) -> (Vec<usize>, Vec<usize>, u64) {
 /// on voting games and lost on SOUM games once the pilot's draws were left out of the
 /// estimate, as unbiasedness requires; and a fixed allocation asks for the same coalitions
 /// whatever the values, which a recording pass such as trace_shapley's relies on.)
-fn share(n: usize, s: usize) -> f64 {
+pub(super) fn share(n: usize, s: usize) -> f64 {
     1.0 / ((s * (n - s)) as f64).sqrt()
 }
 
 /// The weight of a training pair of size s: the variance of the estimate is
 /// sum_s E_s[r^2] / (s (n - s) m_s) for m_s pairs of size s, and E_s[r^2] is estimated by
 /// the mean over those pairs.
-fn fit_weight(n: usize, s: usize, drawn: f64) -> f64 {
+pub(super) fn fit_weight(n: usize, s: usize, drawn: f64) -> f64 {
     1.0 / ((s * (n - s)) as f64 * drawn.max(1.0) * drawn.max(1.0))
 }
 

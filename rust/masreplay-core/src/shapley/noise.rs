@@ -11,7 +11,8 @@
 //!   re-evaluating is the best use of budget there, as no sampling error is left to spend it
 //!   on. With `target_stderr`, draws are added in rounds until the target is met.
 //! - otherwise, with a fixed budget of at least 10 evaluations a player and no structure (or
-//!   permission's, a restricted game): MSR (msr.rs), every requested coalition a fresh draw. Each evaluation informs every
+//!   permission's, a restricted game): MSR (msr.rs), every requested coalition a fresh draw;
+//!   precedence values take MSR's reuse over down-sets (precedence_msr.rs) the same way. Each evaluation informs every
 //!   player, so the noise in a value shrinks like sigma^2 ln(n) / budget where an ordering
 //!   sampler's shrinks like sigma^2 n / budget. The empty and grand coalitions and the census
 //!   of the smallest and largest sizes are drawn repeatedly, as many times as Neyman's rule
@@ -38,7 +39,9 @@ use super::forest::{Forest, ln_factorials};
 use super::game::Game;
 use super::games::RestrictedGame;
 use super::owen::Hierarchy;
-use super::{Estimate, Method, ShapleyOptions, ShapleyResult, Stopping, exact, msr, permutation, sampling};
+use super::{
+    Estimate, Method, ShapleyOptions, ShapleyResult, Stopping, exact, msr, permutation, precedence_msr, sampling,
+};
 use crate::error::{MasreplayError, Result};
 use crate::limit::check_game_values;
 
@@ -289,6 +292,9 @@ pub(super) fn shapley_under_noise(game: &dyn Game, options: &ShapleyOptions, noi
         }
         Method::Exact => exact_with_repeats(game, options, noise, &stopping)?,
         Method::Msr => msr_with_repeats(game, options, noise, &stopping, extras)?,
+        Method::Precedence if msr_fits => {
+            precedence_with_repeats(game, forest.as_ref().ok_or_else(|| needs("parents"))?, options, noise, &stopping)?
+        }
         // Permission values are the Shapley values of the restricted game, as without noise.
         Method::Permission if msr_fits => {
             let restricted = RestrictedGame::new(game, forest.as_ref().ok_or_else(|| needs("parents"))?);
@@ -356,6 +362,35 @@ fn msr_with_repeats(
     let mut estimate = msr::msr_planned(&draws, &requests, extras, plan)?;
     let spent = draws.spent(noise);
     estimate.stderr.iter_mut().for_each(|e| *e = (*e * *e + spent.sigma * spent.sigma * fixed).sqrt());
+    Ok((estimate, spent))
+}
+
+/// Precedence values on a noisy game by MSR over down-sets (precedence_msr.rs), each request
+/// drawn `repeats` times (default once) and the empty and grand coalitions as often as
+/// Neyman's rule gives them; their noise, sigma^2 / draws times each player's squared weights
+/// of the two, is added to every standard error.
+fn precedence_with_repeats(
+    game: &dyn Game,
+    forest: &Forest,
+    options: &ShapleyOptions,
+    noise: Noise,
+    stopping: &Stopping,
+) -> Result<(Estimate, Spent)> {
+    let n = game.n_players();
+    let per_request = options.repeats.unwrap_or(1);
+    let least = if noise == Noise::Auto && per_request == 1 { 2 } else { 1 };
+    let requests = Stopping { budget: stopping.budget / per_request, ..stopping.clone() };
+    let bound_draws = precedence_msr::bound_draws(forest, requests.budget, least);
+    let mut repeats = vec![per_request; n + 1];
+    (repeats[0], repeats[n]) = (bound_draws * per_request, bound_draws * per_request);
+    let draws = Draws::new(game, repeats, false);
+    let mut estimate = precedence_msr::precedence_msr(&draws, forest, &requests, bound_draws)?;
+    let spent = draws.spent(noise);
+    let (at_empty, at_full) = precedence_msr::bound_weights(forest);
+    let per_draw = spent.sigma * spent.sigma / (bound_draws * per_request) as f64;
+    for ((e, a), b) in estimate.stderr.iter_mut().zip(&at_empty).zip(&at_full) {
+        *e = (*e * *e + per_draw * (a * a + b * b)).sqrt();
+    }
     Ok((estimate, spent))
 }
 
