@@ -182,16 +182,17 @@ def shapley(
     too, and ``target_stderr`` stops on it. When the budget covers every coalition (twice
     for ``"auto"``) the estimate is exact enumeration with each coalition valued
     ``repeats`` times (default: all the budget allows; with ``target_stderr``, rounds until
-    it is met); otherwise, with a fixed budget of at least 10 evaluations a player, MSR,
+    it is met); otherwise, with a budget of at least 10 evaluations a player, MSR,
     whose every evaluation informs every player (the noise in a value shrinks like
     ln(n) / budget instead of n / budget for orderings: 3-7x lower error than antithetic
     permutations at n = 30-300 and 10,000 evaluations), with the empty and grand coalitions
     and the smallest and largest sizes drawn repeatedly (Neyman's rule); precedence values
     (``parents``) reuse every evaluated down-set the same way, and ``permission`` runs MSR on
-    its restricted game; otherwise the ordering samplers draw every coalition afresh. Each request is drawn ``repeats`` times
-    (default 1: a new sample averages noise as well as a repeat does, and samples too).
-    ``msr`` under noise takes a fixed budget (no ``target_stderr``); ``kernel`` and
-    ``stratified`` are refused under noise.
+    its restricted game; with ``target_stderr`` these run in independent rounds, each sized
+    by how far the combination (weighted by the rounds' budgets) is from the target.
+    Otherwise the ordering samplers draw every coalition afresh. Each request is drawn
+    ``repeats`` times (default 1: a new sample averages noise as well as a repeat does, and
+    samples too). ``kernel`` and ``stratified`` are refused under noise.
 
     ``prior`` is a cheap game believed close to this one, say the empirical game of logged
     rollouts (:func:`masreplay.games.empirical_from_traces`, its columns ordered as this

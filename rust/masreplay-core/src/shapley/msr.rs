@@ -747,7 +747,7 @@ pub fn msr(game: &dyn Game, stopping: &Stopping, extras: Extras) -> Result<Estim
 }
 
 /// The first round's budget: all of it, or with a target standard error a first sample.
-fn first_budget(stopping: &Stopping, n: usize) -> u64 {
+pub(super) fn first_budget(stopping: &Stopping, n: usize) -> u64 {
     match stopping.target_stderr {
         Some(_) => stopping.budget.min(FIRST_ROUND.max(40 * n as u64)),
         None => stopping.budget,

@@ -10,14 +10,15 @@
 //!   only. The budget is spread over sizes to minimise it (Neyman allocation, [`shares`]):
 //!   re-evaluating is the best use of budget there, as no sampling error is left to spend it
 //!   on. With `target_stderr`, draws are added in rounds until the target is met.
-//! - otherwise, with a fixed budget of at least 10 evaluations a player and no structure (or
+//! - otherwise, with a budget of at least 10 evaluations a player and no structure (or
 //!   permission's, a restricted game): MSR (msr.rs), every requested coalition a fresh draw;
-//!   precedence values take MSR's reuse over down-sets (precedence_msr.rs) the same way. Each evaluation informs every
-//!   player, so the noise in a value shrinks like sigma^2 ln(n) / budget where an ordering
-//!   sampler's shrinks like sigma^2 n / budget. The empty and grand coalitions and the census
-//!   of the smallest and largest sizes are drawn repeatedly, as many times as Neyman's rule
-//!   gives them ([`msr::Plan::noisy`]), and their noise, known in closed form from sigma, is
-//!   added to the standard errors; the sampled pairs' spread holds theirs.
+//!   precedence values take MSR's reuse over down-sets (precedence_msr.rs) the same way.
+//!   Each evaluation informs every player, so the noise in a value shrinks like
+//!   sigma^2 ln(n) / budget where an ordering sampler's shrinks like sigma^2 n / budget. The
+//!   empty and grand coalitions and the census of the smallest and largest sizes are drawn
+//!   repeatedly, as many times as Neyman's rule gives them ([`msr::Plan::noisy`]), and their
+//!   noise, known in closed form from sigma, is added to the standard errors; the sampled
+//!   draws' spread holds theirs. With `target_stderr`, independent rounds ([`in_rounds`]).
 //! - otherwise: the ordering samplers (permutation, precedence, permission, Owen), every
 //!   coalition of every ordering drawn afresh (the empty and grand coalitions too), so the
 //!   orderings stay independent and their spread holds the sampling error and the noise
@@ -31,6 +32,8 @@
 //! spread of the coalitions valued more than once.
 
 use std::sync::Mutex;
+
+use rand::Rng;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::coalition::{CoalitionMap, Coalitions};
@@ -44,6 +47,7 @@ use super::{
 };
 use crate::error::{MasreplayError, Result};
 use crate::limit::check_game_values;
+use crate::rng::stream;
 
 /// The standard deviation of one evaluation.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -53,6 +57,9 @@ pub enum Noise {
     /// Estimated from coalitions valued more than once.
     Auto,
 }
+
+/// The domain of the rounds' seeds (see [`in_rounds`]).
+const ROUND_SEEDS: u64 = 0x524f_554e_4453;
 
 /// Evaluations per player from which `auto` runs MSR on a noisy game (30 without noise): on the
 /// benchmark's noisy games (sigma a tenth of the value range) at 10 a player, MSR's error is
@@ -257,7 +264,7 @@ pub(super) fn shapley_under_noise(game: &dyn Game, options: &ShapleyOptions, noi
     let least = if noise == Noise::Auto { 2.0 } else { 1.0 };
     let exact_fits = n <= MAX_EXACT_PLAYERS
         && all * options.repeats.unwrap_or(least as u64).max(least as u64) as f64 <= budget as f64;
-    let msr_fits = options.target_stderr.is_none() && budget >= MSR_FROM_EVALUATIONS_PER_PLAYER * n as u64;
+    let msr_fits = budget >= MSR_FROM_EVALUATIONS_PER_PLAYER * n as u64;
     let method = match options.method {
         Method::Auto if forest.is_some() => Method::Precedence,
         Method::Auto if hierarchy.is_some() => Method::Owen,
@@ -270,13 +277,6 @@ pub(super) fn shapley_under_noise(game: &dyn Game, options: &ShapleyOptions, noi
                  enumerates; use 'exact', 'msr', 'permutation', 'precedence', 'permission' or 'owen'",
                 options.method.as_str()
             )));
-        }
-        Method::Msr if options.target_stderr.is_some() => {
-            return Err(MasreplayError::InvalidArgument(
-                "method='msr' under noise spends a fixed budget: give budget= without target_stderr, or use \
-                 'permutation', which stops on target_stderr"
-                    .into(),
-            ));
         }
         chosen => chosen,
     };
@@ -291,15 +291,16 @@ pub(super) fn shapley_under_noise(game: &dyn Game, options: &ShapleyOptions, noi
             )));
         }
         Method::Exact => exact_with_repeats(game, options, noise, &stopping)?,
-        Method::Msr => msr_with_repeats(game, options, noise, &stopping, extras)?,
+        Method::Msr => in_rounds(&stopping, n, |round| msr_with_repeats(game, options, noise, round, extras))?,
         Method::Precedence if msr_fits => {
-            precedence_with_repeats(game, forest.as_ref().ok_or_else(|| needs("parents"))?, options, noise, &stopping)?
+            let forest = forest.as_ref().ok_or_else(|| needs("parents"))?;
+            in_rounds(&stopping, n, |round| precedence_with_repeats(game, forest, options, noise, round))?
         }
         // Permission values are the Shapley values of the restricted game, as without noise.
         Method::Permission if msr_fits => {
             let restricted = RestrictedGame::new(game, forest.as_ref().ok_or_else(|| needs("parents"))?);
             let extras = msr::Extras { threshold: false, settle: false, ..extras };
-            msr_with_repeats(&restricted, options, noise, &stopping, extras)?
+            in_rounds(&stopping, n, |round| msr_with_repeats(&restricted, options, noise, round, extras))?
         }
         _ => {
             let draws = Draws::new(game, vec![options.repeats.unwrap_or(1); n + 1], false);
@@ -338,6 +339,51 @@ pub(super) fn shapley_under_noise(game: &dyn Game, options: &ShapleyOptions, noi
         efficiency_gap: f64::NAN,
         noise: Some(spent.sigma),
     })
+}
+
+/// An estimate under noise that stops on `target_stderr` (otherwise one `round` of the whole
+/// budget): independent rounds, each a fresh estimate with a seed of its own, the first as
+/// large as MSR's first round without noise, each next one as large as the combination's
+/// worst standard error says the target needs (10% more). The rounds are combined with
+/// weights in proportion to their budgets: fixed before their values are seen, so the
+/// combination stays unbiased, and the inverse-variance weights when a round's variance falls
+/// like 1 / budget.
+fn in_rounds(
+    stopping: &Stopping,
+    n: usize,
+    mut round: impl FnMut(&Stopping) -> Result<(Estimate, Spent)>,
+) -> Result<(Estimate, Spent)> {
+    let Some(target) = stopping.target_stderr else { return round(stopping) };
+    let least = MSR_FROM_EVALUATIONS_PER_PLAYER * n as u64;
+    let mut next = msr::first_budget(stopping, n);
+    let mut rounds: Vec<(u64, Estimate)> = Vec::new();
+    let mut evaluations = 0;
+    loop {
+        let seed = match rounds.len() {
+            0 => stopping.seed,
+            r => stream(stopping.seed ^ ROUND_SEEDS, r as u64).next_u64(),
+        };
+        let (estimate, spent) = round(&Stopping { budget: next, target_stderr: None, seed })?;
+        evaluations += spent.evaluations;
+        rounds.push((next, estimate));
+        let total: u64 = rounds.iter().map(|(budget, _)| budget).sum();
+        let (mut values, mut variance) = (vec![0.0; n], vec![0.0; n]);
+        for (budget, estimate) in &rounds {
+            let weight = *budget as f64 / total as f64;
+            values.iter_mut().zip(&estimate.values).for_each(|(v, x)| *v += weight * x);
+            variance.iter_mut().zip(&estimate.stderr).for_each(|(v, e)| *v += weight * weight * e * e);
+        }
+        let stderr: Vec<f64> = variance.iter().map(|v| v.sqrt()).collect();
+        let worst = stderr.iter().fold(0.0f64, |a, &b| a.max(b));
+        let left = stopping.budget.saturating_sub(total);
+        if worst <= target || left < least {
+            let converged = worst <= target;
+            let estimate = Estimate { values, stderr, evaluations, converged, exact: false };
+            return Ok((estimate, Spent { evaluations, sigma: spent.sigma }));
+        }
+        let needed = (1.1 * total as f64 * (worst / target).powi(2)).ceil() as u64;
+        next = needed.saturating_sub(total).clamp(least, left);
+    }
 }
 
 /// MSR on a noisy game: the budget spent as [`msr::Plan::noisy`] says, each request drawn
