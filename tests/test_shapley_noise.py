@@ -30,6 +30,26 @@ def truth(game, method="auto", **structure):
     return exact.values
 
 
+class Coverage:
+    """Shares of errors within 1.96 k stderr for k = 1, 1.4 and 1/1.4: the intervals must
+    cover 93-97%, and 1.4x wider or narrower ones must leave that band (two-sided)."""
+
+    def __init__(self) -> None:
+        self.hits = dict.fromkeys((1.0, 1.4, 1 / 1.4), 0)
+        self.count = 0
+
+    def add(self, error: np.ndarray, stderr: np.ndarray) -> None:
+        self.count += error.size
+        for k in self.hits:
+            self.hits[k] += int((error <= 1.96 * k * stderr).sum())
+
+    def check(self) -> None:
+        shares = {k: h / self.count for k, h in self.hits.items()}
+        assert 0.93 <= shares[1.0] <= 0.97, shares
+        assert shares[1.4] > 0.97 and shares[1 / 1.4] < 0.93, shares
+
+
+SPAWN_TREE = {"parents": [-1, 0, 0, 0, -1, 4, 4, 5, 5, 1]}
 CASES = {
     # Every coalition fits the budget ten times: exact enumeration with repeats.
     "exact, sigma known": (games.soum(6, 20, 3, seed=1), {}, 640, "known", "auto"),
@@ -38,21 +58,9 @@ CASES = {
     "msr, sigma estimated": (games.soum(10, 30, 3, seed=3), {}, 2200, "auto", "auto"),
     "msr, sigma known, full order": (games.soum(12, 30, 12, seed=5), {}, 1200, "known", "msr"),
     "permutation": (games.soum(10, 30, 3, seed=3), {}, 2200, "auto", "permutation"),
-    "precedence": (
-        games.soum(10, 30, 10, seed=4),
-        {"parents": [-1, 0, 0, 0, -1, 4, 4, 5, 5, 1]},
-        2200,
-        "known",
-        "auto",
-    ),
-    # Permission values: MSR on the restricted game.
-    "permission": (
-        games.soum(10, 30, 10, seed=4),
-        {"parents": [-1, 0, 0, 0, -1, 4, 4, 5, 5, 1]},
-        2200,
-        "auto",
-        "permission",
-    ),
+    # Spawn-tree values: MSR over down-sets (precedence), MSR on the restricted game (permission).
+    "precedence": (games.soum(10, 30, 10, seed=4), SPAWN_TREE, 2200, "known", "auto"),
+    "permission": (games.soum(10, 30, 10, seed=4), SPAWN_TREE, 2200, "auto", "permission"),
 }
 
 
@@ -61,8 +69,7 @@ def test_intervals_cover_95_percent_under_noise(case):
     game, structure, budget, noise, method = CASES[case]
     exact = truth(game, "permission" if method == "permission" else "auto", **structure)
     sigma = 0.1 * value_range(game)
-    hits = dict.fromkeys((1.0, 1.4, 1 / 1.4), 0)
-    count = 0
+    coverage = Coverage()
     for seed in SEEDS:
         result = masreplay.shapley(
             games.noisy(game, sigma, seed=seed),
@@ -75,12 +82,8 @@ def test_intervals_cover_95_percent_under_noise(case):
         assert not result.exact and result.evaluations <= budget
         assert method == "auto" or result.method == method
         error = np.abs(result.values - exact)
-        count += len(error)
-        for k in hits:
-            hits[k] += int((error <= 1.96 * k * result.stderr).sum())
-    shares = {k: h / count for k, h in hits.items()}
-    assert 0.93 <= shares[1.0] <= 0.97, shares
-    assert shares[1.4] > 0.97 and shares[1 / 1.4] < 0.93, shares
+        coverage.add(error, result.stderr)
+    coverage.check()
 
 
 def test_repeats_spend_the_budget_where_every_coalition_fits():
@@ -185,19 +188,14 @@ def test_rounds_to_a_target_under_noise_cover_95_percent():
     game = games.soum(11, 30, 4, seed=6)
     exact = game.shapley_values()
     sigma = 0.1 * value_range(game)
-    hits = dict.fromkeys((1.0, 1.4, 1 / 1.4), 0)
-    count = 0
+    coverage = Coverage()
     for seed in range(150):
         noisy = games.noisy(game, sigma, seed=seed)
         result = masreplay.shapley(noisy, noise="auto", target_stderr=0.05, seed=seed, method="msr")
         assert result.method == "msr" and result.converged and result.stderr.max() <= 0.05
         error = np.abs(result.values - exact)
-        count += len(error)
-        for k in hits:
-            hits[k] += int((error <= 1.96 * k * result.stderr).sum())
-    shares = {k: h / count for k, h in hits.items()}
-    assert 0.93 <= shares[1.0] <= 0.97, shares
-    assert shares[1.4] > 0.97 and shares[1 / 1.4] < 0.93, shares
+        coverage.add(error, result.stderr)
+    coverage.check()
 
 
 def test_noise_with_structure_and_fixed_players():
@@ -247,8 +245,7 @@ def test_trace_shapley_under_noise_draws_every_request_and_covers():
     assert all(method == "precedence" for method in truth.methods)
     exact = truth.players["value"].to_numpy()
     sigma = 0.3
-    hits = dict.fromkeys((1.0, 1.4, 1 / 1.4), 0)
-    count = 0
+    coverage = Coverage()
     for seed in range(100):
         rng, rows = np.random.default_rng(seed), []
 
@@ -261,12 +258,8 @@ def test_trace_shapley_under_noise_draws_every_request_and_covers():
         assert (credit.evaluations <= 600).all() and (credit.noise == sigma).all()
         error = np.abs(credit.players["value"].to_numpy() - exact)
         stderr = credit.players["stderr"].to_numpy()
-        count += error.size
-        for k in hits:
-            hits[k] += int((error <= 1.96 * k * stderr).sum())
-    shares = {k: h / count for k, h in hits.items()}
-    assert 0.93 <= shares[1.0] <= 0.97, shares
-    assert shares[1.4] > 0.97 and shares[1 / 1.4] < 0.93, shares
+        coverage.add(error, stderr)
+    coverage.check()
 
 
 def test_trace_shapley_repeats_send_a_coalition_twice_and_estimate_the_noise():

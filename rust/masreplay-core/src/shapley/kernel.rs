@@ -39,8 +39,7 @@ pub fn kernel(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
     let (empty, full) = bounds(game)?;
     let delta = full - empty;
     if n == 1 {
-        return Ok(Estimate { values: vec![delta], stderr: vec![0.0], evaluations: 2, converged: true, exact: true }
-            .with_target(stopping));
+        return Ok(Estimate::of_one_player(delta).with_target(stopping));
     }
     if stopping.budget < 2 + 2 {
         return Err(MasreplayError::InvalidArgument(format!(

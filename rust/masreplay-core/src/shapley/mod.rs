@@ -162,6 +162,11 @@ pub struct Estimate {
 }
 
 impl Estimate {
+    /// A game of one player: v(N) - v(empty), exactly, from the two bounds.
+    fn of_one_player(delta: f64) -> Self {
+        Estimate { values: vec![delta], stderr: vec![0.0], evaluations: 2, converged: true, exact: true }
+    }
+
     fn with_target(mut self, stopping: &Stopping) -> Self {
         self.converged = self.exact || stopping.converged(&self.stderr);
         self

@@ -761,7 +761,7 @@ pub fn msr_planned(game: &dyn Game, stopping: &Stopping, extras: Extras, plan: P
     let (empty, full) = bounds(game)?;
     let delta = full - empty;
     if n == 1 {
-        return Ok(Estimate { values: vec![delta], stderr: vec![0.0], evaluations: 2, converged: true, exact: true });
+        return Ok(Estimate::of_one_player(delta));
     }
     let Plan { census, sampled, pool, repeats } = plan;
     let mut values = vec![delta / n as f64; n];

@@ -122,13 +122,7 @@ pub fn precedence_msr(game: &dyn Game, forest: &Forest, stopping: &Stopping, bou
     let n = forest.len();
     let (empty, full) = bounds(game)?;
     if n == 1 {
-        return Ok(Estimate {
-            values: vec![full - empty],
-            stderr: vec![0.0],
-            evaluations: 2,
-            converged: true,
-            exact: true,
-        });
+        return Ok(Estimate::of_one_player(full - empty));
     }
     let mut evaluations = 2 * bound_draws;
     let sizes: Vec<usize> = (1..n).collect();

@@ -188,13 +188,7 @@ pub fn stratified(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
     let n = game.n_players();
     let (empty, full) = bounds(game)?;
     if n == 1 {
-        return Ok(Estimate {
-            values: vec![full - empty],
-            stderr: vec![0.0],
-            evaluations: 2,
-            converged: true,
-            exact: true,
-        });
+        return Ok(Estimate::of_one_player(full - empty));
     }
     let left = stopping.budget.saturating_sub(2);
     if left < (n - 1) as u64 {
