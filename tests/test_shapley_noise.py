@@ -221,9 +221,16 @@ def test_bad_noise_arguments():
         ({"noise": 0.1, "repeats": 0}, "repeats must be"),
         ({"repeats": 2}, "only a noisy game"),
         ({"noise": "auto", "method": "exact", "budget": 20}, "budget"),
+        # Nothing measures the noise: one draw of each coalition, or a single ordering.
+        ({"noise": "auto", "repeats": 1, "budget": 1000}, "repeats=1 with noise='auto'"),
+        ({"noise": 0.1, "method": "permutation", "budget": 9}, "fewer than two orderings"),
     ]:
         with pytest.raises(InvalidArgumentError, match=match):
             masreplay.shapley(noisy, **kwargs)
+    # The empty and the grand coalition drawn more often than the budget allows.
+    one = games.noisy(games.soum(1, 1, seed=1), 0.1)
+    with pytest.raises(InvalidArgumentError, match="cannot draw the empty and the grand coalition"):
+        masreplay.shapley(one, noise=0.1, method="msr", budget=4, repeats=3)
     with pytest.raises(InvalidArgumentError, match="native game is deterministic"):
         masreplay.shapley(game, noise=0.1)
     with pytest.raises(InvalidArgumentError, match="sigma"):

@@ -699,7 +699,7 @@ impl Plan {
         let shares = 1.0 / n as f64 + (1..=n / 2).map(pair_share).sum::<f64>();
         let t = budget as f64 / (2.0 * shares);
         let mut repeats = vec![1; n + 1];
-        repeats[0] = least.max((t / n as f64).round() as u64);
+        repeats[0] = least.max((t / n as f64).round() as u64).min(budget / 2);
         repeats[n] = repeats[0];
         let mut left = budget.saturating_sub(2 * repeats[0]);
         let mut census = Vec::new();
@@ -723,7 +723,8 @@ impl Plan {
         Plan { census, sampled: (low..=n / 2).collect(), pool: left, repeats }
     }
 
-    /// Draws per request of a coalition of each size.
+    /// Draws per request of a coalition of each size (of the empty and grand coalition,
+    /// fewer than `least` when the budget cannot pay for `least`).
     pub fn repeats(&self) -> &[u64] {
         &self.repeats
     }

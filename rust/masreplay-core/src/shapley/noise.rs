@@ -303,6 +303,15 @@ pub(super) fn shapley_under_noise(game: &dyn Game, options: &ShapleyOptions, noi
             in_rounds(&stopping, n, |round| msr_with_repeats(&restricted, options, noise, round, extras))?
         }
         _ => {
+            // The spread of the orderings holds the noise: it takes two of them.
+            let two_orderings = 2 * (n as u64 + 1) * options.repeats.unwrap_or(1);
+            if stopping.budget < two_orderings {
+                return Err(MasreplayError::InvalidArgument(format!(
+                    "budget: {budget} evaluations draw fewer than two orderings, whose spread is the noise's only \
+                     measure under method={:?}; give at least {two_orderings}",
+                    method.as_str()
+                )));
+            }
             let draws = Draws::new(game, vec![options.repeats.unwrap_or(1); n + 1], false);
             let estimate = match method {
                 Method::Permutation => {
@@ -403,6 +412,7 @@ fn msr_with_repeats(
     let least = if noise == Noise::Auto && per_request == 1 { 2 } else { 1 };
     let requests = Stopping { budget: stopping.budget / per_request, ..stopping.clone() };
     let plan = msr::Plan::noisy(n, requests.budget, least);
+    bounds_affordable(plan.repeats()[0], least, stopping.budget)?;
     let fixed = plan.fixed_noise_variance() / per_request as f64;
     let draws = Draws::new(game, plan.repeats().iter().map(|r| r * per_request).collect(), false);
     let mut estimate = msr::msr_planned(&draws, &requests, extras, plan)?;
@@ -427,6 +437,7 @@ fn precedence_with_repeats(
     let least = if noise == Noise::Auto && per_request == 1 { 2 } else { 1 };
     let requests = Stopping { budget: stopping.budget / per_request, ..stopping.clone() };
     let bound_draws = precedence_msr::bound_draws(forest, requests.budget, least);
+    bounds_affordable(bound_draws, least, stopping.budget)?;
     let mut repeats = vec![per_request; n + 1];
     (repeats[0], repeats[n]) = (bound_draws * per_request, bound_draws * per_request);
     let draws = Draws::new(game, repeats, false);
@@ -438,6 +449,17 @@ fn precedence_with_repeats(
         *e = (*e * *e + per_draw * (a * a + b * b)).sqrt();
     }
     Ok((estimate, spent))
+}
+
+/// Refuses a budget that cannot draw the empty and the grand coalition `least` times each.
+fn bounds_affordable(draws: u64, least: u64, budget: u64) -> Result<()> {
+    if draws < least.max(1) {
+        return Err(MasreplayError::InvalidArgument(format!(
+            "budget: {budget} evaluations cannot draw the empty and the grand coalition {} times each",
+            least.max(1)
+        )));
+    }
+    Ok(())
 }
 
 /// Exact enumeration with every coalition drawn several times: as many as given, or the
@@ -452,6 +474,12 @@ fn exact_with_repeats(
     let variances = size_variances(n);
     let least = if noise == Noise::Auto { 2 } else { 1 };
     let first = match (options.repeats, stopping.target_stderr) {
+        (Some(repeats), _) if repeats < least => {
+            return Err(MasreplayError::InvalidArgument(format!(
+                "repeats={repeats} with noise='auto': exact enumeration draws each coalition `repeats` times and \
+                 estimates sigma from them; give repeats >= 2, or the noise's sigma"
+            )));
+        }
         (Some(repeats), _) => vec![repeats; n + 1],
         (None, None) => allocate(n, &variances, least, stopping.budget),
         (None, Some(_)) => vec![least; n + 1],

@@ -107,13 +107,14 @@ pub fn bound_weights(forest: &Forest) -> (Vec<f64>, Vec<f64>) {
 }
 
 /// Draws of each bound on a noisy game by Neyman's rule, from the players' mean squared bound
-/// weights against the strata's 1 / sqrt(k (n - k)) (at least `least`).
+/// weights against the strata's 1 / sqrt(k (n - k)) (at least `least`, at most half the
+/// budget).
 pub fn bound_draws(forest: &Forest, budget: u64, least: u64) -> u64 {
     let n = forest.len();
     let (empty, full) = bound_weights(forest);
     let per_draw = (empty.iter().chain(&full).map(|w| w * w).sum::<f64>() / n as f64 / 2.0).sqrt();
     let shares = 2.0 * per_draw + (1..n).map(|k| share(n, k)).sum::<f64>();
-    least.max((budget as f64 / shares * per_draw).round() as u64)
+    least.max((budget as f64 / shares * per_draw).round() as u64).min(budget / 2)
 }
 
 /// Precedence values of `game` under `forest` by MSR over down-sets, each bound valued once
