@@ -32,9 +32,9 @@
 //! spread of the coalitions valued more than once.
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use rand::Rng;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::coalition::{CoalitionMap, Coalitions};
 use super::exact::{MAX_EXACT_PLAYERS, coalitions_needed, shapley_weights};
@@ -354,9 +354,10 @@ pub(super) fn shapley_under_noise(game: &dyn Game, options: &ShapleyOptions, noi
 /// budget): independent rounds, each a fresh estimate with a seed of its own, the first as
 /// large as MSR's first round without noise, each next one as large as the combination's
 /// worst standard error says the target needs (10% more). The rounds are combined with
-/// weights in proportion to their budgets: fixed before their values are seen, so the
-/// combination stays unbiased, and the inverse-variance weights when a round's variance falls
-/// like 1 / budget.
+/// weights in proportion to their budgets, the inverse-variance weights when a round's
+/// variance falls like 1 / budget. Each round is unbiased and its budget is set before its
+/// values are seen; when to stop depends on them, as with any stop on a running standard
+/// error (the ordering samplers' too), which the coverage tests bound.
 fn in_rounds(
     stopping: &Stopping,
     n: usize,

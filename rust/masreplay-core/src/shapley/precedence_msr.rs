@@ -165,8 +165,8 @@ pub fn precedence_msr(game: &dyn Game, forest: &Forest, stopping: &Stopping, bou
     let (mut sums, mut squares) = (vec![0.0; cells * n], vec![0.0; cells * n]);
     let mut border = Border::new(n);
     let mut w = vec![0.0; n];
-    for (k, (set, &v)) in sets.iter().zip(&worth).enumerate() {
-        let (stratum, fold) = fold_of[k];
+    for (draw, (set, &v)) in sets.iter().zip(&worth).enumerate() {
+        let (stratum, fold) = fold_of[draw];
         let residual = v - surrogates[fold].value(set);
         border.weights(forest, set, &mut w);
         let cell = (stratum * folds + fold) * n;
