@@ -1062,3 +1062,16 @@ def test_a_mixer_that_returns_no_finite_q_tot_is_refused():
     q = np.linspace(-1.0, 1.0, batch.num_events)
     with pytest.raises(InvalidArgumentError, match="the mixer returned nan"):
         recipes.agent_qmix(batch, q, lambda q, mask: np.full(len(q), np.nan))
+
+
+@pytest.mark.parametrize(
+    ("recipe", "weight"),
+    [("sharp", "lambda_shapley"), ("sharp", "lambda_tool"), ("kimi_parl", "lambda_parallel"), ("kimi_parl", "lambda_finish")],
+)
+def test_a_reward_term_weight_beyond_the_bound_is_refused(recipe, weight):
+    # Found by fuzzing: sharp(lambda_shapley=1e300) overflowed the group std and returned
+    # advantages of about 1e-8 without a word.
+    batch = masreplay.sim.generate(4, seed=4)
+    inputs = (np.linspace(-1.0, 1.0, batch.num_events),) if recipe == "sharp" else ()
+    with pytest.raises(InvalidArgumentError, match=weight):
+        getattr(recipes, recipe)(batch, *inputs, **{weight: 1e300})

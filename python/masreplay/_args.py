@@ -152,6 +152,12 @@ RANGES: dict[tuple[str, type], dict[str, Any]] = {
     ("max_path", int): {"low": 1},
     ("sub_calls", int): {"low": 1},
     ("fill", float): {"nan": True},  # the value of an event without the channel: NaN keeps it missing
+    # Weights of summed reward terms: within the README's 2^49 bound on summed numbers, past
+    # which a group's std overflows and its advantages come out as silent near-zeros.
+    **{
+        (name, float): {"low": -(2.0**49), "high": 2.0**49}
+        for name in ("lambda_shapley", "lambda_tool", "lambda_parallel", "lambda_finish")
+    },
 }
 
 
