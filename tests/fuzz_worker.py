@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import pickle
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -211,7 +213,58 @@ def fuzz_pickled_state(edits, which) -> None:
             sound(loaded)
 
 
-TARGETS = {"dicts": fuzz_dicts, "arrow": fuzz_arrow, "parquet": fuzz_parquet, "pickled_state": fuzz_pickled_state}
+# ---- recipes: per-event inputs and keywords at their edges -----------------------------------
+RECIPE_BATCH = masreplay.sim.generate(4, seed=4, depth=3, agents=(3, 8))
+#: Each recipe with its per-event input (None: it takes none) and a float keyword.
+RECIPES = {
+    "marft": ("values", "gamma"),
+    "maporl": ("values", "rho"),
+    "c3": ("values", "alpha"),
+    "sharp": ("marginal", "lambda_shapley"),
+    "agent_qmix": ("q_values", "gamma"),
+    "context_folding": ("process", "high"),
+    "magrpo": (None, "gamma"),
+    "marshal": (None, "gamma"),
+    "dr_mas": (None, "invalid_penalty"),
+    "puppeteer": (None, "default_factor"),
+}
+edge_floats = st.sampled_from([0.0, -0.0, 1.0, -1.0, 1e-300, 1e300, 2.0**49, math.nan, math.inf, -math.inf])
+
+
+@given(
+    name=st.sampled_from(sorted(RECIPES)),
+    edits=st.lists(st.tuples(st.integers(0, RECIPE_BATCH.num_events - 1), edge_floats), max_size=3),
+    setting=st.none() | edge_floats,
+)
+@ROUND
+def fuzz_recipes(name, edits, setting) -> None:
+    """An accepted call gives finite advantages and weights of the batch's shape."""
+    array_name, float_name = RECIPES[name]
+    kwargs = {} if setting is None else {float_name: setting}
+    if array_name is not None:
+        values = np.linspace(-1.0, 1.0, RECIPE_BATCH.num_events)
+        for at, value in edits:
+            values[at] = value
+        kwargs[array_name] = values
+    if name == "agent_qmix":
+        kwargs["mixer"] = lambda q, mask: (q * mask).sum(axis=1)
+    try:
+        result = getattr(masreplay.recipes, name)(RECIPE_BATCH, **kwargs)
+    except MasreplayError:
+        return
+    assert result.per_event.shape == result.weights.shape == (RECIPE_BATCH.num_events,)
+    assert result.per_trace.shape == (len(RECIPE_BATCH),)
+    for part in (result.per_trace, result.per_event, result.weights):
+        assert np.isfinite(part).all(), (name, kwargs, part)
+
+
+TARGETS = {
+    "dicts": fuzz_dicts,
+    "arrow": fuzz_arrow,
+    "parquet": fuzz_parquet,
+    "pickled_state": fuzz_pickled_state,
+    "recipes": fuzz_recipes,
+}
 
 if __name__ == "__main__":
     target, seconds = TARGETS[sys.argv[1]], float(sys.argv[2])

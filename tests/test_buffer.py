@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 import multiprocessing
+import os
 import pickle
+import stat
 import threading
 from collections import Counter, deque
 
@@ -688,3 +690,60 @@ def test_an_unknown_trace_is_one_error_whatever_the_query():
         assert (str(error), error.trace_id) == ("no trace 'ghost' in the buffer", "ghost"), name
         assert str(pickle.loads(pickle.dumps(error))) == str(error)
     assert len(buffer) == 2
+
+
+@pytest.mark.parametrize(
+    "refused",
+    [
+        lambda buffer: buffer.sample_groups(99),  # more groups than stored
+        lambda buffer: buffer.sample(4, min_events=10**6),  # no trace of that shape
+        lambda buffer: buffer.sample(4, max_staleness=0),  # every trace too old
+    ],
+)
+def test_a_refused_draw_leaves_the_buffer_and_its_stream_as_they_were(refused):
+    # Found by fuzzing: a refused unseeded draw took one of the buffer's streams (its saved
+    # `calls` moved), so every later unseeded draw differed from a buffer that never saw it.
+    buffer, untouched = GraphBuffer(100, seed=3), GraphBuffer(100, seed=3)
+    for each in (buffer, untouched):
+        each.add(traces(8, seed=1))
+        each.policy_version = 5
+    with pytest.raises(InvalidArgumentError):
+        refused(buffer)
+    assert pa.table(buffer._core.persisted()).equals(pa.table(untouched._core.persisted()), check_metadata=True)
+    assert buffer.sample(6).trace_ids == untouched.sample(6).trace_ids
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda buffer: buffer.get("\ud800"),
+        lambda buffer: buffer.descendants("x\udcff", "e1"),
+        lambda buffer: buffer.update_priorities(["\ud800"], [1.0]),
+        lambda buffer: buffer.subgraph(buffer.to_batch().trace_ids[0], ["\ud800"]),
+        lambda buffer: buffer.save("\udcff.parquet"),
+    ],
+)
+def test_a_lone_surrogate_is_refused_by_name(call):
+    # Found by fuzzing: these raised a UnicodeEncodeError from the binding, naming nothing.
+    buffer = GraphBuffer(10)
+    buffer.add(traces(2, seed=1))
+    assert "\ud800" not in buffer
+    with pytest.raises(InvalidArgumentError, match="UTF-8"):
+        call(buffer)
+
+
+def test_save_over_a_pipe_or_a_folder_is_refused_and_leaves_it(tmp_path):
+    # Found by fuzzing: save renamed its file over whatever the path named; as root, a save
+    # to /dev/null replaced the device with a Parquet file.
+    buffer = GraphBuffer(10)
+    buffer.add(traces(2, seed=1))
+    pipe, folder = tmp_path / "pipe", tmp_path / "folder"
+    os.mkfifo(pipe)
+    folder.mkdir()
+    for target in (pipe, folder):
+        with pytest.raises(masreplay.StorageError, match="replaces a regular file only"):
+            buffer.save(target)
+        with pytest.raises(masreplay.StorageError, match="replaces a regular file only"):
+            buffer.to_batch().write_parquet(target)
+    assert stat.S_ISFIFO(os.lstat(pipe).st_mode) and folder.is_dir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "pipe"]  # no temporary file left

@@ -676,3 +676,19 @@ def test_a_branch_whose_factual_trace_is_rejected_is_rejected_too():
     report = buffer.add(gt.batch, on_error="skip")
     assert report.added == 0 and len(buffer) == 0
     assert [error.path for _, _, error in report.rejected] == ["/events", "/counterfactual_of/trace_id"]
+
+
+def test_difference_rewards_of_more_players_than_a_trace_holds_is_refused():
+    # Found by fuzzing: n_players=2**62 asked numpy for 2**62-byte masks (a MemoryError).
+    with pytest.raises(InvalidArgumentError, match="n_players"):
+        masreplay.difference_rewards(lambda masks: masks.sum(axis=1).astype(float), [0], n_players=2**62)
+
+
+@pytest.mark.parametrize(
+    ("q", "pi", "chosen"),
+    [([[1.0, np.inf]], [[0.0, 1.0]], [1]), ([[1e308, -1e308]], [[0.5, 0.5]], [0]), ([[np.inf, 1.0]], [[0.0, 1.0]], [0])],
+)
+def test_coma_credit_of_a_q_value_beyond_the_bound_is_refused(q, pi, chosen):
+    # Found by fuzzing: these gave an infinite or NaN advantage.
+    with pytest.raises(InvalidArgumentError, match="q_values must be finite"):
+        masreplay.coma_credit(np.array(q), np.array(pi), chosen)

@@ -17,7 +17,7 @@ WORKER = Path(__file__).with_name("fuzz_worker.py")
 SECONDS = float(os.environ.get("MASREPLAY_FUZZ_SECONDS", "8"))
 
 
-@pytest.mark.parametrize("target", ["dicts", "arrow", "parquet", "pickled_state"])
+@pytest.mark.parametrize("target", ["dicts", "arrow", "parquet", "pickled_state", "recipes"])
 def test_fuzz(target):
     env = {**os.environ, "PYTHONPATH": str(Path(masreplay.__file__).resolve().parents[1])}
     result = subprocess.run(

@@ -489,3 +489,28 @@ def test_a_trace_without_an_id_is_rejected_before_the_stream(tmp_path):
     summary = masreplay.credit_dump(dump, tmp_path / "skipped", metrics=True, on_error="skip", progress=False)
     assert summary.rejected == [{"trace_id": None, "pointer": "/trace_id", "reason": "the trace has no trace_id"}]
     assert summary.traces == 29
+
+
+@pytest.mark.parametrize(
+    "stranger",
+    [
+        pa.table({"trace_id": ["a", "b"], "events": [1, 2]}),  # events that are no list
+        pa.table({"trace_id": ["a"], "x": [1]}),  # no events at all
+        pa.table({"trace_id": ["a"], "n_events": ["3"]}),  # a text n_events and no events
+    ],
+)
+def test_a_parquet_file_without_an_events_list_in_the_dump_is_named(tmp_path, stranger):
+    # Found by fuzzing: pass 1 raised pyarrow's KeyError or ArrowNotImplementedError (a
+    # credit_dump output left inside the source folder is such a file).
+    dump = write_dump(CANONICAL, tmp_path / "dump", seed=5, files=1, row_group=100)
+    pq.write_table(stranger, dump / "stranger.parquet")
+    with pytest.raises(DataFormatError, match=r"stranger\.parquet: the dump has no events column"):
+        masreplay.credit_dump(dump, tmp_path / "out", metrics=True, progress=False)
+
+
+@pytest.mark.parametrize("limit", ["1e400", "1e400GB", "9" * 400, 1, 2**20 - 1, 2**63])
+def test_a_memory_limit_out_of_range_is_refused_by_name(tmp_path, limit):
+    # Found by fuzzing: "1e400" was an OverflowError, and a bare int skipped the 1 MiB floor.
+    dump = write_dump(CANONICAL, tmp_path / "dump", seed=5, files=1, row_group=100)
+    with pytest.raises(InvalidArgumentError, match="memory_limit"):
+        masreplay.credit_dump(dump, tmp_path / "out", metrics=True, memory_limit=limit, progress=False)

@@ -1025,3 +1025,53 @@ def test_discounts_and_floors_keep_their_ranges(name, setting):
     recipe = {"gamma": recipes.marshal, "eps": recipes.matpo}[name]
     with pytest.raises(InvalidArgumentError, match=f"{recipe.__name__}: {name} must be a number (in|>=)"):
         recipe(_standard(), **{name: setting})
+
+
+@pytest.mark.parametrize("bad", [math.inf, 1e300, 2.0**49])
+@pytest.mark.parametrize("recipe", ["marft", "sharp", "c3", "agent_qmix"])
+def test_a_summed_per_event_input_beyond_the_bound_is_refused(recipe, bad):
+    # Found by fuzzing: an infinite or huge value, Q value or marginal gave NaN advantages
+    # (or, over 2^49, silently rounded ones).
+    batch = masreplay.sim.generate(4, seed=4, depth=3, agents=(3, 8))
+    values = np.linspace(-1.0, 1.0, batch.num_events)
+    values[3] = bad
+    call = {
+        "marft": lambda: recipes.marft(batch, values),
+        "sharp": lambda: recipes.sharp(batch, values),
+        "c3": lambda: recipes.c3(batch, values=values),
+        "agent_qmix": lambda: recipes.agent_qmix(batch, values, lambda q, mask: (q * mask).sum(axis=1)),
+    }[recipe]
+    with pytest.raises(InvalidArgumentError, match=r"\[3\] is .*below 2\^49"):
+        call()
+
+
+@pytest.mark.parametrize("recipe", ["marft", "agent_qmix"])
+def test_a_missing_value_where_the_recipe_reads_one_is_refused(recipe):
+    # Found by fuzzing: a NaN value at an acting event made every advantage of the batch NaN.
+    batch = masreplay.sim.generate(4, seed=4)
+    values = np.linspace(-1.0, 1.0, batch.num_events)
+    acting = batch.events()["type"].to_pylist().index("message")
+    values[acting] = np.nan
+    mixer = lambda q, mask: (q * mask).sum(axis=1)  # noqa: E731
+    with pytest.raises(InvalidArgumentError, match="which this recipe reads"):
+        recipes.marft(batch, values) if recipe == "marft" else recipes.agent_qmix(batch, values, mixer)
+
+
+def test_a_mixer_that_returns_no_finite_q_tot_is_refused():
+    batch = masreplay.sim.generate(4, seed=4)
+    q = np.linspace(-1.0, 1.0, batch.num_events)
+    with pytest.raises(InvalidArgumentError, match="the mixer returned nan"):
+        recipes.agent_qmix(batch, q, lambda q, mask: np.full(len(q), np.nan))
+
+
+@pytest.mark.parametrize(
+    ("recipe", "weight"),
+    [("sharp", "lambda_shapley"), ("sharp", "lambda_tool"), ("kimi_parl", "lambda_parallel"), ("kimi_parl", "lambda_finish")],
+)
+def test_a_reward_term_weight_beyond_the_bound_is_refused(recipe, weight):
+    # Found by fuzzing: sharp(lambda_shapley=1e300) overflowed the group std and returned
+    # advantages of about 1e-8 without a word.
+    batch = masreplay.sim.generate(4, seed=4)
+    inputs = (np.linspace(-1.0, 1.0, batch.num_events),) if recipe == "sharp" else ()
+    with pytest.raises(InvalidArgumentError, match=weight):
+        getattr(recipes, recipe)(batch, *inputs, **{weight: 1e300})

@@ -59,7 +59,7 @@ def test_bad_schedules_are_refused():
         Schedule.step([1.0], [5])
     with pytest.raises(ValueError, match="increase"):
         Schedule.step([1.0, 2.0, 3.0], [5, 5])
-    with pytest.raises(ValueError, match="whole number"):
+    with pytest.raises(ValueError, match=r"Schedule\.linear: steps must be an integer in \[0"):
         Schedule.linear(1.0, 0.0, -1)
     with pytest.raises(TypeError, match="does not observe"):
         Schedule.constant(1.0).observe(0, 1.0)
@@ -221,3 +221,34 @@ def test_running_std_from_a_damaged_dict_is_refused(data):
 def test_schedule_from_a_damaged_dict_is_refused(data):
     with pytest.raises(InvalidArgumentError):
         Schedule.from_dict(data)
+
+
+@pytest.mark.parametrize(
+    ("build", "named"),
+    [
+        (lambda: Schedule.constant(math.nan), "value"),
+        (lambda: Schedule.constant(math.inf), "value"),
+        (lambda: Schedule.constant("x"), "value"),
+        (lambda: Schedule.linear(None, 0.0, 10), "start"),
+        (lambda: Schedule.cosine(1.0, 0.0, math.nan), "steps"),
+        (lambda: Schedule.linear(1.0, 0.0, 2**70), "steps"),
+        (lambda: Schedule.step([1.0, math.nan], [5]), r"values\[1\]"),
+        (lambda: Schedule.step(["a", 1.0], [5]), r"values\[0\]"),
+        (lambda: Schedule.step([1.0, 2.0], [5.5]), r"boundaries\[0\]"),
+        (lambda: Schedule.step([1.0], None), "boundaries"),
+        (lambda: Schedule.on_indicator(math.nan, Schedule.constant(0.0), threshold=0.5, patience=1), "value"),
+        (lambda: Schedule.on_indicator(1.0, 0.0, threshold=0.5, patience=1), "after"),
+        (lambda: Schedule.on_indicator(1.0, Schedule.constant(0.0), threshold="x", patience=1), "threshold"),
+        (lambda: Schedule.on_indicator(1.0, Schedule.constant(0.0), threshold=0.5, patience=math.nan), "patience"),
+        (lambda: Schedule.constant(1.0)(math.nan), "step"),
+        (lambda: Schedule.on_indicator(1.0, Schedule.constant(0.0), threshold=0.5, patience=1).observe(0, "y"), "indicator"),
+        (lambda: Schedule.on_indicator(1.0, Schedule.constant(0.0), threshold=0.5, patience=1).observe(math.nan, 1.0), "step"),
+        (lambda: RunningStd(eps="x"), "eps"),
+        (lambda: compose({"a": [1.0]}, {"a": 1.0}, balance="std", state={}), "state"),
+    ],
+)
+def test_a_schedule_or_state_of_no_finite_numbers_is_refused_by_name(build, named):
+    # Found by fuzzing: these were a builtin ValueError/TypeError from float() or int(), or a
+    # schedule whose every weight was NaN or infinite.
+    with pytest.raises(InvalidArgumentError, match=named):
+        build()

@@ -209,3 +209,41 @@ def test_generate_tags_the_policy_version():
     assert tagged.to_arrow().drop_columns(["policy_version"]).equals(plain.to_arrow().drop_columns(["policy_version"]))
     with pytest.raises(masreplay.InvalidArgumentError, match="policy_version"):
         masreplay.sim.generate(2, policy_version=-1)
+
+
+def in_four_gigabytes(code: str) -> subprocess.CompletedProcess:
+    """Runs `code` (with masreplay imported) in a child held to 4 GB of address space, so that
+    a request for terabytes fails there, quickly, and not on the machine."""
+    limit = "import resource, masreplay\nresource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))\n"
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(masreplay.__file__))}
+    return subprocess.run([sys.executable, "-c", limit + code], capture_output=True, text=True, env=env, timeout=120)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        "generate(1, events_per_agent=2**40)",
+        "generate(1, agents=2**40)",
+        "generate(1, agents=100_000, events_per_agent=100_000)",
+        "branches(1, branches=2**31 - 1)",
+    ],
+)
+def test_a_request_for_more_events_than_a_batch_holds_is_refused(call):
+    # Found by fuzzing: a small input asked for terabytes, and the process aborted (or ran
+    # for ever).
+    done = in_four_gigabytes(
+        f"try:\n    masreplay.sim.{call}\nexcept masreplay.InvalidArgumentError as error:\n    print(error)\n"
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "beyond the 2^31 - 1 one batch holds" in done.stdout
+
+
+def test_more_branch_points_than_events_give_one_per_event():
+    # Found by fuzzing: branch_points=2**31 - 1 reserved room for that many points (34 GB).
+    done = in_four_gigabytes(
+        "truth = masreplay.sim.branches(1, agents=(1, 3), branches=1, branch_points=2**31 - 1)\n"
+        "print(len(truth.effects), truth.batch.num_events)\n"
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    points, events = map(int, done.stdout.split())
+    assert 1 <= points <= events

@@ -80,7 +80,27 @@ def ids(name: str, value: Any) -> list[str]:
     be read as its characters."""
     if isinstance(value, (str, bytes)) or not isinstance(value, collections.abc.Iterable):
         raise wrong_type(name, "a sequence of ids", value)
-    return [str(item) for item in value]
+    return [text(f"{name}[{i}]", str(item)) for i, item in enumerate(value)]
+
+
+def is_text(value: str) -> bool:
+    """Whether the core can take ``value``: UTF-8, so no lone surrogate (``"\\ud800"``, or a
+    path's undecodable byte as ``os.fsdecode`` escapes it), on which the binding raises a
+    ``UnicodeEncodeError`` that names no argument."""
+    if value.isascii():  # the common case, a flag CPython keeps: no encoding
+        return True
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def text(name: str, value: str) -> str:
+    """``value``, refused by name unless :func:`is_text`."""
+    if not is_text(value):
+        raise InvalidArgumentError(f"{name} must be UTF-8 text (no lone surrogate), got {value[:40]!r}")
+    return value
 
 
 def wrong_type(name: str, expected: str, value: Any) -> ArgumentTypeError:
@@ -132,6 +152,12 @@ RANGES: dict[tuple[str, type], dict[str, Any]] = {
     ("max_path", int): {"low": 1},
     ("sub_calls", int): {"low": 1},
     ("fill", float): {"nan": True},  # the value of an event without the channel: NaN keeps it missing
+    # Weights of summed reward terms: within the README's 2^49 bound on summed numbers, past
+    # which a group's std overflows and its advantages come out as silent near-zeros.
+    **{
+        (name, float): {"low": -(2.0**49), "high": 2.0**49}
+        for name in ("lambda_shapley", "lambda_tool", "lambda_parallel", "lambda_finish")
+    },
 }
 
 
@@ -327,8 +353,21 @@ def _of_kind(kind: Callable[[Any], bool], expected: str) -> Rule:
     return rule
 
 
-_string = _of_kind(_is_string, "a string")
-_path = _of_kind(_is_path, "a path (a str or an os.PathLike)")
+def _string(name: str, value: Any) -> str:
+    if not _is_string(value):
+        raise wrong_type(name, "a string", value)
+    return text(name, value)
+
+
+def _path(name: str, value: Any) -> Any:
+    if not _is_path(value):
+        raise wrong_type(name, "a path (a str or an os.PathLike)", value)
+    path = os.fspath(value)
+    if isinstance(path, str):  # a bytes path is the function's own to take or refuse
+        text(name, path)
+    return value
+
+
 _mapping = _of_kind(_is_mapping, "a mapping")
 _callable = _of_kind(callable, "a callable")
 

@@ -39,11 +39,23 @@ PART_NAME = "part-{:05d}.parquet"
 
 
 def _key_columns(schema: pa.Schema) -> list[str]:
+    """The columns pass 1 reads: the ids, and the event count as an integer ``n_events``
+    (derived, so a column of another type is ignored, as the loader recomputes it) or
+    else the length of the ``events`` list."""
     names = set(schema.names)
     if "trace_id" not in names:
         raise DataFormatError("the dump has no trace_id column")
-    wanted = ["trace_id", "group_id", "task_id", "counterfactual_of"]
-    return [c for c in wanted if c in names] + (["n_events"] if "n_events" in names else ["events"])
+    wanted = [c for c in ("trace_id", "group_id", "task_id", "counterfactual_of") if c in names]
+    if "n_events" in names and pa.types.is_integer(schema.field("n_events").type):
+        return [*wanted, "n_events"]
+    if "events" not in names or not _is_list(schema.field("events").type):
+        found = schema.field("events").type if "events" in names else "none"
+        raise DataFormatError(f"the dump has no events column of lists of events (found: {found})")
+    return [*wanted, "events"]
+
+
+def _is_list(kind: pa.DataType) -> bool:
+    return pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)
 
 
 def trace_keys(table: pa.Table) -> pa.Table:
@@ -68,7 +80,9 @@ def trace_keys(table: pa.Table) -> pa.Table:
         if of.type.get_field_index("trace_id") >= 0:
             factual = pc.cast(pc.struct_field(of, "trace_id"), pa.large_string())
     if "n_events" in table.column_names:
-        events = pc.fill_null(pc.cast(table["n_events"], pa.int64()), 0)
+        # Clipped at 0: a negative count (the loader refuses the trace later) must not
+        # move the buckets of the traces after it.
+        events = pc.max_element_wise(pc.fill_null(pc.cast(table["n_events"], pa.int64()), 0), 0)
     else:
         events = pc.fill_null(pc.cast(pc.list_value_length(table["events"]), pa.int64()), 0)
     return pa.table(
@@ -178,6 +192,8 @@ def read_batches(files: Sequence[str], columns: list[str] | None) -> Iterator[pa
                 yield reader.read_row_group(index, columns=wanted)
         except (OSError, pa.ArrowException) as error:
             raise StorageError(5, f"not a readable Parquet file ({error})", path) from error
+        except DataFormatError as error:
+            raise DataFormatError(f"{path}: {error}") from None
 
 
 def read_ahead(batches: Iterator[pa.Table]) -> Iterator[pa.Table]:

@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 
 from masreplay import _core
-from masreplay._args import I32_MAX, I64_MAX, checked, ids, numbers, optional_whole, whole
+from masreplay._args import I32_MAX, I64_MAX, checked, ids, is_text, numbers, optional_whole, whole
 from masreplay.bands import band_limits
 from masreplay.batch import Rejected, TraceBatch, _from_ipc_table, _to_ipc
 from masreplay.errors import TraceNotFoundError
@@ -84,7 +84,7 @@ class GraphBuffer:
         return len(self._core)
 
     def __contains__(self, trace_id: object) -> bool:
-        return isinstance(trace_id, str) and trace_id in self._core
+        return isinstance(trace_id, str) and is_text(trace_id) and trace_id in self._core
 
     def __repr__(self) -> str:
         if self.unit == "traces":

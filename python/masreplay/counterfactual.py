@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from masreplay import _core
-from masreplay._args import checked, numbers
+from masreplay._args import I32_MAX, checked, numbers, whole
 from masreplay.batch import TraceBatch
 from masreplay.buffer import GraphBuffer
 from masreplay.errors import InvalidArgumentError
@@ -165,6 +165,9 @@ def difference_rewards(
     n = n_players if n_players is not None else getattr(game, "n_players", None)
     if n is None:
         raise InvalidArgumentError("n_players is needed for a game that does not say how many players it has")
+    # The masks are (players + 1, n) booleans: a count beyond what a trace can hold would ask
+    # for exabytes and fail as a MemoryError.
+    n = whole("difference_rewards: n_players", n, high=I32_MAX)
     chosen = np.arange(n) if players is None else numbers("players", players, np.int64)
     if chosen.ndim != 1 or (chosen.size and (chosen.min() < 0 or chosen.max() >= n)):
         raise InvalidArgumentError(f"players must be indices in [0, {n}), got {players!r}")
@@ -200,5 +203,10 @@ def coma_credit(q_values: np.ndarray, probabilities: np.ndarray, chosen: np.ndar
     rows = np.arange(q.shape[0])
     if np.isnan(q[rows, taken]).any():
         raise InvalidArgumentError("a chosen alternative has no Q value")
+    # Q values are summed: the README's bound on such numbers keeps the advantage finite.
+    read = np.concatenate([q[pi > 0], q[rows, taken]])
+    beyond = read[~(np.abs(read) < _core.VALUE_BOUND)]
+    if len(beyond):
+        raise InvalidArgumentError(f"q_values must be finite and of magnitude below 2^49 where they are read, got {beyond[0]:g}")
     baseline = np.where(pi > 0, pi * np.nan_to_num(q), 0.0).sum(axis=1)
     return q[rows, taken] - baseline

@@ -62,7 +62,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from masreplay._args import checked, optional_whole
+from masreplay._args import I64_MAX, checked, optional_whole
 from masreplay._offline_ray import run_ray
 from masreplay._offline_steps import (
     PART_NAME,
@@ -144,19 +144,22 @@ _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "K
 
 
 def parse_memory(limit: int | str) -> int:
-    """``"1GB"``, ``"512MiB"``, ``"2e9"`` or a number of bytes, as bytes."""
-    if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
-        return limit
-    match = re.fullmatch(r"\s*([0-9.eE+]+)\s*([A-Za-z]*)\s*", str(limit))
-    unit = match and match.group(2).upper()
-    if not match or unit not in _UNITS:
-        raise InvalidArgumentError(f"memory_limit must be bytes or a size like '1GB' or '512MiB', got {limit!r}")
-    try:
-        value = float(match.group(1)) * _UNITS[unit]
-    except ValueError:
-        raise InvalidArgumentError(f"memory_limit must be bytes or a size like '1GB', got {limit!r}") from None
-    if not value >= 2**20:
-        raise InvalidArgumentError(f"memory_limit must be at least 1 MiB, got {limit!r}")
+    """``"1GB"``, ``"512MiB"``, ``"2e9"`` or a number of bytes, as bytes: from 1 MiB to
+    2^63 - 1 (pyarrow's sizes are signed 64-bit)."""
+    if isinstance(limit, int) and not isinstance(limit, bool):
+        value: float = limit
+    else:
+        match = re.fullmatch(r"\s*([0-9.eE+]+)\s*([A-Za-z]*)\s*", str(limit))
+        unit = match and match.group(2).upper()
+        if not match or unit not in _UNITS:
+            raise InvalidArgumentError(f"memory_limit must be bytes or a size like '1GB' or '512MiB', got {limit!r}")
+        try:
+            value = float(match.group(1)) * _UNITS[unit]
+        except ValueError:
+            raise InvalidArgumentError(f"memory_limit must be bytes or a size like '1GB', got {limit!r}") from None
+    # "1e400" reads as an infinity, which int() cannot take.
+    if not 2**20 <= value <= I64_MAX:
+        raise InvalidArgumentError(f"memory_limit must be from 1 MiB to 2**63 - 1 bytes, got {limit!r}")
     return int(value)
 
 

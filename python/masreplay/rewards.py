@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow.compute as pc
 
 from masreplay import _core
-from masreplay._args import I64_MAX, checked, numbers, real, whole
+from masreplay._args import I64_MAX, checked, flag, numbers, real, whole, wrong_type
 from masreplay.errors import ChannelNotFoundError, InvalidArgumentError
 from masreplay.io import as_batch
 from masreplay.orchestration import metrics
@@ -69,21 +69,28 @@ class Schedule:
         self.params = params
         self.state = state if state is not None else ({"streak": 0, "since": None} if kind == "on_indicator" else {})
 
+    # The constructors check their arguments (@checked): a weight that is no finite
+    # number (NaN, an infinity, text) or a step count that is no whole number >= 0 is refused
+    # by name here, not found later as a NaN weight or a builtin error from float().
     @classmethod
+    @checked
     def constant(cls, value: float) -> Schedule:
-        return cls("constant", {"value": float(value)})
+        return cls("constant", {"value": value})
 
     @classmethod
+    @checked
     def linear(cls, start: float, end: float, steps: int) -> Schedule:
         """From ``start`` at step 0 to ``end`` at ``steps``, then ``end``."""
-        return cls("linear", {"start": float(start), "end": float(end), "steps": _steps(steps)})
+        return cls("linear", {"start": start, "end": end, "steps": steps})
 
     @classmethod
+    @checked
     def cosine(cls, start: float, end: float, steps: int) -> Schedule:
         """Half a cosine from ``start`` at step 0 to ``end`` at ``steps``, then ``end``."""
-        return cls("cosine", {"start": float(start), "end": float(end), "steps": _steps(steps)})
+        return cls("cosine", {"start": start, "end": end, "steps": steps})
 
     @classmethod
+    @checked
     def step(cls, values: Sequence[float], boundaries: Sequence[int]) -> Schedule:
         """``values[i]`` from ``boundaries[i-1]`` (inclusive) to ``boundaries[i]``:
         one more value than boundaries, boundaries increasing."""
@@ -91,7 +98,7 @@ class Schedule:
             raise InvalidArgumentError(f"step needs one more value than boundaries, got {len(values)} and {len(boundaries)}")
         if any(lower >= upper for lower, upper in itertools.pairwise(boundaries)):
             raise InvalidArgumentError(f"boundaries must increase, got {list(boundaries)}")
-        return cls("step", {"values": [float(v) for v in values], "boundaries": [int(b) for b in boundaries]})
+        return cls("step", {"values": list(values), "boundaries": list(boundaries)})
 
     @classmethod
     def on_indicator(
@@ -108,23 +115,36 @@ class Schedule:
         then on ``after``, with its steps counted from the trigger. For example, keep the
         finish-rate weight at 0.5 until the mean finish rate exceeds 0.9 for 20 steps, then
         anneal it linearly to 0 over 1,000 steps."""
+        # Checked by hand: @checked reads the annotations while the class, which they name,
+        # is still being defined.
         before = before if isinstance(before, Schedule) else cls.constant(before)
-        params = {"before": before, "after": after, "threshold": float(threshold), "patience": _steps(patience)}
-        return cls("on_indicator", {**params, "above": bool(above)})
+        if not isinstance(after, Schedule):
+            raise wrong_type("Schedule.on_indicator: after", "a Schedule", after)
+        params = {
+            "before": before,
+            "after": after,
+            "threshold": real("Schedule.on_indicator: threshold", threshold),
+            "patience": whole("Schedule.on_indicator: patience", patience),
+        }
+        return cls("on_indicator", {**params, "above": flag("Schedule.on_indicator: above", above)})
 
     def observe(self, step: int, indicator: float) -> bool:
-        """Records the indicator measured at ``step``; True once the anneal has triggered."""
+        """Records the indicator measured at ``step``; True once the anneal has triggered. A
+        NaN indicator (nothing measured) does not meet the threshold."""
         if self.kind != "on_indicator":
             raise TypeError(f"a {self.kind} schedule does not observe indicators")
+        step = whole("Schedule.observe: step", step, low=-I64_MAX, high=I64_MAX)
+        indicator = real("Schedule.observe: indicator", indicator, nan=True)
         if self.state["since"] is not None:
             return True
         met = indicator > self.params["threshold"] if self.params["above"] else indicator < self.params["threshold"]
         self.state["streak"] = self.state["streak"] + 1 if met else 0
         if self.state["streak"] >= self.params["patience"]:
-            self.state["since"] = int(step)
+            self.state["since"] = step
         return self.state["since"] is not None
 
-    def __call__(self, step: int) -> float:
+    def __call__(self, step: float) -> float:
+        step = real("Schedule: step", step)  # NaN would make every schedule's weight NaN
         p = self.params
         if self.kind == "constant":
             return p["value"]
@@ -187,12 +207,6 @@ def _refused_if_damaged(what: str) -> Iterator[None]:
         raise InvalidArgumentError(f"{what}: {error!r}") from None
 
 
-def _steps(steps: int) -> int:
-    if int(steps) != steps or steps < 0:
-        raise InvalidArgumentError(f"a step count must be a whole number >= 0, got {steps!r}")
-    return int(steps)
-
-
 class RunningStd:
     """The running standard deviation of each reward channel over every value seen
     (Chan et al.'s parallel merge of count, mean and sum of squared deviations; unbiased,
@@ -201,7 +215,7 @@ class RunningStd:
     __slots__ = ("channels", "eps")
 
     def __init__(self, eps: float = 1e-8) -> None:
-        self.eps = float(eps)
+        self.eps = real("RunningStd: eps", eps, low=0.0)
         #: channel -> [count, mean, m2]
         self.channels: dict[str, list[float]] = {}
 
@@ -264,6 +278,8 @@ def compose(
     (a :class:`RunningStd`, updated with this batch before scaling); pass the same one on
     every call to keep them across calls, and save it with ``state.to_dict()``.
     """
+    if state is not None and not isinstance(state, RunningStd):
+        raise wrong_type("compose: state", "a RunningStd", state)
     if state is not None and balance is None:
         raise InvalidArgumentError("compose: state holds the running statistics of balance='std'; pass balance='std' with it")
     if balance is not None and state is None:

@@ -176,6 +176,23 @@ class Events:
             raise InvalidArgumentError(f"{name} must be numeric, got {array.type}")
         return array.cast(pa.float64()).fill_null(np.nan).to_numpy(zero_copy_only=False)
 
+    def amounts(self, name: str, values: Any, needed: np.ndarray | None = None) -> np.ndarray:
+        """:meth:`column` for numbers the recipe sums (values, Q values, marginals, process
+        rewards): finite and of magnitude below 2^49, as the README bounds every summed input,
+        or NaN where an event has none; none is missing at the events ``needed`` (a mask or
+        rows), which the recipe reads."""
+        array = self.column(name, values)
+        beyond = np.isinf(array) | (np.abs(np.nan_to_num(array)) >= _core.VALUE_BOUND)
+        if needed is not None:
+            beyond[needed] |= np.isnan(array[needed])
+        if beyond.any():
+            first = int(np.argmax(beyond))
+            raise InvalidArgumentError(
+                f"{name}[{first}] is {array[first]:g}: summed inputs must be finite and of magnitude below 2^49 "
+                f"(NaN marks an event without one{', which this recipe reads' if needed is not None else ''})"
+            )
+        return array
+
     def labels(self, name: str, values: Any) -> np.ndarray:
         """A per-event label input (any values; same sources as :meth:`column`) as int codes,
         equal labels equal codes, -1 where an event has none (None or NaN)."""

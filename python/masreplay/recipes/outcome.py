@@ -175,7 +175,7 @@ def context_folding(
     """
     events = Events(batch)
     outcome = events.trace_reward(channel)
-    q = events.event_reward(process, optional=True) if isinstance(process, str) else events.column("process", process)
+    q = events.event_reward(process, optional=True) if isinstance(process, str) else events.amounts("process", process)
     n, mean, std = cell_stats(outcome, events.trace_group)
     clipped = np.clip(outcome[events.trace] + np.nan_to_num(q), low, high)
     denominator = np.where(n[events.trace] > 1, np.nan_to_num(std[events.trace]), 0.0) + eps
@@ -341,7 +341,7 @@ def sharp(
     agent alone in its cell gets 0. Weights: each agent's events share ``1/(G * N_i)``.
     """
     events = Events(batch)
-    delta = np.nan_to_num(events.column("marginal", marginal))
+    delta = np.nan_to_num(events.amounts("marginal", marginal))
     unit = dense(events.trace, events.owner)
     n_units = int(unit.max(initial=-1)) + 1
     unit_trace = np.zeros(n_units, np.int64)

@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from masreplay._args import checked
+from masreplay import _core
+from masreplay._args import checked, numbers
 from masreplay.advantages import Advantages
 from masreplay.errors import InvalidArgumentError
 from masreplay.recipes._events import Events, cell_stats, dense, grpo, nested_weights, result, reverse_discounted, whiten
@@ -69,7 +70,7 @@ def marft(
     each action of a group equally.
     """
     events = Events(batch)
-    v = events.column("values", values)
+    v = events.amounts("values", values, needed=events.acting)
     rows = _acting_in_time(events)
     traces = events.trace[rows]
     last = _last_of(traces)
@@ -141,7 +142,7 @@ def maporl(
     if any(alpha):
         score = score + _maporl_bonus(events.event_reward(correct)[rows] >= 0.5, trace, turn, events.owner[rows], turns, alpha)
     if values is not None:
-        score = score - events.column("values", values)[rows]
+        score = score - events.amounts("values", values, needed=rows)[rows]
     n, mean_cell, std_cell = cell_stats(score, dense(turn, events.owner[rows]))
     advantage = np.where(n > 1, (score - mean_cell) / np.sqrt(np.nan_to_num(std_cell) ** 2 + 1e-8), 0.0)
     return _per_action(events, "maporl", rows, advantage, ("agent", "turn"), events.acting)
@@ -318,8 +319,8 @@ def agent_qmix(
     their agent code. Weights: each (round, agent) of a group equally.
     """
     events = Events(batch)
-    q = events.column("q_values", q_values)
-    tq = q if target_q is None else events.column("target_q", target_q)
+    q = events.amounts("q_values", q_values, needed=events.acting)
+    tq = q if target_q is None else events.amounts("target_q", target_q, needed=events.acting)
     target_mixer = mixer if target_mixer is None else target_mixer
     rows = np.flatnonzero(events.acting)
     trace, turn = events.trace[rows], events.turn[rows]
@@ -348,9 +349,13 @@ def agent_qmix(
 
 
 def _mix(mixer: Callable, matrix: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    out = np.asarray(mixer(matrix, mask), dtype=np.float64)
+    out = numbers("the mixer's Q_tot", mixer(matrix, mask))
     if out.shape != (len(matrix),):
         raise InvalidArgumentError(f"the mixer returned shape {out.shape} for {len(matrix)} rounds")
+    if not (np.abs(out) < _core.VALUE_BOUND).all():  # what a value function returns is summed
+        raise InvalidArgumentError(
+            f"the mixer returned {out[~(np.abs(out) < _core.VALUE_BOUND)][0]:g}: Q_tot must be finite, below 2^49"
+        )
     return out
 
 

@@ -197,7 +197,7 @@ def c3(
     if alpha != 0.0:
         if values is None:
             raise InvalidArgumentError("c3 with alpha > 0 needs the Q-critic's values per event (or alpha=0: reward_only)")
-        q = events.column("values", values)
+        q = events.amounts("values", values)
         on = tree.node >= 0
         q_node = np.bincount(tree.node[on], weights=q[on], minlength=tree.n_nodes) / np.bincount(
             tree.node[on], minlength=tree.n_nodes

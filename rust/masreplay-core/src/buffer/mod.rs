@@ -636,13 +636,19 @@ impl GraphBuffer {
         Ok(())
     }
 
-    fn next_stream(&mut self, seed: Option<u64>) -> Xoshiro256PlusPlus {
+    /// The random stream of a draw: `seed`'s own, else the buffer's next one, which only a
+    /// draw that succeeds takes (`take_stream`): a refused call leaves the buffer as it was,
+    /// and the draws after it are those of a buffer that never saw it.
+    fn stream(&self, seed: Option<u64>) -> Xoshiro256PlusPlus {
         match seed {
             Some(seed) => call_stream(seed, u64::MAX),
-            None => {
-                self.calls += 1;
-                call_stream(self.seed, self.calls)
-            }
+            None => call_stream(self.seed, self.calls.wrapping_add(1)),
+        }
+    }
+
+    fn take_stream(&mut self, seed: Option<u64>) {
+        if seed.is_none() {
+            self.calls = self.calls.wrapping_add(1);
         }
     }
 
@@ -674,7 +680,7 @@ impl GraphBuffer {
             bail!("cannot sample from an empty buffer");
         }
         let bound = self.version_bound(max_staleness);
-        let mut rng = self.next_stream(seed);
+        let mut rng = self.stream(seed);
         let (seqs, probabilities) = match sampler {
             Sampler::Uniform => self.draw_uniform(&mut rng, batch_size, &filter, bound)?,
             Sampler::Prioritized => self.draw_prioritized(&mut rng, batch_size, &filter, bound)?,
@@ -693,6 +699,7 @@ impl GraphBuffer {
             probabilities.extend(std::iter::repeat_n(f64::NAN, branches.len()));
             seqs.extend(branches);
         }
+        self.take_stream(seed);
         Ok(Sample { traces: self.gather(&seqs), probabilities })
     }
 
@@ -913,7 +920,7 @@ impl GraphBuffer {
         max_staleness: Option<u64>,
     ) -> Result<Gather> {
         let bound = self.version_bound(max_staleness);
-        let mut rng = self.next_stream(seed);
+        let mut rng = self.stream(seed);
         let eligible = self.eligible_groups(group_size, bound);
         if eligible.len() < num_groups {
             bail!(
@@ -936,6 +943,7 @@ impl GraphBuffer {
                 }
             }
         }
+        self.take_stream(seed);
         Ok(self.gather(&seqs))
     }
 

@@ -69,6 +69,8 @@ pub fn generate_with_branches(config: &BranchConfig) -> Result<GroundTruth> {
         "noise must be a finite number >= 0, got {}",
         config.noise
     );
+    let points = config.branch_points.min(config.base.max_events_per_trace());
+    config.base.check_size(points.saturating_mul(config.branches).saturating_add(1))?;
     let factual = generate(&config.base)?;
     let parts: Vec<GroundTruth> =
         factual.into_par_iter().enumerate().map(|(index, trace)| with_branches(config, index, trace)).collect();
@@ -158,7 +160,8 @@ fn with_branches(config: &BranchConfig, index: usize, mut factual: Trace) -> Gro
 /// then other events that are neither the first event nor tool results, alternately
 /// substituted and ablated.
 fn branch_points(trace: &Trace, count: usize, rng: &mut Xoshiro256PlusPlus) -> Vec<(usize, CounterfactualKind)> {
-    let mut points = Vec::with_capacity(count);
+    // At most one point per event, however many are asked for.
+    let mut points = Vec::with_capacity(count.min(trace.events.len()));
     let spawns: Vec<usize> =
         (0..trace.events.len()).filter(|&k| trace.events[k].event_type == EventType::Spawn).collect();
     if count > 0 && !spawns.is_empty() {

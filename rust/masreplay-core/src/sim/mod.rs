@@ -64,6 +64,30 @@ impl SimConfig {
         if self.group_size == 0 {
             bail!("group_size must be at least 1, got 0");
         }
+        self.check_size(1)
+    }
+
+    /// The most events one trace can hold: per sub-agent its work, its spawn, despawn and
+    /// return, and the decision and aggregate of a stage it opens (a stage has a child at
+    /// least); and one interjection of the safety monitor or a human.
+    pub fn max_events_per_trace(&self) -> usize {
+        self.agents.1.saturating_mul(self.events_per_agent.1.saturating_add(5)).saturating_add(8)
+    }
+
+    /// Refuses a configuration whose `copies` of each trace (itself and its branch rollouts)
+    /// could hold more events than one batch (Arrow's 32-bit offsets): generating them would
+    /// spend all memory (an abort) before any check could fail.
+    pub fn check_size(&self, copies: usize) -> Result<()> {
+        let most = self.max_events_per_trace().saturating_mul(copies).saturating_mul(self.n_traces);
+        ensure!(
+            most <= i32::MAX as usize,
+            "n_traces={}, agents up to {} and events_per_agent up to {}{} can make {most} events, beyond the \
+             2^31 - 1 one batch holds",
+            self.n_traces,
+            self.agents.1,
+            self.events_per_agent.1,
+            if copies > 1 { format!(" with {} rollouts a trace", copies - 1) } else { String::new() },
+        );
         Ok(())
     }
 }

@@ -68,7 +68,22 @@ fn remove_leftovers(path: &Path) {
     }
 }
 
+/// Refuses a target that exists and is neither a file nor a link: the rename would put a
+/// Parquet file in the place of a folder's entry for a device, a pipe or a socket (as root,
+/// `/dev/null` itself).
+fn check_replaceable(path: &Path) -> Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Ok(found) if !(found.is_file() || found.is_symlink()) => {
+            let what = if found.is_dir() { "a folder" } else { "not a regular file (a device, a pipe or a socket)" };
+            let reason = format!("is {what}; a write replaces a regular file only");
+            Err(io_error(path, std::io::Error::new(std::io::ErrorKind::InvalidInput, reason)))
+        }
+        _ => Ok(()),
+    }
+}
+
 pub fn write_parquet(batch: &RecordBatch, path: &Path) -> Result<()> {
+    check_replaceable(path)?;
     let partial = temporary_path(path)?;
     let write = || -> Result<()> {
         let mut file = File::create_new(&partial).map_err(|e| io_error(&partial, e))?;
