@@ -489,6 +489,10 @@ def test_bad_arguments(kwargs, match):
 
 
 def test_bad_games():
+    # A callable of 2^64 - 1 players divided by zero (a panic) where the count wrapped.
+    for n_players in (2**64 - 1, 2**20 + 1):
+        with pytest.raises(InvalidArgumentError, match=r"n_players must be in 1\.\.=1048576"):
+            masreplay.shapley(lambda masks: masks.sum(axis=1).astype(float), n_players, budget=10)
     with pytest.raises(InvalidArgumentError, match="2\\^n"):
         games.table([1.0, 2.0, 3.0])
     with pytest.raises(InvalidArgumentError, match="out of range"):

@@ -177,6 +177,10 @@ impl Estimate {
 /// the machine's (say a typo of 10^6) would spend minutes starting threads before failing.
 pub const MAX_THREADS: usize = 1024;
 
+/// Most players of a game: a coalition is a bit set of n / 64 words, and an estimator holds
+/// thousands of them (2^20 players: 128 KiB a coalition).
+pub const MAX_PLAYERS: usize = 1 << 20;
+
 /// Runs `work` on a pool of `n_threads` threads (the global pool when None).
 pub fn in_pool<T: Send>(n_threads: Option<usize>, work: impl FnOnce() -> T + Send) -> Result<T> {
     match n_threads {
@@ -199,6 +203,9 @@ pub fn shapley(game: &dyn Game, options: &ShapleyOptions) -> Result<ShapleyResul
     let n = game.n_players();
     if n == 0 {
         return Err(MasreplayError::InvalidArgument("the game has no players".into()));
+    }
+    if n > MAX_PLAYERS {
+        return Err(MasreplayError::InvalidArgument(format!("the game has {n} players, more than {MAX_PLAYERS}")));
     }
     if players::any(options) {
         return players::shapley_among_free(game, options);

@@ -16,6 +16,7 @@ use hashbrown::HashTable;
 use crate::bail;
 use crate::error::Result;
 use crate::limit::check_game_values;
+use crate::shapley::MAX_PLAYERS;
 use crate::shapley::coalition::Coalitions;
 use crate::shapley::game::Game;
 
@@ -76,8 +77,8 @@ impl Cache {
 impl<'a, F: Fn(&Coalitions) -> Result<Vec<f64>> + Sync> CachedCallback<'a, F> {
     /// `callback` receives at most `chunk` distinct, not yet valued coalitions per call.
     pub fn new(n_players: usize, chunk: usize, callback: F) -> Result<Self> {
-        if n_players == 0 {
-            bail!("n_players must be at least 1");
+        if !(1..=MAX_PLAYERS).contains(&n_players) {
+            bail!("n_players must be in 1..={MAX_PLAYERS}, got {n_players}");
         }
         if chunk == 0 {
             bail!("chunk_size must be at least 1");
