@@ -183,9 +183,9 @@ def shapley(
     for ``"auto"``) the estimate is exact enumeration with each coalition valued
     ``repeats`` times (default: all the budget allows; with ``target_stderr``, rounds until
     it is met); otherwise, with a budget of at least 10 evaluations a player, MSR,
-    whose every evaluation informs every player (the noise in a value shrinks like
-    ln(n) / budget instead of n / budget for orderings: 3-7x lower error than antithetic
-    permutations at n = 30-300 and 10,000 evaluations), with the empty and grand coalitions
+    whose every evaluation informs every player (the noise variance in a value is below
+    10 sigma^2 / budget at any n, 2 sigma^2 n / budget for orderings: 3-7x lower error
+    than antithetic permutations at n = 30-300 and 10,000 evaluations), with the empty and grand coalitions
     and the smallest and largest sizes drawn repeatedly (Neyman's rule); precedence values
     (``parents``) reuse every evaluated down-set the same way, and ``permission`` runs MSR on
     its restricted game; with ``target_stderr`` these run in independent rounds, each sized

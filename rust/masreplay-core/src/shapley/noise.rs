@@ -13,8 +13,9 @@
 //! - otherwise, with a budget of at least 10 evaluations a player and no structure (or
 //!   permission's, a restricted game): MSR (msr.rs), every requested coalition a fresh draw;
 //!   precedence values take MSR's reuse over down-sets (precedence_msr.rs) the same way.
-//!   Each evaluation informs every player, so the noise in a value shrinks like
-//!   sigma^2 ln(n) / budget where an ordering sampler's shrinks like sigma^2 n / budget. The
+//!   Each evaluation informs every player, so the noise variance in a value is
+//!   4 sigma^2 Z^2 / budget, Z = sum_{s <= n/2} 1 / sqrt(s (n - s)) -> pi / 2 (msr.rs's
+//!   allocation), where an ordering sampler's is 2 sigma^2 n / budget. The
 //!   empty and grand coalitions and the census of the smallest and largest sizes are drawn
 //!   repeatedly, as many times as Neyman's rule gives them ([`msr::Plan::noisy`]), and their
 //!   noise, known in closed form from sigma, is added to the standard errors; the sampled
