@@ -80,7 +80,12 @@ def ids(name: str, value: Any) -> list[str]:
     be read as its characters."""
     if isinstance(value, (str, bytes)) or not isinstance(value, collections.abc.Iterable):
         raise wrong_type(name, "a sequence of ids", value)
-    return [text(f"{name}[{i}]", str(item)) for i, item in enumerate(value)]
+    items = [str(item) for item in value]
+    # ASCII ids (the common case) checked in one C-level pass; an id is named only when refused.
+    if not all(map(str.isascii, items)):
+        for i in (i for i, item in enumerate(items) if not is_text(item)):
+            text(f"{name}[{i}]", items[i])
+    return items
 
 
 def is_text(value: str) -> bool:

@@ -438,16 +438,16 @@ fn precedence_with_repeats(
     let per_request = options.repeats.unwrap_or(1);
     let least = if noise == Noise::Auto && per_request == 1 { 2 } else { 1 };
     let requests = Stopping { budget: stopping.budget / per_request, ..stopping.clone() };
-    let bound_draws = precedence_msr::bound_draws(forest, requests.budget, least);
+    let weights = precedence_msr::BoundWeights::of(forest);
+    let bound_draws = weights.draws(requests.budget, least);
     bounds_affordable(bound_draws, least, stopping.budget)?;
     let mut repeats = vec![per_request; n + 1];
     (repeats[0], repeats[n]) = (bound_draws * per_request, bound_draws * per_request);
     let draws = Draws::new(game, repeats, false);
-    let mut estimate = precedence_msr::precedence_msr(&draws, forest, &requests, bound_draws)?;
+    let mut estimate = precedence_msr::precedence_msr(&draws, forest, &weights, &requests, bound_draws)?;
     let spent = draws.spent(noise);
-    let (at_empty, at_full) = precedence_msr::bound_weights(forest);
     let per_draw = spent.sigma * spent.sigma / (bound_draws * per_request) as f64;
-    for ((e, a), b) in estimate.stderr.iter_mut().zip(&at_empty).zip(&at_full) {
+    for ((e, a), b) in estimate.stderr.iter_mut().zip(&weights.empty).zip(&weights.full) {
         *e = (*e * *e + per_draw * (a * a + b * b)).sqrt();
     }
     Ok((estimate, spent))

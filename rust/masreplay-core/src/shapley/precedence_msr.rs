@@ -23,7 +23,7 @@
 //! sum of its agents' own values, the residual is the noise alone.
 //!
 //! Standard error: the spread of the contributions within each stratum and fold. The noise of
-//! the empty and grand coalitions' draws is the caller's to add ([`bound_weights`]).
+//! the empty and grand coalitions' draws is the caller's to add ([`BoundWeights`]).
 
 use super::coalition::{Coalitions, contains};
 use super::forest::Forest;
@@ -95,31 +95,45 @@ impl Border {
 
 /// The weights of v(empty) and v(N) in every player's value: -h(i) / n for a root, the leaf
 /// weight of the whole forest for a leaf.
-pub fn bound_weights(forest: &Forest) -> (Vec<f64>, Vec<f64>) {
-    let n = forest.len();
-    let mut border = Border::new(n);
-    let (mut empty, mut full) = (vec![0.0; n], vec![0.0; n]);
-    let mut everyone = vec![0u64; Coalitions::new(n).words()];
-    (0..n).for_each(|p| everyone[p / 64] |= 1 << (p % 64));
-    border.weights(forest, &vec![0u64; everyone.len()], &mut empty);
-    border.weights(forest, &everyone, &mut full);
-    (empty, full)
+pub struct BoundWeights {
+    pub empty: Vec<f64>,
+    pub full: Vec<f64>,
 }
 
-/// Draws of each bound on a noisy game by Neyman's rule, from the players' mean squared bound
-/// weights against the strata's 1 / sqrt(k (n - k)) (at least `least`, at most half the
-/// budget).
-pub fn bound_draws(forest: &Forest, budget: u64, least: u64) -> u64 {
-    let n = forest.len();
-    let (empty, full) = bound_weights(forest);
-    let per_draw = (empty.iter().chain(&full).map(|w| w * w).sum::<f64>() / n as f64 / 2.0).sqrt();
-    let shares = 2.0 * per_draw + (1..n).map(|k| share(n, k)).sum::<f64>();
-    least.max((budget as f64 / shares * per_draw).round() as u64).min(budget / 2)
+impl BoundWeights {
+    pub fn of(forest: &Forest) -> Self {
+        let n = forest.len();
+        let mut border = Border::new(n);
+        let (mut empty, mut full) = (vec![0.0; n], vec![0.0; n]);
+        let mut everyone = vec![0u64; Coalitions::new(n).words()];
+        (0..n).for_each(|p| everyone[p / 64] |= 1 << (p % 64));
+        border.weights(forest, &vec![0u64; everyone.len()], &mut empty);
+        border.weights(forest, &everyone, &mut full);
+        BoundWeights { empty, full }
+    }
+
+    /// Draws of each bound on a noisy game by Neyman's rule, from the players' mean squared
+    /// bound weights against the strata's 1 / sqrt(k (n - k)) (at least `least`, at most half
+    /// the budget).
+    pub fn draws(&self, budget: u64, least: u64) -> u64 {
+        let n = self.empty.len();
+        let squares = self.empty.iter().chain(&self.full).map(|w| w * w).sum::<f64>();
+        let per_draw = (squares / n as f64 / 2.0).sqrt();
+        let shares = 2.0 * per_draw + (1..n).map(|k| share(n, k)).sum::<f64>();
+        least.max((budget as f64 / shares * per_draw).round() as u64).min(budget / 2)
+    }
 }
 
 /// Precedence values of `game` under `forest` by MSR over down-sets, each bound valued once
-/// (a noisy game draws it `bound_draws` times: those draws count in the budget).
-pub fn precedence_msr(game: &dyn Game, forest: &Forest, stopping: &Stopping, bound_draws: u64) -> Result<Estimate> {
+/// (a noisy game draws it `bound_draws` times: those draws count in the budget); `weights`
+/// are the forest's [`BoundWeights`].
+pub fn precedence_msr(
+    game: &dyn Game,
+    forest: &Forest,
+    weights: &BoundWeights,
+    stopping: &Stopping,
+    bound_draws: u64,
+) -> Result<Estimate> {
     let n = forest.len();
     let (empty, full) = bounds(game)?;
     if n == 1 {
@@ -159,7 +173,7 @@ pub fn precedence_msr(game: &dyn Game, forest: &Forest, stopping: &Stopping, bou
         .flat_map(|(stratum, &(_, count))| (0..count as usize).map(move |j| (stratum, j % folds)))
         .collect();
     let surrogates = fit_surrogates(n, &sets, &worth, &fold_of, &counts, folds)?;
-    let (at_empty, at_full) = bound_weights(forest);
+    let (at_empty, at_full) = (&weights.empty, &weights.full);
     // Per stratum and fold: the sums and sums of squares of each player's contributions.
     let cells = counts.len() * folds;
     let (mut sums, mut squares) = (vec![0.0; cells * n], vec![0.0; cells * n]);
@@ -262,7 +276,7 @@ fn fit_surrogates(
 mod tests {
     use std::collections::HashMap;
 
-    use super::{Border, bound_weights};
+    use super::{Border, BoundWeights};
     use crate::shapley::forest::Forest;
 
     /// Every ordering of `0..n` that puts parents first.
@@ -318,7 +332,7 @@ mod tests {
                     );
                 }
             }
-            let (empty, full) = bound_weights(&forest);
+            let BoundWeights { empty, full } = BoundWeights::of(&forest);
             border.weights(&forest, &[0], &mut w);
             assert_eq!(empty, w);
             border.weights(&forest, &[(1 << n) - 1], &mut w);
