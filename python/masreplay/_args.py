@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from masreplay._core import VALUE_BOUND
 from masreplay.errors import ArgumentTypeError, InvalidArgumentError
 
 T = TypeVar("T")
@@ -73,6 +74,14 @@ def numbers(name: str, value: Any, dtype: Any = np.float64) -> np.ndarray:
         return np.asarray(raw, dtype=dtype, order="C")  # a scalar stays 0-d, refused by shape
     except (TypeError, ValueError, OverflowError) as error:
         raise InvalidArgumentError(f"{name} must hold numbers: {error}") from None
+
+
+def unsummable(values: np.ndarray, *, missing: bool = True) -> np.ndarray:
+    """Where ``values`` holds a number masreplay must not sum: infinite or of magnitude 2^49 or
+    more (the README's bound on summed inputs, beyond which sums lose their units), or NaN
+    unless ``missing`` lets NaN mark a missing value. Callers name the first in their error."""
+    beyond = ~(np.abs(values) < VALUE_BOUND)  # NaN compares false, so it lands here too
+    return beyond & ~np.isnan(values) if missing else beyond
 
 
 def ids(name: str, value: Any) -> list[str]:

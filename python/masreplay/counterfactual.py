@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from masreplay import _core
-from masreplay._args import I32_MAX, checked, numbers, whole
+from masreplay._args import I32_MAX, checked, numbers, unsummable, whole
 from masreplay.batch import TraceBatch
 from masreplay.buffer import GraphBuffer
 from masreplay.errors import InvalidArgumentError
@@ -205,7 +205,7 @@ def coma_credit(q_values: np.ndarray, probabilities: np.ndarray, chosen: np.ndar
         raise InvalidArgumentError("a chosen alternative has no Q value")
     # Q values are summed: the README's bound on such numbers keeps the advantage finite.
     read = np.concatenate([q[pi > 0], q[rows, taken]])
-    beyond = read[~(np.abs(read) < _core.VALUE_BOUND)]
+    beyond = read[unsummable(read, missing=False)]
     if len(beyond):
         raise InvalidArgumentError(f"q_values must be finite and of magnitude below 2^49 where they are read, got {beyond[0]:g}")
     baseline = np.where(pi > 0, pi * np.nan_to_num(q), 0.0).sum(axis=1)

@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow.compute as pc
 
 from masreplay import _core
-from masreplay._args import I64_MAX, checked, flag, numbers, real, whole, wrong_type
+from masreplay._args import I64_MAX, checked, flag, numbers, real, unsummable, whole, wrong_type
 from masreplay.errors import ChannelNotFoundError, InvalidArgumentError
 from masreplay.io import as_batch
 from masreplay.orchestration import metrics
@@ -319,12 +319,10 @@ def _channel(name: str, values: Any) -> np.ndarray:
     array = numbers(f"compose: channel {name!r}", values)
     if array.ndim != 1:
         raise InvalidArgumentError(f"compose: channel {name!r} must be 1-D (one value per trace), got shape {array.shape}")
-    if np.isinf(array).any():
-        raise InvalidArgumentError(f"compose: channel {name!r} holds an infinite value (NaN marks a missing one)")
-    too_large = np.flatnonzero(np.abs(array) >= _core.VALUE_BOUND)
-    if len(too_large):
+    beyond = np.flatnonzero(unsummable(array))
+    if len(beyond):
         raise InvalidArgumentError(
-            f"compose: channel {name!r} holds {array[too_large[0]]:g} (trace {too_large[0]}): rewards must be of "
-            "magnitude below 2^49 (about 5.6e14), beyond which sums overflow"
+            f"compose: channel {name!r} holds {array[beyond[0]]:g} (trace {beyond[0]}): rewards must be finite and "
+            "of magnitude below 2^49 (about 5.6e14), beyond which sums overflow (NaN marks a missing one)"
         )
     return array

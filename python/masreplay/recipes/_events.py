@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from masreplay import _core
+from masreplay._args import unsummable
 from masreplay.advantages import Advantages, _group_keys, event_rewards
 from masreplay.batch import EVENT_FIELDS, TraceBatch
 from masreplay.errors import InvalidArgumentError
@@ -182,7 +183,7 @@ class Events:
         or NaN where an event has none; none is missing at the events ``needed`` (a mask or
         rows), which the recipe reads."""
         array = self.column(name, values)
-        beyond = np.isinf(array) | (np.abs(np.nan_to_num(array)) >= _core.VALUE_BOUND)
+        beyond = unsummable(array)
         if needed is not None:
             beyond[needed] |= np.isnan(array[needed])
         if beyond.any():

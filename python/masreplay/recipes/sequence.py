@@ -11,8 +11,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from masreplay import _core
-from masreplay._args import checked, numbers
+from masreplay._args import checked, numbers, unsummable
 from masreplay.advantages import Advantages
 from masreplay.errors import InvalidArgumentError
 from masreplay.recipes._events import Events, cell_stats, dense, grpo, nested_weights, result, reverse_discounted, whiten
@@ -352,10 +351,9 @@ def _mix(mixer: Callable, matrix: np.ndarray, mask: np.ndarray) -> np.ndarray:
     out = numbers("the mixer's Q_tot", mixer(matrix, mask))
     if out.shape != (len(matrix),):
         raise InvalidArgumentError(f"the mixer returned shape {out.shape} for {len(matrix)} rounds")
-    if not (np.abs(out) < _core.VALUE_BOUND).all():  # what a value function returns is summed
-        raise InvalidArgumentError(
-            f"the mixer returned {out[~(np.abs(out) < _core.VALUE_BOUND)][0]:g}: Q_tot must be finite, below 2^49"
-        )
+    beyond = out[unsummable(out, missing=False)]  # what a value function returns is summed
+    if len(beyond):
+        raise InvalidArgumentError(f"the mixer returned {beyond[0]:g}: Q_tot must be finite, below 2^49")
     return out
 
 
