@@ -43,7 +43,8 @@ plot to benches/shapley_mae_budget.svg (matplotlib, from benches/requirements.tx
 against the simulator's ground truth (each agent's own value) and a numpy sampler of
 tree-respecting orderings.
 Also measured: a batched Python callable's overhead (total time over the callable's own time,
-chunk sizes 256-4096, and a callable that waits 100 us per evaluation) and per-trace credit of 10,000 traces of 8 agents. The per-cell table
+chunk sizes 256-4096, and a callable that waits 100 us per evaluation) and per-trace credit of
+10,000 traces of 8 agents. The per-cell table
 (MAE, gap, time) is printed at the end of the module; nothing is asserted on times.
 """
 

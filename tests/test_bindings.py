@@ -1,7 +1,10 @@
 """The thin bindings: what a Python callback raises comes back through the core unchanged
 (the very exception object, whatever its class), and AddReport is one type."""
 
+import os
 import pickle
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -49,3 +52,12 @@ def test_add_returns_an_add_report_either_way():
     again = pickle.loads(pickle.dumps(report))
     assert (again.added, again.rejected, type(again)) == (5, [], masreplay.AddReport)
     assert sum(np.int64(r) for r in (report, skipped)) == 7
+
+
+def test_importing_masreplay_loads_no_optional_package():
+    # Optional packages load when a feature needs them, not with the package: pyarrow's
+    # pa.table() imports pandas, which at import time cost every process a quarter second.
+    optional = ("pandas", "polars", "torch", "ray", "scipy")
+    code = f"import sys, masreplay; print([m for m in {optional!r} if m in sys.modules])"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ, check=True)
+    assert loaded.stdout.strip() == "[]"
