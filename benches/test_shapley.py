@@ -527,12 +527,11 @@ def test_mae_against_budget(measure, dataset_type, missing_anchor, soums):
 # (issue 18): the numpy game the anchors use, wrapped by games.function, at n = 100 and
 # 10,000 evaluations, for each estimator; the chunk size swept for permutation sampling.
 # MSR (and auto, which runs it here) fits its interaction surrogate by default, a deliberate
-# ~150 ms per run that buys half the error per evaluation (issue 23); the linear surrogate's
-# cell shows the estimator's own bookkeeping beside it.
-
-# The numpy game costs ~6 us an evaluation, far below a rollout's; the cells with a wait (the
-# callable sleeps that long per coalition, as one waiting on a model or a judge does) show the
-# same estimators where a value function costs 100 us an evaluation, still a cheap one.
+# ~30 ms per run after the callable's last call (2 cores, quiet) that buys a quarter of the
+# error per evaluation (issue 23); the linear surrogate's cell shows the estimator's own
+# bookkeeping beside it. The numpy game costs ~6 us an evaluation, far below a rollout's; the
+# cells with a wait (the callable sleeps that long per coalition, as one waiting on a model or
+# a judge does) show the same estimators where an evaluation costs 100 us, still a cheap one.
 
 CALLABLE_N = 100
 CALLABLE_BUDGET = 10_000

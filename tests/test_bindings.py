@@ -1,5 +1,6 @@
 """The thin bindings: what a Python callback raises comes back through the core unchanged
-(the very exception object, whatever its class), and AddReport is one type."""
+(the very exception object, whatever its class), AddReport is one type, and importing the
+package loads no optional package."""
 
 import os
 import pickle
