@@ -475,6 +475,20 @@ def test_save_and_load_resume_exactly(tmp_path):
     assert again.to_batch().trace_ids == buffer.to_batch().trace_ids
 
 
+def test_an_empty_buffer_saves_pickles_and_resumes(tmp_path):
+    # A checkpoint taken before the first rollout: a file of no rows read back as no batch, so
+    # the settings kept in its schema were lost and load refused it ("no data").
+    buffer = GraphBuffer(120, unit="events", seed=5, max_staleness=2)
+    buffer.policy_version = 3
+    path = tmp_path / "empty.parquet"
+    buffer.save(path)
+    for again in (GraphBuffer.load(path), pickle.loads(pickle.dumps(buffer))):
+        assert (len(again), again.capacity, again.unit) == (0, 120, "events")
+        assert (again.policy_version, again.max_staleness) == (3, 2)
+        again.add(traces(1, seed=3))
+        assert again.to_batch().trace_ids == traces(1, seed=3).trace_ids
+
+
 def test_save_replaces_atomically_and_bad_files_raise(tmp_path):
     path = tmp_path / "buffer.parquet"
     _filled().save(path)

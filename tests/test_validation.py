@@ -596,6 +596,12 @@ def test_arrow_missing_required_column_is_reported(arrow_traces):
         masreplay.load_traces(table.drop_columns(["costs"]))
     assert info.value.path == "/costs"
     assert "missing required column" in info.value.reason
+    # An empty table (no batch at all) has its columns checked as a full one does; it was
+    # read as zero traces whatever its columns.
+    with pytest.raises(TraceValidationError) as info:
+        masreplay.load_traces(table.drop_columns(["costs"]).slice(0, 0).combine_chunks())
+    assert "missing required column" in info.value.reason
+    assert len(masreplay.load_traces(table.slice(0, 0))) == 0
 
 
 def test_arrow_without_derived_or_optional_columns_is_completed(arrow_traces):

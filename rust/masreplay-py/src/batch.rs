@@ -48,7 +48,16 @@ pub fn arrow_input(py: Python<'_>, table: &Bound<'_, PyAny>) -> PyResult<Vec<Rec
     // here as a last resort, and said to be a bug.
     let imported = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| table.extract::<PyTable>()));
     match imported {
-        Ok(Ok(table)) => Ok(table.into_inner().0),
+        Ok(Ok(table)) => {
+            // A table of no rows may hold no batch: keep its schema (and metadata) in one empty
+            // batch, as a saved empty buffer's settings live there, and an empty table is
+            // checked for its columns as a full one is.
+            let (mut batches, schema) = table.into_inner();
+            if batches.is_empty() && !schema.fields().is_empty() {
+                batches.push(RecordBatch::new_empty(schema));
+            }
+            Ok(batches)
+        }
         Ok(Err(error)) => Err(not_arrow(error.to_string())),
         Err(panic) => Err(not_arrow(format!(
             "the Arrow importer panicked on this data ({}); a panic caught is a bug, please report it to masreplay",
