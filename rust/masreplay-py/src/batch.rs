@@ -8,7 +8,7 @@ use arrow_array::cast::AsArray;
 use arrow_array::{ArrayRef, RecordBatch, StructArray};
 use arrow_schema::Field;
 use masreplay_core::TraceBatch;
-use masreplay_core::store::take_texts;
+use masreplay_core::store::{batches_or_empty, take_texts};
 use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -49,14 +49,8 @@ pub fn arrow_input(py: Python<'_>, table: &Bound<'_, PyAny>) -> PyResult<Vec<Rec
     let imported = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| table.extract::<PyTable>()));
     match imported {
         Ok(Ok(table)) => {
-            // A table of no rows may hold no batch: keep its schema (and metadata) in one empty
-            // batch, as a saved empty buffer's settings live there, and an empty table is
-            // checked for its columns as a full one is.
-            let (mut batches, schema) = table.into_inner();
-            if batches.is_empty() && !schema.fields().is_empty() {
-                batches.push(RecordBatch::new_empty(schema));
-            }
-            Ok(batches)
+            let (batches, schema) = table.into_inner();
+            Ok(batches_or_empty(batches, schema))
         }
         Ok(Err(error)) => Err(not_arrow(error.to_string())),
         Err(panic) => Err(not_arrow(format!(

@@ -27,7 +27,7 @@ pub use parquet_io::{read_parquet, write_parquet};
 pub(crate) use read::ChannelReader;
 pub(crate) use read::same_text;
 pub use read::{trace_at, trace_channel, trace_text_codes};
-pub use structure::WellFormed;
+pub use structure::{WellFormed, batches_or_empty};
 pub use take::take_texts;
 
 use crate::error::{MasreplayError, Result};

@@ -16,7 +16,7 @@ use parquet::basic::{Compression, ZstdLevel};
 use parquet::errors::ParquetError;
 use parquet::file::properties::WriterProperties;
 
-use super::WellFormed;
+use super::{WellFormed, batches_or_empty};
 use crate::error::{MasreplayError, Result};
 
 fn io_error(path: &Path, source: std::io::Error) -> MasreplayError {
@@ -123,14 +123,10 @@ pub fn read_parquet(path: &Path) -> Result<WellFormed> {
         // The reader's batches drop the schema metadata that the file keeps; put it back.
         let schema = builder.schema().clone();
         let reader = builder.build().map_err(parquet)?;
-        let mut batches = reader
+        let batches = reader
             .map(|batch| batch.and_then(|b| b.with_schema(schema.clone())).map_err(|e| e.to_string()))
             .collect::<std::result::Result<Vec<_>, _>>()?;
-        // A file of no rows yields no batch: keep its schema (a saved empty buffer's settings
-        // live in the schema's metadata) in one empty batch.
-        if batches.is_empty() {
-            batches.push(RecordBatch::new_empty(schema));
-        }
+        let batches = batches_or_empty(batches, schema);
         // A decoder is only as sound as the file: prove the arrays well-formed here, where the
         // error can name the file.
         WellFormed::check(&batches).map_err(|e| e.to_string())

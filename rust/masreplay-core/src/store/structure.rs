@@ -12,7 +12,7 @@ use std::ops::Deref;
 use arrow_array::{RecordBatch, make_array};
 use arrow_buffer::{ArrowNativeType, BooleanBufferBuilder, Buffer, NullBuffer};
 use arrow_data::ArrayData;
-use arrow_schema::{ArrowError, DataType};
+use arrow_schema::{ArrowError, DataType, SchemaRef};
 use rayon::prelude::*;
 
 use super::nulls::{Zeros, longest_column};
@@ -22,6 +22,16 @@ use crate::parallel::min_piece;
 
 /// Values per task of a parallel pass.
 const PASS_CHUNK: usize = 1 << 16;
+
+/// The batches of a source of `schema`, or one empty batch when it holds none: a source of no
+/// rows still has its columns checked as a full one's are, and keeps its metadata (where a
+/// saved empty buffer's settings live). A schema of no columns stays no batch.
+pub fn batches_or_empty(mut batches: Vec<RecordBatch>, schema: SchemaRef) -> Vec<RecordBatch> {
+    if batches.is_empty() && !schema.fields().is_empty() {
+        batches.push(RecordBatch::new_empty(schema));
+    }
+    batches
+}
 
 /// Record batches proven well-formed Arrow, in a schema version this masreplay reads.
 /// [`WellFormed::check`] is the only way to make one, so data that holds one was checked once,
