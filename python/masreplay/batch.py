@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 
 from masreplay import _core
-from masreplay._args import checked, is_sequence, wrong_type
+from masreplay._args import checked, is_index, is_sequence, item_of_0d, wrong_type
 from masreplay.conversion_report import ConversionReport
 from masreplay.errors import ArgumentTypeError, ColumnNotFoundError, DataFormatError, InvalidArgumentError
 
@@ -124,7 +124,7 @@ class TraceBatch:
     def _index(self, i: Any) -> int:
         """A trace position (negative: from the end); a bool or a float is refused, as list
         indexing refuses it."""
-        if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
+        if not is_index(i):
             raise wrong_type("trace index", "an integer", i)
         i = int(i)
         n = len(self)
@@ -135,11 +135,12 @@ class TraceBatch:
     def __getitem__(self, key: int | slice | Sequence[int]) -> Any:
         """``batch[i]`` is trace i as a dict (masreplay's full form); a slice or a list of
         indices gives a TraceBatch."""
+        key = item_of_0d(key)
         if isinstance(key, slice):
             positions = list(range(len(self)))[key]
-        elif isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)):
+        elif is_index(key):
             return json.loads(self._core.trace_json(self._index(key), False))
-        elif isinstance(key, (Sequence, np.ndarray)) and not isinstance(key, (str, bytes)):
+        elif is_sequence(key):
             positions = [self._index(i) for i in key]
         else:
             raise wrong_type("a trace key", "an integer, a slice or a sequence of integers", key)
@@ -270,7 +271,10 @@ def _checked_arrow(data: Any) -> Any:
     passes pointers, not sizes (an offset past the end would be read as memory). The core then
     checks every value (offsets, UTF-8, dictionary keys) in full."""
     if isinstance(data, pa.RecordBatchReader):
-        data = data.read_all()  # the core reads a stream whole anyway
+        try:
+            data = data.read_all()  # the core reads a stream whole anyway
+        except pa.ArrowException as error:  # a batch of another schema; the producer's own errors pass as raised
+            raise DataFormatError(f"invalid Arrow stream: {error}") from error
     if isinstance(data, (pa.Table, pa.RecordBatch)):
         try:
             data.validate()

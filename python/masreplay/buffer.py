@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 
 from masreplay import _core
-from masreplay._args import I32_MAX, I64_MAX, checked, ids, is_text, numbers, optional_whole, whole
+from masreplay._args import I32_MAX, I64_MAX, checked, ids, is_text, numbers, optional_whole, whole, wrong_type
 from masreplay.bands import band_limits
 from masreplay.batch import Rejected, TraceBatch, _from_ipc_table, _to_ipc
 from masreplay.errors import TraceNotFoundError
@@ -237,6 +237,8 @@ class GraphBuffer:
         """Sets priorities (finite, >= 0) of stored traces; all or nothing. A trace named more
         than once (a sample drawn with replacement) takes its last priority, as numpy's
         assignment does. New traces get the largest priority seen so far."""
+        if isinstance(trace_ids, (set, frozenset)):  # its order is the hash table's, not the caller's
+            raise wrong_type("trace_ids", "ids in the order of their priorities (a list or an array)", trace_ids)
         keys = ids("trace_ids", trace_ids)
         self._core.update_priorities(keys, numbers("priorities", priorities).ravel().tolist())
 

@@ -31,6 +31,12 @@ pub fn conversion_error(py: Python<'_>, error: &masreplay_core::convert::Convers
     raised
 }
 
+/// The `ArgumentTypeError` (an `InvalidArgumentError` and a `TypeError`) for an argument of
+/// the wrong type; `message` names the argument and what it takes.
+pub fn wrong_type(py: Python<'_>, message: String) -> PyErr {
+    exception(py, "ArgumentTypeError", (message,))
+}
+
 pub fn to_py(py: Python<'_>, error: MasreplayError) -> PyErr {
     let error = match error {
         // What a Python callback raised, re-raised as it was.
