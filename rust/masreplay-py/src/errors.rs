@@ -55,6 +55,7 @@ pub fn to_py(py: Python<'_>, error: MasreplayError) -> PyErr {
             exception(py, "DataFormatError", (error.to_string(),))
         }
         MasreplayError::InvalidArgument(message) => exception(py, "InvalidArgumentError", (message.clone(),)),
+        MasreplayError::TraceNotFound(trace_id) => exception(py, "TraceNotFoundError", (trace_id.clone(),)),
         MasreplayError::Callback(other) => pyo3::exceptions::PyRuntimeError::new_err(other.to_string()),
     }
 }
