@@ -67,6 +67,11 @@ def test_an_unmasked_masked_array_is_its_data():
     np.testing.assert_array_equal(masreplay.group_normalize(np.ma.masked_array(VALUES), GROUPS), plain)
     with pytest.raises(InvalidArgumentError, match=r"groups has masked entries"):
         masreplay.group_normalize(VALUES, np.ma.masked_array(GROUPS, mask=[0, 1, 0, 0, 0, 0]))
+    game = games.soum(4, 6, 2, seed=3)
+    with pytest.raises(InvalidArgumentError, match=r"fixed has masked entries"):
+        masreplay.shapley(game, fixed=np.ma.masked_array([1, 2], mask=[0, 1]), method="exact")
+    with pytest.raises(InvalidArgumentError, match=r"masks has masked entries"):
+        games.evaluate(game, np.ma.masked_array(np.ones((1, 4), bool), mask=[[0, 1, 0, 0]]))
 
 
 def test_whole_numbers_beyond_int64_are_refused_not_wrapped():
@@ -129,6 +134,8 @@ def test_numpy_matrix_and_timedelta_indices():
         masreplay.sim.generate(3, seed=1)[[np.timedelta64(1, "s")]]
     with pytest.raises(InvalidArgumentError, match=r"unions: .* is neither a player index nor a list"):
         masreplay.shapley(game, unions=[[np.timedelta64(0, "s"), 1], [2, 3]], method="owen", budget=200)
+    with pytest.raises(ArgumentTypeError, match=r"group_normalize: eps must be a number, got timedelta64"):
+        masreplay.group_normalize(VALUES, GROUPS, eps=np.timedelta64(1, "s"))
 
 
 def test_update_priorities_refuses_a_set_of_ids():

@@ -363,7 +363,7 @@ def _names(names: tuple[str, ...]) -> Check:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+    return isinstance(value, (float, np.floating)) or is_index(value)
 
 
 def _is_flag(value: Any) -> bool:

@@ -183,6 +183,7 @@ def evaluate(game: Any, masks: np.ndarray, *, name: str = "game") -> np.ndarray:
     is the argument the game came as, for the refusal of something else."""
     if not (isinstance(masks, np.ndarray) and masks.dtype == bool and masks.ndim == 2):
         raise InvalidArgumentError(f"masks must be a boolean array (coalitions, players), got {type(masks).__name__} {masks!r}")
+    refuse_masked("masks", masks)
     if isinstance(game, FunctionGame):
         f = game.f
     elif isinstance(game, Game):

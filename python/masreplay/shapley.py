@@ -50,7 +50,18 @@ import numpy as np
 import pyarrow as pa
 
 from masreplay import _core
-from masreplay._args import I64_MAX, U64_MAX, checked, is_index, is_sequence, item_of_0d, optional_whole, whole, wrong_type
+from masreplay._args import (
+    I64_MAX,
+    U64_MAX,
+    checked,
+    is_index,
+    is_sequence,
+    item_of_0d,
+    optional_whole,
+    refuse_masked,
+    whole,
+    wrong_type,
+)
 from masreplay.batch import TraceBatch
 from masreplay.errors import InvalidArgumentError
 from masreplay.games import FunctionGame, evaluate
@@ -98,6 +109,7 @@ def _unions(unions: Sequence[Any] | None) -> list[Any] | None:
         return None
     if not is_sequence(unions):
         raise wrong_type("unions", "nested lists of player indices", unions)
+    refuse_masked("unions", unions)
 
     def plain(item: Any) -> Any:
         if isinstance(item, np.ndarray):  # as lists: a matrix's rows are matrices again, endlessly
@@ -115,6 +127,7 @@ def _indices(players: Any, what: str) -> list[int]:
     """A collection of player indices as a list of ints (None: none)."""
     if players is None:
         return []
+    refuse_masked(what, players)
     players = item_of_0d(players)
     if is_index(players):
         players = [players]
@@ -137,6 +150,7 @@ def _parents(parents: Sequence[int | None] | np.ndarray | None) -> list[int] | N
         return None
     if not is_sequence(parents):
         raise wrong_type("parents", "a sequence of player indices (-1 or None for a root)", parents)
+    refuse_masked("parents", parents)
     if isinstance(parents, np.ndarray):
         parents = np.asarray(parents).ravel().tolist()
     return [-1 if p is None else whole(f"parents[{i}]", p, low=-1, high=I64_MAX) for i, p in enumerate(parents)]
