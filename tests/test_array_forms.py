@@ -195,3 +195,35 @@ def test_a_stream_whose_producer_raises_passes_its_error_and_adds_nothing(tmp_pa
         buffer.add(pa.RecordBatchReader.from_batches(table.schema, batches()))
     buffer.save(tmp_path / "after.parquet")
     assert (tmp_path / "after.parquet").read_bytes() == (tmp_path / "before.parquet").read_bytes()
+
+
+def _value_raising(hook: str, error: BaseException) -> object:
+    """A value whose ``hook`` (``__float__``, ``__index__``) raises ``error``, as a Ctrl-C
+    landing in it would."""
+
+    def raise_error(self):
+        raise error
+
+    return type("Value", (), {hook: raise_error})()
+
+
+@pytest.mark.parametrize("hook", ["__float__", "__index__"])
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit])
+def test_an_interrupt_while_reading_python_objects_is_raised_not_taken_for_bad_data(hook, interrupt, tmp_path):
+    """Python code a value runs may be where Ctrl-C lands: the reader took the KeyboardInterrupt
+    for the value's fault, refused the trace and, with on_error="skip", went on loading."""
+    docs = [masreplay.sim.generate(3, seed=1)[i] for i in range(3)]
+    docs[1]["events"][0]["t"] = _value_raising(hook, interrupt("Ctrl-C"))
+    buffer = masreplay.GraphBuffer(10)
+    buffer.save(tmp_path / "before.parquet")
+    with pytest.raises(interrupt, match="Ctrl-C"):
+        masreplay.load_traces(docs, on_error="skip")
+    with pytest.raises(interrupt, match="Ctrl-C"):
+        buffer.add(docs, on_error="skip")
+    buffer.save(tmp_path / "after.parquet")
+    assert (tmp_path / "after.parquet").read_bytes() == (tmp_path / "before.parquet").read_bytes()
+    # An Exception there is the value's own failure: the trace is refused by pointer.
+    docs[1]["events"][0]["t"] = _value_raising(hook, ValueError("no number"))
+    loaded = masreplay.load_traces(docs, on_error="skip")
+    assert len(loaded) == 2
+    assert str(loaded.rejected[0][2]).endswith("at /events/0/t: ValueError: no number")
