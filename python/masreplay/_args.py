@@ -86,7 +86,7 @@ def numbers(name: str, value: Any, dtype: Any = np.float64) -> np.ndarray:
 
 def refuse_masked(name: str, value: Any) -> None:
     """Refuses a masked array with masked entries, whose mask NumPy's conversion drops."""
-    if np.ma.is_masked(value):
+    if isinstance(value, np.ma.MaskedArray) and np.ma.is_masked(value):
         raise InvalidArgumentError(f"{name} has masked entries: fill them or leave them out")
 
 

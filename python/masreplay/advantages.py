@@ -111,7 +111,8 @@ def _keys(name: str, values: Any, length: int) -> np.ndarray:
     if array.ndim != 1 or len(array) != length:
         raise InvalidArgumentError(f"{name} must be 1-D with {length} entries, got shape {array.shape}")
     if array.dtype.kind in "iub":
-        return np.require(array, np.int64, ["C", "A"])  # aligned too: the core reads it in place
+        keys = np.ascontiguousarray(array, dtype=np.int64)
+        return keys if keys.flags.aligned else keys.copy()  # the core reads it in place
     if array.dtype.kind in "OUS":
         try:
             return _dictionary_keys(name, pa.array(array), length)
