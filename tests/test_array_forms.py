@@ -227,3 +227,27 @@ def test_an_interrupt_while_reading_python_objects_is_raised_not_taken_for_bad_d
     loaded = masreplay.load_traces(docs, on_error="skip")
     assert len(loaded) == 2
     assert str(loaded.rejected[0][2]).endswith("at /events/0/t: ValueError: no number")
+
+
+def test_padded_gives_a_sample_and_its_collected_batch_the_same_answer():
+    """A lazy sample pads a 64-bit column in the binding, a batch through Arrow and NumPy: an
+    int pad from 2**32 on made an int64 column float64 on the batch (NumPy reads the pad as
+    uint64) and stayed int64 on the sample; a pad a double cannot hold, or a bool in an int
+    column, was refused on the batch and taken on the sample."""
+    buffer = masreplay.GraphBuffer(50)
+    buffer.add(masreplay.sim.generate(30, seed=8))
+
+    def padded(collected: bool, column: str, pad: object) -> object:
+        sample = buffer.sample(7, seed=1)
+        batch = masreplay.TraceBatch(sample._core) if collected else sample
+        try:
+            values, mask, _ = batch.padded(column, pad)
+        except InvalidArgumentError as error:
+            return type(error)
+        return values.dtype, values[~mask].tolist()
+
+    for column, pad in (("tokens", 2**40), ("tokens", 2**63 - 1), ("t", 2**53 + 1), ("t", -(2**63)), ("tokens", True)):
+        assert padded(True, column, pad) == padded(False, column, pad), (column, pad)
+    assert padded(True, "tokens", 2**40)[0] == np.int64
+    with pytest.raises(ArgumentTypeError, match=r"pad_value must be a number or a flag"):
+        buffer.sample(3, seed=1).padded("t", np.timedelta64(1, "s"))

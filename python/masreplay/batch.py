@@ -164,11 +164,12 @@ class TraceBatch:
         int codes. Nothing padded is ever stored: this is built from the flat column.
         """
         _check_event_field(column)
-        if not isinstance(pad_value, int | float | np.integer | np.floating | np.bool_):
+        if not (is_index(pad_value) or isinstance(pad_value, bool | float | np.floating | np.bool_)):
             raise wrong_type("pad_value", "a number or a flag", pad_value)
         try:
-            if self._collected is None and isinstance(pad_value, int | float):
-                # A sample pads a 64-bit number field without nulls straight from the buffer.
+            if self._collected is None and _exact_in_double(pad_value):
+                # A sample pads a 64-bit number field without nulls straight from the buffer
+                # (a pad Arrow would refuse or a bool takes the path below, as a whole batch does).
                 fast = self._source.padded(column, pad_value)
                 if fast is not None:
                     return fast
@@ -178,7 +179,7 @@ class TraceBatch:
             max_len = int(lengths.max(initial=0))
             # Row-major order of the True cells of the mask is the flat order of the events.
             mask = np.arange(max_len) < lengths[:, None]
-            out = np.full(mask.shape, pad_value, dtype=np.result_type(values.dtype, np.min_scalar_type(pad_value)))
+            out = np.full(mask.shape, pad_value, dtype=_padded_dtype(values.dtype, pad_value))
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, np.exceptions.DTypePromotionError) as error:
             raise InvalidArgumentError(f"pad_value {pad_value!r} does not fit column {column!r}: {error}") from None
         out[mask] = values
@@ -231,6 +232,25 @@ class TraceBatch:
 EVENT_FIELDS: tuple[str, ...] = tuple(
     f.name for f in pa.RecordBatchReader.from_stream(_core.empty_batch()).schema.field("events").type.value_type
 )
+
+
+def _exact_in_double(pad_value: Any) -> bool:
+    """A float, or an int a double holds exactly: the pads the buffer's own padding takes as
+    Arrow would (Arrow refuses to put a wider int in a float column)."""
+    return type(pad_value) is float or (type(pad_value) is int and -(2**53) <= pad_value <= 2**53)
+
+
+def _padded_dtype(values: np.dtype, pad_value: Any) -> np.dtype:
+    """The dtype of a column padded with ``pad_value``: the smallest that holds both, except
+    that an integer column keeps its own dtype where that holds an integer pad and NumPy's
+    rule would make it float64 (a pad from 2**32 on reads as uint64, and int64 with uint64
+    promotes to float64, rounding the pad and the column's values past 2**53)."""
+    dtype = np.result_type(values, np.min_scalar_type(pad_value))
+    if dtype.kind == "f" and values.kind in "iu" and is_index(pad_value):
+        limits = np.iinfo(values)
+        if limits.min <= pad_value <= limits.max:
+            return values
+    return dtype
 
 
 def _check_event_field(column: str) -> None:
