@@ -251,3 +251,18 @@ def test_padded_gives_a_sample_and_its_collected_batch_the_same_answer():
     assert padded(True, "tokens", 2**40)[0] == np.int64
     with pytest.raises(ArgumentTypeError, match=r"pad_value must be a number or a flag"):
         buffer.sample(3, seed=1).padded("t", np.timedelta64(1, "s"))
+
+
+def test_view_credit_of_no_real_numbers_is_refused():
+    """The viewer read credit with NumPy's cast: text as numbers, None as NaN, complex without
+    its imaginary part."""
+    batch = masreplay.sim.generate(3, seed=1)
+    plain = np.linspace(-1, 1, batch.num_events)
+    masreplay.view(batch, 0, credit=plain)
+    for form, reason in (
+        (plain.astype(str), "holds no real numbers"),
+        ([None] * batch.num_events, "None"),
+        (plain + 1j, "complex"),
+    ):
+        with pytest.raises(InvalidArgumentError, match=f"credit must hold numbers: .*{reason}"):
+            masreplay.view(batch, 0, credit=form)
