@@ -438,6 +438,23 @@ def test_ray_engine_raises_what_the_local_engine_raises(local_ray, tmp_path):
         assert "dump-01.parquet" in str(outcomes[0]) or outcomes[0][0] == "ok", outcomes[0]
 
 
+@pytest.mark.parametrize("engine", ["local", "ray"])
+def test_a_dump_of_no_trace_still_has_the_columns(request, tmp_path, engine):
+    # Found by fuzzing: no part was written, and read_credit gave two tables of no columns.
+    if engine == "ray":
+        request.getfixturevalue("local_ray")
+    options = {"advantages": {}, "counterfactual": True, "metrics": True, "progress": False}
+    full = write_dump(CANONICAL, tmp_path / "full", seed=21, files=1, row_group=100)
+    masreplay.credit_dump(full, tmp_path / "full-out", **options)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    pq.write_table(CANONICAL.slice(0, 0), empty / "a.parquet")
+    summary = masreplay.credit_dump(empty, tmp_path / "out", engine=engine, **options)
+    assert summary.traces == 0 and summary.parts == 1
+    for got, want in zip(masreplay.read_credit(tmp_path / "out"), masreplay.read_credit(tmp_path / "full-out"), strict=True):
+        assert got.num_rows == 0 and got.schema == want.schema
+
+
 def test_ray_engine_without_ray_names_the_package(tmp_path, monkeypatch):
     dump = write_dump(CANONICAL, tmp_path / "dump", seed=12, files=1, row_group=100)
     monkeypatch.setitem(sys.modules, "ray", None)
@@ -541,6 +558,19 @@ def test_a_parquet_file_without_an_events_list_in_the_dump_is_named(tmp_path, st
     pq.write_table(stranger, dump / "stranger.parquet")
     with pytest.raises(DataFormatError, match=r"stranger\.parquet: the dump has no events column"):
         masreplay.credit_dump(dump, tmp_path / "out", metrics=True, progress=False)
+
+
+def test_a_corrupted_file_is_named_on_one_line(tmp_path):
+    # Found by fuzzing: Arrow's thrift error ends in a newline, which split the CLI's one line.
+    dump = write_dump(CANONICAL, tmp_path / "dump", seed=20, files=2, row_group=40)
+    victim = sorted(dump.iterdir())[0]
+    data = bytearray(victim.read_bytes())
+    for i in np.random.default_rng(0).integers(100, len(data) - 2000, 40):
+        data[i] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    with pytest.raises(StorageError, match="not a readable Parquet file") as caught:
+        masreplay.credit_dump(dump, tmp_path / "out", metrics=True, progress=False)
+    assert caught.value.filename == str(victim) and "\n" not in str(caught.value)
 
 
 def test_a_file_the_loader_refuses_whole_is_named(tmp_path):

@@ -174,7 +174,8 @@ def make_plan(keys: pa.Table, options: Mapping[str, Any], bucket_events: int) ->
     component_bucket = np.unique(starts // max(bucket_events, 1), return_inverse=True)[1]
     row_bucket = component_bucket[row_rank] if n else row_rank
     row_bucket[~valid] = -1
-    n_buckets = int(row_bucket.max(initial=-1)) + 1
+    # A dump of no trace still gets one bucket: its part of no rows gives readers the columns.
+    n_buckets = max(int(row_bucket.max(initial=-1)) + 1, 1)
     return Plan(
         trace_ids=ids,
         bucket=row_bucket,
@@ -220,7 +221,8 @@ def _reading(path: str) -> Iterator[None]:
     try:
         yield
     except (OSError, pa.ArrowException) as error:
-        raise StorageError(5, f"not a readable Parquet file ({error})", path) from error
+        # On one line: some of Arrow's messages end in a newline (a thrift decoding error).
+        raise StorageError(5, f"not a readable Parquet file ({' '.join(str(error).split())})", path) from error
     except DataFormatError as error:
         raise DataFormatError(f"{path}: {error}") from None
 

@@ -65,6 +65,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from masreplay import _core
 from masreplay._args import I64_MAX, checked, optional_whole
 from masreplay._offline_ray import run_ray
 from masreplay._offline_steps import (
@@ -404,6 +405,8 @@ def _stream_into(files: Sequence[str], plan: Plan, manifest: Manifest, options: 
                 writing = writer.submit(commit, int(bucket), traces, events, rejected.pop(int(bucket), []))
     if writing is not None:
         writing.result()
+    if plan.expected[0] == 0 and 0 not in done:  # a dump of no trace: its one bucket is empty
+        commit(0, *compute_bucket(_core.empty_batch(), options), [])
 
 
 @checked
