@@ -398,14 +398,17 @@ class RayGraphBuffer:
     """A GraphBuffer split over ``shards`` Ray actors; this object is a handle (it pickles as
     one), usable from any Ray task or actor.
 
-    ``capacity`` is split across the shards (each evicts its own oldest traces). Ray restarts
-    a shard actor that dies (``max_restarts`` and ``max_task_retries``, 3 each unless
-    ``actor_options`` say otherwise) from
-    the shard's last :meth:`save`; what it took since is lost, and reported: by
-    :meth:`losses` and a :class:`ShardLossWarning` on the next call that reads the shard's
-    counts. ``state_directory`` holds each shard's small ledger (the path of its last save,
-    what it took since); in a cluster of several machines it, like the save directory, must
-    be storage every node reaches. ``actor_options`` go to each shard's ``.options(...)``.
+    ``capacity`` is split across the shards (each evicts its own oldest traces); ``shards`` is
+    at most :data:`MAX_SHARDS`. Ray restarts a shard actor that dies (``max_restarts`` and
+    ``max_task_retries``, 3 each unless ``actor_options`` say otherwise) from the shard's last
+    :meth:`save`; what it took since is lost, and reported: by :meth:`losses` and a
+    :class:`ShardLossWarning` on the next call that reads the shard's counts. A shard Ray does
+    not restart (killed for good, or past its restarts) makes every call raise a
+    :class:`~masreplay.errors.StorageError` saying so; :meth:`load` of the last save starts
+    the buffer again. ``state_directory`` holds each shard's small ledger (the path of its
+    last save, what it took since); in a cluster of several machines it, like the save
+    directory, must be storage every node reaches. ``actor_options`` go to each shard's
+    ``.options(...)``.
     """
 
     def __init__(
