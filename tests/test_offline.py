@@ -653,6 +653,29 @@ def test_a_file_where_a_folder_of_parts_goes_is_a_storage_error(tmp_path):
     assert caught.value.filename.endswith("traces")
 
 
+def test_a_full_disk_is_a_storage_error_and_the_run_resumes(tmp_path, monkeypatch):
+    # Seen while fuzzing (a full disk, simulated): pyarrow's OSError came out as it was.
+    dump = write_dump(CANONICAL, tmp_path / "dump", seed=22, files=2, row_group=30)
+    options = {"metrics": True, "memory_limit": SMALL_MEMORY, "progress": False}
+    masreplay.credit_dump(dump, tmp_path / "reference", **options)
+    write, calls = pq.write_table, []
+
+    def full_disk(table, where, **kwargs):
+        calls.append(where)
+        if len(calls) == 5:
+            raise OSError(28, "No space left on device")
+        write(table, where, **kwargs)
+
+    monkeypatch.setattr(pq, "write_table", full_disk)
+    with pytest.raises(StorageError, match=r"cannot write the output \(No space left on device\)") as caught:
+        masreplay.credit_dump(dump, tmp_path / "out", **options)
+    assert caught.value.errno == 28 and "part-" in caught.value.filename
+    assert not list((tmp_path / "out").rglob(".*.tmp"))
+    monkeypatch.undo()
+    masreplay.credit_dump(dump, tmp_path / "out", **options)
+    assert _outputs(tmp_path / "out") == _outputs(tmp_path / "reference")
+
+
 @pytest.mark.parametrize("resume", [True, False])
 def test_an_output_inside_the_folder_it_reads_is_not_read_back(tmp_path, resume):
     # Found by fuzzing: the second run read the first run's parts as part of the dump ("the

@@ -333,9 +333,15 @@ def _in_first_seen_order(array: pa.DictionaryArray) -> pa.DictionaryArray:
 
 
 def _atomic_write(path: pathlib.Path, write: Callable[[str], None]) -> None:
+    """``write`` to a temporary file, then renamed to ``path``; a failure (a full disk, no
+    permission) is a StorageError naming ``path`` and leaves no temporary file."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    write(os.fspath(temporary))
-    os.replace(temporary, path)
+    try:
+        write(os.fspath(temporary))
+        os.replace(temporary, path)
+    except OSError as error:
+        temporary.unlink(missing_ok=True)
+        raise StorageError(error.errno, f"cannot write the output ({error.strerror or error})", os.fspath(path)) from error
 
 
 def write_part(destination: pathlib.Path, part: int, traces: pa.Table, events: pa.Table) -> None:
