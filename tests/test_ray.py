@@ -334,6 +334,30 @@ def test_saving_where_a_file_is_in_the_way_is_a_storage_error(tmp_path):
     buffer.shutdown()
 
 
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda m: m.pop("seed"),
+        lambda m: m.update(capacity="lots"),
+        lambda m: m.update(shards=0, files=[]),
+        lambda m: m.update(unit="rows"),
+        lambda m: m.update(snapshot="../elsewhere"),
+        lambda m: m.update(files=[7]),
+    ],
+)
+def test_a_tampered_save_is_refused_before_any_actor(tmp_path, edit):
+    # Found by fuzzing: a save's settings were not checked as the constructor's are: a key
+    # missing was a KeyError, shards=0 with no files loaded a buffer of no shard.
+    buffer = RayGraphBuffer(100, shards=1)
+    buffer.save(tmp_path / "save")
+    buffer.shutdown()
+    manifest = json.loads((tmp_path / "save" / "ray_buffer.json").read_text())
+    edit(manifest)
+    (tmp_path / "save" / "ray_buffer.json").write_text(json.dumps(manifest))
+    with pytest.raises(StorageError, match="not a saved RayGraphBuffer"):
+        RayGraphBuffer.load(tmp_path / "save")
+
+
 def test_a_priority_one_shard_would_refuse_changes_no_shard():
     buffer = RayGraphBuffer(100, shards=2)
     batch = masreplay.sim.generate(16, seed=3)

@@ -422,25 +422,8 @@ class RayGraphBuffer:
         state_directory: str | os.PathLike[str] | None = None,
         **actor_options: Any,
     ) -> None:
-        shards = whole("shards", shards, low=1, high=MAX_SHARDS)
-        capacity = whole("capacity", capacity)
-        if capacity < shards:
-            raise InvalidArgumentError(f"capacity must be at least one per shard ({shards}), got {capacity}")
-        if unit not in ("traces", "events"):
-            raise InvalidArgumentError(f"unit must be 'traces' or 'events', not {unit!r}")
-        seed = whole("seed", seed)
-        self._start(
-            {
-                "capacity": capacity,
-                "unit": unit,
-                "shards": shards,
-                "seed": seed,
-                "max_staleness": optional_whole("max_staleness", max_staleness),
-            },
-            state_directory,
-            actor_options,
-            [None] * shards,
-        )
+        settings = _settings(capacity, unit, shards, seed, max_staleness)
+        self._start(settings, state_directory, actor_options, [None] * settings["shards"])
 
     def _start(
         self,
@@ -853,16 +836,31 @@ class RayGraphBuffer:
         """Starts shard actors from a directory written by :meth:`save`."""
         directory = pathlib.Path(directory)
         manifest = _read_manifest(directory)
-        paths = [os.fspath((directory / manifest["snapshot"] / name).resolve()) for name in manifest["files"]]
         buffer = cls.__new__(cls)
-        settings = {key: manifest[key] for key in ("capacity", "unit", "shards", "seed", "max_staleness")}
-        buffer._start(settings, state_directory, actor_options, paths)
+        buffer._start(manifest["settings"], state_directory, actor_options, manifest["paths"])
         return buffer
 
     def shutdown(self) -> None:
         """Ends the shard actors (the handle is unusable afterwards)."""
         for shard in self._shards:
             ray.kill(shard, no_restart=True)
+
+
+def _settings(capacity: Any, unit: Any, shards: Any, seed: Any, max_staleness: Any) -> dict[str, Any]:
+    """A buffer's settings, each checked (given to the constructor, or read from a save)."""
+    shards = whole("shards", shards, low=1, high=MAX_SHARDS)
+    capacity = whole("capacity", capacity)
+    if capacity < shards:
+        raise InvalidArgumentError(f"capacity must be at least one per shard ({shards}), got {capacity}")
+    if unit not in ("traces", "events"):
+        raise InvalidArgumentError(f"unit must be 'traces' or 'events', not {unit!r}")
+    return {
+        "capacity": capacity,
+        "unit": unit,
+        "shards": shards,
+        "seed": whole("seed", seed),
+        "max_staleness": optional_whole("max_staleness", max_staleness),
+    }
 
 
 def _report(
@@ -1000,7 +998,18 @@ def _read_manifest(directory: pathlib.Path) -> dict[str, Any]:
         raise StorageError(f"not a saved RayGraphBuffer ({directory / _MANIFEST}): {error}") from error
     if not isinstance(manifest, dict) or len(manifest.get("files", ())) != manifest.get("shards"):
         raise StorageError(f"not a saved RayGraphBuffer: {directory / _MANIFEST} lists no shard files")
-    return manifest
+    # Checked as the constructor's arguments are: the file may come from anywhere.
+    try:
+        settings = _settings(*(manifest.get(key) for key in ("capacity", "unit", "shards", "seed", "max_staleness")))
+        names = [manifest.get("snapshot"), *manifest["files"]]
+        if not all(
+            isinstance(name, str) and name not in ("", ".", "..") and pathlib.PurePath(name).name == name for name in names
+        ):
+            raise InvalidArgumentError(f"the snapshot and its files must be names inside {directory}, got {names}")
+        paths = [os.fspath((directory / manifest["snapshot"] / name).resolve()) for name in manifest["files"]]
+    except (InvalidArgumentError, TypeError) as error:
+        raise StorageError(f"not a saved RayGraphBuffer: {directory / _MANIFEST}: {error}") from None
+    return {**manifest, "settings": settings, "paths": paths}
 
 
 class _ShardSample:
