@@ -706,6 +706,31 @@ def test_an_unknown_trace_is_one_error_whatever_the_query():
     assert len(buffer) == 2
 
 
+def test_a_lookup_racing_an_eviction_is_refused_as_an_absent_trace():
+    """The queries checked for the trace, then looked it up under the buffer's lock: a rollout
+    thread evicting it in between turned TraceNotFoundError (a KeyError) into an
+    InvalidArgumentError (a ValueError), 24 times in 138,000 queries (fuzz4). The lookup under
+    the lock is now the only check, so the core's own refusal is the one raised."""
+    buffer = GraphBuffer(10)
+    buffer.add(traces(2, seed=1))
+    core = buffer._core
+    lookups = {
+        "get": lambda: core.get("ghost"),
+        "branches": lambda: core.branches("ghost", None),
+        "ancestors": lambda: core.ancestors("ghost", "e0"),
+        "descendants": lambda: core.descendants("ghost", "e0"),
+        "subgraph": lambda: core.subgraph("ghost", ["e0"]),
+        "agent_view": lambda: core.agent_view("ghost", "orchestrator"),
+    }
+    for lookup in lookups.values():
+        with pytest.raises(masreplay.TraceNotFoundError, match="no trace 'ghost' in the buffer"):
+            lookup()
+    # An unknown id among update_priorities' arguments stays a bad argument, as in the
+    # sharded buffer.
+    with pytest.raises(masreplay.InvalidArgumentError, match='no trace "ghost" in the buffer'):
+        buffer.update_priorities(["ghost"], [1.0])
+
+
 @pytest.mark.parametrize(
     "refused",
     [

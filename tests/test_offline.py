@@ -3,7 +3,9 @@ safety (SIGKILL and resume), refused resumes, invalid traces, the Ray engine, th
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -403,6 +405,56 @@ def test_ray_engine_equals_the_local_engine(local_ray, tmp_path):
     assert _outputs(tmp_path / "ray") == _outputs(tmp_path / "local")
 
 
+def _without(column: str):
+    return lambda table: table.drop_columns([column])
+
+
+# Found by fuzzing: the Ray engine raised pyarrow's ArrowInvalid for a file it could not read
+# (the local engine: a StorageError naming it), Ray's RayTaskError with the worker's
+# traceback for a table the loader refused, and failed on files whose columns differ (Ray's
+# read_parquet unified their schemas into tables the local engine never sees).
+BROKEN_FILES = {
+    "truncated": lambda path: path.write_bytes(path.read_bytes()[:200]),
+    "not Parquet": lambda path: path.write_text("not Parquet"),
+    "no rewards column": lambda path: pq.write_table(_without("rewards")(pq.read_table(path)), path),
+    "no n_events column": lambda path: pq.write_table(_without("n_events")(pq.read_table(path)), path),
+    "no group_id column": lambda path: pq.write_table(_without("group_id")(pq.read_table(path)), path),
+}
+
+
+def test_ray_engine_raises_what_the_local_engine_raises(local_ray, tmp_path):
+    for name, damage in BROKEN_FILES.items():
+        dump = write_dump(CANONICAL, tmp_path / name / "dump", seed=18, files=3, row_group=40)
+        damage(sorted(dump.iterdir())[1])
+        outcomes = []
+        for engine in ("local", "ray"):
+            try:
+                summary = masreplay.credit_dump(dump, tmp_path / name / engine, advantages={}, counterfactual=True,
+                                                engine=engine, memory_limit=SMALL_MEMORY, progress=False)  # fmt: skip
+                outcomes.append(("ok", summary.traces, _outputs(tmp_path / name / engine)))
+            except masreplay.MasreplayError as error:
+                outcomes.append((type(error), str(error)))
+        assert outcomes[0] == outcomes[1], name
+        assert "dump-01.parquet" in str(outcomes[0]) or outcomes[0][0] == "ok", outcomes[0]
+
+
+@pytest.mark.parametrize("engine", ["local", "ray"])
+def test_a_dump_of_no_trace_still_has_the_columns(request, tmp_path, engine):
+    # Found by fuzzing: no part was written, and read_credit gave two tables of no columns.
+    if engine == "ray":
+        request.getfixturevalue("local_ray")
+    options = {"advantages": {}, "counterfactual": True, "metrics": True, "progress": False}
+    full = write_dump(CANONICAL, tmp_path / "full", seed=21, files=1, row_group=100)
+    masreplay.credit_dump(full, tmp_path / "full-out", **options)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    pq.write_table(CANONICAL.slice(0, 0), empty / "a.parquet")
+    summary = masreplay.credit_dump(empty, tmp_path / "out", engine=engine, **options)
+    assert summary.traces == 0 and summary.parts == 1
+    for got, want in zip(masreplay.read_credit(tmp_path / "out"), masreplay.read_credit(tmp_path / "full-out"), strict=True):
+        assert got.num_rows == 0 and got.schema == want.schema
+
+
 def test_ray_engine_without_ray_names_the_package(tmp_path, monkeypatch):
     dump = write_dump(CANONICAL, tmp_path / "dump", seed=12, files=1, row_group=100)
     monkeypatch.setitem(sys.modules, "ray", None)
@@ -508,9 +560,129 @@ def test_a_parquet_file_without_an_events_list_in_the_dump_is_named(tmp_path, st
         masreplay.credit_dump(dump, tmp_path / "out", metrics=True, progress=False)
 
 
+def test_a_corrupted_file_is_named_on_one_line(tmp_path):
+    # Found by fuzzing: Arrow's thrift error ends in a newline, which split the CLI's one line.
+    dump = write_dump(CANONICAL, tmp_path / "dump", seed=20, files=2, row_group=40)
+    victim = sorted(dump.iterdir())[0]
+    data = bytearray(victim.read_bytes())
+    for i in np.random.default_rng(0).integers(100, len(data) - 2000, 40):
+        data[i] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    with pytest.raises(StorageError, match="not a readable Parquet file") as caught:
+        masreplay.credit_dump(dump, tmp_path / "out", metrics=True, progress=False)
+    assert caught.value.filename == str(victim) and "\n" not in str(caught.value)
+
+
+def test_a_file_the_loader_refuses_whole_is_named(tmp_path):
+    # Found by fuzzing: a column missing from one file of a dump was "trace None at /rewards:
+    # missing required column" with no word of which file.
+    dump = write_dump(CANONICAL, tmp_path / "dump", seed=19, files=3, row_group=40)
+    victim = sorted(dump.iterdir())[2]
+    pq.write_table(pq.read_table(victim).drop_columns(["rewards"]), victim)
+    with pytest.raises(TraceValidationError, match=r"missing required column.*dump-02\.parquet") as caught:
+        masreplay.credit_dump(dump, tmp_path / "out", metrics=True, on_error="skip", progress=False)
+    assert caught.value.trace_id is None and caught.value.path == "/rewards"
+
+
 @pytest.mark.parametrize("limit", ["1e400", "1e400GB", "9" * 400, 1, 2**20 - 1, 2**63])
 def test_a_memory_limit_out_of_range_is_refused_by_name(tmp_path, limit):
     # Found by fuzzing: "1e400" was an OverflowError, and a bare int skipped the 1 MiB floor.
     dump = write_dump(CANONICAL, tmp_path / "dump", seed=5, files=1, row_group=100)
     with pytest.raises(InvalidArgumentError, match="memory_limit"):
         masreplay.credit_dump(dump, tmp_path / "out", metrics=True, memory_limit=limit, progress=False)
+
+
+# ---- destinations that already hold something ------------------------------------------------
+
+
+def test_starting_over_on_an_unreadable_input_keeps_the_previous_output(tmp_path):
+    # Found by fuzzing: resume=False cleared the finished output before reading the inputs,
+    # so a truncated file in the dump lost it. Pass 1 now reads every input first.
+    dump = write_dump(CANONICAL, tmp_path / "dump", seed=14, files=2, row_group=50)
+    out = tmp_path / "out"
+    masreplay.credit_dump(dump, out, metrics=True, memory_limit=SMALL_MEMORY, progress=False)
+    before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+    (dump / "zz-truncated.parquet").write_bytes(sorted(dump.iterdir())[0].read_bytes()[:100])
+    with pytest.raises(StorageError, match=r"zz-truncated\.parquet"):
+        masreplay.credit_dump(dump, out, metrics=True, resume=False, progress=False)
+    assert {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} == before
+    assert masreplay.read_credit(out)[0].num_rows == CANONICAL.num_rows
+
+
+@pytest.mark.parametrize(
+    ("edit", "pointer"),
+    [
+        (lambda state: state.pop("inputs"), "/inputs"),
+        (lambda state: state["parts"][0].update(part="zero"), "/parts/0/part"),
+        (lambda state: state["parts"][1].update(traces=-1), "/parts/1/traces"),
+        (lambda state: state["parts"].append(dict(state["parts"][0])), "/parts"),
+        (lambda state: state["parts"][0].update(rejected=[{"trace_id": "x"}]), "/parts/0/rejected/0/position"),
+        (lambda state: state.update(rejected=None), "/rejected"),
+        (lambda state: state.update(complete="yes"), "/complete"),
+    ],
+)
+def test_an_edited_manifest_is_refused_by_its_field(tmp_path, edit, pointer):
+    # Found by fuzzing: a manifest missing a key or holding a value of another type raised
+    # KeyError or TypeError from deep inside a resume or read_credit.
+    dump = write_dump(CANONICAL, tmp_path / "dump", seed=15, files=1, row_group=100)
+    out = tmp_path / "out"
+    masreplay.credit_dump(dump, out, metrics=True, memory_limit=SMALL_MEMORY, progress=False)
+    state = offline.Manifest.read(out).state
+    edit(state)
+    (out / "_manifest.json").write_text(json.dumps(state))
+    for call in (lambda: masreplay.credit_dump(dump, out, metrics=True, progress=False), lambda: masreplay.read_credit(out)):
+        with pytest.raises(DataFormatError, match=f"_manifest.json: {pointer}"):
+            call()
+    # It is still ours: starting over is allowed.
+    masreplay.credit_dump(dump, out, metrics=True, resume=False, progress=False)
+    assert masreplay.read_credit(out)[0].num_rows == CANONICAL.num_rows
+
+
+def test_a_file_where_a_folder_of_parts_goes_is_a_storage_error(tmp_path):
+    # Found by fuzzing: FileExistsError from pathlib's mkdir.
+    dump = write_dump(CANONICAL, tmp_path / "dump", seed=16, files=1, row_group=100)
+    out = tmp_path / "out"
+    masreplay.credit_dump(dump, out, metrics=True, memory_limit=SMALL_MEMORY, progress=False)
+    state = offline.Manifest.read(out).state
+    state["complete"], state["parts"] = False, []
+    (out / "_manifest.json").write_text(json.dumps(state))
+    shutil.rmtree(out / "traces")
+    (out / "traces").write_text("in the way")
+    with pytest.raises(StorageError, match="cannot prepare the output") as caught:
+        masreplay.credit_dump(dump, out, metrics=True, progress=False)
+    assert caught.value.filename.endswith("traces")
+
+
+def test_a_full_disk_is_a_storage_error_and_the_run_resumes(tmp_path, monkeypatch):
+    # Seen while fuzzing (a full disk, simulated): pyarrow's OSError came out as it was.
+    dump = write_dump(CANONICAL, tmp_path / "dump", seed=22, files=2, row_group=30)
+    options = {"metrics": True, "memory_limit": SMALL_MEMORY, "progress": False}
+    masreplay.credit_dump(dump, tmp_path / "reference", **options)
+    write, calls = pq.write_table, []
+
+    def full_disk(table, where, **kwargs):
+        calls.append(where)
+        if len(calls) == 5:
+            raise OSError(28, "No space left on device")
+        write(table, where, **kwargs)
+
+    monkeypatch.setattr(pq, "write_table", full_disk)
+    with pytest.raises(StorageError, match=r"cannot write the output \(No space left on device\)") as caught:
+        masreplay.credit_dump(dump, tmp_path / "out", **options)
+    assert caught.value.errno == 28 and "part-" in caught.value.filename
+    assert not list((tmp_path / "out").rglob(".*.tmp"))
+    monkeypatch.undo()
+    masreplay.credit_dump(dump, tmp_path / "out", **options)
+    assert _outputs(tmp_path / "out") == _outputs(tmp_path / "reference")
+
+
+@pytest.mark.parametrize("resume", [True, False])
+def test_an_output_inside_the_folder_it_reads_is_not_read_back(tmp_path, resume):
+    # Found by fuzzing: the second run read the first run's parts as part of the dump ("the
+    # inputs changed" on a resume; an unreadable part when starting over).
+    dump = write_dump(CANONICAL, tmp_path / "dump", seed=17, files=2, row_group=50)
+    out = dump / "credit"
+    first = masreplay.credit_dump(dump, out, metrics=True, memory_limit=SMALL_MEMORY, progress=False)
+    again = masreplay.credit_dump(dump, out, metrics=True, memory_limit=SMALL_MEMORY, resume=resume, progress=False)
+    assert again.traces == first.traces == CANONICAL.num_rows
+    assert again.resumed_parts == (first.parts if resume else 0)

@@ -289,6 +289,75 @@ def test_bad_arguments_raise_masreplay_errors():
     buffer.shutdown()
 
 
+def test_a_shard_count_past_the_bound_is_refused_before_any_actor():
+    # Found by fuzzing: shards=2**40 was a MemoryError from the handle's per-shard lists, and
+    # a count in the millions would have started actors for hours before failing.
+    with pytest.raises(InvalidArgumentError, match="shards"):
+        RayGraphBuffer(2**41, shards=2**40)
+    with pytest.raises(InvalidArgumentError, match="shards"):
+        RayGraphBuffer(2**41, shards=masreplay_ray.MAX_SHARDS + 1)
+
+
+def test_what_a_shard_raises_reaches_the_caller_as_itself():
+    # Found by fuzzing: a version moved back raised Ray's RayTaskError, whose message is the
+    # worker's traceback, and Ray logged the other shard's error as never retrieved.
+    buffer = RayGraphBuffer(100, shards=2)
+    buffer.advance(5)
+    with pytest.raises(InvalidArgumentError) as caught:
+        buffer.advance(3)
+    assert type(caught.value) is InvalidArgumentError
+    assert str(caught.value).startswith("advance(3) would move the policy version back from 5")
+    assert buffer.policy_version == 5
+    buffer.shutdown()
+
+
+def test_a_shard_gone_for_good_is_a_storage_error(tmp_path):
+    # Found by fuzzing: Ray's ActorDiedError on every call once a shard was killed for good
+    # (or past max_restarts); every call still returns at once.
+    buffer = RayGraphBuffer(100, shards=2)
+    buffer.add(masreplay.sim.generate(8, seed=4))
+    ray.kill(buffer._shards[1], no_restart=True)
+    calls = [lambda: len(buffer), lambda: buffer.sample(2), lambda: buffer.add(masreplay.sim.generate(8, seed=5)),
+             lambda: buffer.advance(1), lambda: buffer.save(tmp_path / "save")]  # fmt: skip
+    for call in calls:
+        with pytest.raises(StorageError, match="shard of this RayGraphBuffer is gone"):
+            call()
+    buffer.shutdown()
+
+
+def test_saving_where_a_file_is_in_the_way_is_a_storage_error(tmp_path):
+    # Found by fuzzing: FileExistsError from pathlib's mkdir.
+    buffer = RayGraphBuffer(100, shards=1)
+    (tmp_path / "taken").write_text("a file")
+    with pytest.raises(StorageError, match="cannot save a RayGraphBuffer here"):
+        buffer.save(tmp_path / "taken")
+    buffer.shutdown()
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda m: m.pop("seed"),
+        lambda m: m.update(capacity="lots"),
+        lambda m: m.update(shards=0, files=[]),
+        lambda m: m.update(unit="rows"),
+        lambda m: m.update(snapshot="../elsewhere"),
+        lambda m: m.update(files=[7]),
+    ],
+)
+def test_a_tampered_save_is_refused_before_any_actor(tmp_path, edit):
+    # Found by fuzzing: a save's settings were not checked as the constructor's are: a key
+    # missing was a KeyError, shards=0 with no files loaded a buffer of no shard.
+    buffer = RayGraphBuffer(100, shards=1)
+    buffer.save(tmp_path / "save")
+    buffer.shutdown()
+    manifest = json.loads((tmp_path / "save" / "ray_buffer.json").read_text())
+    edit(manifest)
+    (tmp_path / "save" / "ray_buffer.json").write_text(json.dumps(manifest))
+    with pytest.raises(StorageError, match="not a saved RayGraphBuffer"):
+        RayGraphBuffer.load(tmp_path / "save")
+
+
 def test_a_priority_one_shard_would_refuse_changes_no_shard():
     buffer = RayGraphBuffer(100, shards=2)
     batch = masreplay.sim.generate(16, seed=3)

@@ -62,18 +62,55 @@ def whole(name: str, value: Any, *, low: int = 0, high: int = U64_MAX) -> int:
 
 
 def numbers(name: str, value: Any, dtype: Any = np.float64) -> np.ndarray:
-    """``value`` (a list, an array, anything NumPy reads) as a contiguous array of ``dtype``:
-    text, None, items that are no numbers and (for an integer ``dtype``) fractions are refused
-    by name, rather than by NumPy's error or a silent truncation."""
+    """``value`` (a list, an array, anything NumPy reads) as a contiguous, aligned array of
+    ``dtype``: text, None, complex numbers, dates and durations, masked entries, items that
+    are no numbers and (for an integer ``dtype``) fractions or integers beyond its range are
+    refused by name, rather than by NumPy's error or a silent conversion (NumPy reads "1.5"
+    as 1.5, None as NaN, drops an imaginary part and a mask, and wraps 2**64 - 1 to -1)."""
     if value is None or isinstance(value, (str, bytes)):
         raise wrong_type(name, "numbers (a sequence or an array)", value)
+    refuse_masked(name, value)
     try:
         raw = np.asarray(value)
-        if np.dtype(dtype).kind in "iu" and raw.dtype.kind == "f" and not np.all(np.mod(raw, 1) == 0):
-            raise ValueError("a fraction or a NaN where a whole number goes")
-        return np.asarray(raw, dtype=dtype, order="C")  # a scalar stays 0-d, refused by shape
+        if raw.dtype.kind not in "biuf":
+            _check_items(raw)
+        if np.dtype(dtype).kind in "iu":
+            _check_whole(raw, np.iinfo(dtype))
+        array = np.asarray(raw, dtype=dtype, order="C")  # a scalar stays 0-d, refused by shape
     except (TypeError, ValueError, OverflowError) as error:
         raise InvalidArgumentError(f"{name} must hold numbers: {error}") from None
+    # A view at an odd byte offset (np.frombuffer of a packed record) is contiguous but
+    # unaligned, which the core cannot read in place.
+    return array if array.flags.aligned else array.copy()
+
+
+def refuse_masked(name: str, value: Any) -> None:
+    """Refuses a masked array with masked entries, whose mask NumPy's conversion drops."""
+    if isinstance(value, np.ma.MaskedArray) and np.ma.is_masked(value):
+        raise InvalidArgumentError(f"{name} has masked entries: fill them or leave them out")
+
+
+def _check_items(raw: np.ndarray) -> None:
+    """Raises ValueError unless every item of an array that is not of a real number dtype is
+    a real number: NumPy would convert text, None, complex numbers and dates without a word."""
+    if raw.dtype.kind != "O":
+        raise ValueError(f"an array of {raw.dtype} holds no real numbers")
+    for item in raw.flat:
+        if item is None or isinstance(item, (str, bytes, complex, np.complexfloating, np.datetime64, np.timedelta64)):
+            raise ValueError(f"{item!r} is not a real number")
+
+
+def _check_whole(raw: np.ndarray, limits: np.iinfo) -> None:
+    """Raises ValueError unless every value of ``raw`` is a whole number ``limits`` holds
+    (NumPy's cast would truncate a fraction and wrap an integer beyond the range)."""
+    if raw.dtype.kind in "fO" and not np.all(np.mod(raw.astype(np.float64), 1) == 0):
+        raise ValueError("a fraction or a NaN where a whole number goes")
+    if raw.dtype.kind == "f" and raw.size:  # float(2**63 - 1) rounds up to 2**63, which wraps
+        inside = float(limits.min) <= raw.min() and raw.max() < float(limits.max) + 1
+    else:
+        inside = raw.dtype.kind != "u" or not raw.size or raw.max() <= limits.max
+    if not inside:
+        raise ValueError(f"a value beyond [{limits.min}, {limits.max}] where a whole number goes")
 
 
 def unsummable(values: np.ndarray, *, missing: bool = True) -> np.ndarray:
@@ -87,7 +124,8 @@ def unsummable(values: np.ndarray, *, missing: bool = True) -> np.ndarray:
 def ids(name: str, value: Any) -> list[str]:
     """Trace or event ids from any iterable of them, but not from a lone string, which would
     be read as its characters."""
-    if isinstance(value, (str, bytes)) or not isinstance(value, collections.abc.Iterable):
+    one_item = isinstance(value, np.ndarray) and value.ndim == 0  # iterating it raises TypeError
+    if isinstance(value, (str, bytes)) or one_item or not isinstance(value, collections.abc.Iterable):
         raise wrong_type(name, "a sequence of ids", value)
     items = [str(item) for item in value]
     # ASCII ids (the common case) checked in one C-level pass; an id is named only when refused.
@@ -325,7 +363,7 @@ def _names(names: tuple[str, ...]) -> Check:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+    return isinstance(value, (float, np.floating)) or is_index(value)
 
 
 def _is_flag(value: Any) -> bool:
@@ -341,8 +379,23 @@ def _is_path(value: Any) -> bool:
 
 
 def is_sequence(value: Any) -> bool:
-    """A list, tuple or array of items: not a str or bytes, which are sequences of characters."""
-    return isinstance(value, (collections.abc.Sequence, np.ndarray)) and not isinstance(value, (str, bytes))
+    """A list, tuple or array of items: not a str or bytes, which are sequences of characters,
+    nor a 0-d array, which holds one item and cannot be iterated."""
+    if isinstance(value, np.ndarray):
+        return value.ndim > 0
+    return isinstance(value, collections.abc.Sequence) and not isinstance(value, (str, bytes))
+
+
+def item_of_0d(value: Any) -> Any:
+    """A 0-d array as its one item (NumPy's scalar, ``np.array(3)`` as ``3``); any other value
+    as it is."""
+    return value[()] if isinstance(value, np.ndarray) and value.ndim == 0 else value
+
+
+def is_index(value: Any) -> bool:
+    """An int or a NumPy integer: not a bool, nor a ``timedelta64`` (a NumPy integer subclass
+    that ``int()`` refuses)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_, np.timedelta64))
 
 
 def _is_mapping(value: Any) -> bool:

@@ -1,24 +1,31 @@
 """``credit_dump(engine="ray")``: the offline job of :mod:`masreplay.offline` on Ray Data.
 
-The same plan and the same parts as the local engine, in three Ray Data stages, none of them
+The same plan and the same parts as the local engine, in two Ray Data stages, none of them
 a ``groupby().map_groups`` shuffle (which sorts about 3x the data in memory and needs a whole
 group in one block):
 
-1. ``read_parquet`` of the key columns, ``map_batches(trace_keys)``: the keys come back to
-   the driver (a few dozen bytes per trace), which makes the plan and broadcasts it
-   (``ray.put``) to the workers.
-2. ``read_parquet`` of the dump, ``map_batches(_Spill)``: actors (each holding the plan)
-   validate their Arrow batches with masreplay's loader and write each trace to its bucket's
-   spill folder under ``DEST/_scratch`` (the destination must be storage every node sees).
+1. The driver reads the key columns (pass 1, as the local engine does: a few dozen bytes per
+   trace, and the same errors for a file that cannot be read), makes the plan and broadcasts
+   each trace's bucket (``ray.put``) to the workers.
+2. ``from_items(row groups)``, ``map_batches(_Spill)``: actors read whole Parquet row groups
+   as the local engine does (not ``read_parquet``, which would unify the files' schemas into
+   tables the local engine never sees), validate them with masreplay's loader and write each
+   trace to its bucket's spill folder under ``DEST/_scratch`` (the destination must be
+   storage every node sees).
 3. ``from_items(buckets)``, ``map_batches(_Credit)``: actors load one bucket at a time, run
    the in-memory functions and write its part; the driver commits parts to the manifest as
    they come back.
+
+An error raised in an actor (a row group that cannot be read, a table the loader refuses)
+comes back as data and is raised in dump order, as the masreplay error the local engine
+raises: left to Ray it would be a UserCodeException, its class lost.
 """
 
 from __future__ import annotations
 
 import os
 import pathlib
+import pickle
 import shutil
 import uuid
 from collections.abc import Mapping, Sequence
@@ -26,12 +33,20 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from masreplay import _offline_steps as steps
-from masreplay.errors import TraceValidationError
+from masreplay.errors import MasreplayError, TraceValidationError
 
-_REJECTED = pa.schema([("position", pa.int64()), ("trace_id", pa.string()), ("pointer", pa.string()), ("reason", pa.string())])
+_REJECTED = pa.schema([("position", pa.int64()), ("trace_id", pa.string()), ("pointer", pa.string()), ("reason", pa.string()),
+                       ("raised", pa.binary())])  # fmt: skip
+_SIZES = pa.schema([("bucket", pa.int64()), ("traces", pa.int64()), ("events", pa.int64()), ("raised", pa.binary())])
+
+
+def _raised(error: MasreplayError) -> bytes:
+    """A masreplay error raised in an actor, for the driver to raise as it is: one left to Ray
+    would reach it as Ray's UserCodeException, its class lost and the worker's traceback for
+    a message."""
+    return pickle.dumps(error)
 
 
 def _ray() -> Any:
@@ -48,32 +63,42 @@ def _bucket_folder(scratch: pathlib.Path, bucket: int) -> pathlib.Path:
 
 
 class _Spill:
-    """Stage 2 actor: validates streamed batches and spills each trace to its bucket."""
+    """Stage 2 actor: reads row groups, validates them and spills each trace to its bucket."""
 
-    def __init__(self, plan: Any, scratch: str, done: Sequence[int], on_error: str) -> None:
-        trace_ids, self.bucket = _ray().get(plan) if isinstance(plan, _ray().ObjectRef) else plan
-        self.position = {trace_id: i for i, trace_id in enumerate(trace_ids) if trace_id is not None}
+    def __init__(self, bucket: Any, scratch: str, done: Sequence[int], on_error: str) -> None:
+        self.bucket = _ray().get(bucket) if isinstance(bucket, _ray().ObjectRef) else bucket
         self.scratch = pathlib.Path(scratch)
         self.done = np.asarray(done, dtype=np.int64)
         self.on_error = on_error
         self.name = uuid.uuid4().hex
         self.count = 0
 
-    def __call__(self, table: pa.Table) -> pa.Table:
-        ids = table["trace_id"].to_pylist()
-        positions = np.array([self.position.get(i, -1) if i is not None else -1 for i in ids], dtype=np.int64)
-        buckets = np.where(positions >= 0, self.bucket[np.maximum(positions, 0)], -1)
+    def __call__(self, units: pa.Table) -> pa.Table:
+        rejected = []
+        for path, index, start in zip(*(units[name].to_pylist() for name in ("path", "index", "start")), strict=True):
+            try:
+                rejected += self._spill(path, index, start)
+            except MasreplayError as error:  # the file or the whole row group refused
+                rejected.append({"position": start, "raised": _raised(error)})
+        return pa.Table.from_pylist(rejected, schema=_REJECTED)
+
+    def _spill(self, path: str, index: int, start: int) -> list[dict]:
+        """One row group spilled; its rejected traces."""
+        table = steps.read_row_group(path, index)
+        positions = np.arange(start, start + table.num_rows)
+        buckets = self.bucket[positions]
         todo = (buckets >= 0) & ~np.isin(buckets, self.done)
         if not todo.any():
-            return _REJECTED.empty_table()
+            return []
         # Errors go back to the driver, which raises the first one in dump order.
-        core, kept, bad = steps.ingest(table.filter(pa.array(todo)), positions[todo], "skip")
+        wanted = table if todo.all() else table.filter(pa.array(todo))
+        core, kept, bad = steps.ingest(wanted, positions[todo], "skip", path)
         for bucket, piece in steps.split_by_bucket(core, kept, self.bucket[kept]):
             folder = _bucket_folder(self.scratch, bucket)
             folder.mkdir(parents=True, exist_ok=True)
             steps._ipc_write(folder / f"{self.name}-{self.count:06d}.arrow", piece)
             self.count += 1
-        return pa.Table.from_pylist(bad, schema=_REJECTED)
+        return bad
 
 
 class _Credit:
@@ -86,13 +111,19 @@ class _Credit:
     def __call__(self, batch: pa.Table) -> pa.Table:
         sizes = []
         for bucket in batch["bucket"].to_pylist():
-            folder = _bucket_folder(self.destination / steps.SCRATCH, bucket)
-            paths = sorted(folder.glob("*.arrow")) if folder.exists() else []
-            core = steps.load_bucket([steps.Piece(steps._ipc_read(path), spilled=True) for path in paths])
-            traces, events = steps.compute_bucket(core, self.options)
-            steps.write_part(self.destination, bucket, traces, events)
-            sizes.append({"bucket": bucket, "traces": traces.num_rows, "events": events.num_rows})
-        return pa.Table.from_pylist(sizes)
+            try:
+                sizes.append({"bucket": bucket, **self._credit(bucket), "raised": None})
+            except MasreplayError as error:  # a spill file refused when read back
+                sizes.append({"bucket": bucket, "traces": 0, "events": 0, "raised": _raised(error)})
+        return pa.Table.from_pylist(sizes, schema=_SIZES)
+
+    def _credit(self, bucket: int) -> dict[str, int]:
+        folder = _bucket_folder(self.destination / steps.SCRATCH, bucket)
+        paths = sorted(folder.glob("*.arrow")) if folder.exists() else []
+        core = steps.load_bucket([steps.Piece(steps._ipc_read(path), spilled=True) for path in paths])
+        traces, events = steps.compute_bucket(core, self.options)
+        steps.write_part(self.destination, bucket, traces, events)
+        return {"traces": traces.num_rows, "events": events.num_rows}
 
 
 def run_ray(files: Sequence[str], manifest: steps.Manifest, options: Mapping[str, Any], bucket_events: int,
@@ -104,38 +135,40 @@ def run_ray(files: Sequence[str], manifest: steps.Manifest, options: Mapping[str
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = progress
     context.target_max_block_size = max(limit // 8, 1 << 20)
-    context.execution_options.preserve_order = True  # the keys in dump order, as the local engine reads them
     cpus = int(ray.cluster_resources().get("CPU", 1))
-    # Actors ask for half a CPU each, so that read tasks keep a CPU to run on: with actors of
-    # one CPU each a 2-CPU cluster has none left for them and the job never progresses.
+    # Actors ask for half a CPU each, so that Ray Data's own tasks keep a CPU to run on: with
+    # actors of one CPU each a 2-CPU cluster has none left for them and the job never progresses.
     size = workers or max(1, cpus // 2)
     pool = {"compute": ray.data.ActorPoolStrategy(size=size), "num_cpus": 0.5, "batch_format": "pyarrow"}
 
-    columns = steps._key_columns(pq.read_schema(files[0]))
-    keys_ds = ray.data.read_parquet(list(files), columns=columns).map_batches(steps.trace_keys, batch_format="pyarrow")
-    keys = pa.concat_tables(keys_ds.iter_batches(batch_format="pyarrow", batch_size=None))
-    plan = steps.make_plan(keys, options, bucket_events)
+    plan = steps.make_plan(steps.plan_keys(files), options, bucket_events)
     steps._record_null_ids(plan, manifest, options)
+    manifest.begin()
 
     destination = manifest.path.parent
     scratch = destination / steps.SCRATCH
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir()
     done = sorted(manifest.done)
-    plan_ref = ray.put((plan.trace_ids.to_pylist(), plan.bucket))
-    spilled = ray.data.read_parquet(list(files)).map_batches(
-        _Spill, fn_constructor_args=(plan_ref, os.fspath(scratch), done, options["on_error"]), **pool
+    units = [{"path": path, "index": index, "start": start} for path, index, start in steps.row_groups(files)]
+    spilled = ray.data.from_items(units).map_batches(
+        _Spill, fn_constructor_args=(ray.put(plan.bucket), os.fspath(scratch), done, options["on_error"]), batch_size=1, **pool
     )
     rejected = sorted(
         (row for table in spilled.iter_batches(batch_format="pyarrow", batch_size=None) for row in table.to_pylist()),
         key=lambda row: row["position"],
     )
-    if rejected and options["on_error"] == "raise":
-        first = rejected[0]
-        raise TraceValidationError(first["trace_id"], first["pointer"], first["reason"])
+    # The first error in dump order, as the local engine meets it: a refused file or row
+    # group always, a refused trace with on_error="raise".
+    for row in rejected:
+        if row["raised"] is not None:
+            raise pickle.loads(row["raised"])
+        if options["on_error"] == "raise":
+            raise TraceValidationError(row["trace_id"], row["pointer"], row["reason"])
     by_bucket: dict[int, list[dict]] = {}
     for row in rejected:
-        by_bucket.setdefault(int(plan.bucket[row["position"]]), []).append(row)
+        entry = {name: row[name] for name in ("position", "trace_id", "pointer", "reason")}
+        by_bucket.setdefault(int(plan.bucket[row["position"]]), []).append(entry)
 
     todo = [b for b in range(plan.n_buckets) if b not in manifest.done]
     if todo:
@@ -143,6 +176,8 @@ def run_ray(files: Sequence[str], manifest: steps.Manifest, options: Mapping[str
             _Credit, fn_constructor_args=(os.fspath(destination), dict(options)), batch_size=1, **pool
         )
         for row in parts.iter_rows():
+            if row["raised"] is not None:
+                raise pickle.loads(row["raised"])
             manifest.commit(int(row["bucket"]), int(row["traces"]), int(row["events"]), by_bucket.get(int(row["bucket"]), []))
     shutil.rmtree(scratch, ignore_errors=True)
     steps._finish(manifest, plan.n_buckets)

@@ -5,6 +5,7 @@ manifest that commits them. The design is in ``offline.py``'s docstring."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
@@ -12,7 +13,7 @@ import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -33,6 +34,8 @@ FORMAT = "masreplay.credit_dump"
 OUTPUT_VERSION = 1
 #: File name of part k under traces/ and events/.
 PART_NAME = "part-{:05d}.parquet"
+
+T = TypeVar("T")
 
 
 # ---- pass 1: the plan ----------------------------------------------------------------------
@@ -171,7 +174,8 @@ def make_plan(keys: pa.Table, options: Mapping[str, Any], bucket_events: int) ->
     component_bucket = np.unique(starts // max(bucket_events, 1), return_inverse=True)[1]
     row_bucket = component_bucket[row_rank] if n else row_rank
     row_bucket[~valid] = -1
-    n_buckets = int(row_bucket.max(initial=-1)) + 1
+    # A dump of no trace still gets one bucket: its part of no rows gives readers the columns.
+    n_buckets = max(int(row_bucket.max(initial=-1)) + 1, 1)
     return Plan(
         trace_ids=ids,
         bucket=row_bucket,
@@ -180,23 +184,50 @@ def make_plan(keys: pa.Table, options: Mapping[str, Any], bucket_events: int) ->
     )
 
 
-def read_batches(files: Sequence[str], columns: list[str] | None) -> Iterator[pa.Table]:
-    """The dump in order, one Parquet row group at a time (``columns=["keys"]``: the plan's
-    key columns only). A row group is the unit of reading: pyarrow cannot cut the canonical
-    layout's nested dictionary columns into smaller batches."""
+def read_batches(files: Sequence[str], columns: list[str] | None) -> Iterator[tuple[str, pa.Table]]:
+    """The dump in order, one Parquet row group at a time with the file it comes from
+    (``columns=["keys"]``: the plan's key columns only). A row group is the unit of reading:
+    pyarrow cannot cut the canonical layout's nested dictionary columns into smaller batches."""
     for path in files:
-        try:
+        with _reading(path):
             reader = pq.ParquetFile(path)
             wanted = _key_columns(reader.schema_arrow) if columns == ["keys"] else columns
             for index in range(reader.metadata.num_row_groups):
-                yield reader.read_row_group(index, columns=wanted)
-        except (OSError, pa.ArrowException) as error:
-            raise StorageError(5, f"not a readable Parquet file ({error})", path) from error
-        except DataFormatError as error:
-            raise DataFormatError(f"{path}: {error}") from None
+                yield path, reader.read_row_group(index, columns=wanted)
 
 
-def read_ahead(batches: Iterator[pa.Table]) -> Iterator[pa.Table]:
+def row_groups(files: Sequence[str]) -> list[tuple[str, int, int]]:
+    """Every row group of the dump as (file, index in the file, dump position of its first
+    row), from the files' footers: the units of work of :func:`read_row_group`."""
+    units, start = [], 0
+    for path in files:
+        with _reading(path):
+            metadata = pq.ParquetFile(path).metadata
+        for index in range(metadata.num_row_groups):
+            units.append((path, index, start))
+            start += metadata.row_group(index).num_rows
+    return units
+
+
+def read_row_group(path: str, index: int) -> pa.Table:
+    """One row group of the dump, as :func:`read_batches` reads it."""
+    with _reading(path):
+        return pq.ParquetFile(path).read_row_group(index)
+
+
+@contextlib.contextmanager
+def _reading(path: str) -> Iterator[None]:
+    """Errors of reading ``path`` as masreplay's, naming it."""
+    try:
+        yield
+    except (OSError, pa.ArrowException) as error:
+        # On one line: some of Arrow's messages end in a newline (a thrift decoding error).
+        raise StorageError(5, f"not a readable Parquet file ({' '.join(str(error).split())})", path) from error
+    except DataFormatError as error:
+        raise DataFormatError(f"{path}: {error}") from None
+
+
+def read_ahead(batches: Iterator[T]) -> Iterator[T]:
     """``batches`` with the next one read on a thread while the caller works on this one:
     pyarrow decodes Parquet without the GIL, so reading overlaps validation, the credit
     functions and the writing of parts (one more row group in memory). Errors surface in
@@ -210,7 +241,7 @@ def read_ahead(batches: Iterator[pa.Table]) -> Iterator[pa.Table]:
 
 def plan_keys(files: Sequence[str]) -> pa.Table:
     """Pass 1 on one machine: the key table of the whole dump."""
-    parts = [trace_keys(batch) for batch in read_ahead(read_batches(files, ["keys"]))]
+    parts = [trace_keys(batch) for _, batch in read_ahead(read_batches(files, ["keys"]))]
     return pa.concat_tables(parts) if parts else trace_keys(pa.table({"trace_id": pa.array([], pa.string())}))
 
 
@@ -221,10 +252,19 @@ def _rejection(position: int, error: TraceValidationError) -> dict[str, Any]:
     return {"position": position, "trace_id": error.trace_id, "pointer": error.path, "reason": error.reason}
 
 
-def ingest(table: pa.Table, positions: np.ndarray, on_error: str) -> tuple[_core.TraceBatch, np.ndarray, list[dict]]:
-    """Validates a streamed table with masreplay's loader: the valid traces, their dump
-    positions, and the rejected ones (raised at once with ``on_error="raise"``)."""
-    core, rejected = _core.ingest_arrow(table)
+def ingest(table: pa.Table, positions: np.ndarray, on_error: str, source: str) -> tuple[_core.TraceBatch, np.ndarray, list[dict]]:
+    """Validates a streamed table read from the file ``source`` with masreplay's loader: the
+    valid traces, their dump positions, and the rejected ones (raised at once with
+    ``on_error="raise"``). An error of the whole table (a column missing or of another
+    type) names the file: it names no trace."""
+    try:
+        core, rejected = _core.ingest_arrow(table)
+    except TraceValidationError as error:
+        if error.trace_id is not None:
+            raise
+        raise TraceValidationError(None, error.path, f"{error.reason} (in {source})") from None
+    except DataFormatError as error:
+        raise DataFormatError(f"{source}: {error}") from None
     if rejected and on_error == "raise":
         raise rejected[0][2]
     keep = np.ones(len(positions), dtype=bool)
@@ -293,9 +333,15 @@ def _in_first_seen_order(array: pa.DictionaryArray) -> pa.DictionaryArray:
 
 
 def _atomic_write(path: pathlib.Path, write: Callable[[str], None]) -> None:
+    """``write`` to a temporary file, then renamed to ``path``; a failure (a full disk, no
+    permission) is a StorageError naming ``path`` and leaves no temporary file."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    write(os.fspath(temporary))
-    os.replace(temporary, path)
+    try:
+        write(os.fspath(temporary))
+        os.replace(temporary, path)
+    except OSError as error:
+        temporary.unlink(missing_ok=True)
+        raise StorageError(error.errno, f"cannot write the output ({error.strerror or error})", os.fspath(path)) from error
 
 
 def write_part(destination: pathlib.Path, part: int, traces: pa.Table, events: pa.Table) -> None:
@@ -327,19 +373,40 @@ class Manifest:
     def __init__(self, destination: pathlib.Path, state: dict[str, Any]) -> None:
         self.path = destination / MANIFEST
         self.state = state
+        #: A manifest of a run starting over: nothing is on disk until :meth:`begin`.
+        self.fresh = False
 
     @classmethod
     def read(cls, destination: pathlib.Path) -> Manifest | None:
-        path = destination / MANIFEST
-        if not path.exists():
+        """The manifest in ``destination`` (None: there is none), checked field by field: a
+        manifest another program wrote or edited is refused by name, not met deep inside."""
+        state = _read_state(destination / MANIFEST)
+        if state is None:
             return None
-        try:
-            state = json.loads(path.read_text())
-        except (OSError, ValueError) as error:
-            raise DataFormatError(f"{path}: not a readable credit_dump manifest ({error})") from error
-        if not isinstance(state, dict) or state.get("format") != FORMAT:
-            raise DataFormatError(f"{path}: not a masreplay credit_dump manifest")
+        if state.get("output_version") != OUTPUT_VERSION:
+            raise DataFormatError(f"{destination / MANIFEST} was written by another version of masreplay's offline job")
+        _check_state(destination / MANIFEST, state)
         return cls(destination, state)
+
+    def begin(self) -> None:
+        """Puts the manifest on disk (a run starting over first clears what an earlier run
+        left) and the folders of parts. The engines call it once the inputs' keys are read,
+        so that an input that cannot be read leaves the destination as it was."""
+        destination = self.path.parent
+        try:
+            if self.fresh:
+                for name in ("traces", "events", SCRATCH, MANIFEST):
+                    path = destination / name
+                    if path.is_dir():
+                        shutil.rmtree(path)
+                    elif path.exists():
+                        path.unlink()
+                self.save()  # first, so that nothing of ours is ever in a destination without one
+                self.fresh = False
+            for name in ("traces", "events"):
+                (destination / name).mkdir(exist_ok=True)
+        except OSError as error:  # a file where a folder of parts goes, or no permission
+            raise StorageError(error.errno, f"cannot prepare the output ({error.strerror})", error.filename) from None
 
     def save(self) -> None:
         text = json.dumps(self.state, indent=1, sort_keys=True)
@@ -355,13 +422,61 @@ class Manifest:
         self.save()
 
 
+def _read_state(path: pathlib.Path) -> dict[str, Any] | None:
+    """The JSON of a manifest of ours (None: no file there)."""
+    if not path.exists():
+        return None
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise DataFormatError(f"{path}: not a readable credit_dump manifest ({error})") from error
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise DataFormatError(f"{path}: not a masreplay credit_dump manifest")
+    return state
+
+
+#: The manifest's fields this job reads, and their JSON types (``int``: a whole number >= 0).
+_STATE_FIELDS = {"complete": bool, "inputs": list, "options": dict, "bucket_events": int, "parts": list}
+_PART_FIELDS = {"part": int, "traces": int, "events": int, "rejected": list}
+_FINISHED_FIELDS = {"traces": int, "events": int, "rejected": list}
+_REJECTION_FIELDS = {"position": int, "pointer": str, "reason": str}
+
+
+def _check_state(path: pathlib.Path, state: dict[str, Any]) -> None:
+    """Refuses a manifest with a field this job would misread, naming it by JSON pointer."""
+
+    def check(value: Any, fields: Mapping[str, type], pointer: str) -> None:
+        if not isinstance(value, dict):
+            raise DataFormatError(f"{path}: {pointer or '/'} must be an object, got {json.dumps(value)[:80]}")
+        for name, kind in fields.items():
+            item = value.get(name)
+            whole = kind is int and type(item) is int and item >= 0
+            if not (whole or (kind is not int and isinstance(item, kind))):
+                wanted = "a whole number >= 0" if kind is int else f"a JSON {kind.__name__}"
+                raise DataFormatError(f"{path}: {pointer}/{name} must be {wanted}, got {json.dumps(item)[:80]}")
+
+    def check_rejections(rejected: list, pointer: str) -> None:
+        for k, entry in enumerate(rejected):
+            check(entry, _REJECTION_FIELDS, f"{pointer}/{k}")
+
+    check(state, _STATE_FIELDS, "")
+    for k, entry in enumerate(state["parts"]):
+        check(entry, _PART_FIELDS, f"/parts/{k}")
+        check_rejections(entry["rejected"], f"/parts/{k}/rejected")
+    numbers = [entry["part"] for entry in state["parts"]]
+    if numbers != sorted(set(numbers)):
+        raise DataFormatError(f"{path}: /parts must list each part once, in order, got parts {numbers[:10]}")
+    if state["complete"]:
+        check(state, _FINISHED_FIELDS, "")
+        check_rejections(state["rejected"], "/rejected")
+
+
 def _open(destination: pathlib.Path, inputs: list[dict], options: dict, bucket_events: int, resume: bool) -> Manifest:
-    """The manifest to continue from (checked against inputs and options), or a fresh one."""
-    existing = Manifest.read(destination) if destination.exists() else None
-    if existing is not None and resume:
+    """The manifest to continue from (checked against inputs and options), or a fresh one
+    (not yet on disk: see :meth:`Manifest.begin`)."""
+    existing = Manifest.read(destination) if destination.exists() and resume else None
+    if existing is not None:
         state = existing.state
-        if state.get("output_version") != OUTPUT_VERSION:
-            raise DataFormatError(f"{existing.path} was written by another version of masreplay's offline job")
         if state["inputs"] != inputs:
             raise InvalidArgumentError(
                 f"the inputs changed since {existing.path} was written (files, sizes or modification times); "
@@ -374,16 +489,10 @@ def _open(destination: pathlib.Path, inputs: list[dict], options: dict, bucket_e
             )
         for leftover in [*destination.glob(".*.tmp"), *destination.glob("*/.*.tmp")]:
             leftover.unlink()  # written by a run stopped before its rename
-        _make_folders(destination)
         return existing
-    if existing is None and destination.exists() and any(destination.iterdir()):
+    ours = destination.exists() and _read_state(destination / MANIFEST) is not None
+    if not ours and destination.exists() and any(destination.iterdir()):
         raise StorageError(17, "destination is not empty and holds no credit_dump manifest", os.fspath(destination))
-    for name in ("traces", "events", SCRATCH, MANIFEST):
-        path = destination / name
-        if path.is_dir():
-            shutil.rmtree(path)
-        elif path.exists():
-            path.unlink()
     manifest = Manifest(
         destination,
         {
@@ -397,14 +506,8 @@ def _open(destination: pathlib.Path, inputs: list[dict], options: dict, bucket_e
             "parts": [],
         },
     )
-    manifest.save()  # first, so that nothing of ours is ever in a destination without one
-    _make_folders(destination)
+    manifest.fresh = True
     return manifest
-
-
-def _make_folders(destination: pathlib.Path) -> None:
-    for name in ("traces", "events"):
-        (destination / name).mkdir(exist_ok=True)
 
 
 # ---- spill files ----------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from masreplay import _core
-from masreplay._args import checked, numbers
+from masreplay._args import checked, numbers, refuse_masked
 from masreplay.batch import TraceBatch
 from masreplay.errors import InvalidArgumentError
 from masreplay.io import as_batch
@@ -101,6 +101,7 @@ def _keys(name: str, values: Any, length: int) -> np.ndarray:
     10^6 rows), and first-appearance numbers keep contiguous groups in ascending runs."""
     if isinstance(values, (pa.Array, pa.ChunkedArray)):
         return _dictionary_keys(name, values, length)
+    refuse_masked(name, values)
     try:
         array = np.asarray(values)
     except ValueError:  # labels that are sequences themselves (tuples): one object each
@@ -110,7 +111,8 @@ def _keys(name: str, values: Any, length: int) -> np.ndarray:
     if array.ndim != 1 or len(array) != length:
         raise InvalidArgumentError(f"{name} must be 1-D with {length} entries, got shape {array.shape}")
     if array.dtype.kind in "iub":
-        return np.ascontiguousarray(array, dtype=np.int64)
+        keys = np.ascontiguousarray(array, dtype=np.int64)
+        return keys if keys.flags.aligned else keys.copy()  # the core reads it in place
     if array.dtype.kind in "OUS":
         try:
             return _dictionary_keys(name, pa.array(array), length)

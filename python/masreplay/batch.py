@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 
 from masreplay import _core
-from masreplay._args import checked, is_sequence, wrong_type
+from masreplay._args import checked, is_index, is_sequence, item_of_0d, wrong_type
 from masreplay.conversion_report import ConversionReport
 from masreplay.errors import ArgumentTypeError, ColumnNotFoundError, DataFormatError, InvalidArgumentError
 
@@ -124,7 +124,7 @@ class TraceBatch:
     def _index(self, i: Any) -> int:
         """A trace position (negative: from the end); a bool or a float is refused, as list
         indexing refuses it."""
-        if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
+        if not is_index(i):
             raise wrong_type("trace index", "an integer", i)
         i = int(i)
         n = len(self)
@@ -135,11 +135,12 @@ class TraceBatch:
     def __getitem__(self, key: int | slice | Sequence[int]) -> Any:
         """``batch[i]`` is trace i as a dict (masreplay's full form); a slice or a list of
         indices gives a TraceBatch."""
+        key = item_of_0d(key)
         if isinstance(key, slice):
             positions = list(range(len(self)))[key]
-        elif isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)):
+        elif is_index(key):
             return json.loads(self._core.trace_json(self._index(key), False))
-        elif isinstance(key, (Sequence, np.ndarray)) and not isinstance(key, (str, bytes)):
+        elif is_sequence(key):
             positions = [self._index(i) for i in key]
         else:
             raise wrong_type("a trace key", "an integer, a slice or a sequence of integers", key)
@@ -163,11 +164,12 @@ class TraceBatch:
         int codes. Nothing padded is ever stored: this is built from the flat column.
         """
         _check_event_field(column)
-        if not isinstance(pad_value, int | float | np.integer | np.floating | np.bool_):
+        if not (is_index(pad_value) or isinstance(pad_value, bool | float | np.floating | np.bool_)):
             raise wrong_type("pad_value", "a number or a flag", pad_value)
         try:
-            if self._collected is None and isinstance(pad_value, int | float):
-                # A sample pads a 64-bit number field without nulls straight from the buffer.
+            if self._collected is None and _exact_in_double(pad_value):
+                # A sample pads a 64-bit number field without nulls straight from the buffer
+                # (a pad Arrow would refuse or a bool takes the path below, as a whole batch does).
                 fast = self._source.padded(column, pad_value)
                 if fast is not None:
                     return fast
@@ -177,7 +179,7 @@ class TraceBatch:
             max_len = int(lengths.max(initial=0))
             # Row-major order of the True cells of the mask is the flat order of the events.
             mask = np.arange(max_len) < lengths[:, None]
-            out = np.full(mask.shape, pad_value, dtype=np.result_type(values.dtype, np.min_scalar_type(pad_value)))
+            out = np.full(mask.shape, pad_value, dtype=_padded_dtype(values.dtype, pad_value))
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, np.exceptions.DTypePromotionError) as error:
             raise InvalidArgumentError(f"pad_value {pad_value!r} does not fit column {column!r}: {error}") from None
         out[mask] = values
@@ -232,6 +234,25 @@ EVENT_FIELDS: tuple[str, ...] = tuple(
 )
 
 
+def _exact_in_double(pad_value: Any) -> bool:
+    """A float, or an int a double holds exactly: the pads the buffer's own padding takes as
+    Arrow would (Arrow refuses to put a wider int in a float column)."""
+    return type(pad_value) is float or (type(pad_value) is int and -(2**53) <= pad_value <= 2**53)
+
+
+def _padded_dtype(values: np.dtype, pad_value: Any) -> np.dtype:
+    """The dtype of a column padded with ``pad_value``: the smallest that holds both, except
+    that an integer column keeps its own dtype where that holds an integer pad and NumPy's
+    rule would make it float64 (a pad from 2**32 on reads as uint64, and int64 with uint64
+    promotes to float64, rounding the pad and the column's values past 2**53)."""
+    dtype = np.result_type(values, np.min_scalar_type(pad_value))
+    if dtype.kind == "f" and values.kind in "iu" and is_index(pad_value):
+        limits = np.iinfo(values)
+        if limits.min <= pad_value <= limits.max:
+            return values
+    return dtype
+
+
 def _check_event_field(column: str) -> None:
     if column not in EVENT_FIELDS:
         raise ColumnNotFoundError(column, EVENT_FIELDS)
@@ -270,7 +291,10 @@ def _checked_arrow(data: Any) -> Any:
     passes pointers, not sizes (an offset past the end would be read as memory). The core then
     checks every value (offsets, UTF-8, dictionary keys) in full."""
     if isinstance(data, pa.RecordBatchReader):
-        data = data.read_all()  # the core reads a stream whole anyway
+        try:
+            data = data.read_all()  # the core reads a stream whole anyway
+        except pa.ArrowException as error:  # a batch of another schema; the producer's own errors pass as raised
+            raise DataFormatError(f"invalid Arrow stream: {error}") from error
     if isinstance(data, (pa.Table, pa.RecordBatch)):
         try:
             data.validate()

@@ -9,10 +9,9 @@ import numpy as np
 import pyarrow as pa
 
 from masreplay import _core
-from masreplay._args import I32_MAX, I64_MAX, checked, ids, is_text, numbers, optional_whole, whole
+from masreplay._args import I32_MAX, I64_MAX, checked, ids, is_text, numbers, optional_whole, whole, wrong_type
 from masreplay.bands import band_limits
 from masreplay.batch import Rejected, TraceBatch, _from_ipc_table, _to_ipc
-from masreplay.errors import TraceNotFoundError
 from masreplay.io import OnError, _load
 from masreplay.vocabulary import Sampler, Unit
 
@@ -139,14 +138,9 @@ class GraphBuffer:
         Traces without policy_version are never stale."""
         return self._core.evict_stale(optional_whole("max_staleness", max_staleness))
 
-    def _require(self, trace_id: str) -> None:
-        if trace_id not in self._core:
-            raise TraceNotFoundError(trace_id)
-
     @checked
     def get(self, trace_id: str) -> dict[str, Any]:
         """The stored trace as a dict; TraceNotFoundError (a KeyError) if it is not stored."""
-        self._require(trace_id)
         return TraceBatch(self._core.get(trace_id))[0]
 
     def to_arrow(self) -> pa.Table:
@@ -237,6 +231,8 @@ class GraphBuffer:
         """Sets priorities (finite, >= 0) of stored traces; all or nothing. A trace named more
         than once (a sample drawn with replacement) takes its last priority, as numpy's
         assignment does. New traces get the largest priority seen so far."""
+        if isinstance(trace_ids, (set, frozenset)):  # its order is the hash table's, not the caller's
+            raise wrong_type("trace_ids", "ids in the order of their priorities (a list or an array)", trace_ids)
         keys = ids("trace_ids", trace_ids)
         self._core.update_priorities(keys, numbers("priorities", priorities).ravel().tolist())
 
@@ -245,32 +241,27 @@ class GraphBuffer:
         """The stored branch rollouts of ``trace_id`` (only those at ``event_id`` when given),
         in insertion order. A branch is added only with or after its factual trace, and is
         evicted together with it, so a stored branch always has its factual trace."""
-        self._require(trace_id)
         return TraceBatch(self._core.branches(trace_id, event_id))
 
     # ---- graph queries -----------------------------------------------------------------
     @checked
     def ancestors(self, trace_id: str, event_id: str) -> list[str]:
         """Ids of the events that have a path to ``event_id``."""
-        self._require(trace_id)
         return self._core.ancestors(trace_id, event_id)
 
     @checked
     def descendants(self, trace_id: str, event_id: str) -> list[str]:
         """Ids of the events reachable from ``event_id``."""
-        self._require(trace_id)
         return self._core.descendants(trace_id, event_id)
 
     @checked
     def subgraph(self, trace_id: str, event_ids: Any) -> TraceBatch:
         """The trace restricted to ``event_ids`` and the edges between them."""
-        self._require(trace_id)
         return TraceBatch(self._core.subgraph(trace_id, ids("event_ids", event_ids)))
 
     @checked
     def agent_view(self, trace_id: str, agent: str) -> TraceBatch:
         """The events of one agent and the edges between them."""
-        self._require(trace_id)
         return TraceBatch(self._core.agent_view(trace_id, agent))
 
     # ---- persistence -------------------------------------------------------------------

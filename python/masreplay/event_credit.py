@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from masreplay._args import numbers
 from masreplay.advantages import Advantages, advantages, event_rewards
 from masreplay.batch import TraceBatch
 from masreplay.counterfactual import counterfactual_credit, same_prefix_credit
@@ -65,10 +66,7 @@ def _nan(n: int) -> np.ndarray:
 
 
 def _aligned(batch: TraceBatch, values: Any, what: str) -> np.ndarray:
-    try:
-        array = np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise InvalidArgumentError(f"{what} must be numbers, one per event of the batch") from None
+    array = numbers(what, values)  # text, None, complex refused, not converted
     if array.shape != (batch.num_events,):
         raise InvalidArgumentError(
             f"{what} must have one value per event of the batch ({batch.num_events}), got shape {array.shape}"

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from masreplay import _core
-from masreplay._args import checked, is_sequence, numbers, optional_whole, real, whole, wrong_type
+from masreplay._args import checked, is_sequence, numbers, optional_whole, real, refuse_masked, whole, wrong_type
 from masreplay.errors import InvalidArgumentError
 
 Game = _core.Game
@@ -101,10 +101,24 @@ def empirical(coalitions: np.ndarray, rewards: Sequence[float] | np.ndarray, *, 
     of players that took part in rollout i, ``rewards[i]`` its reward. An observed coalition
     is worth its mean reward; one never observed is predicted by a ridge regression on the
     observed means over each player's presence (``order=2``: and each pair's)."""
-    masks = np.ascontiguousarray(coalitions, dtype=bool)
+    masks = _coalition_masks("empirical: coalitions", coalitions)
     if masks.ndim != 2:
         raise InvalidArgumentError(f"empirical: coalitions must be 2-D (m, n_players), got shape {masks.shape}")
     return _core.empirical_game(masks, numbers("empirical: rewards", rewards).ravel().tolist(), whole("order", order))
+
+
+def _coalition_masks(name: str, value: Any) -> np.ndarray:
+    """Coalitions as a contiguous boolean array: booleans, or numbers that are all 0 or 1.
+    NumPy's cast to bool would take any nonzero number, any non-empty text and a ragged list's
+    rows as True, making up coalitions the caller never logged."""
+    refuse_masked(name, value)
+    try:
+        raw = np.asarray(value)
+    except (TypeError, ValueError) as error:
+        raise InvalidArgumentError(f"{name} must be a boolean array (m, n_players): {error}") from None
+    if raw.dtype != bool and not (raw.dtype.kind in "iuf" and np.isin(raw, (0, 1)).all()):
+        raise InvalidArgumentError(f"{name} must be a boolean array (m, n_players) or one of 0s and 1s, got {raw.dtype}")
+    return np.require(raw, bool, ["C", "A"])
 
 
 @checked
@@ -169,6 +183,7 @@ def evaluate(game: Any, masks: np.ndarray, *, name: str = "game") -> np.ndarray:
     is the argument the game came as, for the refusal of something else."""
     if not (isinstance(masks, np.ndarray) and masks.dtype == bool and masks.ndim == 2):
         raise InvalidArgumentError(f"masks must be a boolean array (coalitions, players), got {type(masks).__name__} {masks!r}")
+    refuse_masked("masks", masks)
     if isinstance(game, FunctionGame):
         f = game.f
     elif isinstance(game, Game):

@@ -38,8 +38,11 @@ Crash safety: parts are written under temporary names and renamed; ``_manifest.j
 (rewritten atomically after each part) is the commit point, so a killed run started again
 with ``resume=True`` redoes only the uncommitted buckets and gives the same output. The
 manifest records the inputs (sizes and modification times) and the options: a resume
-against other inputs or options is refused. ``engine="ray"`` runs the same plan on Ray Data
-(:mod:`masreplay._offline_ray`): it gives the same parts.
+against other inputs or options is refused, and so is a manifest with a field this job
+would misread. Nothing in the destination changes before pass 1 has read every input, so a
+run starting over (``resume=False``) on a file that cannot be read keeps the earlier output.
+``engine="ray"`` runs the same plan on Ray Data (:mod:`masreplay._offline_ray`): it gives the
+same parts, and raises the same errors.
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from masreplay import _core
 from masreplay._args import I64_MAX, checked, optional_whole
 from masreplay._offline_ray import run_ray
 from masreplay._offline_steps import (
@@ -163,9 +167,20 @@ def parse_memory(limit: int | str) -> int:
     return int(value)
 
 
-def source_files(source: str | os.PathLike | Sequence[str | os.PathLike]) -> list[str]:
+def source_files(source: str | os.PathLike | Sequence[str | os.PathLike], output: str | os.PathLike | None = None) -> list[str]:
     """The Parquet files of ``source`` (a file, a directory searched recursively, a glob or a
-    list of those), in the order load_traces reads them."""
+    list of those), in the order load_traces reads them, less the parts of a job writing to
+    ``output`` (when it writes inside the folder it reads, a second run must not read them)."""
+    files = _listed(source)
+    if output is not None:
+        ours = {pathlib.Path(output).resolve() / name for name in ("traces", "events", SCRATCH)}
+        files = [f for f in files if ours.isdisjoint(pathlib.Path(f).parents)]
+        if not files:
+            raise StorageError(2, "no Parquet files found besides the output's own parts", os.fspath(output))
+    return files
+
+
+def _listed(source: str | os.PathLike | Sequence[str | os.PathLike]) -> list[str]:
     if isinstance(source, (list, tuple)):
         return [f for entry in source for f in source_files(entry)]
     if not isinstance(source, (str, os.PathLike)):
@@ -367,7 +382,7 @@ def _stream_into(files: Sequence[str], plan: Plan, manifest: Manifest, options: 
         on_part(traces.num_rows, events.num_rows)
 
     position = 0
-    for table in read_ahead(read_batches(files, None)):
+    for path, table in read_ahead(read_batches(files, None)):
         positions = np.arange(position, position + table.num_rows)
         position += table.num_rows
         buckets = plan.bucket[positions]
@@ -375,7 +390,7 @@ def _stream_into(files: Sequence[str], plan: Plan, manifest: Manifest, options: 
         if todo.any():
             # Filtering copies the whole row group: only when a resumed run skips some of it.
             wanted = table if todo.all() else table.filter(pa.array(todo))
-            core, kept, bad = ingest(wanted, positions[todo], options["on_error"])
+            core, kept, bad = ingest(wanted, positions[todo], options["on_error"], path)
             for entry in bad:
                 rejected.setdefault(int(plan.bucket[entry["position"]]), []).append(entry)
             for bucket, piece in split_by_bucket(core, kept, plan.bucket[kept]):
@@ -390,6 +405,8 @@ def _stream_into(files: Sequence[str], plan: Plan, manifest: Manifest, options: 
                 writing = writer.submit(commit, int(bucket), traces, events, rejected.pop(int(bucket), []))
     if writing is not None:
         writing.result()
+    if plan.expected[0] == 0 and 0 not in done:  # a dump of no trace: its one bucket is empty
+        commit(0, *compute_bucket(_core.empty_batch(), options), [])
 
 
 @checked
@@ -438,7 +455,7 @@ def credit_dump(
         raise InvalidArgumentError(f"engine must be 'local' or 'ray', got {engine!r}")
     limit = parse_memory(memory_limit)
     workers = optional_whole("workers", workers, low=1)
-    files = source_files(source)
+    files = source_files(source, destination)
     destination = pathlib.Path(destination)
     try:
         destination.mkdir(parents=True, exist_ok=True)
@@ -455,6 +472,7 @@ def credit_dump(
         else:
             plan = make_plan(plan_keys(files), options, bucket_events)
             _record_null_ids(plan, manifest, options)
+            manifest.begin()
             totals = [0, 0]
 
             def on_part(traces: int, events: int) -> None:

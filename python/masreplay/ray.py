@@ -14,6 +14,7 @@ reads (``flat("tokens")`` brings the token column of the drawn traces, nothing e
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import json
 import logging
@@ -39,7 +40,7 @@ from masreplay._args import I32_MAX, I64_MAX, ids, numbers, optional_whole, whol
 from masreplay.bands import band_limits
 from masreplay.batch import TraceBatch, _check_event_field, _from_ipc_table
 from masreplay.buffer import AddReport, GraphBuffer, Sampler
-from masreplay.errors import DataFormatError, InvalidArgumentError, StorageError
+from masreplay.errors import DataFormatError, InvalidArgumentError, MasreplayError, StorageError
 from masreplay.io import OnError, _load
 
 __all__ = ["BufferWriter", "RayGraphBuffer", "ShardLoss", "ShardLossWarning"]
@@ -50,6 +51,11 @@ _MANIFEST = "ray_buffer.json"
 _LOG_LIMIT = 1 << 20
 #: Samples whose traces a shard keeps for the trainer to read (the oldest go first).
 KEPT_SAMPLES = 1024
+#: Most shards of one buffer: each is an actor (a process of its own) that every sample and
+#: count calls. Ray's many-actors release benchmark launches 10,000 actors on a cluster;
+#: beyond, a count of shards is a mistake, which would otherwise spend all memory or start
+#: actors for hours before failing.
+MAX_SHARDS = 10_000
 _log = logging.getLogger(__name__)
 
 
@@ -111,6 +117,36 @@ def _narrowed(values: np.ndarray) -> np.ndarray:
         if np.iinfo(narrow).min <= low and high <= np.iinfo(narrow).max:
             return values.astype(narrow)
     return values
+
+
+def _get(refs: Any) -> Any:
+    """``ray.get`` of the handle's calls to its shards, with what a shard raised as the error
+    itself (Ray wraps it in a RayTaskError whose message is the worker's traceback), and a
+    shard that is gone for good (killed without restart, or past ``max_restarts``) as a
+    StorageError. Each answer of a failed call is read, so Ray logs no error left unread."""
+    try:
+        return ray.get(refs)
+    except (ray.exceptions.RayTaskError, ray.exceptions.RayActorError) as error:
+        failed = error
+    for ref in refs if isinstance(refs, list) else ():
+        with contextlib.suppress(ray.exceptions.RayError):
+            ray.get(ref)
+    if isinstance(failed, ray.exceptions.RayActorError):
+        raise StorageError(
+            5,
+            f"a shard of this RayGraphBuffer is gone (actor {failed.actor_id}): its actor died and Ray does not "
+            "restart it (killed for good, or past max_restarts); the traces it held are lost, and "
+            "RayGraphBuffer.load of the last save starts the buffer again",
+        ) from None
+    # Ray's wrapper also derives from the class of what it wraps: unwrap down to the error.
+    cause: BaseException | None = failed
+    for _ in range(8):  # an add's last shard reads the earlier shards' answers: two wrappers deep
+        if not isinstance(cause, ray.exceptions.RayError):
+            break
+        cause = getattr(cause, "cause", None) or cause.__cause__
+    if not isinstance(cause, MasreplayError):
+        raise failed
+    raise cause.with_traceback(None) from None
 
 
 def _shard_seed(seed: int, shard: int) -> int:
@@ -362,14 +398,17 @@ class RayGraphBuffer:
     """A GraphBuffer split over ``shards`` Ray actors; this object is a handle (it pickles as
     one), usable from any Ray task or actor.
 
-    ``capacity`` is split across the shards (each evicts its own oldest traces). Ray restarts
-    a shard actor that dies (``max_restarts`` and ``max_task_retries``, 3 each unless
-    ``actor_options`` say otherwise) from
-    the shard's last :meth:`save`; what it took since is lost, and reported: by
-    :meth:`losses` and a :class:`ShardLossWarning` on the next call that reads the shard's
-    counts. ``state_directory`` holds each shard's small ledger (the path of its last save,
-    what it took since); in a cluster of several machines it, like the save directory, must
-    be storage every node reaches. ``actor_options`` go to each shard's ``.options(...)``.
+    ``capacity`` is split across the shards (each evicts its own oldest traces); ``shards`` is
+    at most :data:`MAX_SHARDS`. Ray restarts a shard actor that dies (``max_restarts`` and
+    ``max_task_retries``, 3 each unless ``actor_options`` say otherwise) from the shard's last
+    :meth:`save`; what it took since is lost, and reported: by :meth:`losses` and a
+    :class:`ShardLossWarning` on the next call that reads the shard's counts. A shard Ray does
+    not restart (killed for good, or past its restarts) makes every call raise a
+    :class:`~masreplay.errors.StorageError` saying so; :meth:`load` of the last save starts
+    the buffer again. ``state_directory`` holds each shard's small ledger (the path of its
+    last save, what it took since); in a cluster of several machines it, like the save
+    directory, must be storage every node reaches. ``actor_options`` go to each shard's
+    ``.options(...)``.
     """
 
     def __init__(
@@ -383,25 +422,8 @@ class RayGraphBuffer:
         state_directory: str | os.PathLike[str] | None = None,
         **actor_options: Any,
     ) -> None:
-        shards = whole("shards", shards, low=1)
-        capacity = whole("capacity", capacity)
-        if capacity < shards:
-            raise InvalidArgumentError(f"capacity must be at least one per shard ({shards}), got {capacity}")
-        if unit not in ("traces", "events"):
-            raise InvalidArgumentError(f"unit must be 'traces' or 'events', not {unit!r}")
-        seed = whole("seed", seed)
-        self._start(
-            {
-                "capacity": capacity,
-                "unit": unit,
-                "shards": shards,
-                "seed": seed,
-                "max_staleness": optional_whole("max_staleness", max_staleness),
-            },
-            state_directory,
-            actor_options,
-            [None] * shards,
-        )
+        settings = _settings(capacity, unit, shards, seed, max_staleness)
+        self._start(settings, state_directory, actor_options, [None] * settings["shards"])
 
     def _start(
         self,
@@ -470,11 +492,11 @@ class RayGraphBuffer:
 
     def losses(self) -> list[ShardLoss]:
         """What each restarted shard lost at its latest restart."""
-        reports = ray.get([shard.report.remote() for shard in self._shards])
+        reports = _get([shard.report.remote() for shard in self._shards])
         return [report for report in reports if report is not None]
 
     def _stats(self) -> list[tuple[int, int, int]]:
-        stats = ray.get([shard.stats.remote() for shard in self._shards])
+        stats = _get([shard.stats.remote() for shard in self._shards])
         self._note_restarts([restarts for _, _, restarts in stats])
         return stats
 
@@ -498,7 +520,7 @@ class RayGraphBuffer:
             settle()
         of = pa.table(batch).column("counterfactual_of").take(pa.array(unresolved))
         factual_ids = pc.unique(pc.struct_field(of, "trace_id")).to_pylist()
-        held = ray.get([shard.contains_many.remote(factual_ids) for shard in self._shards])
+        held = _get([shard.contains_many.remote(factual_ids) for shard in self._shards])
         owner = np.argmax(np.stack(held), axis=0)
         found = np.stack(held).any(axis=0)
         known_ids = [t for t, ok in zip(factual_ids, found, strict=True) if ok]
@@ -544,7 +566,7 @@ class RayGraphBuffer:
         ``on_error="skip"``: returns an AddReport as GraphBuffer.add does."""
         batch, load_rejected = self._validated(traces, on_error)
         parts = self._parts(batch)
-        answers = ray.get([self._send(shard, part) for shard, part, _ in parts])
+        answers = _get([self._send(shard, part) for shard, part, _ in parts])
         return _report(answers, [rows for _, _, rows in parts], load_rejected, on_error)
 
     def add_async(self, traces: Any) -> ray.ObjectRef:
@@ -621,14 +643,14 @@ class RayGraphBuffer:
         rng, seeds = self._rng(seed)
         keys = _keys(self.shards)
         if with_branches:
-            eligible = ray.get([shard.eligible.remote(filters) for shard in self._shards])
+            eligible = _get([shard.eligible.remote(filters) for shard in self._shards])
             weights = self._sample_weights(eligible, sampler, filters)
             counts = rng.multinomial(batch_size, weights / weights.sum())
             asked, column_rows = counts, [None] * self.shards
         else:
             asked, column_rows = [batch_size] * self.shards, self._likely_counts(batch_size)
         released = self._take_released()
-        answers = ray.get(
+        answers = _get(
             [
                 shard.draw.remote(
                     keys[s], int(asked[s]), sampler, filters, seeds[s], with_branches, columns, column_rows[s], released
@@ -710,7 +732,7 @@ class RayGraphBuffer:
         num_groups = whole("num_groups", num_groups, high=I32_MAX)
         group_size = optional_whole("group_size", group_size)
         max_staleness = optional_whole("max_staleness", max_staleness)
-        answers = ray.get([shard.eligible_groups.remote(group_size, max_staleness) for shard in self._shards])
+        answers = _get([shard.eligible_groups.remote(group_size, max_staleness) for shard in self._shards])
         self._note_restarts([restarts for _, restarts in answers])
         available = np.array([count for count, _ in answers], dtype=np.int64)
         if available.sum() < num_groups:
@@ -719,7 +741,7 @@ class RayGraphBuffer:
         counts = rng.multivariate_hypergeometric(available, num_groups) if num_groups else available * 0
         drawing = [s for s in range(self.shards) if counts[s] > 0]
         keys, released = _keys(self.shards), self._take_released()
-        lengths = ray.get(
+        lengths = _get(
             [
                 self._shards[s].draw_groups.remote(keys[s], int(counts[s]), group_size, seeds[s], max_staleness, released)
                 for s in drawing
@@ -741,12 +763,12 @@ class RayGraphBuffer:
         if not np.all((values >= 0) & (values <= _core.MAX_PRIORITY)):
             bad = values[~((values >= 0) & (values <= _core.MAX_PRIORITY))][0]
             raise InvalidArgumentError(f"{bad} is not a priority; priorities are finite numbers from 0 to {_core.MAX_PRIORITY:e}")
-        held = np.stack(ray.get([shard.contains_many.remote(keys) for shard in self._shards]))
+        held = np.stack(_get([shard.contains_many.remote(keys) for shard in self._shards]))
         missing = np.flatnonzero(~held.any(axis=0))
         if len(missing):
             raise InvalidArgumentError(f"no trace {keys[missing[0]]!r} in the buffer")
         owner = np.argmax(held, axis=0)
-        ray.get(
+        _get(
             [
                 self._shards[s].update_priorities.remote([keys[i] for i in rows], values[rows].tolist())
                 for s in np.unique(owner)
@@ -757,26 +779,26 @@ class RayGraphBuffer:
     # ---- staleness ---------------------------------------------------------------------
     @property
     def policy_version(self) -> int:
-        return max(ray.get([shard.policy_version.remote() for shard in self._shards]))
+        return max(_get([shard.policy_version.remote() for shard in self._shards]))
 
     @policy_version.setter
     def policy_version(self, version: int) -> None:
         version = whole("policy_version", version, high=I64_MAX)
-        ray.get([shard.set_policy_version.remote(version, False) for shard in self._shards])
+        _get([shard.set_policy_version.remote(version, False) for shard in self._shards])
 
     def advance(self, version: int) -> None:
         """Moves every shard's policy version forward to ``version``."""
         version = whole("policy_version", version, high=I64_MAX)
-        ray.get([shard.set_policy_version.remote(version, True) for shard in self._shards])
+        _get([shard.set_policy_version.remote(version, True) for shard in self._shards])
 
     def evict_stale(self, max_staleness: int | None = None) -> int:
         """As :meth:`GraphBuffer.evict_stale`, on every shard; returns how many traces left."""
         max_staleness = optional_whole("max_staleness", max_staleness)
-        return sum(ray.get([shard.evict_stale.remote(max_staleness) for shard in self._shards]))
+        return sum(_get([shard.evict_stale.remote(max_staleness) for shard in self._shards]))
 
     def to_arrow(self) -> pa.Table:
         """Every stored trace as the canonical table, shard by shard, each in insertion order."""
-        return pa.concat_tables(ray.get([shard.to_arrow.remote() for shard in self._shards]))
+        return pa.concat_tables(_get([shard.to_arrow.remote() for shard in self._shards]))
 
     # ---- persistence -------------------------------------------------------------------
     def save(self, directory: str | os.PathLike[str]) -> None:
@@ -784,12 +806,14 @@ class RayGraphBuffer:
         ``directory``, then points ``ray_buffer.json`` at it (replaced atomically) and removes
         the previous snapshot: a save killed at any moment leaves the previous one loadable."""
         directory = pathlib.Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
         previous = _read_manifest(directory) if (directory / _MANIFEST).exists() else None
         snapshot = f"snapshot-{uuid.uuid4().hex}"
-        (directory / snapshot).mkdir()
+        try:
+            (directory / snapshot).mkdir(parents=True)
+        except OSError as error:  # a file in the way, or no permission
+            raise StorageError(error.errno, f"cannot save a RayGraphBuffer here ({error.strerror})", error.filename) from None
         files = [f"shard-{s:05d}-of-{self.shards:05d}.parquet" for s in range(self.shards)]
-        ray.get(
+        _get(
             [
                 shard.save.remote(os.fspath((directory / snapshot / name).resolve()))
                 for shard, name in zip(self._shards, files, strict=True)
@@ -812,16 +836,31 @@ class RayGraphBuffer:
         """Starts shard actors from a directory written by :meth:`save`."""
         directory = pathlib.Path(directory)
         manifest = _read_manifest(directory)
-        paths = [os.fspath((directory / manifest["snapshot"] / name).resolve()) for name in manifest["files"]]
         buffer = cls.__new__(cls)
-        settings = {key: manifest[key] for key in ("capacity", "unit", "shards", "seed", "max_staleness")}
-        buffer._start(settings, state_directory, actor_options, paths)
+        buffer._start(manifest["settings"], state_directory, actor_options, manifest["paths"])
         return buffer
 
     def shutdown(self) -> None:
         """Ends the shard actors (the handle is unusable afterwards)."""
         for shard in self._shards:
             ray.kill(shard, no_restart=True)
+
+
+def _settings(capacity: Any, unit: Any, shards: Any, seed: Any, max_staleness: Any) -> dict[str, Any]:
+    """A buffer's settings, each checked (given to the constructor, or read from a save)."""
+    shards = whole("shards", shards, low=1, high=MAX_SHARDS)
+    capacity = whole("capacity", capacity)
+    if capacity < shards:
+        raise InvalidArgumentError(f"capacity must be at least one per shard ({shards}), got {capacity}")
+    if unit not in ("traces", "events"):
+        raise InvalidArgumentError(f"unit must be 'traces' or 'events', not {unit!r}")
+    return {
+        "capacity": capacity,
+        "unit": unit,
+        "shards": shards,
+        "seed": whole("seed", seed),
+        "max_staleness": optional_whole("max_staleness", max_staleness),
+    }
 
 
 def _report(
@@ -938,7 +977,7 @@ class BufferWriter:
         """Takes answers, oldest first, until at most ``limit`` calls are unanswered."""
         while len(self._in_flight) > limit:
             answer, _ = self._in_flight.popleft()
-            added, problems = ray.get(answer)
+            added, problems = _get(answer)
             self.added += added
             self._refused += [(trace_id, error) for _, trace_id, error in problems]
 
@@ -959,7 +998,18 @@ def _read_manifest(directory: pathlib.Path) -> dict[str, Any]:
         raise StorageError(f"not a saved RayGraphBuffer ({directory / _MANIFEST}): {error}") from error
     if not isinstance(manifest, dict) or len(manifest.get("files", ())) != manifest.get("shards"):
         raise StorageError(f"not a saved RayGraphBuffer: {directory / _MANIFEST} lists no shard files")
-    return manifest
+    # Checked as the constructor's arguments are: the file may come from anywhere.
+    try:
+        settings = _settings(*(manifest.get(key) for key in ("capacity", "unit", "shards", "seed", "max_staleness")))
+        names = [manifest.get("snapshot"), *manifest["files"]]
+        if not all(
+            isinstance(name, str) and name not in ("", ".", "..") and pathlib.PurePath(name).name == name for name in names
+        ):
+            raise InvalidArgumentError(f"the snapshot and its files must be names inside {directory}, got {names}")
+        paths = [os.fspath((directory / manifest["snapshot"] / name).resolve()) for name in manifest["files"]]
+    except (InvalidArgumentError, TypeError) as error:
+        raise StorageError(f"not a saved RayGraphBuffer: {directory / _MANIFEST}: {error}") from None
+    return {**manifest, "settings": settings, "paths": paths}
 
 
 class _ShardSample:
@@ -992,7 +1042,7 @@ class _ShardSample:
         weakref.finalize(self, released.extend, [key for _, key, _ in parts]).atexit = False
 
     def _fetch(self, method: str, *args: Any) -> list[Any]:
-        return ray.get([getattr(shard, method).remote(key, rows, *args) for shard, key, rows in self._parts])
+        return _get([getattr(shard, method).remote(key, rows, *args) for shard, key, rows in self._parts])
 
     def __len__(self) -> int:
         return len(self._order)

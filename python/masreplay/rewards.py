@@ -219,7 +219,11 @@ class RunningStd:
         #: channel -> [count, mean, m2]
         self.channels: dict[str, list[float]] = {}
 
-    def update(self, channel: str, values: np.ndarray) -> None:
+    @checked
+    def update(self, channel: str, values: Any) -> None:
+        """Merges ``values`` (NaN: missing, skipped) into the statistics of ``channel``;
+        values compose would refuse are refused here, before the statistics change."""
+        values = _channel(channel, values, "RunningStd.update")
         values = values[~np.isnan(values)]
         if len(values) == 0:
             return
@@ -291,7 +295,7 @@ def compose(
         raise InvalidArgumentError("compose needs at least one weighted channel")
     # Every channel and weight is read and checked before the state learns from any of them,
     # so a refused call leaves the running statistics as they were.
-    terms = {name: (_weight(name, weight, step), _channel(name, channels[name])) for name, weight in weights.items()}
+    terms = {name: (_weight(name, weight, step), _channel(name, channels[name], "compose")) for name, weight in weights.items()}
     lengths = {name: len(values) for name, (_, values) in terms.items()}
     if len(set(lengths.values())) > 1:
         raise InvalidArgumentError(f"compose: channels must hold one value per trace each, got lengths {lengths}")
@@ -315,14 +319,15 @@ def _weight(name: str, weight: float | Schedule, step: int | None) -> float:
     return value
 
 
-def _channel(name: str, values: Any) -> np.ndarray:
-    array = numbers(f"compose: channel {name!r}", values)
+def _channel(name: str, values: Any, caller: str) -> np.ndarray:
+    """One value per trace of channel ``name``, checked for ``caller`` (named in a refusal)."""
+    array = numbers(f"{caller}: channel {name!r}", values)
     if array.ndim != 1:
-        raise InvalidArgumentError(f"compose: channel {name!r} must be 1-D (one value per trace), got shape {array.shape}")
+        raise InvalidArgumentError(f"{caller}: channel {name!r} must be 1-D (one value per trace), got shape {array.shape}")
     beyond = np.flatnonzero(unsummable(array))
     if len(beyond):
         raise InvalidArgumentError(
-            f"compose: channel {name!r} holds {array[beyond[0]]:g} (trace {beyond[0]}): rewards must be finite and "
+            f"{caller}: channel {name!r} holds {array[beyond[0]]:g} (trace {beyond[0]}): rewards must be finite and "
             "of magnitude below 2^49 (about 5.6e14), beyond which sums overflow (NaN marks a missing one)"
         )
     return array

@@ -50,7 +50,18 @@ import numpy as np
 import pyarrow as pa
 
 from masreplay import _core
-from masreplay._args import I64_MAX, U64_MAX, checked, is_sequence, optional_whole, whole, wrong_type
+from masreplay._args import (
+    I64_MAX,
+    U64_MAX,
+    checked,
+    is_index,
+    is_sequence,
+    item_of_0d,
+    optional_whole,
+    refuse_masked,
+    whole,
+    wrong_type,
+)
 from masreplay.batch import TraceBatch
 from masreplay.errors import InvalidArgumentError
 from masreplay.games import FunctionGame, evaluate
@@ -98,11 +109,14 @@ def _unions(unions: Sequence[Any] | None) -> list[Any] | None:
         return None
     if not is_sequence(unions):
         raise wrong_type("unions", "nested lists of player indices", unions)
+    refuse_masked("unions", unions)
 
     def plain(item: Any) -> Any:
-        if isinstance(item, (list, tuple, np.ndarray)):
+        if isinstance(item, np.ndarray):  # as lists: a matrix's rows are matrices again, endlessly
+            item = np.asarray(item).tolist()
+        if isinstance(item, (list, tuple)):
             return [plain(child) for child in item]
-        if isinstance(item, (int, np.integer)):
+        if is_index(item):
             return _player(item, "unions")
         raise InvalidArgumentError(f"unions: {item!r} is neither a player index nor a list")
 
@@ -113,17 +127,19 @@ def _indices(players: Any, what: str) -> list[int]:
     """A collection of player indices as a list of ints (None: none)."""
     if players is None:
         return []
-    if isinstance(players, (int, np.integer)):
+    refuse_masked(what, players)
+    players = item_of_0d(players)
+    if is_index(players):
         players = [players]
     if not is_sequence(players):
         raise wrong_type(what, "a player index or a sequence of them", players)
     if isinstance(players, np.ndarray):
-        players = players.ravel().tolist()
+        players = np.asarray(players).ravel().tolist()  # a matrix stays 2-D under ravel
     return [_player(p, what) for p in players]
 
 
 def _player(index: Any, what: str) -> int:
-    if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)) or not 0 <= index <= _PLAYER_MAX:
+    if not is_index(index) or not 0 <= index <= _PLAYER_MAX:
         raise InvalidArgumentError(f"{what}: {index!r} is not a player index (0 to {_PLAYER_MAX})")
     return int(index)
 
@@ -134,8 +150,9 @@ def _parents(parents: Sequence[int | None] | np.ndarray | None) -> list[int] | N
         return None
     if not is_sequence(parents):
         raise wrong_type("parents", "a sequence of player indices (-1 or None for a root)", parents)
+    refuse_masked("parents", parents)
     if isinstance(parents, np.ndarray):
-        parents = parents.ravel().tolist()
+        parents = np.asarray(parents).ravel().tolist()
     return [-1 if p is None else whole(f"parents[{i}]", p, low=-1, high=I64_MAX) for i, p in enumerate(parents)]
 
 

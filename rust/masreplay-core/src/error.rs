@@ -43,6 +43,11 @@ pub enum MasreplayError {
     /// A well-formed call with an argument outside its domain (an index past the end, ...).
     #[error("{0}")]
     InvalidArgument(String),
+    /// A trace asked for by id that the buffer does not hold. Told apart from
+    /// `InvalidArgument` so that a lookup racing an eviction is refused as the lookup of any
+    /// absent trace is, whichever thread wins the buffer's lock.
+    #[error("no trace {0:?} in the buffer")]
+    TraceNotFound(String),
     /// An error raised by a function the caller handed in (a value function, a game),
     /// carried back unchanged: a binding puts its own error type in and takes it out again
     /// (Python's exception), so the core stays free of any binding's types.

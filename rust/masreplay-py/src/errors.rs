@@ -31,6 +31,12 @@ pub fn conversion_error(py: Python<'_>, error: &masreplay_core::convert::Convers
     raised
 }
 
+/// The `ArgumentTypeError` (an `InvalidArgumentError` and a `TypeError`) for an argument of
+/// the wrong type; `message` names the argument and what it takes.
+pub fn wrong_type(py: Python<'_>, message: String) -> PyErr {
+    exception(py, "ArgumentTypeError", (message,))
+}
+
 pub fn to_py(py: Python<'_>, error: MasreplayError) -> PyErr {
     let error = match error {
         // What a Python callback raised, re-raised as it was.
@@ -49,6 +55,7 @@ pub fn to_py(py: Python<'_>, error: MasreplayError) -> PyErr {
             exception(py, "DataFormatError", (error.to_string(),))
         }
         MasreplayError::InvalidArgument(message) => exception(py, "InvalidArgumentError", (message.clone(),)),
+        MasreplayError::TraceNotFound(trace_id) => exception(py, "TraceNotFoundError", (trace_id.clone(),)),
         MasreplayError::Callback(other) => pyo3::exceptions::PyRuntimeError::new_err(other.to_string()),
     }
 }

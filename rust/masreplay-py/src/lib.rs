@@ -98,7 +98,7 @@ fn parse_objects(
     objects: Vec<Bound<'_, PyAny>>,
     strict_seed: bool,
 ) -> PyResult<(PyTraceBatch, Rejected)> {
-    let outcomes = objects::read_traces(py, &objects, ValidateOptions { strict_seed });
+    let outcomes = objects::read_traces(py, &objects, ValidateOptions { strict_seed })?;
     batch_of_outcomes(py, outcomes)
 }
 

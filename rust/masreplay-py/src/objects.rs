@@ -15,6 +15,7 @@
 
 use std::os::raw::c_int;
 
+use pyo3::exceptions::PyException;
 use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -34,31 +35,37 @@ const CHUNK_NODES: usize = 1 << 16;
 /// each value), to weigh a chunk's checks as [`min_piece`] counts work, in events.
 const NODES_PER_EVENT: usize = 16;
 
-/// Checks Python objects (each a dict shaped like a trace), in order.
+/// Checks Python objects (each a dict shaped like a trace), in order. Python code a value runs
+/// (`__float__`, `__index__`, `__iter__`) may raise: an `Exception` there says the value is no
+/// JSON, and the trace is refused with it; anything else (`KeyboardInterrupt`, `SystemExit`)
+/// is no verdict on the data, and ends the read, raised as it was.
 pub fn read_traces(
     py: Python<'_>,
     objects: &[Bound<'_, PyAny>],
     options: ValidateOptions,
-) -> Vec<Result<Trace, ValidationError>> {
+) -> PyResult<Vec<Result<Trace, ValidationError>>> {
     let mut outcomes = Vec::with_capacity(objects.len());
     let (mut filling, mut checking) = (Chunk::default(), Chunk::default());
     let mut items = Items::new();
-    let mut rest = filling.fill(objects, &mut items);
+    let mut rest = filling.fill(objects, &mut items)?;
     while !rest.is_empty() {
         std::mem::swap(&mut filling, &mut checking);
-        let mut checked = rayon::in_place_scope(|scope| {
+        let step = rayon::in_place_scope(|scope| {
             let (sender, receiver) = std::sync::mpsc::sync_channel(1);
             let checking = &mut checking;
             scope.spawn(move |_| _ = sender.send(checking.check(options)));
-            rest = filling.fill(rest, &mut items); // on this thread, which holds the GIL
+            let filled = filling.fill(rest, &mut items); // on this thread, which holds the GIL
             // Waiting for the pool does not need the GIL. (A panic there resumes when the
             // scope ends, so an empty result is never used.)
-            py.detach(move || receiver.recv()).unwrap_or_default()
+            let checked = py.detach(move || receiver.recv()).unwrap_or_default();
+            filled.map(|left| (left, checked))
         });
+        let (left, mut checked) = step?;
+        rest = left;
         outcomes.append(&mut checked);
     }
     outcomes.append(&mut py.detach(|| filling.check(options)));
-    outcomes
+    Ok(outcomes)
 }
 
 /// Documents copied onto one tape: each trace's root node, or why it is not JSON.
@@ -69,13 +76,17 @@ struct Chunk {
 }
 
 impl Chunk {
-    /// Copies objects until the tape is full; returns those left.
-    fn fill<'a, 'py>(&mut self, objects: &'a [Bound<'py, PyAny>], items: &mut Items<'py>) -> &'a [Bound<'py, PyAny>] {
+    /// Copies objects until the tape is full; returns those left, or what interrupted the copy.
+    fn fill<'a, 'py>(
+        &mut self,
+        objects: &'a [Bound<'py, PyAny>],
+        items: &mut Items<'py>,
+    ) -> PyResult<&'a [Bound<'py, PyAny>]> {
         self.tape.clear();
         self.roots.clear();
         for (i, object) in objects.iter().enumerate() {
             if self.tape.mark() >= CHUNK_NODES {
-                return &objects[i..];
+                return Ok(&objects[i..]);
             }
             let root = self.tape.mark();
             if write_plain_trace(object, &mut self.tape) {
@@ -83,13 +94,18 @@ impl Chunk {
                 continue;
             }
             self.tape.truncate(root);
-            let written = write_trace(object, &mut self.tape, items).map(|()| root).map_err(|not_json| {
-                self.tape.truncate(root);
-                ValidationError::new(trace_id_of(object).as_deref(), not_json.path, not_json.reason)
-            });
+            let written = match write_trace(object, &mut self.tape, items) {
+                Ok(()) => Ok(root),
+                Err(Failure { interrupt: Some(raised), .. }) => return Err(raised),
+                Err(failure) => {
+                    self.tape.truncate(root);
+                    let path = failure.segments.iter().rev().map(|segment| format!("/{segment}")).collect::<String>();
+                    Err(ValidationError::new(trace_id_of(object).as_deref(), path, failure.reason))
+                }
+            };
             self.roots.push(written);
         }
-        &[]
+        Ok(&[])
     }
 
     fn check(&mut self, options: ValidateOptions) -> Vec<Result<Trace, ValidationError>> {
@@ -112,22 +128,28 @@ fn trace_id_of(object: &Bound<'_, PyAny>) -> Option<String> {
         .filter(|id| !id.is_empty())
 }
 
-/// Where and why a Python object is not JSON.
-pub struct NotJson {
-    pub path: String,
-    pub reason: String,
-}
-
 /// Why a value is not JSON, with the pointer segments from that value up to the trace
-/// (innermost first): the pointer is only spelled out when something fails.
+/// (innermost first): the pointer is only spelled out when something fails. `interrupt`: a
+/// Python exception that is no `Exception` (`KeyboardInterrupt`, `SystemExit`) raised by code
+/// the value ran, to be raised as it was rather than read as the value's fault.
 struct Failure {
     segments: Vec<String>,
     reason: String,
+    interrupt: Option<PyErr>,
 }
 
 impl Failure {
     fn new(reason: String) -> Self {
-        Failure { segments: Vec::new(), reason }
+        Failure { segments: Vec::new(), reason, interrupt: None }
+    }
+
+    /// The failure of a value whose Python code raised `error`.
+    fn raised(py: Python<'_>, error: PyErr) -> Self {
+        let mut failure = Failure::new(error.to_string());
+        if !error.is_instance_of::<PyException>(py) {
+            failure.interrupt = Some(error);
+        }
+        failure
     }
 
     fn within(mut self, segment: String) -> Self {
@@ -262,12 +284,20 @@ unsafe fn plain_str<'a>(text: *mut ffi::PyObject) -> Option<&'a str> {
 
 /// Writes the trace object onto `tape` (level 1 of [`MAX_DEPTH`]). On failure the tape holds a
 /// partial document, which the caller truncates.
-fn write_trace<'py>(object: &Bound<'py, PyAny>, tape: &mut Tape, items: &mut Items<'py>) -> Result<(), NotJson> {
+fn write_trace<'py>(object: &Bound<'py, PyAny>, tape: &mut Tape, items: &mut Items<'py>) -> Result<(), Failure> {
     items.clear();
-    write(object, tape, items, 1).map_err(|failure| NotJson {
-        path: failure.segments.iter().rev().map(|segment| format!("/{segment}")).collect(),
-        reason: failure.reason,
-    })
+    write(object, tape, items, 1)
+}
+
+/// `Some` of what a call that runs a value's Python code returned, `None` when it raised an
+/// `Exception` (the caller tries another reading, or says the value is no JSON), and the
+/// interrupt when it raised anything else: a Ctrl-C must not be taken for one more attempt.
+fn unless_interrupted<T>(py: Python<'_>, result: PyResult<T>) -> Result<Option<T>, Failure> {
+    match result {
+        Ok(value) => Ok(Some(value)),
+        Err(error) if error.is_instance_of::<PyException>(py) => Ok(None),
+        Err(error) => Err(Failure::raised(py, error)),
+    }
 }
 
 /// Writes `object`, at nesting `level` (the trace object is level 1).
@@ -297,8 +327,10 @@ fn write<'py>(
     let plain_container = object.is_exact_instance_of::<PyDict>()
         || object.is_exact_instance_of::<PyList>()
         || object.is_exact_instance_of::<PyTuple>();
+    let py = object.py();
     if !plain_container
-        && (object.cast::<PyInt>().is_ok() || object.hasattr(intern!(object.py(), "__index__")).unwrap_or(false))
+        && (object.cast::<PyInt>().is_ok()
+            || unless_interrupted(py, object.hasattr(intern!(py, "__index__")))?.unwrap_or(false))
     {
         return write_integer(object, tape);
     }
@@ -333,8 +365,8 @@ fn write<'py>(
         match object.cast_exact::<PyList>() {
             Ok(list) => items.extend(list.iter()),
             Err(_) => {
-                for item in object.try_iter().map_err(|e| Failure::new(e.to_string()))? {
-                    items.push(item.map_err(|e| Failure::new(e.to_string()))?);
+                for item in object.try_iter().map_err(|e| Failure::raised(py, e))? {
+                    items.push(item.map_err(|e| Failure::raised(py, e))?);
                 }
             }
         }
@@ -348,24 +380,25 @@ fn write<'py>(
         tape.close(open, len);
         return Ok(());
     }
-    if object.hasattr(intern!(object.py(), "__float__")).unwrap_or(false) {
-        let value: f64 = object.extract().map_err(|e: PyErr| Failure::new(e.to_string()))?;
+    if unless_interrupted(py, object.hasattr(intern!(py, "__float__")))?.unwrap_or(false) {
+        let value: f64 = object.extract().map_err(|e: PyErr| Failure::raised(py, e))?;
         return write_float(tape, value);
     }
     Err(Failure::new(format!("{} is not a JSON value", type_name(object))))
 }
 
 fn write_integer(object: &Bound<'_, PyAny>, tape: &mut Tape) -> Result<(), Failure> {
-    if let Ok(n) = object.extract::<i64>() {
+    let py = object.py();
+    if let Some(n) = unless_interrupted(py, object.extract::<i64>())? {
         tape.int(n);
         return Ok(());
     }
-    if let Ok(n) = object.extract::<u64>() {
+    if let Some(n) = unless_interrupted(py, object.extract::<u64>())? {
         tape.uint(n);
         return Ok(());
     }
     // Wider integers become the nearest double, as a JSON parser reads them.
-    let wide: f64 = object.extract().map_err(|e: PyErr| Failure::new(e.to_string()))?;
+    let wide: f64 = object.extract().map_err(|e: PyErr| Failure::raised(py, e))?;
     write_float(tape, wide)
 }
 

@@ -79,7 +79,16 @@ impl PyGame {
     }
 
     /// Values of coalitions given as a boolean array (m, n_players).
-    fn values<'py>(&self, py: Python<'py>, masks: PyReadonlyArray2<'py, bool>) -> PyResult<Bound<'py, PyArray1<f64>>> {
+    fn values<'py>(&self, py: Python<'py>, masks: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyArray1<f64>>> {
+        // Not a typed parameter: pyo3's refusal of another value names neither the argument nor
+        // what it takes ("'list' object is not an instance of 'ndarray'").
+        let Ok(masks) = masks.extract::<PyReadonlyArray2<'py, bool>>() else {
+            let got = masks.get_type().name()?;
+            return Err(crate::errors::wrong_type(
+                py,
+                format!("masks must be a boolean array (coalitions, players), got {got}"),
+            ));
+        };
         let coalitions = coalitions_from_masks(&masks).or_raise(py)?;
         let n = self.n_players();
         let values = py.detach(|| {

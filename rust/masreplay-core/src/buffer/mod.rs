@@ -594,10 +594,7 @@ impl GraphBuffer {
     }
 
     fn seq_of(&self, trace_id: &str) -> Result<u64> {
-        self.by_id
-            .get(trace_id)
-            .copied()
-            .ok_or_else(|| MasreplayError::InvalidArgument(format!("no trace {trace_id:?} in the buffer")))
+        self.by_id.get(trace_id).copied().ok_or_else(|| MasreplayError::TraceNotFound(trace_id.to_owned()))
     }
 
     pub fn get(&self, trace_id: &str) -> Result<TraceBatch> {
@@ -626,7 +623,10 @@ impl GraphBuffer {
         for (trace_id, &priority) in trace_ids.iter().zip(priorities) {
             check_priority(priority)
                 .map_err(|reason| MasreplayError::InvalidArgument(format!("priority of {trace_id:?}: {reason}")))?;
-            seqs.push(self.seq_of(trace_id)?);
+            // An id among the arguments: refused as a bad argument (a ValueError in Python),
+            // as the sharded buffer refuses it, not as a lookup.
+            let seq = self.seq_of(trace_id).map_err(|absent| MasreplayError::InvalidArgument(absent.to_string()))?;
+            seqs.push(seq);
         }
         for (seq, &priority) in seqs.into_iter().zip(priorities) {
             let slot = self.slot(seq);
