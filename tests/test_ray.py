@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import json
 import math
+import os
 import time
 from collections import Counter
 
@@ -341,7 +342,7 @@ def test_saving_where_a_file_is_in_the_way_is_a_storage_error(tmp_path):
         lambda m: m.update(capacity="lots"),
         lambda m: m.update(shards=0, files=[]),
         lambda m: m.update(unit="rows"),
-        lambda m: m.update(snapshot="../elsewhere"),
+        lambda m: m.update(snapshot=os.path.join(os.pardir, "elsewhere")),
         lambda m: m.update(files=[7]),
     ],
 )

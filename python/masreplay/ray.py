@@ -1003,7 +1003,8 @@ def _read_manifest(directory: pathlib.Path) -> dict[str, Any]:
         settings = _settings(*(manifest.get(key) for key in ("capacity", "unit", "shards", "seed", "max_staleness")))
         names = [manifest.get("snapshot"), *manifest["files"]]
         if not all(
-            isinstance(name, str) and name not in ("", ".", "..") and pathlib.PurePath(name).name == name for name in names
+            isinstance(name, str) and name not in ("", os.curdir, os.pardir) and pathlib.PurePath(name).name == name
+            for name in names
         ):
             raise InvalidArgumentError(f"the snapshot and its files must be names inside {directory}, got {names}")
         paths = [os.fspath((directory / manifest["snapshot"] / name).resolve()) for name in manifest["files"]]
