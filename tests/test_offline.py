@@ -455,6 +455,30 @@ def test_a_dump_of_no_trace_still_has_the_columns(request, tmp_path, engine):
         assert got.num_rows == 0 and got.schema == want.schema
 
 
+def test_a_row_group_spilled_twice_is_in_its_bucket_once(local_ray, tmp_path):
+    # Found by reading the Ray engine while fuzzing it: Ray Data runs a row group again when
+    # the actor that had it dies, and the spill files were named by actor, so the second run
+    # added a second copy of the row group's traces to their buckets (credit over doubled
+    # groups, silently). Called here in one process, twice, as a retry would.
+    from masreplay import _offline_ray
+    from masreplay import _offline_steps as steps
+
+    dump = write_dump(CANONICAL, tmp_path / "dump", seed=23, files=1, row_group=50)
+    files = offline.source_files(dump)
+    options = offline._options({}, True, False, "group_id", "raise")
+    plan = steps.make_plan(steps.plan_keys(files), options, 10**6)
+    assert plan.n_buckets == 1
+    out = tmp_path / "out"
+    for folder in (steps.SCRATCH, "traces", "events"):
+        (out / folder).mkdir(parents=True)
+    units = pa.Table.from_pylist([{"path": p, "index": i, "start": s} for p, i, s in steps.row_groups(files)])
+    spill = _offline_ray._Spill(plan.bucket, str(out / steps.SCRATCH), [], "raise")
+    spill(units)
+    _offline_ray._Spill(plan.bucket, str(out / steps.SCRATCH), [], "raise")(units.slice(0, 1))  # the retry
+    sizes = _offline_ray._Credit(str(out), options)(pa.table({"bucket": [0]}))
+    assert sizes["traces"].to_pylist() == [CANONICAL.num_rows] and sizes["raised"].to_pylist() == [None]
+
+
 def test_ray_engine_without_ray_names_the_package(tmp_path, monkeypatch):
     dump = write_dump(CANONICAL, tmp_path / "dump", seed=12, files=1, row_group=100)
     monkeypatch.setitem(sys.modules, "ray", None)

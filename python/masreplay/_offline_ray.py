@@ -27,7 +27,6 @@ import os
 import pathlib
 import pickle
 import shutil
-import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -63,15 +62,18 @@ def _bucket_folder(scratch: pathlib.Path, bucket: int) -> pathlib.Path:
 
 
 class _Spill:
-    """Stage 2 actor: reads row groups, validates them and spills each trace to its bucket."""
+    """Stage 2 actor: reads row groups, validates them and spills each trace to its bucket.
+
+    A row group's piece of a bucket has a file named by the row group's first row, written
+    under a temporary name and renamed: Ray Data runs a row group again when the actor that
+    had it died, and the second run replaces the first's piece (a name per actor would keep
+    both, and the bucket would hold its traces twice)."""
 
     def __init__(self, bucket: Any, scratch: str, done: Sequence[int], on_error: str) -> None:
         self.bucket = _ray().get(bucket) if isinstance(bucket, _ray().ObjectRef) else bucket
         self.scratch = pathlib.Path(scratch)
         self.done = np.asarray(done, dtype=np.int64)
         self.on_error = on_error
-        self.name = uuid.uuid4().hex
-        self.count = 0
 
     def __call__(self, units: pa.Table) -> pa.Table:
         rejected = []
@@ -96,8 +98,8 @@ class _Spill:
         for bucket, piece in steps.split_by_bucket(core, kept, self.bucket[kept]):
             folder = _bucket_folder(self.scratch, bucket)
             folder.mkdir(parents=True, exist_ok=True)
-            steps._ipc_write(folder / f"{self.name}-{self.count:06d}.arrow", piece)
-            self.count += 1
+            target = folder / f"rows-{start:012d}.arrow"
+            steps._atomic_write(target, lambda temporary, piece=piece: steps._ipc_write(pathlib.Path(temporary), piece))
         return bad
 
 

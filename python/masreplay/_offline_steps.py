@@ -521,8 +521,11 @@ def _ipc_write(path: pathlib.Path, table: pa.Table) -> None:
 
 
 def _ipc_read(path: pathlib.Path) -> pa.Table:
-    with pa.memory_map(os.fspath(path)) as source:
-        return pa.ipc.open_stream(source).read_all()
+    try:
+        with pa.memory_map(os.fspath(path)) as source:
+            return pa.ipc.open_stream(source).read_all()
+    except (OSError, pa.ArrowException) as error:  # the scratch folder is a file system anyone can write
+        raise StorageError(5, f"a spill file cannot be read ({' '.join(str(error).split())})", os.fspath(path)) from error
 
 
 def load_bucket(pieces: Sequence[Piece]) -> _core.TraceBatch:
