@@ -316,3 +316,16 @@ def test_dict_and_json_text_agree_on_integers_beyond_64_bits(seed_example):
     assert from_text["rewards"]["team"] == float(value)
     from_dict = masreplay.load_traces(trace)[0]
     assert from_dict == from_text
+
+
+def test_a_batch_read_from_parquet_writes_again_with_pyarrow(tmp_path):
+    # Branch rollouts beside factual traces: counterfactual_of is null on the factual rows. The
+    # Parquet reader gave the struct's required children nulls of their own there, which
+    # pyarrow's writer refuses ("declared non-nullable but contains nulls").
+    import pyarrow.parquet as pq
+
+    batch = masreplay.sim.branches(6, branches=2, seed=3).batch
+    batch.write_parquet(tmp_path / "dump.parquet")
+    table = masreplay.load_traces(tmp_path / "dump.parquet").to_arrow()
+    pq.write_table(table, tmp_path / "again.parquet")
+    assert masreplay.load_traces(tmp_path / "again.parquet").to_arrow().equals(batch.to_arrow())

@@ -636,6 +636,8 @@ fn complete(batch: &RecordBatch, derived: &[Derived]) -> Result<RecordBatch, Mas
         .collect();
     let mut arrays = batch.columns().to_vec();
     arrays[batch.schema().index_of("group_id").expect("canonical column")] = Arc::new(group_id);
+    let counterfactual_of = batch.schema().index_of("counterfactual_of").expect("canonical column");
+    arrays[counterfactual_of] = without_child_nulls(columns.counterfactual_of)?;
     let first_derived = batch.schema().index_of(super::schema::DERIVED_COLUMNS[0]).expect("canonical column");
     for (offset, column) in derived_columns(derived).into_iter().enumerate() {
         arrays[first_derived + offset] = column;
@@ -658,6 +660,34 @@ fn complete(batch: &RecordBatch, derived: &[Derived]) -> Result<RecordBatch, Mas
     let strict = conform(&whole, &DataType::Struct(schema.fields().clone()), "", false, &Zeros::new(0))?;
     let (_, arrays, _) = strict.as_struct().clone().into_parts();
     Ok(RecordBatch::try_new(schema, arrays)?)
+}
+
+/// `counterfactual_of` as the builder writes it: where the struct is null, its required
+/// children hold "" and the first kind instead of nulls of their own. A Parquet reader gives
+/// them nulls there, which the schema allows but pyarrow's Parquet writer refuses in a
+/// non-nullable field: a batch read from a file could not be written again with pyarrow.
+fn without_child_nulls(parent: &StructArray) -> Result<ArrayRef, MasreplayError> {
+    let (fields, children, nulls) = parent.clone().into_parts();
+    let children = children
+        .into_iter()
+        .map(|child| -> Result<ArrayRef, MasreplayError> {
+            if child.null_count() == 0 {
+                return Ok(child);
+            }
+            Ok(match child.data_type() {
+                DataType::Utf8 => {
+                    Arc::new(child.as_string::<i32>().iter().map(|v| Some(v.unwrap_or(""))).collect::<StringArray>())
+                }
+                DataType::Dictionary(key, _) if **key == DataType::Int8 => {
+                    let kinds = child.as_dictionary::<Int8Type>();
+                    let keys: Int8Array = kinds.keys().iter().map(|key| Some(key.unwrap_or(0))).collect();
+                    Arc::new(DictionaryArray::<Int8Type>::try_new(keys, kinds.values().clone())?)
+                }
+                _ => child,
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Arc::new(StructArray::try_new(fields, children, nulls)?))
 }
 
 #[cfg(test)]
