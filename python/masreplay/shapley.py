@@ -199,7 +199,7 @@ def shapley(
     too, and ``target_stderr`` stops on it. When the budget covers every coalition (twice
     for ``"auto"``) the estimate is exact enumeration with each coalition valued
     ``repeats`` times (default: all the budget allows; with ``target_stderr``, rounds until
-    it is met); otherwise, with a budget of at least 10 evaluations a player, MSR,
+    it is met); otherwise, with a budget of at least 10 evaluations a player (times ``repeats``), MSR,
     whose every evaluation informs every player (the noise variance in a value is below
     10 sigma^2 / budget at any n, 2 sigma^2 n / budget for orderings: 3-7x lower error
     than antithetic permutations at n = 30-300 and 10,000 evaluations), with the empty and grand coalitions

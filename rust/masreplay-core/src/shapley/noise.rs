@@ -10,9 +10,10 @@
 //!   only. The budget is spread over sizes to minimise it (Neyman allocation, [`shares`]):
 //!   re-evaluating is the best use of budget there, as no sampling error is left to spend it
 //!   on. With `target_stderr`, draws are added in rounds until the target is met.
-//! - otherwise, with a budget of at least 10 evaluations a player and no structure (or
-//!   permission's, a restricted game): MSR (msr.rs), every requested coalition a fresh draw;
-//!   precedence values take MSR's reuse over down-sets (precedence_msr.rs) the same way.
+//! - otherwise, with a budget of at least 10 requests a player (evaluations over `repeats`)
+//!   and no structure (or permission's, a restricted game): MSR (msr.rs), every requested
+//!   coalition a fresh draw; precedence values take MSR's reuse over down-sets
+//!   (precedence_msr.rs) the same way.
 //!   Each evaluation informs every player, so the noise variance in a value is
 //!   4 sigma^2 Z^2 / budget, Z = sum_{s <= n/2} 1 / sqrt(s (n - s)) -> pi / 2 (msr.rs's
 //!   allocation), where an ordering sampler's is 2 sigma^2 n / budget. The
@@ -62,11 +63,13 @@ pub enum Noise {
 /// The domain of the rounds' seeds (see [`in_rounds`]).
 const ROUND_SEEDS: u64 = 0x524f_554e_4453;
 
-/// Evaluations per player from which `auto` runs MSR on a noisy game (30 without noise): on the
-/// benchmark's noisy games (sigma a tenth of the value range) at 10 a player, MSR's error is
-/// 2.2-4.3x below antithetic permutations' at n = 30 and 100, its intervals covering 93-95%
-/// (40 and 20 seeds); at 3.3 a player (n = 300, 1,000 evaluations) it is as often above as below.
-const MSR_FROM_EVALUATIONS_PER_PLAYER: u64 = 10;
+/// Requests per player (evaluations over `repeats`) from which `auto` runs MSR on a noisy game
+/// (30 evaluations without noise): on the benchmark's noisy games (sigma a tenth of the value
+/// range) at 10 a player, MSR's error is 2.2-4.3x below antithetic permutations' at n = 30 and
+/// 100, its intervals covering 93-95% (40 and 20 seeds); at 3.3 a player (n = 300, 1,000
+/// evaluations) it is as often above as below. Counted in requests: a repeat averages noise but
+/// samples nothing, and MSR's strata need samples (precedence's, four down-sets of each size).
+const MSR_FROM_REQUESTS_PER_PLAYER: u64 = 10;
 
 /// What an estimate under noise cost, and the noise it assumed.
 struct Spent {
@@ -216,12 +219,30 @@ fn shares(n: usize, variances: &[f64]) -> Vec<(f64, f64)> {
         .collect()
 }
 
-/// Draws per coalition of each size: `least` each, and the rest of `spend` as [`shares`] says.
-fn allocate(n: usize, variances: &[f64], least: u64, spend: u64) -> Vec<u64> {
+/// Draws per coalition of each size beyond `done` (the draws each coalition of that size has
+/// had): `least` each, the rest of `spend` as [`shares`] says, and what rounding those down
+/// leaves (up to one draw of every coalition, a quarter of the budget at n = 8) one size at a
+/// time while it fits, each to the size whose next draw of every coalition takes the most
+/// noise variance off per evaluation.
+fn allocate(n: usize, variances: &[f64], done: &[u64], least: u64, spend: u64) -> Vec<u64> {
     let shares = shares(n, variances);
     let total: f64 = shares.iter().map(|(count, share)| count * share).sum();
     let free = spend.saturating_sub(least << n) as f64;
-    shares.iter().map(|(_, share)| least + (free * share / total).floor() as u64).collect()
+    let mut more: Vec<u64> = shares.iter().map(|(_, share)| least + (free * share / total).floor() as u64).collect();
+    let spent: f64 = more.iter().zip(&shares).map(|(&m, (count, _))| m as f64 * count).sum();
+    let mut left = (spend as f64 - spent).max(0.0);
+    // c(s) (1/r - 1/(r + 1)) / C(n, s), with r >= 1 draws so far.
+    let gain = |s: usize, more: &[u64]| {
+        let r = (done[s] + more[s]).max(1) as f64;
+        variances[s] / (r * (r + 1.0) * shares[s].0)
+    };
+    while let Some(s) =
+        (0..=n).filter(|&s| shares[s].0 <= left).max_by(|&a, &b| gain(a, &more).total_cmp(&gain(b, &more)))
+    {
+        more[s] += 1;
+        left -= shares[s].0;
+    }
+    more
 }
 
 /// Draws per coalition of each size that bring the standard error to `target`: with
@@ -265,7 +286,8 @@ pub(super) fn shapley_under_noise(game: &dyn Game, options: &ShapleyOptions, noi
     let least = if noise == Noise::Auto { 2.0 } else { 1.0 };
     let exact_fits = n <= MAX_EXACT_PLAYERS
         && all * options.repeats.unwrap_or(least as u64).max(least as u64) as f64 <= budget as f64;
-    let msr_fits = budget >= MSR_FROM_EVALUATIONS_PER_PLAYER * n as u64;
+    let msr_least = (MSR_FROM_REQUESTS_PER_PLAYER * n as u64).saturating_mul(options.repeats.unwrap_or(1));
+    let msr_fits = budget >= msr_least;
     let method = match options.method {
         Method::Auto if forest.is_some() => Method::Precedence,
         Method::Auto if hierarchy.is_some() => Method::Owen,
@@ -292,16 +314,18 @@ pub(super) fn shapley_under_noise(game: &dyn Game, options: &ShapleyOptions, noi
             )));
         }
         Method::Exact => exact_with_repeats(game, options, noise, &stopping)?,
-        Method::Msr => in_rounds(&stopping, n, |round| msr_with_repeats(game, options, noise, round, extras))?,
+        Method::Msr => {
+            in_rounds(&stopping, n, msr_least, |round| msr_with_repeats(game, options, noise, round, extras))?
+        }
         Method::Precedence if msr_fits => {
             let forest = forest.as_ref().ok_or_else(|| needs("parents"))?;
-            in_rounds(&stopping, n, |round| precedence_with_repeats(game, forest, options, noise, round))?
+            in_rounds(&stopping, n, msr_least, |round| precedence_with_repeats(game, forest, options, noise, round))?
         }
         // Permission values are the Shapley values of the restricted game, as without noise.
         Method::Permission if msr_fits => {
             let restricted = RestrictedGame::new(game, forest.as_ref().ok_or_else(|| needs("parents"))?);
             let extras = msr::Extras { threshold: false, settle: false, ..extras };
-            in_rounds(&stopping, n, |round| msr_with_repeats(&restricted, options, noise, round, extras))?
+            in_rounds(&stopping, n, msr_least, |round| msr_with_repeats(&restricted, options, noise, round, extras))?
         }
         _ => {
             // The spread of the orderings holds the noise: it takes two of them.
@@ -354,7 +378,7 @@ pub(super) fn shapley_under_noise(game: &dyn Game, options: &ShapleyOptions, noi
 /// An estimate under noise that stops on `target_stderr` (otherwise one `round` of the whole
 /// budget): independent rounds, each a fresh estimate with a seed of its own, the first as
 /// large as MSR's first round without noise, each next one as large as the combination's
-/// worst standard error says the target needs (10% more). The rounds are combined with
+/// worst standard error says the target needs (10% more), and at least `least`. The rounds are combined with
 /// weights in proportion to their budgets, the inverse-variance weights when a round's
 /// variance falls like 1 / budget. Each round is unbiased and its budget is set before its
 /// values are seen; when to stop depends on them, as with any stop on a running standard
@@ -362,10 +386,10 @@ pub(super) fn shapley_under_noise(game: &dyn Game, options: &ShapleyOptions, noi
 fn in_rounds(
     stopping: &Stopping,
     n: usize,
+    least: u64,
     mut round: impl FnMut(&Stopping) -> Result<(Estimate, Spent)>,
 ) -> Result<(Estimate, Spent)> {
     let Some(target) = stopping.target_stderr else { return round(stopping) };
-    let least = MSR_FROM_EVALUATIONS_PER_PLAYER * n as u64;
     let mut next = msr::first_budget(stopping, n);
     let mut rounds: Vec<(u64, Estimate)> = Vec::new();
     let mut evaluations = 0;
@@ -483,7 +507,7 @@ fn exact_with_repeats(
             )));
         }
         (Some(repeats), _) => vec![repeats; n + 1],
-        (None, None) => allocate(n, &variances, least, stopping.budget),
+        (None, None) => allocate(n, &variances, &vec![0; n + 1], least, stopping.budget),
         (None, Some(_)) => vec![least; n + 1],
     };
     let draws = Draws::new(game, first.clone(), true);
@@ -500,7 +524,7 @@ fn exact_with_repeats(
                 let wanted = repeats_for_target(n, &variances, sigma, target);
                 let extra: Vec<u64> = wanted.iter().zip(&done).map(|(w, d)| w.saturating_sub(*d)).collect();
                 let cost: f64 = extra.iter().zip(shares(n, &variances)).map(|(e, (count, _))| *e as f64 * count).sum();
-                if cost <= left as f64 { extra } else { allocate(n, &variances, 0, left) }
+                if cost <= left as f64 { extra } else { allocate(n, &variances, &done, 0, left) }
             }
             _ => vec![0; n + 1],
         };

@@ -22,8 +22,10 @@
 //! folds, and the folds' estimates averaged. On a trace game, whose value on a down-set is the
 //! sum of its agents' own values, the residual is the noise alone.
 //!
-//! Standard error: the spread of the contributions within each stratum and fold. The noise of
-//! the empty and grand coalitions' draws is the caller's to add ([`BoundWeights`]).
+//! Standard error: the spread of the contributions within each stratum and fold, widened by
+//! Student's t on the sum's Welch-Satterthwaite degrees of freedom (a cell can hold two
+//! draws). The noise of the empty and grand coalitions' draws is the caller's to add
+//! ([`BoundWeights`]).
 
 use super::coalition::{Coalitions, contains};
 use super::forest::Forest;
@@ -34,6 +36,7 @@ use super::pipeline::value_drawn;
 use super::sampling::stream;
 use super::{Estimate, Stopping};
 use crate::error::{MasreplayError, Result};
+use crate::student_t::z_scale;
 
 /// Most folds of the cross-fitting.
 const MAX_FOLDS: usize = 4;
@@ -190,7 +193,9 @@ pub fn precedence_msr(
             squares[cell + i] += d * d;
         }
     }
-    let (mut values, mut variance) = (vec![0.0; n], vec![0.0; n]);
+    let mut values = vec![0.0; n];
+    // Per stratum and player the variance its draws add to the value.
+    let mut terms = vec![0.0; counts.len() * n];
     let share_of_fold = 1.0 / folds as f64;
     for (fold, g) in surrogates.iter().enumerate() {
         let (r_empty, r_full) = (empty - g.intercept, full - g.intercept - g.slopes.iter().sum::<f64>());
@@ -204,11 +209,34 @@ pub fn precedence_msr(
                 let mean = sums[cell + i] / m as f64;
                 values[i] += share_of_fold * mean;
                 let spread = (squares[cell + i] / m as f64 - mean * mean).max(0.0) * m as f64 / (m - 1) as f64;
-                variance[i] += share_of_fold * share_of_fold * spread / m as f64;
+                terms[stratum * n + i] += share_of_fold * share_of_fold * spread / m as f64;
             }
         }
     }
-    let stderr = variance.iter().map(|v| v.sqrt()).collect();
+    // Per player the variance, and the sum over the strata of a term squared over its degrees
+    // of freedom (draws less folds), for Welch-Satterthwaite's.
+    let (mut variance, mut unsureness) = (vec![0.0; n], vec![0.0; n]);
+    for (stratum, &(_, count)) in counts.iter().enumerate() {
+        let freedom = (count as usize - folds) as f64;
+        for (i, term) in terms[stratum * n..(stratum + 1) * n].iter().enumerate() {
+            variance[i] += term;
+            unsureness[i] += term * term / freedom;
+        }
+    }
+    // At the smallest budgets a stratum holds four to eight draws in two to four folds, and
+    // 1.96 standard errors covered 90-92% (n = 7, 70 evaluations, a chain, a star, singletons
+    // and a mixed forest, 300 seeds): Student's t on the Welch-Satterthwaite degrees of
+    // freedom of the sum over the strata widens them to 92-96%. (Over the cells, one or two
+    // degrees of freedom each, the chain's went to 98%: too few terms to read them from.)
+    let stderr = variance
+        .iter()
+        .zip(&unsureness)
+        .map(|(v, u)| {
+            let freedom = v * v / u;
+            let scale = if freedom.is_finite() { z_scale(freedom.clamp(1.0, 1e6).round() as usize) } else { 1.0 };
+            v.sqrt() * scale
+        })
+        .collect();
     Ok(Estimate { values, stderr, evaluations, converged: false, exact: false })
 }
 
