@@ -329,3 +329,23 @@ def test_a_batch_read_from_parquet_writes_again_with_pyarrow(tmp_path):
     table = masreplay.load_traces(tmp_path / "dump.parquet").to_arrow()
     pq.write_table(table, tmp_path / "again.parquet")
     assert masreplay.load_traces(tmp_path / "again.parquet").to_arrow().equals(batch.to_arrow())
+
+
+def test_a_folder_of_parquet_files_with_different_optional_columns_loads_as_one(tmp_path):
+    # One file written without the optional group_id: Arrow cannot join the files' own columns
+    # (group_id required in one, absent in the other), so each is brought to the canonical
+    # layout first; a rejected trace keeps its position across the files.
+    import pyarrow.parquet as pq
+
+    first = masreplay.sim.generate(4, seed=1)
+    first.write_parquet(tmp_path / "a.parquet")
+    second = masreplay.sim.generate(3, seed=2).to_arrow().drop_columns(["group_id"])
+    rows = second.to_pylist()
+    rows[1]["events"] = []
+    pq.write_table(pa.Table.from_pylist(rows, schema=second.schema), tmp_path / "b.parquet")
+    loaded = masreplay.load_traces(tmp_path, on_error="skip")
+    assert [position for position, _, _ in loaded.rejected] == [5]
+    expected = (
+        first.to_arrow().to_pylist() + masreplay.load_traces(tmp_path / "b.parquet", on_error="skip").to_arrow().to_pylist()
+    )
+    assert loaded.to_arrow().to_pylist() == expected

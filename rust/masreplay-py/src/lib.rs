@@ -19,7 +19,6 @@ use masreplay_core::counterfactual::Baseline;
 use masreplay_core::parallel::min_piece;
 use masreplay_core::shapley::{Method, MsrSurrogate};
 use masreplay_core::sim::{SimConfig, generate};
-use masreplay_core::store::WellFormed;
 use masreplay_core::trace::{CounterfactualKind, EdgeType, EventType, Topology, Unit};
 use masreplay_core::validate::{ValidateOptions, parse_documents};
 use masreplay_core::{MasreplayError, Named, Trace, TraceBatch, ValidationError, split_outcomes};
@@ -113,14 +112,7 @@ fn ingest_arrow(py: Python<'_>, table: Bound<'_, PyAny>) -> PyResult<(PyTraceBat
 /// Reads Parquet files in the canonical layout, checking them like any Arrow input.
 #[pyfunction]
 fn read_parquet(py: Python<'_>, paths: Vec<PathBuf>) -> PyResult<(PyTraceBatch, Rejected)> {
-    let outcome = py.detach(|| -> Result<_, MasreplayError> {
-        let mut batches = WellFormed::default();
-        for path in &paths {
-            batches.append(masreplay_core::store::read_parquet(path)?);
-        }
-        TraceBatch::from_well_formed(&batches)
-    });
-    let (inner, errors) = outcome.or_raise(py)?;
+    let (inner, errors) = py.detach(|| TraceBatch::from_parquet_files(&paths)).or_raise(py)?;
     Ok((PyTraceBatch { inner }, rejected_from(py, errors)))
 }
 

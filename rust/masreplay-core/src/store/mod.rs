@@ -62,6 +62,37 @@ impl TraceBatch {
         Self::from_well_formed(&WellFormed::check(batches)?)
     }
 
+    /// Parquet files in the canonical layout (or close to it), checked like any Arrow input;
+    /// rejected traces are returned beside the batch of accepted ones, numbered across the
+    /// files. Consecutive files of one schema are checked together; files whose schemas differ
+    /// (one written without an optional column, or with a column nullable that another has
+    /// not) are each brought to the canonical layout first and then joined, which Arrow could
+    /// not do with the files' own columns.
+    pub fn from_parquet_files(
+        paths: &[std::path::PathBuf],
+    ) -> Result<(Self, Vec<(usize, crate::error::ValidationError)>)> {
+        let mut runs: Vec<WellFormed> = Vec::new();
+        for path in paths {
+            let file = read_parquet(path)?;
+            let fields = |batches: &WellFormed| batches.first().map(|batch| batch.schema().fields().clone());
+            match runs.last_mut() {
+                Some(run) if fields(run) == fields(&file) || file.is_empty() => run.append(file),
+                _ => runs.push(file),
+            }
+        }
+        if runs.len() <= 1 {
+            return Self::from_well_formed(&runs.pop().unwrap_or_default());
+        }
+        let (mut parts, mut rejected, mut rows_before) = (Vec::with_capacity(runs.len()), Vec::new(), 0);
+        for run in &runs {
+            let (part, refused) = Self::from_well_formed(run)?;
+            rejected.extend(refused.into_iter().map(|(row, error)| (rows_before + row, error)));
+            rows_before += run.iter().map(RecordBatch::num_rows).sum::<usize>();
+            parts.push(part);
+        }
+        Ok((Self::concat(&parts.iter().collect::<Vec<_>>())?, rejected))
+    }
+
     /// [`Self::from_arrow`] for data already proven well-formed (a Parquet file's batches).
     pub fn from_well_formed(batches: &WellFormed) -> Result<(Self, Vec<(usize, crate::error::ValidationError)>)> {
         let Ingested { batch, rejected } = ingest_well_formed(batches)?;
