@@ -79,8 +79,12 @@ def numbers(name: str, value: Any, dtype: Any = np.float64) -> np.ndarray:
         array = np.asarray(raw, dtype=dtype, order="C")  # a scalar stays 0-d, refused by shape
     except (TypeError, ValueError, OverflowError) as error:
         raise InvalidArgumentError(f"{name} must hold numbers: {error}") from None
-    # A view at an odd byte offset (np.frombuffer of a packed record) is contiguous but
-    # unaligned, which the core cannot read in place.
+    return aligned(array)
+
+
+def aligned(array: np.ndarray) -> np.ndarray:
+    """``array``, copied if it is unaligned: a view at an odd byte offset (np.frombuffer of a
+    packed record) is contiguous but unaligned, which the core cannot read in place."""
     return array if array.flags.aligned else array.copy()
 
 

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from masreplay import _core
-from masreplay._args import checked, numbers, refuse_masked
+from masreplay._args import aligned, checked, numbers, refuse_masked
 from masreplay.batch import TraceBatch
 from masreplay.errors import InvalidArgumentError
 from masreplay.io import as_batch
@@ -111,8 +111,7 @@ def _keys(name: str, values: Any, length: int) -> np.ndarray:
     if array.ndim != 1 or len(array) != length:
         raise InvalidArgumentError(f"{name} must be 1-D with {length} entries, got shape {array.shape}")
     if array.dtype.kind in "iub":
-        keys = np.ascontiguousarray(array, dtype=np.int64)
-        return keys if keys.flags.aligned else keys.copy()  # the core reads it in place
+        return aligned(np.ascontiguousarray(array, dtype=np.int64))
     if array.dtype.kind in "OUS":
         try:
             return _dictionary_keys(name, pa.array(array), length)

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from masreplay import _core
-from masreplay._args import checked, is_sequence, numbers, optional_whole, real, refuse_masked, whole, wrong_type
+from masreplay._args import aligned, checked, is_sequence, numbers, optional_whole, real, refuse_masked, whole, wrong_type
 from masreplay.errors import InvalidArgumentError
 
 Game = _core.Game
@@ -118,7 +118,7 @@ def _coalition_masks(name: str, value: Any) -> np.ndarray:
         raise InvalidArgumentError(f"{name} must be a boolean array (m, n_players): {error}") from None
     if raw.dtype != bool and not (raw.dtype.kind in "iuf" and np.isin(raw, (0, 1)).all()):
         raise InvalidArgumentError(f"{name} must be a boolean array (m, n_players) or one of 0s and 1s, got {raw.dtype}")
-    return np.require(raw, bool, ["C", "A"])
+    return aligned(np.asarray(raw, dtype=bool, order="C"))
 
 
 @checked
