@@ -53,6 +53,10 @@ pub enum MasreplayError {
     /// (Python's exception), so the core stays free of any binding's types.
     #[error("{0}")]
     Callback(Box<dyn std::error::Error + Send + Sync>),
+    /// The call was asked to stop (see [`crate::interrupt`]) and stopped before changing
+    /// anything.
+    #[error("interrupted")]
+    Interrupted,
 }
 
 /// `bail!("n_players must be at least 1, got {n}")` returns an `InvalidArgument` error (the

@@ -7,6 +7,7 @@ pub mod convert;
 pub mod counterfactual;
 pub mod error;
 pub mod graph;
+pub mod interrupt;
 pub mod limit;
 pub mod metrics;
 pub mod names;

@@ -17,6 +17,7 @@ use pyo3_arrow::ffi::{ArrayIterator, to_stream_pycapsule};
 use pyo3_arrow::{PyArray, PyTable};
 
 use crate::errors::OrRaise;
+use crate::interrupt::{arrow_values, interruptible};
 
 #[pyclass(module = "masreplay._core", name = "TraceBatch", frozen)]
 pub struct PyTraceBatch {
@@ -145,7 +146,8 @@ impl PyTraceBatch {
     #[staticmethod]
     fn restore(py: Python<'_>, table: Bound<'_, PyAny>) -> PyResult<Self> {
         let batches = arrow_input(py, &table)?;
-        let inner = py.detach(|| TraceBatch::from_arrow_strict(&batches)).or_raise(py)?;
+        let inner =
+            interruptible(py, arrow_values(&batches), || TraceBatch::from_arrow_strict(&batches))?.or_raise(py)?;
         Ok(PyTraceBatch { inner })
     }
 

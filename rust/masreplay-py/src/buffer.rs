@@ -16,6 +16,7 @@ use pyo3_arrow::{PyArray, PyTable};
 
 use crate::batch::PyTraceBatch;
 use crate::errors::{Arg, OrRaise};
+use crate::interrupt::{arrow_values, file_values, interruptible};
 
 /// A pad value: Python ints first (a bool is one), then floats.
 #[derive(FromPyObject)]
@@ -357,7 +358,8 @@ impl PyGraphBuffer {
 
     #[staticmethod]
     fn load(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
-        let buffer = py.detach(|| buffer::load(&path)).or_raise(py)?;
+        let values = file_values(std::slice::from_ref(&path));
+        let buffer = interruptible(py, values, || buffer::load(&path))?.or_raise(py)?;
         Ok(PyGraphBuffer { inner: Mutex::new(buffer) })
     }
 
@@ -372,7 +374,7 @@ impl PyGraphBuffer {
     #[staticmethod]
     fn restore(py: Python<'_>, table: Bound<'_, PyAny>) -> PyResult<Self> {
         let batches = crate::batch::arrow_input(py, &table)?;
-        let buffer = py.detach(|| GraphBuffer::restore(&batches)).or_raise(py)?;
+        let buffer = interruptible(py, arrow_values(&batches), || GraphBuffer::restore(&batches))?.or_raise(py)?;
         Ok(PyGraphBuffer { inner: Mutex::new(buffer) })
     }
 }

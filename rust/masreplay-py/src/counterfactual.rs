@@ -11,6 +11,7 @@ use pyo3::prelude::*;
 use crate::SimShape;
 use crate::batch::PyTraceBatch;
 use crate::errors::{Arg, OrRaise};
+use crate::interrupt::{interruptible, simulated_values};
 
 type CreditArrays<'py> = (
     Bound<'py, PyArray1<u64>>,
@@ -35,7 +36,7 @@ pub fn counterfactual_credit<'py>(
     baseline: Arg<Baseline>,
 ) -> PyResult<CreditArrays<'py>> {
     let inner = &batch.inner;
-    let credit = py.detach(|| branch_credit(inner, channel, baseline.0)).or_raise(py)?;
+    let credit = interruptible(py, inner.num_events(), || branch_credit(inner, channel, baseline.0))?.or_raise(py)?;
     Ok(to_numpy(py, credit))
 }
 
@@ -50,7 +51,9 @@ pub fn same_prefix_credit_arrays<'py>(
 ) -> PyResult<CreditArrays<'py>> {
     let signature = signature.map(Signature::new).transpose().or_raise(py)?.unwrap_or_default();
     let inner = &batch.inner;
-    let credit = py.detach(|| same_prefix_credit(inner, channel, &signature, importance_weighting)).or_raise(py)?;
+    let credit =
+        interruptible(py, inner.num_events(), || same_prefix_credit(inner, channel, &signature, importance_weighting))?
+            .or_raise(py)?;
     Ok(to_numpy(py, credit))
 }
 
@@ -70,12 +73,12 @@ pub fn simulate_branches(
     noise: f64,
 ) -> PyResult<(PyTraceBatch, Effects, AgentValues)> {
     let config = BranchConfig { base: shape.config(n_traces), branches, branch_points, noise };
-    let (inner, truth) = py
-        .detach(|| -> Result<_, MasreplayError> {
-            let truth = generate_with_branches(&config)?;
-            Ok((TraceBatch::from_traces(&truth.traces)?, truth))
-        })
-        .or_raise(py)?;
+    let values = simulated_values(n_traces).saturating_mul(branches.saturating_add(1));
+    let (inner, truth) = interruptible(py, values, || -> Result<_, MasreplayError> {
+        let truth = generate_with_branches(&config)?;
+        Ok((TraceBatch::from_traces(&truth.traces)?, truth))
+    })?
+    .or_raise(py)?;
     let effects = truth.effects.into_iter().map(|e| (e.trace_id, e.event_id, e.kind.as_str(), e.effect)).collect();
     let values = truth.agent_values.into_iter().map(|v| (v.trace_id, v.agent, v.value)).collect();
     Ok((PyTraceBatch { inner }, effects, values))

@@ -57,6 +57,9 @@ pub fn to_py(py: Python<'_>, error: MasreplayError) -> PyErr {
         MasreplayError::InvalidArgument(message) => exception(py, "InvalidArgumentError", (message.clone(),)),
         MasreplayError::TraceNotFound(trace_id) => exception(py, "TraceNotFoundError", (trace_id.clone(),)),
         MasreplayError::Callback(other) => pyo3::exceptions::PyRuntimeError::new_err(other.to_string()),
+        // Only a call run by `interrupt::interruptible` is stopped, and it raises what the
+        // signal handler raised instead; this stands in should a stop ever reach here.
+        MasreplayError::Interrupted => pyo3::exceptions::PyKeyboardInterrupt::new_err(error.to_string()),
     }
 }
 

@@ -7,6 +7,7 @@ mod buffer;
 mod convert;
 mod counterfactual;
 mod errors;
+mod interrupt;
 mod metrics;
 mod objects;
 mod shapley;
@@ -28,6 +29,7 @@ use rayon::prelude::*;
 
 use batch::PyTraceBatch;
 use errors::{OrRaise, validation_error};
+use interrupt::{arrow_values, file_values, interruptible, simulated_values};
 
 // Ingest allocates many small strings from several threads, where mimalloc is much faster than
 // the system allocator.
@@ -105,14 +107,16 @@ fn parse_objects(
 #[pyfunction]
 fn ingest_arrow(py: Python<'_>, table: Bound<'_, PyAny>) -> PyResult<(PyTraceBatch, Rejected)> {
     let batches = batch::arrow_input(py, &table)?;
-    let (inner, errors) = py.detach(|| TraceBatch::from_arrow(&batches)).or_raise(py)?;
+    let (inner, errors) =
+        interruptible(py, arrow_values(&batches), || TraceBatch::from_arrow(&batches))?.or_raise(py)?;
     Ok((PyTraceBatch { inner }, rejected_from(py, errors)))
 }
 
 /// Reads Parquet files in the canonical layout, checking them like any Arrow input.
 #[pyfunction]
 fn read_parquet(py: Python<'_>, paths: Vec<PathBuf>) -> PyResult<(PyTraceBatch, Rejected)> {
-    let (inner, errors) = py.detach(|| TraceBatch::from_parquet_files(&paths)).or_raise(py)?;
+    let (inner, errors) =
+        interruptible(py, file_values(&paths), || TraceBatch::from_parquet_files(&paths))?.or_raise(py)?;
     Ok((PyTraceBatch { inner }, rejected_from(py, errors)))
 }
 
@@ -144,12 +148,11 @@ impl SimShape {
 #[pyfunction]
 fn simulate(py: Python<'_>, n_traces: usize, shape: SimShape) -> PyResult<PyTraceBatch> {
     let config = shape.config(n_traces);
-    let inner = py
-        .detach(|| -> Result<TraceBatch, MasreplayError> {
-            let traces = generate(&config)?;
-            TraceBatch::from_traces(&traces)
-        })
-        .or_raise(py)?;
+    let inner = interruptible(py, simulated_values(n_traces), || -> Result<TraceBatch, MasreplayError> {
+        let traces = generate(&config)?;
+        TraceBatch::from_traces(&traces)
+    })?
+    .or_raise(py)?;
     Ok(PyTraceBatch { inner })
 }
 

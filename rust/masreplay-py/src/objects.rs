@@ -38,7 +38,8 @@ const NODES_PER_EVENT: usize = 16;
 /// Checks Python objects (each a dict shaped like a trace), in order. Python code a value runs
 /// (`__float__`, `__index__`, `__iter__`) may raise: an `Exception` there says the value is no
 /// JSON, and the trace is refused with it; anything else (`KeyboardInterrupt`, `SystemExit`)
-/// is no verdict on the data, and ends the read, raised as it was.
+/// is no verdict on the data, and ends the read, raised as it was, as does what a signal
+/// handler raises between two chunks.
 pub fn read_traces(
     py: Python<'_>,
     objects: &[Bound<'_, PyAny>],
@@ -49,6 +50,8 @@ pub fn read_traces(
     let mut items = Items::new();
     let mut rest = filling.fill(objects, &mut items)?;
     while !rest.is_empty() {
+        // Plain values run no Python code, so the signal handlers (Ctrl-C) run here.
+        py.check_signals()?;
         std::mem::swap(&mut filling, &mut checking);
         let step = rayon::in_place_scope(|scope| {
             let (sender, receiver) = std::sync::mpsc::sync_channel(1);

@@ -2,6 +2,7 @@
 //! native game or a batched Python callable, and per-trace credit. The work runs in the core
 //! with the GIL released; a Python callable re-takes it for each batch it values.
 
+use masreplay_core::interrupt::Checkpoint;
 use masreplay_core::shapley::coalition::Coalitions;
 use masreplay_core::shapley::columns::CreditColumns;
 use masreplay_core::shapley::games::{
@@ -20,6 +21,7 @@ use pyo3::types::{PyDict, PyList};
 
 use crate::batch::PyTraceBatch;
 use crate::errors::{Arg, OrRaise, from_callback};
+use crate::interrupt::interruptible;
 
 enum Native {
     Soum(SoumGame),
@@ -125,6 +127,52 @@ impl PyGame {
 
     fn __repr__(&self) -> String {
         format!("Game({}, n_players={})", self.kind, self.n_players())
+    }
+}
+
+/// A native game whose estimator stops at its next batch once the call is interrupted (see
+/// `crate::interrupt`): every estimator values coalitions through `values` or `walk`.
+struct Stoppable<'a> {
+    game: &'a dyn Game,
+    checkpoint: Checkpoint,
+}
+
+impl<'a> Stoppable<'a> {
+    /// Polls the flag of the call running on this thread.
+    fn new(game: &'a dyn Game) -> Self {
+        Stoppable { game, checkpoint: Checkpoint::here() }
+    }
+}
+
+impl Game for Stoppable<'_> {
+    fn n_players(&self) -> usize {
+        self.game.n_players()
+    }
+
+    fn values(&self, coalitions: &Coalitions) -> Result<Vec<f64>, MasreplayError> {
+        self.checkpoint.check()?;
+        self.game.values(coalitions)
+    }
+
+    /// Declined once interrupted, so that the estimator asks `values`, which says so.
+    fn walk(&self, order: &[u32], out: &mut [f64]) -> bool {
+        self.checkpoint.check().is_ok() && self.game.walk(order, out)
+    }
+
+    fn sequential(&self) -> bool {
+        self.game.sequential()
+    }
+
+    fn preferred_batch(&self) -> usize {
+        self.game.preferred_batch()
+    }
+
+    fn evaluations(&self) -> Option<u64> {
+        self.game.evaluations()
+    }
+
+    fn draws_per_request(&self) -> Option<u64> {
+        self.game.draws_per_request()
     }
 }
 
@@ -328,14 +376,15 @@ pub fn shapley<'py>(
             .or_raise(py);
         }
         let native = native.get();
-        let result = py
-            .detach(|| {
-                if let Some(n) = n_players {
-                    ensure!(n == native.n_players(), "n_players={n} but the game has {} players", native.n_players());
-                }
-                core_shapley(native.game(), &options)
-            })
-            .or_raise(py)?;
+        // A budget of evaluations, each of a coalition of up to n players.
+        let values = budget.unwrap_or(u64::MAX).saturating_mul(native.n_players() as u64);
+        let result = interruptible(py, usize::try_from(values).unwrap_or(usize::MAX), || {
+            if let Some(n) = n_players {
+                ensure!(n == native.n_players(), "n_players={n} but the game has {} players", native.n_players());
+            }
+            core_shapley(&Stoppable::new(native.game()), &options)
+        })?
+        .or_raise(py)?;
         return result_dict(py, result);
     }
     let function: Py<PyAny> = game.unbind();

@@ -26,6 +26,7 @@ use rayon::prelude::*;
 use super::factual_index::FactualIndex;
 use super::{Credit, Entry, ShiftedSums, head_word, mean_and_variance, unusable_reward};
 use crate::error::{Result, ValidationError};
+use crate::interrupt::checkpoint;
 use crate::limit::in_range;
 use crate::names::named_enum;
 use crate::prefetch::prefetch;
@@ -44,10 +45,15 @@ named_enum!(
 pub fn branch_credit(batch: &TraceBatch, channel: &str, baseline: Baseline) -> Result<Credit> {
     let columns = TraceColumns::new(batch.record_batch());
     let families = Families::new(batch, &columns, channel, baseline);
+    checkpoint()?;
     let entries = match families.credit_contiguous() {
         Some(entries) => entries,
-        None => families.credit_scattered()?,
+        None => {
+            checkpoint()?;
+            families.credit_scattered()?
+        }
     };
+    checkpoint()?;
     Ok(Credit::from_entries(entries))
 }
 

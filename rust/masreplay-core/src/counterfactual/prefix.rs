@@ -22,6 +22,7 @@ use foldhash::fast::FixedState;
 
 use super::{Credit, Entry, mean_and_variance, trace_rewards};
 use crate::error::{MasreplayError, Result};
+use crate::interrupt::checkpoint;
 use crate::store::TraceBatch;
 use crate::store::schema::TraceColumns;
 use crate::student_t::z_scale;
@@ -129,6 +130,7 @@ pub fn same_prefix_credit(
     let mut nodes: Vec<(Vec<usize>, usize)> =
         groups.into_values().filter(|rows| rows.len() >= 2).map(|rows| (rows, 0)).collect();
     while let Some((rows, depth)) = nodes.pop() {
+        checkpoint()?;
         let event_of = |row: usize| {
             let position = offsets[row] as usize + depth;
             (position < offsets[row + 1] as usize).then_some(position)

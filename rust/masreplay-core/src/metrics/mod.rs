@@ -15,6 +15,7 @@ use arrow_schema::{Field, Schema};
 use rayon::prelude::*;
 
 use crate::error::Result;
+use crate::interrupt::Checkpoint;
 use crate::store::TraceBatch;
 use crate::trace_view::BatchView;
 
@@ -85,11 +86,15 @@ const NULLABLE: &[&str] =
     &["finish_rate", "utilization", "protocol_overhead", "message_redundancy", "error_amplification"];
 
 /// Metrics of every trace of `batch`, one per row.
-pub fn trace_metrics(batch: &TraceBatch) -> Vec<TraceMetrics> {
+pub fn trace_metrics(batch: &TraceBatch) -> Result<Vec<TraceMetrics>> {
     let view = BatchView::new(batch);
+    let checkpoint = Checkpoint::here();
     (0..batch.len())
         .into_par_iter()
-        .map_init(|| compute::Scratch::new(view.n_agent_names()), |scratch, i| scratch.measure(&view, i))
+        .map_init(
+            || compute::Scratch::new(view.n_agent_names()),
+            |scratch, i| checkpoint.check().map(|()| scratch.measure(&view, i)),
+        )
         .collect()
 }
 
@@ -97,7 +102,7 @@ pub fn trace_metrics(batch: &TraceBatch) -> Vec<TraceMetrics> {
 /// int32, ratios and seconds float64, nullable where the field is an `Option`), then the
 /// event graph's `depth` and `max_branching` as the batch stores them.
 pub fn metrics_table(batch: &TraceBatch) -> Result<RecordBatch> {
-    let rows = trace_metrics(batch);
+    let rows = trace_metrics(batch)?;
     let record = batch.record_batch();
     let counts = |get: fn(&TraceMetrics) -> u32| -> ArrayRef {
         Arc::new(Int32Array::from_iter_values(rows.iter().map(|row| get(row) as i32)))

@@ -41,7 +41,7 @@ impl Build {
 }
 
 fn measure(trace: Trace) -> TraceMetrics {
-    trace_metrics(&TraceBatch::from_traces(&[trace]).unwrap()).remove(0)
+    trace_metrics(&TraceBatch::from_traces(&[trace]).unwrap()).unwrap().remove(0)
 }
 
 /// An orchestrator that decides, spawns `steps.len()` workers at t = 1, and aggregates at

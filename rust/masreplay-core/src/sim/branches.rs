@@ -20,6 +20,7 @@ use rayon::prelude::*;
 use super::{SimConfig, generate, stream};
 use crate::ensure;
 use crate::error::Result;
+use crate::interrupt::Checkpoint;
 use crate::trace::{CounterfactualKind, CounterfactualOf, EdgeType, EventType, Trace};
 
 #[derive(Clone, Debug)]
@@ -72,8 +73,12 @@ pub fn generate_with_branches(config: &BranchConfig) -> Result<GroundTruth> {
     let points = config.branch_points.min(config.base.max_events_per_trace());
     config.base.check_size(points.saturating_mul(config.branches).saturating_add(1))?;
     let factual = generate(&config.base)?;
-    let parts: Vec<GroundTruth> =
-        factual.into_par_iter().enumerate().map(|(index, trace)| with_branches(config, index, trace)).collect();
+    let checkpoint = Checkpoint::here();
+    let parts: Vec<GroundTruth> = factual
+        .into_par_iter()
+        .enumerate()
+        .map(|(index, trace)| checkpoint.check().map(|()| with_branches(config, index, trace)))
+        .collect::<Result<_>>()?;
     let mut truth = GroundTruth::default();
     for part in parts {
         truth.traces.extend(part.traces);

@@ -17,6 +17,7 @@ use rayon::prelude::*;
 pub mod branches;
 
 use crate::error::Result;
+use crate::interrupt::Checkpoint;
 use crate::trace::{Costs, Edge, EdgeType, Event, EventType, NamedNumbers, Topology, Trace};
 use crate::{bail, ensure};
 
@@ -101,7 +102,11 @@ fn check_range(name: &str, (low, high): (usize, usize), least: usize) -> Result<
 /// Generates `config.n_traces` traces; the same configuration always gives the same traces.
 pub fn generate(config: &SimConfig) -> Result<Vec<Trace>> {
     config.check()?;
-    Ok((0..config.n_traces).into_par_iter().map(|index| TraceBuilder::new(config, index).build()).collect())
+    let checkpoint = Checkpoint::here();
+    (0..config.n_traces)
+        .into_par_iter()
+        .map(|index| checkpoint.check().map(|()| TraceBuilder::new(config, index).build()))
+        .collect()
 }
 
 const ROLES: &[&str] = &["researcher", "coder", "critic", "planner"];

@@ -20,6 +20,7 @@ use super::nulls::{Zeros, longest_column, share_null_columns_over};
 use super::schema::{EdgeColumns, EventColumns, TraceColumns, canonical_schema, vocabulary};
 use super::structure::WellFormed;
 use crate::error::{MasreplayError, ValidationError, split_outcomes};
+use crate::interrupt::Checkpoint;
 use crate::parallel::min_piece;
 use crate::trace::{CounterfactualKind, EdgeType, EventType, Topology};
 use crate::validate::{
@@ -548,6 +549,7 @@ pub fn ingest_well_formed(batches: &WellFormed) -> Result<Ingested, MasreplayErr
     let zeros = batches.zeros();
     let mut conformed = Vec::with_capacity(batches.len());
     for batch in batches.iter() {
+        crate::interrupt::checkpoint()?;
         let trimmed = trim_lists(batch)?;
         let whole: ArrayRef = Arc::new(StructArray::from(trimmed));
         conformed.push(conform(&whole, &target, "", true, &zeros)?);
@@ -557,16 +559,20 @@ pub fn ingest_well_formed(batches: &WellFormed) -> Result<Ingested, MasreplayErr
     let relaxed = RecordBatch::from(whole.as_struct().clone());
     let columns = TraceColumns::new(&relaxed);
     let check = BatchCheck::new(&columns);
+    let checkpoint = Checkpoint::here();
+    checkpoint.check()?;
     let outcomes: Vec<Checked<Derived>> = (0..relaxed.num_rows())
         .into_par_iter()
         .with_min_len(min_piece(longest_column(&relaxed)))
         .map_init(Scratch::default, |scratch, row| {
+            checkpoint.check()?;
             let trace_id =
                 columns.trace_id.is_valid(row).then(|| columns.trace_id.value(row)).filter(|s| !s.is_empty());
-            RowCheck { batch: &check, columns: &columns, trace_id }.trace(row, scratch)
+            Ok(RowCheck { batch: &check, columns: &columns, trace_id }.trace(row, scratch))
         })
-        .collect();
+        .collect::<Result<_, MasreplayError>>()?;
 
+    checkpoint.check()?;
     let with_codes = replace_vocabularies(&relaxed, &check.vocabularies)?;
     let (derived, rejected) = split_outcomes(outcomes);
     let kept = if rejected.is_empty() {

@@ -117,22 +117,25 @@ pub fn write_parquet(batch: &RecordBatch, path: &Path) -> Result<()> {
 pub fn read_parquet(path: &Path) -> Result<WellFormed> {
     let file = File::open(path).map_err(|e| io_error(path, e))?;
     let named = |reason: String| MasreplayError::DataFormat { path: path.display().to_string(), reason };
-    let read = move || -> std::result::Result<WellFormed, String> {
-        let parquet = |e: ParquetError| e.to_string();
+    let read = move || -> Result<WellFormed> {
+        let parquet = |e: ParquetError| named(e.to_string());
         let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(parquet)?.with_batch_size(8192);
         // The reader's batches drop the schema metadata that the file keeps; put it back.
         let schema = builder.schema().clone();
         let reader = builder.build().map_err(parquet)?;
         let batches = reader
-            .map(|batch| batch.and_then(|b| b.with_schema(schema.clone())).map_err(|e| e.to_string()))
-            .collect::<std::result::Result<Vec<_>, _>>()?;
+            .map(|batch| {
+                crate::interrupt::checkpoint()?;
+                batch.and_then(|b| b.with_schema(schema.clone())).map_err(|e| named(e.to_string()))
+            })
+            .collect::<Result<Vec<_>>>()?;
         let batches = batches_or_empty(batches, schema);
         // A decoder is only as sound as the file: prove the arrays well-formed here, where the
         // error can name the file.
-        WellFormed::check(&batches).map_err(|e| e.to_string())
+        WellFormed::check(&batches).map_err(|e| named(e.to_string()))
     };
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(read)) {
-        Ok(outcome) => outcome.map_err(named),
+        Ok(outcome) => outcome,
         Err(panic) => {
             let message = crate::error::panic_message(panic.as_ref());
             Err(named(format!(

@@ -37,8 +37,8 @@ proptest! {
         let config = SimConfig { n_traces: 6, depth, agents: (1, 12), seed, ..SimConfig::default() };
         let traces = generate(&config).unwrap();
         let shuffled: Vec<Trace> = traces.iter().map(|trace| permuted(trace, shuffle)).collect();
-        let expected = trace_metrics(&TraceBatch::from_traces(&traces).unwrap());
-        let got = trace_metrics(&TraceBatch::from_traces(&shuffled).unwrap());
+        let expected = trace_metrics(&TraceBatch::from_traces(&traces).unwrap()).unwrap();
+        let got = trace_metrics(&TraceBatch::from_traces(&shuffled).unwrap()).unwrap();
         prop_assert_eq!(got, expected);
     }
 }
