@@ -689,6 +689,10 @@ def test_event_rewards_fill_missing():
     batch = _batch([_trace("t", [{"agent": "o", "reward": {"tool": 1.0}}, {"agent": "o"}])])
     np.testing.assert_array_equal(masreplay.event_rewards(batch, "tool"), [1.0, 0.0])
     np.testing.assert_array_equal(masreplay.event_rewards(batch, "tool", fill=-1), [1.0, -1.0])
+    assert np.isnan(masreplay.event_rewards(batch, "tool", fill=np.nan)[1])
+    for beyond in (2**70, -(2.0**49), np.inf):
+        with pytest.raises(InvalidArgumentError, match=r"fill must be a number in"):
+            masreplay.event_rewards(batch, "tool", fill=beyond)
 
 
 def _verl_gae(rewards, values, gamma, lam):

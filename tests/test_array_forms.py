@@ -74,6 +74,14 @@ def test_an_unmasked_masked_array_is_its_data():
         games.evaluate(game, np.ma.masked_array(np.ones((1, 4), bool), mask=[[0, 1, 0, 0]]))
 
 
+def test_game_values_refuse_masked_entries_and_read_an_unmasked_masked_array():
+    game = games.soum(4, 6, 2, seed=3)
+    masks = np.array([[True, False, True, True], [False, True, False, False]])
+    with pytest.raises(InvalidArgumentError, match=r"masks has masked entries"):
+        game.values(np.ma.masked_array(masks, mask=[[0, 1, 0, 0], [0, 0, 0, 0]]))
+    np.testing.assert_array_equal(game.values(np.ma.masked_array(masks)), game.values(masks))
+
+
 def test_whole_numbers_beyond_int64_are_refused_not_wrapped():
     q = np.array([[1.0, 2.0], [0.5, 0.25]])
     pi = np.array([[0.5, 0.5], [1.0, 0.0]])

@@ -207,7 +207,9 @@ RANGES: dict[tuple[str, type], dict[str, Any]] = {
     ("step", float): {"low": 0.0, "above": True},  # a finite-difference step
     ("max_path", int): {"low": 1},
     ("sub_calls", int): {"low": 1},
-    ("fill", float): {"nan": True},  # the value of an event without the channel: NaN keeps it missing
+    # The value of an event without the channel (NaN keeps it missing): a reward, summed, so
+    # of magnitude below the bound on summed numbers.
+    ("fill", float): {"nan": True, "low": -math.nextafter(VALUE_BOUND, 0), "high": math.nextafter(VALUE_BOUND, 0)},
     # Weights of summed reward terms: within the README's 2^49 bound on summed numbers, past
     # which a group's std overflows and its advantages come out as silent near-zeros.
     **{

@@ -15,7 +15,7 @@ use masreplay_core::shapley::{
     Game, Method, MsrSurrogate, Noise, ShapleyOptions, ShapleyResult, Union, shapley as core_shapley,
 };
 use masreplay_core::{MasreplayError, bail, ensure};
-use numpy::{IntoPyArray, PyArray1, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2};
+use numpy::{IntoPyArray, PyArray1, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArray};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
@@ -84,6 +84,10 @@ impl PyGame {
     fn values<'py>(&self, py: Python<'py>, masks: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyArray1<f64>>> {
         // Not a typed parameter: pyo3's refusal of another value names neither the argument nor
         // what it takes ("'list' object is not an instance of 'ndarray'").
+        if !masks.is_exact_instance_of::<PyUntypedArray>() {
+            // A masked array's mask would be dropped: refused as every array argument is.
+            py.import("masreplay._args")?.call_method1("refuse_masked", ("masks", masks))?;
+        }
         let Ok(masks) = masks.extract::<PyReadonlyArray2<'py, bool>>() else {
             let got = masks.get_type().name()?;
             return Err(crate::errors::wrong_type(
