@@ -59,6 +59,11 @@ impl Checkpoint {
         Checkpoint(CURRENT.with(|current| current.borrow().clone()))
     }
 
+    /// Whether there is a flag to poll (false on a call no one can interrupt).
+    pub fn is_armed(&self) -> bool {
+        self.0.is_some()
+    }
+
     /// `Err(Interrupted)` once the flag is raised.
     #[inline]
     pub fn check(&self) -> Result<()> {
@@ -90,6 +95,7 @@ mod tests {
         assert!(checkpoint().is_ok(), "no call runs under a flag here");
         assert!(matches!(flag.run(checkpoint), Err(MasreplayError::Interrupted)));
         let taken = flag.run(Checkpoint::here);
+        assert!(taken.is_armed() && !Checkpoint::here().is_armed());
         assert!(std::thread::spawn(move || taken.check()).join().unwrap().is_err(), "taken to another thread");
         assert!(checkpoint().is_ok(), "the flag is put back when the call ends");
         assert!(StopFlag::new().run(checkpoint).is_ok(), "a flag not raised");

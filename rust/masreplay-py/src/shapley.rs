@@ -386,7 +386,10 @@ pub fn shapley<'py>(
             if let Some(n) = n_players {
                 ensure!(n == native.n_players(), "n_players={n} but the game has {} players", native.n_players());
             }
-            core_shapley(&Stoppable::new(native.game()), &options)
+            // Run inline, the call cannot be interrupted: the game is asked directly.
+            let stoppable = Stoppable::new(native.game());
+            let game: &dyn Game = if stoppable.checkpoint.is_armed() { &stoppable } else { native.game() };
+            core_shapley(game, &options)
         })?
         .or_raise(py)?;
         return result_dict(py, result);
