@@ -200,6 +200,24 @@ impl Groups {
         }
     }
 
+    /// Lists the nonempty groups in `other`'s order (the same groups, by name).
+    fn list_as(&mut self, other: &Groups) -> Result<()> {
+        let mut listed = Vec::with_capacity(other.nonempty.len());
+        for &group in &other.nonempty {
+            let name = &other.names[group as usize];
+            let Some(&id) = self.index.get(name) else { bail!("group {name:?} is not stored") };
+            listed.push(id);
+        }
+        if listed.len() != self.nonempty.len() {
+            bail!("{} groups are stored, not {}", self.nonempty.len(), listed.len());
+        }
+        for (at, &id) in listed.iter().enumerate() {
+            self.position[id as usize] = at as u32;
+        }
+        self.nonempty = listed;
+        Ok(())
+    }
+
     /// Group ids in use or free: the most groups stored at once.
     #[cfg(test)]
     fn ids(&self) -> usize {
@@ -1135,15 +1153,49 @@ mod tests {
         assert_eq!(drawn.len(), 100);
     }
 
+    /// `n_traces` simulated traces, all of `version` (None: without policy_version).
+    fn versioned(n_traces: usize, seed: u64, version: Option<i64>) -> TraceBatch {
+        let mut made = generate(&SimConfig { n_traces, seed, group_size: 2, ..SimConfig::default() }).unwrap();
+        made.iter_mut().for_each(|trace| trace.policy_version = version);
+        TraceBatch::from_traces(&made).unwrap()
+    }
+
+    #[test]
+    fn a_compacted_buffer_draws_what_the_buffer_would_have() {
+        let mut buffer = GraphBuffer::new(1_000_000, Unit::Traces, 7).unwrap();
+        buffer.add(&versioned(3, 0, None)).unwrap();
+        for version in 1..40 {
+            buffer.add(&versioned(10, version as u64, Some(version))).unwrap();
+            let drawn = buffer.sample(8, Sampler::Uniform, ShapeFilter::default(), None, false, None).unwrap();
+            let ids = drawn.traces.trace_ids();
+            buffer.update_priorities(&ids, &vec![version as f64; ids.len()]).unwrap();
+        }
+        buffer.advance(39).unwrap();
+        buffer.evict_stale(Some(20)).unwrap(); // placeholders, too few to compact
+        let mut compacted = buffer.compacted().unwrap();
+        assert_eq!(compacted.entries.len(), buffer.len());
+        assert!(buffer.entries.len() > buffer.len());
+        for seed in [None, Some(1), Some(2)] {
+            for sampler in [Sampler::Uniform, Sampler::Prioritized] {
+                for staleness in [None, Some(10)] {
+                    let draw = |b: &mut GraphBuffer| {
+                        let drawn = b.sample(32, sampler, ShapeFilter::default(), seed, true, staleness).unwrap();
+                        // NaN (a branch's) compares by its bits.
+                        let bits: Vec<u64> = drawn.probabilities.iter().map(|p| p.to_bits()).collect();
+                        (drawn.traces.collect().unwrap().record_batch().clone(), bits)
+                    };
+                    assert_eq!(draw(&mut compacted), draw(&mut buffer));
+                }
+            }
+            let groups = |b: &mut GraphBuffer| b.sample_groups(5, None, seed, None).unwrap().collect().unwrap();
+            assert_eq!(groups(&mut compacted).record_batch(), groups(&mut buffer).record_batch());
+        }
+    }
+
     #[test]
     fn traces_removed_behind_one_never_stale_are_let_go() {
         // A demonstration (no policy_version: never stale) stays first while a trainer adds
         // traces of each new version and evicts the stale ones, far below capacity.
-        let versioned = |n_traces, seed, version| {
-            let mut made = generate(&SimConfig { n_traces, seed, ..SimConfig::default() }).unwrap();
-            made.iter_mut().for_each(|trace| trace.policy_version = version);
-            TraceBatch::from_traces(&made).unwrap()
-        };
         let mut buffer = GraphBuffer::new(1_000_000, Unit::Traces, 7).unwrap();
         buffer.add(&versioned(1, 0, None)).unwrap();
         let mut most_entries = 0;

@@ -140,8 +140,9 @@ impl GraphBuffer {
     }
 
     /// The stored traces in insertion order, with their priorities, in a new buffer with the
-    /// same settings and sampling state.
-    fn compacted(&self) -> Result<Self> {
+    /// same settings and sampling state, and its groups listed in the same order (group draws
+    /// pick by position in that list).
+    pub(super) fn compacted(&self) -> Result<Self> {
         let mut buffer = GraphBuffer {
             calls: self.calls,
             max_priority: self.max_priority,
@@ -150,6 +151,7 @@ impl GraphBuffer {
             ..GraphBuffer::new(self.capacity, self.unit, self.seed)?
         };
         buffer.add_with_priorities(&self.to_batch()?, Some(&self.priorities_in_order()))?;
+        buffer.groups.list_as(&self.groups)?;
         Ok(buffer)
     }
 }
