@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import math
 import multiprocessing
 import os
@@ -786,3 +787,24 @@ def test_save_over_a_pipe_or_a_folder_is_refused_and_leaves_it(tmp_path):
             buffer.to_batch().write_parquet(target)
     assert stat.S_ISFIFO(os.lstat(pipe).st_mode) and folder.is_dir()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "pipe"]  # no temporary file left
+
+
+def test_refused_adds_keep_nothing_they_built():
+    # Soak check (an error path run for days): traces refused by validation or by the buffer
+    # (ids already stored) hold none of the Arrow memory their add built.
+    buffer = GraphBuffer(100)
+    good = masreplay.sim.generate(16, seed=1).to_arrow()
+    buffer.add(good)
+    rows = good.to_pylist()
+    rows[3]["events"][0]["type"] = "no_such_type"
+    bad = pa.Table.from_pylist(rows, schema=good.schema)
+    gc.collect()
+    start = pa.total_allocated_bytes()
+    for _ in range(50):
+        for table in (bad, good):
+            with pytest.raises(TraceValidationError):
+                buffer.add(table)
+            assert buffer.add(table, on_error="skip").added == 0
+    gc.collect()
+    assert pa.total_allocated_bytes() == start
+    assert len(buffer) == 16

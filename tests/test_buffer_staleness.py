@@ -247,3 +247,20 @@ def test_staleness_settings_survive_save_load_and_pickle(tmp_path):
         assert (restored.policy_version, restored.max_staleness) == (3, 2)
         assert restored._core.eligible() == (15, 15.0)
         assert restored.sample(64, seed=11).trace_ids == buffer.sample(64, seed=11).trace_ids
+
+
+def test_traces_evicted_behind_a_trace_that_is_never_stale_are_let_go():
+    # A demonstration (no policy_version: never stale) stays first while the trainer evicts
+    # every stale version behind it, far below capacity: the buffer once kept every trace
+    # added after it (its memory grew with every step).
+    buffer = GraphBuffer(1_000_000)
+    buffer.add([trace("demo", "demo", None)])
+    for version in range(1, 61):
+        buffer.add([trace(f"v{version}-{k}", f"g{version}-{k // 4}", version) for k in range(500)])
+        buffer.advance(version)
+        buffer.evict_stale(2)
+    assert len(buffer) == 1 + 3 * 500
+    assert buffer.to_batch().trace_ids[:2] == ["demo", "v58-0"]
+    stored = GraphBuffer(1_000_000)
+    stored.add(buffer.to_batch())
+    assert buffer.nbytes <= 3 * stored.nbytes  # 23 times as much before

@@ -3,6 +3,7 @@ safety (SIGKILL and resume), refused resumes, invalid traces, the Ray engine, th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -595,6 +596,29 @@ def test_a_corrupted_file_is_named_on_one_line(tmp_path):
     with pytest.raises(StorageError, match="not a readable Parquet file") as caught:
         masreplay.credit_dump(dump, tmp_path / "out", metrics=True, progress=False)
     assert caught.value.filename == str(victim) and "\n" not in str(caught.value)
+
+
+def _open_files_under(folder: Path) -> list[str]:
+    """Files of ``folder`` this process holds open (Linux)."""
+    held = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the listing's own descriptor, closed since
+            held.append(os.readlink(f"/proc/self/fd/{fd}"))
+    return [path for path in held if path.startswith(str(folder))]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts open files through /proc")
+def test_a_failed_run_keeps_no_file_open_through_its_error(tmp_path):
+    # A long job that keeps its failures (a report, a logger) held two open files per failed
+    # run: the last file read and the one that failed, through the error's traceback.
+    dump = write_dump(CANONICAL, tmp_path / "dump", seed=21, files=2, row_group=40)
+    (dump / "dump-99.parquet").write_bytes(b"PAR1" + bytes(100) + b"PAR1")
+    failures = []
+    for _ in range(3):
+        with pytest.raises(StorageError, match="not a readable Parquet file") as caught:
+            masreplay.credit_dump(dump, tmp_path / "out", metrics=True, progress=False)
+        failures.append(caught.value)
+    assert _open_files_under(tmp_path) == []
 
 
 def test_a_file_the_loader_refuses_whole_is_named(tmp_path):

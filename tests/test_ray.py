@@ -388,6 +388,20 @@ def test_the_add_log_counts_what_came_after_the_ledger(tmp_path):
     assert masreplay_ray._with_logged_adds({**ledger, "log_bytes": 100}, log)["added_since_save"] == 12
 
 
+def test_a_shard_never_saved_keeps_its_add_log_short(tmp_path, monkeypatch):
+    monkeypatch.setattr(masreplay_ray, "_LOG_LIMIT", 100)
+    shard = masreplay_ray._Shard(0, 50, "traces", 0, None, os.fspath(tmp_path), None, b"key")
+    try:
+        for seed in range(60):  # about 5 bytes of log each
+            shard.add(masreplay_ray._to_wire(pa.table(masreplay.sim.generate(2, seed=seed))))
+        log = tmp_path / "shard-00000.adds"
+        assert log.stat().st_size <= 100
+        ledger = json.loads((tmp_path / "shard-00000.json").read_text())
+        assert masreplay_ray._with_logged_adds(ledger, log)["added_since_save"] == 120
+    finally:
+        os.close(shard.log)
+
+
 def test_skipped_traces_are_reported_at_their_input_positions_across_shards():
     buffer = RayGraphBuffer(1_000, shards=2, seed=1)
     old = pa.table(masreplay.sim.generate(10, seed=1, group_size=1))

@@ -10,6 +10,7 @@ import json
 import os
 import pathlib
 import shutil
+import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -189,8 +190,8 @@ def read_batches(files: Sequence[str], columns: list[str] | None) -> Iterator[tu
     (``columns=["keys"]``: the plan's key columns only). A row group is the unit of reading:
     pyarrow cannot cut the canonical layout's nested dictionary columns into smaller batches."""
     for path in files:
-        with _reading(path):
-            reader = pq.ParquetFile(path)
+        # Closed as soon as it is read: a failure in a later file keeps this frame alive.
+        with _reading(path), pq.ParquetFile(path) as reader:
             wanted = _key_columns(reader.schema_arrow) if columns == ["keys"] else columns
             for index in range(reader.metadata.num_row_groups):
                 yield path, reader.read_row_group(index, columns=wanted)
@@ -221,6 +222,9 @@ def _reading(path: str) -> Iterator[None]:
     try:
         yield
     except (OSError, pa.ArrowException) as error:
+        # The failed read's frames hold the file it opened for as long as the caller keeps
+        # this error (a list of failures, a logger): their locals are let go now.
+        traceback.clear_frames(error.__traceback__)
         # On one line: some of Arrow's messages end in a newline (a thrift decoding error).
         raise StorageError(5, f"not a readable Parquet file ({' '.join(str(error).split())})", path) from error
     except DataFormatError as error:

@@ -257,6 +257,9 @@ class _Shard:
         added, rejected = self.buffer._core.add(batch, skip_invalid=True)
         self.added_since_save += added
         os.write(self.log, f"{added} {len(self.buffer)}\n".encode())
+        if os.fstat(self.log).st_size > _LOG_LIMIT:
+            # A shard that is never saved nor given a version would log for as long as it runs.
+            self._write_ledger()
         if not counted:
             return added, rejected
         if rejected:

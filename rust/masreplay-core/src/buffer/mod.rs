@@ -128,15 +128,20 @@ struct Chunk {
     live: usize,
 }
 
-/// Groups kept indexable so one can be drawn uniformly in O(1).
+/// Groups kept indexable so one can be drawn uniformly in O(1). A group is known only while
+/// it has a stored trace: a trainer may name a new group every step for days, so an emptied
+/// group's id goes back to `free` for the next new name.
 #[derive(Default)]
 struct Groups {
+    /// The name of each group id (empty for a free id).
     names: Vec<String>,
     index: HashMap<String, u32>,
     members: Vec<VecDeque<u64>>,
     /// Position of each group in `nonempty`, or u32::MAX.
     position: Vec<u32>,
     nonempty: Vec<u32>,
+    /// Ids of emptied groups, given to new names first.
+    free: Vec<u32>,
 }
 
 impl Groups {
@@ -144,11 +149,19 @@ impl Groups {
         if let Some(&id) = self.index.get(name) {
             return id;
         }
-        let id = self.names.len() as u32;
-        self.names.push(name.to_owned());
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.names[id as usize] = name.to_owned();
+                id
+            }
+            None => {
+                self.names.push(name.to_owned());
+                self.members.push(VecDeque::new());
+                self.position.push(u32::MAX);
+                self.names.len() as u32 - 1
+            }
+        };
         self.index.insert(name.to_owned(), id);
-        self.members.push(VecDeque::new());
-        self.position.push(u32::MAX);
         id
     }
 
@@ -178,7 +191,37 @@ impl Groups {
                 self.position[last as usize] = at as u32;
             }
             self.position[group as usize] = u32::MAX;
+            self.index.remove(&self.names[group as usize]);
+            // The id is reused with its name and member list emptied; a large group's list
+            // must not keep its allocation behind a small one.
+            self.names[group as usize] = String::new();
+            self.members[group as usize] = VecDeque::new();
+            self.free.push(group);
         }
+    }
+
+    /// Lists the nonempty groups in `other`'s order (the same groups, by name).
+    fn list_as(&mut self, other: &Groups) -> Result<()> {
+        let mut listed = Vec::with_capacity(other.nonempty.len());
+        for &group in &other.nonempty {
+            let name = &other.names[group as usize];
+            let Some(&id) = self.index.get(name) else { bail!("group {name:?} is not stored") };
+            listed.push(id);
+        }
+        if listed.len() != self.nonempty.len() {
+            bail!("{} groups are stored, not {}", self.nonempty.len(), listed.len());
+        }
+        for (at, &id) in listed.iter().enumerate() {
+            self.position[id as usize] = at as u32;
+        }
+        self.nonempty = listed;
+        Ok(())
+    }
+
+    /// Group ids in use or free: the most groups stored at once.
+    #[cfg(test)]
+    fn ids(&self) -> usize {
+        self.names.len()
     }
 }
 
@@ -1087,6 +1130,89 @@ mod tests {
             let expected: Vec<i64> = offsets.iter().map(|&o| (o - offsets[0]) as i64).collect();
             assert_eq!(pick.traces.event_offsets(), expected);
         }
+    }
+
+    #[test]
+    fn evicted_groups_are_forgotten() {
+        // Every add names new groups (one per trace), as a trainer naming each step's prompts.
+        let mut buffer = GraphBuffer::new(100, Unit::Traces, 7).unwrap();
+        for seed in 0..50 {
+            let config = SimConfig { n_traces: 40, seed, group_size: 1, ..SimConfig::default() };
+            buffer.add(&TraceBatch::from_traces(&generate(&config).unwrap()).unwrap()).unwrap();
+        }
+        assert_eq!(buffer.num_groups(), 100);
+        assert!(buffer.groups.ids() <= 140, "{} group ids for 100 stored groups", buffer.groups.ids());
+        assert_eq!(buffer.groups.index.len(), 100);
+        // A group emptied and named again is one group again.
+        let again = TraceBatch::from_traces(
+            &generate(&SimConfig { n_traces: 4, seed: 0, group_size: 1, ..SimConfig::default() }).unwrap(),
+        )
+        .unwrap();
+        buffer.add(&again).unwrap();
+        let drawn = buffer.sample_groups(100, None, Some(1), None).unwrap().collect().unwrap();
+        assert_eq!(drawn.len(), 100);
+    }
+
+    /// `n_traces` simulated traces, all of `version` (None: without policy_version).
+    fn versioned(n_traces: usize, seed: u64, version: Option<i64>) -> TraceBatch {
+        let mut made = generate(&SimConfig { n_traces, seed, group_size: 2, ..SimConfig::default() }).unwrap();
+        made.iter_mut().for_each(|trace| trace.policy_version = version);
+        TraceBatch::from_traces(&made).unwrap()
+    }
+
+    #[test]
+    fn a_compacted_buffer_draws_what_the_buffer_would_have() {
+        let mut buffer = GraphBuffer::new(1_000_000, Unit::Traces, 7).unwrap();
+        buffer.add(&versioned(3, 0, None)).unwrap();
+        for version in 1..40 {
+            buffer.add(&versioned(10, version as u64, Some(version))).unwrap();
+            let drawn = buffer.sample(8, Sampler::Uniform, ShapeFilter::default(), None, false, None).unwrap();
+            let ids = drawn.traces.trace_ids();
+            buffer.update_priorities(&ids, &vec![version as f64; ids.len()]).unwrap();
+        }
+        buffer.advance(39).unwrap();
+        buffer.evict_stale(Some(20)).unwrap(); // placeholders, too few to compact
+        let mut compacted = buffer.compacted().unwrap();
+        assert_eq!(compacted.entries.len(), buffer.len());
+        assert!(buffer.entries.len() > buffer.len());
+        for seed in [None, Some(1), Some(2)] {
+            for sampler in [Sampler::Uniform, Sampler::Prioritized] {
+                for staleness in [None, Some(10)] {
+                    let draw = |b: &mut GraphBuffer| {
+                        let drawn = b.sample(32, sampler, ShapeFilter::default(), seed, true, staleness).unwrap();
+                        // NaN (a branch's) compares by its bits.
+                        let bits: Vec<u64> = drawn.probabilities.iter().map(|p| p.to_bits()).collect();
+                        (drawn.traces.collect().unwrap().record_batch().clone(), bits)
+                    };
+                    assert_eq!(draw(&mut compacted), draw(&mut buffer));
+                }
+            }
+            let groups = |b: &mut GraphBuffer| b.sample_groups(5, None, seed, None).unwrap().collect().unwrap();
+            assert_eq!(groups(&mut compacted).record_batch(), groups(&mut buffer).record_batch());
+        }
+    }
+
+    #[test]
+    fn traces_removed_behind_one_never_stale_are_let_go() {
+        // A demonstration (no policy_version: never stale) stays first while a trainer adds
+        // traces of each new version and evicts the stale ones, far below capacity.
+        let mut buffer = GraphBuffer::new(1_000_000, Unit::Traces, 7).unwrap();
+        buffer.add(&versioned(1, 0, None)).unwrap();
+        let mut most_entries = 0;
+        for version in 1..400 {
+            buffer.add(&versioned(20, version as u64, Some(version))).unwrap();
+            buffer.advance(version).unwrap();
+            buffer.evict_stale(Some(2)).unwrap();
+            most_entries = most_entries.max(buffer.entries.len());
+        }
+        assert_eq!(buffer.len(), 1 + 3 * 20);
+        assert!(most_entries <= 2 * staleness::COMPACT_AFTER, "{most_entries} entries for {} traces", buffer.len());
+        assert!(buffer.chunks.iter().map(|c| c.batch.num_rows()).sum::<usize>() <= 2 * staleness::COMPACT_AFTER);
+        let stored: Vec<i64> = buffer.stored_seqs().map(|seq| buffer.entry(seq).version).collect();
+        assert_eq!(stored[0], UNVERSIONED);
+        assert!(stored[1..].iter().all(|&version| version >= 397), "{stored:?}");
+        let drawn = buffer.sample(64, Sampler::Prioritized, ShapeFilter::default(), Some(3), true, Some(2)).unwrap();
+        assert_eq!(drawn.traces.collect().unwrap().len(), 64);
     }
 
     #[test]

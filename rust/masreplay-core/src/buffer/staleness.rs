@@ -16,6 +16,9 @@ use crate::error::{MasreplayError, Result};
 /// The version an entry holds for a trace without policy_version: newer than any version.
 pub const UNVERSIONED: i64 = i64::MAX;
 
+/// Placeholders a buffer keeps before it compacts, whatever it stores.
+pub(super) const COMPACT_AFTER: usize = 1024;
+
 /// Whether a trace of `version` may be drawn under `bound` (the oldest version allowed).
 pub(super) fn fresh(version: i64, bound: Option<i64>) -> bool {
     bound.is_none_or(|bound| version >= bound)
@@ -115,7 +118,40 @@ impl GraphBuffer {
                 }
             }
             self.drop_removed_front();
+            self.compact_if_sparse();
         }
         Ok(before - self.live)
+    }
+
+    /// Traces removed out of order leave placeholders (and their chunks) behind the oldest
+    /// stored trace until it leaves; one that never does (a demonstration without
+    /// policy_version in a buffer kept under capacity by `evict_stale`) would keep every trace
+    /// added after it. Once the placeholders outnumber the stored traces (and
+    /// [`COMPACT_AFTER`]), the stored traces are renumbered into fresh chunks, as a reload
+    /// would: memory follows what is stored, and each compaction's copy is paid for by as
+    /// many removals.
+    fn compact_if_sparse(&mut self) {
+        if self.entries.len() - self.live > self.live.max(COMPACT_AFTER) {
+            // Compaction only frees memory: if it cannot be done the buffer stays as it is.
+            if let Ok(compacted) = self.compacted() {
+                *self = compacted;
+            }
+        }
+    }
+
+    /// The stored traces in insertion order, with their priorities, in a new buffer with the
+    /// same settings and sampling state, and its groups listed in the same order (group draws
+    /// pick by position in that list).
+    pub(super) fn compacted(&self) -> Result<Self> {
+        let mut buffer = GraphBuffer {
+            calls: self.calls,
+            max_priority: self.max_priority,
+            policy_version: self.policy_version,
+            max_staleness: self.max_staleness,
+            ..GraphBuffer::new(self.capacity, self.unit, self.seed)?
+        };
+        buffer.add_with_priorities(&self.to_batch()?, Some(&self.priorities_in_order()))?;
+        buffer.groups.list_as(&self.groups)?;
+        Ok(buffer)
     }
 }
