@@ -116,6 +116,15 @@ mod tests {
         let channel = "team";
         let baseline = crate::counterfactual::Baseline::LeaveOneOut;
         assert!(stopped(raised.run(|| crate::counterfactual::branch_credit(&batch, channel, baseline).map(drop))));
+        let folder = std::env::temp_dir().join(format!("masreplay-interrupt-{}", std::process::id()));
+        std::fs::create_dir_all(&folder).unwrap();
+        let file = folder.join("batch.parquet");
+        crate::store::write_parquet(batch.record_batch(), &file).unwrap();
+        let files = [file];
+        assert!(stopped(raised.run(|| TraceBatch::from_parquet_files(&files).map(drop))));
+        let (read, _) = StopFlag::new().run(|| TraceBatch::from_parquet_files(&files)).unwrap();
+        assert_eq!(read.record_batch(), batch.record_batch());
+        std::fs::remove_dir_all(&folder).unwrap();
         // Not raised: the same calls run to the end.
         let (again, rejected) =
             StopFlag::new().run(|| TraceBatch::from_arrow(&[batch.record_batch().clone()])).unwrap();
