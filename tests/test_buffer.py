@@ -303,6 +303,27 @@ def test_update_priorities_is_all_or_nothing():
         assert np.array_equal(buffer.priorities(), before)
 
 
+def test_priorities_of_evicted_traces_are_skipped_when_asked():
+    # A learner updates the priorities of a sample after producers' adds evicted part of it.
+    buffer = GraphBuffer(4)
+    first = traces(4, seed=1)
+    buffer.add(first)
+    drawn = buffer.sample(4, seed=0)
+    buffer.add(traces(2, seed=2))  # evicts the two oldest
+    stored = set(buffer.to_batch().trace_ids)
+    before = buffer.priorities().copy()
+    with pytest.raises(InvalidArgumentError, match="no trace"):
+        buffer.update_priorities(drawn.trace_ids, [3.0] * 4)
+    assert np.array_equal(buffer.priorities(), before)
+    kept = [trace_id for trace_id in drawn.trace_ids if trace_id in stored]
+    assert buffer.update_priorities(drawn.trace_ids, [3.0] * 4, missing="skip") == len(kept)
+    expected = {t: (3.0 if t in kept else p) for t, p in zip(buffer.to_batch().trace_ids, before, strict=True)}
+    assert buffer.priorities().tolist() == list(expected.values())
+    assert buffer.update_priorities(["ghost"], [1.0], missing="skip") == 0
+    with pytest.raises(InvalidArgumentError, match="missing"):
+        buffer.update_priorities(drawn.trace_ids, [3.0] * 4, missing="ignore")
+
+
 def test_a_trace_named_twice_takes_its_last_priority():
     # A sample drawn with replacement holds a trace twice; its TD errors come back twice.
     buffer = GraphBuffer(10)

@@ -373,6 +373,19 @@ def test_a_priority_one_shard_would_refuse_changes_no_shard():
     buffer.shutdown()
 
 
+def test_priorities_of_traces_no_shard_holds_are_skipped_when_asked():
+    buffer = RayGraphBuffer(100, shards=2)
+    batch = masreplay.sim.generate(6, seed=3)
+    buffer.add(batch)
+    ids = [*batch.trace_ids, "evicted"]
+    with pytest.raises(InvalidArgumentError, match="evicted"):
+        buffer.update_priorities(ids, [2.0] * 7)
+    assert buffer.update_priorities(ids, [2.0] * 7, missing="skip") == 6
+    mass = sum(ray.get(shard.eligible.remote({}))[1] for shard in buffer._shards)
+    assert mass == 12.0  # every stored trace at priority 2
+    buffer.shutdown()
+
+
 def test_the_add_log_counts_what_came_after_the_ledger(tmp_path):
     log = tmp_path / "shard-00000.adds"
     ledger = {"added_since_save": 5, "held": 5, "log_bytes": 0}

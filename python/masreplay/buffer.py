@@ -227,14 +227,19 @@ class GraphBuffer:
         )
         return TraceBatch(selection)
 
-    def update_priorities(self, trace_ids: Any, priorities: Any) -> None:
-        """Sets priorities (finite, >= 0) of stored traces; all or nothing. A trace named more
-        than once (a sample drawn with replacement) takes its last priority, as numpy's
-        assignment does. New traces get the largest priority seen so far."""
+    @checked
+    def update_priorities(self, trace_ids: Any, priorities: Any, *, missing: OnError = "raise") -> int:
+        """Sets priorities (finite, >= 0) of stored traces and returns how many it set; all or
+        nothing. A trace no longer stored (drawn, then evicted by later adds before the
+        update) is refused with ``missing="raise"``, and left out with ``missing="skip"``,
+        what a learner wants while producers keep adding. A trace named more than once (a
+        sample drawn with replacement) takes its last priority, as numpy's assignment does.
+        New traces get the largest priority seen so far."""
         if isinstance(trace_ids, (set, frozenset)):  # its order is the hash table's, not the caller's
             raise wrong_type("trace_ids", "ids in the order of their priorities (a list or an array)", trace_ids)
         keys = ids("trace_ids", trace_ids)
-        self._core.update_priorities(keys, numbers("priorities", priorities).ravel().tolist())
+        values = numbers("priorities", priorities).ravel().tolist()
+        return self._core.update_priorities(keys, values, skip_missing=missing == "skip")
 
     @checked
     def branches(self, trace_id: str, event_id: str | None = None) -> TraceBatch:

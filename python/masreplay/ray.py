@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 import ray  # the Ray package: imports are absolute, so this is never masreplay.ray itself
 
 from masreplay import _core
-from masreplay._args import I32_MAX, I64_MAX, ids, numbers, optional_whole, whole
+from masreplay._args import I32_MAX, I64_MAX, checked, ids, numbers, optional_whole, whole
 from masreplay.bands import band_limits
 from masreplay.batch import TraceBatch, _check_event_field, _from_ipc_table
 from masreplay.buffer import AddReport, GraphBuffer, Sampler
@@ -353,8 +353,8 @@ class _Shard:
     def contains_many(self, trace_ids: list[str]) -> np.ndarray:
         return self.buffer._core.contains_many(trace_ids)
 
-    def update_priorities(self, trace_ids: list[str], priorities: list[float]) -> None:
-        self.buffer._core.update_priorities(trace_ids, priorities)
+    def update_priorities(self, trace_ids: list[str], priorities: list[float], skip_missing: bool) -> int:
+        return self.buffer._core.update_priorities(trace_ids, priorities, skip_missing=skip_missing)
 
     def set_policy_version(self, version: int, advance: bool) -> None:
         if advance:
@@ -754,9 +754,12 @@ class RayGraphBuffer:
         lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
         return TraceBatch(_ShardSample(parts, lengths, None, self._released))
 
-    def update_priorities(self, trace_ids: Any, priorities: Any) -> None:
-        """Sets priorities of stored traces on whichever shards hold them; all or nothing (an
-        id no shard holds raises before any priority changes)."""
+    @checked
+    def update_priorities(self, trace_ids: Any, priorities: Any, *, missing: OnError = "raise") -> int:
+        """Sets priorities of stored traces on whichever shards hold them and returns how many
+        it set; with ``missing="raise"`` all or nothing (an id no shard holds raises before
+        any priority changes), with ``missing="skip"`` the ids no shard holds any more are
+        left out, also those a producer's add evicts while the update runs."""
         keys = ids("trace_ids", trace_ids)
         values = numbers("priorities", priorities).ravel()
         if len(values) != len(keys):
@@ -767,16 +770,19 @@ class RayGraphBuffer:
             bad = values[~((values >= 0) & (values <= _core.MAX_PRIORITY))][0]
             raise InvalidArgumentError(f"{bad} is not a priority; priorities are finite numbers from 0 to {_core.MAX_PRIORITY:e}")
         held = np.stack(_get([shard.contains_many.remote(keys) for shard in self._shards]))
-        missing = np.flatnonzero(~held.any(axis=0))
-        if len(missing):
-            raise InvalidArgumentError(f"no trace {keys[missing[0]]!r} in the buffer")
-        owner = np.argmax(held, axis=0)
-        _get(
-            [
-                self._shards[s].update_priorities.remote([keys[i] for i in rows], values[rows].tolist())
-                for s in np.unique(owner)
-                for rows in [np.flatnonzero(owner == s)]
-            ]
+        absent = np.flatnonzero(~held.any(axis=0))
+        if len(absent) and missing == "raise":
+            raise InvalidArgumentError(f"no trace {keys[absent[0]]!r} in the buffer")
+        owner = np.where(held.any(axis=0), np.argmax(held, axis=0), -1)
+        skip = missing == "skip"
+        return sum(
+            _get(
+                [
+                    self._shards[s].update_priorities.remote([keys[i] for i in rows], values[rows].tolist(), skip)
+                    for s in np.unique(owner[owner >= 0])
+                    for rows in [np.flatnonzero(owner == s)]
+                ]
+            )
         )
 
     # ---- staleness ---------------------------------------------------------------------

@@ -310,10 +310,17 @@ impl PyGraphBuffer {
         Ok(PyTraceSelection { inner: traces })
     }
 
-    fn update_priorities(&self, py: Python<'_>, trace_ids: Vec<String>, priorities: Vec<f64>) -> PyResult<()> {
+    #[pyo3(signature = (trace_ids, priorities, *, skip_missing=false))]
+    fn update_priorities(
+        &self,
+        py: Python<'_>,
+        trace_ids: Vec<String>,
+        priorities: Vec<f64>,
+        skip_missing: bool,
+    ) -> PyResult<usize> {
         self.with(py, move |buffer| {
             let ids: Vec<&str> = trace_ids.iter().map(String::as_str).collect();
-            buffer.update_priorities(&ids, &priorities)
+            buffer.update_priorities(&ids, &priorities, skip_missing)
         })
     }
 

@@ -657,26 +657,31 @@ impl GraphBuffer {
         self.stored_seqs().map(|seq| self.priority_of_seq(seq)).collect()
     }
 
-    /// Sets the priorities of stored traces; all or nothing.
-    pub fn update_priorities(&mut self, trace_ids: &[&str], priorities: &[f64]) -> Result<()> {
+    /// Sets the priorities of stored traces; all or nothing. An id that is not stored is
+    /// refused, or with `skip_missing` left out (a trace drawn, then evicted by a producer
+    /// before the learner's update). Returns how many priorities were set.
+    pub fn update_priorities(&mut self, trace_ids: &[&str], priorities: &[f64], skip_missing: bool) -> Result<usize> {
         if trace_ids.len() != priorities.len() {
             bail!("{} trace ids but {} priorities: give one priority per trace", trace_ids.len(), priorities.len());
         }
-        let mut seqs = Vec::with_capacity(trace_ids.len());
+        let mut updates = Vec::with_capacity(trace_ids.len());
         for (trace_id, &priority) in trace_ids.iter().zip(priorities) {
             check_priority(priority)
                 .map_err(|reason| MasreplayError::InvalidArgument(format!("priority of {trace_id:?}: {reason}")))?;
-            // An id among the arguments: refused as a bad argument (a ValueError in Python),
-            // as the sharded buffer refuses it, not as a lookup.
-            let seq = self.seq_of(trace_id).map_err(|absent| MasreplayError::InvalidArgument(absent.to_string()))?;
-            seqs.push(seq);
+            match self.seq_of(trace_id) {
+                Ok(seq) => updates.push((seq, priority)),
+                Err(_) if skip_missing => {}
+                // An id among the arguments: refused as a bad argument (a ValueError in
+                // Python), as the sharded buffer refuses it, not as a lookup.
+                Err(absent) => return Err(MasreplayError::InvalidArgument(absent.to_string())),
+            }
         }
-        for (seq, &priority) in seqs.into_iter().zip(priorities) {
+        for &(seq, priority) in &updates {
             let slot = self.slot(seq);
             self.priorities.set(slot, priority);
             self.max_priority = self.max_priority.max(priority);
         }
-        Ok(())
+        Ok(updates.len())
     }
 
     /// The random stream of a draw: `seed`'s own, else the buffer's next one, which only a
@@ -1153,6 +1158,22 @@ mod tests {
         assert_eq!(drawn.len(), 100);
     }
 
+    #[test]
+    fn priorities_of_traces_no_longer_stored_are_refused_or_skipped() {
+        let mut buffer = GraphBuffer::new(100, Unit::Traces, 7).unwrap();
+        buffer.add(&versioned(3, 1, None)).unwrap();
+        let stored = buffer.to_batch().unwrap();
+        let [first, second, third] = stored.trace_ids()[..] else { panic!("three traces") };
+        let before = buffer.priorities_in_order();
+        let refused = buffer.update_priorities(&[first, "evicted", second], &[5.0, 6.0, 7.0], false);
+        assert!(matches!(refused, Err(MasreplayError::InvalidArgument(_))));
+        assert_eq!(buffer.priorities_in_order(), before, "a refused update changes nothing");
+        assert_eq!(buffer.update_priorities(&[first, "evicted", second], &[5.0, 6.0, 7.0], true).unwrap(), 2);
+        assert_eq!(buffer.priorities_in_order(), vec![5.0, 7.0, before[2]], "{third} keeps its priority");
+        // A bad priority is refused even for an id that would be skipped.
+        assert!(buffer.update_priorities(&["evicted"], &[f64::NAN], true).is_err());
+    }
+
     /// `n_traces` simulated traces, all of `version` (None: without policy_version).
     fn versioned(n_traces: usize, seed: u64, version: Option<i64>) -> TraceBatch {
         let mut made = generate(&SimConfig { n_traces, seed, group_size: 2, ..SimConfig::default() }).unwrap();
@@ -1168,7 +1189,7 @@ mod tests {
             buffer.add(&versioned(10, version as u64, Some(version))).unwrap();
             let drawn = buffer.sample(8, Sampler::Uniform, ShapeFilter::default(), None, false, None).unwrap();
             let ids = drawn.traces.trace_ids();
-            buffer.update_priorities(&ids, &vec![version as f64; ids.len()]).unwrap();
+            buffer.update_priorities(&ids, &vec![version as f64; ids.len()], false).unwrap();
         }
         buffer.advance(39).unwrap();
         buffer.evict_stale(Some(20)).unwrap(); // placeholders, too few to compact
