@@ -403,9 +403,12 @@ fn exact_beats_msr(n: usize, budget: u64, noise: Noise) -> bool {
 
 /// An estimate under noise that stops on `target_stderr` (otherwise one `round` of the whole
 /// budget): independent rounds, each a fresh estimate with a seed of its own, the first a
-/// pilot of `least` (the smallest budget MSR is chosen at; a larger fixed first round spent
-/// 4,000 rollouts at n = 8 on a target that 1,400 meet), each next one as large as the
-/// combination's worst standard error says the target needs (10% more), and at least `least`. The rounds are combined with
+/// pilot of `least` (the smallest budget MSR is chosen at; a fixed first round of
+/// max(4096, 40 n) spent 4,028 rollouts at n = 8 whatever the target), each next one as large
+/// as the combination's worst standard error says the target needs (10% more), at least
+/// `least` and at most what is spent so far: the worst of n standard errors read from a pilot's
+/// few degrees of freedom, t-scaled, overstates the need (sized from it alone, rounds at n = 8,
+/// target 0.05 spent up to 11,128). The rounds are combined with
 /// weights in proportion to their budgets, the inverse-variance weights when a round's
 /// variance falls like 1 / budget. Each round is unbiased and its budget is set before its
 /// values are seen; when to stop depends on them, as with any stop on a running standard
@@ -444,7 +447,7 @@ fn in_rounds(
             return Ok((estimate, Spent { evaluations, sigma: spent.sigma }));
         }
         let needed = (1.1 * total as f64 * (worst / target).powi(2)).ceil() as u64;
-        next = needed.saturating_sub(total).clamp(least, left);
+        next = needed.saturating_sub(total).min(total).clamp(least, left);
     }
 }
 
