@@ -211,6 +211,75 @@ def test_precedence_at_its_smallest_budget_covers_95_percent():
     coverage.check()
 
 
+def test_msr_at_its_smallest_budget_covers_95_percent():
+    """At 10 requests a player MSR's strata hold a few pairs each, and a player's contribution
+    is (n - s) / s times larger in the pairs it belongs to: a heavy-tailed mixture, whose
+    sample variance has a third of the degrees of freedom of Gaussian draws (n = 8, 80
+    evaluations: about 8, not 25). 1.96 bare standard errors covered 91%; with Student's t on
+    the Welch-Satterthwaite degrees of freedom read from each stratum's fourth moment, 93-97%
+    (two-sided), sigma known and estimated, a low-order and a full-order game."""
+    coverage = Coverage()
+    for order in (3, 8):
+        game = games.soum(8, 16, order, seed=order)
+        exact = game.shapley_values()
+        sigma = 0.1 * value_range(game)
+        for seed in SEEDS[:100]:
+            for noise in (sigma, "auto"):
+                noisy = games.noisy(game, sigma, seed=seed)
+                result = masreplay.shapley(noisy, budget=80, seed=seed, noise=noise)
+                assert result.method == "msr" and result.evaluations <= 80
+                coverage.add(np.abs(result.values - exact), result.stderr)
+    coverage.check()
+
+
+def test_more_budget_never_picks_a_noisier_regime():
+    """Exact enumeration at 2^n evaluations draws every coalition once, where Neyman's rule
+    gives the empty and grand coalitions many draws: at n = 8 its error (0.083, sigma 0.3) was
+    above MSR's one evaluation earlier (0.069). `auto` now runs exact from the budget where its
+    noise variance falls below MSR's noise alone (n = 8: 384), so the error falls with the
+    budget across the boundary."""
+    game = games.soum(8, 16, 3, seed=2)
+    exact = game.shapley_values()
+    errors = {}
+    for budget in (255, 256, 384):
+        squares = []
+        for seed in range(60):
+            result = masreplay.shapley(games.noisy(game, 0.3, seed=seed), budget=budget, seed=seed, noise=0.3)
+            squares.append(((result.values - exact) ** 2).mean())
+        errors[budget] = (result.method, np.mean(squares))
+    assert [errors[b][0] for b in (255, 256, 384)] == ["msr", "msr", "exact"], errors
+    assert errors[256][1] <= errors[255][1] * 1.1 and errors[384][1] < errors[256][1], errors
+
+
+def test_a_target_under_noise_is_met_from_a_pilot_round():
+    """MSR's rounds to a target began with max(4096, 40 n) evaluations whatever the target:
+    n = 8, target 0.05 spent 4,028 rollouts for an error of 0.011. The first round is now a
+    pilot of MSR's smallest budget, the next as large as its standard error says."""
+    game = games.soum(8, 16, 3, seed=1)
+    result = masreplay.shapley(games.noisy(game, 0.3, seed=1), noise=0.3, target_stderr=0.05, method="msr", seed=1)
+    assert result.converged and result.stderr.max() <= 0.05
+    assert result.evaluations < 2000
+
+
+def test_refusals_under_repeats_count_evaluations():
+    """With repeats=8 MSR gets 10 requests of 80 evaluations; its refusal said "10 evaluations
+    ... (needs 18)", counting requests. It needs 18 requests: 144 evaluations."""
+    noisy = games.noisy(games.soum(8, 12, seed=8), 0.3)
+    with pytest.raises(InvalidArgumentError, match=r"budget: 80 evaluations \(10 requests of 8 draws each\).*needs 144"):
+        masreplay.shapley(noisy, budget=80, noise=0.3, repeats=8, method="msr")
+    with pytest.raises(InvalidArgumentError, match=r"method='exact' under noise values all 2\^8 coalitions 3 times"):
+        masreplay.shapley(noisy, budget=600, noise=0.3, repeats=3, method="exact")
+
+
+def test_msr_spends_the_whole_budget_when_its_census_covers_every_size():
+    """With every size a census MSR left the rounding of its Neyman floors unspent (n = 8,
+    1,500 evaluations: 1,360 drawn); what is left goes, a draw of every coalition of a size
+    pair (or of the empty and grand coalitions) at a time, where it takes the most noise off."""
+    noisy = games.noisy(games.soum(8, 12, seed=8), 0.3)
+    result = masreplay.shapley(noisy, budget=1500, noise=0.3, method="msr")
+    assert result.method == "msr" and 1498 <= result.evaluations <= 1500
+
+
 @pytest.mark.parametrize(("n", "target"), [(6, 0.01), (12, 0.05)])
 def test_target_stderr_stops_under_noise(n, target):
     game = games.soum(n, 20, seed=n)

@@ -144,9 +144,28 @@ pub struct Stopping {
     pub budget: u64,
     pub target_stderr: Option<f64>,
     pub seed: u64,
+    /// Evaluations a request of a coalition costs: `repeats` on a noisy game, where `budget`
+    /// counts requests; 1 otherwise.
+    pub per_request: u64,
 }
 
 impl Stopping {
+    /// `requests` in the caller's unit, evaluations.
+    fn evaluations(&self, requests: u64) -> u64 {
+        requests.saturating_mul(self.per_request)
+    }
+
+    /// The budget as a refusal quotes it: in evaluations, with the requests they buy when a
+    /// request costs more than one.
+    fn quoted_budget(&self) -> String {
+        match self.per_request {
+            1 => format!("{} evaluations", self.budget),
+            per => {
+                format!("{} evaluations ({} requests of {per} draws each)", self.evaluations(self.budget), self.budget)
+            }
+        }
+    }
+
     fn converged(&self, stderr: &[f64]) -> bool {
         self.target_stderr.is_some_and(|target| stderr.iter().all(|&e| e <= target))
     }
@@ -229,7 +248,7 @@ pub fn shapley(game: &dyn Game, options: &ShapleyOptions) -> Result<ShapleyResul
     }
     let budget =
         options.budget.unwrap_or(if options.target_stderr.is_some() { TARGET_ONLY_BUDGET } else { DEFAULT_BUDGET });
-    let stopping = Stopping { budget, target_stderr: options.target_stderr, seed: options.seed };
+    let stopping = Stopping { budget, target_stderr: options.target_stderr, seed: options.seed, per_request: 1 };
     let forest = match &options.parents {
         Some(parents) if parents.len() != n => {
             return Err(MasreplayError::InvalidArgument(format!(

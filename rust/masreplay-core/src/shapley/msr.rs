@@ -62,6 +62,7 @@ use super::surrogate::{Interactions, Stratum};
 use super::threshold::{self, Outcome, Staircase};
 use super::{Estimate, Stopping};
 use crate::error::{MasreplayError, Result};
+use crate::student_t::z_scale;
 
 /// Folds of the cross-fitting (fewer when the budget cannot give each fold a draw of every
 /// sampled size).
@@ -720,7 +721,37 @@ impl Plan {
             left -= (round * draws as f64) as u64;
             low += 1;
         }
+        if low > n / 2 {
+            left = spend_on_census(n, &mut repeats, left);
+        }
         Plan { census, sampled: (low..=n / 2).collect(), pool: left, repeats }
+    }
+
+    /// Whether the plan enumerates every size (a census), sampling none.
+    pub fn samples_nothing(&self) -> bool {
+        self.sampled.is_empty()
+    }
+
+    /// The variance, per unit of one draw's noise variance, that the noise alone leaves in
+    /// every value: [`Plan::fixed_noise_variance`] and the sampled strata's, 2 / (s (n - s) m)
+    /// for m pairs of size s < n / 2 (the pair's half difference counts twice), half that at
+    /// n / 2. The sampling error comes on top, so an estimate is never better than this;
+    /// infinite where the budget cannot draw the sampled sizes.
+    pub fn noise_variance(&self) -> f64 {
+        let n = self.repeats.len() - 1;
+        let strata = self.sampled.len() as u64;
+        let pairs = self.pool / 2;
+        if strata == 0 {
+            return self.fixed_noise_variance();
+        }
+        if pairs < 2 * strata {
+            return f64::INFINITY;
+        }
+        let folds = (MAX_FOLDS as u64).min(pairs / strata);
+        let counts = allocate(&self.sampled, pairs, folds, |s| share(n, s));
+        let sampled: f64 =
+            counts.iter().map(|&(s, m)| if 2 * s == n { 0.5 } else { 2.0 } / ((s * (n - s)) as f64 * m as f64)).sum();
+        self.fixed_noise_variance() + sampled
     }
 
     /// Draws per request of a coalition of each size (of the empty and grand coalition,
@@ -742,13 +773,40 @@ impl Plan {
     }
 }
 
+/// What a plan whose census covers every size leaves, `left` evaluations, spent one more draw
+/// at a time of the empty and grand coalitions (two evaluations) or of every coalition of a
+/// pair of sizes (s, n - s), to whichever takes the most noise variance off per evaluation
+/// (the terms of [`Plan::fixed_noise_variance`]: K / r falls by K / (r (r + 1))), while one
+/// fits. Returns what is left after.
+fn spend_on_census(n: usize, repeats: &mut [u64], mut left: u64) -> u64 {
+    // Per option: the size whose repeats it raises (0 for the bounds), its cost and K.
+    let options: Vec<(usize, u64, f64)> = std::iter::once((0, 2, 2.0 / (n * n) as f64))
+        .chain((1..=n / 2).map(|s| {
+            let (count, sizes) = if 2 * s == n { (binomial(n, s), 1.0) } else { (2.0 * binomial(n, s), 2.0) };
+            (s, count.round() as u64, sizes / (binomial(n, s) * (s * (n - s)) as f64))
+        }))
+        .collect();
+    let gain = |&(s, cost, k): &(usize, u64, f64), repeats: &[u64]| {
+        let r = repeats[s] as f64;
+        k / (r * (r + 1.0) * cost as f64)
+    };
+    while let Some(&(s, cost, _)) =
+        options.iter().filter(|o| o.1 <= left).max_by(|a, b| gain(a, repeats).total_cmp(&gain(b, repeats)))
+    {
+        repeats[s] += 1;
+        repeats[n - s] = repeats[s];
+        left -= cost;
+    }
+    left
+}
+
 pub fn msr(game: &dyn Game, stopping: &Stopping, extras: Extras) -> Result<Estimate> {
     let n = game.n_players();
     msr_planned(game, stopping, extras, Plan::deterministic(n, first_budget(stopping, n)))
 }
 
 /// The first round's budget: all of it, or with a target standard error a first sample.
-pub(super) fn first_budget(stopping: &Stopping, n: usize) -> u64 {
+fn first_budget(stopping: &Stopping, n: usize) -> u64 {
     match stopping.target_stderr {
         Some(_) => stopping.budget.min(FIRST_ROUND.max(40 * n as u64)),
         None => stopping.budget,
@@ -788,10 +846,9 @@ pub fn msr_planned(game: &dyn Game, stopping: &Stopping, extras: Extras, plan: P
     let pairs = pool / 2;
     if pairs < 2 * strata {
         return Err(MasreplayError::InvalidArgument(format!(
-            "budget: {} evaluations cannot draw two complementary pairs of each of the {strata} sampled sizes \
-             (needs {})",
-            stopping.budget,
-            stopping.budget + 4 * strata - 2 * pairs
+            "budget: {} cannot draw two complementary pairs of each of the {strata} sampled sizes (needs {})",
+            stopping.quoted_budget(),
+            stopping.evaluations(stopping.budget + 4 * strata - 2 * pairs)
         )));
     }
     let folds = (MAX_FOLDS as u64).min(pairs / strata) as usize;
@@ -1139,15 +1196,15 @@ impl CrossFit {
             steps.push(step);
             interactions.push(features);
         }
-        let strata: Vec<(Vec<f64>, Vec<f64>)> =
+        let strata: Vec<Contributions> =
             draws.par_iter().map(|d| stratum_contributions(n, d, &surrogates, &steps, &interactions, folds)).collect();
-        let mut values = vec![0.0; n];
-        let mut variance = vec![0.0; n];
-        for (mean, spread) in &strata {
-            values.iter_mut().zip(mean).for_each(|(v, m)| *v += m);
-            variance.iter_mut().zip(spread).for_each(|(v, s)| *v += s);
+        let (mut values, mut variance, mut unsureness) = (vec![0.0; n], vec![0.0; n], vec![0.0; n]);
+        for stratum in &strata {
+            values.iter_mut().zip(&stratum.mean).for_each(|(v, m)| *v += m);
+            variance.iter_mut().zip(&stratum.variance).for_each(|(v, s)| *v += s);
+            unsureness.iter_mut().zip(&stratum.unsureness).for_each(|(u, s)| *u += s);
         }
-        Ok((values, variance.iter().map(|v| v.sqrt()).collect()))
+        Ok((values, t_scaled(&variance, &unsureness)))
     }
 }
 
@@ -1176,7 +1233,16 @@ fn count_lanes(d: &Draws, folds: usize, parts: &mut [Counts], members: &mut Vec<
     }
 }
 
-/// One stratum's mean contribution per player and the variance of that mean.
+/// One stratum's part of every player's value: the mean contribution, the variance of that
+/// mean, and the variance of that variance's estimate (for the degrees of freedom).
+struct Contributions {
+    mean: Vec<f64>,
+    variance: Vec<f64>,
+    unsureness: Vec<f64>,
+}
+
+/// One stratum's mean contribution per player, the variance of that mean and how sure that
+/// variance is ([`Contributions`]).
 fn stratum_contributions(
     n: usize,
     d: &Draws,
@@ -1184,7 +1250,7 @@ fn stratum_contributions(
     steps: &[Option<Step>],
     interactions: &[Interactions],
     folds: usize,
-) -> (Vec<f64>, Vec<f64>) {
+) -> Contributions {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: the processor has AVX2, checked just above.
@@ -1204,7 +1270,7 @@ fn stratum_contributions_avx2(
     steps: &[Option<Step>],
     interactions: &[Interactions],
     folds: usize,
-) -> (Vec<f64>, Vec<f64>) {
+) -> Contributions {
     stratum_contributions_lanes(n, d, surrogates, steps, interactions, folds)
 }
 
@@ -1216,7 +1282,7 @@ fn stratum_contributions_lanes(
     steps: &[Option<Step>],
     interactions: &[Interactions],
     folds: usize,
-) -> (Vec<f64>, Vec<f64>) {
+) -> Contributions {
     let s = d.size;
     let middle = if 2 * s == n { 0.5 } else { 1.0 };
     let (mut sum, mut squares) = (vec![0.0; n], vec![0.0; n]);
@@ -1240,11 +1306,13 @@ fn stratum_contributions_lanes(
     terms.iter_mut().zip(interactions).for_each(|(terms, features)| features.add_terms(n, s, 2.0 * middle, terms));
     // Membership as booleans, a row per pair: the loop over players below is then branch free.
     let inside_of = d.sets.to_bools();
+    let mut residuals = Vec::with_capacity(d.values.len());
     for (j, ((set, &v), inside_row)) in d.sets.iter().zip(&d.values).zip(inside_of.chunks_exact(n)).enumerate() {
         members_of(set, &mut members);
         let k = j % folds;
         let left = v - Step::value(steps[k].as_ref(), &members);
         let r = 2.0 * middle * (surrogates[k].residual(&members, &slopes[k], left) - interactions[k].value(set));
+        residuals.push(r);
         let (inside, outside) = (r / s as f64, -r / (n - s) as f64);
         let players = sum.iter_mut().zip(squares.iter_mut()).zip(inside_row).zip(&terms[k]);
         for (((total, total_squares), &is_inside), term) in players {
@@ -1255,8 +1323,50 @@ fn stratum_contributions_lanes(
     }
     let m = d.values.len() as f64;
     let mean: Vec<f64> = sum.iter().map(|total| total / m).collect();
-    let variance = mean.iter().zip(&squares).map(|(mean, q)| (q / m - mean * mean).max(0.0) / (m - 1.0)).collect();
-    (mean, variance)
+    let variance: Vec<f64> =
+        mean.iter().zip(&squares).map(|(mean, q)| (q / m - mean * mean).max(0.0) / (m - 1.0)).collect();
+    // The fourth central moment, a second pass over the residuals kept above.
+    let mut fourth = vec![0.0; n];
+    for (j, (&r, inside_row)) in residuals.iter().zip(inside_of.chunks_exact(n)).enumerate() {
+        let (inside, outside) = (r / s as f64, -r / (n - s) as f64);
+        let players = fourth.iter_mut().zip(inside_row).zip(&terms[j % folds]).zip(&mean);
+        for (((total, &is_inside), term), mean) in players {
+            let deviation = if is_inside { inside } else { outside } + term - mean;
+            let square = deviation * deviation;
+            *total += square * square;
+        }
+    }
+    let unsureness =
+        variance.iter().zip(&fourth).map(|(&v, &q)| variance_of_variance(v * m, q / m, m, folds) / (m * m)).collect();
+    Contributions { mean, variance, unsureness }
+}
+
+/// The variance of a sample variance `s2` of `m` draws whose fourth central moment is
+/// `fourth`, (mu4 - s2^2 (m - 3) / (m - 1)) / m, at least the Gaussian draws' 2 s2^2 / (m -
+/// folds) (each fold's surrogate takes one degree of freedom, as a mean would). A stratum's
+/// contributions are far from Gaussian at the smallest sizes: a player is in a pair of size s
+/// with probability s / n and its contribution is then (n - s) / s times larger, a mixture of
+/// kurtosis 7 at n = 8, s = 2, which leaves a third of the degrees of freedom that Gaussian
+/// draws would.
+fn variance_of_variance(s2: f64, fourth: f64, m: f64, folds: usize) -> f64 {
+    let gaussian = 2.0 * s2 * s2 / (m - folds as f64).max(1.0);
+    ((fourth - s2 * s2 * (m - 3.0) / (m - 1.0)) / m).max(gaussian)
+}
+
+/// Standard errors from each player's variance, a sum over strata, and `unsureness`, the sum
+/// of the variances of those strata's estimates: scaled to Student's t on the sum's
+/// Welch-Satterthwaite degrees of freedom, variance^2 / unsureness, so that value +- 1.96
+/// stderr is a 95% interval.
+pub(super) fn t_scaled(variance: &[f64], unsureness: &[f64]) -> Vec<f64> {
+    variance
+        .iter()
+        .zip(unsureness)
+        .map(|(v, u)| {
+            let freedom = v * v / u;
+            let scale = if freedom.is_finite() { z_scale(freedom.clamp(1.0, 1e6).round() as usize) } else { 1.0 };
+            v.sqrt() * scale
+        })
+        .collect()
 }
 
 #[cfg(test)]

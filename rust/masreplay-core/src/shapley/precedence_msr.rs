@@ -31,12 +31,11 @@ use super::coalition::{Coalitions, contains};
 use super::forest::Forest;
 use super::game::{Game, bounds};
 use super::linalg::cholesky;
-use super::msr::{allocate, fit_weight, share};
+use super::msr::{allocate, fit_weight, share, t_scaled};
 use super::pipeline::value_drawn;
 use super::sampling::stream;
 use super::{Estimate, Stopping};
 use crate::error::{MasreplayError, Result};
-use crate::student_t::z_scale;
 
 /// Most folds of the cross-fitting.
 const MAX_FOLDS: usize = 4;
@@ -147,10 +146,10 @@ pub fn precedence_msr(
     let pool = stopping.budget.saturating_sub(evaluations);
     if pool < MIN_DRAWS * sizes.len() as u64 {
         return Err(MasreplayError::InvalidArgument(format!(
-            "budget: {} evaluations cannot draw {MIN_DRAWS} down-sets of each of the {} sizes (needs {})",
-            stopping.budget,
+            "budget: {} cannot draw {MIN_DRAWS} down-sets of each of the {} sizes (needs {})",
+            stopping.quoted_budget(),
             sizes.len(),
-            evaluations + MIN_DRAWS * sizes.len() as u64
+            stopping.evaluations(evaluations + MIN_DRAWS * sizes.len() as u64)
         )));
     }
     let counts = allocate(&sizes, pool, MIN_DRAWS, |k| share(n, k));
@@ -228,15 +227,7 @@ pub fn precedence_msr(
     // and a mixed forest, 300 seeds): Student's t on the Welch-Satterthwaite degrees of
     // freedom of the sum over the strata widens them to 92-96%. (Over the cells, one or two
     // degrees of freedom each, the chain's went to 98%: too few terms to read them from.)
-    let stderr = variance
-        .iter()
-        .zip(&unsureness)
-        .map(|(v, u)| {
-            let freedom = v * v / u;
-            let scale = if freedom.is_finite() { z_scale(freedom.clamp(1.0, 1e6).round() as usize) } else { 1.0 };
-            v.sqrt() * scale
-        })
-        .collect();
+    let stderr = t_scaled(&variance, &unsureness);
     Ok(Estimate { values, stderr, evaluations, converged: false, exact: false })
 }
 

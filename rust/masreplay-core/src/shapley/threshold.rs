@@ -548,7 +548,8 @@ mod tests {
         let weights: Vec<u32> = vec![1, 5, 3, 2, 4, 4, 1, 2, 5, 3, 1, 2];
         let quota = 20;
         let game = WeightedVotingGame::new(weights.iter().map(|&w| f64::from(w)).collect(), quota as f64).unwrap();
-        let truth = exact(&game, &Stopping { budget: u64::MAX, target_stderr: None, seed: 0 }).unwrap().values;
+        let truth =
+            exact(&game, &Stopping { budget: u64::MAX, target_stderr: None, seed: 0, per_request: 1 }).unwrap().values;
         let means = Staircase::step(weights.clone(), quota, 0.0, 1.0).size_means();
         let n = weights.len();
         for (i, phi) in truth.iter().enumerate() {
