@@ -381,7 +381,7 @@ pub fn shapley<'py>(
         }
         let native = native.get();
         // A budget of evaluations, each of a coalition of up to n players.
-        let values = budget.unwrap_or(u64::MAX).saturating_mul(native.n_players() as u64);
+        let values = options.budget_or_default().saturating_mul(native.n_players() as u64);
         let result = interruptible(py, usize::try_from(values).unwrap_or(usize::MAX), || {
             if let Some(n) = n_players {
                 ensure!(n == native.n_players(), "n_players={n} but the game has {} players", native.n_players());

@@ -96,6 +96,14 @@ pub struct ShapleyOptions {
     pub adaptive: bool,
 }
 
+impl ShapleyOptions {
+    /// The budget a call spends at most: the one given, else the default (larger with only a
+    /// target standard error to stop on).
+    pub fn budget_or_default(&self) -> u64 {
+        self.budget.unwrap_or(if self.target_stderr.is_some() { TARGET_ONLY_BUDGET } else { DEFAULT_BUDGET })
+    }
+}
+
 impl Default for ShapleyOptions {
     fn default() -> Self {
         ShapleyOptions {
@@ -246,8 +254,7 @@ pub fn shapley(game: &dyn Game, options: &ShapleyOptions) -> Result<ShapleyResul
     if options.budget == Some(0) {
         return Err(MasreplayError::InvalidArgument("budget must be at least 1".into()));
     }
-    let budget =
-        options.budget.unwrap_or(if options.target_stderr.is_some() { TARGET_ONLY_BUDGET } else { DEFAULT_BUDGET });
+    let budget = options.budget_or_default();
     let stopping = Stopping { budget, target_stderr: options.target_stderr, seed: options.seed, per_request: 1 };
     let forest = match &options.parents {
         Some(parents) if parents.len() != n => {

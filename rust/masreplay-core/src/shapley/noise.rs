@@ -273,11 +273,7 @@ pub(super) fn shapley_under_noise(game: &dyn Game, options: &ShapleyOptions, noi
     if options.repeats == Some(0) {
         return Err(MasreplayError::InvalidArgument("repeats must be at least 1".into()));
     }
-    let budget = options.budget.unwrap_or(if options.target_stderr.is_some() {
-        super::TARGET_ONLY_BUDGET
-    } else {
-        super::DEFAULT_BUDGET
-    });
+    let budget = options.budget_or_default();
     let stopping = Stopping { budget, target_stderr: options.target_stderr, seed: options.seed, per_request: 1 };
     let forest = options.parents.as_deref().map(Forest::new).transpose()?;
     if forest.as_ref().is_some_and(|f| f.len() != n) {
