@@ -299,6 +299,20 @@ def test_a_shard_count_past_the_bound_is_refused_before_any_actor():
         RayGraphBuffer(2**41, shards=masreplay_ray.MAX_SHARDS + 1)
 
 
+def test_shards_no_node_can_hold_are_refused_within_the_start_timeout():
+    """num_cpus=64 on this 2-CPU cluster: Ray would hold the shards (and every call) forever."""
+    started = time.monotonic()
+    with pytest.raises(InvalidArgumentError, match=r"asks for \{'CPU': 64\}.*start_timeout=0.5"):
+        RayGraphBuffer(100, shards=2, num_cpus=64, start_timeout=0.5)
+    assert time.monotonic() - started < 30
+    with pytest.raises(InvalidArgumentError, match="start_timeout"):
+        RayGraphBuffer(100, start_timeout=-1.0)
+    buffer = RayGraphBuffer(100, num_cpus=1, start_timeout=0.0)  # fits: no wait at all
+    buffer.add(masreplay.sim.generate(2, seed=0))
+    assert len(buffer) == 2
+    buffer.shutdown()
+
+
 def test_what_a_shard_raises_reaches_the_caller_as_itself():
     # Found by fuzzing: a version moved back raised Ray's RayTaskError, whose message is the
     # worker's traceback, and Ray logged the other shard's error as never retrieved.
@@ -383,6 +397,37 @@ def test_priorities_of_traces_no_shard_holds_are_skipped_when_asked():
     assert buffer.update_priorities(ids, [2.0] * 7, missing="skip") == 6
     mass = sum(ray.get(shard.eligible.remote({}))[1] for shard in buffer._shards)
     assert mass == 12.0  # every stored trace at priority 2
+    buffer.shutdown()
+
+
+def test_an_update_racing_a_producers_eviction_is_never_half_done(monkeypatch):
+    """The handle checks every id, then each shard applies its part; a producer's add that
+    evicts a checked trace in between used to make that shard raise after the others had
+    applied theirs."""
+    buffer = RayGraphBuffer(12, shards=2)  # 6 a shard: holds the first 6 wherever they go
+    first, later = masreplay.sim.generate(6, seed=3), masreplay.sim.generate(40, seed=4)
+    buffer.add(first)
+    real_get, raced = masreplay.ray._get, []
+
+    def get_then_add(refs):
+        answer = real_get(refs)
+        if not raced:  # the check's answer is in: a producer's add lands before the update
+            raced.append(True)
+            buffer.add(later)
+        return answer
+
+    monkeypatch.setattr(masreplay.ray, "_get", get_then_add)
+    set_count = buffer.update_priorities(first.trace_ids, [5.0] * 6)
+    monkeypatch.undo()
+    still_held = [
+        trace_id
+        for trace_id in first.trace_ids
+        if ray.get(buffer._shards[0].contains_many.remote([trace_id]))[0]
+        or ray.get(buffer._shards[1].contains_many.remote([trace_id]))[0]
+    ]
+    assert raced and set_count == len(still_held) < 6
+    mass = sum(ray.get(shard.eligible.remote({}))[1] for shard in buffer._shards)
+    assert mass == len(buffer) + 4.0 * len(still_held)  # the later traces at 1, any survivor at 5
     buffer.shutdown()
 
 

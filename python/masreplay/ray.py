@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 import ray  # the Ray package: imports are absolute, so this is never masreplay.ray itself
 
 from masreplay import _core
-from masreplay._args import I32_MAX, I64_MAX, checked, ids, numbers, optional_whole, whole
+from masreplay._args import I32_MAX, I64_MAX, checked, ids, numbers, optional_whole, real, whole
 from masreplay.bands import band_limits
 from masreplay.batch import TraceBatch, _check_event_field, _from_ipc_table
 from masreplay.buffer import AddReport, GraphBuffer, Sampler
@@ -353,8 +353,8 @@ class _Shard:
     def contains_many(self, trace_ids: list[str]) -> np.ndarray:
         return self.buffer._core.contains_many(trace_ids)
 
-    def update_priorities(self, trace_ids: list[str], priorities: list[float], skip_missing: bool) -> int:
-        return self.buffer._core.update_priorities(trace_ids, priorities, skip_missing=skip_missing)
+    def update_priorities(self, trace_ids: list[str], priorities: list[float]) -> int:
+        return self.buffer._core.update_priorities(trace_ids, priorities, skip_missing=True)
 
     def set_policy_version(self, version: int, advance: bool) -> None:
         if advance:
@@ -411,7 +411,10 @@ class RayGraphBuffer:
     the buffer again. ``state_directory`` holds each shard's small ledger (the path of its
     last save, what it took since); in a cluster of several machines it, like the save
     directory, must be storage every node reaches. ``actor_options`` go to each shard's
-    ``.options(...)``.
+    ``.options(...)``. Shards whose ``actor_options`` ask for more than any node of the
+    cluster has (``num_cpus=64`` on a 2-CPU cluster) wait up to ``start_timeout`` seconds for
+    the cluster to grow (an autoscaler adding a node), then raise
+    :class:`~masreplay.errors.InvalidArgumentError` naming what they asked for.
     """
 
     def __init__(
@@ -423,10 +426,11 @@ class RayGraphBuffer:
         max_staleness: int | None = None,
         *,
         state_directory: str | os.PathLike[str] | None = None,
+        start_timeout: float = 120.0,
         **actor_options: Any,
     ) -> None:
         settings = _settings(capacity, unit, shards, seed, max_staleness)
-        self._start(settings, state_directory, actor_options, [None] * settings["shards"])
+        self._start(settings, state_directory, actor_options, [None] * settings["shards"], start_timeout)
 
     def _start(
         self,
@@ -434,7 +438,9 @@ class RayGraphBuffer:
         state_directory: str | os.PathLike[str] | None,
         actor_options: dict[str, Any],
         restore_from: list[str | None],
+        start_timeout: float,
     ) -> None:
+        start_timeout = real("start_timeout", start_timeout, low=0.0)
         self._settings = settings
         directory = state_directory or os.path.join(tempfile.gettempdir(), "masreplay-ray", uuid.uuid4().hex)
         self._state_directory = os.fspath(directory)
@@ -458,12 +464,31 @@ class RayGraphBuffer:
             )
             for shard in range(shards)
         ]
+        self._await_placement(options, start_timeout)
         self._calls = 0
         self._restarts_seen = [0] * shards
         # Each shard's share of the previous sample's weights, and keys of samples the
         # trainer dropped (their shards let them go on the next draw).
         self._shares: np.ndarray | None = None
         self._released: list[str] = []
+
+    def _await_placement(self, options: dict[str, Any], start_timeout: float) -> None:
+        """Ray holds an actor that fits no node until one joins, forever on a fixed cluster,
+        and every call to it waits as long: shards no node can hold now get ``start_timeout``
+        seconds to start, then are ended with an error naming what they asked for."""
+        request = _unplaceable(options)
+        if request is None:
+            return
+        _, waiting = ray.wait(
+            [shard.stats.remote() for shard in self._shards], num_returns=len(self._shards), timeout=start_timeout
+        )
+        if waiting:
+            self.shutdown()
+            nodes = [node["Resources"] for node in ray.nodes() if node["Alive"]]
+            raise InvalidArgumentError(
+                f"each shard asks for {request} (actor_options), which no node of this Ray cluster has "
+                f"(its nodes: {nodes}), and none joined within start_timeout={start_timeout} s"
+            )
 
     # ---- what the handle knows ---------------------------------------------------------
     @property
@@ -759,7 +784,9 @@ class RayGraphBuffer:
         """Sets priorities of stored traces on whichever shards hold them and returns how many
         it set; with ``missing="raise"`` all or nothing (an id no shard holds raises before
         any priority changes), with ``missing="skip"`` the ids no shard holds any more are
-        left out, also those a producer's add evicts while the update runs."""
+        left out. An id every shard is asked about at once and found, then evicted by a
+        producer's add before its shard applies the update, counts as updated just before
+        that eviction (nothing raises halfway: its priority went with the trace)."""
         keys = ids("trace_ids", trace_ids)
         values = numbers("priorities", priorities).ravel()
         if len(values) != len(keys):
@@ -774,11 +801,12 @@ class RayGraphBuffer:
         if len(absent) and missing == "raise":
             raise InvalidArgumentError(f"no trace {keys[absent[0]]!r} in the buffer")
         owner = np.where(held.any(axis=0), np.argmax(held, axis=0), -1)
-        skip = missing == "skip"
+        # The shards skip in both modes: the check above is the update's moment, and a raise
+        # here, after other shards applied their parts, would leave the update half done.
         return sum(
             _get(
                 [
-                    self._shards[s].update_priorities.remote([keys[i] for i in rows], values[rows].tolist(), skip)
+                    self._shards[s].update_priorities.remote([keys[i] for i in rows], values[rows].tolist())
                     for s in np.unique(owner[owner >= 0])
                     for rows in [np.flatnonzero(owner == s)]
                 ]
@@ -840,19 +868,35 @@ class RayGraphBuffer:
         directory: str | os.PathLike[str],
         *,
         state_directory: str | os.PathLike[str] | None = None,
+        start_timeout: float = 120.0,
         **actor_options: Any,
     ) -> RayGraphBuffer:
         """Starts shard actors from a directory written by :meth:`save`."""
         directory = pathlib.Path(directory)
         manifest = _read_manifest(directory)
         buffer = cls.__new__(cls)
-        buffer._start(manifest["settings"], state_directory, actor_options, manifest["paths"])
+        buffer._start(manifest["settings"], state_directory, actor_options, manifest["paths"], start_timeout)
         return buffer
 
     def shutdown(self) -> None:
         """Ends the shard actors (the handle is unusable afterwards)."""
         for shard in self._shards:
             ray.kill(shard, no_restart=True)
+
+
+def _unplaceable(options: dict[str, Any]) -> dict[str, float] | None:
+    """What one shard asks the scheduler for when no live node has that much in total (Ray
+    places an actor with 1 CPU unless told otherwise); None when some node has it, or when
+    a scheduling strategy or placement group decides where shards go."""
+    if options.get("scheduling_strategy") is not None or options.get("placement_group") is not None:
+        return None
+    asked = {"CPU": options.get("num_cpus", 1), "GPU": options.get("num_gpus", 0), "memory": options.get("memory", 0)}
+    asked.update(options.get("resources") or {})
+    request = {name: amount for name, amount in asked.items() if amount}
+    nodes = [node["Resources"] for node in ray.nodes() if node["Alive"]]
+    if any(all(node.get(name, 0) >= amount for name, amount in request.items()) for node in nodes):
+        return None
+    return request
 
 
 def _settings(capacity: Any, unit: Any, shards: Any, seed: Any, max_staleness: Any) -> dict[str, Any]:
