@@ -242,17 +242,62 @@ def test_kernel_on_a_game_its_design_fits_is_exact_to_rounding():
         assert np.all(result.stderr < 1e-12)
 
 
-def test_permutation_below_two_antithetic_pairs_draws_plain_orderings():
+def test_permutation_below_two_antithetic_pairs_draws_plain_orderings_on_few_players():
     game = games.soum(50, 100, 3, seed=2)
     truth = game.shapley_values()
-    # 150 evaluations: one antithetic pair (2 + 98) or three orderings (2 + 3 x 49).
+    # 150 evaluations: one antithetic pair (2 + 98) or three orderings (2 + 3 x 49); below 100
+    # players the three orderings are plain (the pair's error bars need many players).
     result = masreplay.shapley(game, method="permutation", budget=150, seed=0)
     assert result.evaluations == 2 + 3 * 49
     assert np.all(np.isfinite(result.stderr)) and np.all(result.stderr > 0)
     assert np.mean(np.abs(result.values - truth) <= 1.96 * result.stderr + 1e-12) > 0.8
+    plain = masreplay.shapley(game, method="permutation", budget=150, seed=0, antithetic=False)
+    np.testing.assert_array_equal(plain.values, result.values)
     # Two pairs fit: antithetic as before (every unit a pair, so the evaluations are even past the bounds).
     paired = masreplay.shapley(game, method="permutation", budget=2 + 4 * 49, seed=0)
     assert paired.evaluations == 2 + 4 * 49 and np.all(np.isfinite(paired.stderr))
+
+
+def test_permutation_with_one_pair_and_one_more_ordering_values_by_the_pair():
+    game = games.soum(120, 100, 3, seed=2)
+    truth = game.shapley_values()
+    # 400 evaluations: one antithetic pair (2 + 238) and one more ordering (119), not two pairs.
+    result = masreplay.shapley(game, method="permutation", budget=400, seed=0)
+    assert result.evaluations == 2 + 3 * 119
+    assert np.all(np.isfinite(result.stderr)) and np.all(result.stderr > 0)
+    assert np.mean(np.abs(result.values - truth) <= 1.96 * result.stderr + 1e-12) > 0.8
+    again = masreplay.shapley(game, method="permutation", budget=400, seed=0)
+    np.testing.assert_array_equal(result.values, again.values)
+    np.testing.assert_array_equal(result.stderr, again.stderr)
+    # Without antithetic pairs: three plain orderings, other values.
+    plain = masreplay.shapley(game, method="permutation", budget=400, seed=0, antithetic=False)
+    assert plain.evaluations == 2 + 3 * 119 and not np.array_equal(plain.values, result.values)
+
+
+def pairwise_game(n: int, seed: int) -> games.Game:
+    rng = np.random.default_rng(seed)
+    terms = [([i], float(rng.uniform(0, 1))) for i in range(n)]
+    terms += [([i, j], float(rng.uniform(-1, 1)) / n) for i in range(n) for j in range(i + 1, n)]
+    return games.soum(n, terms)
+
+
+def test_one_antithetic_pair_is_exact_on_a_pairwise_game_with_a_nonzero_stderr():
+    # An antithetic pair gets every value of a game of order two exactly; the third ordering
+    # still gives each an error bar (the ratio's floor), never 0.
+    game = pairwise_game(100, 3)
+    result = masreplay.shapley(game, method="permutation", budget=2 + 3 * 99 + 10, seed=4)
+    np.testing.assert_allclose(result.values, game.shapley_values(), rtol=0, atol=1e-12)
+    assert result.evaluations == 2 + 3 * 99 and np.all(result.stderr > 0)
+
+
+def test_one_antithetic_pair_is_unbiased():
+    game = games.soum(100, 40, 100, seed=5)
+    truth = game.shapley_values()
+    runs = np.array([masreplay.shapley(game, method="permutation", budget=2 + 3 * 99, seed=s).values for s in range(2000)])
+    spread = runs.std(axis=0) / np.sqrt(len(runs))
+    z = (runs.mean(axis=0) - truth) / np.maximum(spread, 1e-300)
+    # Every player within 4.5 standard errors of the mean, and the z-scores about standard normal.
+    assert np.all(np.abs(z[spread > 0]) <= 4.5) and 0.6 <= np.std(z[spread > 0]) <= 1.4, z
 
 
 def test_stderr_is_honest_and_target_stops_sampling():

@@ -228,7 +228,10 @@ def shapley(
     variance is pooled with the mean variance of the players whose contributions varied and
     scaled by Student's t; a player whose never varied gets every player's mean as its floor,
     so a null player's stderr is that floor rather than 0), and with a prior of logged
-    rollouts (tests/test_shapley_prior.py).
+    rollouts (tests/test_shapley_prior.py). With one antithetic pair and a third ordering
+    (permutation from 100 players where the budget fits three orderings but not four) it
+    covers 93-97% on low-order games and over-covers full-order and voting games (0.98-1.00),
+    as three plain orderings did.
     For ``stratified`` it is the error of the projected values.
     """
     if prior is not None:
