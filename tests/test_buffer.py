@@ -303,6 +303,15 @@ def test_update_priorities_is_all_or_nothing():
         assert np.array_equal(buffer.priorities(), before)
 
 
+def test_a_priority_too_large_is_quoted_in_short():
+    # Quoted digit by digit before (a 309-character number in the message).
+    buffer = GraphBuffer(10)
+    batch = traces(1, seed=1)
+    buffer.add(batch)
+    with pytest.raises(InvalidArgumentError, match=r"^priority of \"[^\"]+\": 1e308 is not a priority"):
+        buffer.update_priorities(batch.trace_ids, [1e308])
+
+
 def test_priorities_of_evicted_traces_are_skipped_when_asked():
     # A learner updates the priorities of a sample after producers' adds evicted part of it.
     buffer = GraphBuffer(4)

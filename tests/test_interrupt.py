@@ -146,3 +146,47 @@ def test_loading_dicts_is_interrupted(tmp_path):
     )
     check_interrupted(found)
     assert found["next"] == 10
+
+
+def test_loading_json_lines_is_interrupted(tmp_path):
+    found = run_case(
+        """
+        batch = masreplay.sim.generate(2000, agents=4, seed=3)
+        lines = "\\n".join(json.dumps(batch[i]) for i in range(len(batch))).encode()
+        text = b"\\n".join([lines] * 20)  # 40,000 traces
+        outcome = interrupted(lambda: masreplay.load_traces(text, on_error="skip"))
+        report(**outcome, next=len(masreplay.load_traces(lines, on_error="skip")))
+        """,
+        tmp_path,
+    )
+    check_interrupted(found)
+    assert found["next"] == 2000
+
+
+def test_loading_arrow_of_many_chunks_is_interrupted(tmp_path):
+    found = run_case(
+        """
+        import pyarrow as pa
+        table = masreplay.sim.generate(10_000, agents=4, seed=3).to_arrow()
+        chunks = pa.concat_tables([table] * 80)  # 800,000 traces in 80 chunks, joined before the checks
+        outcome = interrupted(lambda: masreplay.load_traces(chunks, on_error="skip"), delay=0.2)
+        report(**outcome, next=len(masreplay.load_traces(table.slice(0, 10))))
+        """,
+        tmp_path,
+    )
+    check_interrupted(found)
+    assert found["next"] == 10
+
+
+def test_native_shapley_is_interrupted_while_it_draws(tmp_path):
+    found = run_case(
+        """
+        game = masreplay.games.soum(30, 200, seed=1)
+        # At this budget the coalitions take tens of seconds to draw before the first is valued.
+        outcome = interrupted(lambda: masreplay.shapley(game, budget=3 * 10**7), delay=0.5)
+        report(**outcome, next=len(masreplay.shapley(game, budget=1000).values))
+        """,
+        tmp_path,
+    )
+    check_interrupted(found)
+    assert found["next"] == 30

@@ -18,8 +18,9 @@ use rayon::prelude::*;
 use serde_core::Deserialize;
 use serde_json::{Map, Number, Value};
 
-use crate::error::ValidationError;
+use crate::error::{MasreplayError, ValidationError};
 use crate::graph;
+use crate::interrupt::Checkpoint;
 use crate::trace::{
     Costs, CounterfactualKind, CounterfactualOf, Edge, EdgeType, Event, EventType, NamedNumbers, Topology, Trace,
 };
@@ -190,13 +191,17 @@ fn split_costs(all: NamedNumbers) -> Result<Costs, &'static str> {
 
 /// Parses JSON text holding one trace, an array of traces, or JSON Lines / concatenated
 /// traces. Each trace is checked on its own (in parallel); a syntax error ends a document,
-/// but in JSON Lines it only costs its own line.
-pub fn parse_documents(bytes: &[u8], options: ValidateOptions) -> Vec<Result<Trace, ValidationError>> {
+/// but in JSON Lines it only costs its own line. Polls the call's stop flag before each trace
+/// ([`MasreplayError::Interrupted`]); one document the Reader must take whole (a syntax error
+/// in a single trace or array) is read without a poll.
+pub fn parse_documents(bytes: &[u8], options: ValidateOptions) -> Result<Vec<Outcome>, MasreplayError> {
+    let checkpoint = Checkpoint::here();
     if let Some(lines) = json_lines(bytes) {
         return lines
             .par_iter()
             .map(|&(number, line)| {
-                read_text(line, options).unwrap_or_else(|error| {
+                checkpoint.check()?;
+                Ok(read_text(line, options).unwrap_or_else(|error| {
                     let outcome = match non_finite::read_marked(line, &error, options) {
                         Some(mut outcomes) if outcomes.len() == 1 => outcomes.remove(0),
                         _ => Err(syntax_error(line, &error)),
@@ -205,23 +210,26 @@ pub fn parse_documents(bytes: &[u8], options: ValidateOptions) -> Vec<Result<Tra
                         error.reason = format!("line {number}: {}", error.reason);
                         error
                     })
-                })
+                }))
             })
             .collect();
     }
     // Traces are parsed while the rest of the document is still being cut into them (par_bridge).
     // A syntax error is positioned in the whole document, so it sends the document to the Reader.
-    let mut outcomes: Vec<(usize, Option<Result<Trace, ValidationError>>)> = split::trace_texts(bytes)
+    let mut outcomes: Vec<(usize, Option<Outcome>)> = split::trace_texts(bytes)
         .enumerate()
         .par_bridge()
-        .map(|(index, text)| (index, text.and_then(|text| read_text(text, options).ok())))
-        .collect();
+        .map(|(index, text)| checkpoint.check().map(|()| (index, text.and_then(|text| read_text(text, options).ok()))))
+        .collect::<Result<_, _>>()?;
     outcomes.sort_unstable_by_key(|&(index, _)| index);
     match outcomes.into_iter().map(|(_, outcome)| outcome).collect::<Option<Vec<_>>>() {
-        Some(outcomes) if !outcomes.is_empty() => outcomes,
+        Some(outcomes) if !outcomes.is_empty() => Ok(outcomes),
         _ => read_documents(bytes, options),
     }
 }
+
+/// A trace read from JSON, or why it was rejected.
+pub type Outcome = Result<Trace, ValidationError>;
 
 /// Checks the one trace in `text`: fast when it is valid, through the Reader otherwise.
 fn read_text(text: &[u8], options: ValidateOptions) -> Result<Result<Trace, ValidationError>, serde_json::Error> {
@@ -233,21 +241,27 @@ fn read_text(text: &[u8], options: ValidateOptions) -> Result<Result<Trace, Vali
 
 /// The documents of `bytes` through the Reader alone: the reference behaviour, and the fallback
 /// for documents that [`split::trace_texts`] does not take apart or that hold a syntax error.
-fn read_documents(bytes: &[u8], options: ValidateOptions) -> Vec<Result<Trace, ValidationError>> {
+fn read_documents(bytes: &[u8], options: ValidateOptions) -> Result<Vec<Outcome>, MasreplayError> {
+    let checkpoint = Checkpoint::here();
     let mut results = Vec::new();
     let mut stream = serde_json::Deserializer::from_slice(bytes).into_iter::<Value>();
     loop {
+        checkpoint.check()?;
         match stream.next() {
             None => break,
             Some(Ok(Value::Array(items))) => {
-                results.par_extend(items.par_iter().map(|item| trace_from_json(item, options)));
+                let read: Vec<Outcome> = items
+                    .par_iter()
+                    .map(|item| checkpoint.check().map(|()| trace_from_json(item, options)))
+                    .collect::<Result<_, _>>()?;
+                results.extend(read);
             }
             Some(Ok(value)) => results.push(trace_from_json(&value, options)),
             Some(Err(error)) => {
                 // Only NaN / Infinity literals in an otherwise readable document: each trace that
                 // holds one is rejected with its id and the pointer of the value.
                 if let Some(marked) = non_finite::read_marked(bytes, &error, options) {
-                    return marked;
+                    return Ok(marked);
                 }
                 results.push(Err(syntax_error(bytes, &error)));
                 break;
@@ -257,7 +271,7 @@ fn read_documents(bytes: &[u8], options: ValidateOptions) -> Vec<Result<Trace, V
     if results.is_empty() {
         results.push(Err(ValidationError::new(None, "", "the input holds no trace (empty document)")));
     }
-    results
+    Ok(results)
 }
 
 /// The numbered non-blank lines of `bytes`, when it is JSON Lines: more than one line, each

@@ -80,6 +80,12 @@ pub fn arrow_values(batches: &[arrow_array::RecordBatch]) -> usize {
     batches.iter().map(arrow_array::RecordBatch::get_array_memory_size).sum::<usize>() / 8
 }
 
+/// The size of JSON text in values: one per 16 bytes (a key, a number or a short string), so
+/// that text under 1 MiB (a few milliseconds of parsing) runs inline.
+pub fn json_values(bytes: &[u8]) -> usize {
+    bytes.len() / 16
+}
+
 /// The size of Parquet files in values: their bytes (compressed, each holds several values).
 pub fn file_values(paths: &[std::path::PathBuf]) -> usize {
     paths.iter().filter_map(|path| std::fs::metadata(path).ok()).map(|found| found.len() as usize).sum()

@@ -29,7 +29,7 @@ use rayon::prelude::*;
 
 use batch::PyTraceBatch;
 use errors::{OrRaise, validation_error};
-use interrupt::{arrow_values, file_values, interruptible, simulated_values};
+use interrupt::{arrow_values, file_values, interruptible, json_values, simulated_values};
 
 // Ingest allocates many small strings from several threads, where mimalloc is much faster than
 // the system allocator.
@@ -87,7 +87,8 @@ fn batch_of_outcomes(
 #[pyfunction]
 #[pyo3(signature = (data, *, strict_seed=false))]
 fn parse_json(py: Python<'_>, data: &[u8], strict_seed: bool) -> PyResult<(PyTraceBatch, Rejected)> {
-    let outcomes = py.detach(|| parse_documents(data, ValidateOptions { strict_seed }));
+    let outcomes = interruptible(py, json_values(data), || parse_documents(data, ValidateOptions { strict_seed }))?
+        .or_raise(py)?;
     batch_of_outcomes(py, outcomes)
 }
 

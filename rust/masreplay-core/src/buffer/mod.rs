@@ -265,7 +265,7 @@ pub(crate) fn check_priority(priority: f64) -> std::result::Result<(), String> {
     if priority.is_finite() && (0.0..=MAX_PRIORITY).contains(&priority) {
         Ok(())
     } else {
-        Err(format!("{priority} is not a priority; priorities are finite numbers from 0 to {MAX_PRIORITY:e}"))
+        Err(format!("{priority:?} is not a priority; priorities are finite numbers from 0 to {MAX_PRIORITY:e}"))
     }
 }
 

@@ -193,7 +193,7 @@ impl Design {
         // Per row drawn its size; per size its draws.
         let (mut size_of, mut per_size) = (Vec::new(), vec![0usize; n + 1]);
         let (mut misses, mut pairs) = (0, 0usize);
-        while budget >= 2 && misses < MAX_REDRAWS * 16 {
+        while budget >= 2 && misses < MAX_REDRAWS * 16 && !sink.stopped() {
             let size = sizes[rng.random_range(0..sizes.len())];
             let set = random_subset(&mut rng, n, size, sink.words());
             if drawn.insert(set.clone(), ()).is_some() {

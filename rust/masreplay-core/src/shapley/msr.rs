@@ -126,6 +126,9 @@ fn extend_draws(
         for ((&size, rng), &count) in sizes.iter().zip(rngs.iter_mut()).zip(counts) {
             let start = sink.batch().len();
             for _ in 0..count {
+                if sink.stopped() {
+                    return;
+                }
                 sink.push(&random_subset(rng, n, size, sink.words()));
             }
             for i in start..sink.batch().len() {
@@ -827,7 +830,11 @@ pub fn msr_planned(game: &dyn Game, stopping: &Stopping, extras: Extras, plan: P
     let mut evaluations = 2 * repeats[0];
     // The census strata: E_s[v a_i] exactly.
     let mut sets = Coalitions::new(n);
-    census.iter().for_each(|&s| for_each_subset(n, s, |set| sets.push(set)));
+    for &s in &census {
+        // Tens of millions at a large budget: seconds before the first valuation.
+        crate::interrupt::checkpoint()?;
+        for_each_subset(n, s, |set| sets.push(set));
+    }
     let worth = value_drawn(game, &sets, &mut (), |_, _, _| {})?.worth;
     evaluations += sets.iter().map(|set| repeats[size(set)]).sum::<u64>();
     let mut per_size = vec![0u64; n + 1];

@@ -21,7 +21,8 @@ use super::coalition::Coalitions;
 use super::game::Game;
 use super::sampling::map_items;
 use crate::bail;
-use crate::error::Result;
+use crate::error::{MasreplayError, Result};
+use crate::interrupt::Checkpoint;
 
 /// The coalitions an estimator draws, in order, with the distinct ones numbered in order of
 /// first appearance and handed to the game `chunk` at a time as they fill up. For a noisy game
@@ -39,7 +40,14 @@ pub struct Sink {
     /// Distinct coalitions already handed out.
     sent: usize,
     out: Option<mpsc::Sender<Coalitions>>,
+    /// The flag of the call, polled every [`POLL_EVERY`] pushes: drawing 10^8 coalitions takes
+    /// half a minute before the game values the first.
+    checkpoint: Checkpoint,
+    stopped: bool,
 }
+
+/// Pushes between two polls of the call's stop flag (a few milliseconds of drawing).
+const POLL_EVERY: usize = 1 << 14;
 
 /// Most coalitions a sink reserves room for up front: `planned` is an upper bound (a budget
 /// far beyond what can be drawn must not reserve memory for all of it); past this the
@@ -53,6 +61,7 @@ impl Sink {
         chunk: usize,
         capacity: usize,
         out: Option<mpsc::Sender<Coalitions>>,
+        checkpoint: Checkpoint,
     ) -> Self {
         let capacity = capacity.min(MOST_RESERVED);
         Sink {
@@ -65,7 +74,15 @@ impl Sink {
             index: Vec::with_capacity(capacity),
             sent: 0,
             out,
+            checkpoint,
+            stopped: false,
         }
+    }
+
+    /// Whether the call was interrupted while drawing: later pushes are dropped, the draw
+    /// loop may end early, and the valuation returns [`MasreplayError::Interrupted`].
+    pub fn stopped(&self) -> bool {
+        self.stopped
     }
 
     pub fn n_players(&self) -> usize {
@@ -83,6 +100,10 @@ impl Sink {
     }
 
     pub fn push(&mut self, set: &[u64]) {
+        if self.stopped || (self.batch.len().is_multiple_of(POLL_EVERY) && self.checkpoint.check().is_err()) {
+            self.stopped = true;
+            return;
+        }
         let number = if self.fresh {
             self.distinct.push(set);
             self.distinct.len() - 1
@@ -157,9 +178,14 @@ pub fn value_streamed<S: Send>(
         }
         Ok(values)
     };
+    // Taken here: the draw may run on a worker thread, which has no flag of its own.
+    let checkpoint = Checkpoint::here();
     if !game.sequential() || planned <= chunk {
-        let mut sink = Sink::new(n, fresh, chunk, planned, None);
+        let mut sink = Sink::new(n, fresh, chunk, planned, None, checkpoint);
         draw(state, &mut sink);
+        if sink.stopped {
+            return Err(MasreplayError::Interrupted);
+        }
         let pieces = sink.distinct.len().div_ceil(chunk);
         let values: Vec<f64> = map_items(game.sequential(), pieces, |c| {
             let mut piece = Coalitions::with_capacity(n, chunk);
@@ -179,7 +205,7 @@ pub fn value_streamed<S: Send>(
         let (values_out, values_in) = mpsc::channel::<Vec<f64>>();
         let stop = &stop;
         let worker = scope.spawn(move || {
-            let mut sink = Sink::new(n, fresh, chunk, planned, Some(pieces_out));
+            let mut sink = Sink::new(n, fresh, chunk, planned, Some(pieces_out), checkpoint);
             draw(state, &mut sink);
             sink.hand_out();
             // Closing the channel tells the calling thread that nothing more is coming.
@@ -187,7 +213,8 @@ pub fn value_streamed<S: Send>(
             let (mut values, mut worth) =
                 (Vec::with_capacity(sink.distinct.len()), Vec::with_capacity(sink.index.len()));
             for piece in values_in {
-                if stop.load(Ordering::Relaxed) {
+                // An interrupted draw is never summed (its batch is not whole).
+                if stop.load(Ordering::Relaxed) || sink.stopped {
                     break;
                 }
                 values.extend(piece);
@@ -197,7 +224,7 @@ pub fn value_streamed<S: Send>(
                 worth.extend(known);
                 consume(state, &sink.batch, &worth);
             }
-            (worth, sink.distinct.len())
+            (worth, sink.distinct.len(), sink.stopped)
         });
         let mut failed = None;
         for piece in pieces_in.iter() {
@@ -216,9 +243,10 @@ pub fn value_streamed<S: Send>(
             }
         }
         drop((pieces_in, values_out));
-        let (worth, distinct) = worker.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        let (worth, distinct, stopped) = worker.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         match failed {
             Some(error) => Err(error),
+            None if stopped => Err(MasreplayError::Interrupted),
             None => Ok(Valued { worth, distinct }),
         }
     })

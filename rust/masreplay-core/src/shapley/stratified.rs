@@ -116,6 +116,9 @@ fn push_draws(sink: &mut Sink, size: usize, count: u64, enumerate: bool, mut rng
         }
     } else {
         for _ in 0..count {
+            if sink.stopped() {
+                return;
+            }
             set.fill(0);
             // Floyd's algorithm: a uniform subset of `size` players.
             for j in n - size..n {

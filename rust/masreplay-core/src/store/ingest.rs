@@ -16,6 +16,7 @@ use rayon::prelude::*;
 
 use super::build::{Derived, derived_columns};
 use super::column_checks::{AgentIndex, CleanColumns, DistinctIds};
+use super::concat::concat_polled;
 use super::nulls::{Zeros, longest_column, share_null_columns_over};
 use super::schema::{EdgeColumns, EventColumns, TraceColumns, canonical_schema, vocabulary};
 use super::structure::WellFormed;
@@ -555,7 +556,7 @@ pub fn ingest_well_formed(batches: &WellFormed) -> Result<Ingested, MasreplayErr
         conformed.push(conform(&whole, &target, "", true, &zeros)?);
     }
     let refs: Vec<&dyn Array> = conformed.iter().map(|a| a.as_ref()).collect();
-    let whole = if refs.is_empty() { new_null_array(&target, 0) } else { arrow_select::concat::concat(&refs)? };
+    let whole = if refs.is_empty() { new_null_array(&target, 0) } else { concat_polled(&refs)? };
     let relaxed = RecordBatch::from(whole.as_struct().clone());
     let columns = TraceColumns::new(&relaxed);
     let check = BatchCheck::new(&columns);

@@ -3,6 +3,7 @@
 
 mod build;
 mod column_checks;
+mod concat;
 mod ingest;
 mod memory;
 mod nulls;

@@ -258,9 +258,9 @@ proptest! {
                     }
                 })
                 .collect(),
-            None => read_documents(&document, options),
+            None => read_documents(&document, options).unwrap(),
         };
-        let actual = parse_documents(&document, options);
+        let actual = parse_documents(&document, options).unwrap();
         prop_assert_eq!(
             actual.iter().map(outcome).collect::<Vec<_>>(),
             expected.iter().map(outcome).collect::<Vec<_>>(),
@@ -326,7 +326,9 @@ fn repeated_keys_take_the_last_value_in_both_paths() {
         "agent": "o", "agent": "p", "x": 1, "x": 2}], "edges": [], "rewards": {"r": 1, "r": 2}, "costs": {"tokens": 1,
         "wall_clock_s": 2}}"#;
     assert!(direct::read_trace(text, ValidateOptions::default()).is_none());
-    let [Ok(trace)] = &parse_documents(text, ValidateOptions::default())[..] else { panic!("one valid trace") };
+    let [Ok(trace)] = &parse_documents(text, ValidateOptions::default()).unwrap()[..] else {
+        panic!("one valid trace")
+    };
     assert_eq!((trace.trace_id.as_str(), trace.events[0].agent.as_str()), ("b", "p"));
     assert_eq!(trace.events[0].attributes.as_ref().map(|a| a["x"].clone()), Some(json!(2)));
     assert_eq!(trace.rewards, vec![("r".to_owned(), 2.0)]);
@@ -345,16 +347,16 @@ fn one_nesting_limit_alone_and_inside_a_document() {
     let deepest = trace(crate::validate::MAX_DEPTH - 3);
     let too_deep = trace(crate::validate::MAX_DEPTH - 2);
     for document in [deepest.clone(), format!("[{deepest}]")] {
-        assert!(parse_documents(document.as_bytes(), ValidateOptions::default())[0].is_ok());
+        assert!(parse_documents(document.as_bytes(), ValidateOptions::default()).unwrap()[0].is_ok());
     }
     for document in [too_deep.clone(), format!("[{too_deep}]")] {
-        let outcomes = parse_documents(document.as_bytes(), ValidateOptions::default());
+        let outcomes = parse_documents(document.as_bytes(), ValidateOptions::default()).unwrap();
         let error = outcomes[0].as_ref().unwrap_err();
         assert_eq!((error.trace_id.as_deref(), error.path.as_str()), (Some("a"), "/events/0/deep"));
         assert!(error.reason.contains("nests deeper than 100"), "{error:?}");
     }
     // Past serde_json's own limit the text is not read at all, and the error says why.
-    let outcomes = parse_documents(trace(130).as_bytes(), ValidateOptions::default());
+    let outcomes = parse_documents(trace(130).as_bytes(), ValidateOptions::default()).unwrap();
     assert!(outcomes[0].as_ref().unwrap_err().reason.contains("nests too deep"), "{outcomes:?}");
 }
 
@@ -366,7 +368,7 @@ fn any_thread_count_gives_the_same_batch() {
         let ingest = |threads: usize| {
             let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("a pool");
             pool.install(|| {
-                let outcomes = parse_documents(document.as_bytes(), ValidateOptions::default());
+                let outcomes = parse_documents(document.as_bytes(), ValidateOptions::default()).unwrap();
                 let traces: Vec<Trace> = outcomes.into_iter().collect::<Result<_, _>>().expect("valid traces");
                 crate::store::batch_from_traces(&traces).expect("a batch")
             })

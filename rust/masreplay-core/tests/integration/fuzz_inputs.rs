@@ -97,7 +97,7 @@ proptest! {
         let texts: Vec<String> = traces.iter().map(|t| t.to_json(false).to_string()).collect();
         let mut bytes = if lines { texts.join("\n") } else { format!("[{}]", texts.join(",")) }.into_bytes();
         edit(&mut bytes, &edits);
-        for outcome in parse_documents(&bytes, ValidateOptions::default()).into_iter().flatten() {
+        for outcome in parse_documents(&bytes, ValidateOptions::default()).unwrap().into_iter().flatten() {
             assert_sound(&TraceBatch::from_traces(&[outcome]).expect("a checked trace is stored"));
         }
     }

@@ -170,15 +170,15 @@ fn masreplay_additions_round_trip() {
 
 #[test]
 fn documents_syntax_and_encoding() {
-    let outcomes = parse_documents(b"{\"trace_id\": ", ValidateOptions::default());
+    let outcomes = parse_documents(b"{\"trace_id\": ", ValidateOptions::default()).unwrap();
     assert!(outcomes[0].as_ref().unwrap_err().reason.contains("invalid JSON"));
-    let outcomes = parse_documents(b"\"\xff\xfe\"", ValidateOptions::default());
+    let outcomes = parse_documents(b"\"\xff\xfe\"", ValidateOptions::default()).unwrap();
     assert!(outcomes[0].as_ref().unwrap_err().reason.contains("UTF-8"), "{:?}", outcomes[0]);
-    let outcomes = parse_documents(b"[1, 2]", ValidateOptions::default());
+    let outcomes = parse_documents(b"[1, 2]", ValidateOptions::default()).unwrap();
     assert!(outcomes.iter().all(|o| o.as_ref().unwrap_err().reason.contains("JSON object")));
-    let outcomes = parse_documents(b"   ", ValidateOptions::default());
+    let outcomes = parse_documents(b"   ", ValidateOptions::default()).unwrap();
     assert!(outcomes[0].is_err());
-    let outcomes = parse_documents(b"{\"rewards\": {\"team\": NaN}}", ValidateOptions::default());
+    let outcomes = parse_documents(b"{\"rewards\": {\"team\": NaN}}", ValidateOptions::default()).unwrap();
     assert!(outcomes[0].as_ref().unwrap_err().reason.contains("NaN"));
 }
 
@@ -188,7 +188,7 @@ fn json_lines_keep_going_after_a_bad_line() {
     let mut other = seed_example();
     other["trace_id"] = json!("second");
     let text = format!("{good}\n{{\"trace_id\": \"x\", oops}}\n{other}\n");
-    let outcomes = parse_documents(text.as_bytes(), ValidateOptions::default());
+    let outcomes = parse_documents(text.as_bytes(), ValidateOptions::default()).unwrap();
     assert_eq!(outcomes.len(), 3);
     assert!(outcomes[0].is_ok() && outcomes[2].is_ok());
     assert!(outcomes[1].as_ref().unwrap_err().reason.starts_with("line 2:"));
