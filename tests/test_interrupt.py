@@ -82,7 +82,9 @@ def test_native_shapley_is_interrupted_with_what_the_handler_raises(tmp_path):
         game = masreplay.games.soum(30, 200, seed=1)
         masreplay.sim.generate(10, seed=1)  # the pool's threads start here
         before = tasks()
-        outcome = interrupted(lambda: masreplay.shapley(game, budget=10**6))
+        # 10^7: the signal lands while coalitions are drawn and valued (at 10^6 both could end
+        # before it, and the unpolled fit after them ran ~1.5 s: 2 failures in 6 runs).
+        outcome = interrupted(lambda: masreplay.shapley(game, budget=10**7))
         again = masreplay.shapley(game, budget=1000)
         report(**outcome, next=len(again.values), leaked=tasks() - before)
         """,
