@@ -7,11 +7,13 @@ from __future__ import annotations
 import re
 
 import numpy as np
+import polars as pl
+import pyarrow as pa
 import pytest
 
 import masreplay
 from masreplay import GraphBuffer, games, sim
-from masreplay.errors import InvalidArgumentError
+from masreplay.errors import ArgumentTypeError, InvalidArgumentError
 
 SOUM = games.soum(6, 5, 3, seed=1)
 
@@ -343,6 +345,27 @@ def test_a_refusal_leaves_the_buffer_and_its_random_stream_as_they_were():
             call()
     assert (len(buffer), buffer.priorities().tolist()) == before[:2] and buffer.to_arrow().equals(before[2])
     assert buffer.sample(3).trace_ids == twin.sample(3).trace_ids  # no draw was spent
+
+
+def test_ids_are_text_and_anything_else_is_refused_by_position():
+    """str() made b"x", None and 7 into ids no trace has, so an update that skips missing
+    traces set nothing and said nothing."""
+    buffer = _buffer()
+    ids = buffer.to_batch().trace_ids
+    before = buffer.priorities().tolist()
+    for bad, shown in ((ids[0].encode(), "bytes"), (None, "NoneType"), (7, "int")):
+        with pytest.raises(ArgumentTypeError, match=rf"trace_ids\[1\] must be an id \(str\), got {shown}"):
+            buffer.update_priorities([ids[0], bad], [2.0, 3.0], missing="skip")
+    with pytest.raises(ArgumentTypeError, match=r"trace_ids\[1\] must be an id \(str\), got NoneType"):
+        buffer.update_priorities(pa.array([ids[0], None]), [2.0, 3.0])
+    with pytest.raises(ArgumentTypeError, match=r"event_ids\[0\] must be an id \(str\), got int"):
+        buffer.subgraph(ids[0], [0])
+    assert buffer.priorities().tolist() == before
+    # Ids as NumPy, Arrow (one chunk or many) and Polars hold them are text.
+    halves = pa.chunked_array([ids[:1], ids[1:2]])
+    for form in (np.array(ids[:2]), pa.array(ids[:2]), halves, pl.Series(ids[:2])):
+        assert buffer.update_priorities(form, [2.0, 3.0]) == 2
+    assert buffer.priorities().tolist()[:2] == [2.0, 3.0]
 
 
 def test_a_column_that_does_not_exist_is_a_key_error_of_the_package():

@@ -131,7 +131,15 @@ def ids(name: str, value: Any) -> list[str]:
     one_item = isinstance(value, np.ndarray) and value.ndim == 0  # iterating it raises TypeError
     if isinstance(value, (str, bytes)) or one_item or not isinstance(value, collections.abc.Iterable):
         raise wrong_type(name, "a sequence of ids", value)
-    items = [str(item) for item in value]
+    # An Arrow array iterates as scalars: its Python values are the ids (and None for a null).
+    items = value.to_pylist() if callable(getattr(value, "to_pylist", None)) else list(value)
+    # An id is text: str() would turn b"x", None or 7 into ids no trace has ("b'x'", "None"),
+    # quietly matching nothing where a missing trace is skipped. NumPy's str_ is a str.
+    if not all(type(item) is str for item in items):
+        for i, item in enumerate(items):
+            if not isinstance(item, str):
+                raise wrong_type(f"{name}[{i}]", "an id (str)", item)
+        items = [str(item) for item in items]
     # ASCII ids (the common case) checked in one C-level pass; an id is named only when refused.
     if not all(map(str.isascii, items)):
         for i in (i for i, item in enumerate(items) if not is_text(item)):
