@@ -9,8 +9,11 @@ exact over the down-sets when they are few), ``permission`` (Shapley of the rest
 by level), ``msr`` (regression-adjusted maximum sample reuse, Witter, Liu & Musco 2025:
 every valued coalition informs every player; a surrogate fitted on the evaluations, with
 per-player slopes that vary with the coalition size, is a control variate; cross-fitted, so
-unbiased, and efficient by construction), and ``auto``, which picks exact when the budget
-covers every feasible coalition, ``kernel`` when it covers 90% of them or more, ``msr``
+unbiased, and efficient by construction), ``census`` (near-complete enumeration, for a budget
+of at least half the 2^n coalitions: the coalitions left out valued by a surrogate with the
+interactions, plus a difference estimator over the drawn ones' cross-fitted residuals; unbiased
+and efficient by construction), and ``auto``, which picks exact when the budget
+covers every feasible coalition, ``census`` when it covers 90% of them or more, ``msr``
 from 30 evaluations per player and antithetic permutations below (rules measured on the
 benchmark families, see the README), and says which in ``result.method``.
 

@@ -45,7 +45,9 @@ Sampler = Literal["uniform", "prioritized"]
 Baseline = Literal["mean", "loo"]
 #: How ``trace_shapley`` turns a player's value into its events' credit.
 EventCreditShare = Literal["split", "each"]
-ShapleyMethod = Literal["auto", "exact", "permutation", "kernel", "precedence", "permission", "owen", "stratified", "msr"]
+ShapleyMethod = Literal[
+    "auto", "exact", "permutation", "kernel", "precedence", "permission", "owen", "stratified", "msr", "census"
+]
 #: MSR's surrogate (``masreplay.shapley(surrogate=...)``).
 ShapleySurrogate = Literal["auto", "linear", "interactions"]
 

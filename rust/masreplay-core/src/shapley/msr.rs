@@ -1355,7 +1355,7 @@ fn stratum_contributions_lanes(
 /// with probability s / n and its contribution is then (n - s) / s times larger, a mixture of
 /// kurtosis 7 at n = 8, s = 2, which leaves a third of the degrees of freedom that Gaussian
 /// draws would.
-fn variance_of_variance(s2: f64, fourth: f64, m: f64, folds: usize) -> f64 {
+pub(super) fn variance_of_variance(s2: f64, fourth: f64, m: f64, folds: usize) -> f64 {
     let gaussian = 2.0 * s2 * s2 / (m - folds as f64).max(1.0);
     ((fourth - s2 * s2 * (m - 3.0) / (m - 1.0)) / m).max(gaussian)
 }

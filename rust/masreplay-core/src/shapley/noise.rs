@@ -297,7 +297,7 @@ pub(super) fn shapley_under_noise(game: &dyn Game, options: &ShapleyOptions, noi
         Method::Auto if exact_preferred => Method::Exact,
         Method::Auto if msr_fits => Method::Msr,
         Method::Auto => Method::Permutation,
-        Method::Kernel | Method::Stratified => {
+        Method::Kernel | Method::Stratified | Method::Census => {
             return Err(MasreplayError::InvalidArgument(format!(
                 "method={:?} under noise: its standard errors would leave out the noise of the coalitions it \
                  enumerates; use 'exact', 'msr', 'permutation', 'precedence', 'permission' or 'owen'",
