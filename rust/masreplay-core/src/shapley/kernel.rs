@@ -17,7 +17,7 @@ use rayon::prelude::*;
 use super::coalition::{CoalitionMap, Coalitions, contains, members_of};
 use super::exact;
 use super::game::{Game, bounds};
-use super::linalg::{cholesky, symmetric_products};
+use super::linalg::{Factor, cholesky, symmetric_products};
 use super::pipeline::{Sink, value_streamed};
 use super::sampling::stream;
 use super::{Estimate, Stopping};
@@ -29,6 +29,10 @@ const MAX_REDRAWS: usize = 64;
 /// Jackknife groups: enough degrees of freedom for a steady error (the standard error is
 /// scaled to t with groups - 1 degrees of freedom, so value +- 1.96 stderr is a 95% interval).
 const GROUPS: usize = 64;
+/// Most bytes of factored normal equations held from the drawing to the last valuation (see
+/// [`Design::prepare`]): two n x n matrices per fit, 65 fits, so up to about 250 players; past
+/// that each fit is factored after the last valuation and dropped once solved, as memory allows.
+const MOST_PREPARED_BYTES: usize = 64 << 20;
 
 fn binomial(n: usize, k: usize) -> f64 {
     (0..k).fold(1.0, |acc, i| acc * (n - i) as f64 / (i + 1) as f64)
@@ -65,8 +69,9 @@ pub fn kernel(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
     let drawn = if complete { 0 } else { left - left % 2 };
     let planned = (stopping.budget - 2 - left + drawn) as usize;
     // Drawn on the worker while the game values the first chunks (see [`value_streamed`]),
-    // summed part by part as the values come in.
-    let (mut design, seed) = (Design::new(n), stopping.seed);
+    // the fits factored there (they depend on the coalitions only), the values summed part by
+    // part as they come in.
+    let (mut design, seed) = (Design::new(n, complete), stopping.seed);
     // Every part the draws can fill, allocated here rather than on the worker, whose memory
     // is fresh (zeroed and faulted in) on every run.
     let most_parts = 1 + (drawn / 2).min(GROUPS as u64) as usize;
@@ -81,23 +86,29 @@ pub fn kernel(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
         }
         design.parts.truncate(design.part_of.iter().max().map_or(1, |p| p + 1));
     };
-    let valued =
-        value_streamed(game, planned, &mut design, draw, |design, batch, worth| design.sum(batch, worth, empty))?;
-    let Design { parts, unsampled_share, .. } = design;
+    let valued = value_streamed(game, planned, &mut design, draw, |design, batch, worth| {
+        design.prepare(batch, worth.len() < batch.len());
+        design.sum(batch, worth, empty)
+    })?;
+    let jobs = design.jobs();
+    let Design { parts, unsampled_share, normals, .. } = design;
     let groups = parts.len() - 1;
-    // The enumerated part plus every sampled group, each cell summed part after part; a
-    // jackknife refit takes one group out of it (one subtraction per refit instead of a sum
-    // over the groups). The fit and the refits run in parallel.
-    let (total, total_rhs) = sum_parts(n, &parts);
-    let refits = if groups >= 2 { groups } else { 0 };
-    let skip_fit = usize::from(complete);
-    let mut fits = (skip_fit..=refits)
+    let prepared = normals.transpose()?;
+    // The fits factored beside the game are solved here; past [`MOST_PREPARED_BYTES`] each is
+    // factored here first (its Gram matrix as in [`Design::prepare`]). In parallel.
+    let total = if prepared.is_none() { sum_grams(n, &parts) } else { Vec::new() };
+    let total_rhs = sum_rhs(&parts);
+    let first_job = *jobs.start();
+    let mut fits = jobs
         .into_par_iter()
-        .map(|job| match job.checked_sub(1) {
-            None => constrained_least_squares(n, total.clone(), total_rhs.clone(), delta),
-            Some(left_out) => {
-                let (gram, rhs) = without_group(n, &parts, &total, &total_rhs, left_out);
-                constrained_least_squares(n, gram, rhs, delta)
+        .map(|job| {
+            let rhs = match job.checked_sub(1) {
+                None => total_rhs.clone(),
+                Some(left_out) => rhs_without_group(&parts, &total_rhs, left_out),
+            };
+            match &prepared {
+                Some(normals) => Ok(normals[job - first_job].solve(&rhs, delta)),
+                None => Normal::of(n, gram_of_job(n, &parts, &total, job)).map(|normal| normal.solve(&rhs, delta)),
             }
         })
         .collect::<Result<Vec<_>>>()?;
@@ -141,10 +152,13 @@ fn mass(n: usize, s: usize) -> f64 {
 }
 
 /// The design, row by row as drawn: per row its regression weight and its part (0 for an
-/// enumerated row, in every fit; 1 + its jackknife group for a drawn one); and each part's
-/// normal equations, summed as the values come in.
+/// enumerated row, in every fit; 1 + its jackknife group for a drawn one); each part's normal
+/// equations, the Gram side summed once every row is drawn and the right-hand side as the
+/// values come in; and the fits' factored normal equations ([`Design::prepare`]).
 struct Design {
     n: usize,
+    /// Whether every coalition is enumerated (the values are then exact, with no fit).
+    complete: bool,
     weights: Vec<f64>,
     part_of: Vec<usize>,
     /// Whether a row is the smaller side of a drawn pair whose complement is the next row
@@ -154,23 +168,29 @@ struct Design {
     /// factor of the jackknife's variance (see the standard error in [`kernel`]).
     unsampled_share: f64,
     parts: Vec<Part>,
+    /// Whether the Gram sides are summed ([`Design::prepare`]).
+    prepared: bool,
+    /// Per fit of [`Design::jobs`], its factored normal equations, where they fit in
+    /// [`MOST_PREPARED_BYTES`].
+    normals: Option<Result<Vec<Normal>>>,
     /// Rows summed so far, and scratch for summing more.
     summed: usize,
-    order: Vec<usize>,
     members: Vec<usize>,
 }
 
 impl Design {
-    fn new(n: usize) -> Self {
+    fn new(n: usize, complete: bool) -> Self {
         Design {
             n,
+            complete,
             weights: Vec::new(),
             part_of: Vec::new(),
             paired: Vec::new(),
             unsampled_share: 1.0,
             parts: Vec::new(),
+            prepared: false,
+            normals: None,
             summed: 0,
-            order: Vec::new(),
             members: Vec::with_capacity(n),
         }
     }
@@ -223,47 +243,82 @@ impl Design {
         }
     }
 
-    /// Adds the rows valued since the last call to their parts' normal equations (a pair's
-    /// two rows together, once both are valued): part by part, each part's in row order
-    /// (consecutive pairs belong to different groups, and a part's matrix stays in cache
-    /// while its rows are added instead of each row fetching another one's). The parts in
-    /// parallel once every row is valued (the game is done then and has left its core).
+    /// The fits: 0 the whole sample's (none when every coalition is enumerated), then with two
+    /// groups or more a jackknife refit without each group g at g + 1.
+    fn jobs(&self) -> std::ops::RangeInclusive<usize> {
+        let groups = self.parts.len() - 1;
+        usize::from(self.complete)..=if groups >= 2 { groups } else { 0 }
+    }
+
+    /// Once every row is drawn (the first valued chunk's call): sums each part's Gram side,
+    /// which depends on the coalitions and weights only, part by part, each part's rows in
+    /// order (the same sums, bit for bit, as row by row as the values come in: consecutive
+    /// pairs belong to different groups, and a part's matrix stays in cache while its rows are
+    /// added instead of each row fetching another one's); then builds and factors every fit's
+    /// normal equations, while the game values the rest. The parts and fits in parallel where
+    /// the game is done (`pending` false), else one after another on this worker thread.
+    fn prepare(&mut self, batch: &Coalitions, pending: bool) {
+        if self.prepared {
+            return;
+        }
+        self.prepared = true;
+        let Design { n, weights, part_of, paired, parts, members, .. } = self;
+        let mut order = Vec::with_capacity(part_of.len());
+        let mut r = 0;
+        while r < part_of.len() {
+            order.push(r);
+            r += if paired[r] { 2 } else { 1 };
+        }
+        order.sort_by_key(|&r| part_of[r]);
+        let (order, part_of) = (&order, &*part_of);
+        let add_part = |members: &mut Vec<usize>, (p, part): (usize, &mut Part)| {
+            let rows = order.partition_point(|&r| part_of[r] < p)..order.partition_point(|&r| part_of[r] <= p);
+            for &r in &order[rows] {
+                let set = batch.get(r);
+                members_of(set, members);
+                part.add_row(set, members, weights[r], paired[r]);
+            }
+        };
+        if pending {
+            parts.iter_mut().enumerate().for_each(|part| add_part(members, part));
+        } else {
+            parts.par_iter_mut().enumerate().for_each_init(|| Vec::with_capacity(*n), add_part);
+        }
+        let jobs = self.jobs();
+        let bytes = jobs.clone().count() * 2 * self.n * self.n * std::mem::size_of::<f64>();
+        if jobs.is_empty() || bytes > MOST_PREPARED_BYTES {
+            return;
+        }
+        let (n, parts) = (self.n, &self.parts);
+        let total = sum_grams(n, parts);
+        let normal = |job: usize| Normal::of(n, gram_of_job(n, parts, &total, job));
+        self.normals =
+            Some(if pending { jobs.map(normal).collect() } else { jobs.into_par_iter().map(normal).collect() });
+    }
+
+    /// Adds the targets of the rows valued since the last call to their parts' right-hand
+    /// sides (a pair's two rows together, once both are valued), in row order.
     fn sum(&mut self, batch: &Coalitions, worth: &[f64], empty: f64) {
-        let Design { n, weights, part_of, paired, parts, summed, order, members, .. } = self;
-        order.clear();
+        let Design { paired, parts, part_of, weights, summed, members, .. } = self;
         let mut r = *summed;
         while r < worth.len() {
             let rows = if paired[r] { 2 } else { 1 };
             if r + rows > worth.len() {
                 break;
             }
-            order.push(r);
+            let set = batch.get(r);
+            members_of(set, members);
+            let complement_target = paired[r].then(|| worth[r + 1] - empty);
+            parts[part_of[r]].add_target(set, members, weights[r], worth[r] - empty, complement_target);
             r += rows;
         }
         *summed = r;
-        order.sort_by_key(|&r| part_of[r]);
-        let (order, part_of) = (&*order, &*part_of);
-        let add_part = |members: &mut Vec<usize>, (p, part): (usize, &mut Part)| {
-            let rows = order.partition_point(|&r| part_of[r] < p)..order.partition_point(|&r| part_of[r] <= p);
-            for &r in &order[rows] {
-                let set = batch.get(r);
-                members_of(set, members);
-                let complement_target = paired[r].then(|| worth[r + 1] - empty);
-                part.add(set, members, weights[r], worth[r] - empty, complement_target);
-            }
-        };
-        if worth.len() == batch.len() {
-            parts.par_iter_mut().enumerate().for_each_init(|| Vec::with_capacity(*n), add_part);
-        } else {
-            parts.iter_mut().enumerate().for_each(|part| add_part(members, part));
-        }
     }
 }
 
-/// The normal equations of all the parts (the Gram matrix's lower triangle, see
-/// [`constrained_least_squares`], and the right-hand side), each cell added part after part.
-/// Rows of the matrix in parallel.
-fn sum_parts(n: usize, parts: &[Part]) -> (Vec<f64>, Vec<f64>) {
+/// The Gram matrix of all the parts (its lower triangle, see [`Normal`]),
+/// each cell added part after part. Rows of the matrix in parallel.
+fn sum_grams(n: usize, parts: &[Part]) -> Vec<f64> {
     let mut gram = vec![0.0; n * n];
     gram.par_chunks_mut(n).enumerate().for_each(|(a, row)| {
         let row = &mut row[..=a];
@@ -272,29 +327,45 @@ fn sum_parts(n: usize, parts: &[Part]) -> (Vec<f64>, Vec<f64>) {
             row.iter_mut().zip(part.lower_row(a)).for_each(|(cell, x)| *cell += x);
         }
     });
+    gram
+}
+
+/// The right-hand side of all the parts, added part after part.
+fn sum_rhs(parts: &[Part]) -> Vec<f64> {
     let mut rhs = parts[0].rhs.clone();
     for part in &parts[1..] {
         rhs.iter_mut().zip(&part.rhs).for_each(|(a, b)| *a += b);
     }
-    (gram, rhs)
+    rhs
 }
 
-/// The normal equations without jackknife group `left_out`: the enumerated part plus the
-/// other groups scaled by g / (g - 1) to stand for the whole sample.
-fn without_group(n: usize, parts: &[Part], total: &[f64], total_rhs: &[f64], left_out: usize) -> (Vec<f64>, Vec<f64>) {
+/// A sum over the parts (`total`) without jackknife group `left_out`: the enumerated part
+/// (`enumerated`) plus the other groups scaled by g / (g - 1) to stand for the whole sample
+/// (`part` the group's own); one subtraction per refit instead of a sum over the groups.
+fn without(parts: &[Part], total: f64, enumerated: f64, part: f64) -> f64 {
     let g = (parts.len() - 1) as f64;
-    let scale = g / (g - 1.0);
+    enumerated + g / (g - 1.0) * (total - enumerated - part)
+}
+
+/// The Gram matrix of fit `job` ([`Design::jobs`]): the whole sample's (`total`), or without a
+/// group ([`without`]).
+fn gram_of_job(n: usize, parts: &[Part], total: &[f64], job: usize) -> Vec<f64> {
+    let Some(left_out) = job.checked_sub(1) else { return total.to_vec() };
     let (enumerated, part) = (&parts[0], &parts[left_out + 1]);
-    let rescale = |t: f64, e: f64, p: f64| e + scale * (t - e - p);
     let mut gram = vec![0.0; n * n];
     for a in 0..n {
         let cells = gram[a * n..a * n + a + 1].iter_mut().zip(&total[a * n..a * n + a + 1]);
         for ((cell, &t), (e, p)) in cells.zip(enumerated.lower_row(a).zip(part.lower_row(a))) {
-            *cell = rescale(t, e, p);
+            *cell = without(parts, t, e, p);
         }
     }
-    let rhs = total_rhs.iter().zip(&enumerated.rhs).zip(&part.rhs).map(|((&t, &e), &p)| rescale(t, e, p)).collect();
-    (gram, rhs)
+    gram
+}
+
+/// The right-hand side without group `left_out` ([`without`]).
+fn rhs_without_group(parts: &[Part], total_rhs: &[f64], left_out: usize) -> Vec<f64> {
+    let (enumerated, part) = (&parts[0], &parts[left_out + 1]);
+    total_rhs.iter().zip(&enumerated.rhs).zip(&part.rhs).map(|((&t, &e), &p)| without(parts, t, e, p)).collect()
 }
 
 /// The weighted normal equations of a set of rows. A row's outer product x x' is summed over
@@ -330,35 +401,33 @@ impl Part {
         }
     }
 
-    /// Adds coalition `set` (players `members`, ascending) with its weight and target; with
-    /// `complement_target`, its complement too, of the same weight (`set` the smaller side).
-    fn add(&mut self, set: &[u64], members: &[usize], weight: f64, target: f64, complement_target: Option<f64>) {
+    /// Adds coalition `set`'s row (players `members`, ascending) with its weight to the Gram
+    /// side; with `paired`, its complement's row too, of the same weight (`set` the smaller
+    /// side).
+    fn add_row(&mut self, set: &[u64], members: &[usize], weight: f64, paired: bool) {
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: the processor has AVX2, checked just above.
-            return unsafe { self.add_avx2(set, members, weight, target, complement_target) };
+            return unsafe { self.add_row_avx2(set, members, weight, paired) };
         }
-        self.add_lanes(set, members, weight, target, complement_target)
+        self.add_row_lanes(set, members, weight, paired)
     }
 
-    /// [`Part::add`] with 256-bit vector registers (its sums are element by element: the same
-    /// bits).
+    /// [`Part::add_row`] with 256-bit vector registers (its sums are element by element: the
+    /// same bits).
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
-    fn add_avx2(&mut self, set: &[u64], members: &[usize], weight: f64, target: f64, complement_target: Option<f64>) {
-        self.add_lanes(set, members, weight, target, complement_target)
+    fn add_row_avx2(&mut self, set: &[u64], members: &[usize], weight: f64, paired: bool) {
+        self.add_row_lanes(set, members, weight, paired)
     }
 
     #[inline(always)]
-    fn add_lanes(&mut self, set: &[u64], members: &[usize], weight: f64, target: f64, complement_target: Option<f64>) {
+    fn add_row_lanes(&mut self, set: &[u64], members: &[usize], weight: f64, paired: bool) {
         let n = self.n;
-        members.iter().for_each(|&a| self.rhs[a] += weight * target);
         // The weight on the smaller side's outer product: a complement's row has the same
         // smaller side, so a pair's two rows add it once, doubled.
         let mut side_weight = weight;
-        if let Some(outside) = complement_target {
-            members_of(&complement_of(set, n), &mut self.side);
-            self.side.iter().for_each(|&a| self.rhs[a] += weight * outside);
+        if paired {
             self.complemented += weight;
             members.iter().for_each(|&a| self.complements[a] += weight);
             self.side.clear();
@@ -381,6 +450,16 @@ impl Part {
         for &a in &self.side {
             let row = &mut self.smaller[packed_row(a)][first..];
             row.iter_mut().zip(&self.spread[first..=a]).for_each(|(cell, w)| *cell += w);
+        }
+    }
+
+    /// Adds the target of coalition `set`'s row (players `members`) to the right-hand side;
+    /// with `complement_target`, its complement's too ([`Part::add_row`]'s `paired`).
+    fn add_target(&mut self, set: &[u64], members: &[usize], weight: f64, target: f64, complement_target: Option<f64>) {
+        members.iter().for_each(|&a| self.rhs[a] += weight * target);
+        if let Some(outside) = complement_target {
+            members_of(&complement_of(set, self.n), &mut self.side);
+            self.side.iter().for_each(|&a| self.rhs[a] += weight * outside);
         }
     }
 
@@ -442,27 +521,46 @@ pub(super) fn complement_of(set: &[u64], n: usize) -> Vec<u64> {
 /// Minimises the weighted squared error with sum(phi) = total: with A = Z'WZ and b = Z'Wy,
 /// phi = A^-1 (b - nu 1), nu chosen to meet the constraint; a tiny ridge keeps A invertible
 /// when the design is thin. The sum meets `total` up to rounding (the dispatcher records what
-/// is left). `gram` holds A's lower triangle (row-major, n x n; what the factorisation reads:
-/// the upper one is never filled).
-fn constrained_least_squares(n: usize, mut gram: Vec<f64>, rhs: Vec<f64>, total: f64) -> Result<Vec<f64>> {
-    let ridge = 1e-10 * (0..n).map(|i| gram[i * n + i]).fold(0.0f64, f64::max).max(1e-300);
-    for i in 0..n {
-        gram[i * n + i] += ridge;
+/// is left). A depends on the coalitions only: it is factored ([`Normal::of`]) before the
+/// values are known, b once they are ([`Normal::solve`]).
+struct Normal {
+    n: usize,
+    /// A with the ridge, its lower triangle (row-major, n x n; the upper one is never filled).
+    gram: Vec<f64>,
+    ridge: f64,
+    factor: Factor,
+}
+
+impl Normal {
+    /// `gram` holds A's lower triangle (what the factorisation reads).
+    fn of(n: usize, mut gram: Vec<f64>) -> Result<Self> {
+        let ridge = 1e-10 * (0..n).map(|i| gram[i * n + i]).fold(0.0f64, f64::max).max(1e-300);
+        for i in 0..n {
+            gram[i * n + i] += ridge;
+        }
+        let factor = cholesky(n, gram.clone()).ok_or_else(|| {
+            MasreplayError::InvalidArgument(
+                "kernel: the regression is singular (budget too small for the players)".into(),
+            )
+        })?;
+        Ok(Normal { n, gram, ridge, factor })
     }
-    let factor = cholesky(n, gram.clone()).ok_or_else(|| {
-        MasreplayError::InvalidArgument("kernel: the regression is singular (budget too small for the players)".into())
-    })?;
-    // One step of iterative refinement against the matrix without the ridge takes the ridge's
-    // pull (~1e-10 relative) out of the solution: a game the design fits exactly gets values
-    // exact to rounding, as its zero standard error says. Both right-hand sides at once.
-    let ones = vec![1.0; n];
-    let mut solved = [factor.solve(&rhs), factor.solve(&ones)];
-    let products = symmetric_products(n, &gram, [&solved[0], &solved[1]]);
-    for ((x, b), product) in solved.iter_mut().zip([&rhs, &ones]).zip(products) {
-        let residual: Vec<f64> = (0..n).map(|i| b[i] - product[i] + ridge * x[i]).collect();
-        x.iter_mut().zip(factor.solve(&residual)).for_each(|(x, d)| *x += d);
+
+    fn solve(&self, rhs: &[f64], total: f64) -> Vec<f64> {
+        let Normal { n, gram, ridge, factor } = self;
+        // One step of iterative refinement against the matrix without the ridge takes the
+        // ridge's pull (~1e-10 relative) out of the solution: a game the design fits exactly
+        // gets values exact to rounding, as its zero standard error says. Both right-hand sides
+        // at once.
+        let ones = vec![1.0; *n];
+        let mut solved = [factor.solve(rhs), factor.solve(&ones)];
+        let products = symmetric_products(*n, gram, [&solved[0], &solved[1]]);
+        for ((x, b), product) in solved.iter_mut().zip([rhs, &ones[..]]).zip(products) {
+            let residual: Vec<f64> = (0..*n).map(|i| b[i] - product[i] + ridge * x[i]).collect();
+            x.iter_mut().zip(factor.solve(&residual)).for_each(|(x, d)| *x += d);
+        }
+        let [solved_b, solved_one] = solved;
+        let nu = (solved_b.iter().sum::<f64>() - total) / solved_one.iter().sum::<f64>();
+        solved_b.iter().zip(&solved_one).map(|(b, o)| b - nu * o).collect()
     }
-    let [solved_b, solved_one] = solved;
-    let nu = (solved_b.iter().sum::<f64>() - total) / solved_one.iter().sum::<f64>();
-    Ok(solved_b.iter().zip(&solved_one).map(|(b, o)| b - nu * o).collect())
 }
