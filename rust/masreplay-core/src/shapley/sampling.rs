@@ -146,13 +146,23 @@ fn moderated_stderr(variances: &[f64], dof: usize, units: f64) -> Vec<f64> {
     // evaluations); where every player varies the two pools are one.
     let floor_pool = mean(variances.iter().copied());
     let varied_pool = mean(variances.iter().copied().filter(|&v| v > 0.0));
+    // A player whose contributions never varied takes the floor with at least the weight of
+    // its own units, half the pool from 17 units on: with the prior's fixed 16 units the floor
+    // fell as 1 / units, and a voter whose few swings (1.7 expected in 100 orderings) all went
+    // unseen had a floor of half its value (bench voting games, n = 100, 10,000 evaluations:
+    // 0.851 coverage; 0.94-0.95 with the weight of its own units).
     let scale = z_scale(dof + POOLED_DOF);
     let (dof, prior) = (dof as f64, POOLED_DOF as f64);
+    let floor_prior = prior.max(dof);
     variances
         .iter()
         .map(|&v| {
-            let pool = if v > 0.0 { varied_pool } else { floor_pool };
-            ((dof * v + prior * pool) / (dof + prior) / units).sqrt() * scale
+            let variance = if v > 0.0 {
+                (dof * v + prior * varied_pool) / (dof + prior)
+            } else {
+                floor_prior * floor_pool / (dof + floor_prior)
+            };
+            (variance / units).sqrt() * scale
         })
         .collect()
 }
@@ -324,6 +334,57 @@ fn one_pair_and_a_witness(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::shapley::games::WeightedVotingGame;
+    use crate::shapley::permutation::UniformOrderings;
+
+    /// Exact Shapley values of a weighted voting game with integer weights: the others'
+    /// coalitions counted by size and weight, those a player swings weighted by s! (n-s-1)! / n!.
+    fn voting_shapley(weights: &[usize], quota: f64) -> Vec<f64> {
+        let (n, total) = (weights.len(), weights.iter().sum::<usize>());
+        // s! (n - s - 1)! / n! = 1 / (n C(n-1, s)), built up to stay in range.
+        let mut shares = vec![1.0 / n as f64; n];
+        for s in 1..n {
+            shares[s] = shares[s - 1] * s as f64 / (n - s) as f64;
+        }
+        (0..n)
+            .map(|i| {
+                let mut counts = vec![vec![0.0f64; total + 1]; n];
+                counts[0][0] = 1.0;
+                for (_, &w) in weights.iter().enumerate().filter(|&(j, _)| j != i) {
+                    for s in (1..n).rev() {
+                        for t in (w..=total).rev() {
+                            counts[s][t] += counts[s - 1][t - w];
+                        }
+                    }
+                }
+                let swung = |t: usize| (t as f64) < quota && (t + weights[i]) as f64 >= quota;
+                (0..n).map(|s| shares[s] * (0..=total).filter(|&t| swung(t)).map(|t| counts[s][t]).sum::<f64>()).sum()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn voters_whose_few_swings_went_unseen_are_covered_at_a_hundred_players() {
+        // Weights 1-5 (the bench's voting family), 50 antithetic pairs: a weight-5 voter swings
+        // in 1.7 of 100 orderings on average, and with the floor at the prior's 16 units of 65
+        // the voters that showed none covered too seldom (0.84 over all voters).
+        let weights: Vec<usize> = (0..100).map(|i| 1 + i % 5).collect();
+        let quota = 0.6 * weights.iter().sum::<usize>() as f64;
+        let truth = voting_shapley(&weights, quota);
+        let game = WeightedVotingGame::new(weights.iter().map(|&w| w as f64).collect(), quota).expect("a valid game");
+        let sampler = UniformOrderings { n_players: 100, antithetic: true };
+        let (mut hits, mut count) = (0usize, 0usize);
+        for seed in 0..40 {
+            let stopping = Stopping { budget: 10_000, target_stderr: None, seed, per_request: 1 };
+            let estimate = estimate_by_orderings(&game, &sampler, &stopping).expect("estimated");
+            for ((value, stderr), exact) in estimate.values.iter().zip(&estimate.stderr).zip(&truth) {
+                hits += usize::from((value - exact).abs() <= 1.96 * stderr);
+                count += 1;
+            }
+        }
+        let coverage = hits as f64 / count as f64;
+        assert!((0.93..=0.97).contains(&coverage), "coverage {coverage}");
+    }
 
     fn moments_of(units: &[[f64; 2]]) -> Moments {
         let mut moments = Moments::new(2);
