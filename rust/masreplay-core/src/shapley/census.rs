@@ -236,7 +236,21 @@ pub fn census(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
             }
         }
     }
-    let stderr = if unknown { vec![f64::NAN; n] } else { t_scaled(&variance, &unsureness) };
+    // Residuals within ROUNDING of the largest value count as none (Surrogate::fit): what
+    // they can add to a value, over the coalitions left out, is its least standard error.
+    let largest = valued.worth.iter().chain([&empty, &full]).fold(0.0f64, |a, v| a.max(v.abs()));
+    let rounding: f64 = sampled
+        .iter()
+        .filter(|_| fitted.is_some())
+        .map(|(size, m, every)| (every.len() - m) as f64 * weights[size - 1].max(weights[*size]))
+        .sum::<f64>()
+        * ROUNDING
+        * largest;
+    let stderr = if unknown {
+        vec![f64::NAN; n]
+    } else {
+        t_scaled(&variance, &unsureness).into_iter().map(|e| e.max(rounding)).collect()
+    };
     let exact = fitted.is_none();
     Ok(Estimate { values, stderr, evaluations: 2 + valued.distinct as u64, converged: exact, exact }
         .with_target(stopping))
