@@ -332,6 +332,14 @@ def test_a_shard_gone_for_good_is_a_storage_error(tmp_path):
     buffer = RayGraphBuffer(100, shards=2)
     buffer.add(masreplay.sim.generate(8, seed=4))
     ray.kill(buffer._shards[1], no_restart=True)
+    # ray.kill returns before the actor is gone: a call right after it may still be answered.
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            ray.get(buffer._shards[1].stats.remote())
+        except ray.exceptions.RayActorError:
+            break
+        time.sleep(0.05)
     calls = [lambda: len(buffer), lambda: buffer.sample(2), lambda: buffer.add(masreplay.sim.generate(8, seed=5)),
              lambda: buffer.advance(1), lambda: buffer.save(tmp_path / "save")]  # fmt: skip
     for call in calls:
