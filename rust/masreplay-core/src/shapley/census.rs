@@ -23,7 +23,7 @@
 use rand::RngExt;
 
 use super::coalition::Coalitions;
-use super::exact::shapley_weights;
+use super::exact::{binomial, shapley_weights};
 use super::game::{Game, bounds};
 use super::linalg::cholesky;
 use super::msr::{t_scaled, variance_of_variance};
@@ -58,8 +58,9 @@ const ROUNDING: f64 = 1e-8;
 /// Rows between two polls for an interrupt.
 const POLL_ROWS: usize = 1 << 14;
 
-fn binomial(n: usize, k: usize) -> u64 {
-    (0..k as u64).fold(1u64, |acc, i| acc * (n as u64 - i) / (i + 1))
+/// The coalitions of `k` players among `n`, C(n, k) (exact: n <= MAX_PLAYERS).
+fn coalitions_of_size(n: usize, k: usize) -> u64 {
+    binomial(n, k) as u64
 }
 
 /// Every mask of `size` players among `n`, in increasing order (Gosper's hack).
@@ -67,7 +68,7 @@ fn masks_of_size(n: usize, size: usize) -> Vec<u64> {
     if size == 0 {
         return vec![0];
     }
-    let mut out = Vec::with_capacity(binomial(n, size) as usize);
+    let mut out = Vec::with_capacity(coalitions_of_size(n, size) as usize);
     let mut mask: u64 = (1 << size) - 1;
     while mask < 1 << n {
         out.push(mask);
@@ -89,16 +90,16 @@ fn plan(n: usize, budget: u64) -> Plan {
     let (mut whole, mut low) = (Vec::new(), 1);
     while low <= n - low {
         let high = n - low;
-        let count = if low == high { binomial(n, low) } else { 2 * binomial(n, low) };
-        if count > left {
+        let pairs = if low == high { coalitions_of_size(n, low) } else { 2 * coalitions_of_size(n, low) };
+        if pairs > left {
             break;
         }
         whole.extend(if low == high { vec![low] } else { vec![low, high] });
-        left -= count;
+        left -= pairs;
         low += 1;
     }
     let rest: Vec<usize> = (low..=n - low).collect();
-    let counts: Vec<u64> = rest.iter().map(|&s| binomial(n, s)).collect();
+    let counts: Vec<u64> = rest.iter().map(|&s| coalitions_of_size(n, s)).collect();
     let total: u64 = counts.iter().sum();
     // Shares proportional to the counts, rounded down, and what rounding left one by one.
     let mut drawn: Vec<(usize, usize)> = rest
@@ -168,7 +169,7 @@ pub fn census(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
     let valued = value_drawn(game, &batch, &mut (), |_, _, _| {})?;
     let masks: Vec<u64> = batch.iter().map(|set| set[0]).collect();
     let rows = Rows { masks: &masks, worth: &valued.worth, sizes: &sizes };
-    let fitted = if drawn.iter().all(|&(size, m)| m as u64 == binomial(n, size)) {
+    let fitted = if drawn.iter().all(|&(size, m)| m as u64 == coalitions_of_size(n, size)) {
         None
     } else {
         Some(Surrogate::fit(n, &rows, &drawn, empty, full)?)
@@ -203,7 +204,11 @@ pub fn census(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
     // coalitions left out but fewer than two drawn leaves the error unknown.
     let (mut variance, mut unsureness, mut unknown) = (vec![0.0; n], vec![0.0; n], false);
     if let Some(fitted) = &fitted {
+        // The drawn coalitions follow the whole sizes' in the batch, size by size.
+        let mut first = masks.len() - sampled.iter().map(|(_, m, _)| m).sum::<usize>();
         for (size, m, every) in &sampled {
+            let rows = first..first + m;
+            first += m;
             for &mask in &every[*m..] {
                 add(mask, fitted.predict(mask));
             }
@@ -219,10 +224,7 @@ pub fn census(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
             // replacement: variance N_s^2 (1 - m_s / N_s) S_x^2 / m_s.
             let scale = count * count * (1.0 - m / count) / m;
             let (inside, outside) = (weights[size - 1], -weights[*size]);
-            let drawn: Vec<(u64, f64)> = (0..masks.len())
-                .filter(|&k| sizes[k] == *size)
-                .filter_map(|k| fitted.residual[k].map(|(r, _)| (masks[k], r)))
-                .collect();
+            let drawn: Vec<(u64, f64)> = rows.filter_map(|k| fitted.residual[k].map(|(r, _)| (masks[k], r))).collect();
             let x = |i: usize, (mask, r): (u64, f64)| if mask >> i & 1 == 1 { inside * r } else { outside * r };
             for i in 0..n {
                 let mean = drawn.iter().map(|&d| x(i, d)).sum::<f64>() / m;
@@ -322,7 +324,7 @@ impl Surrogate {
         let mut residual = vec![None; rows.masks.len()];
         for (t, &k) in training.iter().enumerate() {
             if let Some(&(size, m)) = drawn.iter().find(|&&(s, _)| s == rows.sizes[k]) {
-                let count = binomial(n, size) as f64;
+                let count = binomial(n, size);
                 let r = if held_out[t].abs() <= ROUNDING * largest { 0.0 } else { held_out[t] };
                 residual[k] = Some((r, (count - m as f64) / m as f64));
             }
@@ -349,7 +351,7 @@ struct Polynomial {
 
 impl Polynomial {
     fn count(n: usize, degree: usize) -> usize {
-        (0..=degree).map(|d| binomial(n, d) as usize).sum()
+        (0..=degree).map(|d| coalitions_of_size(n, d) as usize).sum()
     }
 
     /// The largest degree whose features the training rows carry (enough rows per feature,
@@ -393,17 +395,23 @@ impl Polynomial {
         Polynomial { n, degree, pairs, triples, features: next as usize }
     }
 
-    /// The features a coalition holds (each 1; every other is 0).
-    fn active(&self, mask: u64, out: &mut Vec<usize>) {
+    /// Calls `f` with each feature a coalition holds (each 1; every other is 0), in increasing
+    /// order; no allocation: it runs once per training row and per coalition left out.
+    fn for_each_active(&self, mask: u64, mut f: impl FnMut(usize)) {
         let n = self.n;
-        let members: Vec<usize> = (0..n).filter(|&i| mask >> i & 1 == 1).collect();
-        out.clear();
-        out.push(0);
-        out.extend(members.iter().map(|&a| 1 + a));
+        let mut players = [0usize; MAX_PLAYERS];
+        let mut len = 0;
+        for i in (0..n).filter(|&i| mask >> i & 1 == 1) {
+            players[len] = i;
+            len += 1;
+        }
+        let members = &players[..len];
+        f(0);
+        members.iter().for_each(|&a| f(1 + a));
         if self.degree >= 2 {
             for (x, &a) in members.iter().enumerate() {
                 for &b in &members[x + 1..] {
-                    out.push(self.pairs[a * n + b] as usize);
+                    f(self.pairs[a * n + b] as usize);
                 }
             }
         }
@@ -411,17 +419,22 @@ impl Polynomial {
             for (x, &a) in members.iter().enumerate() {
                 for (y, &b) in members.iter().enumerate().skip(x + 1) {
                     for &c in &members[y + 1..] {
-                        out.push(self.triples[(a * n + b) * n + c] as usize);
+                        f(self.triples[(a * n + b) * n + c] as usize);
                     }
                 }
             }
         }
     }
 
+    fn active(&self, mask: u64, out: &mut Vec<usize>) {
+        out.clear();
+        self.for_each_active(mask, |f| out.push(f));
+    }
+
     fn predict(&self, coefficients: &[f64], mask: u64) -> f64 {
-        let mut active = Vec::new();
-        self.active(mask, &mut active);
-        active.iter().map(|&f| coefficients[f]).sum()
+        let mut sum = 0.0;
+        self.for_each_active(mask, |f| sum += coefficients[f]);
+        sum
     }
 
     /// Least-squares fits without each fold and on every fold (last), and each training row's
@@ -519,16 +532,16 @@ impl Staircase {
 
 #[cfg(test)]
 mod tests {
-    use super::{Staircase, binomial, masks_of_size, plan};
+    use super::{Staircase, coalitions_of_size, masks_of_size, plan};
 
     #[test]
     fn the_plan_spends_the_budget_on_whole_sizes_then_draws_in_proportion() {
         for (n, budget) in [(10, 1000), (10, 512), (11, 1843), (12, 2500), (16, 60_000)] {
             let p = plan(n, budget);
-            let whole: u64 = p.whole.iter().map(|&s| binomial(n, s)).sum();
+            let whole: u64 = p.whole.iter().map(|&s| coalitions_of_size(n, s)).sum();
             let drawn: u64 = p.drawn.iter().map(|&(_, m)| m as u64).sum();
             assert_eq!(2 + whole + drawn, budget, "n = {n}, budget = {budget}");
-            assert!(p.drawn.iter().all(|&(s, m)| m as u64 <= binomial(n, s) && !p.whole.contains(&s)));
+            assert!(p.drawn.iter().all(|&(s, m)| m as u64 <= coalitions_of_size(n, s) && !p.whole.contains(&s)));
         }
     }
 
@@ -536,7 +549,7 @@ mod tests {
     fn masks_of_a_size_are_every_one_once() {
         for (n, size) in [(1, 1), (5, 0), (6, 3), (12, 5)] {
             let masks = masks_of_size(n, size);
-            assert_eq!(masks.len() as u64, binomial(n, size));
+            assert_eq!(masks.len() as u64, coalitions_of_size(n, size));
             assert!(masks.windows(2).all(|w| w[0] < w[1]) && masks.iter().all(|m| m.count_ones() as usize == size));
         }
     }

@@ -18,6 +18,11 @@ pub fn coalitions_needed(n: usize) -> f64 {
     2f64.powi(n as i32)
 }
 
+/// C(n, k), exact while it stays below 2^53 (every partial product is itself a binomial).
+pub fn binomial(n: usize, k: usize) -> f64 {
+    (0..k).fold(1.0, |acc, i| acc * (n - i) as f64 / (i + 1) as f64)
+}
+
 /// Shapley weights w(s) for s in 0..n.
 pub fn shapley_weights(n: usize) -> Vec<f64> {
     let ln = ln_factorials(n);

@@ -15,7 +15,7 @@ use rand::RngExt;
 use rayon::prelude::*;
 
 use super::coalition::{CoalitionMap, Coalitions, contains, members_of};
-use super::exact;
+use super::exact::{self, binomial};
 use super::game::{Game, bounds};
 use super::linalg::{Factor, cholesky, symmetric_products};
 use super::pipeline::{Sink, value_streamed};
@@ -33,10 +33,6 @@ const GROUPS: usize = 64;
 /// [`Design::prepare`]): two n x n matrices per fit, 65 fits, so up to about 250 players; past
 /// that each fit is factored after the last valuation and dropped once solved, as memory allows.
 const MOST_PREPARED_BYTES: usize = 64 << 20;
-
-fn binomial(n: usize, k: usize) -> f64 {
-    (0..k).fold(1.0, |acc, i| acc * (n - i) as f64 / (i + 1) as f64)
-}
 
 pub fn kernel(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
     let n = game.n_players();

@@ -53,6 +53,7 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 use rayon::prelude::*;
 
 use super::coalition::{Coalitions, contains, members_of, size};
+use super::exact::binomial;
 use super::game::{Game, bounds};
 use super::kernel::{complement_of, for_each_subset, random_subset};
 use super::linalg::{Factor, cholesky};
@@ -89,10 +90,6 @@ const MIN_PILOT_PAIRS: u64 = 4;
 const SETTLED_SHARE: f64 = 0.2;
 /// Pilot streams are numbered from here (the sampled sizes' own streams are their sizes).
 const PILOT_STREAMS: u64 = 1 << 32;
-
-fn binomial(n: usize, k: usize) -> f64 {
-    (0..k).fold(1.0, |acc, i| acc * (n - i) as f64 / (i + 1) as f64)
-}
 
 /// Complementary pairs drawn at one size s <= n / 2: each coalition S with the half
 /// difference (v(S) - v(N - S)) / 2 of its pair's values, and the two values (the threshold
