@@ -7,6 +7,7 @@ ending the run."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import copy
 import json
@@ -252,6 +253,24 @@ def test_flipped_bytes_in_a_parquet_footer_are_a_data_format_error_naming_the_fi
                         pass  # decoded, but the values broke a rule: also a clean rejection
         assert format_errors
         assert all(str(bad) in error for error in format_errors)
+
+
+def test_a_parquet_decoder_panic_is_an_error_naming_the_file_and_prints_nothing(tmp_path, capfd):
+    # The embedded Arrow schema of a one-column file says int32 has 7 bits: arrow-ipc panics
+    # reading it (a dependency's bug, caught as a last resort). The caller gets the error; the
+    # panic hook's report (a message and, with RUST_BACKTRACE, a backtrace) stays off stderr.
+    good = tmp_path / "good.parquet"
+    pq.write_table(pa.table({"x": pa.array([1, 2], pa.int32())}), good)
+    stored = pq.read_metadata(good).metadata[b"ARROW:schema"]
+    raw = base64.b64decode(stored)
+    assert raw.count(b"\x20\x00\x00\x00") == 1  # the bit width, 32
+    crafted = base64.b64encode(raw.replace(b"\x20\x00\x00\x00", b"\x07\x00\x00\x00"))
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(good.read_bytes().replace(stored, crafted))
+    capfd.readouterr()
+    with pytest.raises(DataFormatError, match=r"bad\.parquet: the file is corrupted: the Parquet decoder panicked"):
+        masreplay.load_traces(bad)
+    assert "panicked" not in capfd.readouterr().err
 
 
 # ---- 4. Pickled state -------------------------------------------------------------------------

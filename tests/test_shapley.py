@@ -513,6 +513,15 @@ def test_games_built_from_numbers_past_2_to_the_49_are_refused(build, match):
         build()
 
 
+def test_a_dense_table_too_large_is_refused_before_anything_is_copied():
+    # 2^31 zeros: calloc'd pages that stay untouched. Copied out as a list of Python floats
+    # first (before this test), the refusal came after a 70 GB allocation that killed the process.
+    with pytest.raises(InvalidArgumentError, match=r"a dense table needs 2\^n values \(n in 1\.\.=30\), got 2147483648"):
+        games.table(np.zeros(2**31))
+    # A view with strides is read as its values.
+    np.testing.assert_allclose(masreplay.shapley(games.table(np.arange(16.0)[::2])).values, [2.0, 4.0, 8.0])
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [

@@ -78,7 +78,7 @@ def table(
         entries = [(_players_of(key), float(value)) for key, value in values.items()]
         return _core.sparse_table_game(whole("n_players", n_players), entries, float(default))
     dense = numbers("table: values", values).ravel()
-    game = _core.dense_table_game(dense.tolist())
+    game = _core.dense_table_game(dense)
     if n_players is not None and game.n_players != n_players:
         raise InvalidArgumentError(f"table: {len(dense)} values make {game.n_players} players, not {n_players}")
     return game

@@ -93,13 +93,47 @@ pub fn split_outcomes<T, E>(outcomes: Vec<Result<T, E>>) -> (Vec<T>, Vec<(usize,
     (accepted, refused)
 }
 
-/// The text of a caught panic's payload (for the last-resort catches at the boundaries).
-pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
-    payload
-        .downcast_ref::<String>()
-        .map(String::as_str)
-        .or_else(|| payload.downcast_ref::<&str>().copied())
-        .unwrap_or("no message")
+thread_local! {
+    /// Set while [`catch_panic`] runs on this thread: the panic hook stays silent there.
+    static CATCHING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` as a last resort against a dependency that panics on input it should refuse
+/// (Arrow's importers on malformed schemas): the panic's message, for an error that names the
+/// input. The panic hook does not report such a panic (a message and, with RUST_BACKTRACE, a
+/// backtrace on stderr for what the caller turns into an input error); every other panic is
+/// reported by the hook that was installed before, as it was.
+pub fn catch_panic<T>(f: impl FnOnce() -> T) -> std::result::Result<T, String> {
+    static QUIET_HOOK: std::sync::Once = std::sync::Once::new();
+    QUIET_HOOK.call_once(|| {
+        let reporting = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !CATCHING.with(std::cell::Cell::get) {
+                reporting(info);
+            }
+        }));
+    });
+    let outer = CATCHING.with(|catching| catching.replace(true));
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    CATCHING.with(|catching| catching.set(outer));
+    outcome.map_err(|payload| {
+        let message =
+            payload.downcast_ref::<String>().map(String::as_str).or_else(|| payload.downcast_ref::<&str>().copied());
+        message.unwrap_or("no message").to_owned()
+    })
 }
 
 pub type Result<T, E = MasreplayError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::{CATCHING, catch_panic};
+
+    #[test]
+    fn a_caught_panic_is_its_message_and_the_thread_reports_again_after() {
+        assert_eq!(catch_panic(|| 7), Ok(7));
+        assert_eq!(catch_panic::<()>(|| panic!("boom {}", 1)), Err("boom 1".to_owned()));
+        assert_eq!(catch_panic(|| catch_panic::<()>(|| panic!("inner"))), Ok(Err("inner".to_owned())));
+        assert!(!CATCHING.with(std::cell::Cell::get));
+    }
+}

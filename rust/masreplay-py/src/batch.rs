@@ -47,16 +47,14 @@ pub fn arrow_input(py: Python<'_>, table: &Bound<'_, PyAny>) -> PyResult<Vec<Rec
     };
     // The importer panics on some malformed schemas (a field name that is not UTF-8): caught
     // here as a last resort, and said to be a bug.
-    let imported = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| table.extract::<PyTable>()));
-    match imported {
+    match masreplay_core::error::catch_panic(|| table.extract::<PyTable>()) {
         Ok(Ok(table)) => {
             let (batches, schema) = table.into_inner();
             Ok(batches_or_empty(batches, schema))
         }
         Ok(Err(error)) => Err(not_arrow(error.to_string())),
-        Err(panic) => Err(not_arrow(format!(
-            "the Arrow importer panicked on this data ({}); a panic caught is a bug, please report it to masreplay",
-            masreplay_core::error::panic_message(panic.as_ref())
+        Err(message) => Err(not_arrow(format!(
+            "the Arrow importer panicked on this data ({message}); a panic caught is a bug, please report it to masreplay"
         ))),
     }
 }

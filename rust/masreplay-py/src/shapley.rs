@@ -213,7 +213,8 @@ pub fn check_game_values(
 }
 
 #[pyfunction]
-pub fn dense_table_game(py: Python<'_>, values: Vec<f64>) -> PyResult<PyGame> {
+pub fn dense_table_game(py: Python<'_>, values: PyReadonlyArray1<'_, f64>) -> PyResult<PyGame> {
+    let values = values.as_slice()?;
     wrap(py, TableGame::dense(values).map(Native::Table), "table")
 }
 

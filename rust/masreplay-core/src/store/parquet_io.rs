@@ -134,14 +134,11 @@ pub fn read_parquet(path: &Path) -> Result<WellFormed> {
         // error can name the file.
         WellFormed::check(&batches).map_err(|e| named(e.to_string()))
     };
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(read)) {
+    match crate::error::catch_panic(read) {
         Ok(outcome) => outcome,
-        Err(panic) => {
-            let message = crate::error::panic_message(panic.as_ref());
-            Err(named(format!(
-                "the file is corrupted: the Parquet decoder panicked on it ({message}); a panic caught is a bug, \
+        Err(message) => Err(named(format!(
+            "the file is corrupted: the Parquet decoder panicked on it ({message}); a panic caught is a bug, \
                  please report it to masreplay"
-            )))
-        }
+        ))),
     }
 }

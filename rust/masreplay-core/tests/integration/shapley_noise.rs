@@ -53,7 +53,7 @@ fn the_exact_regime_stderr_is_the_noise_through_the_shapley_weights() {
     for t in 0..1usize << n {
         let mut table = vec![0.0; 1 << n];
         table[t] = 1.0;
-        let game = TableGame::dense(table).expect("table");
+        let game = TableGame::dense(&table).expect("table");
         let w = shapley(&game, &ShapleyOptions { method: Method::Exact, ..Default::default() }).expect("runs").values;
         squares.iter_mut().zip(&w).for_each(|(s, w)| *s += w * w);
     }

@@ -15,14 +15,14 @@ fn value_of(game: &dyn Game, players: &[usize]) -> f64 {
 
 /// The dense table of `game` restricted to `free` players, with `fixed` always added.
 fn subgame_table(game: &dyn Game, free: &[usize], fixed: &[usize]) -> TableGame {
-    let values = (0..1u64 << free.len())
+    let values: Vec<f64> = (0..1u64 << free.len())
         .map(|mask| {
             let mut members: Vec<usize> = fixed.to_vec();
             members.extend(free.iter().enumerate().filter(|(k, _)| mask >> k & 1 == 1).map(|(_, &p)| p));
             value_of(game, &members)
         })
         .collect();
-    TableGame::dense(values).expect("table")
+    TableGame::dense(&values).expect("table")
 }
 
 fn exact(game: &dyn Game, options: ShapleyOptions) -> Vec<f64> {

@@ -226,13 +226,13 @@ proptest! {
         prop_assert!(result.exact);
         assert_close(&result.values, &expected, 1e-10);
         // Permission value: ordinary Shapley of v'(S) = v(largest down-set in S).
-        let restricted = TableGame::dense((0u64..1 << n).map(|mask| {
+        let restricted = TableGame::dense(&(0u64..1 << n).map(|mask| {
             let mut set = [mask];
             let mut down = [0u64];
             forest.largest_downset(&set, &mut down);
             set[0] = down[0];
             value_of(&game, &(0..n).filter(|&p| contains(&set, p)).collect::<Vec<_>>())
-        }).collect()).unwrap();
+        }).collect::<Vec<_>>()).unwrap();
         let permission = with(ShapleyOptions { method: Method::Permission, ..options }, &game);
         assert_close(&permission.values, &run(&restricted, Method::Exact, 1 << 12, 0).values, 1e-10);
     }
@@ -260,10 +260,10 @@ proptest! {
         let (expected, _) = brute_over_orderings(&game, contiguous);
         assert_close(&result.values, &expected, 1e-10);
         // Sums within each union are the union's Shapley value in the quotient game.
-        let quotient = TableGame::dense((0u64..4).map(|mask| {
+        let quotient = TableGame::dense(&(0u64..4).map(|mask| {
             let players: Vec<usize> = (0..n).filter(|&p| if p < split { mask & 1 == 1 } else { mask & 2 == 2 }).collect();
             value_of(&game, &players)
-        }).collect()).unwrap();
+        }).collect::<Vec<_>>()).unwrap();
         let q = run(&quotient, Method::Exact, 4, 0).values;
         prop_assert!((result.values[..split].iter().sum::<f64>() - q[0]).abs() < 1e-10);
         prop_assert!((result.values[split..].iter().sum::<f64>() - q[1]).abs() < 1e-10);
@@ -562,7 +562,7 @@ fn bad_arguments_are_errors_not_panics() {
     assert!(invalid(ShapleyOptions { n_threads: Some(0), ..Default::default() }));
     assert!(Method::parse("monte-carlo").is_err());
     assert!(SoumGame::new(3, vec![(vec![5], 1.0)]).is_err());
-    assert!(TableGame::dense(vec![0.0; 3]).is_err());
+    assert!(TableGame::dense(&[0.0; 3]).is_err());
     let big = SoumGame::random(40, 5, 2, 0).unwrap();
     assert!(shapley(&big, &ShapleyOptions { method: Method::Exact, ..Default::default() }).is_err());
     assert!(invalid(ShapleyOptions { method: Method::Exact, budget: Some(31), ..Default::default() }));

@@ -19,7 +19,8 @@ pub enum TableGame {
 }
 
 impl TableGame {
-    pub fn dense(values: Vec<f64>) -> Result<Self> {
+    /// Checked before anything is copied: a table of the wrong length costs nothing.
+    pub fn dense(values: &[f64]) -> Result<Self> {
         let len = values.len();
         if len < 2 || !len.is_power_of_two() || len.trailing_zeros() as usize > MAX_DENSE_PLAYERS {
             bail!("table: a dense table needs 2^n values (n in 1..={MAX_DENSE_PLAYERS}), got {len}");
@@ -27,7 +28,7 @@ impl TableGame {
         if let Some(i) = values.iter().position(|&v| !in_range(v)) {
             bail!("table: value {i} must be {IN_RANGE}, got {:e}", values[i]);
         }
-        Ok(TableGame::Dense { n_players: len.trailing_zeros() as usize, values })
+        Ok(TableGame::Dense { n_players: len.trailing_zeros() as usize, values: values.to_vec() })
     }
 
     /// `entries` are (players, value); a coalition listed twice is an error.
