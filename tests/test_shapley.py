@@ -529,6 +529,17 @@ def test_census_on_a_vote_does_not_claim_exactness_where_a_coalition_left_out_ma
     assert result.stderr.max() < 2.5e-4
 
 
+def test_stratified_refuses_a_budget_that_cannot_draw_two_coalitions_of_every_size():
+    # At n = 300 and 1,000 evaluations most sizes got one draw: every value came out the equal
+    # split, (v(N) - v(empty)) / n, with a standard error of 0 (coverage 0 on voting games).
+    game = games.soum(300, 20, 3, seed=5)
+    with pytest.raises(InvalidArgumentError, match=r"method='stratified' needs 1196 evaluations at n = 300"):
+        masreplay.shapley(game, method="stratified", budget=1000)
+    result = masreplay.shapley(game, method="stratified", budget=1196, seed=1)
+    assert result.evaluations == 1196 and (result.stderr > 0).all()
+    assert np.ptp(result.values) > 0
+
+
 def test_a_dense_table_too_large_is_refused_before_anything_is_copied():
     # 2^31 zeros: calloc'd pages that stay untouched. Copied out as a list of Python floats
     # first (before this test), the refusal came after a 70 GB allocation that killed the process.

@@ -2,10 +2,11 @@
 //! coalition sizes k, each stratum mean estimated from coalitions drawn uniformly at that
 //! size. One valued coalition A of size k informs every player at once: for i in A it is a
 //! draw of v(S + i) with |S| = k - 1, for i outside A a draw of v(S) with |S| = k. Sizes 1
-//! and n - 1 are enumerated when the budget allows (n coalitions each); the others get a
-//! pilot share, then the rest half by Neyman allocation on the pilot's spreads and half
-//! evenly ([`EVEN_SHARE`]), so the coalitions drawn depend on the values seen (unlike every other estimator here). Best on games with
-//! high-order interactions, where an ordering's marginal contributions are dominated by rare
+//! and n - 1 are enumerated (n coalitions each, from 4 players); the others get two draws
+//! at least (a smaller budget is refused, naming what is needed), a pilot share, then the
+//! rest half by Neyman allocation on the pilot's spreads and half evenly ([`EVEN_SHARE`]), so
+//! the coalitions drawn depend on the values seen (unlike every other estimator here). Best
+//! on games with high-order interactions, where an ordering's marginal contributions are dominated by rare
 //! large terms; efficiency is restored by the dispatcher's projection.
 //!
 //! Standard errors are those of the projected values: per sampled stratum and player, the
@@ -18,9 +19,8 @@
 //! all of them), so the projection removes much of them; enumerated strata are a census and
 //! add none. Not covered: the bias of the pilot's draws (kept in the means while the
 //! allocation half follows their spread) and of the stratum mean read for an empty cell; at
-//! a few evaluations per player and size, cells of one draw, intervals cover 88-91% on SOUM,
-//! pairwise and trace games at n = 100 and 1,000 evaluations, and less at n = 300
-//! (benches/RESULTS.md).
+//! a few evaluations per player and size, cells of one draw, intervals cover 88-92% on SOUM,
+//! pairwise and trace games at n = 100 and 1,000 evaluations (benches/RESULTS.md).
 
 use std::collections::HashMap;
 
@@ -193,16 +193,22 @@ pub fn stratified(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
     if n == 1 {
         return Ok(Estimate::of_one_player(full - empty));
     }
-    let left = stopping.budget.saturating_sub(2);
-    if left < (n - 1) as u64 {
+    // Sizes 1 and n - 1 enumerated (from 4 players) and two draws of every other size. With one
+    // draw a player's two cells there both read the single value: the size adds the same
+    // difference to every player and shows no spread (at n = 300 and 1,000 evaluations every
+    // value was the equal split with stderr 0); without the edges' census two draws a size left
+    // intervals covering 68-82% on SOUM and pairwise games there.
+    let enumerate_edges = n >= 4;
+    let needed = if enumerate_edges { 2 + 2 * n + 2 * (n - 3) } else { 2 * n };
+    if stopping.budget < needed as u64 {
         return Err(MasreplayError::InvalidArgument(format!(
-            "budget: {} evaluations cannot draw one coalition of each size (needs {})",
-            stopping.budget,
-            n + 1
+            "budget: method='stratified' needs {needed} evaluations at n = {n} (each player alone and left out, \
+             and two coalitions of every other size), budget={} (permutation or msr estimate from fewer)",
+            stopping.budget
         )));
     }
+    let left = stopping.budget - 2;
     let edges: Vec<usize> = if n >= 3 { vec![1, n - 1] } else { vec![1] };
-    let enumerate_edges = n >= 4 && left >= (2 * n + (n - 3)) as u64;
     let sampled_sizes: Vec<usize> = (1..n).filter(|k| !(enumerate_edges && edges.contains(k))).collect();
     let spent_on_edges = if enumerate_edges { 2 * n as u64 } else { 0 };
     // Var(phi_i) ~ sum_k var_k / (m_k k (n - k)), so the best allocation (Neyman) is
@@ -216,7 +222,10 @@ pub fn stratified(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
     let pilot = draw_phase(game, stopping.seed, 0, pilot_count, enumerated)?;
     let spent: u64 = pilot.iter().map(|drawn| drawn.values.len() as u64).sum();
     let spread = |k: usize| spread_of(&pilot[k - 1].stratum);
-    let rest = left.saturating_sub(spent) as f64;
+    // A size the pilot drew once gets its second draw first; the rest is shared out.
+    let short = |k: usize| 2u64.saturating_sub(pilot[k - 1].values.len() as u64);
+    let seconds: u64 = sampled_sizes.iter().map(|&k| short(k)).sum();
+    let rest = left.saturating_sub(spent + seconds) as f64;
     // Half the rest by Neyman on the pilot's spreads, half as if the spreads were equal (a
     // defensive mixture): a stratum whose few pilot draws happened to agree still gets draws.
     let neyman = |k: usize| spread(k) * balance(k);
@@ -228,7 +237,7 @@ pub fn stratified(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
     } else {
         allocate(&sampled_sizes, rest, balance, 0)
     };
-    let follow_count = |size: usize| follow_counts.get(&size).copied().unwrap_or(0);
+    let follow_count = |size: usize| follow_counts.get(&size).copied().unwrap_or(0) + short(size);
     let follow = draw_phase(game, stopping.seed, n as u64, follow_count, |_| false)?;
     let strata: Vec<Drawn> = pilot
         .into_iter()

@@ -617,3 +617,19 @@ proptest! {
         prop_assert!(r.values[n - 1].abs() < 1e-12 && r.stderr[n - 1] <= most + 1e-15);
     }
 }
+
+#[test]
+fn stratified_spends_its_whole_smallest_budget_and_refuses_less() {
+    // Sizes 1 and n - 1 enumerated, two draws of each of the other n - 3: 2 + 2n + 2(n - 3).
+    for n in [4, 10, 100, 300] {
+        let game = SoumGame::random(n, 20, 3, 5).expect("game");
+        let needed = (2 + 2 * n + 2 * (n - 3)) as u64;
+        let result = run(&game, Method::Stratified, needed, 1);
+        assert_eq!(result.evaluations, needed, "n = {n}");
+        // Every size shows a spread: no player's value reads as exact.
+        assert!(result.stderr.iter().all(|&e| e > 0.0), "n = {n}: {:?}", result.stderr);
+        let options = ShapleyOptions { method: Method::Stratified, budget: Some(needed - 1), ..Default::default() };
+        let refused = shapley(&game, &options).expect_err("one evaluation short");
+        assert!(refused.to_string().contains(&format!("needs {needed} evaluations")), "{refused}");
+    }
+}
