@@ -258,13 +258,19 @@ class Side:
     native: bool = False  # runs on masreplay's native game (else on the numpy SOUM)
     slow: bool = False
     max_n: int | None = None  # beyond it the side cannot run (memory), and says so
+    least_budget: object = None  # n -> the fewest evaluations the side accepts, below which it says so
     reference: bool = False  # the side the summary's ratios are taken against
 
 
 SIDES = [
     Side("masreplay permutation, built-in game", masreplay_runner("permutation"), native=True),
     Side("masreplay kernel, built-in game", masreplay_runner("kernel"), native=True),
-    Side("masreplay stratified, built-in game", masreplay_runner("stratified"), native=True),
+    Side(
+        "masreplay stratified, built-in game",
+        masreplay_runner("stratified"),
+        native=True,
+        least_budget=lambda n: 2 + 2 * n + 2 * (n - 3),  # sizes 1 and n - 1 whole, two draws of the others
+    ),
     Side("masreplay msr, built-in game", masreplay_runner("msr"), native=True),
     Side("masreplay auto, built-in game", masreplay_runner("auto"), native=True),
     Side("masreplay permutation, games.function(numpy game)", function_runner("permutation"), reference=True),
@@ -391,6 +397,8 @@ def test_game_cell(benchmark, measure, dataset_type, missing_anchor, soums, side
     skip_without_anchor(side, missing_anchor)
     if side.max_n is not None and n > side.max_n:
         pytest.skip(f"{side.name} stops at n = {side.max_n} (a regression on every pair: n(n-1)/2 columns)")
+    if side.least_budget is not None and budget < side.least_budget(n):
+        pytest.skip(f"{side.name} refuses {budget:,} evaluations at n = {n} (needs {side.least_budget(n):,})")
     seeds = SEEDS[:1] if side.slow and n > 100 else SEEDS
     inputs = []
     for seed in seeds:
