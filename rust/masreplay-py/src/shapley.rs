@@ -215,7 +215,9 @@ pub fn check_game_values(
 #[pyfunction]
 pub fn dense_table_game(py: Python<'_>, values: PyReadonlyArray1<'_, f64>) -> PyResult<PyGame> {
     let values = values.as_slice()?;
-    wrap(py, TableGame::dense(values).map(Native::Table), "table")
+    // Checking and copying up to 2^30 values (8 GiB) needs no Python.
+    let table = py.detach(|| TableGame::dense(values));
+    wrap(py, table.map(Native::Table), "table")
 }
 
 #[pyfunction]

@@ -6,8 +6,8 @@
 //! at least (a smaller budget is refused, naming what is needed), a pilot share, then the
 //! rest half by Neyman allocation on the pilot's spreads and half evenly ([`EVEN_SHARE`]), so
 //! the coalitions drawn depend on the values seen (unlike every other estimator here). Best
-//! on games with high-order interactions, where an ordering's marginal contributions are dominated by rare
-//! large terms; efficiency is restored by the dispatcher's projection.
+//! on games with high-order interactions, where an ordering's marginal contributions are
+//! dominated by rare large terms; efficiency is restored by the dispatcher's projection.
 //!
 //! Standard errors are those of the projected values: per sampled stratum and player, the
 //! variance of the mean with the player and of the mean without it, each cell's sample

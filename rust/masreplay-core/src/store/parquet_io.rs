@@ -138,7 +138,7 @@ pub fn read_parquet(path: &Path) -> Result<WellFormed> {
         Ok(outcome) => outcome,
         Err(message) => Err(named(format!(
             "the file is corrupted: the Parquet decoder panicked on it ({message}); a panic caught is a bug, \
-                 please report it to masreplay"
+             please report it to masreplay"
         ))),
     }
 }
