@@ -13,14 +13,14 @@
 //! variance of the mean with the player and of the mean without it, each cell's sample
 //! variance moderated toward the stratum's pooled one (most cells hold one or two draws), a
 //! cell with no draw charged the spread of cell means around the stratum mean it reads
-//! instead, all scaled by the share of the error the projection leaves (measured on each
-//! coalition's influence on every player's value, less its influence on the mean the
-//! projection subtracts). Players' errors are strongly correlated (the same coalitions inform
-//! all of them), so the projection removes much of them; enumerated strata are a census and
-//! add none. Not covered: the bias of the pilot's draws (kept in the means while the
-//! allocation half follows their spread) and of the stratum mean read for an empty cell; at
-//! a few evaluations per player and size, cells of one draw, intervals cover 88-92% on SOUM,
-//! pairwise and trace games at n = 100 and 1,000 evaluations (benches/RESULTS.md).
+//! instead, then what the projection onto efficiency does to each player's error: it
+//! subtracts the mean error over players, which the same coalitions put into every player's
+//! value (see [`projected_variance`]); enumerated strata are a census and add none. Not
+//! covered: the bias of the pilot's draws (kept in the means while the allocation half
+//! follows their spread) and of the stratum mean read for an empty cell, which misses the
+//! player's effect at that size in the same direction at every size it is empty; at a few
+//! evaluations per player and size intervals cover 90-94% on SOUM, pairwise and trace games
+//! at n = 100 and 1,000 evaluations, 80-95% at n = 300 and 2,000 (benches/RESULTS.md).
 
 use std::collections::HashMap;
 
@@ -30,7 +30,6 @@ use rayon::prelude::*;
 
 use super::coalition::{Coalitions, contains, insert, members_of};
 use super::game::{Game, bounds};
-use super::linalg::sum_start;
 use super::pipeline::{Sink, value_streamed};
 use super::sampling::stream;
 use super::{Estimate, Stopping};
@@ -336,10 +335,13 @@ fn squared_deviations([count, sum, sum_squares]: [f64; 3], mean: f64) -> f64 {
 /// stratum's `pooled` one ([`POOLED_DRAWS`]; the sample variance alone is 0 for a cell of one
 /// draw). A cell with no draw reads the stratum mean instead, off by the spread of cell means
 /// around it (estimated from the other cells, less their own noise) plus that mean's noise.
-/// The projection onto efficiency subtracts the mean over players, which removes the error
-/// the players share (the same coalitions inform them all): the share it removes is measured
-/// on the draws' influences (coalition A moves i's value by +-(v(A) - cell mean) / (n c))
-/// and applied to the moderated variances.
+/// The projection onto efficiency subtracts the mean error over players, which the players
+/// share (the same coalitions inform them all). Each draw's error, of the pooled variance,
+/// moves i's value by u_i(A) = 1 / (n c) in A and -1 / (n c) out of it, and the mean by
+/// u(A), the mean of u over players; so the projection changes i's variance by
+/// pooled * sum_A (u(A)^2 - 2 u_i(A) u(A)), per player: a player whose cells are quiet
+/// keeps the noise of the mean the projection subtracts, which one share for all players
+/// (as before) took away from it.
 fn projected_variance(drawn: &Drawn, (mean_in, mean_out): &(Vec<f64>, Vec<f64>), pooled: f64) -> Vec<f64> {
     let players = mean_in.len();
     let n = players as f64;
@@ -362,30 +364,39 @@ fn projected_variance(drawn: &Drawn, (mean_in, mean_out): &(Vec<f64>, Vec<f64>),
     let cell_variance = |moments: [f64; 3], mean: f64| {
         if moments[0] >= 1.0 { moderated(moments, mean) / moments[0] } else { between + pooled / draws }
     };
-    // psi_i(A) = (v(A) - mean) * factor: 1 / (n count) in A, -1 / (n count) out of it.
-    let factor_in: Vec<f64> = plus.iter().map(|p| 1.0 / (n * p[0])).collect();
-    let factor_out: Vec<f64> = minus.iter().map(|p| -1.0 / (n * p[0])).collect();
-    let (mut kept, mut all) = (0.0, 0.0);
-    let mut psi = vec![0.0; players];
+    // u_i(A) for A with i (`inside`) and without (`outside`); 0 for a cell no draw reaches.
+    let unit = |moments: &[f64; 3], sign: f64| if moments[0] > 0.0 { sign / (n * moments[0]) } else { 0.0 };
+    let inside: Vec<f64> = plus.iter().map(|m| unit(m, 1.0)).collect();
+    let outside: Vec<f64> = minus.iter().map(|m| unit(m, -1.0)).collect();
+    // u(A) = (sum of outside + sum over A's members of (inside - outside)) / n; summed over
+    // the draws (all and those with i) and squared, so the cost is each coalition's members.
+    let outside_total: f64 = outside.iter().sum();
+    let (mut mean_total, mut mean_squares) = (0.0, 0.0);
+    let mut mean_with = vec![0.0; players];
     let mut members = Vec::with_capacity(players);
-    for (set, &value) in drawn.coalitions.iter().zip(&drawn.values) {
-        for ((slot, mean), factor) in psi.iter_mut().zip(mean_out).zip(&factor_out) {
-            *slot = (value - mean) * factor;
-        }
+    for set in drawn.coalitions.iter() {
         members_of(set, &mut members);
-        members.iter().for_each(|&i| psi[i] = (value - mean_in[i]) * factor_in[i]);
-        let shift = psi.iter().sum::<f64>() / n;
-        // Both sums in one pass: two independent chains of additions the processor overlaps,
-        // each in the order and from the start value of `.sum()` (the same bits).
-        let start = sum_start();
-        let (kept_here, all_here) =
-            psi.iter().fold((start, start), |(k, a), p| (k + (p - shift) * (p - shift), a + p * p));
-        kept += kept_here;
-        all += all_here;
+        let mean = (outside_total + members.iter().map(|&i| inside[i] - outside[i]).sum::<f64>()) / n;
+        members.iter().for_each(|&i| mean_with[i] += mean);
+        mean_total += mean;
+        mean_squares += mean * mean;
     }
-    let share = if all > 0.0 { kept / all } else { 1.0 };
     (0..players)
-        .map(|i| share * (cell_variance(plus[i], mean_in[i]) + cell_variance(minus[i], mean_out[i])) / (n * n))
+        .map(|i| {
+            let own = cell_variance(plus[i], mean_in[i]) + cell_variance(minus[i], mean_out[i]);
+            // sum_A u_i(A) u(A), split by whether A holds i.
+            let cross = inside[i] * mean_with[i] + outside[i] * (mean_total - mean_with[i]);
+            let projected = own / (n * n) + pooled * (mean_squares - 2.0 * cross);
+            // Cells far noisier than the pool can take the pooled shift below zero: then the
+            // share the projection keeps of the unit errors scales the player's own variance.
+            if projected >= 0.0 {
+                projected
+            } else {
+                let units = inside[i].powi(2) * plus[i][0] + outside[i].powi(2) * minus[i][0];
+                let kept = (units - 2.0 * cross + mean_squares).max(0.0);
+                own / (n * n) * if units > 0.0 { kept / units } else { 1.0 }
+            }
+        })
         .collect()
 }
 
