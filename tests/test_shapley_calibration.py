@@ -238,8 +238,8 @@ def test_stratified_keeps_the_noise_of_the_projected_mean_at_a_few_draws_per_siz
     # players; one share of the error for every player (measured on the draws' spread, where a
     # cell of one draw shows none) took from quiet players the noise of that mean: full order
     # covered 0.916, low order and pairwise 0.905. Now each player's own change (stratified.rs,
-    # projected_variance). Low order and pairwise stay just under the band (0.928): the stratum
-    # mean read for an empty cell misses the player's effect there, the same way at every size.
+    # projected_variance). Low order and pairwise stay just under the band (0.928), for a reason
+    # not yet found (benches/RESULTS.md, 2026-11-29).
     for label, game in families(100).items():
         if label == "voting":
             continue

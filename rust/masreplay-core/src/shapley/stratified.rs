@@ -17,10 +17,11 @@
 //! subtracts the mean error over players, which the same coalitions put into every player's
 //! value (see [`projected_variance`]); enumerated strata are a census and add none. Not
 //! covered: the bias of the pilot's draws (kept in the means while the allocation half
-//! follows their spread) and of the stratum mean read for an empty cell, which misses the
-//! player's effect at that size in the same direction at every size it is empty; at a few
-//! evaluations per player and size intervals cover 90-94% on SOUM, pairwise and trace games
-//! at n = 100 and 1,000 evaluations, 80-95% at n = 300 and 2,000 (benches/RESULTS.md).
+//! follows their spread) and of the stratum mean read for an empty cell (it misses the
+//! player's effect at that size). At a few evaluations per player and size intervals cover
+//! 90-94% on SOUM, pairwise and trace games at n = 100 and 1,000 evaluations, 80-95% at
+//! n = 300 and 2,000; what the errors beyond the stated ones come from is not established
+//! (benches/RESULTS.md, 2026-11-29).
 
 use std::collections::HashMap;
 
@@ -371,29 +372,29 @@ fn projected_variance(drawn: &Drawn, (mean_in, mean_out): &(Vec<f64>, Vec<f64>),
     // u(A) = (sum of outside + sum over A's members of (inside - outside)) / n; summed over
     // the draws (all and those with i) and squared, so the cost is each coalition's members.
     let outside_total: f64 = outside.iter().sum();
-    let (mut mean_total, mut mean_squares) = (0.0, 0.0);
-    let mut mean_with = vec![0.0; players];
+    let (mut unit_mean_total, mut unit_mean_squares) = (0.0, 0.0);
+    let mut unit_mean_with = vec![0.0; players];
     let mut members = Vec::with_capacity(players);
     for set in drawn.coalitions.iter() {
         members_of(set, &mut members);
-        let mean = (outside_total + members.iter().map(|&i| inside[i] - outside[i]).sum::<f64>()) / n;
-        members.iter().for_each(|&i| mean_with[i] += mean);
-        mean_total += mean;
-        mean_squares += mean * mean;
+        let unit_mean = (outside_total + members.iter().map(|&i| inside[i] - outside[i]).sum::<f64>()) / n;
+        members.iter().for_each(|&i| unit_mean_with[i] += unit_mean);
+        unit_mean_total += unit_mean;
+        unit_mean_squares += unit_mean * unit_mean;
     }
     (0..players)
         .map(|i| {
             let own = cell_variance(plus[i], mean_in[i]) + cell_variance(minus[i], mean_out[i]);
             // sum_A u_i(A) u(A), split by whether A holds i.
-            let cross = inside[i] * mean_with[i] + outside[i] * (mean_total - mean_with[i]);
-            let projected = own / (n * n) + pooled * (mean_squares - 2.0 * cross);
-            // Cells far noisier than the pool can take the pooled shift below zero: then the
+            let cross = inside[i] * unit_mean_with[i] + outside[i] * (unit_mean_total - unit_mean_with[i]);
+            let projected = own / (n * n) + pooled * (unit_mean_squares - 2.0 * cross);
+            // Cells far quieter than the pool can take the pooled change below zero: then the
             // share the projection keeps of the unit errors scales the player's own variance.
             if projected >= 0.0 {
                 projected
             } else {
                 let units = inside[i].powi(2) * plus[i][0] + outside[i].powi(2) * minus[i][0];
-                let kept = (units - 2.0 * cross + mean_squares).max(0.0);
+                let kept = (units - 2.0 * cross + unit_mean_squares).max(0.0);
                 own / (n * n) * if units > 0.0 { kept / units } else { 1.0 }
             }
         })
