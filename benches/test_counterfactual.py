@@ -3,10 +3,14 @@
 Traces: ``sim.branches(FACTUAL, branches=8, branch_points=1)``: every factual trace gets 8
 branch rollouts at one of its events (900,000 traces for 100,000 factual ones; small traces,
 ``agents=(1, 2), events_per_agent=(1, 3)``, so the batch fits comfortably in memory).
-Set MASREPLAY_BENCH_CF_FACTUAL to change the size. The same traces in three layouts:
+Set MASREPLAY_BENCH_CF_FACTUAL to change the size. The same traces in four layouts:
 
 - ``shuffled``: the traces in a random order, so a factual trace and its branches are
   scattered through the batch (what a sampled or merged batch looks like): the goal's layout;
+- ``realistic``: shuffled as well, with the ids users' data has (``layouts.realistic``: UUID
+  trace and event ids, a branch's copy of an event sharing its factual trace's id, each
+  trace's events and edges in random order); the simulator's trace ids are 13-byte counters
+  that a lookup tells apart without reading their text, a UUID is compared by its text;
 - ``two-pass buffer``: a GraphBuffer filled in two adds, every factual trace first and the
   branches later (what a rollout service that branches after the fact stores), read back with
   ``to_batch()`` before timing;
@@ -34,12 +38,14 @@ import numpy as np
 import pytest
 
 import masreplay
+from layouts import realistic
 from masreplay import _core
 
 FACTUAL = int(os.environ.get("MASREPLAY_BENCH_CF_FACTUAL", 100_000))
 BRANCHES = 8
 LAYOUTS = {
     "shuffled": "shuffled: families scattered in random order",
+    "realistic": "realistic layout: UUID trace and event ids, families scattered",
     "two-pass buffer": "GraphBuffer filled in two passes (factual traces, then branches)",
     "adjacent": "adjacent: each factual trace directly followed by its branches (sim.branches' layout)",
 }
@@ -57,6 +63,8 @@ def arranged(batch: masreplay.TraceBatch, layout: str) -> masreplay.TraceBatch:
         return batch
     if layout == "shuffled":
         return batch[np.random.default_rng(18).permutation(len(batch)).tolist()]
+    if layout == "realistic":
+        return masreplay.load_traces(realistic(batch.to_arrow(), seed=19))
     factual = batch.to_arrow()["counterfactual_of"].is_null().to_numpy(zero_copy_only=False)
     buffer = masreplay.GraphBuffer(len(batch))
     buffer.add(batch[np.flatnonzero(factual).tolist()])
