@@ -308,12 +308,10 @@ impl Design {
                 normal.solve(&unit, 0.0)
             })
             .collect();
-        let mut enumerated = vec![vec![0.0; n]; n];
-        for a in 0..n {
-            for (b, x) in self.parts[0].lower_row(a).enumerate() {
-                (enumerated[a][b], enumerated[b][a]) = (x, x);
-            }
-        }
+        // E, the enumerated rows' Gram matrix, whole (the parts keep its lower triangle).
+        let lower: Vec<Vec<f64>> = (0..n).map(|a| self.parts[0].lower_row(a).collect()).collect();
+        let enumerated: Vec<Vec<f64>> =
+            (0..n).map(|a| (0..n).map(|b| if b <= a { lower[a][b] } else { lower[b][a] }).collect()).collect();
         let times = |x: &[Vec<f64>], y: &[Vec<f64>]| -> Vec<Vec<f64>> {
             x.par_iter().map(|row| (0..n).map(|b| row.iter().zip(y).map(|(r, y)| r * y[b]).sum()).collect()).collect()
         };
