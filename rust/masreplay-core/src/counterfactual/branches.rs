@@ -105,11 +105,11 @@ struct BranchRows {
 }
 
 /// What [`Families::tally`] keeps of one family while it reads the rows, updated at every
-/// branch row: 40 bytes, where a whole [`Branch`] and the bookkeeping took 56. What is read
-/// once per family (its first branch's row, a gathered family's next place) lives in other
-/// arrays.
-#[derive(Clone, Copy, Default)]
-struct Tally {
+/// branch row: 40 bytes, and `R` more that hold the first branch's event id where the
+/// batch's event ids are longer than eight bytes (see [`REST`]). What is read once per
+/// family (its first branch's row, a gathered family's next place) lives in other arrays.
+#[derive(Clone, Copy)]
+struct Tally<const R: usize> {
     /// The branches' rewards, in row order (see [`ShiftedSums`]).
     sums: ShiftedSums,
     /// The event the first branch branches at, by first eight bytes and length (see
@@ -117,16 +117,57 @@ struct Tally {
     event_head: u64,
     n: u32,
     event_len: u32,
+    /// Bytes 8.. of the first branch's event id where it has at most 8 + `R`; where it is
+    /// longer, the first eight bytes say where it was copied among the task's texts.
+    rest: [u8; R],
 }
+
+impl<const R: usize> Default for Tally<R> {
+    fn default() -> Self {
+        Tally { sums: ShiftedSums::default(), event_head: 0, n: 0, event_len: 0, rest: [0; R] }
+    }
+}
+
+/// Bytes of the first branch's event id past its first eight that a [`Tally`] holds where a
+/// batch has event ids longer than eight bytes. Each later branch is compared with its
+/// family's first: with ids of up to 40 bytes (UUIDs among them) that reads only the tally,
+/// already requested ahead; a copy elsewhere, or the first branch's row, is a cache miss per
+/// branch in a scattered batch (it took 45 of 57 ms of the tally on 800,000 branches with
+/// UUID event ids, at one thread). Batches of shorter ids keep 40-byte tallies: the wider
+/// ones cost them 10%.
+const REST: usize = 32;
 
 /// A [`Tally::event_len`] no event id has (Arrow's offsets are `i32`): the family's branches are
 /// gathered and credited one by one, as they branch at more than one event, a reward is
 /// missing, or the baseline is leave-one-out.
 const GATHERED: u32 = u32::MAX;
 
-impl Tally {
+impl<const R: usize> Tally<R> {
     fn gathered(&self) -> bool {
         self.event_len == GATHERED
+    }
+
+    /// Keeps the text of the first branch's event id `event` (longer than eight bytes: only
+    /// wide tallies, `R` = [`REST`], meet those; see [`Families::credit_scattered`]).
+    fn keep_event(&mut self, event: &str, texts: &mut String) {
+        let bytes = event.as_bytes();
+        if bytes.len() <= 8 + R {
+            self.rest[..bytes.len() - 8].copy_from_slice(&bytes[8..]);
+        } else {
+            self.rest[..8].copy_from_slice(&(texts.len() as u64).to_le_bytes());
+            texts.push_str(event);
+        }
+    }
+
+    /// Whether `event` (longer than eight bytes, of the first branch's length and first eight
+    /// bytes) is the first branch's event id.
+    fn is_first_event(&self, event: &str, texts: &str) -> bool {
+        let bytes = event.as_bytes();
+        if bytes.len() <= 8 + R {
+            return bytes[8..] == self.rest[..bytes.len() - 8];
+        }
+        let at = u64::from_le_bytes(self.rest[..8].try_into().expect("eight bytes")) as usize;
+        same_text(&texts[at..at + bytes.len()], event)
     }
 
     /// The family's first branch, of row `row`, as credit reads it (its reward is not needed).
@@ -137,12 +178,12 @@ impl Tally {
 
 /// A task's families as [`Families::tally`] leaves them: the per-family state by rank from
 /// the task's first, and each family's first branch row (read once per family).
-struct Tallies {
-    tallies: Vec<Tally>,
+struct Tallies<const R: usize> {
+    tallies: Vec<Tally<R>>,
     first_row: Vec<u32>,
 }
 
-impl Tallies {
+impl<const R: usize> Tallies<R> {
     /// The first branch of family `k` (see [`Tally::first_branch`]).
     fn first_branch(&self, k: usize) -> Branch {
         self.tallies[k].first_branch(self.first_row[k])
@@ -460,15 +501,18 @@ impl<'a> Families<'a> {
         };
         let ((reward, factuals), (index, family)) = rayon::join(read, find);
         let rows = BranchRows { family, reward };
+        let long_events = self.of_event.value_offsets().windows(2).any(|ends| ends[1] - ends[0] > 8);
         let tasks = rayon::current_num_threads().min(factuals.len()).max(1);
         let per_task = factuals.len().div_ceil(tasks).max(1);
         let parts: Vec<Result<Vec<Entry>>> = (0..factuals.len().div_ceil(per_task))
             .into_par_iter()
             .map(|task| {
                 let ranks = task * per_task..((task + 1) * per_task).min(factuals.len());
-                let tallies = self.tally(&factuals, &rows, ranks.clone());
-                let gathered = self.gather(&rows, ranks.start, &tallies.tallies);
-                self.credit_ranks(&factuals, ranks.start, &tallies, gathered)
+                if long_events {
+                    self.credit_task::<REST>(&factuals, &rows, ranks)
+                } else {
+                    self.credit_task::<0>(&factuals, &rows, ranks)
+                }
             })
             .collect();
         let mut entries = first_error_or_all(parts)?;
@@ -547,6 +591,19 @@ impl<'a> Families<'a> {
         family
     }
 
+    /// Credit for the families of factual ranks `ranks`, with tallies of `R` bytes of event
+    /// id (see [`REST`]).
+    fn credit_task<const R: usize>(
+        &self,
+        factuals: &Factuals,
+        rows: &BranchRows,
+        ranks: Range<usize>,
+    ) -> Result<Vec<Entry>> {
+        let tallies = self.tally::<R>(factuals, rows, ranks.clone());
+        let gathered = self.gather(rows, ranks.start, &tallies.tallies);
+        self.credit_ranks(factuals, ranks.start, &tallies, gathered)
+    }
+
     /// A task's pass over the rows: for factual ranks `ranks`, each family's branch count,
     /// rewards summed in row order, and whether its branches all branch at the event of its
     /// first one. The rows are read in blocks of [`TALLY_BLOCK`]. When tasks split the ranks,
@@ -556,9 +613,10 @@ impl<'a> Families<'a> {
     /// without a branch, then tallied with each tally requested [`TALLY_AHEAD`] rows ahead.
     /// Blocks of this task's rows only (or nearly), and every block when one task takes all
     /// ranks, are tallied directly; blocks without any of its rows are skipped.
-    fn tally(&self, factuals: &Factuals, rows: &BranchRows, ranks: Range<usize>) -> Tallies {
+    fn tally<const R: usize>(&self, factuals: &Factuals, rows: &BranchRows, ranks: Range<usize>) -> Tallies<R> {
         let mut tallies = vec![Tally::default(); ranks.len()];
         let mut first_row = vec![0; ranks.len()];
+        let mut texts = String::new();
         let (start, count) = (ranks.start as u32, ranks.len() as u32);
         let is_mine = |family: u32| family.wrapping_sub(start) < count;
         let split = ranks.len() < factuals.len();
@@ -573,7 +631,7 @@ impl<'a> Families<'a> {
             if n_mine >= families.len() - families.len() / 8 {
                 for (i, &family) in families.iter().enumerate().filter(|&(_, &family)| is_mine(family)) {
                     let (row, k) = (first + i, (family - start) as usize);
-                    self.add_to_tally(&mut tallies[k], &mut first_row[k], row, rows.reward[row]);
+                    self.add_to_tally(&mut tallies[k], &mut first_row[k], &mut texts, row, rows.reward[row]);
                 }
                 continue;
             }
@@ -585,10 +643,15 @@ impl<'a> Families<'a> {
             let mine = &mine[..n];
             for (j, &i) in mine.iter().enumerate() {
                 if let Some(&ahead) = mine.get(j + TALLY_AHEAD) {
-                    prefetch(&tallies[(families[ahead as usize] - start) as usize]);
+                    let tally = &tallies[(families[ahead as usize] - start) as usize];
+                    prefetch(tally);
+                    // A wide tally spans two cache lines.
+                    if let Some(last) = tally.rest.last() {
+                        prefetch(last);
+                    }
                 }
                 let (row, k) = (first + i as usize, (families[i as usize] - start) as usize);
-                self.add_to_tally(&mut tallies[k], &mut first_row[k], row, rows.reward[row]);
+                self.add_to_tally(&mut tallies[k], &mut first_row[k], &mut texts, row, rows.reward[row]);
             }
         }
         for (tally, factual) in tallies.iter_mut().zip(&factuals.traces[ranks]) {
@@ -600,24 +663,43 @@ impl<'a> Families<'a> {
     }
 
     /// Adds branch row `row`, of reward `reward`, to its family's `tally`, whose first
-    /// branch's row is `first_row` (set here when this is the first).
+    /// branch's row is `first_row` (set here when this is the first, its long event id
+    /// copied into `texts`).
     #[inline(always)]
-    fn add_to_tally(&self, tally: &mut Tally, first_row: &mut u32, row: usize, reward: f64) {
+    fn add_to_tally<const R: usize>(
+        &self,
+        tally: &mut Tally<R>,
+        first_row: &mut u32,
+        texts: &mut String,
+        row: usize,
+        reward: f64,
+    ) {
         let first = tally.n == 0;
+        let branch = self.branch(row, reward);
         if first {
-            let branch = self.branch(row, reward);
             (tally.event_head, tally.event_len, *first_row) = (branch.event_head, branch.event_len, branch.row);
-        } else if !tally.gathered() && !self.same_event(&tally.first_branch(*first_row), &self.branch(row, reward)) {
+            if branch.event_len > 8 {
+                tally.keep_event(self.event_of(&branch), texts);
+            }
+        } else if !tally.gathered() && !self.at_first_event(tally, texts, &branch) {
             tally.event_len = GATHERED;
         }
         tally.n += 1;
         tally.sums.add(reward, first);
     }
 
+    /// Whether `branch` branches at the event of its family's first branch (of `tally`, a
+    /// very long event id of which was copied into `texts`).
+    fn at_first_event<const R: usize>(&self, tally: &Tally<R>, texts: &str, branch: &Branch) -> bool {
+        tally.event_len == branch.event_len
+            && tally.event_head == branch.event_head
+            && (branch.event_len <= 8 || tally.is_first_event(self.event_of(branch), texts))
+    }
+
     /// The branches of the families [`Tally::gathered`] marks, copied out family after
     /// family in row order (a counting sort): a second pass over the rows, made only when a
     /// family of the task is gathered.
-    fn gather(&self, rows: &BranchRows, first: usize, tallies: &[Tally]) -> Vec<Branch> {
+    fn gather<const R: usize>(&self, rows: &BranchRows, first: usize, tallies: &[Tally<R>]) -> Vec<Branch> {
         if !tallies.iter().any(Tally::gathered) {
             return Vec::new();
         }
@@ -643,11 +725,11 @@ impl<'a> Families<'a> {
 
     /// Credits the families of factual ranks from `first` in rank order: from their tallies,
     /// or from their `gathered` branches (see [`Self::gather`]).
-    fn credit_ranks(
+    fn credit_ranks<const R: usize>(
         &self,
         factuals: &Factuals,
         first: usize,
-        tallies: &Tallies,
+        tallies: &Tallies<R>,
         mut gathered: Vec<Branch>,
     ) -> Result<Vec<Entry>> {
         let families = &tallies.tallies;

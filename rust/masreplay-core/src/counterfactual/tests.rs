@@ -362,10 +362,15 @@ fn scattered_and_two_pass_layouts_give_the_adjacent_layouts_credit_bit_for_bit()
 /// batch (its branches are then orphans, never credited).
 type Family = (usize, Vec<(usize, f64)>, bool);
 
-/// Event ids of up to eight bytes and longer ones that share their first eight bytes, so
-/// that both ways of telling ids apart are exercised.
+/// Event ids of up to eight bytes, longer ones that share their first eight bytes, and ones
+/// longer than a wide tally holds (40 bytes) that share their first 47, so that every way of
+/// telling ids apart is exercised (the head word; the tally's copy; the task's texts).
 fn event_name(k: usize) -> String {
-    if k.is_multiple_of(2) { format!("e{k}") } else { format!("event-id-{k}") }
+    match k % 3 {
+        0 => format!("e{k}"),
+        1 => format!("event-id-{k}"),
+        _ => format!("event-id-with-a-prefix-longer-than-forty-bytes-{k}"),
+    }
 }
 
 fn families_batch(families: &[Family]) -> (Vec<crate::Trace>, TraceBatch) {
@@ -386,13 +391,32 @@ fn families_batch(families: &[Family]) -> (Vec<crate::Trace>, TraceBatch) {
     (traces, batch)
 }
 
+/// Families whose branches branch at two event ids that differ only past their first eight
+/// bytes (one family), or only past the 40 a wide tally holds (another), stored apart from
+/// their factual traces: each event is credited on its own, as in the adjacent layout.
+#[test]
+fn ids_alike_in_their_first_bytes_are_told_apart_when_scattered() {
+    let long = vec![(2, 0.5), (5, 1.0), (2, 0.7), (5, 0.1)];
+    let inline = vec![(1, 0.2), (4, 0.9), (1, 0.3), (4, 0.4)];
+    let (traces, adjacent) =
+        families_batch(&[(6, long, false), (6, inline, false), (3, vec![(1, 0.6), (1, -0.2)], false)]);
+    // The factual traces last, so that no branch follows its factual trace.
+    let factual = |row: &usize| traces[*row].counterfactual_of.is_none();
+    let order: Vec<usize> =
+        (0..traces.len()).filter(|row| !factual(row)).chain((0..traces.len()).filter(factual)).collect();
+    let moved = adjacent.take(&order).unwrap();
+    let expected = branch_credit(&adjacent, "team", Baseline::Mean).unwrap();
+    assert_eq!(expected.n_branches, [2; 5]);
+    assert_same_bits(&branch_credit(&moved, "team", Baseline::Mean).unwrap(), &moved, &expected, &adjacent);
+}
+
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
 
     #[test]
     fn any_layout_gives_the_adjacent_credit(
         families in proptest::collection::vec(
-            (1usize..5, proptest::collection::vec((0usize..5, -3.0f64..3.0), 0..6), proptest::bool::weighted(0.1)),
+            (1usize..7, proptest::collection::vec((0usize..7, -3.0f64..3.0), 0..6), proptest::bool::weighted(0.1)),
             1..12,
         ),
         seed in proptest::prelude::any::<u64>(),
