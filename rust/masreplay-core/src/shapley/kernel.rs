@@ -34,8 +34,8 @@ const MAX_REDRAWS: usize = 64;
 /// scaled to t with groups - 1 degrees of freedom, so value +- 1.96 stderr is a 95% interval).
 const GROUPS: usize = 64;
 /// Most bytes of factored normal equations held from the drawing to the last valuation (see
-/// [`Design::prepare`]): two n x n matrices, so up to about 2,000 players; past that the fit is
-/// factored after the last valuation.
+/// [`Design::prepare`]): two n x n matrices (three with the jackknife's K), so up to about
+/// 2,000 players; past that the fit is factored after the last valuation.
 const MOST_PREPARED_BYTES: usize = 64 << 20;
 
 pub fn kernel(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
@@ -113,11 +113,15 @@ pub fn kernel(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
         0 => vec![0.0; n],
         1 => vec![f64::NAN; n],
         _ => {
+            let sensitivity = match design.sensitivity.take() {
+                Some(sensitivity) => sensitivity,
+                None => design.sensitivity(&normal, true),
+            };
             // Drawn without replacement: the jackknife's with-replacement variance shrinks by
             // the share of each size left unsampled (the least of them, so never too far:
             // near complete enumeration it covered 100% without it; negligible when few of
             // a size's coalitions are drawn).
-            let spread = design.jackknife(&normal, &values, &valued.worth, delta);
+            let spread = design.jackknife(&sensitivity, &values, &valued.worth, delta);
             spread
                 .into_iter()
                 .map(|(variance, dof)| (design.unsampled_share * variance).sqrt() * z_scale(dof))
@@ -155,6 +159,9 @@ struct Design {
     /// The whole sample's factored normal equations, where they fit in [`MOST_PREPARED_BYTES`]
     /// (none when every coalition is enumerated).
     normal: Option<Result<Normal>>,
+    /// What the standard error needs of the coalitions alone, beside `normal` (none where
+    /// that is none, or every pair is in one group).
+    sensitivity: Option<Sensitivity>,
     /// The rows' coalitions, kept once every row is drawn (the standard error's residuals).
     rows: Coalitions,
     /// The first drawn row: from there on the rows come in complementary pairs.
@@ -176,6 +183,7 @@ impl Design {
             parts: Vec::new(),
             prepared: false,
             normal: None,
+            sensitivity: None,
             rows: Coalitions::new(n),
             first_drawn: 0,
             summed: 0,
@@ -237,8 +245,9 @@ impl Design {
     /// order (the same sums, bit for bit, as row by row as the values come in: consecutive
     /// pairs belong to different groups, and a part's matrix stays in cache while its rows are
     /// added instead of each row fetching another one's); then builds and factors the whole
-    /// sample's normal equations, while the game values the rest. The parts in parallel where
-    /// the game is done (`pending` false), else one after another on this worker thread.
+    /// sample's normal equations and what the standard error needs of them ([`Sensitivity`]),
+    /// while the game values the rest. In parallel where the game is done (`pending` false),
+    /// else one after another on this worker thread.
     fn prepare(&mut self, batch: &Coalitions, pending: bool) {
         if self.prepared {
             return;
@@ -271,7 +280,13 @@ impl Design {
         if self.complete || bytes > MOST_PREPARED_BYTES {
             return;
         }
-        self.normal = Some(Normal::of(self.n, sum_grams(self.n, &self.parts)));
+        let normal = Normal::of(self.n, sum_grams(self.n, &self.parts));
+        if let Ok(normal) = &normal
+            && self.parts.len() > 2
+        {
+            self.sensitivity = Some(self.sensitivity(normal, !pending));
+        }
+        self.normal = Some(normal);
     }
 
     /// Per player, the jackknife variance of the whole fit `fit` and its degrees of freedom.
@@ -282,71 +297,35 @@ impl Design {
     /// whole fit's inverse under efficiency. K 1 = 0, so a pair of rows z and 1 - z (weight w
     /// each) contributes w (e_z - e_c) z up to a multiple of 1, and its residual lies along
     /// the pair's leverage direction. A fitted residual is smaller than the error it stands
-    /// for: with the sampled pairs' hat matrix H = M K M' (m = sqrt(2w) z per pair) and the
-    /// enumerated rows' Gram matrix E fixed in every sample, the residuals are (I - H) times
-    /// the errors, and K S K = K - K E K (S the sampled rows' Gram matrix), so under errors of
-    /// equal spread a pair's squared residual is (I - H)^2_pp = 1 - 2w z'(K + K E K) z times
-    /// its error's. Each pair's residual is divided by the square root of that (HC2, MacKinnon
-    /// & White 1985, with the fixed rows' share; without it, at 300 players and 1,000
-    /// evaluations, where the pairs are fewer than the players and the fit nearly interpolates
-    /// them, intervals covered 35%).
-    ///
-    /// The degrees of freedom are Satterthwaite's for a sum of the groups' squares, each
-    /// group's share of a player's variance its pairs' w (K z)_i^2: g - 1 when the groups
-    /// weigh alike, fewer where a player's variance rests on a few pairs (barely determined
-    /// fits). Groups in parallel.
-    fn jackknife(&self, normal: &Normal, fit: &[f64], worth: &[f64], total: f64) -> Vec<(f64, usize)> {
+    /// for: each pair's is divided by the square root of its share left (see
+    /// [`Sensitivity::left`]). The degrees of freedom are Satterthwaite's for a sum of the
+    /// groups' squares (see [`Sensitivity::shares`]). Groups in parallel.
+    fn jackknife(&self, sensitivity: &Sensitivity, fit: &[f64], worth: &[f64], total: f64) -> Vec<(f64, usize)> {
         let n = self.n;
-        let groups = self.parts.len() - 1;
-        let g = groups as f64;
-        // K column by column (symmetric: row by row too).
-        let inverse: Vec<Vec<f64>> = (0..n)
-            .into_par_iter()
-            .map(|a| {
-                let mut unit = vec![0.0; n];
-                unit[a] = 1.0;
-                normal.solve(&unit, 0.0)
-            })
-            .collect();
-        // E, the enumerated rows' Gram matrix, whole (the parts keep its lower triangle).
-        let lower: Vec<Vec<f64>> = (0..n).map(|a| self.parts[0].lower_row(a).collect()).collect();
-        let enumerated: Vec<Vec<f64>> =
-            (0..n).map(|a| (0..n).map(|b| if b <= a { lower[a][b] } else { lower[b][a] }).collect()).collect();
-        let times = |x: &[Vec<f64>], y: &[Vec<f64>]| -> Vec<Vec<f64>> {
-            x.par_iter().map(|row| (0..n).map(|b| row.iter().zip(y).map(|(r, y)| r * y[b]).sum()).collect()).collect()
-        };
-        let through_fixed = times(&times(&inverse, &enumerated), &inverse);
-        let mut pairs_of = vec![Vec::new(); groups];
-        (self.first_drawn..self.part_of.len()).step_by(2).for_each(|r| pairs_of[self.part_of[r] - 1].push(r));
-        // Per group: its leverage-corrected residual contribution, and its share of each
-        // player's variance.
-        let (residuals, shares): (Vec<Vec<f64>>, Vec<Vec<f64>>) = pairs_of
+        let Sensitivity { inverse, left, shares } = sensitivity;
+        let g = shares.len() as f64;
+        // Per group: its leverage-corrected residual contribution.
+        let residuals: Vec<Vec<f64>> = self
+            .pairs_of_groups()
             .par_iter()
             .map(|pairs| {
-                let (mut residual, mut share, mut members) = (vec![0.0; n], vec![0.0; n], Vec::with_capacity(n));
+                let (mut residual, mut members) = (vec![0.0; n], Vec::with_capacity(n));
                 for &r in pairs {
+                    let left = left[(r - self.first_drawn) / 2];
+                    // None left (to rounding): the fit passes through the pair whatever its
+                    // values, and its residual, zero, says nothing.
+                    if left <= 0.0 {
+                        continue;
+                    }
                     members_of(self.rows.get(r), &mut members);
-                    let w = self.weights[r];
                     let inside: f64 = members.iter().map(|&a| fit[a]).sum();
                     // e_z - e_c: (y_z - z'phi) - (y_c - (total - z'phi)).
                     let gap = worth[r] - worth[r + 1] - 2.0 * inside + total;
-                    let quadratic: f64 = members
-                        .iter()
-                        .map(|&a| members.iter().map(|&b| inverse[a][b] + through_fixed[a][b]).sum::<f64>())
-                        .sum();
-                    let left = 1.0 - 2.0 * w * quadratic;
-                    // None left (to rounding): the fit passes through the pair whatever its
-                    // values, and its residual, zero, says nothing.
-                    if left > 0.0 {
-                        members.iter().for_each(|&a| residual[a] += w * gap / left.sqrt());
-                    }
-                    let mut moved = vec![0.0; n];
-                    members.iter().for_each(|&a| moved.iter_mut().zip(&inverse[a]).for_each(|(m, k)| *m += k));
-                    share.iter_mut().zip(&moved).for_each(|(s, m)| *s += w * m * m);
+                    members.iter().for_each(|&a| residual[a] += self.weights[r] * gap / left.sqrt());
                 }
-                (residual, share)
+                residual
             })
-            .unzip();
+            .collect();
         let mean: Vec<f64> = (0..n).map(|i| residuals.iter().map(|r| r[i]).sum::<f64>() / g).collect();
         let changes: Vec<Vec<f64>> = residuals
             .par_iter()
@@ -367,6 +346,60 @@ impl Design {
             .collect()
     }
 
+    /// Per jackknife group, the first rows of its drawn pairs.
+    fn pairs_of_groups(&self) -> Vec<Vec<usize>> {
+        let mut pairs_of = vec![Vec::new(); self.parts.len() - 1];
+        (self.first_drawn..self.part_of.len()).step_by(2).for_each(|r| pairs_of[self.part_of[r] - 1].push(r));
+        pairs_of
+    }
+
+    /// What the jackknife needs of the coalitions alone, from the whole fit's normal equations:
+    /// built beside the game where those are ([`Design::prepare`]), so that only the residuals
+    /// are left once the last value is in. In parallel where `parallel` (not while a
+    /// sequential game holds a core).
+    fn sensitivity(&self, normal: &Normal, parallel: bool) -> Sensitivity {
+        let n = self.n;
+        // K column by column (symmetric: row by row too).
+        let inverse: Vec<Vec<f64>> = indices(parallel, n, |a| {
+            let mut unit = vec![0.0; n];
+            unit[a] = 1.0;
+            normal.solve(&unit, 0.0)
+        });
+        // E, the enumerated rows' Gram matrix, whole (the parts keep its lower triangle).
+        let lower: Vec<Vec<f64>> = (0..n).map(|a| self.parts[0].lower_row(a).collect()).collect();
+        let enumerated: Vec<Vec<f64>> =
+            (0..n).map(|a| (0..n).map(|b| if b <= a { lower[a][b] } else { lower[b][a] }).collect()).collect();
+        let times = |x: &[Vec<f64>], y: &[Vec<f64>]| -> Vec<Vec<f64>> {
+            indices(parallel, n, |a| (0..n).map(|b| x[a].iter().zip(y).map(|(r, y)| r * y[b]).sum()).collect())
+        };
+        let through_fixed = times(&times(&inverse, &enumerated), &inverse);
+        let pairs_of = self.pairs_of_groups();
+        // Per group: its pairs' shares left, and its share of each player's variance.
+        let (lefts, shares): (Vec<Vec<f64>>, Vec<Vec<f64>>) = indices(parallel, pairs_of.len(), |k| {
+            let (mut left, mut share, mut members) = (Vec::new(), vec![0.0; n], Vec::with_capacity(n));
+            for &r in &pairs_of[k] {
+                members_of(self.rows.get(r), &mut members);
+                let w = self.weights[r];
+                let quadratic: f64 = members
+                    .iter()
+                    .map(|&a| members.iter().map(|&b| inverse[a][b] + through_fixed[a][b]).sum::<f64>())
+                    .sum();
+                left.push(1.0 - 2.0 * w * quadratic);
+                let mut moved = vec![0.0; n];
+                members.iter().for_each(|&a| moved.iter_mut().zip(&inverse[a]).for_each(|(m, k)| *m += k));
+                share.iter_mut().zip(&moved).for_each(|(s, m)| *s += w * m * m);
+            }
+            (left, share)
+        })
+        .into_iter()
+        .unzip();
+        let mut left = vec![0.0; (self.part_of.len() - self.first_drawn) / 2];
+        for (pairs, lefts) in pairs_of.iter().zip(lefts) {
+            pairs.iter().zip(lefts).for_each(|(&r, l)| left[(r - self.first_drawn) / 2] = l);
+        }
+        Sensitivity { inverse, left, shares }
+    }
+
     /// Adds the targets of the rows valued since the last call to their parts' right-hand
     /// sides (a pair's two rows together, once both are valued), in row order.
     fn sum(&mut self, batch: &Coalitions, worth: &[f64], empty: f64) {
@@ -385,6 +418,30 @@ impl Design {
         }
         *summed = r;
     }
+}
+
+/// What the jackknife's standard error needs of the coalitions alone ([`Design::sensitivity`]).
+struct Sensitivity {
+    /// K, the whole fit's inverse under efficiency, row by row (symmetric).
+    inverse: Vec<Vec<f64>>,
+    /// Per drawn pair, the share of its error its fitted residual keeps, squared: with the
+    /// sampled pairs' hat matrix H = M K M' (m = sqrt(2w) z per pair) and the enumerated rows'
+    /// Gram matrix E fixed in every sample, the residuals are (I - H) times the errors, and
+    /// K S K = K - K E K (S the sampled rows' Gram matrix), so under errors of equal spread
+    /// a pair's squared residual is (I - H)^2_pp = 1 - 2w z'(K + K E K) z times its error's
+    /// (HC2, MacKinnon & White 1985, with the fixed rows' share; without it, at 300 players
+    /// and 1,000 evaluations, where the pairs are fewer than the players and the fit nearly
+    /// interpolates them, intervals covered 35%).
+    left: Vec<f64>,
+    /// Per group, its share of each player's variance, its pairs' w (K z)_i^2: Satterthwaite's
+    /// degrees of freedom are g - 1 when the groups weigh alike, fewer where a player's
+    /// variance rests on a few pairs (barely determined fits).
+    shares: Vec<Vec<f64>>,
+}
+
+/// `work` of each index below `count`, in order; in parallel where `parallel`.
+fn indices<T: Send>(parallel: bool, count: usize, work: impl Fn(usize) -> T + Sync + Send) -> Vec<T> {
+    if parallel { (0..count).into_par_iter().map(work).collect() } else { (0..count).map(work).collect() }
 }
 
 /// The Gram matrix of all the parts (its lower triangle, see [`Normal`]),
