@@ -177,10 +177,12 @@ impl<const R: usize> Tally<R> {
 }
 
 /// A task's families as [`Families::tally`] leaves them: the per-family state by rank from
-/// the task's first, and each family's first branch row (read once per family).
+/// the task's first, each family's first branch row (read once per family), and the first
+/// branches' event ids too long for a tally (see [`Tally::keep_event`]).
 struct Tallies<const R: usize> {
     tallies: Vec<Tally<R>>,
     first_row: Vec<u32>,
+    texts: String,
 }
 
 impl<const R: usize> Tallies<R> {
@@ -330,6 +332,18 @@ impl<'a> Families<'a> {
         })
     }
 
+    /// Position of the event the family of `tally` branches at among `events`, compared with
+    /// the tally's copy of its id ([`Tally::is_first_event`]; a very long one's is in `texts`):
+    /// in a scattered layout the first branch's row is a cache miss away.
+    fn tallied_event<const R: usize>(&self, mut events: Range<usize>, tally: &Tally<R>, texts: &str) -> Option<usize> {
+        events.find(|&k| {
+            let id = self.event_ids.value(k);
+            id.len() == tally.event_len as usize
+                && head_word(id) == tally.event_head
+                && (id.len() <= 8 || tally.is_first_event(id, texts))
+        })
+    }
+
     /// Whether two branches branch at the same event id (their texts are read only for ids
     /// longer than eight bytes).
     fn same_event(&self, a: &Branch, b: &Branch) -> bool {
@@ -442,17 +456,6 @@ impl<'a> Families<'a> {
             id_bytes.get(at).copied().unwrap_or(0)
         };
         std::hint::black_box(factuals.fold(0, |acc, factual| acc ^ first_byte(factual)));
-    }
-
-    /// Requests the event id that `branch` branches at if it is longer than eight bytes, as
-    /// [`Self::event_in`] then compares it by text.
-    fn warm_long_event(&self, branch: &Branch) {
-        if branch.event_len > 8 {
-            let at = self.of_event.value_offsets()[branch.row as usize] as usize;
-            if let Some(byte) = self.of_event.value_data().get(at) {
-                prefetch(byte);
-            }
-        }
     }
 
     /// Credits families given as (factual row, end of its branch rows), their events warmed
@@ -659,7 +662,7 @@ impl<'a> Families<'a> {
                 tally.event_len = GATHERED;
             }
         }
-        Tallies { tallies, first_row }
+        Tallies { tallies, first_row, texts }
     }
 
     /// Adds branch row `row`, of reward `reward`, to its family's `tally`, whose first
@@ -737,12 +740,7 @@ impl<'a> Families<'a> {
         let ranks: Vec<usize> = (0..families.len()).filter(|&k| families[k].n > 0).collect();
         // Each family's events are requested EVENTS_AHEAD families before it is credited:
         // requested a group at a time, the first families of each group waited for them.
-        let warm = |k: usize| {
-            factuals.warm_events(self, first + k);
-            if !families[k].gathered() {
-                self.warm_long_event(&tallies.first_branch(k));
-            }
-        };
+        let warm = |k: usize| factuals.warm_events(self, first + k);
         ranks.iter().take(EVENTS_AHEAD).for_each(|&k| warm(k));
         let mut at = 0;
         for (j, &k) in ranks.iter().enumerate() {
@@ -756,7 +754,10 @@ impl<'a> Families<'a> {
                 at += n;
                 self.credit_family(&mut entries, &mut rewards, factual, branches)?;
             } else {
-                let event = self.branched_event(factual, &tallies.first_branch(k))?;
+                let event = match self.tallied_event(factual.events.clone(), tally, &tallies.texts) {
+                    Some(event) => event,
+                    None => self.branched_event(factual, &tallies.first_branch(k))?,
+                };
                 let (mean, variance) = tally.sums.mean_and_variance(n);
                 entries.push(mean_entry(event, factual, mean, variance, n));
             }

@@ -88,7 +88,8 @@ fn a_branch_naming_a_missing_event_is_an_error_naming_the_branch() {
 fn scattered_families_report_the_errors_of_the_adjacent_layout() {
     let mut no_reward = trace("b-none", 0.0, &["e0", "e1"], Some(("f", "e1", "ablate")));
     no_reward.rewards.clear();
-    let cases: [(&str, Vec<crate::Trace>, &[&str]); 4] = [
+    let missing_long = "an-event-id-longer-than-the-forty-bytes-a-tally-holds";
+    let cases: [(&str, Vec<crate::Trace>, &[&str]); 6] = [
         (
             "one event, missing in the factual trace",
             vec![
@@ -96,6 +97,22 @@ fn scattered_families_report_the_errors_of_the_adjacent_layout() {
                 trace("b2", 0.0, &["e0"], Some(("f", "e0", "ablate"))),
             ],
             &["\"b1\"", "/counterfactual_of/event_id", "has no event \"e0\""],
+        ),
+        (
+            "one event of a UUID's length, missing in the factual trace",
+            vec![
+                trace("b1", 0.0, &["e0"], Some(("f", "0b5e4a52-7f3c-4c1e-9a51-2d6f8e3b1c07", "ablate"))),
+                trace("b2", 0.0, &["e0"], Some(("f", "0b5e4a52-7f3c-4c1e-9a51-2d6f8e3b1c07", "ablate"))),
+            ],
+            &["\"b1\"", "/counterfactual_of/event_id", "has no event \"0b5e4a52-"],
+        ),
+        (
+            "one event longer than a tally holds, missing in the factual trace",
+            vec![
+                trace("b1", 0.0, &["e0"], Some(("f", missing_long, "ablate"))),
+                trace("b2", 0.0, &["e0"], Some(("f", missing_long, "ablate"))),
+            ],
+            &["\"b1\"", "/counterfactual_of/event_id", missing_long],
         ),
         (
             "two events, one missing in the factual trace",
