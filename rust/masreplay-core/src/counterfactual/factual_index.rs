@@ -85,26 +85,32 @@ impl FactualIndex {
             repeats: Vec::new(),
         };
         // Ids of factual traces scattered through a batch are far apart: their text is
-        // requested ahead of hashing.
-        let keys: Vec<Key> = ids
+        // requested ahead of hashing, and a long one copied while it is in cache.
+        let parts: Vec<(Vec<Key>, String, Vec<usize>)> = ids
             .par_chunks(1 << 12)
             .enumerate()
-            .flat_map_iter(|(chunk, part)| {
+            .map(|(chunk, part)| {
                 let start = chunk << 12;
-                let index = &index;
-                part.iter().enumerate().map(move |(k, id)| {
+                let (mut keys, mut text, mut starts) = (Vec::with_capacity(part.len()), String::new(), Vec::new());
+                for (k, id) in part.iter().enumerate() {
                     if let Some(byte) = ids.get(start + k + TEXT_AHEAD).and_then(|ahead| ahead.as_bytes().first()) {
                         prefetch(byte);
                     }
-                    index.key(id)
-                })
+                    keys.push(index.key(id));
+                    starts.push(text.len());
+                    if id.len() > INLINE {
+                        text.push_str(id);
+                    }
+                }
+                (keys, text, starts)
             })
             .collect();
-        for id in ids {
-            index.starts.push(index.ids.len());
-            if id.len() > INLINE {
-                index.ids.push_str(id);
-            }
+        let mut keys = Vec::with_capacity(ids.len());
+        for (part_keys, text, starts) in parts {
+            let base = index.ids.len();
+            index.starts.extend(starts.into_iter().map(|start| base + start));
+            index.ids.push_str(&text);
+            keys.extend(part_keys);
         }
         for (first, block) in keys.chunks(BLOCK).enumerate() {
             index.warm(block);
