@@ -20,11 +20,11 @@
 //! follows their spread) and of the stratum mean read for an empty cell (it misses the
 //! player's effect at that size). At a few evaluations per player and size intervals cover
 //! 90-94% on SOUM, pairwise and trace games at n = 100 and 1,000 evaluations, 80-95% at
-//! n = 300 and 2,000: there the empty cells' bias is most of what the errors miss (at n = 100 / 1,000
-//! a per-player bias of 27-31% of the squared error, while the stated variance matches the
-//! spread over seeds; fills of the empty cells from each player's own differences, tried,
-//! helped SOUM and pairwise games and broke voting ones: benches/RESULTS.md, 2026-11-29
-//! morning).
+//! n = 300 and 2,000: there the empty cells' bias is most of what the errors miss (at
+//! n = 100 / 1,000 a per-player bias of 27-31% of the squared error, while the stated
+//! variance matches the spread over seeds; fills of the empty cells from each player's own
+//! differences, tried, helped SOUM and pairwise games and broke voting ones:
+//! benches/RESULTS.md, 2026-11-29 morning).
 
 use std::collections::HashMap;
 
