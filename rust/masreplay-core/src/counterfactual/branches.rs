@@ -170,6 +170,14 @@ impl<const R: usize> Tally<R> {
         same_text(&texts[at..at + bytes.len()], event)
     }
 
+    /// Whether `id` (of head word `head`, see [`head_word`]) is the first branch's event id
+    /// (a very long one's copy is in `texts`).
+    fn names(&self, id: &str, head: u64, texts: &str) -> bool {
+        id.len() == self.event_len as usize
+            && head == self.event_head
+            && (id.len() <= 8 || self.is_first_event(id, texts))
+    }
+
     /// The family's first branch, of row `row`, as credit reads it (its reward is not needed).
     fn first_branch(&self, row: u32) -> Branch {
         Branch { row, reward: f64::NAN, event_len: self.event_len, event_head: self.event_head }
@@ -338,9 +346,7 @@ impl<'a> Families<'a> {
     fn tallied_event<const R: usize>(&self, mut events: Range<usize>, tally: &Tally<R>, texts: &str) -> Option<usize> {
         events.find(|&k| {
             let id = self.event_ids.value(k);
-            id.len() == tally.event_len as usize
-                && head_word(id) == tally.event_head
-                && (id.len() <= 8 || tally.is_first_event(id, texts))
+            tally.names(id, head_word(id), texts)
         })
     }
 
@@ -684,19 +690,11 @@ impl<'a> Families<'a> {
             if branch.event_len > 8 {
                 tally.keep_event(self.event_of(&branch), texts);
             }
-        } else if !tally.gathered() && !self.at_first_event(tally, texts, &branch) {
+        } else if !tally.gathered() && !tally.names(self.event_of(&branch), branch.event_head, texts) {
             tally.event_len = GATHERED;
         }
         tally.n += 1;
         tally.sums.add(reward, first);
-    }
-
-    /// Whether `branch` branches at the event of its family's first branch (of `tally`, a
-    /// very long event id of which was copied into `texts`).
-    fn at_first_event<const R: usize>(&self, tally: &Tally<R>, texts: &str, branch: &Branch) -> bool {
-        tally.event_len == branch.event_len
-            && tally.event_head == branch.event_head
-            && (branch.event_len <= 8 || tally.is_first_event(self.event_of(branch), texts))
     }
 
     /// The branches of the families [`Tally::gathered`] marks, copied out family after

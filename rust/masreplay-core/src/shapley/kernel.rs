@@ -115,10 +115,7 @@ pub fn kernel(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
         0 => vec![0.0; n],
         1 => vec![f64::NAN; n],
         _ => {
-            let sensitivity = match design.sensitivity.take() {
-                Some(sensitivity) => sensitivity,
-                None => design.sensitivity(&normal, true),
-            };
+            let sensitivity = design.sensitivity.take().unwrap_or_else(|| design.sensitivity(&normal, true));
             // Drawn without replacement: the jackknife's with-replacement variance shrinks by
             // the share of each size left unsampled (the least of them, so never too far:
             // near complete enumeration it covered 100% without it; negligible when few of
@@ -371,8 +368,13 @@ impl Design {
         let lower: Vec<Vec<f64>> = (0..n).map(|a| self.parts[0].lower_row(a).collect()).collect();
         let enumerated: Vec<Vec<f64>> =
             (0..n).map(|a| (0..n).map(|b| if b <= a { lower[a][b] } else { lower[b][a] }).collect()).collect();
+        // x y, y's columns read as the rows of its transpose (the same products summed in the
+        // same order as down y's columns, which are a cache miss a step at a few hundred players).
         let times = |x: &[Vec<f64>], y: &[Vec<f64>]| -> Vec<Vec<f64>> {
-            indices(parallel, n, |a| (0..n).map(|b| x[a].iter().zip(y).map(|(r, y)| r * y[b]).sum()).collect())
+            let columns: Vec<Vec<f64>> = (0..n).map(|b| y.iter().map(|row| row[b]).collect()).collect();
+            indices(parallel, n, |a| {
+                columns.iter().map(|column| x[a].iter().zip(column).map(|(r, c)| r * c).sum()).collect()
+            })
         };
         let through_fixed = times(&times(&inverse, &enumerated), &inverse);
         let pairs_of = self.pairs_of_groups();
