@@ -50,6 +50,7 @@ chunk sizes 256-4096, and a callable that waits 100 us per evaluation) and per-t
 
 from __future__ import annotations
 
+import importlib
 import math
 import time
 from dataclasses import dataclass
@@ -254,7 +255,7 @@ def function_runner(method: str):
 class Side:
     name: str
     run: object
-    package: str | None = None  # the anchor's package, for the skip message
+    package: str | None = None  # the module the anchor imports, checked before it runs
     native: bool = False  # runs on masreplay's native game (else on the numpy SOUM)
     slow: bool = False
     max_n: int | None = None  # beyond it the side cannot run (memory), and says so
@@ -282,9 +283,9 @@ SIDES = [
     Side("shapiq kADD-SHAP (k=2, pairing)", shapiq_runner("kadd"), "shapiq", slow=True, max_n=100),
     Side("shapiq StratifiedSamplingSV", shapiq_runner("stratified"), "shapiq", slow=True),
     Side("shapiq SVARM", shapiq_runner("svarm"), "shapiq", slow=True),
-    Side("pyDVL antithetic permutation", pydvl_antithetic, "pydvl"),
-    Side("pyDVL antithetic Owen", pydvl_owen, "pydvl"),
-    Side("pyDVL uniform", pydvl_uniform, "pydvl"),
+    Side("pyDVL antithetic permutation", pydvl_antithetic, "pydvl.valuation"),
+    Side("pyDVL antithetic Owen", pydvl_owen, "pydvl.valuation"),
+    Side("pyDVL uniform", pydvl_uniform, "pydvl.valuation"),
 ]
 
 
@@ -381,14 +382,24 @@ def cell_table(request):
         print("\n".join(lines))
 
 
+def missing_module(side: Side) -> str | None:
+    """The module a side's anchor cannot import: its package, or one the package needs that is
+    not installed (pyDVL's valuation imports cvxpy); None when it imports."""
+    if side.package is None:
+        return None
+    try:
+        importlib.import_module(side.package)
+    except ImportError as error:
+        return error.name or side.package
+    return None
+
+
 def skip_without_anchor(side: Side, missing_anchor) -> None:
-    """Skips a side whose anchor package is not installed, naming it in the summary."""
-    if side.package is not None:
-        try:
-            __import__(side.package)
-        except ImportError:
-            missing_anchor(side.package, "pip install -r benches/requirements-anchors.txt")
-            pytest.skip(f"{side.package} is not installed (pip install -r benches/requirements-anchors.txt)")
+    """Skips a side whose anchor cannot be imported, naming the missing module in the summary."""
+    missing = missing_module(side)
+    if missing is not None:
+        missing_anchor(missing, "pip install -r benches/requirements-anchors.txt")
+        pytest.skip(f"{side.name}: {missing} is not installed (pip install -r benches/requirements-anchors.txt)")
 
 
 @pytest.mark.parametrize("side", SIDES, ids=[s.name for s in SIDES])
@@ -482,12 +493,10 @@ def test_mae_against_budget(measure, dataset_type, missing_anchor, soums):
 
     sides = []
     for side in (s for s in SIDES if s.name in PLOT_SIDES):
-        if side.package is not None:
-            try:
-                __import__(side.package)
-            except ImportError:
-                missing_anchor(side.package, "pip install -r benches/requirements-anchors.txt")
-                continue
+        missing = missing_module(side)
+        if missing is not None:
+            missing_anchor(missing, "pip install -r benches/requirements-anchors.txt")
+            continue
         sides.append(side)
     curves: dict[tuple[str, str], list[float]] = {}
 
@@ -757,8 +766,8 @@ NOISY_SIDES = [
     Side("shapiq KernelSHAP (pairing)", anchor_on_noise(shapiq_runner("kernel")), "shapiq"),
     Side("shapiq UnbiasedKernelSHAP (pairing)", anchor_on_noise(shapiq_runner("unbiased kernel")), "shapiq"),
     Side("shapiq SVARM", anchor_on_noise(shapiq_runner("svarm")), "shapiq"),
-    Side("pyDVL antithetic permutation", anchor_on_noise(pydvl_antithetic), "pydvl"),
-    Side("pyDVL uniform", anchor_on_noise(pydvl_uniform), "pydvl"),
+    Side("pyDVL antithetic permutation", anchor_on_noise(pydvl_antithetic), "pydvl.valuation"),
+    Side("pyDVL uniform", anchor_on_noise(pydvl_uniform), "pydvl.valuation"),
 ]
 
 
