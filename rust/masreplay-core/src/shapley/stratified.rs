@@ -9,22 +9,23 @@
 //! on games with high-order interactions, where an ordering's marginal contributions are
 //! dominated by rare large terms; efficiency is restored by the dispatcher's projection.
 //!
+//! A player's cell with no draw (most with-cells of small sizes and without-cells of large
+//! ones, at a few draws a size) is filled from the player's differences at the sizes around
+//! it ([`fill_empty_cells`]), so that size adds an estimate of the player's effect rather than
+//! nothing.
+//!
 //! Standard errors are those of the projected values: per sampled stratum and player, the
 //! variance of the mean with the player and of the mean without it, each cell's sample
-//! variance moderated toward the stratum's pooled one (most cells hold one or two draws), a
-//! cell with no draw charged the spread of cell means around the stratum mean it reads
-//! instead, then what the projection onto efficiency does to each player's error: it
-//! subtracts the mean error over players, which the same coalitions put into every player's
-//! value (see [`projected_variance`]); enumerated strata are a census and add none. Not
-//! covered: the bias of the pilot's draws (kept in the means while the allocation half
-//! follows their spread) and of the stratum mean read for an empty cell (it misses the
-//! player's effect at that size). At a few evaluations per player and size intervals cover
-//! 90-94% on SOUM, pairwise and trace games at n = 100 and 1,000 evaluations, 80-95% at
-//! n = 300 and 2,000: there the empty cells' bias is most of what the errors miss (at
-//! n = 100 / 1,000 a per-player bias of 27-31% of the squared error, while the stated
-//! variance matches the spread over seeds; fills of the empty cells from each player's own
-//! differences, tried, helped SOUM and pairwise games and broke voting ones:
-//! benches/RESULTS.md, 2026-11-29 morning).
+//! variance moderated toward the stratum's pooled one (most cells hold one or two draws),
+//! scaled by the weight the fills give that size's difference, then what the projection onto
+//! efficiency does to each player's error: it subtracts the mean error over players, which
+//! the same coalitions put into every player's value (see [`projected_variance`]); enumerated
+//! strata are a census and add none. Not covered: the bias of the pilot's draws (kept in the
+//! means while the allocation half follows their spread) and of the fills where a player's
+//! differences curve within the fit's width. Intervals cover 94-96% on every benchmark family
+//! at n = 30 and 100 with 1,000 evaluations and at n = 100 and 300 with 10,000; at n = 300 and
+//! 2,000 (4.7 draws a size, near the least budget) 87-95% (benches/RESULTS.md, 2026-11-29
+//! late morning).
 
 use std::collections::HashMap;
 
@@ -255,7 +256,7 @@ pub fn stratified(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
         .collect();
     // Per stratum k (coalitions of k + 1 players) and player i: the mean value with i in
     // (E[v(S + i)], |S| = k) and with i out (E[v(S + i)] of the next size down's term).
-    let means: Vec<(Vec<f64>, Vec<f64>)> = strata
+    let mut means: Vec<(Vec<f64>, Vec<f64>)> = strata
         .iter()
         .map(|drawn| {
             let all = stratum_mean(&drawn.stratum);
@@ -265,6 +266,16 @@ pub fn stratified(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
             )
         })
         .collect();
+    let sampled: Vec<usize> = (0..strata.len()).filter(|&index| !enumerated(index + 1)).collect();
+    let cells: Vec<CellSpread> = sampled.iter().map(|&index| CellSpread::of(&strata[index], &means[index])).collect();
+    // A stratum whose cells show no spread of their own (one draw each) borrows the mean of the others'.
+    let (squares, dof) = cells.iter().fold((0.0, 0.0), |(s, d), cell| (s + cell.squares, d + cell.dof));
+    let borrowed = if dof > 0.0 { squares / dof } else { 0.0 };
+    let mut pooled = vec![0.0; strata.len()];
+    for (&index, cell) in sampled.iter().zip(&cells) {
+        pooled[index] = if cell.dof > 0.0 { cell.squares / cell.dof } else { borrowed };
+    }
+    let weights = fill_empty_cells(&strata, &mut means, &pooled, |index| enumerated(index + 1));
     let mut values = vec![0.0; n];
     for (i, value) in values.iter_mut().enumerate() {
         let mut total = 0.0;
@@ -276,18 +287,9 @@ pub fn stratified(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
         }
         *value = total / n as f64;
     }
-    let sampled: Vec<usize> = (0..strata.len()).filter(|&index| !enumerated(index + 1)).collect();
-    let cells: Vec<CellSpread> = sampled.iter().map(|&index| CellSpread::of(&strata[index], &means[index])).collect();
-    // A stratum whose cells show no spread of their own (one draw each) borrows the mean of the others'.
-    let (squares, dof) = cells.iter().fold((0.0, 0.0), |(s, d), cell| (s + cell.squares, d + cell.dof));
-    let borrowed = if dof > 0.0 { squares / dof } else { 0.0 };
     let per_stratum: Vec<Vec<f64>> = sampled
         .par_iter()
-        .zip(&cells)
-        .map(|(&index, cell)| {
-            let pooled = if cell.dof > 0.0 { cell.squares / cell.dof } else { borrowed };
-            projected_variance(&strata[index], &means[index], pooled)
-        })
+        .map(|&index| projected_variance(&strata[index], &means[index], pooled[index], &weights[index]))
         .collect();
     let mut variance = vec![0.0; n];
     for part in &per_stratum {
@@ -296,6 +298,144 @@ pub fn stratified(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
     let stderr = variance.iter().map(|v| v.sqrt()).collect();
     let evaluations = 2 + strata.iter().map(|drawn| drawn.values.len() as u64).sum::<u64>();
     Ok(Estimate { values, stderr, evaluations, converged: false, exact: false }.with_target(stopping))
+}
+
+/// Width of the kernel of [`fill_empty_cells`]'s local linear fit, in coalition sizes: the
+/// high-order terms of a game move D_i over a few sizes near the ends, whatever n. 5 games x 20
+/// seeds a family, every family in the 93-97% band at n = 30 / 400 and 1,000, n = 100 /
+/// 1,000 (0.942-0.951) and n = 300 / 10,000; at n = 300 / 2,000 (4.7 draws a size) 15 sizes
+/// covered 0.87-0.96, 30 sizes 0.86-0.96 and 45 sizes 0.84-0.95 (benches/RESULTS.md,
+/// 2026-11-29 late morning).
+const BANDWIDTH: f64 = 15.0;
+
+/// Weight in that fit of a size whose draws all agreed (no spread: a size of a voting game
+/// that always wins or always loses), in multiples of the player's heaviest other size.
+const EXACT_WEIGHT: f64 = 16.0;
+
+/// Fills each cell that holds no draw (most with-cells of small sizes, and without-cells of
+/// large ones, at a few draws a size) and returns, per stratum and player, the weight of the
+/// player's difference there in its value.
+///
+/// A value is (v(N) - v(empty) + sum over sizes s of D_i(s)) / n, with D_i(s) the mean value
+/// of the coalitions A of size s holding i less that of those without it. A size where one of i's cells is empty has
+/// no draw of D_i(s); read as the stratum mean (which is then the other cell's mean) it added
+/// 0, shrinking values toward the equal split: at n = 100 and 1,000 evaluations that bias was
+/// a quarter to a third of the squared error on SOUM and pairwise games, which the error bars
+/// did not hold (benches/RESULTS.md, 2026-11-29). Each such D_i(s) is now read off a local
+/// linear fit in s through the player's differences at the sampled sizes whose cells both hold
+/// draws, each weighted by the inverse of its variance: exact where D_i is linear in s
+/// (additive and pairwise games). The census sizes 1 and n - 1 are left out of the fit: there
+/// the highest-order terms of a game make D_i jump (a full-order SOUM game at n = 100:
+/// D_i(99) = -5.2 against -1.9 at 97 and -0.7 at 90), and a fit through them covered 0.60 on
+/// full-order games (0.70-0.78 weighing them as one sampled size or a quarter of one).
+/// The fit is linear in the differences it reads, so the value is too: a sampled difference
+/// weighs 1 plus the fills' coefficients on it, which scales its variance
+/// ([`projected_variance`]), so the error the fills share is in the standard error; a filled
+/// size weighs 0 (its one cell's draws cancel in the difference).
+fn fill_empty_cells(
+    strata: &[Drawn],
+    means: &mut [(Vec<f64>, Vec<f64>)],
+    pooled: &[f64],
+    enumerated: impl Fn(usize) -> bool + Sync,
+) -> Vec<Vec<f64>> {
+    let players = means.first().map_or(0, |(mean_in, _)| mean_in.len());
+    let kernel: Vec<f64> = (0..=players).map(|distance| (-0.5 * (distance as f64 / BANDWIDTH).powi(2)).exp()).collect();
+    let fills: Vec<Fill> =
+        (0..players).into_par_iter().map(|i| Fill::of(i, strata, means, pooled, &kernel, &enumerated)).collect();
+    let mut per_stratum = vec![vec![0.0; players]; strata.len()];
+    for (i, fill) in fills.into_iter().enumerate() {
+        for (index, level) in fill.levels {
+            let (mean_in, mean_out) = &mut means[index];
+            if strata[index].stratum.plus[i][0] == 0.0 {
+                mean_in[i] = mean_out[i] + level;
+            } else {
+                mean_out[i] = mean_in[i] - level;
+            }
+        }
+        fill.weights.into_iter().enumerate().for_each(|(index, w)| per_stratum[index][i] = w);
+    }
+    per_stratum
+}
+
+/// One player's fills: the difference read off the fit at each stratum with an empty cell, and
+/// the weight of each stratum's difference in the value.
+struct Fill {
+    levels: Vec<(usize, f64)>,
+    weights: Vec<f64>,
+}
+
+impl Fill {
+    fn of(
+        i: usize,
+        strata: &[Drawn],
+        means: &[(Vec<f64>, Vec<f64>)],
+        pooled: &[f64],
+        kernel: &[f64],
+        enumerated: impl Fn(usize) -> bool,
+    ) -> Self {
+        // (stratum, difference, weight in the fit) of each sampled size the fit reads; the
+        // strata with an empty cell.
+        let (mut points, mut exact, mut gaps) = (Vec::new(), Vec::new(), Vec::new());
+        for (index, (drawn, (mean_in, mean_out))) in strata.iter().zip(means).enumerate() {
+            let (with, without) = (drawn.stratum.plus[i], drawn.stratum.minus[i]);
+            if with[0] == 0.0 || without[0] == 0.0 {
+                gaps.push(index);
+                continue;
+            }
+            if enumerated(index) {
+                continue;
+            }
+            let variance = moderated(with, mean_in[i], pooled[index]) / with[0]
+                + moderated(without, mean_out[i], pooled[index]) / without[0];
+            let difference = mean_in[i] - mean_out[i];
+            if variance > 0.0 {
+                points.push((index, difference, 1.0 / variance));
+            } else {
+                exact.push((index, difference));
+            }
+        }
+        let heaviest = points.iter().map(|&(_, _, w)| w).fold(0.0, f64::max);
+        let exact_weight = if heaviest > 0.0 { EXACT_WEIGHT * heaviest } else { 1.0 };
+        points.extend(exact.into_iter().map(|(index, difference)| (index, difference, exact_weight)));
+        let mut weights = vec![0.0; strata.len()];
+        points.iter().for_each(|&(index, _, _)| weights[index] = 1.0);
+        if points.is_empty() {
+            // Nothing to fit: the empty cells keep the stratum mean, charged in projected_variance.
+            gaps.iter().for_each(|&index| weights[index] = 1.0);
+            return Fill { levels: Vec::new(), weights };
+        }
+        let mut reads = vec![0.0; points.len()];
+        let levels = gaps
+            .into_iter()
+            .map(|gap| {
+                let (mut s0, mut s1, mut s2) = (0.0, 0.0, 0.0);
+                for (read, &(index, _, w)) in reads.iter_mut().zip(&points) {
+                    let (kw, dx) = (kernel[index.abs_diff(gap)] * w, index as f64 - gap as f64);
+                    (s0, s1, s2) = (s0 + kw, s1 + kw * dx, s2 + kw * dx * dx);
+                    *read = kw;
+                }
+                // The level at the gap of the weighted line through the points (e0' (X'KWX)^-1
+                // X'KW), or their weighted mean where the points sit at one size.
+                let det = s0 * s2 - s1 * s1;
+                let line = det > 1e-9 * s0 * s2;
+                let mut level = 0.0;
+                for (read, &(index, difference, _)) in reads.iter_mut().zip(&points) {
+                    let dx = index as f64 - gap as f64;
+                    *read = if line { *read * (s2 - s1 * dx) / det } else { *read / s0 };
+                    level += *read * difference;
+                    weights[index] += *read;
+                }
+                (gap, level)
+            })
+            .collect();
+        Fill { levels, weights }
+    }
+}
+
+/// A cell's variance of one draw, its own squared deviations moderated toward the stratum's
+/// `pooled` variance ([`POOLED_DRAWS`]).
+fn moderated(moments: [f64; 3], mean: f64, pooled: f64) -> f64 {
+    (squared_deviations(moments, mean) + POOLED_DRAWS * pooled) / (moments[0] - 1.0 + POOLED_DRAWS)
 }
 
 /// Weight of a stratum's pooled spread in each cell's variance, in draws: a cell of c draws
@@ -334,25 +474,31 @@ fn squared_deviations([count, sum, sum_squares]: [f64; 3], mean: f64) -> f64 {
 
 /// One sampled stratum's share of the variance of every projected value.
 ///
-/// A cell of c draws (player i's draws with i, or without) moves i's value by its mean / n,
-/// whose variance is s^2 / (c n^2), with s^2 the cell's variance moderated toward the
+/// A cell of c draws (player i's draws with i, or without) moves i's value by w_i times its
+/// mean / n, w_i the weight of i's difference at this size ([`fill_empty_cells`]: 1 plus what
+/// the fills of other sizes read from it, 0 where the difference is itself a fill), whose
+/// variance is w_i^2 s^2 / (c n^2), with s^2 the cell's variance moderated toward the
 /// stratum's `pooled` one ([`POOLED_DRAWS`]; the sample variance alone is 0 for a cell of one
-/// draw). A cell with no draw reads the stratum mean instead, off by the spread of cell means
-/// around it (estimated from the other cells, less their own noise) plus that mean's noise.
+/// draw). A cell with no draw that no fill could replace (no size of the player holds draws
+/// on both sides) reads the stratum mean instead, off by the spread of cell means around it
+/// (estimated from the other cells, less their own noise) plus that mean's noise.
 /// The projection onto efficiency subtracts the mean error over players, which the players
 /// share (the same coalitions inform them all). Each draw's error, of the pooled variance,
-/// moves i's value by u_i(A) = 1 / (n c) in A and -1 / (n c) out of it, and the mean by
+/// moves i's value by u_i(A) = w_i / (n c) in A and -w_i / (n c) out of it, and the mean by
 /// u(A), the mean of u over players; so the projection changes i's variance by
 /// pooled * sum_A (u(A)^2 - 2 u_i(A) u(A)), per player: a player whose cells are quiet
 /// keeps the noise of the mean the projection subtracts, which one share for all players
 /// (as before) took away from it.
-fn projected_variance(drawn: &Drawn, (mean_in, mean_out): &(Vec<f64>, Vec<f64>), pooled: f64) -> Vec<f64> {
+fn projected_variance(
+    drawn: &Drawn,
+    (mean_in, mean_out): &(Vec<f64>, Vec<f64>),
+    pooled: f64,
+    weights: &[f64],
+) -> Vec<f64> {
     let players = mean_in.len();
     let n = players as f64;
     let (plus, minus) = (&drawn.stratum.plus, &drawn.stratum.minus);
-    let moderated = |moments: [f64; 3], mean: f64| {
-        (squared_deviations(moments, mean) + POOLED_DRAWS * pooled) / (moments[0] - 1.0 + POOLED_DRAWS)
-    };
+    let moderated = |moments: [f64; 3], mean: f64| moderated(moments, mean, pooled);
     let overall = stratum_mean(&drawn.stratum);
     let (mut between, mut cells) = (0.0f64, 0.0f64);
     for (side, means) in [(plus, mean_in), (minus, mean_out)] {
@@ -370,8 +516,8 @@ fn projected_variance(drawn: &Drawn, (mean_in, mean_out): &(Vec<f64>, Vec<f64>),
     };
     // u_i(A) for A with i (`inside`) and without (`outside`); 0 for a cell no draw reaches.
     let unit = |moments: &[f64; 3], sign: f64| if moments[0] > 0.0 { sign / (n * moments[0]) } else { 0.0 };
-    let inside: Vec<f64> = plus.iter().map(|m| unit(m, 1.0)).collect();
-    let outside: Vec<f64> = minus.iter().map(|m| unit(m, -1.0)).collect();
+    let inside: Vec<f64> = plus.iter().zip(weights).map(|(m, w)| w * unit(m, 1.0)).collect();
+    let outside: Vec<f64> = minus.iter().zip(weights).map(|(m, w)| w * unit(m, -1.0)).collect();
     // u(A) = (sum of outside + sum over A's members of (inside - outside)) / n; summed over
     // the draws (all and those with i) and squared, so the cost is each coalition's members.
     let outside_total: f64 = outside.iter().sum();
@@ -387,7 +533,11 @@ fn projected_variance(drawn: &Drawn, (mean_in, mean_out): &(Vec<f64>, Vec<f64>),
     }
     (0..players)
         .map(|i| {
-            let own = cell_variance(plus[i], mean_in[i]) + cell_variance(minus[i], mean_out[i]);
+            let own = if weights[i] == 0.0 {
+                0.0
+            } else {
+                weights[i].powi(2) * (cell_variance(plus[i], mean_in[i]) + cell_variance(minus[i], mean_out[i]))
+            };
             // sum_A u_i(A) u(A), split by whether A holds i.
             let cross = inside[i] * unit_mean_with[i] + outside[i] * (unit_mean_total - unit_mean_with[i]);
             let projected = own / (n * n) + pooled * (unit_mean_squares - 2.0 * cross);
