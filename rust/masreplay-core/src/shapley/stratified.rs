@@ -23,8 +23,10 @@
 //! strata are a census and add none. Not covered: the bias of the pilot's draws (kept in the
 //! means while the allocation half follows their spread) and of the fills where a player's
 //! differences curve within the fit's width. Intervals cover 94-96% on every benchmark family
-//! at n = 30 and 100 with 1,000 evaluations and at n = 100 and 300 with 10,000; at n = 300 and
-//! 2,000 (4.7 draws a size, near the least budget) 87-95% (benches/RESULTS.md, 2026-11-29
+//! at n = 30 and 100 with 1,000 evaluations, at n = 300 with 2,000 (4.7 draws a size, near the
+//! least budget) and at 10,000. The shrinkage the empty cells caused had also lowered the
+//! error where draws are few: unbiased, the values have 0-16% more absolute error at n = 100
+//! and 1,000 evaluations, 13-84% more at n = 300 and 2,000 (benches/RESULTS.md, 2026-11-29
 //! late morning).
 
 use std::collections::HashMap;
@@ -275,7 +277,7 @@ pub fn stratified(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
     for (&index, cell) in sampled.iter().zip(&cells) {
         pooled[index] = if cell.dof > 0.0 { cell.squares / cell.dof } else { borrowed };
     }
-    let weights = fill_empty_cells(&strata, &mut means, &pooled, |index| enumerated(index + 1));
+    let weights = fill_empty_cells(&strata, &mut means, |index| enumerated(index + 1));
     let mut values = vec![0.0; n];
     for (i, value) in values.iter_mut().enumerate() {
         let mut total = 0.0;
@@ -301,47 +303,40 @@ pub fn stratified(game: &dyn Game, stopping: &Stopping) -> Result<Estimate> {
 }
 
 /// Width of the kernel of [`fill_empty_cells`]'s local linear fit, in coalition sizes: the
-/// high-order terms of a game move D_i over a few sizes near the ends, whatever n. 5 games x 20
-/// seeds a family, every family in the 93-97% band at n = 30 / 400 and 1,000, n = 100 /
-/// 1,000 (0.942-0.951) and n = 300 / 10,000; at n = 300 / 2,000 (4.7 draws a size) 15 sizes
-/// covered 0.87-0.96, 30 sizes 0.86-0.96 and 45 sizes 0.84-0.95 (benches/RESULTS.md,
-/// 2026-11-29 late morning).
+/// high-order terms of a game move D_i over a few sizes near the ends, whatever n. 5 games x 8
+/// seeds a family at n = 100 / 1,000 and n = 300 / 2,000: 7, 15 and 30 sizes all covered
+/// 0.944-0.957, with MAE within 5% of each other (benches/RESULTS.md, 2026-11-29 late morning).
 const BANDWIDTH: f64 = 15.0;
-
-/// Weight in that fit of a size whose draws all agreed (no spread: a size of a voting game
-/// that always wins or always loses), in multiples of the player's heaviest other size.
-const EXACT_WEIGHT: f64 = 16.0;
 
 /// Fills each cell that holds no draw (most with-cells of small sizes, and without-cells of
 /// large ones, at a few draws a size) and returns, per stratum and player, the weight of the
 /// player's difference there in its value.
 ///
 /// A value is (v(N) - v(empty) + sum over sizes s of D_i(s)) / n, with D_i(s) the mean value
-/// of the coalitions A of size s holding i less that of those without it. A size where one of i's cells is empty has
-/// no draw of D_i(s); read as the stratum mean (which is then the other cell's mean) it added
-/// 0, shrinking values toward the equal split: at n = 100 and 1,000 evaluations that bias was
-/// a quarter to a third of the squared error on SOUM and pairwise games, which the error bars
-/// did not hold (benches/RESULTS.md, 2026-11-29). Each such D_i(s) is now read off a local
-/// linear fit in s through the player's differences at the sampled sizes whose cells both hold
-/// draws, each weighted by the inverse of its variance: exact where D_i is linear in s
-/// (additive and pairwise games). The census sizes 1 and n - 1 are left out of the fit: there
-/// the highest-order terms of a game make D_i jump (a full-order SOUM game at n = 100:
-/// D_i(99) = -5.2 against -1.9 at 97 and -0.7 at 90), and a fit through them covered 0.60 on
-/// full-order games (0.70-0.78 weighing them as one sampled size or a quarter of one).
-/// The fit is linear in the differences it reads, so the value is too: a sampled difference
-/// weighs 1 plus the fills' coefficients on it, which scales its variance
-/// ([`projected_variance`]), so the error the fills share is in the standard error; a filled
-/// size weighs 0 (its one cell's draws cancel in the difference).
+/// of the coalitions A of size s holding i less that of those without it. A size where one of
+/// i's cells is empty has no draw of D_i(s); read as the stratum mean (which is then the other
+/// cell's mean) it added 0, shrinking values toward the equal split: at n = 100 and 1,000
+/// evaluations that bias was a quarter to a third of the squared error on SOUM and pairwise
+/// games, which the error bars did not hold (benches/RESULTS.md, 2026-11-29). Each such
+/// D_i(s) is now read off a local linear fit in s through the player's differences at the
+/// sampled sizes whose cells both hold draws: unbiased where D_i is linear in s (additive and
+/// pairwise games), and wherever the fit's width follows its curve. The census sizes 1 and
+/// n - 1 are left out of the fit: there the highest-order terms of a game make D_i jump (a
+/// full-order SOUM game at n = 100: D_i(99) = -5.2 against -1.9 at 97 and -0.7 at 90), and a
+/// fit through them covered 0.60-0.78 on full-order games (measured with spread-based weights,
+/// see [`Fill::of`]). The fit is linear in the differences it reads, so the
+/// value is too: a sampled difference weighs 1 plus the fills' coefficients on it, which
+/// scales its variance ([`projected_variance`]), so the error the fills share is in the
+/// standard error; a filled size weighs 0 (its one cell's draws cancel in the difference).
 fn fill_empty_cells(
     strata: &[Drawn],
     means: &mut [(Vec<f64>, Vec<f64>)],
-    pooled: &[f64],
     enumerated: impl Fn(usize) -> bool + Sync,
 ) -> Vec<Vec<f64>> {
     let players = means.first().map_or(0, |(mean_in, _)| mean_in.len());
     let kernel: Vec<f64> = (0..=players).map(|distance| (-0.5 * (distance as f64 / BANDWIDTH).powi(2)).exp()).collect();
     let fills: Vec<Fill> =
-        (0..players).into_par_iter().map(|i| Fill::of(i, strata, means, pooled, &kernel, &enumerated)).collect();
+        (0..players).into_par_iter().map(|i| Fill::of(i, strata, means, &kernel, &enumerated)).collect();
     let mut per_stratum = vec![vec![0.0; players]; strata.len()];
     for (i, fill) in fills.into_iter().enumerate() {
         for (index, level) in fill.levels {
@@ -369,34 +364,25 @@ impl Fill {
         i: usize,
         strata: &[Drawn],
         means: &[(Vec<f64>, Vec<f64>)],
-        pooled: &[f64],
         kernel: &[f64],
         enumerated: impl Fn(usize) -> bool,
     ) -> Self {
         // (stratum, difference, weight in the fit) of each sampled size the fit reads; the
-        // strata with an empty cell.
-        let (mut points, mut exact, mut gaps) = (Vec::new(), Vec::new(), Vec::new());
+        // strata with an empty cell. A difference of c_in and c_out draws weighs
+        // 1 / (1 / c_in + 1 / c_out), the inverse of its variance in units of one draw's:
+        // weights from the cells' own spreads shrank the fills toward 0 (at two draws a size
+        // a stratum's spread is its two values' difference, the very difference the point
+        // holds: an additive game's values at n = 100 / 400 came out 54% toward the equal
+        // split).
+        let (mut points, mut gaps) = (Vec::new(), Vec::new());
         for (index, (drawn, (mean_in, mean_out))) in strata.iter().zip(means).enumerate() {
-            let (with, without) = (drawn.stratum.plus[i], drawn.stratum.minus[i]);
-            if with[0] == 0.0 || without[0] == 0.0 {
+            let (with, without) = (drawn.stratum.plus[i][0], drawn.stratum.minus[i][0]);
+            if with == 0.0 || without == 0.0 {
                 gaps.push(index);
-                continue;
-            }
-            if enumerated(index) {
-                continue;
-            }
-            let variance = moderated(with, mean_in[i], pooled[index]) / with[0]
-                + moderated(without, mean_out[i], pooled[index]) / without[0];
-            let difference = mean_in[i] - mean_out[i];
-            if variance > 0.0 {
-                points.push((index, difference, 1.0 / variance));
-            } else {
-                exact.push((index, difference));
+            } else if !enumerated(index) {
+                points.push((index, mean_in[i] - mean_out[i], with * without / (with + without)));
             }
         }
-        let heaviest = points.iter().map(|&(_, _, w)| w).fold(0.0, f64::max);
-        let exact_weight = if heaviest > 0.0 { EXACT_WEIGHT * heaviest } else { 1.0 };
-        points.extend(exact.into_iter().map(|(index, difference)| (index, difference, exact_weight)));
         let mut weights = vec![0.0; strata.len()];
         points.iter().for_each(|&(index, _, _)| weights[index] = 1.0);
         if points.is_empty() {
