@@ -418,12 +418,6 @@ impl Fill {
     }
 }
 
-/// A cell's variance of one draw, its own squared deviations moderated toward the stratum's
-/// `pooled` variance ([`POOLED_DRAWS`]).
-fn moderated(moments: [f64; 3], mean: f64, pooled: f64) -> f64 {
-    (squared_deviations(moments, mean) + POOLED_DRAWS * pooled) / (moments[0] - 1.0 + POOLED_DRAWS)
-}
-
 /// Weight of a stratum's pooled spread in each cell's variance, in draws: a cell of c draws
 /// has c - 1 degrees of freedom of its own and borrows this many from the pool (a moderated
 /// variance, as sampling.rs does for orderings), so a cell of one draw, or of draws that
@@ -484,7 +478,9 @@ fn projected_variance(
     let players = mean_in.len();
     let n = players as f64;
     let (plus, minus) = (&drawn.stratum.plus, &drawn.stratum.minus);
-    let moderated = |moments: [f64; 3], mean: f64| moderated(moments, mean, pooled);
+    let moderated = |moments: [f64; 3], mean: f64| {
+        (squared_deviations(moments, mean) + POOLED_DRAWS * pooled) / (moments[0] - 1.0 + POOLED_DRAWS)
+    };
     let overall = stratum_mean(&drawn.stratum);
     let (mut between, mut cells) = (0.0f64, 0.0f64);
     for (side, means) in [(plus, mean_in), (minus, mean_out)] {
@@ -519,11 +515,7 @@ fn projected_variance(
     }
     (0..players)
         .map(|i| {
-            let own = if weights[i] == 0.0 {
-                0.0
-            } else {
-                weights[i].powi(2) * (cell_variance(plus[i], mean_in[i]) + cell_variance(minus[i], mean_out[i]))
-            };
+            let own = weights[i].powi(2) * (cell_variance(plus[i], mean_in[i]) + cell_variance(minus[i], mean_out[i]));
             // sum_A u_i(A) u(A), split by whether A holds i.
             let cross = inside[i] * unit_mean_with[i] + outside[i] * (unit_mean_total - unit_mean_with[i]);
             let projected = own / (n * n) + pooled * (unit_mean_squares - 2.0 * cross);
