@@ -392,6 +392,7 @@ fn same_seed_same_values_at_any_thread_count() {
     for (method, parents) in [
         (Method::Permutation, None),
         (Method::Kernel, None),
+        (Method::Stratified, None),
         (Method::Msr, None),
         (Method::Precedence, Some(parents.clone())),
         (Method::Permission, Some(parents)),
