@@ -394,8 +394,10 @@ impl Fill {
         let levels = gaps
             .into_iter()
             .map(|gap| {
+                let near = reach(&points, gap);
+                let (near_points, reads) = (&points[near.clone()], &mut reads[near]);
                 let (mut s0, mut s1, mut s2) = (0.0, 0.0, 0.0);
-                for (read, &(index, _, w)) in reads.iter_mut().zip(&points) {
+                for (read, &(index, _, w)) in reads.iter_mut().zip(near_points) {
                     let (kw, dx) = (kernel[index.abs_diff(gap)] * w, index as f64 - gap as f64);
                     (s0, s1, s2) = (s0 + kw, s1 + kw * dx, s2 + kw * dx * dx);
                     *read = kw;
@@ -405,7 +407,7 @@ impl Fill {
                 let det = s0 * s2 - s1 * s1;
                 let line = det > 1e-9 * s0 * s2;
                 let mut level = 0.0;
-                for (read, &(index, difference, _)) in reads.iter_mut().zip(&points) {
+                for (read, &(index, difference, _)) in reads.iter_mut().zip(near_points) {
                     let dx = index as f64 - gap as f64;
                     *read = if line { *read * (s2 - s1 * dx) / det } else { *read / s0 };
                     level += *read * difference;
@@ -416,6 +418,26 @@ impl Fill {
             .collect();
         Fill { levels, weights }
     }
+}
+
+/// Sizes past the nearest point beyond which [`fill_empty_cells`]'s kernel leaves a point
+/// nothing: e^(-0.5 (d^2 - d_near^2) / BANDWIDTH^2) <= e^(-50) for d >= d_near + 10 widths,
+/// below the rounding of the fit even at a thousand times the nearest point's draws.
+const REACH: f64 = 10.0 * BANDWIDTH;
+
+/// The points (sorted by stratum) a fill at `gap` reads: those within [`REACH`] of the nearest
+/// one. Every point would make each fill a pass over all of a player's sizes, n^3 work in all
+/// (n = 1,000 at the least budget: 0.07 s before the fills, 0.72 s with them).
+fn reach(points: &[(usize, f64, f64)], gap: usize) -> std::ops::Range<usize> {
+    let after = points.partition_point(|&(index, _, _)| index < gap);
+    let nearest = [after.checked_sub(1).map(|k| gap - points[k].0), points.get(after).map(|p| p.0 - gap)]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(0);
+    let reach = nearest + REACH as usize;
+    points.partition_point(|&(index, _, _)| index + reach < gap)
+        ..points.partition_point(|&(index, _, _)| index <= gap + reach)
 }
 
 /// Weight of a stratum's pooled spread in each cell's variance, in draws: a cell of c draws
